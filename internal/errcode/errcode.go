@@ -1,0 +1,101 @@
+// Package errcode defines agentbox's typed errors: one set of codes shared by every surface
+// (REST, MCP, CLI, guest protocol), each carrying a message that tells the caller what to change.
+package errcode
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies an error. Codes are public API: add, never rename.
+type Code string
+
+const (
+	SandboxNotFound     Code = "SANDBOX_NOT_FOUND"
+	SandboxNotRunning   Code = "SANDBOX_NOT_RUNNING"
+	CapacityUnavailable Code = "CAPACITY_UNAVAILABLE"
+	CommandTimeout      Code = "COMMAND_TIMEOUT"
+	OutputLimitExceeded Code = "OUTPUT_LIMIT_EXCEEDED"
+	FileTooLarge        Code = "FILE_TOO_LARGE"
+	FileNotFound        Code = "FILE_NOT_FOUND"
+	UnsupportedOp       Code = "UNSUPPORTED_OPERATION"
+	RuntimeUnavailable  Code = "RUNTIME_UNAVAILABLE"
+	AuthFailed          Code = "AUTH_FAILED"
+	InvalidArgument     Code = "INVALID_ARGUMENT"
+	Conflict            Code = "CONFLICT"
+	Internal            Code = "INTERNAL"
+)
+
+// Codes lists every code, for documentation and tests.
+var Codes = []Code{SandboxNotFound, SandboxNotRunning, CapacityUnavailable, CommandTimeout,
+	OutputLimitExceeded, FileTooLarge, FileNotFound, UnsupportedOp, RuntimeUnavailable, AuthFailed,
+	InvalidArgument, Conflict, Internal}
+
+// Error is a typed error. Message is safe to show to the caller; Cause is internal detail.
+type Error struct {
+	Code    Code
+	Message string
+	// Details carries machine-readable facts (e.g. "size" for FILE_TOO_LARGE).
+	Details map[string]any
+	Cause   error
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Cause)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Cause }
+
+// New returns an *Error with a formatted message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an *Error that keeps cause for logs and errors.Is/As.
+func Wrap(code Code, cause error, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Cause: cause}
+}
+
+// With adds a detail and returns e.
+func (e *Error) With(key string, value any) *Error {
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	e.Details[key] = value
+	return e
+}
+
+// As returns the *Error in err's chain, if any.
+func As(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e, true
+	}
+	return nil, false
+}
+
+// Of returns err's code: the code of the first *Error in its chain, or Internal.
+func Of(err error) Code {
+	if err == nil {
+		return ""
+	}
+	if e, ok := As(err); ok {
+		return e.Code
+	}
+	return Internal
+}
+
+// Message returns the caller-safe message of err: the typed message, or a generic one for
+// untyped errors (whose detail stays in the server's log).
+func Message(err error) string {
+	if e, ok := As(err); ok {
+		return e.Message
+	}
+	return "internal error; see the server log"
+}
+
+// Is reports whether err carries code.
+func Is(err error, code Code) bool { return err != nil && Of(err) == code }

@@ -1,0 +1,26 @@
+package errcode
+
+import "net/http"
+
+// HTTPStatus is the status code every HTTP edge (REST API, guest protocol) uses for code.
+func HTTPStatus(code Code) int {
+	switch code {
+	case SandboxNotFound, FileNotFound:
+		return http.StatusNotFound
+	case SandboxNotRunning, Conflict:
+		return http.StatusConflict
+	case CapacityUnavailable, RuntimeUnavailable:
+		return http.StatusServiceUnavailable
+	case CommandTimeout:
+		return http.StatusGatewayTimeout
+	case OutputLimitExceeded, FileTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case UnsupportedOp:
+		return http.StatusNotImplemented
+	case AuthFailed:
+		return http.StatusUnauthorized
+	case InvalidArgument:
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}

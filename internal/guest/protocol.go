@@ -1,0 +1,121 @@
+// Package guest is the in-sandbox agent and its protocol: HTTP/1.1 over a byte stream (a unix
+// socket for OCI runtimes), versioned under /v1, JSON bodies, newline-delimited JSON frames for
+// streams. Server runs inside the sandbox as PID 1 (`agentbox guest`); Client is the host side.
+//
+// Endpoints (all under /v1; errors are {"code": "...", "message": "...", "details": {...}} with
+// an HTTP status matching the code):
+//
+//	GET    /v1/health                  → Health
+//	POST   /v1/exec                    ExecRequest → ExecResult, or (stream=true) NDJSON Frames
+//	PUT    /v1/files?path=P&mode=0644  raw body → FileInfo   (atomic: temp file, then rename)
+//	GET    /v1/files?path=P&offset=N&length=N&limit=N → raw body; header X-Agentbox-File-Size
+//	GET    /v1/files/stat?path=P       → FileInfo
+//	GET    /v1/files/list?path=P       → DirList
+//	POST   /v1/files/mkdir             MkdirRequest → FileInfo
+//	DELETE /v1/files?path=P&recursive=true → 204
+package guest
+
+import "time"
+
+// Version is the guest protocol version (the URL prefix).
+const Version = "v1"
+
+// Defaults and bounds of the protocol.
+const (
+	DefaultTimeout        = 300 * time.Second
+	DefaultMaxOutputBytes = 1 << 20 // kept per stream
+	MaxMaxOutputBytes     = 16 << 20
+	MaxStdinBytes         = 16 << 20
+	DefaultReadLimit      = 64 << 20 // largest range one read may return unless limit says otherwise
+	MaxListEntries        = 10000
+	// DefaultWorkdir is the working directory of commands and the base of relative paths.
+	DefaultWorkdir = "/workspace"
+	// SizeHeader carries a file's total size on reads.
+	SizeHeader = "X-Agentbox-File-Size"
+)
+
+// Health is the agent's liveness reply.
+type Health struct {
+	OK      bool   `json:"ok"`
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+}
+
+// ExecRequest runs one command. Argv is never interpreted by a shell.
+type ExecRequest struct {
+	Argv []string `json:"argv"`
+	// Env is added to the agent's environment (which holds the sandbox's env).
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd defaults to /workspace.
+	Cwd   string `json:"cwd,omitempty"`
+	Stdin []byte `json:"stdin,omitempty"`
+	// TimeoutMs defaults to 300000. On expiry the command's whole process group is killed
+	// (SIGKILL) and the result says timed_out.
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// MaxOutputBytes is how much of each stream is kept (default 1 MiB, at most 16 MiB);
+	// the rest is counted, not kept, and the result says truncated.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+	// User is "" (the sandbox default) or "root".
+	User string `json:"user,omitempty"`
+	// Stream asks for NDJSON frames: output as it happens, then the result.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// ExecResult is the outcome of a command. A non-zero exit is an outcome, not an error.
+type ExecResult struct {
+	// ExitCode is the exit status, or 128+signal number when killed by a signal.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the command ("SIGKILL"), or "".
+	Signal      string `json:"signal,omitempty"`
+	Stdout      string `json:"stdout"`
+	Stderr      string `json:"stderr"`
+	Truncated   bool   `json:"truncated"`
+	StdoutBytes int64  `json:"stdout_bytes"`
+	StderrBytes int64  `json:"stderr_bytes"`
+	DurationMs  int64  `json:"duration_ms"`
+	TimedOut    bool   `json:"timed_out"`
+}
+
+// Frame is one line of a streamed exec: output (Stream+Data), then exactly one Result or Error.
+type Frame struct {
+	Stream string      `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data   []byte      `json:"data,omitempty"`
+	Result *ExecResult `json:"result,omitempty"`
+	Error  *ErrorBody  `json:"error,omitempty"`
+}
+
+// ErrorBody is the wire form of an errcode.Error.
+type ErrorBody struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// FileInfo describes one file inside the sandbox.
+type FileInfo struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	// Type is "file", "dir", "symlink" or "other".
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+	// Mode is the permission bits in octal, e.g. "0644".
+	Mode    string    `json:"mode"`
+	ModTime time.Time `json:"mod_time"`
+	// LinkTarget is set for symlinks.
+	LinkTarget string `json:"link_target,omitempty"`
+}
+
+// DirList is a bounded directory listing, sorted by name.
+type DirList struct {
+	Path      string     `json:"path"`
+	Entries   []FileInfo `json:"entries"`
+	Truncated bool       `json:"truncated"`
+	Total     int        `json:"total"`
+}
+
+// MkdirRequest creates a directory.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Mode    string `json:"mode,omitempty"` // default "0755"
+	Parents bool   `json:"parents,omitempty"`
+}

@@ -1,0 +1,86 @@
+// Package runtime is the contract between the control plane and the things that run sandboxes
+// (OCI runtimes now; microVMs and Kubernetes later). A Runtime does lifecycle only; everything
+// inside a sandbox goes through the guest agent, whose client a Runtime hands back.
+// runtimetest holds the suite every implementation must pass.
+package runtime
+
+import (
+	"context"
+
+	"github.com/agentbox/agentbox/internal/guest"
+)
+
+// Isolation is the strength of the boundary between a workload and the host.
+type Isolation string
+
+const (
+	// IsolationProcess: namespaces and cgroups on the host kernel (runc, crun).
+	IsolationProcess Isolation = "process"
+	// IsolationKernel: a separate kernel between workload and host (gVisor).
+	IsolationKernel Isolation = "kernel"
+	// IsolationVM: a hardware virtual machine.
+	IsolationVM Isolation = "vm"
+)
+
+// Capabilities is what a runtime declares after probing the host.
+type Capabilities struct {
+	Name      string    `json:"name"`
+	Available bool      `json:"available"`
+	Reason    string    `json:"reason,omitempty"` // why not available
+	Version   string    `json:"version,omitempty"`
+	Isolation Isolation `json:"isolation"`
+	// CgroupMode is "v1", "hybrid" or "v2".
+	CgroupMode string `json:"cgroup_mode,omitempty"`
+	// Network modes the runtime can give a sandbox ("none" today).
+	NetworkModes []string `json:"network_modes"`
+	// Hardening lists what the runtime enforces on every sandbox, machine-readably.
+	Hardening []string `json:"hardening,omitempty"`
+}
+
+// Spec is what a runtime needs to create a sandbox.
+type Spec struct {
+	// ID is the sandbox id; host resources are named from it.
+	ID    string
+	Image string
+	// CPU in cores (fractional); 0 means unlimited.
+	CPU       float64
+	MemoryMB  int64
+	DiskMB    int64
+	PidsLimit int64
+	// Env is the base environment of every process in the sandbox.
+	Env map[string]string
+}
+
+// Status is a container's state as the runtime sees it.
+type Status string
+
+const (
+	StatusAbsent  Status = "absent"
+	StatusCreated Status = "created"
+	StatusRunning Status = "running"
+	StatusStopped Status = "stopped"
+)
+
+// Runtime manages sandboxes' lifecycle on one kind of backend.
+//
+// All methods are safe for concurrent use on different ids. Delete is idempotent and removes
+// every host resource named from the id (container, cgroups, mounts, directories).
+type Runtime interface {
+	Name() string
+	Capabilities() Capabilities
+	// Create prepares and creates the sandbox without starting its workload.
+	Create(ctx context.Context, spec Spec) error
+	// Start starts the sandbox's init (the guest agent). It does not wait for the agent.
+	Start(ctx context.Context, id string) error
+	// Stop kills every process of the sandbox.
+	Stop(ctx context.Context, id string) error
+	// Delete removes the sandbox and all its host resources; deleting an absent sandbox is nil.
+	Delete(ctx context.Context, id string) error
+	// State reports the sandbox's status; an unknown id is StatusAbsent with a nil error.
+	State(ctx context.Context, id string) (Status, error)
+	// List returns the ids of every sandbox this runtime holds any host resource for,
+	// including half-created and orphaned ones, so reconcile can sweep them.
+	List(ctx context.Context) ([]string, error)
+	// Guest returns a client for the sandbox's guest agent.
+	Guest(ctx context.Context, id string) (*guest.Client, error)
+}

@@ -1,0 +1,122 @@
+// Package sandbox is the control plane for disposable sandboxes: the domain types, the one state
+// table every sandbox follows, and the Service that creates, tracks, bounds, reaps, reconciles and
+// destroys them through a runtime.Runtime, recording intent in a Store before acting.
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"regexp"
+	"time"
+)
+
+// State is a sandbox's lifecycle state.
+type State string
+
+const (
+	StateCreating  State = "creating"
+	StateRunning   State = "running"
+	StateStopping  State = "stopping"
+	StateDestroyed State = "destroyed"
+	StateFailed    State = "failed"
+	StateLost      State = "lost"
+)
+
+// transitions is the one state table: from → allowed targets.
+var transitions = map[State][]State{
+	StateCreating: {StateRunning, StateStopping, StateFailed, StateLost},
+	StateRunning:  {StateStopping, StateLost, StateFailed},
+	StateStopping: {StateDestroyed, StateFailed, StateLost},
+	StateFailed:   {StateStopping, StateDestroyed},
+	StateLost:     {StateStopping, StateDestroyed},
+}
+
+// CanTransition reports whether from → to is allowed by the state table.
+func CanTransition(from, to State) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Live reports whether a sandbox in state s holds (or may hold) host resources and counts
+// against capacity.
+func (s State) Live() bool {
+	return s == StateCreating || s == StateRunning || s == StateStopping
+}
+
+// Terminal reports whether s is an end state.
+func (s State) Terminal() bool { return s == StateDestroyed }
+
+// Valid reports whether s is a known state.
+func (s State) Valid() bool {
+	switch s {
+	case StateCreating, StateRunning, StateStopping, StateDestroyed, StateFailed, StateLost:
+		return true
+	}
+	return false
+}
+
+// Sandbox is the durable record of one sandbox.
+type Sandbox struct {
+	ID        string            `json:"sandbox_id"`
+	State     State             `json:"state"`
+	Image     string            `json:"image"`
+	Runtime   string            `json:"runtime"`
+	Isolation string            `json:"isolation"`
+	CPU       float64           `json:"cpu"`
+	MemoryMB  int64             `json:"memory_mb"`
+	DiskMB    int64             `json:"disk_mb"`
+	PidsLimit int64             `json:"pids_limit"`
+	Env       map[string]string `json:"env,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	ExpiresAt time.Time         `json:"expires_at"`
+	// Error says why a sandbox failed or was lost.
+	Error string `json:"error,omitempty"`
+	// Version increases on every update (optimistic concurrency).
+	Version int64 `json:"version"`
+}
+
+// Event records one state transition of a sandbox.
+type Event struct {
+	Seq       int64     `json:"seq"`
+	SandboxID string    `json:"sandbox_id"`
+	Type      string    `json:"type"` // "state"
+	From      State     `json:"from,omitempty"`
+	To        State     `json:"to"`
+	Reason    string    `json:"reason,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// ListFilter selects sandboxes. Zero values select everything.
+type ListFilter struct {
+	States []State
+	Labels map[string]string
+	// Limit bounds the result; 0 means the store's default bound.
+	Limit int
+}
+
+// EventFilter selects events. SandboxID "" selects all sandboxes; AfterSeq pages.
+type EventFilter struct {
+	SandboxID string
+	AfterSeq  int64
+	Limit     int
+}
+
+var idPattern = regexp.MustCompile(`^sb-[0-9a-f]{12}$`)
+
+// NewID returns a fresh sandbox id: "sb-" and 12 lowercase hex digits.
+func NewID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+// ValidID reports whether id has the shape NewID produces.
+func ValidID(id string) bool { return idPattern.MatchString(id) }

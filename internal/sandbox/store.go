@@ -1,0 +1,34 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+)
+
+// Store is what the sandbox service needs of durable state. internal/store.Store (the full
+// contract, with its shared test suite) includes it.
+//
+// Errors: GetSandbox of an unknown id returns errcode SANDBOX_NOT_FOUND; UpdateSandbox whose
+// expected version does not match returns errcode CONFLICT.
+type Store interface {
+	// CreateSandbox inserts sb (Version must be 1) and a first event for it, atomically.
+	CreateSandbox(ctx context.Context, sb Sandbox, ev Event) error
+	GetSandbox(ctx context.Context, id string) (Sandbox, error)
+	// ListSandboxes returns matching sandboxes, oldest first, at most filter.Limit (or 1000).
+	ListSandboxes(ctx context.Context, filter ListFilter) ([]Sandbox, error)
+	// CountLive returns how many sandboxes are in a live state and the sum of their cpu and
+	// memory_mb.
+	CountLive(ctx context.Context) (n int, cpu float64, memoryMB int64, err error)
+	// UpdateSandbox writes sb if the stored version equals sb.Version-1, appending ev (if
+	// ev.To != "") in the same transaction.
+	UpdateSandbox(ctx context.Context, sb Sandbox, ev Event) error
+	// ListEvents returns events in sequence order, at most filter.Limit (or 1000).
+	ListEvents(ctx context.Context, filter EventFilter) ([]Event, error)
+}
+
+// Pruner is the optional part of a Store that bounds its growth.
+type Pruner interface {
+	// PruneSandboxes deletes records (and their events) that reached a non-live state before
+	// the given time, returning how many sandboxes were removed.
+	PruneSandboxes(ctx context.Context, before time.Time) (int, error)
+}

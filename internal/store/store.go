@@ -1,0 +1,13 @@
+// Package store is the contract for agentbox's durable state: one interface in domain terms,
+// composed of what each control-plane service needs, with a shared test suite (storetest) that
+// every driver (sqlite now, postgres later) must pass.
+package store
+
+import "github.com/agentbox/agentbox/internal/sandbox"
+
+// Store is the full durable-state contract.
+type Store interface {
+	sandbox.Store
+	sandbox.Pruner
+	Close() error
+}
