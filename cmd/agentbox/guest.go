@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/agentbox/agentbox/internal/guest"
+)
+
+func cmdGuest(args []string) int {
+	fs := flag.NewFlagSet("guest", flag.ContinueOnError)
+	socket := fs.String("socket", "/.agentbox/run/agent.sock", "unix socket to listen on")
+	workdir := fs.String("workdir", guest.DefaultWorkdir, "default working directory")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := guest.Run(ctx, guest.ServerConfig{Socket: *socket, Workdir: *workdir, Logger: log}); err != nil {
+		fmt.Fprintln(os.Stderr, "agentbox guest:", err)
+		return 1
+	}
+	return 0
+}
