@@ -1,0 +1,123 @@
+// Package sqlite is the SQLite driver of agentbox's durable store (store.Store), built on the
+// pure-Go modernc.org/sqlite so the binary needs no cgo.
+//
+// The database runs in WAL mode with foreign keys on and a busy timeout. Writes go through one
+// dedicated connection, each in a BEGIN IMMEDIATE transaction, so writers in this process queue
+// in Go instead of racing for SQLite's lock and callers never see SQLITE_BUSY; reads use a
+// separate pool of read-only connections that WAL lets run alongside the writer. The schema is
+// created and upgraded by embedded, versioned migrations (migrations/NNNN_name.sql) when the
+// store is opened.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// busyTimeoutMS is how long a connection waits for a lock held by another connection (another
+// process, or this process's writer during a checkpoint) before giving up.
+const busyTimeoutMS = 10000
+
+// Store is a store.Store on one SQLite database file. It is safe for concurrent use.
+type Store struct {
+	path  string
+	write *sql.DB // exactly one connection: every write is serialized in-process
+	read  *sql.DB // read-only connections; the same pool as write for an in-memory database
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the SQLite database at path and migrates its schema to the
+// newest version this binary knows. It refuses a database whose schema is newer than that.
+// The path ":memory:" opens a private in-memory database, for tests.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: open: empty database path")
+	}
+	migrations, err := embeddedMigrations()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+
+	write, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+	s := &Store{path: path, write: write, read: write}
+
+	if err := migrate(ctx, write, migrations); err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if path == ":memory:" {
+		// Every connection to ":memory:" is a database of its own: share the writer.
+		return s, nil
+	}
+
+	read, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
+	}
+	if err := read.PingContext(ctx); err != nil {
+		_ = read.Close()
+		_ = write.Close()
+		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
+	}
+	s.read = read
+	return s, nil
+}
+
+// Close closes the database. It is safe to call more than once.
+func (s *Store) Close() error {
+	var errs []error
+	if s.read != s.write {
+		if err := s.read.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.write.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sqlite: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// dsn returns the modernc.org/sqlite data source name for path. Every connection gets the busy
+// timeout and foreign keys; the writer also sets WAL (persistent in the file), full fsync on
+// commit, and BEGIN IMMEDIATE so a transaction takes the write lock before it reads; readers
+// are query_only.
+func dsn(path string, readOnly bool) string {
+	params := []string{
+		fmt.Sprintf("_pragma=busy_timeout(%d)", busyTimeoutMS),
+		"_pragma=foreign_keys(1)",
+	}
+	if readOnly {
+		params = append(params, "_pragma=query_only(1)")
+	} else {
+		params = append(params,
+			"_pragma=journal_mode(WAL)",
+			"_pragma=synchronous(FULL)",
+			"_txlock=immediate")
+	}
+	// A "file:" URI, so that a path holding '?' or '#' cannot be mistaken for parameters.
+	// An absolute path gets an empty authority ("file:///..."), so that "//x" stays a path.
+	escaped := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	if strings.HasPrefix(escaped, "/") {
+		escaped = "//" + escaped
+	}
+	return "file:" + escaped + "?" + strings.Join(params, "&")
+}
