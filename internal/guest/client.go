@@ -1,10 +1,10 @@
 package guest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -136,12 +136,18 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc)
 		return ExecResult{}, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
-	for sc.Scan() {
+	// A decoder, not a line scanner: the Result frame holds up to 2×MaxMaxOutputBytes of
+	// output, which JSON escaping can grow up to sixfold, far beyond any fixed line limit.
+	dec := json.NewDecoder(resp.Body)
+	for {
 		var f Frame
-		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
-			return ExecResult{}, errcode.Wrap(errcode.Internal, err, "bad frame from the guest agent")
+		if err := dec.Decode(&f); err != nil {
+			var se *json.SyntaxError
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &se) || errors.As(err, &te) {
+				return ExecResult{}, errcode.Wrap(errcode.Internal, err, "bad frame from the guest agent")
+			}
+			break // end of stream or broken connection
 		}
 		switch {
 		case f.Error != nil:

@@ -1,0 +1,104 @@
+//go:build unix
+
+package guest
+
+import (
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// reaper is the process's single waiter for children. The agent is PID 1 in the sandbox, so
+// every orphan is reparented to it and must be reaped; it therefore collects every exit with
+// wait4(-1) and hands each status to whoever registered for that pid. Nothing else may wait for
+// a child (exec.Cmd.Wait / os.Process.Wait would race it).
+type reaper struct {
+	log *slog.Logger
+	// mu is held while a child is started and registered, and while a status is collected and
+	// delivered, so a child that exits at once cannot be reaped before its waiter exists, and a
+	// reused pid cannot receive a stale status.
+	mu      sync.Mutex
+	waiters map[int]chan unix.WaitStatus
+}
+
+var (
+	theReaper     *reaper
+	theReaperOnce sync.Once
+)
+
+// reapSafetyInterval re-runs the reaper even without SIGCHLD, as a cheap guard against a lost
+// signal.
+const reapSafetyInterval = 2 * time.Second
+
+// startReaper starts the process-wide reaper once and returns it.
+func startReaper(log *slog.Logger) *reaper {
+	theReaperOnce.Do(func() {
+		if os.Getpid() != 1 {
+			// Not PID 1 (tests, or an agent run by hand): become the reaper of our orphans
+			// anyway so the behaviour is the same.
+			if err := setSubreaper(); err != nil {
+				log.Warn("guest: cannot become a child subreaper; orphans will not be reaped here", "err", err)
+			}
+		}
+		r := &reaper{log: log, waiters: map[int]chan unix.WaitStatus{}}
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, unix.SIGCHLD)
+		go r.loop(sigs)
+		theReaper = r
+	})
+	return theReaper
+}
+
+func (r *reaper) loop(sigs <-chan os.Signal) {
+	t := time.NewTicker(reapSafetyInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-sigs:
+		case <-t.C:
+		}
+		r.reapAll()
+	}
+}
+
+// reapAll collects every exited child. Statuses of unregistered pids (orphans) are discarded.
+func (r *reaper) reapAll() {
+	for {
+		r.mu.Lock()
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|waitAllFlag, nil)
+		if err == unix.EINTR {
+			r.mu.Unlock()
+			continue
+		}
+		if err != nil || pid <= 0 {
+			r.mu.Unlock()
+			return
+		}
+		if ch, ok := r.waiters[pid]; ok {
+			delete(r.waiters, pid)
+			ch <- ws // buffered: never blocks
+		}
+		r.mu.Unlock()
+	}
+}
+
+// start starts a child and registers for its exit status, which the returned channel delivers
+// exactly once. The *os.Process is released at once: the pid is all the caller uses.
+func (r *reaper) start(name string, argv []string, attr *os.ProcAttr) (int, <-chan unix.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, err := os.StartProcess(name, argv, attr)
+	if err != nil {
+		return 0, nil, err
+	}
+	ch := make(chan unix.WaitStatus, 1)
+	r.waiters[p.Pid] = ch
+	pid := p.Pid
+	_ = p.Release()
+	return pid, ch, nil
+}

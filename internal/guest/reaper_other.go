@@ -1,0 +1,8 @@
+//go:build unix && !linux
+
+package guest
+
+const waitAllFlag = 0
+
+// setSubreaper is a no-op where there is no child subreaper: orphans go to the system's init.
+func setSubreaper() error { return nil }
