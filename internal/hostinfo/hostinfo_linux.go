@@ -1,0 +1,127 @@
+package hostinfo
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// CgroupMounts lists the cgroup hierarchies mounted in this process's mount namespace.
+func CgroupMounts() ([]CgroupMount, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("cgroup mounts: %w", err)
+	}
+	defer f.Close()
+	entries, err := parseMountinfo(f)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup mounts: %w", err)
+	}
+	return cgroupMountsFrom(entries), nil
+}
+
+// CgroupMode reports "v1", "hybrid" or "v2". It trusts the file system type of
+// /sys/fs/cgroup (as runc does) and falls back to the mount table elsewhere.
+func CgroupMode() (string, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &st); err == nil {
+		switch st.Type {
+		case unix.CGROUP2_SUPER_MAGIC:
+			return CgroupV2, nil
+		case unix.TMPFS_MAGIC:
+			var u unix.Statfs_t
+			if err := unix.Statfs("/sys/fs/cgroup/unified", &u); err == nil && u.Type == unix.CGROUP2_SUPER_MAGIC {
+				return CgroupHybrid, nil
+			}
+			return CgroupV1, nil
+		}
+	}
+	mounts, err := CgroupMounts()
+	if err != nil {
+		return "", err
+	}
+	if mode := cgroupModeFrom(mounts); mode != "" {
+		return mode, nil
+	}
+	return "", errors.New("cgroup mode: no cgroup hierarchy is mounted")
+}
+
+// HardRlimits returns the hard limits of RLIMIT_NOFILE and RLIMIT_NPROC of this process; a
+// container may not ask for more (the runtime fails at start with "operation not permitted").
+func HardRlimits() (Rlimits, error) {
+	var nofile, nproc unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
+		return Rlimits{}, fmt.Errorf("getrlimit NOFILE: %w", err)
+	}
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &nproc); err != nil {
+		return Rlimits{}, fmt.Errorf("getrlimit NPROC: %w", err)
+	}
+	return Rlimits{NOFILE: nofile.Max, NPROC: nproc.Max}, nil
+}
+
+// UserNamespaces reports whether unprivileged-to-root user namespaces may be created:
+// /proc/sys/user/max_user_namespaces is above zero.
+func UserNamespaces() bool {
+	return userNamespacesAt("/proc/sys/user/max_user_namespaces")
+}
+
+func userNamespacesAt(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return err == nil && n > 0
+}
+
+// KVM reports whether /dev/kvm exists as a character device. It does not prove that KVM
+// works (nested KVM may hang); a microVM runtime probes that itself.
+func KVM() bool {
+	fi, err := os.Stat("/dev/kvm")
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// NumCPU is the number of CPUs this process may use.
+func NumCPU() int { return runtime.NumCPU() }
+
+// MemTotalMiB is the host's total memory in MiB (MemTotal of /proc/meminfo).
+func MemTotalMiB() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("meminfo: %w", err)
+	}
+	defer f.Close()
+	mib, err := parseMemTotal(f)
+	if err != nil {
+		return 0, fmt.Errorf("meminfo: %w", err)
+	}
+	return mib, nil
+}
+
+// Probe gathers every fact; facts that cannot be read are zero and named in Errors.
+func Probe() Info {
+	var info Info
+	fail := func(err error) { info.Errors = append(info.Errors, err.Error()) }
+	var err error
+	if info.CgroupMode, err = CgroupMode(); err != nil {
+		fail(err)
+	}
+	if info.CgroupMounts, err = CgroupMounts(); err != nil {
+		fail(err)
+	}
+	if info.HardRlimits, err = HardRlimits(); err != nil {
+		fail(err)
+	}
+	info.UserNamespaces = UserNamespaces()
+	info.KVM = KVM()
+	info.NumCPU = NumCPU()
+	if info.MemTotalMiB, err = MemTotalMiB(); err != nil {
+		fail(err)
+	}
+	return info
+}

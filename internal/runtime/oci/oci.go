@@ -1,0 +1,62 @@
+// Package oci runs sandboxes as OCI containers through an OCI runtime's command line (runc
+// today; crun later through the same code): the bundle layout under the runtime's Root, the
+// shared read-only root file system, the hardened spec, and lifecycle through the runtime's
+// create, start, kill, delete, state and list commands. The guest agent is the container's
+// init, listening on a unix socket that the host reaches through the bundle's run/ directory.
+//
+// Layout under Config.Root:
+//
+//	state/                 the OCI runtime's --root
+//	rootfs/host/           the shared read-only root of image "host", prepared once
+//	sandboxes/<id>/        config.json, init.pid, guest.log (the agent's stdout and stderr),
+//	                       run/ (at /.agentbox/run; agent.sock), workspace/, home/
+package oci
+
+import (
+	"log/slog"
+	"regexp"
+)
+
+// Config configures an OCI runtime.
+type Config struct {
+	// Name is the runtime's name as agentbox reports it; default "runc".
+	Name string
+	// Binary is the OCI runtime's executable: a path, or a name looked up in PATH;
+	// default Name.
+	Binary string
+	// Root is the runtime's own state root, an absolute path. It must be short: the agent's
+	// socket, Root + "/sandboxes/<id>/run/agent.sock", must fit a unix socket path (107 bytes),
+	// so Root may be at most 66 bytes.
+	Root string
+	// GuestBinary is the absolute path of the agentbox binary, bound read-only into every
+	// sandbox and run there as `agentbox guest`. It must be statically linked.
+	GuestBinary string
+	// CgroupParent is the cgroup under which every sandbox gets <CgroupParent>/<id> in each
+	// hierarchy; default "agentbox". List reports, and Delete removes, every sandbox-shaped
+	// cgroup under it: two runtimes on one host (a server and a test, two servers) must not
+	// share a CgroupParent, or one sweeps the other's sandboxes.
+	CgroupParent string
+	// Subreaper makes this process a child subreaper (prctl PR_SET_CHILD_SUBREAPER) so that
+	// sandbox inits, orphaned when the runtime's create command exits, are reparented to it
+	// and reaped by Stop and Delete at once, instead of by PID 1 (which may reap late, or
+	// never in a container without an init). It changes this whole process: a server sets it
+	// once.
+	Subreaper bool
+	// Logger receives debug logs of every runtime command; nil discards.
+	Logger *slog.Logger
+}
+
+// idPattern is sandbox.ValidID's shape, copied so this package does not import the control
+// plane. Every host resource is named from an id that matches it.
+var idPattern = regexp.MustCompile(`^sb-[0-9a-f]{12}$`)
+
+func validID(id string) bool { return idPattern.MatchString(id) }
+
+// parentPattern is the shape of Config.CgroupParent: one path component.
+var parentPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// DefaultCgroupParent is Config.CgroupParent's default.
+const DefaultCgroupParent = "agentbox"
+
+// maxRootLen keeps Root + "/sandboxes/sb-xxxxxxxxxxxx/run/agent.sock" within 107 bytes.
+const maxRootLen = 107 - len("/sandboxes/sb-000000000000/run/agent.sock")

@@ -1,0 +1,488 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// Timeouts of the OCI runtime's commands (the caller's ctx may be shorter).
+const (
+	commandTimeout = 30 * time.Second
+	stopTimeout    = 10 * time.Second
+	// minMemoryMB is the smallest memory limit a sandbox may ask for: the agent needs room.
+	minMemoryMB = 32
+)
+
+// Runtime is a runtime.Runtime backed by an OCI runtime's command line.
+type Runtime struct {
+	name        string
+	binary      string
+	root        string
+	guestBinary string
+	log         *slog.Logger
+	caps        runtime.Capabilities
+
+	hostRlimits  hostinfo.Rlimits
+	swap         bool
+	oomScoreAdj  int
+	layout       hostLayout
+	cgroupMounts []string
+	cgroupParent string
+	reap         bool
+
+	mu     sync.Mutex
+	rootfs string // set once the shared rootfs is prepared
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New probes the host and the OCI runtime. It fails only for an invalid Config; a runtime
+// that cannot work here is returned with Capabilities().Available false and the Reason, and
+// its Create says the same.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Name == "" {
+		cfg.Name = "runc"
+	}
+	if cfg.Binary == "" {
+		cfg.Binary = cfg.Name
+	}
+	if !filepath.IsAbs(cfg.Root) {
+		return nil, fmt.Errorf("oci %s: Root %q must be an absolute path", cfg.Name, cfg.Root)
+	}
+	root := filepath.Clean(cfg.Root)
+	if len(root) > maxRootLen {
+		return nil, fmt.Errorf("oci %s: Root %q is %d bytes; at most %d fit the agent's unix socket path", cfg.Name, root, len(root), maxRootLen)
+	}
+	if !filepath.IsAbs(cfg.GuestBinary) {
+		return nil, fmt.Errorf("oci %s: GuestBinary %q must be an absolute path", cfg.Name, cfg.GuestBinary)
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	if !parentPattern.MatchString(cfg.CgroupParent) {
+		return nil, fmt.Errorf("oci %s: CgroupParent %q must be one path component of letters, digits, '.', '_' or '-'", cfg.Name, cfg.CgroupParent)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Runtime{
+		name:         cfg.Name,
+		root:         root,
+		guestBinary:  filepath.Clean(cfg.GuestBinary),
+		cgroupParent: cfg.CgroupParent,
+		log:          log.With("runtime", cfg.Name),
+		caps: runtime.Capabilities{
+			Name:         cfg.Name,
+			Isolation:    runtime.IsolationProcess,
+			NetworkModes: []string{"none"},
+			Hardening:    append([]string(nil), hardening...),
+		},
+	}
+	if reason := r.probe(ctx, cfg); reason != "" {
+		r.caps.Reason = reason
+		r.log.Info("runtime unavailable", "reason", reason)
+		return r, nil
+	}
+	r.caps.Available = true
+	return r, nil
+}
+
+// probe fills what New learns about the host; it returns why the runtime cannot work, or "".
+func (r *Runtime) probe(ctx context.Context, cfg Config) string {
+	bin, err := exec.LookPath(cfg.Binary)
+	if err != nil {
+		return fmt.Sprintf("%s binary %q not found (install it, e.g. apt-get install %s): %v", cfg.Name, cfg.Binary, cfg.Name, err)
+	}
+	r.binary = bin
+	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(vctx, bin, "--version").Output()
+	if err != nil {
+		return fmt.Sprintf("%s --version failed: %v", bin, err)
+	}
+	r.caps.Version = parseVersion(string(out))
+	if os.Geteuid() != 0 {
+		return fmt.Sprintf("%s needs root (this process runs as uid %d)", cfg.Name, os.Geteuid())
+	}
+	mode, err := hostinfo.CgroupMode()
+	if err != nil {
+		return err.Error()
+	}
+	r.caps.CgroupMode = mode
+	mounts, err := hostinfo.CgroupMounts()
+	if err != nil {
+		return err.Error()
+	}
+	for _, m := range mounts {
+		r.cgroupMounts = append(r.cgroupMounts, m.Path)
+	}
+	r.swap = swapSupported(mounts, mode)
+	if r.hostRlimits, err = hostinfo.HardRlimits(); err != nil {
+		return err.Error()
+	}
+	fi, err := os.Stat(r.guestBinary)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return fmt.Sprintf("guest binary %s is not an executable file (%v)", r.guestBinary, err)
+	}
+	if fi, err := os.Stat("/usr"); err != nil || !fi.IsDir() {
+		return "image host needs the host's /usr directory"
+	}
+	r.layout = probeHostLayout("/")
+	own, capable := ownOOMScoreAdj()
+	r.oomScoreAdj = oomScoreAdjFor(capable, own)
+	if r.oomScoreAdj != agentOOMScoreAdj {
+		r.log.Warn("cannot shield the guest agent from the OOM killer: this process lacks CAP_SYS_RESOURCE",
+			"oom_score_adj", r.oomScoreAdj)
+	}
+	if cfg.Subreaper {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return fmt.Sprintf("cannot become a child subreaper: %v", err)
+		}
+		r.reap = true
+	}
+	return ""
+}
+
+// Name returns the runtime's name.
+func (r *Runtime) Name() string { return r.name }
+
+// Capabilities reports what New found.
+func (r *Runtime) Capabilities() runtime.Capabilities {
+	c := r.caps
+	c.NetworkModes = append([]string(nil), r.caps.NetworkModes...)
+	c.Hardening = append([]string(nil), r.caps.Hardening...)
+	return c
+}
+
+func (r *Runtime) stateDir() string            { return filepath.Join(r.root, "state") }
+func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.root, "sandboxes", id) }
+
+// SocketPath is where the host reaches the agent of sandbox id.
+func (r *Runtime) SocketPath(id string) string {
+	return filepath.Join(r.sandboxDir(id), "run", "agent.sock")
+}
+
+func (r *Runtime) checkAvailable() error {
+	if !r.caps.Available {
+		return errcode.New(errcode.RuntimeUnavailable, "runtime %s is not available on this host: %s", r.name, r.caps.Reason)
+	}
+	return nil
+}
+
+func checkID(id string) error {
+	if !validID(id) {
+		return errcode.New(errcode.InvalidArgument, "sandbox id %q is not of the form sb-<12 lowercase hex digits>", id)
+	}
+	return nil
+}
+
+// ensureLayout creates Root's directories and the shared rootfs, once per Runtime.
+func (r *Runtime) ensureLayout() (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rootfs != "" {
+		return r.rootfs, nil
+	}
+	for _, d := range []string{r.root, r.stateDir(), filepath.Join(r.root, "sandboxes"), filepath.Join(r.root, "rootfs")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the %s runtime's directory %s", r.name, d)
+		}
+	}
+	rootfs, err := ensureRootfs(filepath.Join(r.root, "rootfs"), "/", r.layout)
+	if err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the root file system of image %s", ImageHost)
+	}
+	r.rootfs = rootfs
+	return rootfs, nil
+}
+
+func validateSpec(spec runtime.Spec) error {
+	if err := checkID(spec.ID); err != nil {
+		return err
+	}
+	if spec.Image != "" && spec.Image != ImageHost {
+		return errcode.New(errcode.InvalidArgument, "image %q is not supported; supported images: %s", spec.Image, ImageHost).With("supported_images", []string{ImageHost})
+	}
+	if spec.CPU < 0 || spec.CPU > 1024 {
+		return errcode.New(errcode.InvalidArgument, "cpu %g must be between 0 (unlimited) and 1024 cores", spec.CPU)
+	}
+	if spec.MemoryMB < 0 || (spec.MemoryMB > 0 && spec.MemoryMB < minMemoryMB) {
+		return errcode.New(errcode.InvalidArgument, "memory_mb %d must be 0 (unlimited) or at least %d", spec.MemoryMB, minMemoryMB)
+	}
+	if spec.PidsLimit < 0 {
+		return errcode.New(errcode.InvalidArgument, "pids_limit %d must be 0 (unlimited) or positive", spec.PidsLimit)
+	}
+	if err := validateEnv(spec.Env); err != nil {
+		return errcode.New(errcode.InvalidArgument, "%s", err.Error())
+	}
+	return nil
+}
+
+// Create writes the bundle and creates the container; its init (the agent) waits for Start.
+// Image "" means "host". On failure nothing of the sandbox is left behind.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
+	if err := r.checkAvailable(); err != nil {
+		return err
+	}
+	if err := validateSpec(spec); err != nil {
+		return err
+	}
+	rootfs, err := r.ensureLayout()
+	if err != nil {
+		return err
+	}
+	id, dir := spec.ID, r.sandboxDir(spec.ID)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return errcode.New(errcode.Conflict, "sandbox %s already exists in runtime %s; delete it first", id, r.name)
+		}
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the bundle of sandbox %s", id)
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
+			defer cancel()
+			if derr := r.Delete(cctx, id); derr != nil {
+				r.log.Error("cleanup after failed create", "sandbox_id", id, "err", derr)
+			}
+		}
+	}()
+	if err := makeSandboxDirs(dir); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the directories of sandbox %s", id)
+	}
+	s := buildSpec(specInput{
+		ID: id, CgroupParent: r.cgroupParent, Rootfs: rootfs, SandboxDir: dir, GuestBinary: r.guestBinary,
+		CPU: spec.CPU, MemoryMB: spec.MemoryMB, PidsLimit: spec.PidsLimit, Env: spec.Env,
+		HostRlimits: r.hostRlimits, Swap: r.swap, OOMScoreAdj: r.oomScoreAdj, HostBinds: r.layout.Binds,
+	})
+	data, err := json.Marshal(s)
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "cannot encode the OCI spec of sandbox %s", id)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the OCI spec of sandbox %s", id)
+	}
+	logPath := filepath.Join(dir, "guest.log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the log of sandbox %s", id)
+	}
+	// The container inherits stdout and stderr and keeps them open: files, never pipes.
+	// Stdin is /dev/null.
+	cctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(cctx, r.binary, "--root", r.stateDir(), "create",
+		"--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	runErr := cmd.Run()
+	logf.Close()
+	r.log.Debug("create", "sandbox_id", id, "took", time.Since(start), "err", runErr)
+	if runErr != nil {
+		msg := runtimeMessage(readTail(logPath, 4096))
+		if cctx.Err() != nil {
+			msg = fmt.Sprintf("timed out: %v; %s", cctx.Err(), msg)
+		}
+		return errcode.Wrap(errcode.RuntimeUnavailable, runErr, "%s create %s failed: %s", r.name, id, msg)
+	}
+	return nil
+}
+
+func makeSandboxDirs(dir string) error {
+	if err := os.Mkdir(filepath.Join(dir, "run"), 0o700); err != nil {
+		return err
+	}
+	for _, d := range []string{"workspace", "home"} {
+		p := filepath.Join(dir, d)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chown(p, agentUID, agentGID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Start starts the agent; it does not wait for it to listen.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := r.checkAvailable(); err != nil {
+		return err
+	}
+	if _, err := r.command(ctx, "start", id); err != nil {
+		return r.classify(err, "start", id)
+	}
+	return nil
+}
+
+// Stop kills the sandbox's init, which takes down its whole PID namespace, and waits until
+// it is gone. Stopping a stopped sandbox is nil; an unknown one is SANDBOX_NOT_FOUND.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := r.checkAvailable(); err != nil {
+		return err
+	}
+	if _, err := r.command(ctx, "kill", id, "KILL"); err != nil {
+		var ce *commandError
+		if errors.As(err, &ce) && strings.Contains(ce.msg, "not running") {
+			return nil
+		}
+		return r.classify(err, "stop", id)
+	}
+	pid := readPid(filepath.Join(r.sandboxDir(id), "init.pid"))
+	if pid <= 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	for !r.initGone(pid) {
+		select {
+		case <-wctx.Done():
+			return errcode.New(errcode.RuntimeUnavailable, "sandbox %s: init %d still alive %s after SIGKILL", id, pid, stopTimeout)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Delete removes the container (killing it if needed), its cgroups under every hierarchy,
+// and its bundle. It is idempotent.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	dir := r.sandboxDir(id)
+	pid := readPid(filepath.Join(dir, "init.pid"))
+	if r.binary != "" {
+		if _, err := os.Stat(filepath.Join(r.stateDir(), id)); err == nil {
+			// Kill first: runc's delete --force polls a killed init only every 100 ms.
+			if err := r.Stop(ctx, id); err != nil {
+				r.log.Debug("stop before delete", "sandbox_id", id, "err", err)
+			}
+			if _, err := r.command(ctx, "delete", "--force", id); err != nil && !isNotExist(err) {
+				return r.classify(err, "delete", id)
+			}
+			// What a crashed create may leave where the runtime no longer sees a container.
+			if err := os.RemoveAll(filepath.Join(r.stateDir(), id)); err != nil {
+				return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot remove the runtime state of sandbox %s", id)
+			}
+		}
+	}
+	if pid > 0 {
+		r.initGone(pid)
+	}
+	if err := r.removeCgroups(ctx, id); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot remove the bundle of sandbox %s", id)
+	}
+	return nil
+}
+
+// State reports what the OCI runtime says of the container.
+func (r *Runtime) State(ctx context.Context, id string) (runtime.Status, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(r.stateDir(), id)); errors.Is(err, fs.ErrNotExist) || r.binary == "" {
+		return runtime.StatusAbsent, nil
+	}
+	out, err := r.command(ctx, "state", id)
+	if err != nil {
+		if isNotExist(err) {
+			return runtime.StatusAbsent, nil
+		}
+		return "", r.classify(err, "state", id)
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot parse %s state of sandbox %s", r.name, id)
+	}
+	switch st.Status {
+	case "creating", "created":
+		return runtime.StatusCreated, nil
+	case "running", "paused":
+		return runtime.StatusRunning, nil
+	case "stopped":
+		return runtime.StatusStopped, nil
+	}
+	return "", errcode.New(errcode.RuntimeUnavailable, "%s reports unknown status %q for sandbox %s", r.name, st.Status, id)
+}
+
+// List returns every id with any host resource: a container the OCI runtime knows, a bundle
+// directory, or a cgroup under any hierarchy.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	if r.binary != "" {
+		if _, err := os.Stat(r.stateDir()); err == nil {
+			out, err := r.command(ctx, "list", "--quiet")
+			if err != nil {
+				return nil, r.classify(err, "list", "")
+			}
+			for _, id := range strings.Fields(string(out)) {
+				seen[id] = true
+			}
+		}
+	}
+	dirs := []string{filepath.Join(r.root, "sandboxes")}
+	for _, mnt := range r.cgroupMounts {
+		dirs = append(dirs, filepath.Join(mnt, r.cgroupParent))
+	}
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot list %s", d)
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		if validID(id) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Guest returns a client for the agent's socket in the sandbox's run/ directory.
+func (r *Runtime) Guest(ctx context.Context, id string) (*guest.Client, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(r.sandboxDir(id)); errors.Is(err, fs.ErrNotExist) {
+		return nil, errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
+	}
+	return guest.NewUnixClient(r.SocketPath(id)), nil
+}

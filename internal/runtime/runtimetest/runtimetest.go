@@ -1,0 +1,343 @@
+// Package runtimetest is the suite every runtime.Runtime must pass, and the helpers that
+// runtime-specific tests share: create and start a sandbox, wait for its agent, run commands.
+package runtimetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// ReadyTimeout bounds how long a started sandbox's agent may take to answer.
+const ReadyTimeout = 20 * time.Second
+
+// NewID returns a fresh sandbox id of the shape sandbox.NewID produces.
+func NewID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "sb-" + hex.EncodeToString(b)
+}
+
+// DefaultSpec is the spec the suite creates: image "host", one core, 256 MiB, 256 pids.
+func DefaultSpec(id string) runtime.Spec {
+	return runtime.Spec{ID: id, Image: "host", CPU: 1, MemoryMB: 256, DiskMB: 1024, PidsLimit: 256,
+		Env: map[string]string{"AGENTBOX_TEST": "1"}}
+}
+
+// WaitReady polls the agent's health until it answers or ctx ends.
+func WaitReady(ctx context.Context, c *guest.Client) error {
+	var last error
+	for {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := c.Health(hctx)
+		cancel()
+		if err == nil && h.OK {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("agent answered health with ok=false: %+v", h)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent not ready: %w (last error: %v)", ctx.Err(), last)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// Start creates and starts a sandbox from spec, waits for its agent and returns a client.
+// The sandbox is deleted when the test ends.
+func Start(t testing.TB, rt runtime.Runtime, spec runtime.Spec) *guest.Client {
+	t.Helper()
+	ctx := context.Background()
+	t.Cleanup(func() {
+		if err := rt.Delete(context.Background(), spec.ID); err != nil {
+			t.Errorf("cleanup: delete %s: %v", spec.ID, err)
+		}
+	})
+	if err := rt.Create(ctx, spec); err != nil {
+		t.Fatalf("create %s: %v", spec.ID, err)
+	}
+	if err := rt.Start(ctx, spec.ID); err != nil {
+		t.Fatalf("start %s: %v", spec.ID, err)
+	}
+	c, err := rt.Guest(ctx, spec.ID)
+	if err != nil {
+		t.Fatalf("guest %s: %v", spec.ID, err)
+	}
+	t.Cleanup(c.Close)
+	rctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	if err := WaitReady(rctx, c); err != nil {
+		t.Fatalf("sandbox %s: %v", spec.ID, err)
+	}
+	return c
+}
+
+// Exec runs argv in the sandbox with a 60 s timeout and fails the test on a protocol error
+// (a non-zero exit is returned, not an error).
+func Exec(t testing.TB, c *guest.Client, argv ...string) guest.ExecResult {
+	t.Helper()
+	return ExecRequest(t, c, guest.ExecRequest{Argv: argv, TimeoutMs: 60000})
+}
+
+// ExecRequest runs req and fails the test on a protocol error.
+func ExecRequest(t testing.TB, c *guest.Client, req guest.ExecRequest) guest.ExecResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := c.Exec(ctx, req, nil)
+	if err != nil {
+		t.Fatalf("exec %q: %v", req.Argv, err)
+	}
+	return res
+}
+
+func wantState(t testing.TB, rt runtime.Runtime, id string, want runtime.Status) {
+	t.Helper()
+	got, err := rt.State(context.Background(), id)
+	if err != nil {
+		t.Fatalf("state %s: %v", id, err)
+	}
+	if got != want {
+		t.Fatalf("state %s = %q, want %q", id, got, want)
+	}
+}
+
+func listed(t testing.TB, rt runtime.Runtime, id string) bool {
+	t.Helper()
+	ids, err := rt.List(context.Background())
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	return slices.Contains(ids, id)
+}
+
+// Run runs the suite. rt must be available; Run creates sandboxes of image "host" with
+// fresh ids and deletes them.
+func Run(t *testing.T, rt runtime.Runtime) {
+	caps := rt.Capabilities()
+	if !caps.Available {
+		t.Fatalf("runtime %s is not available: %s", rt.Name(), caps.Reason)
+	}
+	if caps.Name != rt.Name() || caps.Isolation == "" || len(caps.NetworkModes) == 0 {
+		t.Errorf("capabilities incomplete: %+v", caps)
+	}
+	t.Run("Lifecycle", func(t *testing.T) { t.Parallel(); testLifecycle(t, rt) })
+	t.Run("DeleteUnknown", func(t *testing.T) { t.Parallel(); testDeleteUnknown(t, rt) })
+	t.Run("ListCreatedNotStarted", func(t *testing.T) { t.Parallel(); testListCreated(t, rt) })
+	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testConcurrent(t, rt) })
+	t.Run("NetworkLoopbackOnly", func(t *testing.T) { t.Parallel(); testNetwork(t, rt) })
+}
+
+func testLifecycle(t *testing.T, rt runtime.Runtime) {
+	ctx := context.Background()
+	id := NewID()
+	spec := DefaultSpec(id)
+	c := Start(t, rt, spec)
+	wantState(t, rt, id, runtime.StatusRunning)
+
+	if res := Exec(t, c, "true"); res.ExitCode != 0 {
+		t.Fatalf("true: %+v", res)
+	}
+	if res := Exec(t, c, "sh", "-c", "exit 7"); res.ExitCode != 7 {
+		t.Fatalf("exit 7: %+v", res)
+	}
+	if res := Exec(t, c, "uname", "-n"); strings.TrimSpace(res.Stdout) != id {
+		t.Fatalf("hostname %q, want %q (%+v)", res.Stdout, id, res)
+	}
+	if res := Exec(t, c, "sh", "-c", "echo $AGENTBOX_TEST"); strings.TrimSpace(res.Stdout) != "1" {
+		t.Fatalf("spec env not applied: %+v", res)
+	}
+	if !listed(t, rt, id) {
+		t.Fatalf("running %s not listed", id)
+	}
+
+	if err := rt.Stop(ctx, id); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	wantState(t, rt, id, runtime.StatusStopped)
+	if err := rt.Stop(ctx, id); err != nil {
+		t.Fatalf("stop of a stopped sandbox: %v", err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := c.Health(hctx); err == nil {
+		t.Fatal("agent still answers after Stop")
+	}
+
+	if err := rt.Delete(ctx, id); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wantState(t, rt, id, runtime.StatusAbsent)
+	if listed(t, rt, id) {
+		t.Fatalf("deleted %s still listed", id)
+	}
+	if err := rt.Delete(ctx, id); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func testDeleteUnknown(t *testing.T, rt runtime.Runtime) {
+	id := NewID()
+	if err := rt.Delete(context.Background(), id); err != nil {
+		t.Fatalf("delete of never-created %s: %v", id, err)
+	}
+	wantState(t, rt, id, runtime.StatusAbsent)
+}
+
+func testListCreated(t *testing.T, rt runtime.Runtime) {
+	ctx := context.Background()
+	id := NewID()
+	t.Cleanup(func() { _ = rt.Delete(context.Background(), id) })
+	if err := rt.Create(ctx, DefaultSpec(id)); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	wantState(t, rt, id, runtime.StatusCreated)
+	if !listed(t, rt, id) {
+		t.Fatalf("created-but-not-started %s not listed", id)
+	}
+	if err := rt.Delete(ctx, id); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wantState(t, rt, id, runtime.StatusAbsent)
+	if listed(t, rt, id) {
+		t.Fatalf("deleted %s still listed", id)
+	}
+}
+
+func testConcurrent(t *testing.T, rt runtime.Runtime) {
+	const n = 5
+	ctx := context.Background()
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ids[i] = NewID()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = createRunDelete(ctx, rt, ids[i])
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("sandbox %s: %v", ids[i], err)
+			_ = rt.Delete(ctx, ids[i])
+		}
+	}
+	all, err := rt.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if slices.Contains(all, id) {
+			t.Errorf("%s still listed after delete", id)
+		}
+	}
+}
+
+func createRunDelete(ctx context.Context, rt runtime.Runtime, id string) (err error) {
+	defer func() {
+		if derr := rt.Delete(ctx, id); derr != nil && err == nil {
+			err = fmt.Errorf("delete: %w", derr)
+		}
+	}()
+	if err := rt.Create(ctx, DefaultSpec(id)); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	c, err := rt.Guest(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	if err := WaitReady(rctx, c); err != nil {
+		return err
+	}
+	res, err := c.Exec(ctx, guest.ExecRequest{Argv: []string{"uname", "-n"}, TimeoutMs: 30000}, nil)
+	if err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
+	if strings.TrimSpace(res.Stdout) != id {
+		return fmt.Errorf("hostname %q", res.Stdout)
+	}
+	return nil
+}
+
+// connectScript connects to 127.0.0.1:PORT and prints "connected" or "failed <error>".
+const connectScript = `import socket, sys
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+    print("connected")
+except OSError as e:
+    print("failed", e)
+`
+
+// selfScript listens on the sandbox's own loopback and connects to itself.
+const selfScript = `import socket
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+c = socket.create_connection(l.getsockname(), timeout=3)
+a, _ = l.accept()
+a.sendall(b"ping")
+print(c.recv(4).decode())
+`
+
+func testNetwork(t *testing.T, rt runtime.Runtime) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			conn.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	c := Start(t, rt, DefaultSpec(NewID()))
+	if res := Exec(t, c, "ls", "/sys/class/net"); strings.Join(strings.Fields(res.Stdout), " ") != "lo" {
+		t.Errorf("network interfaces: %q, want only lo (%+v)", res.Stdout, res)
+	}
+	res := Exec(t, c, "python3", "-c", connectScript, fmt.Sprint(port))
+	if res.ExitCode == 127 || strings.Contains(res.Stderr, "not found") {
+		t.Skipf("python3 is not available in the sandbox: %+v", res)
+	}
+	if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "failed") {
+		t.Errorf("connecting to the host's 127.0.0.1:%d from inside: %+v", port, res)
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the host listener accepted %d connections from the sandbox", n)
+	}
+	if res := Exec(t, c, "python3", "-c", selfScript); strings.TrimSpace(res.Stdout) != "ping" {
+		t.Errorf("the sandbox's own loopback does not work: %+v", res)
+	}
+}
