@@ -28,3 +28,7 @@ func cmdGuest(args []string) int {
 	}
 	return 0
 }
+
+func guestExec(argv ...string) guest.ExecRequest {
+	return guest.ExecRequest{Argv: argv, TimeoutMs: 10000}
+}

@@ -1,5 +1,5 @@
-// Command agentbox is the whole product in one static binary: the server (serve, mcp), the CLI,
-// and — bind-mounted read-only into each sandbox — the in-sandbox agent (guest).
+// Command agentbox is the whole product in one static binary: the server (serve), the CLI, and —
+// bind-mounted read-only into each sandbox — the in-sandbox agent (guest).
 package main
 
 import (
@@ -16,9 +16,19 @@ func run(args []string) int {
 		fmt.Fprint(os.Stderr, usage)
 		return 2
 	}
+	cmds := map[string]func([]string) int{
+		"serve":   cmdServe,
+		"guest":   cmdGuest,
+		"sandbox": cmdSandbox,
+		"exec":    cmdExec,
+		"cp":      cmdCp,
+		"doctor":  cmdDoctor,
+		"version": cmdVersion,
+	}
+	if f, ok := cmds[args[0]]; ok {
+		return f(args[1:])
+	}
 	switch args[0] {
-	case "guest":
-		return cmdGuest(args[1:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return 0
@@ -27,8 +37,25 @@ func run(args []string) int {
 	return 2
 }
 
-const usage = `agentbox — disposable Linux computers for AI agents
+const usage = `agentbox — disposable Linux computers for AI agents, on your own machine
 
-Usage:
-  agentbox guest --socket PATH   the in-sandbox agent (internal)
+Server:
+  agentbox serve [--listen ADDR] [--state-dir DIR] [--allow-remote] ...
+                                        run the control plane (REST API on 127.0.0.1:8765)
+  agentbox doctor                       what this host supports and how to fix what is missing
+
+Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server / --token):
+  agentbox sandbox create [--image I] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N]
+                          [--ttl SECONDS] [--env K=V]... [--label K=V]...   prints the new id
+  agentbox sandbox ls [--json] [--state S] [--label K=V]
+  agentbox sandbox get [--json] ID
+  agentbox sandbox rm ID...
+  agentbox sandbox extend --ttl SECONDS ID
+  agentbox sandbox events [--json] ID
+  agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
+  agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
+  agentbox version
+
+Internal:
+  agentbox guest --socket PATH          the in-sandbox agent (runs as PID 1 of a sandbox)
 `

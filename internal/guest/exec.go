@@ -459,21 +459,30 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 }
 
 // killGroup SIGKILLs the process group of pid (the command and everything it started that
-// stayed in its group, including children that ignore SIGTERM) and waits for pid's status.
+// stayed in its group, including children that ignore SIGTERM) and waits for pid's status. It
+// keeps killing until the group is empty, so a fork bomb racing the kill cannot outlive it.
 func (s *server) killGroup(pid int, waitCh <-chan unix.WaitStatus) unix.WaitStatus {
 	if err := unix.Kill(-pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
 		s.log.Warn("guest: cannot kill the process group", "pgid", pid, "err", err)
 	}
 	t := time.NewTimer(killWait)
 	defer t.Stop()
+	var ws unix.WaitStatus
 	select {
-	case ws := <-waitCh:
-		return ws
+	case ws = <-waitCh:
 	case <-t.C:
 		// The reaper will still collect it; report the kill that was sent.
 		s.log.Warn("guest: killed command did not exit in time", "pid", pid)
-		return unix.WaitStatus(unix.SIGKILL)
+		ws = unix.WaitStatus(unix.SIGKILL)
 	}
+	for deadline := time.Now().Add(killWait); time.Now().Before(deadline); {
+		if err := unix.Kill(-pid, unix.SIGKILL); err != nil {
+			return ws // ESRCH: nobody is left in the group
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	s.log.Warn("guest: process group still has members after repeated kills", "pgid", pid)
+	return ws
 }
 
 // startFailure maps an execve failure to a shell's exit status and reason.

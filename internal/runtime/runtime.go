@@ -31,6 +31,8 @@ type Capabilities struct {
 	Isolation Isolation `json:"isolation"`
 	// CgroupMode is "v1", "hybrid" or "v2".
 	CgroupMode string `json:"cgroup_mode,omitempty"`
+	// Images the runtime can run ("host" today).
+	Images []string `json:"images"`
 	// Network modes the runtime can give a sandbox ("none" today).
 	NetworkModes []string `json:"network_modes"`
 	// Hardening lists what the runtime enforces on every sandbox, machine-readably.

@@ -94,6 +94,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			Name:         cfg.Name,
 			Isolation:    runtime.IsolationProcess,
 			NetworkModes: []string{"none"},
+			Images:       []string{ImageHost},
 			Hardening:    append([]string(nil), hardening...),
 		},
 	}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/oci"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// check is one line of the doctor's report.
+type check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+func cmdDoctor(args []string) int {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	stateDir := fs.String("state-dir", config.DefaultStateDir(), "state directory to check for free space")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var checks []check
+	add := func(c check) { checks = append(checks, c) }
+	root := os.Geteuid() == 0
+	add(check{Name: "root", OK: root, Detail: fmt.Sprintf("euid %d", os.Geteuid()),
+		Fix: fixIf(!root, "run the server as root: sudo agentbox serve (rootless runtimes are not supported yet)")})
+	for _, bin := range []struct{ name, pkg string }{{"runc", "runc"}, {"crun", "crun"}, {"runsc", "runsc"}} {
+		path, err := exec.LookPath(bin.name)
+		if err != nil {
+			add(check{Name: bin.name, Detail: "not installed", Fix: "sudo apt-get install -y " + bin.pkg})
+			continue
+		}
+		out, _ := exec.Command(path, "--version").Output()
+		add(check{Name: bin.name, OK: true, Detail: path + ": " + firstLine(string(out))})
+	}
+	var missing []string
+	for _, ns := range []string{"pid", "mnt", "ipc", "uts", "net", "cgroup"} {
+		if _, err := os.Stat("/proc/self/ns/" + ns); err != nil {
+			missing = append(missing, ns)
+		}
+	}
+	add(check{Name: "namespaces", OK: len(missing) == 0, Detail: detailMissing("pid mnt ipc uts net cgroup", missing),
+		Fix: fixIf(len(missing) > 0, "use a kernel built with CONFIG_PID_NS, CONFIG_NET_NS, CONFIG_CGROUPS and friends")})
+	info := hostinfo.Probe()
+	add(check{Name: "user namespaces", OK: info.UserNamespaces, Detail: yesNo(info.UserNamespaces, "available", "unavailable"),
+		Fix: fixIf(!info.UserNamespaces, "sudo sysctl -w user.max_user_namespaces=15000")})
+	add(check{Name: "cgroups", OK: info.CgroupMode != "", Detail: "mode " + info.CgroupMode})
+	add(check{Name: "kvm", OK: info.KVM, Detail: yesNo(info.KVM, "/dev/kvm present (microVM runtimes possible later)", "no /dev/kvm (only needed by future microVM runtimes)")})
+	add(check{Name: "host", OK: true, Detail: fmt.Sprintf("%d cores, %d MiB memory", info.NumCPU, info.MemTotalMiB)})
+	add(check{Name: "rlimits", OK: info.HardRlimits.NOFILE >= 1024, Detail: fmt.Sprintf("hard NOFILE %d, NPROC %d (sandbox limits are clamped to these)", info.HardRlimits.NOFILE, info.HardRlimits.NPROC)})
+	add(diskCheck(*stateDir))
+	runs := sandboxCheck(root)
+	add(runs)
+	if *asJSON {
+		printJSON(checks)
+	} else {
+		for _, c := range checks {
+			mark := "ok  "
+			if !c.OK {
+				mark = "FAIL"
+				if c.Name == "kvm" || c.Name == "crun" || c.Name == "runsc" || c.Name == "user namespaces" {
+					mark = "warn"
+				}
+			}
+			fmt.Printf("%s %-16s %s\n", mark, c.Name, c.Detail)
+			if c.Fix != "" {
+				fmt.Printf("     %-16s fix: %s\n", "", c.Fix)
+			}
+		}
+	}
+	if !runs.OK {
+		return 1
+	}
+	return 0
+}
+
+// sandboxCheck proves the default runtime works by running a real sandbox and an exec in it.
+func sandboxCheck(root bool) check {
+	c := check{Name: "runc sandbox"}
+	if !root {
+		c.Detail, c.Fix = "not tried: needs root", "sudo agentbox doctor"
+		return c
+	}
+	self, err := os.Executable()
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	dir, err := os.MkdirTemp("", "agentbox-doctor-")
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: dir, GuestBinary: self, CgroupParent: "agentbox-doctor", Subreaper: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	if caps := rt.Capabilities(); !caps.Available {
+		c.Detail, c.Fix = caps.Reason, "sudo apt-get install -y runc"
+		return c
+	}
+	id := sandbox.NewID()
+	defer rt.Delete(context.Background(), id)
+	start := time.Now()
+	if err := runOnce(ctx, rt, id); err != nil {
+		c.Detail = "a test sandbox failed: " + err.Error()
+		c.Fix = "run `sudo agentbox serve --log-level debug` and read the runtime's error"
+		return c
+	}
+	c.OK, c.Detail = true, fmt.Sprintf("created a sandbox and ran a command in it in %s", time.Since(start).Round(time.Millisecond))
+	return c
+}
+
+func runOnce(ctx context.Context, rt runtime.Runtime, id string) error {
+	if err := rt.Create(ctx, runtime.Spec{ID: id, Image: "host", CPU: 1, MemoryMB: 256, DiskMB: 256, PidsLimit: 64}); err != nil {
+		return err
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		return err
+	}
+	gc, err := rt.Guest(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer gc.Close()
+	for {
+		if _, err := gc.Health(ctx); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res, err := gc.Exec(ctx, guestExec("sh", "-c", "echo ok"), nil)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(res.Stdout) != "ok" {
+		return fmt.Errorf("exec printed %q, exit %d", res.Stdout+res.Stderr, res.ExitCode)
+	}
+	return nil
+}
+
+func diskCheck(dir string) check {
+	c := check{Name: "disk"}
+	probe := dir
+	for {
+		if _, err := os.Stat(probe); err == nil || probe == "/" {
+			break
+		}
+		probe = filepath.Dir(probe)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(probe, &st); err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	free := int64(st.Bavail) * st.Bsize >> 20
+	c.OK = free >= 1024
+	c.Detail = fmt.Sprintf("%d MiB free at %s", free, probe)
+	c.Fix = fixIf(!c.OK, "free disk space: sandboxes' workspaces live under the state dir")
+	return c
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
+
+func fixIf(cond bool, fix string) string {
+	if cond {
+		return fix
+	}
+	return ""
+}
+
+func yesNo(b bool, yes, no string) string {
+	if b {
+		return yes
+	}
+	return no
+}
+
+func detailMissing(all string, missing []string) string {
+	if len(missing) == 0 {
+		return all
+	}
+	return "missing: " + strings.Join(missing, " ")
+}

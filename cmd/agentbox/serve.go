@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/config"
+)
+
+func cmdServe(args []string) int {
+	cfg := config.Default()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address for the REST API (loopback only unless --allow-remote)")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory (database, runtime state, sandbox dirs)")
+	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow a non-loopback listen address (anyone who can reach it and has the token controls sandboxes)")
+	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime")
+	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once")
+	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", cfg.DefaultTTL, "TTL of a sandbox created without one")
+	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest TTL a sandbox may have")
+	fs.Float64Var(&cfg.CPUBudget, "cpu-budget", 0, "sum of live sandboxes' cpu (default 4 × host cores)")
+	fs.Int64Var(&cfg.MemoryBudgetMB, "memory-budget-mb", 0, "sum of live sandboxes' memory_mb (default host memory)")
+	fs.StringVar(&cfg.GuestBinary, "guest-binary", "", "agentbox binary to run inside sandboxes (default: this one)")
+	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (servers sharing a host need different ones)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox serve: --log-level %q: use debug, info, warn or error\n", *logLevel)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if err := cfg.Validate(); err != nil {
+		return fail(err)
+	}
+	token, err := config.LoadOrCreateToken(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	cp, err := buildControlPlane(ctx, cfg, log)
+	if err != nil {
+		return fail(err)
+	}
+	defer cp.Close()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fail(fmt.Errorf("listen on %s: %w", cfg.Listen, err))
+	}
+	url := "http://" + ln.Addr().String()
+	if err := config.WriteServerInfo(cfg.StateDir, config.ServerInfo{URL: url, PID: os.Getpid()}); err != nil {
+		log.Warn("cannot publish server address", "err", err)
+	}
+	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	go cp.svc.Run(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("agentbox serving", "url", url, "state_dir", cfg.StateDir, "token_file", tokenSource(cfg))
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fail(err)
+		}
+	}
+	log.Info("shutting down; sandboxes keep running and are adopted at the next start")
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	_ = os.Remove(config.ServerInfoPath(cfg.StateDir))
+	return 0
+}
+
+func tokenSource(cfg config.Config) string {
+	if cfg.Token != "" {
+		return "$AGENTBOX_TOKEN"
+	}
+	return cfg.TokenFile
+}

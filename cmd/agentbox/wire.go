@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/oci"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/statedir"
+	"github.com/agentbox/agentbox/internal/store/sqlite"
+)
+
+// controlPlane is everything a server process owns.
+type controlPlane struct {
+	svc   *sandbox.Service
+	store *sqlite.Store
+	lock  *statedir.Lock
+}
+
+func (cp *controlPlane) Close() {
+	cp.store.Close()
+	cp.lock.Release()
+}
+
+// buildControlPlane takes the state-dir lock, opens the store, probes the runtimes, builds the
+// service and reconciles it with the host. The caller closes the result.
+func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger) (*controlPlane, error) {
+	lock, err := statedir.Acquire(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Release()
+		}
+	}()
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.StateDir, "agentbox.db"))
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	defer func() {
+		if !ok {
+			st.Close()
+		}
+	}()
+	guestBin := cfg.GuestBinary
+	if guestBin == "" {
+		if guestBin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+	}
+	rc, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: filepath.Join(cfg.StateDir, "runtimes", "runc"),
+		GuestBinary: guestBin, CgroupParent: cfg.CgroupParent, Subreaper: true, Logger: log.With("runtime", "runc")})
+	if err != nil {
+		return nil, fmt.Errorf("runtime runc: %w", err)
+	}
+	if caps := rc.Capabilities(); !caps.Available {
+		log.Warn("runtime unavailable; run `agentbox doctor`", "runtime", "runc", "reason", caps.Reason)
+	}
+	cpuBudget, memBudget := cfg.CPUBudget, cfg.MemoryBudgetMB
+	if cpuBudget == 0 {
+		cpuBudget = float64(4 * hostinfo.NumCPU())
+	}
+	if memBudget == 0 {
+		if memBudget, err = hostinfo.MemTotalMiB(); err != nil {
+			return nil, err
+		}
+	}
+	svc, err := sandbox.NewService(st, []runtime.Runtime{rc}, sandbox.Config{
+		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
+		MaxSandboxes: cfg.MaxSandboxes, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget,
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Reconcile(ctx); err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	ok = true
+	return &controlPlane{svc: svc, store: st, lock: lock}, nil
+}

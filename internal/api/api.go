@@ -1,0 +1,220 @@
+// Package api is agentbox's REST API under /v1: a thin adapter that decodes requests, calls the
+// sandbox service, and translates typed errors to HTTP status codes and JSON error bodies. It
+// also owns the HTTP hardening shared with the MCP endpoint: bearer-token auth, Host checks,
+// body bounds and panic recovery.
+package api
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// MaxJSONBody bounds JSON request bodies: room for 16 MiB of base64 stdin plus arguments.
+const MaxJSONBody = 24 << 20
+
+// Options configures the handler.
+type Options struct {
+	// Token is required as "Authorization: Bearer <token>" on every request but /health.
+	// Empty disables auth (only for --insecure-no-auth on loopback).
+	Token string
+	// MaxFileBytes bounds one file upload (default 1 GiB).
+	MaxFileBytes int64
+	// AllowAnyHost disables the Host check (for --allow-remote).
+	AllowAnyHost bool
+	Logger       *slog.Logger
+	// Mount adds handlers served behind the same auth (e.g. "/mcp").
+	Mount map[string]http.Handler
+}
+
+// Server is the REST API.
+type Server struct {
+	svc  *sandbox.Service
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New returns the API handler over svc.
+func New(svc *sandbox.Service, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxFileBytes == 0 {
+		opts.MaxFileBytes = 1 << 30
+	}
+	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /health", s.health)
+	m.HandleFunc("POST /v1/sandboxes", s.createSandbox)
+	m.HandleFunc("GET /v1/sandboxes", s.listSandboxes)
+	m.HandleFunc("GET /v1/sandboxes/{id}", s.getSandbox)
+	m.HandleFunc("DELETE /v1/sandboxes/{id}", s.destroySandbox)
+	m.HandleFunc("POST /v1/sandboxes/{id}/extend", s.extendSandbox)
+	m.HandleFunc("POST /v1/sandboxes/{id}/exec", s.exec)
+	m.HandleFunc("PUT /v1/sandboxes/{id}/files", s.writeFile)
+	m.HandleFunc("GET /v1/sandboxes/{id}/files", s.readFile)
+	m.HandleFunc("DELETE /v1/sandboxes/{id}/files", s.removeFile)
+	m.HandleFunc("GET /v1/sandboxes/{id}/files/stat", s.statFile)
+	m.HandleFunc("GET /v1/sandboxes/{id}/files/list", s.listDir)
+	m.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
+	m.HandleFunc("GET /v1/sandboxes/{id}/events", s.sandboxEvents)
+	m.HandleFunc("GET /v1/events", s.events)
+	m.HandleFunc("GET /v1/capacity", s.capacity)
+	m.HandleFunc("GET /v1/runtimes", s.runtimes)
+	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s %s (see docs/ARCHITECTURE.md for the REST API)", r.Method, r.URL.Path), http.StatusNotFound)
+	})
+	for p, h := range s.opts.Mount {
+		m.Handle(p, h)
+	}
+}
+
+// ServeHTTP applies recovery, the Host check and auth, then routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("panic in handler", "path", r.URL.Path, "panic", v)
+			writeError(w, errcode.New(errcode.Internal, "internal error; see the server log"), 0)
+		}
+	}()
+	if !s.opts.AllowAnyHost && !LoopbackHost(r.Host) {
+		writeError(w, errcode.New(errcode.AuthFailed, "Host %q is not a loopback name; agentbox answers only requests addressed to 127.0.0.1, [::1] or localhost", r.Host), http.StatusForbidden)
+		return
+	}
+	if r.URL.Path != "/health" && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
+		writeError(w, errcode.New(errcode.AuthFailed, "missing or wrong bearer token: send \"Authorization: Bearer <token>\"; the token is in ~/.config/agentbox/token of the user running agentbox serve"), 0)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	if s.opts.Token == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.opts.Token)) == 1
+}
+
+// LoopbackHost reports whether a Host header names a loopback address (DNS-rebinding defence).
+func LoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": version.Version})
+}
+
+// errorBody is the JSON error shape of every REST error.
+type errorBody struct {
+	Error struct {
+		Code    errcode.Code   `json:"code"`
+		Message string         `json:"message"`
+		Details map[string]any `json:"details,omitempty"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, err error, status int) {
+	var b errorBody
+	b.Error.Code = errcode.Of(err)
+	b.Error.Message = errcode.Message(err)
+	if e, ok := errcode.As(err); ok {
+		b.Error.Details = e.Details
+	}
+	if status == 0 {
+		status = errcode.HTTPStatus(b.Error.Code)
+	}
+	writeJSON(w, status, b)
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errcode.Of(err) == errcode.Internal {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, err, 0)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// decode reads a bounded JSON body, refusing unknown fields and trailing data.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, MaxJSONBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var ute *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &mbe):
+			return errcode.New(errcode.InvalidArgument, "request body exceeds %d bytes; send less (large files go through PUT .../files)", MaxJSONBody)
+		case errors.Is(err, io.EOF):
+			return errcode.New(errcode.InvalidArgument, "request body is empty; send a JSON object")
+		case errors.As(err, &ute):
+			return errcode.New(errcode.InvalidArgument, "field %q must be %s, not a JSON %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
+		case errors.As(err, &se):
+			return errcode.New(errcode.InvalidArgument, "request body is not valid JSON (at byte %d): %v", se.Offset, err)
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return errcode.New(errcode.InvalidArgument, "%s; remove it (see docs/ARCHITECTURE.md for the accepted fields)", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return errcode.New(errcode.InvalidArgument, "request body is not valid: %v", err)
+	}
+	if dec.More() {
+		return errcode.New(errcode.InvalidArgument, "request body has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "int", "int64", "int32", "uint32", "uint64", "float64":
+		return "a number"
+	case "string":
+		return "a string"
+	case "slice":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	case "bool":
+		return "true or false"
+	}
+	return fmt.Sprintf("a %s", k)
+}

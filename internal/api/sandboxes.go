@@ -1,0 +1,173 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req sandbox.CreateRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.svc.Create(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sb)
+}
+
+// SandboxList is the reply of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []sandbox.Sandbox `json:"sandboxes"`
+	Count     int               `json:"count"`
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var f sandbox.ListFilter
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			f.States = append(f.States, sandbox.State(st))
+		}
+	}
+	for _, v := range q["label"] {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			s.fail(w, r, errcode.New(errcode.InvalidArgument, "label filter %q must be key=value", v))
+			return
+		}
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
+		}
+		f.Labels[k] = val
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			s.fail(w, r, errcode.New(errcode.InvalidArgument, "limit must be a positive integer; got %q", v))
+			return
+		}
+		f.Limit = n
+	}
+	list, err := s.svc.List(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []sandbox.Sandbox{}
+	}
+	writeJSON(w, http.StatusOK, SandboxList{Sandboxes: list, Count: len(list)})
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.svc.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) destroySandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.svc.Destroy(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+// ExtendRequest is the body of POST /v1/sandboxes/{id}/extend.
+type ExtendRequest struct {
+	TTLSeconds int64 `json:"ttl_seconds"`
+}
+
+func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request) {
+	var req ExtendRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.svc.Extend(r.Context(), r.PathValue("id"), req.TTLSeconds)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+// EventList is the reply of the events endpoints.
+type EventList struct {
+	Events []sandbox.Event `json:"events"`
+}
+
+func (s *Server) sandboxEvents(w http.ResponseWriter, r *http.Request) {
+	s.listEvents(w, r, r.PathValue("id"))
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	s.listEvents(w, r, r.URL.Query().Get("sandbox_id"))
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id string) {
+	f := sandbox.EventFilter{SandboxID: id}
+	q := r.URL.Query()
+	var err error
+	if f.AfterSeq, err = intParam(q.Get("after"), "after"); err == nil {
+		var lim int64
+		lim, err = intParam(q.Get("limit"), "limit")
+		f.Limit = int(lim)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if id != "" {
+		if _, err := s.svc.Get(r.Context(), id); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	evs, err := s.svc.Events(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if evs == nil {
+		evs = []sandbox.Event{}
+	}
+	writeJSON(w, http.StatusOK, EventList{Events: evs})
+}
+
+func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
+	c, err := s.svc.Capacity(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (s *Server) runtimes(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"default": s.svc.Config().DefaultRuntime, "runtimes": s.svc.Runtimes()})
+}
+
+// intParam parses an optional non-negative integer query parameter.
+func intParam(v, name string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errcode.New(errcode.InvalidArgument, "%s must be a non-negative integer; got %q", name, v)
+	}
+	return n, nil
+}

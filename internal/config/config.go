@@ -1,0 +1,185 @@
+// Package config holds agentbox's versioned configuration: documented zero values, defaults from
+// the host and the environment, and Validate. Only cmd/ and this package read the environment.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+)
+
+// Version is the configuration schema version.
+const Version = 1
+
+// DefaultListen is the server's default address: loopback only.
+const DefaultListen = "127.0.0.1:8765"
+
+// Config is the server's configuration.
+type Config struct {
+	Version int
+	// StateDir holds the database, runtime state and sandbox directories.
+	// Default /var/lib/agentbox as root, $XDG_STATE_HOME/agentbox otherwise.
+	StateDir string
+	// Listen is the REST/MCP address. Non-loopback needs AllowRemote.
+	Listen      string
+	AllowRemote bool
+	// TokenFile holds the bearer token (created on first run, mode 0600).
+	TokenFile string
+	// Token, when set (AGENTBOX_TOKEN), is used instead of TokenFile's content.
+	Token string
+	// DefaultRuntime is used when a create names none ("runc").
+	DefaultRuntime string
+	DefaultTTL     time.Duration // 30m
+	MaxTTL         time.Duration // 24h
+	MaxSandboxes   int           // 200
+	// CPUBudget and MemoryBudgetMB bound the sum over live sandboxes. 0 = derived from the
+	// host: 4 × cores (cpu limits are ceilings, so modest overcommit is safe) and the host's
+	// memory.
+	CPUBudget      float64
+	MemoryBudgetMB int64
+	// CgroupParent names the cgroup under which sandboxes get one each ("agentbox"). Two
+	// servers on one host must use different parents.
+	CgroupParent string
+	// GuestBinary is the agentbox binary bound into sandboxes (default: this executable).
+	GuestBinary string
+	// MaxBodyBytes bounds JSON request bodies (1 MiB + stdin bound); file uploads are bounded by
+	// MaxFileBytes.
+	MaxFileBytes int64 // 1 GiB
+}
+
+// Default returns the configuration with every default filled from the environment and host.
+func Default() Config {
+	c := Config{Version: Version, Listen: DefaultListen, DefaultRuntime: "runc",
+		DefaultTTL: 30 * time.Minute, MaxTTL: 24 * time.Hour, MaxSandboxes: 200, MaxFileBytes: 1 << 30, CgroupParent: "agentbox"}
+	c.StateDir = DefaultStateDir()
+	c.TokenFile = DefaultTokenFile()
+	c.Token = os.Getenv("AGENTBOX_TOKEN")
+	if f := os.Getenv("AGENTBOX_TOKEN_FILE"); f != "" {
+		c.TokenFile = f
+	}
+	return c
+}
+
+// DefaultStateDir is /var/lib/agentbox as root, $XDG_STATE_HOME/agentbox (or
+// ~/.local/state/agentbox) otherwise.
+func DefaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/agentbox"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "agentbox")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "state", "agentbox")
+}
+
+// DefaultTokenFile is $XDG_CONFIG_HOME/agentbox/token or ~/.config/agentbox/token.
+func DefaultTokenFile() string {
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		return filepath.Join(x, "agentbox", "token")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".config", "agentbox", "token")
+}
+
+// Validate checks the configuration and says what to change.
+func (c *Config) Validate() error {
+	var errs []string
+	if c.Version != Version {
+		errs = append(errs, fmt.Sprintf("config version %d is not supported (want %d)", c.Version, Version))
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Sprintf("state dir %q must be an absolute path", c.StateDir))
+	}
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		errs = append(errs, fmt.Sprintf("listen address %q must be host:port: %v", c.Listen, err))
+	} else if !c.AllowRemote && !IsLoopback(host) {
+		errs = append(errs, fmt.Sprintf("listen address %q is not loopback; agentbox serves only 127.0.0.1/::1 unless --allow-remote is given", c.Listen))
+	}
+	if c.MaxSandboxes < 1 {
+		errs = append(errs, "max sandboxes must be at least 1")
+	}
+	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
+		errs = append(errs, "default TTL must be positive and not above the max TTL")
+	}
+	if c.CPUBudget < 0 || c.MemoryBudgetMB < 0 {
+		errs = append(errs, "budgets must not be negative")
+	}
+	if len(errs) > 0 {
+		return errcode.New(errcode.InvalidArgument, "invalid configuration: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// IsLoopback reports whether host (a name or an IP) is a loopback address.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// LoadOrCreateToken returns the token from c.Token, or the token file, creating the file with a
+// fresh random token (mode 0600) if it does not exist.
+func LoadOrCreateToken(c Config) (string, error) {
+	if c.Token != "" {
+		return c.Token, nil
+	}
+	b, err := os.ReadFile(c.TokenFile)
+	if err == nil {
+		tok := strings.TrimSpace(string(b))
+		if len(tok) < 16 {
+			return "", fmt.Errorf("token file %s holds a token shorter than 16 characters; delete it to get a new one", c.TokenFile)
+		}
+		return tok, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read token file: %w", err)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(filepath.Dir(c.TokenFile), 0o700); err != nil {
+		return "", fmt.Errorf("create token dir: %w", err)
+	}
+	f, err := os.OpenFile(c.TokenFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) { // another process won the race
+			return LoadOrCreateToken(c)
+		}
+		return "", fmt.Errorf("create token file: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		return "", fmt.Errorf("write token file: %w", err)
+	}
+	return tok, nil
+}
+
+// ReadToken finds a client's token: AGENTBOX_TOKEN, AGENTBOX_TOKEN_FILE, then the default file.
+func ReadToken() (string, error) {
+	if t := os.Getenv("AGENTBOX_TOKEN"); t != "" {
+		return t, nil
+	}
+	path := DefaultTokenFile()
+	if f := os.Getenv("AGENTBOX_TOKEN_FILE"); f != "" {
+		path = f
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("no token: set AGENTBOX_TOKEN, or run as the user that runs `agentbox serve` (it keeps the token in %s): %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

@@ -1,0 +1,798 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// Config bounds and defaults the service. Zero values take the documented defaults.
+type Config struct {
+	DefaultImage   string  // "host"
+	DefaultRuntime string  // "runc"
+	DefaultCPU     float64 // 1 core
+	DefaultMemMB   int64   // 512
+	DefaultDiskMB  int64   // 1024
+	PidsLimit      int64   // 1024 processes per sandbox
+	DefaultTTL     time.Duration
+	MaxTTL         time.Duration // 24h
+	MaxSandboxes   int           // 200 live sandboxes
+	CPUBudget      float64       // sum of live sandboxes' cpu; 0 = unbounded
+	MemoryBudgetMB int64         // sum of live sandboxes' memory_mb; 0 = unbounded
+	ReadyTimeout   time.Duration // create → agent answering; 15s
+	// Retention is how long finished sandboxes' records are kept; 7 days.
+	Retention time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.DefaultImage == "" {
+		c.DefaultImage = "host"
+	}
+	if c.DefaultRuntime == "" {
+		c.DefaultRuntime = "runc"
+	}
+	if c.DefaultCPU == 0 {
+		c.DefaultCPU = 1
+	}
+	if c.DefaultMemMB == 0 {
+		c.DefaultMemMB = 512
+	}
+	if c.DefaultDiskMB == 0 {
+		c.DefaultDiskMB = 1024
+	}
+	if c.PidsLimit == 0 {
+		c.PidsLimit = 1024
+	}
+	if c.DefaultTTL == 0 {
+		c.DefaultTTL = 30 * time.Minute
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = 24 * time.Hour
+	}
+	if c.MaxSandboxes == 0 {
+		c.MaxSandboxes = 200
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 15 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+}
+
+// Limits on create arguments.
+const (
+	MinMemoryMB = 16
+	MaxMemoryMB = 1 << 20
+	MaxCPU      = 1024
+	MinDiskMB   = 16
+	MaxDiskMB   = 1 << 22
+	MaxEnv      = 256
+	MaxLabels   = 64
+	maxKeyLen   = 256
+	maxValLen   = 8 << 10
+)
+
+// CreateRequest asks for a sandbox. Zero values take the service's defaults.
+type CreateRequest struct {
+	Image      string            `json:"image,omitempty"`
+	Runtime    string            `json:"runtime,omitempty"`
+	CPU        float64           `json:"cpu,omitempty"`
+	MemoryMB   int64             `json:"memory_mb,omitempty"`
+	DiskMB     int64             `json:"disk_mb,omitempty"`
+	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// ExecRequest runs a command in a sandbox.
+type ExecRequest struct {
+	Argv           []string
+	Env            map[string]string
+	Cwd            string
+	Stdin          []byte
+	Timeout        time.Duration // default guest.DefaultTimeout
+	MaxOutputBytes int64         // default guest.DefaultMaxOutputBytes
+	User           string
+}
+
+// ExecResult is the outcome of a command.
+type ExecResult = guest.ExecResult
+
+// FileInfo describes a file in a sandbox.
+type FileInfo = guest.FileInfo
+
+// DirList is a bounded directory listing.
+type DirList = guest.DirList
+
+// Capacity is how much of the server's bounds is used.
+type Capacity struct {
+	MaxSandboxes   int     `json:"max_sandboxes"`
+	Live           int     `json:"live"`
+	Free           int     `json:"free"`
+	CPUBudget      float64 `json:"cpu_budget"`
+	CPUUsed        float64 `json:"cpu_used"`
+	MemoryBudgetMB int64   `json:"memory_budget_mb"`
+	MemoryUsedMB   int64   `json:"memory_used_mb"`
+}
+
+// Service is the sandbox control plane. It is safe for concurrent use.
+type Service struct {
+	store    Store
+	runtimes map[string]runtime.Runtime
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+
+	capMu sync.Mutex // serializes the capacity check with the insert
+
+	locksMu sync.Mutex
+	locks   map[string]*idLock // per-sandbox lifecycle locks
+
+	guestsMu sync.Mutex
+	guests   map[string]*guest.Client
+}
+
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// NewService returns a Service over store and the given runtimes (keyed by Name()).
+func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (*Service, error) {
+	cfg.setDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{store: st, runtimes: map[string]runtime.Runtime{}, cfg: cfg, log: log, now: time.Now,
+		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}}
+	for _, rt := range rts {
+		s.runtimes[rt.Name()] = rt
+	}
+	if _, ok := s.runtimes[cfg.DefaultRuntime]; !ok {
+		return nil, fmt.Errorf("default runtime %q is not configured", cfg.DefaultRuntime)
+	}
+	return s, nil
+}
+
+// Config returns the effective configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// Runtimes returns the declared capabilities of every configured runtime, sorted by name.
+func (s *Service) Runtimes() []runtime.Capabilities {
+	out := make([]runtime.Capabilities, 0, len(s.runtimes))
+	for _, rt := range s.runtimes {
+		out = append(out, rt.Capabilities())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (s *Service) lock(id string) func() {
+	s.locksMu.Lock()
+	l := s.locks[id]
+	if l == nil {
+		l = &idLock{}
+		s.locks[id] = l
+	}
+	l.refs++
+	s.locksMu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.locksMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, id)
+		}
+		s.locksMu.Unlock()
+	}
+}
+
+func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
+	if req.Image == "" {
+		req.Image = s.cfg.DefaultImage
+	}
+	if req.Runtime == "" {
+		req.Runtime = s.cfg.DefaultRuntime
+	}
+	rt, ok := s.runtimes[req.Runtime]
+	if !ok {
+		return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not configured on this server; available: %s", req.Runtime, strings.Join(s.runtimeNames(), ", "))
+	}
+	caps := rt.Capabilities()
+	if !caps.Available {
+		return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not usable on this host: %s", req.Runtime, caps.Reason)
+	}
+	if !slices.Contains(caps.Images, req.Image) {
+		return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on runtime %s; available images: %s", truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "))
+	}
+	switch {
+	case req.CPU < 0 || req.CPU > MaxCPU:
+		return nil, errcode.New(errcode.InvalidArgument, "cpu must be between 0.01 and %d cores (fractions allowed); got %g", MaxCPU, req.CPU)
+	case req.CPU > 0 && req.CPU < 0.01:
+		return nil, errcode.New(errcode.InvalidArgument, "cpu must be at least 0.01 cores; got %g", req.CPU)
+	case req.MemoryMB < 0 || (req.MemoryMB > 0 && req.MemoryMB < MinMemoryMB) || req.MemoryMB > MaxMemoryMB:
+		return nil, errcode.New(errcode.InvalidArgument, "memory_mb must be between %d and %d; got %d", MinMemoryMB, MaxMemoryMB, req.MemoryMB)
+	case req.DiskMB < 0 || (req.DiskMB > 0 && req.DiskMB < MinDiskMB) || req.DiskMB > MaxDiskMB:
+		return nil, errcode.New(errcode.InvalidArgument, "disk_mb must be between %d and %d; got %d", MinDiskMB, MaxDiskMB, req.DiskMB)
+	case req.TTLSeconds < 0 || req.TTLSeconds > int64(s.cfg.MaxTTL/time.Second):
+		return nil, errcode.New(errcode.InvalidArgument, "ttl_seconds must be between 1 and %d (the server's max TTL); got %d", int64(s.cfg.MaxTTL/time.Second), req.TTLSeconds)
+	case len(req.Env) > MaxEnv:
+		return nil, errcode.New(errcode.InvalidArgument, "env has %d entries; at most %d are allowed", len(req.Env), MaxEnv)
+	case len(req.Labels) > MaxLabels:
+		return nil, errcode.New(errcode.InvalidArgument, "labels has %d entries; at most %d are allowed", len(req.Labels), MaxLabels)
+	}
+	if err := ValidateEnv("env", req.Env); err != nil {
+		return nil, err
+	}
+	for k, v := range req.Labels {
+		if k == "" || len(k) > maxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
+			return nil, errcode.New(errcode.InvalidArgument, "label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", k, maxKeyLen, maxValLen)
+		}
+	}
+	if req.CPU == 0 {
+		req.CPU = s.cfg.DefaultCPU
+	}
+	if req.MemoryMB == 0 {
+		req.MemoryMB = s.cfg.DefaultMemMB
+	}
+	if req.DiskMB == 0 {
+		req.DiskMB = s.cfg.DefaultDiskMB
+	}
+	if req.TTLSeconds == 0 {
+		req.TTLSeconds = int64(s.cfg.DefaultTTL / time.Second)
+	}
+	return rt, nil
+}
+
+// ValidateEnv checks environment variables: POSIX-ish names, no NUL.
+func ValidateEnv(field string, env map[string]string) error {
+	for k, v := range env {
+		if !validEnvName(k) {
+			return errcode.New(errcode.InvalidArgument, "%s: %q is not a valid variable name (letters, digits and _, not starting with a digit)", field, k)
+		}
+		if strings.ContainsRune(v, 0) || len(v) > maxValLen*4 {
+			return errcode.New(errcode.InvalidArgument, "%s: value of %s must not contain NUL and be at most %d bytes", field, k, maxValLen*4)
+		}
+	}
+	return nil
+}
+
+func validEnvName(k string) bool {
+	if k == "" || len(k) > maxKeyLen {
+		return false
+	}
+	for i, c := range k {
+		if c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (i > 0 && c >= '0' && c <= '9') {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+func (s *Service) runtimeNames() []string {
+	var names []string
+	for n := range s.runtimes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Create makes a sandbox and returns it running, with its agent answering.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
+	rt, err := s.validateCreate(&req)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	now := s.now().UTC().Truncate(time.Millisecond) // the store keeps milliseconds
+	sb := Sandbox{
+		ID: NewID(), State: StateCreating, Image: req.Image, Runtime: req.Runtime,
+		Isolation: string(rt.Capabilities().Isolation), CPU: req.CPU, MemoryMB: req.MemoryMB,
+		DiskMB: req.DiskMB, PidsLimit: s.cfg.PidsLimit, Env: req.Env, Labels: req.Labels,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
+		Version: 1,
+	}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if err := s.admit(ctx, sb); err != nil {
+		return Sandbox{}, err
+	}
+	s.log.Info("sandbox creating", "sandbox_id", sb.ID, "runtime", sb.Runtime)
+	// The host work must not be abandoned half-way because a caller went away.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyTimeout+30*time.Second)
+	defer cancel()
+	if err := s.bringUp(wctx, rt, sb); err != nil {
+		s.log.Warn("sandbox create failed", "sandbox_id", sb.ID, "err", err)
+		if derr := rt.Delete(wctx, sb.ID); derr != nil {
+			s.log.Error("cleanup after failed create", "sandbox_id", sb.ID, "err", derr)
+		}
+		if _, uerr := s.transition(wctx, sb, StateFailed, "create failed: "+errcode.Message(err), errcode.Message(err)); uerr != nil {
+			s.log.Error("record failed create", "sandbox_id", sb.ID, "err", uerr)
+		}
+		if errcode.Of(err) == errcode.Internal {
+			err = errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s could not be started by runtime %s; see the server log", sb.ID, sb.Runtime)
+		}
+		return Sandbox{}, err
+	}
+	return s.transition(wctx, sb, StateRunning, "agent ready", "")
+}
+
+// admit checks capacity and records the intent to create, atomically with respect to other
+// creates on this server.
+func (s *Service) admit(ctx context.Context, sb Sandbox) error {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	n, cpu, mem, err := s.store.CountLive(ctx)
+	if err != nil {
+		return fmt.Errorf("count live sandboxes: %w", err)
+	}
+	if n >= s.cfg.MaxSandboxes {
+		return errcode.New(errcode.CapacityUnavailable, "this server already holds %d live sandboxes (its maximum); destroy sandboxes you no longer need, then retry", n).
+			With("live", n).With("max_sandboxes", s.cfg.MaxSandboxes)
+	}
+	if s.cfg.CPUBudget > 0 && cpu+sb.CPU > s.cfg.CPUBudget+1e-9 {
+		return errcode.New(errcode.CapacityUnavailable, "cpu budget exhausted: %.2f of %.2f cores are allocated and %.2f more were asked; ask for less cpu or destroy sandboxes", cpu, s.cfg.CPUBudget, sb.CPU).
+			With("cpu_used", cpu).With("cpu_budget", s.cfg.CPUBudget)
+	}
+	if s.cfg.MemoryBudgetMB > 0 && mem+sb.MemoryMB > s.cfg.MemoryBudgetMB {
+		return errcode.New(errcode.CapacityUnavailable, "memory budget exhausted: %d of %d MiB are allocated and %d more were asked; ask for less memory_mb or destroy sandboxes", mem, s.cfg.MemoryBudgetMB, sb.MemoryMB).
+			With("memory_used_mb", mem).With("memory_budget_mb", s.cfg.MemoryBudgetMB)
+	}
+	ev := Event{SandboxID: sb.ID, Type: "state", To: StateCreating, Reason: "create requested", At: sb.CreatedAt}
+	if err := s.store.CreateSandbox(ctx, sb, ev); err != nil {
+		return fmt.Errorf("record sandbox %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox) error {
+	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
+		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env}
+	if err := rt.Create(ctx, spec); err != nil {
+		return err
+	}
+	if err := rt.Start(ctx, sb.ID); err != nil {
+		return err
+	}
+	gc, err := rt.Guest(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, gc, s.cfg.ReadyTimeout); err != nil {
+		return fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	}
+	s.guestsMu.Lock()
+	s.guests[sb.ID] = gc
+	s.guestsMu.Unlock()
+	return nil
+}
+
+func waitReady(ctx context.Context, gc *guest.Client, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	delay := time.Millisecond
+	for {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := gc.Health(hctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return errcode.Wrap(errcode.RuntimeUnavailable, err, "the sandbox's agent did not answer within %s", timeout)
+		}
+		time.Sleep(delay)
+		if delay < 20*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// transition moves sb to state `to`, recording an event; it returns the updated record.
+func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, errMsg string) (Sandbox, error) {
+	if !CanTransition(sb.State, to) {
+		return sb, errcode.New(errcode.Conflict, "sandbox %s cannot go from %s to %s", sb.ID, sb.State, to)
+	}
+	from := sb.State
+	sb.State = to
+	sb.UpdatedAt = s.now().UTC().Truncate(time.Millisecond)
+	sb.Version++
+	if errMsg != "" {
+		sb.Error = errMsg
+	}
+	ev := Event{SandboxID: sb.ID, Type: "state", From: from, To: to, Reason: reason, At: sb.UpdatedAt}
+	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
+		return sb, fmt.Errorf("sandbox %s %s→%s: %w", sb.ID, from, to, err)
+	}
+	s.log.Info("sandbox state", "sandbox_id", sb.ID, "from", from, "to", to, "reason", reason)
+	return sb, nil
+}
+
+func checkID(id string) error {
+	if !ValidID(id) {
+		return errcode.New(errcode.InvalidArgument, "sandbox_id %q is malformed: ids look like sb-0123456789ab (from sandbox_create or sandbox ls)", truncate(id, 64))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Get returns one sandbox's record.
+func (s *Service) Get(ctx context.Context, id string) (Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return Sandbox{}, err
+	}
+	return s.store.GetSandbox(ctx, id)
+}
+
+// MaxList bounds one listing.
+const MaxList = 1000
+
+// List returns sandboxes matching filter, oldest first. With no states given it returns every
+// sandbox that is not destroyed.
+func (s *Service) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
+	for _, st := range f.States {
+		if !st.Valid() {
+			return nil, errcode.New(errcode.InvalidArgument, "state %q is unknown; use creating, running, stopping, destroyed, failed or lost", st)
+		}
+	}
+	if f.Limit < 0 || f.Limit > MaxList {
+		return nil, errcode.New(errcode.InvalidArgument, "limit must be between 1 and %d; got %d", MaxList, f.Limit)
+	}
+	if f.Limit == 0 {
+		f.Limit = MaxList
+	}
+	if len(f.States) == 0 {
+		f.States = []State{StateCreating, StateRunning, StateStopping, StateFailed, StateLost}
+	}
+	return s.store.ListSandboxes(ctx, f)
+}
+
+// Destroy stops and removes a sandbox and every host resource it held. Destroying a destroyed
+// sandbox returns its record unchanged.
+func (s *Service) Destroy(ctx context.Context, id string) (Sandbox, error) {
+	return s.destroy(ctx, id, "destroy requested")
+}
+
+func (s *Service) destroy(ctx context.Context, id, reason string) (Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return Sandbox{}, err
+	}
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if sb.State == StateDestroyed {
+		return sb, nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if sb.State != StateStopping {
+		if sb, err = s.transition(wctx, sb, StateStopping, reason, ""); err != nil {
+			return sb, err
+		}
+	}
+	s.dropGuest(id)
+	rt, ok := s.runtimes[sb.Runtime]
+	if !ok {
+		return sb, errcode.New(errcode.RuntimeUnavailable, "sandbox %s belongs to runtime %q, which this server does not have", id, sb.Runtime)
+	}
+	if err := rt.Delete(wctx, id); err != nil {
+		return sb, fmt.Errorf("destroy %s: %w", id, err)
+	}
+	return s.transition(wctx, sb, StateDestroyed, reason, "")
+}
+
+func (s *Service) dropGuest(id string) {
+	s.guestsMu.Lock()
+	if gc := s.guests[id]; gc != nil {
+		gc.Close()
+		delete(s.guests, id)
+	}
+	s.guestsMu.Unlock()
+}
+
+// Extend pushes a sandbox's expiry ttlSeconds further, capped at the server's max TTL from now.
+func (s *Service) Extend(ctx context.Context, id string, ttlSeconds int64) (Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return Sandbox{}, err
+	}
+	if ttlSeconds <= 0 || ttlSeconds > int64(s.cfg.MaxTTL/time.Second) {
+		return Sandbox{}, errcode.New(errcode.InvalidArgument, "ttl_seconds must be between 1 and %d; got %d", int64(s.cfg.MaxTTL/time.Second), ttlSeconds)
+	}
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if sb.State != StateRunning {
+		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running sandbox can be extended", id, sb.State)
+	}
+	now := s.now().UTC().Truncate(time.Millisecond)
+	exp := sb.ExpiresAt.Add(time.Duration(ttlSeconds) * time.Second)
+	if limit := now.Add(s.cfg.MaxTTL); exp.After(limit) {
+		exp = limit
+	}
+	sb.ExpiresAt = exp
+	sb.UpdatedAt = now
+	sb.Version++
+	if err := s.store.UpdateSandbox(ctx, sb, Event{}); err != nil {
+		return sb, fmt.Errorf("extend %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// running returns the record and guest client of a running sandbox.
+func (s *Service) running(ctx context.Context, id string) (Sandbox, *guest.Client, error) {
+	if err := checkID(id); err != nil {
+		return Sandbox{}, nil, err
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, nil, err
+	}
+	if sb.State != StateRunning {
+		msg := "create a new sandbox with sandbox_create"
+		if sb.State == StateCreating {
+			msg = "wait for it to be running and retry"
+		}
+		return sb, nil, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; %s", id, sb.State, msg).With("state", string(sb.State))
+	}
+	s.guestsMu.Lock()
+	gc := s.guests[id]
+	s.guestsMu.Unlock()
+	if gc != nil {
+		return sb, gc, nil
+	}
+	rt, ok := s.runtimes[sb.Runtime]
+	if !ok {
+		return sb, nil, errcode.New(errcode.RuntimeUnavailable, "sandbox %s belongs to runtime %q, which this server does not have", id, sb.Runtime)
+	}
+	gc, err = rt.Guest(ctx, id)
+	if err != nil {
+		return sb, nil, err
+	}
+	s.guestsMu.Lock()
+	if cur := s.guests[id]; cur != nil {
+		gc.Close()
+		gc = cur
+	} else {
+		s.guests[id] = gc
+	}
+	s.guestsMu.Unlock()
+	return sb, gc, nil
+}
+
+// guestFailed checks, after a failed call to a sandbox's agent, whether the sandbox is gone, and
+// if so records it as lost and says so.
+func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error {
+	if errcode.Of(err) != errcode.SandboxNotRunning || ctx.Err() != nil {
+		return err
+	}
+	rt := s.runtimes[sb.Runtime]
+	st, serr := rt.State(ctx, sb.ID)
+	if serr != nil || st == runtime.StatusRunning {
+		return err
+	}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	cur, gerr := s.store.GetSandbox(ctx, sb.ID)
+	if gerr == nil && cur.State == StateRunning {
+		if _, terr := s.transition(ctx, cur, StateLost, "sandbox init exited ("+string(st)+")", "the sandbox stopped unexpectedly"); terr != nil {
+			s.log.Warn("mark lost", "sandbox_id", sb.ID, "err", terr)
+		}
+	}
+	s.dropGuest(sb.ID)
+	return errcode.New(errcode.SandboxNotRunning, "sandbox %s stopped unexpectedly (its init exited); create a new sandbox", sb.ID)
+}
+
+// Exec runs a command in a running sandbox. A non-zero exit is a result, not an error. With
+// onOutput non-nil, output is delivered while the command runs. Cancelling ctx kills the command.
+func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput guest.OutputFunc) (ExecResult, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return ExecResult{}, errcode.New(errcode.InvalidArgument, "command must be a non-empty argv array, e.g. [\"ls\", \"-la\"]; it is never run through a shell (use [\"sh\", \"-c\", \"...\"] for shell syntax)")
+	}
+	for i, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return ExecResult{}, errcode.New(errcode.InvalidArgument, "command[%d] contains a NUL byte", i)
+		}
+	}
+	if err := ValidateEnv("env", req.Env); err != nil {
+		return ExecResult{}, err
+	}
+	if strings.ContainsRune(req.Cwd, 0) {
+		return ExecResult{}, errcode.New(errcode.InvalidArgument, "cwd contains a NUL byte")
+	}
+	if req.Timeout < 0 || req.Timeout > 24*time.Hour {
+		return ExecResult{}, errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 1 and 86400; got %d", int64(req.Timeout/time.Second))
+	}
+	if req.MaxOutputBytes < 0 {
+		return ExecResult{}, errcode.New(errcode.InvalidArgument, "max_output_bytes must not be negative")
+	}
+	if req.MaxOutputBytes > guest.MaxMaxOutputBytes {
+		return ExecResult{}, errcode.New(errcode.OutputLimitExceeded, "at most %d bytes of output are kept per stream; ask for less, or redirect output to a file and read it with offset and length", guest.MaxMaxOutputBytes)
+	}
+	if len(req.Stdin) > guest.MaxStdinBytes {
+		return ExecResult{}, errcode.New(errcode.InvalidArgument, "stdin is %d bytes; at most %d are accepted (write large input to a file first)", len(req.Stdin), guest.MaxStdinBytes)
+	}
+	if req.Timeout == 0 {
+		req.Timeout = guest.DefaultTimeout
+	}
+	sb, gc, err := s.running(ctx, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	// The agent enforces the timeout; this bound only catches an agent that stopped answering.
+	cctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)
+	defer cancel()
+	res, err := gc.Exec(cctx, guest.ExecRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Stdin: req.Stdin,
+		TimeoutMs: req.Timeout.Milliseconds(), MaxOutputBytes: req.MaxOutputBytes, User: req.User}, onOutput)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return res, errcode.New(errcode.CommandTimeout, "sandbox %s's agent did not answer within the command's timeout; the sandbox may be overloaded", id)
+		}
+		return res, s.guestFailed(ctx, sb, err)
+	}
+	return res, nil
+}
+
+func checkPath(path string) error {
+	if path == "" {
+		return errcode.New(errcode.InvalidArgument, "path is required (absolute, or relative to /workspace)")
+	}
+	if strings.ContainsRune(path, 0) {
+		return errcode.New(errcode.InvalidArgument, "path contains a NUL byte")
+	}
+	if len(path) > 4096 {
+		return errcode.New(errcode.InvalidArgument, "path is %d bytes; at most 4096 are allowed", len(path))
+	}
+	return nil
+}
+
+// WriteFile writes r to path in the sandbox atomically, with mode's permission bits.
+func (s *Service) WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (FileInfo, error) {
+	if err := checkPath(path); err != nil {
+		return FileInfo{}, err
+	}
+	if mode > 0o7777 {
+		return FileInfo{}, errcode.New(errcode.InvalidArgument, "mode must be permission bits such as 0644; got %o", mode)
+	}
+	sb, gc, err := s.running(ctx, id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	fi, err := gc.WriteFile(ctx, path, mode, r)
+	if err != nil {
+		return fi, s.guestFailed(ctx, sb, err)
+	}
+	return fi, nil
+}
+
+// ReadFile opens a byte range of a regular file (length 0 = to the end), refusing with
+// FILE_TOO_LARGE past limit. It returns the body (closed by the caller) and the file's size.
+func (s *Service) ReadFile(ctx context.Context, id, path string, offset, length, limit int64) (io.ReadCloser, int64, error) {
+	if err := checkPath(path); err != nil {
+		return nil, 0, err
+	}
+	if offset < 0 || length < 0 || limit < 0 {
+		return nil, 0, errcode.New(errcode.InvalidArgument, "offset, length and limit must not be negative")
+	}
+	sb, gc, err := s.running(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	rc, size, err := gc.ReadFile(ctx, path, offset, length, limit)
+	if err != nil {
+		return nil, 0, s.guestFailed(ctx, sb, err)
+	}
+	return rc, size, nil
+}
+
+// Stat describes a file in the sandbox.
+func (s *Service) Stat(ctx context.Context, id, path string) (FileInfo, error) {
+	if err := checkPath(path); err != nil {
+		return FileInfo{}, err
+	}
+	sb, gc, err := s.running(ctx, id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	fi, err := gc.Stat(ctx, path)
+	if err != nil {
+		return fi, s.guestFailed(ctx, sb, err)
+	}
+	return fi, nil
+}
+
+// ListDir lists a directory in the sandbox (bounded).
+func (s *Service) ListDir(ctx context.Context, id, path string) (DirList, error) {
+	if err := checkPath(path); err != nil {
+		return DirList{}, err
+	}
+	sb, gc, err := s.running(ctx, id)
+	if err != nil {
+		return DirList{}, err
+	}
+	dl, err := gc.List(ctx, path)
+	if err != nil {
+		return dl, s.guestFailed(ctx, sb, err)
+	}
+	return dl, nil
+}
+
+// Mkdir creates a directory in the sandbox.
+func (s *Service) Mkdir(ctx context.Context, id string, req guest.MkdirRequest) (FileInfo, error) {
+	if err := checkPath(req.Path); err != nil {
+		return FileInfo{}, err
+	}
+	sb, gc, err := s.running(ctx, id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	fi, err := gc.Mkdir(ctx, req)
+	if err != nil {
+		return fi, s.guestFailed(ctx, sb, err)
+	}
+	return fi, nil
+}
+
+// Remove deletes a file (or a tree, with recursive) in the sandbox.
+func (s *Service) Remove(ctx context.Context, id, path string, recursive bool) error {
+	if err := checkPath(path); err != nil {
+		return err
+	}
+	sb, gc, err := s.running(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := gc.Remove(ctx, path, recursive); err != nil {
+		return s.guestFailed(ctx, sb, err)
+	}
+	return nil
+}
+
+// Events returns recorded state transitions.
+func (s *Service) Events(ctx context.Context, f EventFilter) ([]Event, error) {
+	if f.SandboxID != "" {
+		if err := checkID(f.SandboxID); err != nil {
+			return nil, err
+		}
+	}
+	if f.Limit < 0 || f.Limit > MaxList || f.AfterSeq < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "limit must be between 1 and %d and after must not be negative", MaxList)
+	}
+	if f.Limit == 0 {
+		f.Limit = MaxList
+	}
+	return s.store.ListEvents(ctx, f)
+}
+
+// Capacity reports the server's bounds and how much of them live sandboxes use.
+func (s *Service) Capacity(ctx context.Context) (Capacity, error) {
+	n, cpu, mem, err := s.store.CountLive(ctx)
+	if err != nil {
+		return Capacity{}, err
+	}
+	return Capacity{MaxSandboxes: s.cfg.MaxSandboxes, Live: n, Free: max(0, s.cfg.MaxSandboxes-n),
+		CPUBudget: s.cfg.CPUBudget, CPUUsed: cpu, MemoryBudgetMB: s.cfg.MemoryBudgetMB, MemoryUsedMB: mem}, nil
+}

@@ -1,0 +1,142 @@
+// Package testenv gives tests what real-component tests need: the agentbox binary built once per
+// test process, a root check that skips only when not root (CI is root), and host leak checks.
+package testenv
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	buildOut  []byte
+)
+
+// ModuleRoot returns the directory holding go.mod.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// Binary builds ./cmd/agentbox (CGO_ENABLED=0) once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	root := ModuleRoot(t)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "agentbox-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "agentbox")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/agentbox")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("build agentbox: %v\n%s", buildErr, buildOut)
+	}
+	return binPath
+}
+
+// RequireRoot skips the test when not running as root, saying why. CI runs as root, so these
+// tests run there.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (real runc sandboxes); CI runs as root")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Fatal("runc is not installed: run `sudo make deps` (make test installs it)")
+	}
+}
+
+// ShortTempDir returns a temp dir with a short path (unix socket paths are limited to 108
+// bytes), removed at the end of the test.
+func ShortTempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// Leaks returns host resources that mention any of needles: mounts in /proc/self/mountinfo,
+// cgroup directories under /sys/fs/cgroup, and processes whose cgroup or command line mentions them.
+func Leaks(needles ...string) []string {
+	var found []string
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			for _, n := range needles {
+				if strings.Contains(sc.Text(), n) {
+					found = append(found, "mount: "+sc.Text())
+				}
+			}
+		}
+		f.Close()
+	}
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Count(p, "/") > 7 {
+			return filepath.SkipDir
+		}
+		for _, n := range needles {
+			if strings.Contains(filepath.Base(p), n) {
+				found = append(found, "cgroup: "+p)
+				return filepath.SkipDir
+			}
+		}
+		return nil
+	})
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		if stat, _ := os.ReadFile(p + "/stat"); zombie(stat) {
+			// An exited process waiting for its parent to collect it holds no resource but a
+			// pid. A server killed with SIGKILL leaves its sandboxes' inits to the host's init,
+			// which reaps them in its own time.
+			continue
+		}
+		cg, _ := os.ReadFile(p + "/cgroup")
+		b, _ := os.ReadFile(p + "/cmdline")
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		for _, n := range needles {
+			if strings.Contains(string(cg), n) || strings.Contains(cmd, n) {
+				found = append(found, "process "+filepath.Base(p)+": "+cmd)
+				break
+			}
+		}
+	}
+	return found
+}
+
+// zombie reports whether a /proc/PID/stat line is of a zombie ("pid (comm) Z ...").
+func zombie(stat []byte) bool {
+	i := strings.LastIndexByte(string(stat), ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
