@@ -43,6 +43,44 @@ func (c *clientFlags) client() (*client.Client, error) {
 	return client.New(url, tok), nil
 }
 
+// clientCmd is the shape every subcommand that talks to a server shares: its flags (plus the
+// common ones), positional-argument check, a client and a context cancelled on SIGINT/SIGTERM.
+type clientCmd struct {
+	clientFlags
+	fs    *flag.FlagSet
+	usage string
+}
+
+func newClientCmd(name, usage string) *clientCmd {
+	c := &clientCmd{fs: flag.NewFlagSet(name, flag.ContinueOnError), usage: usage}
+	c.register(c.fs)
+	return c
+}
+
+// run parses args; if nargs accepts the number of positional arguments it calls f with a
+// connected client. It returns the process exit code.
+func (c *clientCmd) run(args []string, nargs func(n int) bool, f func(ctx context.Context, cl *client.Client, pos []string) int) int {
+	pos, err := parseInterleaved(c.fs, args)
+	if err != nil {
+		return 2
+	}
+	if !nargs(len(pos)) {
+		fmt.Fprintln(os.Stderr, "usage: "+c.usage)
+		return 2
+	}
+	cl, err := c.client()
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return f(ctx, cl, pos)
+}
+
+func exactly(k int) func(int) bool { return func(n int) bool { return n == k } }
+
+func atLeast(k int) func(int) bool { return func(n int) bool { return n >= k } }
+
 // signalContext is cancelled on SIGINT/SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,80 +1,72 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/guest"
 )
 
 func cmdExec(args []string) int {
-	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs)
-	timeout := fs.Float64("timeout", 0, "seconds before the command's process group is killed (default 300)")
-	cwd := fs.String("cwd", "", "working directory inside the sandbox (default /workspace)")
-	user := fs.String("user", "", `run as "root" instead of the sandbox's default user`)
+	c := newClientCmd("exec", "agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...")
+	timeout := c.fs.Float64("timeout", 0, "seconds before the command's process group is killed (default 300)")
+	cwd := c.fs.String("cwd", "", "working directory inside the sandbox (default /workspace)")
+	user := c.fs.String("user", "", `run as "root" instead of the sandbox's default user`)
 	env := kvFlag{}
-	fs.Var(env, "env", "environment variable K=V (repeatable)")
-	noStdin := fs.Bool("no-stdin", false, "do not forward this process's standard input")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) < 3 || pos[1] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] ID -- ARGV...")
-		return 2
-	}
-	id, argv := pos[0], pos[2:]
-	req := api.ExecRequest{Command: argv, Cwd: *cwd, TimeoutSeconds: *timeout, User: *user}
-	if len(env) > 0 {
-		req.Env = env
-	}
-	if !*noStdin && !isTerminal(os.Stdin) {
-		b, err := io.ReadAll(io.LimitReader(os.Stdin, guest.MaxStdinBytes+1))
+	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
+	noStdin := c.fs.Bool("no-stdin", false, "do not forward this process's standard input")
+	hasArgv := func(n int) bool { return n >= 3 }
+	return c.run(args, hasArgv, func(ctx context.Context, cl *client.Client, pos []string) int {
+		if pos[1] != "--" {
+			fmt.Fprintln(os.Stderr, "usage: "+c.usage)
+			return 2
+		}
+		id, argv := pos[0], pos[2:]
+		req := api.ExecRequest{Command: argv, Cwd: *cwd, TimeoutSeconds: *timeout, User: *user}
+		if len(env) > 0 {
+			req.Env = env
+		}
+		if !*noStdin && !isTerminal(os.Stdin) {
+			b, err := io.ReadAll(io.LimitReader(os.Stdin, guest.MaxStdinBytes+1))
+			if err != nil {
+				return fail(err)
+			}
+			if len(b) > guest.MaxStdinBytes {
+				return fail(fmt.Errorf("standard input is over %d bytes; copy large input in with `agentbox cp` and redirect from the file", guest.MaxStdinBytes))
+			}
+			req.Stdin = string(b)
+			if !utf8.Valid(b) {
+				req.Stdin, req.StdinBase64 = "", base64.StdEncoding.EncodeToString(b)
+			}
+		}
+		res, err := cl.Exec(ctx, id, req, func(stream string, data []byte) {
+			if stream == "stderr" {
+				os.Stderr.Write(data)
+			} else {
+				os.Stdout.Write(data)
+			}
+		})
 		if err != nil {
+			if ctx.Err() != nil {
+				fmt.Fprintln(os.Stderr, "agentbox: interrupted; the command was killed")
+				return 130
+			}
 			return fail(err)
 		}
-		if len(b) > guest.MaxStdinBytes {
-			return fail(fmt.Errorf("standard input is over %d bytes; copy large input in with `agentbox cp` and redirect from the file", guest.MaxStdinBytes))
+		if c.json {
+			printJSON(res)
 		}
-		req.Stdin = string(b)
-		if !utf8.Valid(b) {
-			req.Stdin, req.StdinBase64 = "", base64.StdEncoding.EncodeToString(b)
+		if res.TimedOut {
+			fmt.Fprintf(os.Stderr, "agentbox: the command timed out after %d ms and its process group was killed\n", res.DurationMs)
 		}
-	}
-	c, err := cf.client()
-	if err != nil {
-		return fail(err)
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	res, err := c.Exec(ctx, id, req, func(stream string, data []byte) {
-		if stream == "stderr" {
-			os.Stderr.Write(data)
-		} else {
-			os.Stdout.Write(data)
-		}
+		return res.ExitCode
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(os.Stderr, "agentbox: interrupted; the command was killed")
-			return 130
-		}
-		return fail(err)
-	}
-	if cf.json {
-		printJSON(res)
-	}
-	if res.TimedOut {
-		fmt.Fprintf(os.Stderr, "agentbox: the command timed out after %d ms and its process group was killed\n", res.DurationMs)
-	}
-	return res.ExitCode
 }
 
 func isTerminal(f *os.File) bool {

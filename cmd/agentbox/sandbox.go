@@ -1,13 +1,14 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -28,88 +29,65 @@ func cmdSandbox(args []string) int {
 }
 
 func sandboxCreate(args []string) int {
-	fs := flag.NewFlagSet("sandbox create", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs)
+	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]...")
 	var req sandbox.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
-	fs.StringVar(&req.Image, "image", "", "image (default host)")
-	fs.StringVar(&req.Runtime, "runtime", "", "runtime (default: the server's)")
-	fs.Float64Var(&req.CPU, "cpu", 0, "cpu cores, fractions allowed (default 1)")
-	fs.Int64Var(&req.MemoryMB, "memory-mb", 0, "memory limit in MiB (default 512)")
-	fs.Int64Var(&req.DiskMB, "disk-mb", 0, "disk limit in MiB (default 1024)")
-	fs.Int64Var(&req.TTLSeconds, "ttl", 0, "time to live in seconds (default 1800)")
-	fs.Var(env, "env", "environment variable K=V (repeatable)")
-	fs.Var(labels, "label", "label K=V (repeatable)")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(os.Stderr, "agentbox sandbox create: unexpected argument %q\n", pos[0])
-		return 2
-	}
-	if len(env) > 0 {
-		req.Env = env
-	}
-	if len(labels) > 0 {
-		req.Labels = labels
-	}
-	c, err := cf.client()
-	if err != nil {
-		return fail(err)
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	sb, err := c.Create(ctx, req)
-	if err != nil {
-		return fail(err)
-	}
-	if cf.json {
-		printJSON(sb)
-	} else {
-		fmt.Println(sb.ID)
-	}
-	return 0
+	c.fs.StringVar(&req.Image, "image", "", "image (default host)")
+	c.fs.StringVar(&req.Runtime, "runtime", "", "runtime (default: the server's)")
+	c.fs.Float64Var(&req.CPU, "cpu", 0, "cpu cores, fractions allowed (default 1)")
+	c.fs.Int64Var(&req.MemoryMB, "memory-mb", 0, "memory limit in MiB (default 512)")
+	c.fs.Int64Var(&req.DiskMB, "disk-mb", 0, "disk limit in MiB (default 1024)")
+	c.fs.Int64Var(&req.TTLSeconds, "ttl", 0, "time to live in seconds (default 1800)")
+	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
+	c.fs.Var(labels, "label", "label K=V (repeatable)")
+	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {
+		if len(env) > 0 {
+			req.Env = env
+		}
+		if len(labels) > 0 {
+			req.Labels = labels
+		}
+		sb, err := cl.Create(ctx, req)
+		if err != nil {
+			return fail(err)
+		}
+		if c.json {
+			printJSON(sb)
+		} else {
+			fmt.Println(sb.ID)
+		}
+		return 0
+	})
 }
 
 func sandboxList(args []string) int {
-	fs := flag.NewFlagSet("sandbox ls", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs)
-	state := fs.String("state", "", "only these states, comma-separated (default: all but destroyed)")
+	c := newClientCmd("sandbox ls", "agentbox sandbox ls [--json] [--state S,...] [--label K=V]...")
+	state := c.fs.String("state", "", "only these states, comma-separated (default: all but destroyed)")
 	labels := kvFlag{}
-	fs.Var(labels, "label", "only sandboxes with label K=V (repeatable)")
-	if _, err := parseInterleaved(fs, args); err != nil {
-		return 2
-	}
-	c, err := cf.client()
-	if err != nil {
-		return fail(err)
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	var states []string
-	if *state != "" {
-		states = strings.Split(*state, ",")
-	}
-	list, err := c.List(ctx, states, labels)
-	if err != nil {
-		return fail(err)
-	}
-	if cf.json {
-		printJSON(list)
+	c.fs.Var(labels, "label", "only sandboxes with label K=V (repeatable)")
+	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {
+		var states []string
+		if *state != "" {
+			states = strings.Split(*state, ",")
+		}
+		list, err := cl.List(ctx, states, labels)
+		if err != nil {
+			return fail(err)
+		}
+		if c.json {
+			printJSON(list)
+			return 0
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tCPU\tMEMORY\tAGE\tEXPIRES IN\tLABELS")
+		now := time.Now()
+		for _, sb := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%dMiB\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Runtime, sb.CPU, sb.MemoryMB,
+				now.Sub(sb.CreatedAt).Round(time.Second), sb.ExpiresAt.Sub(now).Round(time.Second), formatLabels(sb.Labels))
+		}
+		tw.Flush()
 		return 0
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tCPU\tMEMORY\tAGE\tEXPIRES IN\tLABELS")
-	now := time.Now()
-	for _, sb := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%dMiB\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Runtime, sb.CPU, sb.MemoryMB,
-			now.Sub(sb.CreatedAt).Round(time.Second), sb.ExpiresAt.Sub(now).Round(time.Second), formatLabels(sb.Labels))
-	}
-	tw.Flush()
-	return 0
+	})
 }
 
 func formatLabels(l map[string]string) string {
@@ -121,145 +99,89 @@ func formatLabels(l map[string]string) string {
 }
 
 func sandboxGet(args []string) int {
-	fs := flag.NewFlagSet("sandbox get", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: agentbox sandbox get [--json] ID")
-		return 2
-	}
-	c, err := cf.client()
-	if err != nil {
-		return fail(err)
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	sb, err := c.Get(ctx, pos[0])
-	if err != nil {
-		return fail(err)
-	}
-	if cf.json {
-		printJSON(sb)
+	c := newClientCmd("sandbox get", "agentbox sandbox get [--json] ID")
+	return c.run(args, exactly(1), func(ctx context.Context, cl *client.Client, pos []string) int {
+		sb, err := cl.Get(ctx, pos[0])
+		if err != nil {
+			return fail(err)
+		}
+		if c.json {
+			printJSON(sb)
+			return 0
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "id\t%s\nstate\t%s\nimage\t%s\nruntime\t%s (%s isolation)\ncpu\t%g\nmemory\t%d MiB\ndisk\t%d MiB\npids\t%d\ncreated\t%s\nexpires\t%s\n",
+			sb.ID, sb.State, sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB, sb.PidsLimit,
+			sb.CreatedAt.Local().Format(time.RFC3339), sb.ExpiresAt.Local().Format(time.RFC3339))
+		if len(sb.Labels) > 0 {
+			fmt.Fprintf(tw, "labels\t%s\n", formatLabels(sb.Labels))
+		}
+		if sb.Error != "" {
+			fmt.Fprintf(tw, "error\t%s\n", sb.Error)
+		}
+		tw.Flush()
 		return 0
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\nstate\t%s\nimage\t%s\nruntime\t%s (%s isolation)\ncpu\t%g\nmemory\t%d MiB\ndisk\t%d MiB\npids\t%d\ncreated\t%s\nexpires\t%s\n",
-		sb.ID, sb.State, sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB, sb.PidsLimit,
-		sb.CreatedAt.Local().Format(time.RFC3339), sb.ExpiresAt.Local().Format(time.RFC3339))
-	if len(sb.Labels) > 0 {
-		fmt.Fprintf(tw, "labels\t%s\n", formatLabels(sb.Labels))
-	}
-	if sb.Error != "" {
-		fmt.Fprintf(tw, "error\t%s\n", sb.Error)
-	}
-	tw.Flush()
-	return 0
+	})
 }
 
 func sandboxRm(args []string) int {
-	fs := flag.NewFlagSet("sandbox rm", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: agentbox sandbox rm ID...")
-		return 2
-	}
-	c, err := cf.client()
-	if err != nil {
-		return fail(err)
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	code := 0
-	for _, id := range pos {
-		sb, err := c.Destroy(ctx, id)
-		if err != nil {
-			code = fail(err)
-			continue
+	c := newClientCmd("sandbox rm", "agentbox sandbox rm ID...")
+	return c.run(args, atLeast(1), func(ctx context.Context, cl *client.Client, pos []string) int {
+		code := 0
+		for _, id := range pos {
+			sb, err := cl.Destroy(ctx, id)
+			if err != nil {
+				code = fail(err)
+				continue
+			}
+			if c.json {
+				printJSON(sb)
+			} else {
+				fmt.Println(sb.ID)
+			}
 		}
-		if cf.json {
-			printJSON(sb)
-		} else {
-			fmt.Println(sb.ID)
-		}
-	}
-	return code
+		return code
+	})
 }
 
 func sandboxExtend(args []string) int {
-	fs := flag.NewFlagSet("sandbox extend", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs)
-	ttl := fs.Int64("ttl", 0, "seconds to add to the sandbox's expiry (required)")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) != 1 || *ttl <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: agentbox sandbox extend --ttl SECONDS ID")
-		return 2
-	}
-	c, err := cf.client()
-	if err != nil {
-		return fail(err)
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	sb, err := c.Extend(ctx, pos[0], *ttl)
-	if err != nil {
-		return fail(err)
-	}
-	if cf.json {
-		printJSON(sb)
-	} else {
-		fmt.Printf("%s expires at %s\n", sb.ID, sb.ExpiresAt.Local().Format(time.RFC3339))
-	}
-	return 0
+	c := newClientCmd("sandbox extend", "agentbox sandbox extend --ttl SECONDS ID")
+	ttl := c.fs.Int64("ttl", 0, "seconds to add to the sandbox's expiry (required)")
+	return c.run(args, exactly(1), func(ctx context.Context, cl *client.Client, pos []string) int {
+		sb, err := cl.Extend(ctx, pos[0], *ttl)
+		if err != nil {
+			return fail(err)
+		}
+		if c.json {
+			printJSON(sb)
+		} else {
+			fmt.Printf("%s expires at %s\n", sb.ID, sb.ExpiresAt.Local().Format(time.RFC3339))
+		}
+		return 0
+	})
 }
 
 func sandboxEvents(args []string) int {
-	fs := flag.NewFlagSet("sandbox events", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) > 1 {
-		fmt.Fprintln(os.Stderr, "usage: agentbox sandbox events [--json] [ID]")
-		return 2
-	}
-	c, err := cf.client()
-	if err != nil {
-		return fail(err)
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	id := ""
-	if len(pos) == 1 {
-		id = pos[0]
-	}
-	evs, err := c.Events(ctx, id)
-	if err != nil {
-		return fail(err)
-	}
-	if cf.json {
-		printJSON(evs)
+	c := newClientCmd("sandbox events", "agentbox sandbox events [--json] [ID]")
+	return c.run(args, func(n int) bool { return n <= 1 }, func(ctx context.Context, cl *client.Client, pos []string) int {
+		id := ""
+		if len(pos) == 1 {
+			id = pos[0]
+		}
+		evs, err := cl.Events(ctx, id)
+		if err != nil {
+			return fail(err)
+		}
+		if c.json {
+			printJSON(evs)
+			return 0
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tTIME\tSANDBOX\tFROM\tTO\tREASON")
+		for _, e := range evs {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.At.Local().Format(time.RFC3339), e.SandboxID, e.From, e.To, e.Reason)
+		}
+		tw.Flush()
 		return 0
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tTIME\tSANDBOX\tFROM\tTO\tREASON")
-	for _, e := range evs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.At.Local().Format(time.RFC3339), e.SandboxID, e.From, e.To, e.Reason)
-	}
-	tw.Flush()
-	return 0
+	})
 }

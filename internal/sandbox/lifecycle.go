@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -57,36 +58,13 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	return s.sweep(ctx, owned)
+	return s.sweep(ctx, func(id string) bool { return owned[id] })
 }
 
-// sweep deletes host resources of every runtime that no entry of owned claims.
-func (s *Service) sweep(ctx context.Context, owned map[string]bool) error {
-	for _, rt := range s.runtimes {
-		if !rt.Capabilities().Available {
-			continue
-		}
-		ids, err := rt.List(ctx)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if owned[id] {
-				continue
-			}
-			s.log.Warn("sweeping orphaned sandbox resources", "sandbox_id", id, "runtime", rt.Name())
-			if err := rt.Delete(ctx, id); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// sweepOrphans is the periodic form of the sweep: it lists the host first and the store second,
-// so a sandbox created in between (whose record is written before its container) is never
-// mistaken for an orphan.
-func (s *Service) sweepOrphans(ctx context.Context) error {
+// sweep deletes the host resources of every sandbox that owned does not claim. It lists the
+// host first and asks owned second, so a sandbox created in between (whose record is written
+// before its container) is never mistaken for an orphan.
+func (s *Service) sweep(ctx context.Context, owned func(id string) bool) error {
 	type found struct {
 		rt  runtime.Runtime
 		ids []string
@@ -104,13 +82,12 @@ func (s *Service) sweepOrphans(ctx context.Context) error {
 	}
 	for _, f := range all {
 		for _, id := range f.ids {
-			sb, err := s.store.GetSandbox(ctx, id)
-			if err == nil && sb.State.Live() {
+			if owned(id) {
 				continue
 			}
 			unlock := s.lock(id)
 			s.log.Warn("sweeping orphaned sandbox resources", "sandbox_id", id, "runtime", f.rt.Name())
-			err = f.rt.Delete(ctx, id)
+			err := f.rt.Delete(ctx, id)
 			unlock()
 			if err != nil {
 				return err
@@ -118,6 +95,14 @@ func (s *Service) sweepOrphans(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ownedByStore reports whether the store holds a live record for id.
+func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
+	return func(id string) bool {
+		sb, err := s.store.GetSandbox(ctx, id)
+		return err == nil && sb.State.Live() || err != nil && errcode.Of(err) != errcode.SandboxNotFound
+	}
 }
 
 // ReapExpired destroys every running sandbox whose TTL has passed and returns how many.
@@ -158,7 +143,7 @@ func (s *Service) Run(ctx context.Context) {
 		}
 		if s.now().Sub(lastSweep) >= time.Minute {
 			lastSweep = s.now()
-			if err := s.sweepOrphans(ctx); err != nil && ctx.Err() == nil {
+			if err := s.sweep(ctx, s.ownedByStore(ctx)); err != nil && ctx.Err() == nil {
 				s.log.Warn("orphan sweep", "err", err)
 			}
 		}

@@ -669,6 +669,21 @@ func checkPath(path string) error {
 	return nil
 }
 
+// withGuest runs f against a running sandbox's agent, turning a dead agent into a recorded
+// lost sandbox.
+func withGuest[T any](ctx context.Context, s *Service, id string, f func(*guest.Client) (T, error)) (T, error) {
+	var zero T
+	sb, gc, err := s.running(ctx, id)
+	if err != nil {
+		return zero, err
+	}
+	v, err := f(gc)
+	if err != nil {
+		return v, s.guestFailed(ctx, sb, err)
+	}
+	return v, nil
+}
+
 // WriteFile writes r to path in the sandbox atomically, with mode's permission bits.
 func (s *Service) WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (FileInfo, error) {
 	if err := checkPath(path); err != nil {
@@ -677,15 +692,13 @@ func (s *Service) WriteFile(ctx context.Context, id, path string, mode uint32, r
 	if mode > 0o7777 {
 		return FileInfo{}, errcode.New(errcode.InvalidArgument, "mode must be permission bits such as 0644; got %o", mode)
 	}
-	sb, gc, err := s.running(ctx, id)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	fi, err := gc.WriteFile(ctx, path, mode, r)
-	if err != nil {
-		return fi, s.guestFailed(ctx, sb, err)
-	}
-	return fi, nil
+	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) { return gc.WriteFile(ctx, path, mode, r) })
+}
+
+// fileRange is an open byte range of a file and the file's total size.
+type fileRange struct {
+	body io.ReadCloser
+	size int64
 }
 
 // ReadFile opens a byte range of a regular file (length 0 = to the end), refusing with
@@ -697,15 +710,11 @@ func (s *Service) ReadFile(ctx context.Context, id, path string, offset, length,
 	if offset < 0 || length < 0 || limit < 0 {
 		return nil, 0, errcode.New(errcode.InvalidArgument, "offset, length and limit must not be negative")
 	}
-	sb, gc, err := s.running(ctx, id)
-	if err != nil {
-		return nil, 0, err
-	}
-	rc, size, err := gc.ReadFile(ctx, path, offset, length, limit)
-	if err != nil {
-		return nil, 0, s.guestFailed(ctx, sb, err)
-	}
-	return rc, size, nil
+	fr, err := withGuest(ctx, s, id, func(gc *guest.Client) (fileRange, error) {
+		rc, size, err := gc.ReadFile(ctx, path, offset, length, limit)
+		return fileRange{rc, size}, err
+	})
+	return fr.body, fr.size, err
 }
 
 // Stat describes a file in the sandbox.
@@ -713,15 +722,7 @@ func (s *Service) Stat(ctx context.Context, id, path string) (FileInfo, error) {
 	if err := checkPath(path); err != nil {
 		return FileInfo{}, err
 	}
-	sb, gc, err := s.running(ctx, id)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	fi, err := gc.Stat(ctx, path)
-	if err != nil {
-		return fi, s.guestFailed(ctx, sb, err)
-	}
-	return fi, nil
+	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) { return gc.Stat(ctx, path) })
 }
 
 // ListDir lists a directory in the sandbox (bounded).
@@ -729,15 +730,7 @@ func (s *Service) ListDir(ctx context.Context, id, path string) (DirList, error)
 	if err := checkPath(path); err != nil {
 		return DirList{}, err
 	}
-	sb, gc, err := s.running(ctx, id)
-	if err != nil {
-		return DirList{}, err
-	}
-	dl, err := gc.List(ctx, path)
-	if err != nil {
-		return dl, s.guestFailed(ctx, sb, err)
-	}
-	return dl, nil
+	return withGuest(ctx, s, id, func(gc *guest.Client) (DirList, error) { return gc.List(ctx, path) })
 }
 
 // Mkdir creates a directory in the sandbox.
@@ -745,15 +738,7 @@ func (s *Service) Mkdir(ctx context.Context, id string, req guest.MkdirRequest) 
 	if err := checkPath(req.Path); err != nil {
 		return FileInfo{}, err
 	}
-	sb, gc, err := s.running(ctx, id)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	fi, err := gc.Mkdir(ctx, req)
-	if err != nil {
-		return fi, s.guestFailed(ctx, sb, err)
-	}
-	return fi, nil
+	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) { return gc.Mkdir(ctx, req) })
 }
 
 // Remove deletes a file (or a tree, with recursive) in the sandbox.
@@ -761,14 +746,8 @@ func (s *Service) Remove(ctx context.Context, id, path string, recursive bool) e
 	if err := checkPath(path); err != nil {
 		return err
 	}
-	sb, gc, err := s.running(ctx, id)
-	if err != nil {
-		return err
-	}
-	if err := gc.Remove(ctx, path, recursive); err != nil {
-		return s.guestFailed(ctx, sb, err)
-	}
-	return nil
+	_, err := withGuest(ctx, s, id, func(gc *guest.Client) (struct{}, error) { return struct{}{}, gc.Remove(ctx, path, recursive) })
+	return err
 }
 
 // Events returns recorded state transitions.
