@@ -24,11 +24,22 @@ type Store interface {
 	UpdateSandbox(ctx context.Context, sb Sandbox, ev Event) error
 	// ListEvents returns events in sequence order, at most filter.Limit (or 1000).
 	ListEvents(ctx context.Context, filter EventFilter) ([]Event, error)
+
+	// AllocateIDRange records r as held by r.SandboxID, whose record must exist (else
+	// SANDBOX_NOT_FOUND). It is a CONFLICT, and changes nothing, if that sandbox already holds a
+	// range or r overlaps a range another sandbox holds: two sandboxes never share a host id,
+	// whatever races between callers (or server processes on one database).
+	AllocateIDRange(ctx context.Context, r IDRange) error
+	// ReleaseIDRange frees the range sandboxID holds; it is nil if it holds none.
+	ReleaseIDRange(ctx context.Context, sandboxID string) error
+	// ListIDRanges returns every held range, lowest base first.
+	ListIDRanges(ctx context.Context) ([]IDRange, error)
 }
 
 // Pruner is the optional part of a Store that bounds its growth.
 type Pruner interface {
-	// PruneSandboxes deletes records (and their events) that reached a non-live state before
-	// the given time, returning how many sandboxes were removed.
+	// PruneSandboxes deletes records (and their events, and any id range they still hold)
+	// that reached a non-live state before the given time, returning how many sandboxes were
+	// removed.
 	PruneSandboxes(ctx context.Context, before time.Time) (int, error)
 }

@@ -41,6 +41,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SeqNotReusedAfterPrune", testSeqNotReusedAfterPrune},
 		{"ConcurrentUpdateOneWins", testConcurrentUpdateOneWins},
 		{"ConcurrentWritersAndReaders", testConcurrentWritersAndReaders},
+		{"IDRangeAllocateListRelease", testIDRangeAllocateListRelease},
+		{"IDRangeConflicts", testIDRangeConflicts},
+		{"IDRangeConcurrentAllocate", testIDRangeConcurrentAllocate},
+		{"IDRangePrune", testIDRangePrune},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -890,5 +894,224 @@ func testConcurrentWritersAndReaders(t *testing.T, s store.Store) {
 		if evs[i].Seq <= evs[i-1].Seq {
 			t.Fatalf("seq not strictly increasing: %d then %d", evs[i-1].Seq, evs[i].Seq)
 		}
+	}
+}
+
+func idRange(sb sandbox.Sandbox, first, count int64) sandbox.IDRange {
+	return sandbox.IDRange{SandboxID: sb.ID, Base: first, Count: count, AllocatedAt: time.Date(2025, 3, 14, 15, 9, 26, 535_000_000, zone())}
+}
+
+func mustRanges(t *testing.T, s store.Store) []sandbox.IDRange {
+	t.Helper()
+	rs, err := s.ListIDRanges(t.Context())
+	if err != nil {
+		t.Fatalf("ListIDRanges: %v", err)
+	}
+	return rs
+}
+
+func rangeKeys(rs []sandbox.IDRange) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = fmt.Sprintf("%s@%d+%d", r.SandboxID, r.Base, r.Count)
+	}
+	return out
+}
+
+func testIDRangeAllocateListRelease(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if rs := mustRanges(t, s); len(rs) != 0 {
+		t.Fatalf("ListIDRanges on an empty store = %v", rangeKeys(rs))
+	}
+	a := mustCreate(t, s, newSandbox(0, sandbox.StateCreating, base(), nil))
+	b := mustCreate(t, s, newSandbox(1, sandbox.StateCreating, base(), nil))
+	c := mustCreate(t, s, newSandbox(2, sandbox.StateCreating, base(), nil))
+	// Allocated out of base order; listed by base.
+	want := []sandbox.IDRange{idRange(b, 200000, 65536), idRange(c, 265536, 65536), idRange(a, sandbox.MaxHostID-65536, 65536)}
+	for _, r := range []sandbox.IDRange{want[2], want[0], want[1]} {
+		if err := s.AllocateIDRange(ctx, r); err != nil {
+			t.Fatalf("AllocateIDRange(%+v): %v", r, err)
+		}
+	}
+	got := mustRanges(t, s)
+	if len(got) != len(want) {
+		t.Fatalf("ListIDRanges = %v, want %v", rangeKeys(got), rangeKeys(want))
+	}
+	for i := range want {
+		if got[i].SandboxID != want[i].SandboxID || got[i].Base != want[i].Base || got[i].Count != want[i].Count {
+			t.Errorf("range %d = %+v, want %+v", i, got[i], want[i])
+		}
+		checkTime(t, "AllocatedAt", want[i].AllocatedAt, got[i].AllocatedAt)
+	}
+
+	if err := s.ReleaseIDRange(ctx, b.ID); err != nil {
+		t.Fatalf("ReleaseIDRange: %v", err)
+	}
+	if got := rangeKeys(mustRanges(t, s)); len(got) != 2 || got[0] != rangeKeys(want[1:2])[0] {
+		t.Fatalf("after release: %v", got)
+	}
+	// Releasing what is not held is fine: a release may be retried.
+	for _, id := range []string{b.ID, sandbox.NewID()} {
+		if err := s.ReleaseIDRange(ctx, id); err != nil {
+			t.Errorf("ReleaseIDRange(%s) of nothing held: %v", id, err)
+		}
+	}
+	// A freed range can be allocated again, to another sandbox or the same one.
+	d := mustCreate(t, s, newSandbox(3, sandbox.StateCreating, base(), nil))
+	if err := s.AllocateIDRange(ctx, idRange(d, 200000, 65536)); err != nil {
+		t.Fatalf("reallocating a freed range: %v", err)
+	}
+	if err := s.AllocateIDRange(ctx, idRange(b, 331072, 65536)); err != nil {
+		t.Fatalf("a sandbox that released its range allocating another: %v", err)
+	}
+	if got := mustRanges(t, s); len(got) != 4 || got[0].SandboxID != d.ID {
+		t.Fatalf("after reallocation: %v", rangeKeys(got))
+	}
+	// Records are independent of ranges: updating a sandbox keeps its range.
+	upd, ev := next(a, sandbox.StateRunning, base().Add(time.Second), "agent ready")
+	if err := s.UpdateSandbox(ctx, upd, ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRanges(t, s); len(got) != 4 {
+		t.Fatalf("an update changed the ranges: %v", rangeKeys(got))
+	}
+}
+
+func testIDRangeConflicts(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	holder := mustCreate(t, s, newSandbox(0, sandbox.StateRunning, base(), nil))
+	other := mustCreate(t, s, newSandbox(1, sandbox.StateRunning, base(), nil))
+	held := idRange(holder, 1000000, 65536)
+	if err := s.AllocateIDRange(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	conflicts := []struct {
+		name string
+		r    sandbox.IDRange
+	}{
+		{"same range, other sandbox", idRange(other, 1000000, 65536)},
+		{"overlaps the start", idRange(other, 1000000-10, 11)},
+		{"overlaps the end", idRange(other, 1000000+65535, 65536)},
+		{"inside", idRange(other, 1000000+1000, 1)},
+		{"contains", idRange(other, 0, 1<<31)},
+		{"second range of one sandbox", idRange(holder, 5000000, 65536)},
+	}
+	for _, c := range conflicts {
+		if err := s.AllocateIDRange(ctx, c.r); !errcode.Is(err, errcode.Conflict) {
+			t.Errorf("%s: AllocateIDRange(%+v) = %v (code %q), want %s", c.name, c.r, err, errcode.Of(err), errcode.Conflict)
+		}
+	}
+	invalid := []sandbox.IDRange{
+		idRange(other, 3000000, 0),
+		idRange(other, 3000000, -1),
+		idRange(other, -65536, 65536),
+		idRange(other, sandbox.MaxHostID-10, 11),
+		{Base: 3000000, Count: 1},
+	}
+	for _, r := range invalid {
+		if err := s.AllocateIDRange(ctx, r); !errcode.Is(err, errcode.InvalidArgument) {
+			t.Errorf("AllocateIDRange(%+v) = %v (code %q), want %s", r, err, errcode.Of(err), errcode.InvalidArgument)
+		}
+	}
+	unknown := sandbox.IDRange{SandboxID: sandbox.NewID(), Base: 3000000, Count: 65536}
+	if err := s.AllocateIDRange(ctx, unknown); !errcode.Is(err, errcode.SandboxNotFound) {
+		t.Errorf("AllocateIDRange for an unknown sandbox = %v (code %q), want %s", err, errcode.Of(err), errcode.SandboxNotFound)
+	}
+	if got := mustRanges(t, s); len(got) != 1 || got[0].SandboxID != holder.ID || got[0].Base != held.Base {
+		t.Fatalf("refused allocations changed the ranges: %v", rangeKeys(got))
+	}
+	// Adjacent ranges share no id.
+	for _, r := range []sandbox.IDRange{idRange(other, 1000000+65536, 65536)} {
+		if err := s.AllocateIDRange(ctx, r); err != nil {
+			t.Errorf("adjacent AllocateIDRange(%+v): %v", r, err)
+		}
+	}
+	third := mustCreate(t, s, newSandbox(2, sandbox.StateRunning, base(), nil))
+	if err := s.AllocateIDRange(ctx, idRange(third, 1000000-65536, 65536)); err != nil {
+		t.Errorf("range ending where another starts: %v", err)
+	}
+}
+
+func testIDRangeConcurrentAllocate(t *testing.T, s store.Store) {
+	const n = 8
+	sbs := make([]sandbox.Sandbox, n)
+	for i := range sbs {
+		sbs[i] = mustCreate(t, s, newSandbox(i, sandbox.StateCreating, base(), nil))
+	}
+	// Everybody races for overlapping ranges: exactly one wins.
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = s.AllocateIDRange(context.Background(), idRange(sbs[i], 200000+int64(i)*1000, 65536))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errcode.Is(err, errcode.Conflict):
+			t.Errorf("sandbox %d: %v (code %q), want nil or %s", i, err, errcode.Of(err), errcode.Conflict)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d overlapping allocations succeeded, want exactly 1", won)
+	}
+	// Disjoint ranges all succeed, concurrently.
+	for _, sb := range sbs {
+		if err := s.ReleaseIDRange(t.Context(), sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.AllocateIDRange(context.Background(), idRange(sbs[i], 200000+int64(i)*65536, 65536))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("disjoint allocation %d: %v", i, err)
+		}
+	}
+	rs := mustRanges(t, s)
+	if len(rs) != n {
+		t.Fatalf("ranges = %v, want %d", rangeKeys(rs), n)
+	}
+	for i := 1; i < len(rs); i++ {
+		if rs[i-1].Overlaps(rs[i]) || rs[i-1].Base >= rs[i].Base {
+			t.Errorf("ranges %v and %v overlap or are out of order", rs[i-1], rs[i])
+		}
+	}
+}
+
+func testIDRangePrune(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	cutoff := base().Add(24 * time.Hour)
+	old := newSandbox(0, sandbox.StateLost, cutoff.Add(-48*time.Hour), nil)
+	old.UpdatedAt = cutoff.Add(-time.Hour)
+	mustCreate(t, s, old)
+	live := mustCreate(t, s, newSandbox(1, sandbox.StateRunning, cutoff.Add(-48*time.Hour), nil))
+	if err := s.AllocateIDRange(ctx, idRange(old, 200000, 65536)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AllocateIDRange(ctx, idRange(live, 265536, 65536)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PruneSandboxes(ctx, cutoff); err != nil || n != 1 {
+		t.Fatalf("PruneSandboxes = %d, %v; want 1, nil", n, err)
+	}
+	rs := mustRanges(t, s)
+	if len(rs) != 1 || rs[0].SandboxID != live.ID {
+		t.Fatalf("ranges after prune = %v, want only the live sandbox's", rangeKeys(rs))
 	}
 }

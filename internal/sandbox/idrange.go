@@ -1,0 +1,90 @@
+package sandbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+)
+
+// IDRange is the block of host user and group ids one sandbox's user namespace maps to: id 0
+// inside the sandbox (its root) is Base on the host, id 1000 (the agent user) is Base+1000, and
+// so on up to Count-1. The control plane allocates one per sandbox from its pool when it admits
+// the sandbox and records it in the store, so no two sandboxes, and no user of the host, ever
+// share an id; it frees the range once the sandbox's host resources are gone.
+type IDRange struct {
+	SandboxID   string    `json:"sandbox_id"`
+	Base        int64     `json:"base"`
+	Count       int64     `json:"count"`
+	AllocatedAt time.Time `json:"allocated_at"`
+}
+
+// End is the first id past the range.
+func (r IDRange) End() int64 { return r.Base + r.Count }
+
+// Overlaps reports whether r and o share an id.
+func (r IDRange) Overlaps(o IDRange) bool { return r.Base < o.End() && o.Base < r.End() }
+
+// Contains reports whether host id lies in r.
+func (r IDRange) Contains(id int64) bool { return id >= r.Base && id < r.End() }
+
+// MaxHostID bounds every range: uid_t is 32 bits and (uid_t)-1 means "no id".
+const MaxHostID = 1<<32 - 1
+
+// ValidateIDRange checks what a store must refuse to record.
+func ValidateIDRange(r IDRange) error {
+	switch {
+	case r.SandboxID == "":
+		return errcode.New(errcode.InvalidArgument, "an id range needs the id of the sandbox holding it")
+	case r.Count <= 0:
+		return errcode.New(errcode.InvalidArgument, "id range of %s: count must be positive, got %d", r.SandboxID, r.Count)
+	case r.Base < 0 || r.End() > MaxHostID:
+		return errcode.New(errcode.InvalidArgument, "id range of %s: [%d, %d) is outside the host's ids [0, %d)", r.SandboxID, r.Base, r.End(), int64(MaxHostID))
+	}
+	return nil
+}
+
+// IDPool is where the control plane takes sandboxes' id ranges from: Ranges blocks of Size ids
+// starting at Base, skipping every block that overlaps Reserved (the host's own users and the
+// ranges /etc/subuid and /etc/subgid delegate) or the first 65536 ids.
+type IDPool struct {
+	Base     int64
+	Size     int64
+	Ranges   int
+	Reserved []IDRange
+}
+
+// Pool defaults: 65536 ids per sandbox (the whole 16-bit id space inside, so root, the agent
+// user 1000 and nobody 65534 all exist), starting at 200000, clear of the ids most hosts use.
+const (
+	DefaultIDPoolBase = 200000
+	IDRangeSize       = 65536
+	// minPoolBase keeps every range clear of 0-65535, where hosts put their own users.
+	minPoolBase = 65536
+)
+
+// bases returns the first id of every block of the pool, lowest first.
+func (p IDPool) bases() ([]int64, error) {
+	if p.Size <= 0 || p.Ranges <= 0 {
+		return nil, fmt.Errorf("id pool: size %d and ranges %d must be positive", p.Size, p.Ranges)
+	}
+	out := make([]int64, 0, p.Ranges)
+	for b := max(p.Base, minPoolBase); len(out) < p.Ranges; b += p.Size {
+		if b+p.Size > MaxHostID {
+			return nil, fmt.Errorf("id pool: only %d blocks of %d ids fit between %d and %d clear of reserved ids; %d are needed (lower the pool's base or the maximum number of sandboxes)",
+				len(out), p.Size, p.Base, int64(MaxHostID), p.Ranges)
+		}
+		cand := IDRange{Base: b, Count: p.Size}
+		clear := true
+		for _, r := range p.Reserved {
+			if cand.Overlaps(r) {
+				clear = false
+				break
+			}
+		}
+		if clear {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
