@@ -1,0 +1,145 @@
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// ExecIn are exec's arguments.
+type ExecIn struct {
+	SandboxID      string            `json:"sandbox_id" jsonschema:"The sandbox's id, e.g. sb-0123456789ab (from sandbox_create or sandbox_list)."`
+	Command        []string          `json:"command" jsonschema:"The argv to run, e.g. [\"ls\", \"-la\"]. It is not run through a shell: use [\"sh\", \"-c\", \"cd src && make 2>&1\"] for pipes, redirection, && or globs."`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"Extra environment variables for this command."`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"Working directory; default /workspace."`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"Text given to the command on standard input (at most 16 MiB)."`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"Kill the command (its whole process group) after this many seconds; default 300, at most 86400."`
+	MaxOutputBytes int64             `json:"max_output_bytes,omitempty" jsonschema:"Output kept per stream; default 1048576 (1 MiB), at most 16777216. The rest is counted, not kept."`
+}
+
+// ExecOut is exec's reply. A non-zero exit_code is a normal result.
+type ExecOut struct {
+	ExitCode    int    `json:"exit_code" jsonschema:"The command's exit status; 128+n when signal n killed it."`
+	Signal      string `json:"signal" jsonschema:"Name of the signal that killed the command (e.g. SIGKILL), or empty."`
+	Stdout      string `json:"stdout" jsonschema:"Standard output (as much as was kept)."`
+	Stderr      string `json:"stderr" jsonschema:"Standard error (as much as was kept)."`
+	Truncated   bool   `json:"truncated" jsonschema:"True when stdout or stderr was longer than max_output_bytes and was cut."`
+	StdoutBytes int64  `json:"stdout_bytes" jsonschema:"Total bytes the command wrote to stdout."`
+	StderrBytes int64  `json:"stderr_bytes" jsonschema:"Total bytes the command wrote to stderr."`
+	DurationMs  int64  `json:"duration_ms" jsonschema:"Wall time in milliseconds."`
+	TimedOut    bool   `json:"timed_out" jsonschema:"True when timeout_seconds passed and the command was killed."`
+}
+
+func (s *Server) addExecTool() {
+	addTool(s, &mcp.Tool{
+		Name:  "exec",
+		Title: "Run a command in a sandbox",
+		Description: `Run a command in a running sandbox and wait for it to finish.
+Arguments: sandbox_id (required), command (required: an argv array such as ["python3", "test.py"]; it is NOT a shell string — use ["sh", "-c", "make 2>&1 | tail -50"] for shell syntax), env, cwd (default /workspace), stdin (text), timeout_seconds (default 300, max 86400), max_output_bytes (default 1 MiB per stream).
+Reply: {exit_code, signal, stdout, stderr, truncated, stdout_bytes, stderr_bytes, duration_ms, timed_out}. A non-zero exit_code is a normal result (read stderr), not an error. timed_out means the command was killed at timeout_seconds. truncated means output was cut: redirect it to a file and page through it with file_read, or filter it (grep, tail).
+If the call carries a progressToken, output is streamed as progress notifications while the command runs. Cancelling the call kills the command.
+Many clients give up on a call after about a minute: run longer jobs in the background, e.g. ["sh", "-c", "nohup make test > /workspace/test.log 2>&1 &"], then poll with exec (tail, test -e) or file_read.
+` + errorsDoc(errNotFound, errNotRunning, errInvalid, "COMMAND_TIMEOUT (the sandbox stopped answering: retry once, then destroy it and use a new one)", "OUTPUT_LIMIT_EXCEEDED (ask for less max_output_bytes)"),
+		Annotations: &mcp.ToolAnnotations{Title: "Run a command in a sandbox", DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+	}, func(in *jsonschema.Schema) {
+		in.Properties["command"].MinItems = ptr(1)
+	}, s.exec)
+}
+
+func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) (ExecOut, string, error) {
+	if math.IsNaN(in.TimeoutSeconds) || in.TimeoutSeconds < 0 || in.TimeoutSeconds > 86400 {
+		return ExecOut{}, "", errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 0.001 and 86400; got %g", in.TimeoutSeconds)
+	}
+	r := sandbox.ExecRequest{Argv: in.Command, Env: in.Env, Cwd: in.Cwd, Stdin: []byte(in.Stdin),
+		Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second)), MaxOutputBytes: in.MaxOutputBytes}
+	if in.TimeoutSeconds > 0 && r.Timeout < time.Millisecond {
+		r.Timeout = time.Millisecond
+	}
+	var p *progress
+	var onOutput guest.OutputFunc
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		p = &progress{notify: func(msg string, sent int64) {
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(sent), Message: msg})
+			if err != nil && ctx.Err() == nil {
+				s.log.Debug("progress notification failed", "err", err)
+			}
+		}}
+		onOutput = p.output
+	}
+	res, err := s.b.Exec(ctx, in.SandboxID, r, onOutput)
+	if p != nil {
+		p.finish() // every notification is sent before the result
+	}
+	if err != nil {
+		return ExecOut{}, "", err
+	}
+	out := ExecOut{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Stdout, Stderr: res.Stderr,
+		Truncated: res.Truncated, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
+		DurationMs: res.DurationMs, TimedOut: res.TimedOut}
+	return out, renderExec(out, r.MaxOutputBytes), nil
+}
+
+// progress forwards a command's output as notifications/progress: message = the text, progress
+// = bytes so far. Chunks are cut at UTF-8 boundaries; the total is bounded by MaxProgressBytes.
+type progress struct {
+	notify  func(msg string, sent int64)
+	sent    int64
+	carry   map[string][]byte // an incomplete UTF-8 sequence at the end of the last chunk, per stream
+	stopped bool
+}
+
+func (p *progress) output(stream string, data []byte) {
+	if p.stopped {
+		return
+	}
+	if p.carry == nil {
+		p.carry = map[string][]byte{}
+	}
+	buf := append(p.carry[stream], data...)
+	cut := len(buf)
+	// Hold back a trailing incomplete rune (at most 3 bytes) for the next chunk.
+	for i := 1; i <= 3 && i <= len(buf); i++ {
+		c := buf[len(buf)-i]
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(buf[len(buf)-i:]) {
+				cut = len(buf) - i
+			}
+			break
+		}
+	}
+	p.carry[stream] = append([]byte(nil), buf[cut:]...)
+	p.send(buf[:cut])
+}
+
+func (p *progress) send(b []byte) {
+	if len(b) == 0 || p.stopped {
+		return
+	}
+	msg := string(b)
+	if p.sent+int64(len(b)) > MaxProgressBytes {
+		p.stopped = true
+		msg = fmt.Sprintf("[agentbox: %d bytes of output streamed; further output is not streamed — see the result]", p.sent)
+	}
+	p.sent += int64(len(b))
+	p.notify(strings.ToValidUTF8(msg, "\uFFFD"), p.sent)
+}
+
+// finish flushes what is held back.
+func (p *progress) finish() {
+	for _, stream := range []string{"stdout", "stderr"} {
+		if b := p.carry[stream]; len(b) > 0 {
+			p.carry[stream] = nil
+			p.send(b)
+		}
+	}
+}

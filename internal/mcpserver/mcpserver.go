@@ -1,0 +1,160 @@
+// Package mcpserver is agentbox's Model Context Protocol surface: tools, resources, prompts,
+// completion and subscriptions over a Backend (the sandbox service in-process, or a running
+// `agentbox serve` through its REST client), served over stdio, streamable HTTP and SSE with the
+// official Go SDK. It is a thin adapter: typed errors become tool results with isError and the
+// code, and nothing below it knows MCP exists.
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// Backend is what the MCP surface needs from the control plane. *sandbox.Service satisfies it
+// directly; internal/api/client.Backend satisfies it over the REST API. Errors are *errcode.Error
+// where the caller can act on them.
+type Backend interface {
+	Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error)
+	Get(ctx context.Context, id string) (sandbox.Sandbox, error)
+	List(ctx context.Context, f sandbox.ListFilter) ([]sandbox.Sandbox, error)
+	Destroy(ctx context.Context, id string) (sandbox.Sandbox, error)
+	Extend(ctx context.Context, id string, ttlSeconds int64) (sandbox.Sandbox, error)
+	// Exec runs a command; onOutput (if non-nil) gets output while it runs, in order, before
+	// Exec returns. Cancelling ctx kills the command.
+	Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput guest.OutputFunc) (sandbox.ExecResult, error)
+	WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (sandbox.FileInfo, error)
+	// ReadFile opens a byte range (length 0 = to the end), refusing with FILE_TOO_LARGE (details
+	// "size") when the range exceeds limit. It returns the body and the file's total size.
+	ReadFile(ctx context.Context, id, path string, offset, length, limit int64) (io.ReadCloser, int64, error)
+	ListDir(ctx context.Context, id, path string) (sandbox.DirList, error)
+	Events(ctx context.Context, f sandbox.EventFilter) ([]sandbox.Event, error)
+	Capacity(ctx context.Context) (sandbox.Capacity, error)
+	Runtimes() []runtime.Capabilities
+}
+
+// Bounds of the MCP surface (the REST API streams larger files).
+const (
+	// MaxWriteBytes bounds one file_write (decoded content).
+	MaxWriteBytes = 10 << 20
+	// MaxReadBytes bounds the bytes one file_read returns.
+	MaxReadBytes = 1 << 20
+	// MaxProgressBytes bounds the output one exec streams as progress notifications; the
+	// result still carries the kept output.
+	MaxProgressBytes = 16 << 20
+	// maxHeld bounds the sandboxes one server tracks (live ones are bounded by the service).
+	maxHeld = 10000
+)
+
+// Options configures a Server. Zero values take the documented defaults.
+type Options struct {
+	// ControlPlane says where the sandboxes live, for health (e.g. "in-process (state dir
+	// /var/lib/agentbox)" or "agentbox serve at http://127.0.0.1:8765").
+	ControlPlane string
+	// Logger receives the server's log (nil = discard). Never stdout: on stdio, stdout is the
+	// protocol.
+	Logger *slog.Logger
+	// PollInterval is how often resource subscriptions poll the event log (default 300ms).
+	PollInterval time.Duration
+}
+
+// Server is the MCP server: one per process, shared by every session and transport.
+type Server struct {
+	b     Backend
+	opts  Options
+	log   *slog.Logger
+	mcp   *mcp.Server
+	held  *heldSet
+	watch *watcher
+}
+
+// New returns a Server over b with every tool, resource and prompt registered.
+func New(b Backend, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 300 * time.Millisecond
+	}
+	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSet()}
+	s.watch = newWatcher(s)
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentbox", Title: "agentbox sandboxes", Version: version.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		// The SDK logs every session at info; keep only its warnings and errors.
+		Logger:             s.sdkLogger(),
+		CompletionHandler:  s.complete,
+		SubscribeHandler:   s.watch.subscribe,
+		UnsubscribeHandler: s.watch.unsubscribe,
+	})
+	s.mcp.AddReceivingMiddleware(s.recoverPanics)
+	s.addTools()
+	s.addResources()
+	s.addPrompts()
+	return s
+}
+
+// MCP returns the SDK server, to run on a transport (Run, NewStreamableHTTPHandler, …).
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// Close stops background work (the subscription poller) and closes every session, which ends
+// their event streams.
+func (s *Server) Close() {
+	s.watch.close()
+	for ss := range s.mcp.Sessions() {
+		_ = ss.Close()
+	}
+}
+
+const instructions = `agentbox gives you disposable Linux sandboxes (containers with no network) to run commands and handle files in, isolated from the user's machine.
+The loop: sandbox_create → exec / file_write / file_read / file_list with its sandbox_id → sandbox_destroy when done.
+Sandboxes expire after ttl_seconds (default 30 minutes); sandbox_extend keeps one alive. Destroy what you no longer need: capacity is shared.
+Errors come back as {"error": {"code", "message"}}; the message says what to change. A command that exits non-zero is a normal result, not an error.`
+
+// recoverPanics turns a panic in any handler into an error reply; the session goes on.
+func (s *Server) recoverPanics(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			s.log.Error("panic in MCP handler; recovered", "method", method, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if method == "tools/call" {
+				res, err = errorResult(errcode.New(errcode.Internal, "internal error in the agentbox server (recovered; the session goes on); retrying the same call will likely fail the same way — see the server log")), nil
+				return
+			}
+			res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error in the agentbox server (recovered); see the server log"}
+		}()
+		return next(ctx, method, req)
+	}
+}
+
+// minLevel drops records below a level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
+}

@@ -1,0 +1,416 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// handler is a typed tool handler: it returns the structured result and its text rendering.
+type handler[In, Out any] func(ctx context.Context, req *mcp.CallToolRequest, in In) (Out, string, error)
+
+// addTool registers a tool whose input and output schemas come from In and Out. tweak, if
+// non-nil, adjusts the input schema (minimums, enums) before it is published.
+func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema), h handler[In, Out]) {
+	in := schemaFor[In]()
+	if tweak != nil {
+		tweak(in)
+	}
+	t.InputSchema = in
+	t.OutputSchema = outputSchema[Out]()
+	s.mcp.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args In
+		if err := decodeArgs(t.Name, in, req.Params.Arguments, &args); err != nil {
+			return errorResult(err), nil
+		}
+		out, text, err := h(ctx, req, args)
+		if err != nil {
+			if errcode.Of(err) == errcode.Internal && ctx.Err() == nil {
+				s.log.Error("tool failed", "tool", t.Name, "err", err)
+			}
+			return errorResult(err), nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: out}, nil
+	})
+}
+
+// ToolError is the structured content of a failed call: {"error": {"code", "message", "details"}}.
+type ToolError struct {
+	Code    errcode.Code   `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// errorResult translates err into a tool result with isError, the code in structured content,
+// and "CODE: message" as text.
+func errorResult(err error) *mcp.CallToolResult {
+	te := ToolError{Code: errcode.Of(err), Message: errcode.Message(err)}
+	if e, ok := errcode.As(err); ok {
+		te.Details = e.Details
+	}
+	if errors.Is(err, context.Canceled) && te.Code == errcode.Internal {
+		te.Message = "the call was cancelled"
+	}
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(te.Code) + ": " + te.Message}},
+		StructuredContent: map[string]any{"error": te},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Descriptions of the errors a tool can return, for tool descriptions.
+const (
+	errNotFound   = "SANDBOX_NOT_FOUND (wrong or forgotten id: stop, check sandbox_list)"
+	errNotRunning = "SANDBOX_NOT_RUNNING (it was destroyed, expired or failed: stop using it and create a new one; if its state is creating, wait and retry)"
+	errInvalid    = "INVALID_ARGUMENT (fix the argument the message names)"
+)
+
+// errorsDoc lists a tool's errors.
+func errorsDoc(items ...string) string {
+	return `Errors (isError, structured content {"error": {"code", "message"}}): ` + strings.Join(items, "; ") + "."
+}
+
+func (s *Server) addTools() {
+	addTool(s, &mcp.Tool{
+		Name:  "sandbox_create",
+		Title: "Create a sandbox",
+		Description: `Create a fresh, isolated Linux sandbox and return it running. Call this first; pass the returned sandbox_id to every other tool.
+The sandbox has the host's tools read-only (sh, coreutils, git, python3, …), a writable /workspace (the default working directory) and /home/agent, a /tmp, and NO network: nothing can be downloaded inside it (bring files in with file_write).
+All arguments are optional: image (default "host"), runtime, cpu (cores, default 1), memory_mb (default 512), disk_mb, ttl_seconds (lifetime, default 1800 = 30 min, at most the server's max TTL, usually 86400), env (variables for every command), labels, requirements ({"isolation": "process"|"kernel"|"vm", "network": "none"}: minimum guarantees; the call fails rather than fall back to weaker isolation).
+Reply: {sandbox_id, state: "running", image, runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, …}.
+Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend adds time. Call sandbox_destroy when done.
+` + errorsDoc("CAPACITY_UNAVAILABLE (the server is full: destroy sandboxes you no longer need, or wait for others to finish, then retry)",
+			"RUNTIME_UNAVAILABLE or UNSUPPORTED_OPERATION (this server cannot provide what was asked: stop, or ask for less)", errInvalid),
+		Annotations: &mcp.ToolAnnotations{Title: "Create a sandbox", DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+	}, func(in *jsonschema.Schema) {
+		in.Properties["requirements"].Properties["isolation"].Enum = []any{"process", "kernel", "vm"}
+	}, s.sandboxCreate)
+
+	addTool(s, &mcp.Tool{
+		Name:  "sandbox_list",
+		Title: "List my sandboxes",
+		Description: `List the sandboxes this MCP server created that it still holds, oldest first. Takes no arguments.
+Reply: {sandboxes: [{sandbox_id, state, expires_in_seconds, …}], count}. A sandbox that has finished (destroyed, failed, lost or expired) appears once more with its final state and a reason, then drops out of the list.
+Use it to find a sandbox_id you lost track of, or to see what to destroy. The list is never cut short.`,
+		Annotations: &mcp.ToolAnnotations{Title: "List my sandboxes", ReadOnlyHint: true, IdempotentHint: false, OpenWorldHint: ptr(false)},
+	}, nil, s.sandboxList)
+
+	addTool(s, &mcp.Tool{
+		Name:  "sandbox_get",
+		Title: "Get a sandbox",
+		Description: `Get one sandbox's current record. Arguments: sandbox_id (required).
+Reply: {sandbox_id, state, image, runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, reason (why it ended, for finished sandboxes)}. Only state "running" accepts exec and file tools.
+` + errorsDoc(errNotFound, errInvalid),
+		Annotations: &mcp.ToolAnnotations{Title: "Get a sandbox", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, nil, s.sandboxGet)
+
+	addTool(s, &mcp.Tool{
+		Name:  "sandbox_destroy",
+		Title: "Destroy a sandbox",
+		Description: `Destroy a sandbox: kill everything in it and delete its files. Arguments: sandbox_id (required). Destroying a destroyed sandbox is a no-op that succeeds.
+Reply: the sandbox record with state "destroyed". Copy out anything you need first (file_read).
+Call it as soon as you no longer need a sandbox: capacity is shared with other agents.
+` + errorsDoc(errNotFound, errInvalid),
+		Annotations: &mcp.ToolAnnotations{Title: "Destroy a sandbox", DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, nil, s.sandboxDestroy)
+
+	addTool(s, &mcp.Tool{
+		Name:  "sandbox_extend",
+		Title: "Extend a sandbox's lifetime",
+		Description: `Push a running sandbox's expiry further. Arguments: sandbox_id (required), ttl_seconds (required: seconds to add; the new expiry is capped at the server's max TTL from now).
+Reply: the sandbox record with the new expires_at and expires_in_seconds.
+Extend by about what the remaining work needs; do not keep sandboxes alive "just in case".
+` + errorsDoc(errNotFound, errNotRunning, errInvalid),
+		Annotations: &mcp.ToolAnnotations{Title: "Extend a sandbox's lifetime", IdempotentHint: false, DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+	}, nil, s.sandboxExtend)
+
+	s.addExecTool()
+	s.addFileTools()
+
+	addTool(s, &mcp.Tool{
+		Name:  "health",
+		Title: "Server health and capacity",
+		Description: `Check the agentbox server in one call. Takes no arguments.
+Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb}, sandboxes (the same list as sandbox_list), count}.
+Use it before creating sandboxes with special requirements, or when sandbox_create reports CAPACITY_UNAVAILABLE.`,
+		Annotations: &mcp.ToolAnnotations{Title: "Server health and capacity", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+	}, nil, s.health)
+}
+
+// SandboxInfo is a sandbox as tools and resources report it.
+type SandboxInfo struct {
+	SandboxID        string            `json:"sandbox_id" jsonschema:"The sandbox's id (sb- and 12 hex digits); pass it as sandbox_id to the other tools."`
+	State            string            `json:"state" jsonschema:"creating, running, stopping, destroyed, failed or lost. Only running accepts exec and file tools."`
+	Image            string            `json:"image" jsonschema:"Root filesystem image."`
+	Runtime          string            `json:"runtime" jsonschema:"Runtime that runs the sandbox."`
+	Isolation        string            `json:"isolation" jsonschema:"Isolation level: process, kernel or vm."`
+	CPU              float64           `json:"cpu" jsonschema:"CPU limit in cores."`
+	MemoryMB         int64             `json:"memory_mb" jsonschema:"Memory limit in MiB."`
+	DiskMB           int64             `json:"disk_mb" jsonschema:"Disk size in MiB."`
+	Env              map[string]string `json:"env,omitempty" jsonschema:"Environment of every command."`
+	Labels           map[string]string `json:"labels,omitempty" jsonschema:"Labels given at creation."`
+	CreatedAt        time.Time         `json:"created_at" jsonschema:"Creation time (RFC 3339)."`
+	ExpiresAt        time.Time         `json:"expires_at" jsonschema:"When the sandbox is destroyed unless extended (RFC 3339)."`
+	ExpiresInSeconds int64             `json:"expires_in_seconds" jsonschema:"Seconds until expiry; 0 once it has ended."`
+	Reason           string            `json:"reason,omitempty" jsonschema:"Why a finished sandbox ended (destroyed on request, ttl expired, failed or lost)."`
+}
+
+func (s *Server) info(sb sandbox.Sandbox) SandboxInfo {
+	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, Runtime: sb.Runtime,
+		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env,
+		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error}
+	if !finished(sb.State) {
+		in.ExpiresInSeconds = max(0, int64(time.Until(sb.ExpiresAt).Seconds()))
+	}
+	return in
+}
+
+// withReason fills Reason for a finished sandbox from its last recorded transition.
+func (s *Server) withReason(ctx context.Context, in SandboxInfo) SandboxInfo {
+	if in.Reason != "" || !finished(sandbox.State(in.State)) {
+		return in
+	}
+	var last sandbox.Event
+	for after := int64(0); ; {
+		evs, err := s.b.Events(ctx, sandbox.EventFilter{SandboxID: in.SandboxID, AfterSeq: after, Limit: sandbox.MaxList})
+		if err != nil || len(evs) == 0 {
+			break
+		}
+		last, after = evs[len(evs)-1], evs[len(evs)-1].Seq
+		if len(evs) < sandbox.MaxList {
+			break
+		}
+	}
+	in.Reason = last.Reason
+	return in
+}
+
+func finished(st sandbox.State) bool {
+	return st == sandbox.StateDestroyed || st == sandbox.StateFailed || st == sandbox.StateLost
+}
+
+// Requirements are minimum guarantees a sandbox must have.
+type Requirements struct {
+	Isolation string `json:"isolation,omitempty" jsonschema:"Minimum isolation: process (namespaces and cgroups on the host kernel), kernel (a separate kernel such as gVisor) or vm (a virtual machine). Creation fails rather than fall back to weaker isolation."`
+	Network   string `json:"network,omitempty" jsonschema:"Network mode the sandbox needs; only none is offered today."`
+}
+
+// CreateIn are sandbox_create's arguments.
+type CreateIn struct {
+	Image        string            `json:"image,omitempty" jsonschema:"Root filesystem image; default host (the host's /usr, read-only)."`
+	Runtime      string            `json:"runtime,omitempty" jsonschema:"Runtime by name (see health); default the server's default runtime."`
+	CPU          float64           `json:"cpu,omitempty" jsonschema:"CPU limit in cores, fractions allowed; default 1."`
+	MemoryMB     int64             `json:"memory_mb,omitempty" jsonschema:"Memory limit in MiB; default 512."`
+	DiskMB       int64             `json:"disk_mb,omitempty" jsonschema:"Disk size in MiB; default 1024."`
+	TTLSeconds   int64             `json:"ttl_seconds,omitempty" jsonschema:"Lifetime in seconds; default 1800, at most the server's max TTL (usually 86400). The sandbox is destroyed when it expires."`
+	Env          map[string]string `json:"env,omitempty" jsonschema:"Environment variables for every command in the sandbox."`
+	Labels       map[string]string `json:"labels,omitempty" jsonschema:"Free-form labels to recognise the sandbox by."`
+	Requirements *Requirements     `json:"requirements,omitempty" jsonschema:"Minimum guarantees (isolation, network); the call fails if no runtime meets them."`
+}
+
+func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in CreateIn) (SandboxInfo, string, error) {
+	if s.held.len() >= maxHeld {
+		return SandboxInfo{}, "", errcode.New(errcode.CapacityUnavailable, "this MCP server already tracks %d sandboxes; destroy the ones you no longer need (sandbox_list shows them) and retry", maxHeld)
+	}
+	req := sandbox.CreateRequest{Image: in.Image, Runtime: in.Runtime, CPU: in.CPU, MemoryMB: in.MemoryMB,
+		DiskMB: in.DiskMB, TTLSeconds: in.TTLSeconds, Env: in.Env, Labels: in.Labels}
+	if in.Requirements != nil {
+		rt, err := s.pickRuntime(in.Runtime, *in.Requirements)
+		if err != nil {
+			return SandboxInfo{}, "", err
+		}
+		req.Runtime = rt
+	}
+	sb, err := s.b.Create(ctx, req)
+	if err != nil {
+		return SandboxInfo{}, "", err
+	}
+	s.held.add(sb.ID)
+	out := s.info(sb)
+	return out, fmt.Sprintf("Created %s: %s. Next: exec or file_write with sandbox_id %q; sandbox_destroy when done.", sb.ID, summary(out), sb.ID), nil
+}
+
+var isolationRank = map[string]int{"process": 1, "kernel": 2, "vm": 3}
+
+// pickRuntime returns the runtime that meets req: the named one, or the weakest sufficient
+// available one. It never falls back to weaker isolation.
+func (s *Server) pickRuntime(named string, req Requirements) (string, error) {
+	rts := s.b.Runtimes()
+	ok := func(c runtime.Capabilities) bool {
+		if req.Isolation != "" && isolationRank[string(c.Isolation)] < isolationRank[req.Isolation] {
+			return false
+		}
+		if req.Network != "" && !slices.Contains(c.NetworkModes, req.Network) {
+			return false
+		}
+		return true
+	}
+	var have []string
+	var best *runtime.Capabilities
+	for i, c := range rts {
+		desc := fmt.Sprintf("%s (isolation %s, network %s", c.Name, c.Isolation, strings.Join(c.NetworkModes, "/"))
+		if !c.Available {
+			desc += ", unavailable: " + c.Reason
+		}
+		have = append(have, desc+")")
+		if named != "" && c.Name == named {
+			if !ok(c) {
+				return "", errcode.New(errcode.UnsupportedOp, "runtime %q does not meet the requirements (isolation %q, network %q): it gives isolation %s and network %s; drop the runtime argument or relax the requirements", named, req.Isolation, req.Network, c.Isolation, strings.Join(c.NetworkModes, "/"))
+			}
+			return named, nil
+		}
+		if named == "" && c.Available && ok(c) && (best == nil || isolationRank[string(c.Isolation)] < isolationRank[string(best.Isolation)]) {
+			best = &rts[i]
+		}
+	}
+	if named != "" {
+		return named, nil // unknown runtime: the service says which exist
+	}
+	if best == nil {
+		return "", errcode.New(errcode.UnsupportedOp, "no runtime on this server meets the requirements (isolation %q, network %q); it has: %s. Stop: retrying will not help; relax the requirements or use another server", req.Isolation, req.Network, strings.Join(have, "; "))
+	}
+	return best.Name, nil
+}
+
+// SandboxIDIn is the argument of tools that act on one sandbox.
+type SandboxIDIn struct {
+	SandboxID string `json:"sandbox_id" jsonschema:"The sandbox's id, e.g. sb-0123456789ab (from sandbox_create or sandbox_list)."`
+}
+
+func (s *Server) sandboxGet(ctx context.Context, _ *mcp.CallToolRequest, in SandboxIDIn) (SandboxInfo, string, error) {
+	sb, err := s.b.Get(ctx, in.SandboxID)
+	if err != nil {
+		return SandboxInfo{}, "", err
+	}
+	out := s.withReason(ctx, s.info(sb))
+	s.held.seen(sb)
+	return out, summaryLine(out), nil
+}
+
+func (s *Server) sandboxDestroy(ctx context.Context, _ *mcp.CallToolRequest, in SandboxIDIn) (SandboxInfo, string, error) {
+	sb, err := s.b.Destroy(ctx, in.SandboxID)
+	if err != nil {
+		return SandboxInfo{}, "", err
+	}
+	s.held.seen(sb)
+	out := s.info(sb)
+	return out, fmt.Sprintf("Destroyed %s; its processes and files are gone.", sb.ID), nil
+}
+
+// ExtendIn are sandbox_extend's arguments.
+type ExtendIn struct {
+	SandboxID  string `json:"sandbox_id" jsonschema:"The sandbox's id, e.g. sb-0123456789ab (from sandbox_create or sandbox_list)."`
+	TTLSeconds int64  `json:"ttl_seconds" jsonschema:"Seconds to add to the expiry, at least 1; the result is capped at the server's max TTL from now."`
+}
+
+func (s *Server) sandboxExtend(ctx context.Context, _ *mcp.CallToolRequest, in ExtendIn) (SandboxInfo, string, error) {
+	sb, err := s.b.Extend(ctx, in.SandboxID, in.TTLSeconds)
+	if err != nil {
+		return SandboxInfo{}, "", err
+	}
+	s.watch.touch(sb.ID)
+	out := s.info(sb)
+	return out, fmt.Sprintf("%s now expires at %s (in %s).", sb.ID, out.ExpiresAt.Format(time.RFC3339), time.Duration(out.ExpiresInSeconds)*time.Second), nil
+}
+
+// SandboxList is the reply of sandbox_list and the content of agentbox://sandboxes.
+type SandboxList struct {
+	Sandboxes []SandboxInfo `json:"sandboxes" jsonschema:"The sandboxes this server created and still holds, oldest first; finished ones appear once more, then drop out."`
+	Count     int           `json:"count" jsonschema:"Number of entries."`
+}
+
+// NoArgs is the input of tools that take no arguments.
+type NoArgs struct{}
+
+func (s *Server) sandboxList(ctx context.Context, _ *mcp.CallToolRequest, _ NoArgs) (SandboxList, string, error) {
+	l, err := s.heldList(ctx)
+	if err != nil {
+		return SandboxList{}, "", err
+	}
+	return l, renderList(l), nil
+}
+
+// RuntimeInfo is one runtime as health reports it.
+type RuntimeInfo struct {
+	Name         string   `json:"name" jsonschema:"Runtime name, for sandbox_create's runtime argument."`
+	Available    bool     `json:"available" jsonschema:"Whether it can create sandboxes on this host now."`
+	Isolation    string   `json:"isolation" jsonschema:"process, kernel or vm."`
+	Version      string   `json:"version,omitempty" jsonschema:"Runtime version."`
+	Images       []string `json:"images" jsonschema:"Images it can run."`
+	NetworkModes []string `json:"network_modes" jsonschema:"Network modes it can give a sandbox."`
+	Reason       string   `json:"reason,omitempty" jsonschema:"Why it is unavailable."`
+}
+
+// CapacityInfo is how much of the server's bounds live sandboxes use.
+type CapacityInfo struct {
+	MaxSandboxes   int     `json:"max_sandboxes" jsonschema:"Most live sandboxes at once."`
+	Live           int     `json:"live" jsonschema:"Live sandboxes now (all clients)."`
+	Free           int     `json:"free" jsonschema:"Sandboxes that can still be created."`
+	CPUBudget      float64 `json:"cpu_budget" jsonschema:"Sum of live sandboxes' cpu allowed; 0 = unbounded."`
+	CPUUsed        float64 `json:"cpu_used" jsonschema:"Sum of live sandboxes' cpu."`
+	CPUFree        float64 `json:"cpu_free" jsonschema:"Cores still allocatable; -1 = unbounded."`
+	MemoryBudgetMB int64   `json:"memory_budget_mb" jsonschema:"Sum of live sandboxes' memory_mb allowed; 0 = unbounded."`
+	MemoryUsedMB   int64   `json:"memory_used_mb" jsonschema:"Sum of live sandboxes' memory_mb."`
+	MemoryFreeMB   int64   `json:"memory_free_mb" jsonschema:"MiB still allocatable; -1 = unbounded."`
+}
+
+func capacityInfo(c sandbox.Capacity) CapacityInfo {
+	ci := CapacityInfo{MaxSandboxes: c.MaxSandboxes, Live: c.Live, Free: c.Free, CPUBudget: c.CPUBudget,
+		CPUUsed: c.CPUUsed, CPUFree: -1, MemoryBudgetMB: c.MemoryBudgetMB, MemoryUsedMB: c.MemoryUsedMB, MemoryFreeMB: -1}
+	if c.CPUBudget > 0 {
+		ci.CPUFree = max(0, c.CPUBudget-c.CPUUsed)
+	}
+	if c.MemoryBudgetMB > 0 {
+		ci.MemoryFreeMB = max(0, c.MemoryBudgetMB-c.MemoryUsedMB)
+	}
+	return ci
+}
+
+// HealthOut is health's reply.
+type HealthOut struct {
+	Status       string        `json:"status" jsonschema:"ok when the control plane answers."`
+	Version      string        `json:"version" jsonschema:"agentbox version."`
+	ControlPlane string        `json:"control_plane" jsonschema:"Where the sandboxes live."`
+	Runtimes     []RuntimeInfo `json:"runtimes" jsonschema:"Runtimes with their isolation level."`
+	Capacity     CapacityInfo  `json:"capacity" jsonschema:"Bounds used and free."`
+	Sandboxes    []SandboxInfo `json:"sandboxes" jsonschema:"The same list as sandbox_list."`
+	Count        int           `json:"count" jsonschema:"Number of entries in sandboxes."`
+}
+
+func (s *Server) health(ctx context.Context, _ *mcp.CallToolRequest, _ NoArgs) (HealthOut, string, error) {
+	c, err := s.b.Capacity(ctx)
+	if err != nil {
+		return HealthOut{}, "", err
+	}
+	l, err := s.heldList(ctx)
+	if err != nil {
+		return HealthOut{}, "", err
+	}
+	out := HealthOut{Status: "ok", Version: version.Version, ControlPlane: s.opts.ControlPlane,
+		Capacity: capacityInfo(c), Sandboxes: l.Sandboxes, Count: l.Count, Runtimes: []RuntimeInfo{}}
+	for _, r := range s.b.Runtimes() {
+		out.Runtimes = append(out.Runtimes, RuntimeInfo{Name: r.Name, Available: r.Available, Isolation: string(r.Isolation),
+			Version: r.Version, Images: nonNil(r.Images), NetworkModes: nonNil(r.NetworkModes), Reason: r.Reason})
+	}
+	return out, renderHealth(out), nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
