@@ -18,6 +18,7 @@ func run(args []string) int {
 	}
 	cmds := map[string]func([]string) int{
 		"serve":   cmdServe,
+		"mcp":     cmdMCP,
 		"guest":   cmdGuest,
 		"sandbox": cmdSandbox,
 		"exec":    cmdExec,
@@ -43,6 +44,10 @@ Server:
   agentbox serve [--listen ADDR] [--state-dir DIR] [--allow-remote] ...
                                         run the control plane (REST API on 127.0.0.1:8765)
   agentbox doctor                       what this host supports and how to fix what is missing
+
+MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
+  agentbox mcp [--state-dir DIR]        serve MCP on stdio; uses the running server, or runs the
+                                        control plane in-process. HTTP: serve's /mcp (and /sse)
 
 Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server / --token):
   agentbox sandbox create [--image I] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N]

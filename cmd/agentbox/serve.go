@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/mcpserver"
 )
 
 func cmdServe(args []string) int {
@@ -30,8 +31,15 @@ func cmdServe(args []string) int {
 	fs.StringVar(&cfg.GuestBinary, "guest-binary", "", "agentbox binary to run inside sandboxes (default: this one)")
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (servers sharing a host need different ones)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *noAuth {
+		if host, _, err := net.SplitHostPort(cfg.Listen); err != nil || !config.IsLoopback(host) || cfg.AllowRemote {
+			fmt.Fprintf(os.Stderr, "agentbox serve: --insecure-no-auth works only on a loopback --listen address and without --allow-remote (got %q)\n", cfg.Listen)
+			return 2
+		}
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -45,6 +53,13 @@ func cmdServe(args []string) int {
 	token, err := config.LoadOrCreateToken(cfg)
 	if err != nil {
 		return fail(err)
+	}
+	if *noAuth {
+		token = ""
+		fmt.Fprint(os.Stderr, "\n"+
+			"!!! agentbox serve --insecure-no-auth: THE API AND MCP ENDPOINTS ACCEPT REQUESTS WITHOUT A TOKEN.\n"+
+			"!!! Any process on this machine can create sandboxes and run commands through them.\n"+
+			"!!! This is for conformance testing only; never use it otherwise.\n\n")
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
@@ -62,12 +77,16 @@ func cmdServe(args []string) int {
 	if err := config.WriteServerInfo(cfg.StateDir, config.ServerInfo{URL: url, PID: os.Getpid()}); err != nil {
 		log.Warn("cannot publish server address", "err", err)
 	}
-	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log})
+	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log})
+	defer mcpSrv.Close()
+	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
+		Mount: mcpHandlers(mcpSrv)})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	srv.RegisterOnShutdown(mcpSrv.Close) // ends MCP event streams, which would hold Shutdown up
 	go cp.svc.Run(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("agentbox serving", "url", url, "state_dir", cfg.StateDir, "token_file", tokenSource(cfg))
+	log.Info("agentbox serving", "url", url, "mcp", url+"/mcp", "state_dir", cfg.StateDir, "token_file", tokenSource(cfg))
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
