@@ -16,13 +16,23 @@ func cmdGuest(args []string) int {
 	fs := flag.NewFlagSet("guest", flag.ContinueOnError)
 	socket := fs.String("socket", "/.agentbox/run/agent.sock", "unix socket to listen on")
 	workdir := fs.String("workdir", guest.DefaultWorkdir, "default working directory")
+	user := fs.String("user", "agent", `user that runs commands naming none, and owns files the agent creates, when the agent runs as root ("" = the agent itself)`)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var defaultUser *guest.User
+	if *user != "" && os.Geteuid() == 0 {
+		u, err := guest.LookupUser(*user)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "agentbox guest:", err)
+			return 1
+		}
+		defaultUser = &u
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := guest.Run(ctx, guest.ServerConfig{Socket: *socket, Workdir: *workdir, Logger: log}); err != nil {
+	if err := guest.Run(ctx, guest.ServerConfig{Socket: *socket, Workdir: *workdir, Logger: log, DefaultUser: defaultUser}); err != nil {
 		fmt.Fprintln(os.Stderr, "agentbox guest:", err)
 		return 1
 	}

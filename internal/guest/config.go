@@ -15,4 +15,21 @@ type ServerConfig struct {
 	// ShutdownGrace is how long Run lets in-flight requests finish once its context ends before
 	// it kills the commands still running and closes every connection (default 5 s).
 	ShutdownGrace time.Duration
+	// DefaultUser is who runs a command whose request names no user, and who owns the files
+	// and directories the files API creates (so commands can change them). Nil runs commands
+	// as the agent itself and leaves new files to it. Setting it needs the agent to run as
+	// root: `agentbox guest` sets the sandbox's `agent` user (uid 1000) there.
+	DefaultUser *User
 }
+
+// User is an account inside the sandbox that commands run as.
+type User struct {
+	Name string
+	UID  uint32
+	GID  uint32
+	// Home is the user's HOME.
+	Home string
+}
+
+// rootUser is the account of `user: "root"` requests.
+func rootUser() User { return User{Name: "root", UID: 0, GID: 0, Home: "/root"} }

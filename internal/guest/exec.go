@@ -53,6 +53,8 @@ type execSpec struct {
 	stdin   []byte
 	timeout time.Duration
 	maxOut  int64
+	// user is who runs the command; nil runs it as the agent itself.
+	user *User
 	// failCode, when non-zero, is the exit status of a command that cannot be started (127 not
 	// found, 126 not executable); failMsg is its stderr. Like a shell, this is a result.
 	failCode int
@@ -183,13 +185,16 @@ func (s *server) prepareExec(req *ExecRequest) (*execSpec, error) {
 	case req.MaxOutputBytes > 0:
 		maxOut = req.MaxOutputBytes
 	}
+	var user *User
 	switch req.User {
 	case "":
+		user = s.user
 	case "root":
-		if os.Geteuid() != 0 {
+		if !s.root {
 			return nil, inv(`user "root" is not available: the agent does not run as root in this sandbox; omit user`)
 		}
-		// The agent is root already, so its own credentials are root's.
+		u := rootUser()
+		user = &u
 	default:
 		return nil, inv(`user %q is not supported: use "" (the sandbox's default user) or "root"`, req.User)
 	}
@@ -210,8 +215,13 @@ func (s *server) prepareExec(req *ExecRequest) (*execSpec, error) {
 		return nil, inv("working directory %s is not a directory", dir)
 	}
 
-	env := mergeEnv(os.Environ(), req.Env)
-	sp := &execSpec{argv: req.Argv, env: env, dir: dir, stdin: req.Stdin, timeout: timeout, maxOut: maxOut}
+	env := os.Environ()
+	if user != nil {
+		// Who the command runs as; the request's env may still override it.
+		env = mergeEnv(env, map[string]string{"HOME": user.Home, "USER": user.Name, "LOGNAME": user.Name})
+	}
+	env = mergeEnv(env, req.Env)
+	sp := &execSpec{argv: req.Argv, env: env, dir: dir, stdin: req.Stdin, timeout: timeout, maxOut: maxOut, user: user}
 	pathEnv, ok := req.Env["PATH"]
 	if !ok {
 		pathEnv, ok = os.LookupEnv("PATH")
@@ -332,7 +342,7 @@ func pump(f *os.File, stream string, c *capture, sink chan<- Frame) {
 }
 
 // runExec runs a prepared command to completion (or timeout, or ctx cancellation, both of which
-// SIGKILL its process group) and returns its result. With sink non-nil, output chunks are sent
+// SIGKILL its whole process tree: see killTree) and returns its result. With sink non-nil, output chunks are sent
 // to it as they are read; runExec never closes sink.
 func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (ExecResult, error) {
 	start := time.Now()
@@ -372,6 +382,21 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 		Env:   sp.env,
 		Files: []*os.File{inR, outW, errW},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	tree := processTree{since: bootTicks()}
+	if s.root {
+		// As root the agent sets the command's credentials, and tags the command with a
+		// supplementary group of its own (see execTags).
+		tree.tag = s.reaper.tags.acquire()
+		defer s.reaper.tags.release(tree.tag)
+		cred := &syscall.Credential{Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid()), Groups: []uint32{}}
+		if sp.user != nil {
+			cred.Uid, cred.Gid = sp.user.UID, sp.user.GID
+		}
+		if tree.tag != 0 {
+			cred.Groups = []uint32{tree.tag}
+		}
+		attr.Sys.Credential = cred
 	}
 	pid, waitCh, err := s.reaper.start(sp.path, sp.argv, attr)
 	// The child has its copies; the parent keeps only its own ends.
@@ -414,9 +439,9 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	case ws = <-waitCh:
 	case <-timer.C:
 		timedOut = true
-		ws = s.killGroup(pid, waitCh)
+		ws = s.killTree(pid, tree, waitCh)
 	case <-ctx.Done():
-		ws = s.killGroup(pid, waitCh)
+		ws = s.killTree(pid, tree, waitCh)
 	}
 	end := time.Now()
 
@@ -458,12 +483,24 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	return res, nil
 }
 
-// killGroup SIGKILLs the process group of pid (the command and everything it started that
-// stayed in its group, including children that ignore SIGTERM) and waits for pid's status. It
-// keeps killing until the group is empty, so a fork bomb racing the kill cannot outlive it.
-func (s *server) killGroup(pid int, waitCh <-chan unix.WaitStatus) unix.WaitStatus {
+// processTree identifies the processes of one command beyond its process group: those that
+// carry its exec tag (0: none) and started at or after since (boot time in clock ticks).
+type processTree struct {
+	tag   uint32
+	since uint64
+}
+
+// killTree SIGKILLs the command pid leads: its process group (the command and what it started
+// that stayed in the group, including children that ignore SIGTERM) and, with an exec tag,
+// every process that carries the tag (daemons that left the group with setsid, orphans of a
+// double fork). It waits for pid's status and keeps killing until nothing of the tree is left,
+// so a fork bomb racing the kill cannot outlive it.
+func (s *server) killTree(pid int, tree processTree, waitCh <-chan unix.WaitStatus) unix.WaitStatus {
 	if err := unix.Kill(-pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
 		s.log.Warn("guest: cannot kill the process group", "pgid", pid, "err", err)
+	}
+	if tree.tag != 0 {
+		killTagged(tree.tag, tree.since)
 	}
 	t := time.NewTimer(killWait)
 	defer t.Stop()
@@ -476,12 +513,19 @@ func (s *server) killGroup(pid int, waitCh <-chan unix.WaitStatus) unix.WaitStat
 		ws = unix.WaitStatus(unix.SIGKILL)
 	}
 	for deadline := time.Now().Add(killWait); time.Now().Before(deadline); {
-		if err := unix.Kill(-pid, unix.SIGKILL); err != nil {
-			return ws // ESRCH: nobody is left in the group
+		left := false
+		if err := unix.Kill(-pid, unix.SIGKILL); err == nil {
+			left = true // ESRCH: nobody is left in the group
+		}
+		if tree.tag != 0 && killTagged(tree.tag, tree.since) > 0 {
+			left = true
+		}
+		if !left {
+			return ws
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	s.log.Warn("guest: process group still has members after repeated kills", "pgid", pid)
+	s.log.Warn("guest: processes of a killed command still alive after repeated kills", "pgid", pid, "tag", tree.tag)
 	return ws
 }
 

@@ -291,10 +291,16 @@ func (s *server) writeFile(p string, mode uint32, body io.Reader) (err error) {
 		}
 		return fsError(err, p)
 	}
+	// Before the chmod: chown clears setuid bits.
 	if existing != nil {
-		// Keep the owner of the file being replaced (before chmod: chown clears setuid bits).
+		// Keep the owner of the file being replaced.
 		if st, ok := existing.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != os.Geteuid() || int(st.Gid) != os.Getegid()) {
 			_ = tmp.Chown(int(st.Uid), int(st.Gid))
+		}
+	} else if s.user != nil {
+		// A new file belongs to the default user, so commands can change it.
+		if err := tmp.Chown(int(s.user.UID), int(s.user.GID)); err != nil {
+			return fsError(err, p)
 		}
 	}
 	if err := tmp.Chmod(fileMode(mode)); err != nil {
@@ -518,7 +524,7 @@ func (s *server) handleMkdir(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	if err := mkdir(p, mode, req.Parents); err != nil {
+	if err := s.mkdir(p, mode, req.Parents); err != nil {
 		s.writeError(w, err)
 		return
 	}
@@ -530,9 +536,10 @@ func (s *server) handleMkdir(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, info)
 }
 
-// mkdir creates p with exactly mode (the umask does not apply to it). With parents, missing
-// parents are created too and an existing directory is fine (like mkdir -p).
-func mkdir(p string, mode uint32, parents bool) error {
+// mkdir creates p with exactly mode (the umask does not apply to it), owned by the default user
+// when there is one. With parents, missing parents are created too (0755, owned the same way)
+// and an existing directory is fine (like mkdir -p).
+func (s *server) mkdir(p string, mode uint32, parents bool) error {
 	if fi, err := os.Stat(p); err == nil {
 		if !fi.IsDir() {
 			return errcode.New(errcode.Conflict, "%s already exists and is %s", p, kindOrFile(fi.Mode()))
@@ -543,8 +550,8 @@ func mkdir(p string, mode uint32, parents bool) error {
 		return errcode.New(errcode.Conflict, "directory %s already exists (pass parents=true to accept an existing directory)", p)
 	}
 	if parents {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fsError(err, filepath.Dir(p))
+		if err := s.mkdirParents(filepath.Dir(p)); err != nil {
+			return err
 		}
 	}
 	if err := os.Mkdir(p, fileMode(mode)&fs.ModePerm); err != nil {
@@ -559,8 +566,61 @@ func mkdir(p string, mode uint32, parents bool) error {
 		}
 		return fsError(err, p)
 	}
-	if err := os.Chmod(p, fileMode(mode)); err != nil {
+	return s.ownNewDir(p, mode)
+}
+
+// mkdirParents creates p and its missing parents, like os.MkdirAll, each new one 0755 and owned
+// like every directory the agent creates.
+func (s *server) mkdirParents(p string) error {
+	fi, err := os.Stat(p)
+	if err == nil {
+		if !fi.IsDir() {
+			return fsError(&fs.PathError{Op: "mkdir", Path: p, Err: syscall.ENOTDIR}, p)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
 		return fsError(err, p)
+	}
+	if parent := filepath.Dir(p); parent != p {
+		if err := s.mkdirParents(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(p, 0o755); err != nil {
+		if fi, serr := os.Stat(p); errors.Is(err, fs.ErrExist) && serr == nil && fi.IsDir() {
+			return nil // created concurrently
+		}
+		return fsError(err, p)
+	}
+	return s.ownNewDir(p, 0o755)
+}
+
+// ownNewDir gives a directory the agent has just made exactly mode (with setuid, setgid and
+// sticky bits; no umask) and, when there is a default user, that user as owner, so commands can
+// use it. It changes the directory through a descriptor opened without following symlinks: a
+// path swapped for a symlink meanwhile is refused, never followed.
+func (s *server) ownNewDir(p string, mode uint32) error {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return fsError(&fs.PathError{Op: "open", Path: p, Err: err}, p)
+	}
+	defer unix.Close(fd)
+	if s.user != nil {
+		// Before the chmod: a chown may clear setuid and setgid bits.
+		if err := unix.Fchown(fd, int(s.user.UID), int(s.user.GID)); err != nil {
+			return fsError(&fs.PathError{Op: "chown", Path: p, Err: err}, p)
+		}
+	}
+	if err := unix.Fchmod(fd, mode&0o7777); err != nil {
+		return fsError(&fs.PathError{Op: "chmod", Path: p, Err: err}, p)
 	}
 	return nil
 }

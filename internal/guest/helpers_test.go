@@ -35,17 +35,22 @@ type agent struct {
 // are limited to 108 bytes) with a fresh workdir, and waits until it answers.
 func startAgent(t *testing.T) *agent {
 	t.Helper()
+	return startAgentWith(t, t.TempDir(), nil)
+}
+
+// startAgentWith is startAgent with a given workdir and a default user for commands.
+func startAgentWith(t *testing.T, workdir string, user *guest.User) *agent {
+	t.Helper()
 	sockDir, err := os.MkdirTemp("", "ag")
 	if err != nil {
 		t.Fatal(err)
 	}
-	workdir := t.TempDir()
 	a := &agent{socket: filepath.Join(sockDir, "a.sock"), workdir: workdir}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		done <- guest.Run(ctx, guest.ServerConfig{Socket: a.socket, Workdir: workdir, Logger: log, ShutdownGrace: time.Second})
+		done <- guest.Run(ctx, guest.ServerConfig{Socket: a.socket, Workdir: workdir, Logger: log, ShutdownGrace: time.Second, DefaultUser: user})
 	}()
 	a.c = guest.NewUnixClient(a.socket)
 	t.Cleanup(func() {

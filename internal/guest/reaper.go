@@ -23,6 +23,9 @@ type reaper struct {
 	// reused pid cannot receive a stale status.
 	mu      sync.Mutex
 	waiters map[int]chan unix.WaitStatus
+	// tags are the exec tags of the commands in flight: process-wide like the reaper, since
+	// every agent in a process (tests run several) sees the same processes.
+	tags execTags
 }
 
 var (

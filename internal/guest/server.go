@@ -32,6 +32,11 @@ type server struct {
 	workdir string
 	log     *slog.Logger
 	reaper  *reaper
+	// root is whether the agent runs as root: it can then run commands as other users, and
+	// tags each command's processes (execTags, kept by the process-wide reaper).
+	root bool
+	// user runs commands that name no user and owns what the files API creates; nil: the agent.
+	user *User
 }
 
 // Run serves the guest protocol on cfg.Socket until ctx is done, then shuts down gracefully:
@@ -58,6 +63,10 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 	if grace <= 0 {
 		grace = defaultShutdownGrace
 	}
+	root := os.Geteuid() == 0
+	if cfg.DefaultUser != nil && !root {
+		return fmt.Errorf("guest: running commands as %s (uid %d) needs the agent to run as root; it runs as uid %d", cfg.DefaultUser.Name, cfg.DefaultUser.UID, os.Geteuid())
+	}
 	if fi, err := os.Stat(wd); err != nil || !fi.IsDir() {
 		log.Warn("guest: the working directory is missing; commands without cwd will be refused", "workdir", wd)
 	}
@@ -66,7 +75,7 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	s := &server{workdir: wd, log: log, reaper: rp}
+	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser}
 
 	// baseCtx is the parent of every request context: cancelling it kills the commands still
 	// running when the shutdown grace period is over.

@@ -1,0 +1,58 @@
+//go:build linux
+
+package guest
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLookupUserIn(t *testing.T) {
+	t.Parallel()
+	passwd := "root:x:0:0:root:/root:/bin/sh\n" +
+		"agent:x:1000:1000:agent:/home/agent:/bin/sh\n" +
+		"broken:x:abc:1:broken:/x:/bin/sh\n" +
+		"short:x:1\n"
+	u, err := lookupUserIn(strings.NewReader(passwd), "agent")
+	if err != nil || u != (User{Name: "agent", UID: 1000, GID: 1000, Home: "/home/agent"}) {
+		t.Fatalf("agent: %+v %v", u, err)
+	}
+	for _, name := range []string{"nobody", "broken", "short", ""} {
+		if _, err := lookupUserIn(strings.NewReader(passwd), name); err == nil {
+			t.Errorf("%q: no error", name)
+		}
+	}
+}
+
+func TestExecTags(t *testing.T) {
+	t.Parallel()
+	var tags execTags
+	seen := map[uint32]bool{}
+	for range 5 {
+		tag := tags.acquire()
+		if tag == 0 || seen[tag] {
+			t.Fatalf("tag %d (seen %v)", tag, seen)
+		}
+		seen[tag] = true
+	}
+	// Every tag in use: none is handed out twice.
+	var all []uint32
+	for {
+		tag := tags.acquire()
+		if tag == 0 {
+			break
+		}
+		if seen[tag] {
+			t.Fatalf("tag %d handed out twice", tag)
+		}
+		seen[tag] = true
+		all = append(all, tag)
+	}
+	if len(seen) != execTagCount {
+		t.Fatalf("%d tags, want %d", len(seen), execTagCount)
+	}
+	tags.release(all[10])
+	if got := tags.acquire(); got != all[10] {
+		t.Fatalf("after a release got %d, want %d", got, all[10])
+	}
+}
