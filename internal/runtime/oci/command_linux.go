@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -41,18 +40,20 @@ func (e *commandError) Error() string {
 
 func (e *commandError) Unwrap() error { return e.err }
 
-// command runs the OCI runtime with --root and returns its stdout. These commands leave no
+// command runs the OCI runtime with its global flags and returns its stdout. These commands leave no
 // process behind, so pipes are safe here (unlike create).
 func (r *Runtime) command(ctx context.Context, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	full := append([]string{"--root", r.stateDir()}, args...)
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, r.binary, full...)
+	cmd := r.newCmd(ctx, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
 	start := time.Now()
-	err := cmd.Run()
+	err := r.startCmd(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	r.log.Debug("command", "args", args, "took", time.Since(start), "err", err)
 	if err != nil {
 		msg := runtimeMessage(stderr.String())

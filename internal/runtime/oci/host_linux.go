@@ -67,8 +67,12 @@ func (r *Runtime) initGone(pid int) bool {
 		return false
 	}
 	if r.reap && ppid == os.Getpid() {
-		// A zombie keeps its pid, so this cannot reap anything but the sandbox's init.
-		_, _ = unix.Wait4(pid, nil, unix.WNOHANG, nil)
+		// A zombie keeps its pid, so this cannot reap anything but the sandbox's init. A
+		// multi-threaded init (runsc's sandbox process) shows Z while its other threads still
+		// exit and cannot be reaped before they have: it is gone once reaped, not before (runsc
+		// delete waits for the pid to vanish).
+		wpid, err := unix.Wait4(pid, nil, unix.WNOHANG, nil)
+		return wpid == pid || err != nil
 	}
 	return true
 }

@@ -1,8 +1,9 @@
-// Package oci runs sandboxes as OCI containers through an OCI runtime's command line (runc
-// today; crun later through the same code): the bundle layout under the runtime's Root, the
-// shared read-only root file system, the hardened spec, and lifecycle through the runtime's
-// create, start, kill, delete, state and list commands. The guest agent is the container's
-// init, listening on a unix socket that the host reaches through the bundle's run/ directory.
+// Package oci runs sandboxes as OCI containers through an OCI runtime's command line: runc,
+// crun and gVisor's runsc (Flavor) share one code path with small per-flavour differences
+// (flavor_linux.go): the bundle layout under the runtime's Root, the shared read-only root file
+// system, the hardened spec, and lifecycle through the runtime's create, start, kill, delete,
+// state and list commands. The guest agent is the container's init, listening on a unix socket
+// that the host reaches through the bundle's run/ directory.
 //
 // Layout under Config.Root:
 //
@@ -17,12 +18,29 @@ import (
 	"regexp"
 )
 
+// Flavor is which OCI runtime a Runtime drives.
+type Flavor string
+
+const (
+	// FlavorRunc is runc: namespaces and cgroups on the host kernel.
+	FlavorRunc Flavor = "runc"
+	// FlavorCrun is crun: the same isolation as runc, in C. On a cgroup v1 "hybrid" host whose
+	// cgroup2 hierarchy has controllers, crun 1.8 refuses to start; its commands then run in a
+	// private mount namespace where that hierarchy's cgroup.controllers reads empty.
+	FlavorCrun Flavor = "crun"
+	// FlavorGVisor is gVisor's runsc: a user-space kernel between the workload and the host.
+	FlavorGVisor Flavor = "gvisor"
+)
+
 // Config configures an OCI runtime.
 type Config struct {
-	// Name is the runtime's name as agentbox reports it; default "runc".
+	// Name is the runtime's name as agentbox reports it; default the Flavor's name.
 	Name string
-	// Binary is the OCI runtime's executable: a path, or a name looked up in PATH;
-	// default Name.
+	// Flavor is the OCI runtime driven; default runc, or the flavour Name names ("crun";
+	// "gvisor" or "runsc").
+	Flavor Flavor
+	// Binary is the OCI runtime's executable: a path, or a name looked up in PATH; default
+	// runc, crun or runsc by Flavor.
 	Binary string
 	// Root is the runtime's own state root, an absolute path. It must be short: the agent's
 	// socket, Root + "/sandboxes/<id>/run/agent.sock", must fit a unix socket path (107 bytes),

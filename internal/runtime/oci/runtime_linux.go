@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -34,6 +35,7 @@ const (
 // Runtime is a runtime.Runtime backed by an OCI runtime's command line.
 type Runtime struct {
 	name        string
+	flavor      Flavor
 	binary      string
 	root        string
 	guestBinary string
@@ -48,6 +50,15 @@ type Runtime struct {
 	cgroupParent string
 	reap         bool
 
+	// Per flavour (flavor_linux.go).
+	globalArgs []string            // before every command: --root and the flavour's flags
+	emptyFile  string              // crun on a hybrid host: bound over cgroup.controllers
+	platform   string              // gVisor's platform
+	hostUDS    string              // gVisor's --host-uds
+	ociSeccomp bool                // runsc applies the spec's seccomp profile
+	pidMax     int64               // the host's kernel.pid_max (gVisor's pids backstop)
+	seccomp    *specs.LinuxSeccomp // generated once from the capability set
+
 	mu     sync.Mutex
 	rootfs string // set once the shared rootfs is prepared
 }
@@ -58,11 +69,15 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // that cannot work here is returned with Capabilities().Available false and the Reason, and
 // its Create says the same.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	flavor, err := flavorFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("oci %s: %w", cfg.Name, err)
+	}
 	if cfg.Name == "" {
-		cfg.Name = "runc"
+		cfg.Name = string(flavor)
 	}
 	if cfg.Binary == "" {
-		cfg.Binary = cfg.Name
+		cfg.Binary = flavor.binary()
 	}
 	if !filepath.IsAbs(cfg.Root) {
 		return nil, fmt.Errorf("oci %s: Root %q must be an absolute path", cfg.Name, cfg.Root)
@@ -86,13 +101,14 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	r := &Runtime{
 		name:         cfg.Name,
+		flavor:       flavor,
 		root:         root,
 		guestBinary:  filepath.Clean(cfg.GuestBinary),
 		cgroupParent: cfg.CgroupParent,
 		log:          log.With("runtime", cfg.Name),
 		caps: runtime.Capabilities{
 			Name:         cfg.Name,
-			Isolation:    runtime.IsolationProcess,
+			Isolation:    flavor.isolation(),
 			NetworkModes: []string{"none"},
 			Images:       []string{ImageHost},
 			Hardening:    append([]string(nil), hardening...),
@@ -103,6 +119,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.log.Info("runtime unavailable", "reason", reason)
 		return r, nil
 	}
+	r.caps.Hardening = r.flavorHardening()
 	r.caps.Available = true
 	return r, nil
 }
@@ -111,7 +128,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 func (r *Runtime) probe(ctx context.Context, cfg Config) string {
 	bin, err := exec.LookPath(cfg.Binary)
 	if err != nil {
-		return fmt.Sprintf("%s binary %q not found (install it, e.g. apt-get install %s): %v", cfg.Name, cfg.Binary, cfg.Name, err)
+		return fmt.Sprintf("%s binary %q not found (install it, e.g. apt-get install %s): %v", cfg.Name, cfg.Binary, r.flavor.aptPackage(), err)
 	}
 	r.binary = bin
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -137,6 +154,13 @@ func (r *Runtime) probe(ctx context.Context, cfg Config) string {
 		r.cgroupMounts = append(r.cgroupMounts, m.Path)
 	}
 	r.swap = swapSupported(mounts, mode)
+	if reason := r.probeFlavor(ctx, mode); reason != "" {
+		return reason
+	}
+	// Docker's default profile depends on the capability set, the same for every sandbox.
+	if r.seccomp, err = seccompProfile(buildSpec(specInput{})); err != nil {
+		return err.Error()
+	}
 	if r.hostRlimits, err = hostinfo.HardRlimits(); err != nil {
 		return err.Error()
 	}
@@ -270,11 +294,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := makeSandboxDirs(dir); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the directories of sandbox %s", id)
 	}
-	s := buildSpec(specInput{
+	in := specInput{
 		ID: id, CgroupParent: r.cgroupParent, Rootfs: rootfs, SandboxDir: dir, GuestBinary: r.guestBinary,
 		CPU: spec.CPU, MemoryMB: spec.MemoryMB, PidsLimit: spec.PidsLimit, Env: spec.Env,
 		HostRlimits: r.hostRlimits, Swap: r.swap, OOMScoreAdj: r.oomScoreAdj, HostBinds: r.layout.Binds,
-	})
+		Seccomp: r.seccomp,
+	}
+	r.adjustSpec(&in)
+	s := buildSpec(in)
 	data, err := json.Marshal(s)
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "cannot encode the OCI spec of sandbox %s", id)
@@ -292,10 +319,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	cctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	start := time.Now()
-	cmd := exec.CommandContext(cctx, r.binary, "--root", r.stateDir(), "create",
-		"--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)
+	cmd := r.newCmd(cctx, "create", "--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	runErr := cmd.Run()
+	runErr := r.startCmd(cmd)
+	if runErr == nil {
+		runErr = cmd.Wait()
+	}
 	logf.Close()
 	r.log.Debug("create", "sandbox_id", id, "took", time.Since(start), "err", runErr)
 	if runErr != nil {
@@ -305,6 +334,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 		}
 		return errcode.Wrap(errcode.RuntimeUnavailable, runErr, "%s create %s failed: %s", r.name, id, msg)
 	}
+	r.afterCreate(id)
 	return nil
 }
 
@@ -347,9 +377,10 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	if err := r.checkAvailable(); err != nil {
 		return err
 	}
-	if _, err := r.command(ctx, "kill", id, "KILL"); err != nil {
+	if _, err := r.command(ctx, "kill", id, "KILL"); err != nil && !r.stopFallback(id, err) {
 		var ce *commandError
-		if errors.As(err, &ce) && strings.Contains(ce.msg, "not running") {
+		// runc says "not running"; crun "No such process" once the init is gone.
+		if errors.As(err, &ce) && (strings.Contains(ce.msg, "not running") || strings.Contains(ce.msg, "No such process")) {
 			return nil
 		}
 		return r.classify(err, "stop", id)
@@ -367,6 +398,7 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	r.reapHelpers(wctx, id)
 	return nil
 }
 
@@ -379,16 +411,19 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	dir := r.sandboxDir(id)
 	pid := readPid(filepath.Join(dir, "init.pid"))
 	if r.binary != "" {
-		if _, err := os.Stat(filepath.Join(r.stateDir(), id)); err == nil {
+		if r.stateExists(id) {
 			// Kill first: runc's delete --force polls a killed init only every 100 ms.
 			if err := r.Stop(ctx, id); err != nil {
 				r.log.Debug("stop before delete", "sandbox_id", id, "err", err)
 			}
-			if _, err := r.command(ctx, "delete", "--force", id); err != nil && !isNotExist(err) {
+			stopReaping := r.reapDuring(id, pid)
+			_, err := r.command(ctx, "delete", "--force", id)
+			stopReaping()
+			if err != nil && !isNotExist(err) {
 				return r.classify(err, "delete", id)
 			}
 			// What a crashed create may leave where the runtime no longer sees a container.
-			if err := os.RemoveAll(filepath.Join(r.stateDir(), id)); err != nil {
+			if err := r.removeState(id); err != nil {
 				return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot remove the runtime state of sandbox %s", id)
 			}
 		}
@@ -396,6 +431,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if pid > 0 {
 		r.initGone(pid)
 	}
+	r.reapHelpers(ctx, id)
 	if err := r.removeCgroups(ctx, id); err != nil {
 		return err
 	}
@@ -410,7 +446,7 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.Status, error) 
 	if err := checkID(id); err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(filepath.Join(r.stateDir(), id)); errors.Is(err, fs.ErrNotExist) || r.binary == "" {
+	if !r.stateExists(id) || r.binary == "" {
 		return runtime.StatusAbsent, nil
 	}
 	out, err := r.command(ctx, "state", id)
@@ -444,6 +480,10 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	if r.binary != "" {
 		if _, err := os.Stat(r.stateDir()); err == nil {
 			out, err := r.command(ctx, "list", "--quiet")
+			for attempt := 0; err != nil && isNotExist(err) && attempt < 5; attempt++ {
+				// runc list fails when a container is deleted while it lists them: list again.
+				out, err = r.command(ctx, "list", "--quiet")
+			}
 			if err != nil {
 				return nil, r.classify(err, "list", "")
 			}

@@ -1,0 +1,204 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+)
+
+// newFlavor returns a Runtime of flavour f under a fresh short Root and a cgroup parent of its
+// own, checked and removed at the end. It skips when not root or when the flavour's binary is
+// not installed, and fails when the binary is installed but the runtime does not work:
+// `make deps` installs all three, so an unavailable one is a bug here.
+func newFlavor(t testing.TB, f Flavor) *Runtime {
+	t.Helper()
+	if reason := runcUsable(); reason != "" {
+		t.Skip(reason)
+	}
+	if _, err := exec.LookPath(f.binary()); err != nil {
+		t.Skipf("%s is not installed (make deps installs it)", f.binary())
+	}
+	if guestBuildErr != nil {
+		t.Fatalf("cannot build the agent: %v", guestBuildErr)
+	}
+	root, err := os.MkdirTemp("", "ab"+string(f[:1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := "abtest-" + filepath.Base(root)
+	rt, err := New(context.Background(), Config{Flavor: f, Root: root, GuestBinary: guestBinary, CgroupParent: parent, Subreaper: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if rt.binary != "" {
+			out, err := rt.command(context.Background(), "list", "--quiet")
+			if err != nil || strings.TrimSpace(string(out)) != "" {
+				t.Errorf("%s still lists containers under %s: %q %v", f, root, out, err)
+			}
+		}
+		if ids, err := rt.List(context.Background()); err != nil || len(ids) != 0 {
+			t.Errorf("List after the test: %v %v", ids, err)
+		}
+		mounts, _ := hostinfo.CgroupMounts()
+		for _, m := range mounts {
+			p := filepath.Join(m.Path, parent)
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("cgroup parent %s: %v", p, err)
+			}
+		}
+		if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), root) {
+			t.Errorf("a mount under %s is left", root)
+		}
+		os.RemoveAll(root)
+	})
+	if c := rt.Capabilities(); !c.Available {
+		t.Fatalf("%s is installed but unavailable: %s", f, c.Reason)
+	}
+	return rt
+}
+
+func TestCrunSuite(t *testing.T) {
+	t.Parallel()
+	runtimetest.Run(t, newFlavor(t, FlavorCrun))
+}
+
+func TestGVisorSuite(t *testing.T) {
+	t.Parallel()
+	runtimetest.Run(t, newFlavor(t, FlavorGVisor))
+}
+
+func TestFlavorCapabilities(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		flavor    Flavor
+		isolation runtime.Isolation
+		hardening []string
+	}{
+		{FlavorRunc, runtime.IsolationProcess, []string{seccompHardening, capsHardening(), "masked-paths", "devices:default-deny"}},
+		{FlavorCrun, runtime.IsolationProcess, []string{seccompHardening, capsHardening(), "masked-paths", "devices:default-deny"}},
+		{FlavorGVisor, runtime.IsolationKernel, []string{seccompHardening, capsHardening(), "gvisor:user-space-kernel", "network:none"}},
+	} {
+		t.Run(string(tc.flavor), func(t *testing.T) {
+			t.Parallel()
+			rt := newFlavor(t, tc.flavor)
+			c := rt.Capabilities()
+			if c.Name != string(tc.flavor) || c.Version == "" || c.Isolation != tc.isolation || !slices.Equal(c.NetworkModes, []string{"none"}) {
+				t.Errorf("capabilities %+v", c)
+			}
+			for _, h := range tc.hardening {
+				if !slices.Contains(c.Hardening, h) {
+					t.Errorf("hardening %v lacks %s", c.Hardening, h)
+				}
+			}
+			if tc.flavor == FlavorGVisor && !slices.ContainsFunc(c.Hardening, func(s string) bool { return strings.HasPrefix(s, "platform:") }) {
+				t.Errorf("hardening %v names no platform", c.Hardening)
+			}
+			t.Logf("%s %s: %v", c.Name, c.Version, c.Hardening)
+		})
+	}
+	if got := capsHardening(); got != "caps:CHOWN,DAC_OVERRIDE,FSETID,FOWNER,SETGID,SETUID,SETPCAP,NET_BIND_SERVICE,KILL" {
+		t.Errorf("caps hardening %q", got)
+	}
+}
+
+func TestFlavorFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  Config
+		want Flavor
+	}{
+		{Config{}, FlavorRunc}, {Config{Name: "runc"}, FlavorRunc}, {Config{Name: "crun"}, FlavorCrun},
+		{Config{Name: "gvisor"}, FlavorGVisor}, {Config{Name: "runsc"}, FlavorGVisor},
+		{Config{Name: "sandboxed", Flavor: FlavorGVisor}, FlavorGVisor},
+	} {
+		if got, err := flavorFor(tc.cfg); err != nil || got != tc.want {
+			t.Errorf("%+v: %s %v, want %s", tc.cfg, got, err, tc.want)
+		}
+	}
+	if _, err := flavorFor(Config{Flavor: "kata"}); err == nil {
+		t.Error("unknown flavour accepted")
+	}
+	if _, err := New(context.Background(), Config{Flavor: "kata", Root: t.TempDir(), GuestBinary: "/bin/true"}); err == nil {
+		t.Error("New accepted an unknown flavour")
+	}
+}
+
+// seccompScript tries the syscalls the profile denies and prints one line per attempt.
+const seccompScript = `import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(name, nr, *args):
+    buf = ctypes.create_string_buffer(256)
+    a = [ctypes.c_long(x) if isinstance(x, int) else x for x in args]
+    r = libc.syscall(ctypes.c_long(nr), *a)
+    e = ctypes.get_errno()
+    print(name, r, errno.errorcode.get(e, e) if r < 0 else "OK")
+params = ctypes.create_string_buffer(120)
+sc("io_uring_setup", 425, 8, params)
+sc("io_uring_enter", 426, 0, 0, 0, 0, 0, 0)
+sc("io_uring_register", 427, 0, 0, 0, 0)
+sc("userfaultfd", 323, 0)
+sc("keyctl", 250, 0, 0, 0, 0, 0)
+sc("add_key", 248, ctypes.c_char_p(b"user"), ctypes.c_char_p(b"k"), ctypes.c_char_p(b"v"), 1, -2)
+sc("request_key", 249, ctypes.c_char_p(b"user"), ctypes.c_char_p(b"k"), 0, 0)
+sc("bpf", 321, 0, params, 120)
+for fam, name in ((40, "AF_VSOCK"), (38, "AF_ALG")):
+    try:
+        socket.socket(fam, socket.SOCK_STREAM if fam == 40 else socket.SOCK_SEQPACKET)
+        print("socket_" + name, 0, "OK")
+    except OSError as e:
+        print("socket_" + name, -1, errno.errorcode.get(e.errno, e.errno))
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+print("socket_AF_INET", 0, "OK")
+`
+
+// TestSeccompEnforced runs the denied syscalls from inside a runc and a crun sandbox.
+func TestSeccompEnforced(t *testing.T) {
+	t.Parallel()
+	if goruntime.GOARCH != "amd64" {
+		t.Skipf("the script uses x86_64 syscall numbers; this host is %s", goruntime.GOARCH)
+	}
+	for _, f := range []Flavor{FlavorRunc, FlavorCrun} {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			rt := newFlavor(t, f)
+			c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(runtimetest.NewID()))
+			res := runtimetest.Exec(t, c, "python3", "-c", seccompScript)
+			if res.ExitCode != 0 {
+				t.Fatalf("script: %+v", res)
+			}
+			got := map[string]string{}
+			for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+				if f := strings.Fields(line); len(f) == 3 {
+					got[f[0]] = f[2]
+				}
+			}
+			want := map[string][]string{
+				"io_uring_setup": {"ENOSYS"}, "io_uring_enter": {"ENOSYS"}, "io_uring_register": {"ENOSYS"},
+				"userfaultfd": {"ENOSYS"}, "keyctl": {"ENOSYS"}, "add_key": {"ENOSYS"}, "request_key": {"ENOSYS"},
+				"bpf": {"ENOSYS"}, "socket_AF_VSOCK": {"EAFNOSUPPORT"}, "socket_AF_ALG": {"EAFNOSUPPORT"},
+				"socket_AF_INET": {"OK"},
+			}
+			for name, ok := range want {
+				if !slices.Contains(ok, got[name]) {
+					t.Errorf("%s: %q, want one of %v", name, got[name], ok)
+				}
+			}
+			t.Logf("%s", strings.ReplaceAll(strings.TrimSpace(res.Stdout), "\n", "; "))
+			if st := runtimetest.Exec(t, c, "grep", "^Seccomp:", "/proc/self/status"); !strings.Contains(st.Stdout, "2") {
+				t.Errorf("seccomp mode of a command: %q", st.Stdout)
+			}
+		})
+	}
+}
