@@ -61,6 +61,7 @@ func serve(t *testing.T, stateDir string, extra ...string) (string, *syncBuffer)
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
+		defer removeCgroupParent("abmcpt-" + filepath.Base(stateDir))
 		destroyAll(t, stateDir)
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -101,6 +102,15 @@ func destroyAll(t *testing.T, stateDir string) {
 		if _, err := c.Destroy(ctx, sb.ID); err != nil {
 			t.Errorf("cleanup: destroy %s: %v", sb.ID, err)
 		}
+	}
+}
+
+// removeCgroupParent removes a test's (empty) cgroup parent from every hierarchy.
+func removeCgroupParent(name string) {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", name))
+	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", name))
+	for _, d := range dirs {
+		os.Remove(d) // rmdir: succeeds only when no sandbox cgroup is left in it
 	}
 }
 
@@ -297,6 +307,7 @@ func TestMCPStdio(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "abmcp")
 	stderr := &syncBuffer{}
+	t.Cleanup(func() { removeCgroupParent("abmcpt-" + filepath.Base(dir)) })
 	cmd := exec.Command(testenv.Binary(t), "mcp", "--state-dir", dir, "--cgroup-parent", "abmcpt-"+filepath.Base(dir), "--log-level", "info")
 	cmd.Stderr = stderr
 	s := open(t, &mcp.CommandTransport{Command: cmd}, "")

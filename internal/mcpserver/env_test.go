@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -40,8 +41,9 @@ func service(t *testing.T, cfg sandbox.Config) *sandbox.Service {
 		t.Fatal(err)
 	}
 	root := filepath.Join(dir, "rt")
+	parent := "abmcp-" + filepath.Base(dir)
 	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.Binary(t),
-		CgroupParent: "abmcp-" + filepath.Base(dir), Subreaper: true})
+		CgroupParent: parent, Subreaper: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +71,18 @@ func service(t *testing.T, cfg sandbox.Config) *sandbox.Service {
 			}
 		}
 		st.Close()
+		removeCgroupParent(parent)
 	})
 	return svc
+}
+
+// removeCgroupParent removes the (empty) per-test cgroup parent from every hierarchy.
+func removeCgroupParent(name string) {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", name))
+	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", name))
+	for _, d := range dirs {
+		os.Remove(d) // rmdir: succeeds only when no sandbox cgroup is left in it
+	}
 }
 
 // client is an SDK client session connected in memory to a Server, recording what the server
