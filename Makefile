@@ -5,8 +5,11 @@ export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/agentbox
 HOST_PKGS := runc crun runsc iproute2 python3
+# The MCP clients test/mcpclients runs (the TypeScript SDK, the Inspector CLI, the conformance
+# suite and the Node 22 it needs), pinned by its package-lock.json.
+MCPCLIENTS := test/mcpclients
 
-.PHONY: all build run test test-unit bench deps vet clean
+.PHONY: all build run test test-unit bench deps deps-mcp vet clean
 
 all: build
 
@@ -22,6 +25,19 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# deps-mcp installs the MCP clients (npm ci from the npm registry) when node_modules is missing or
+# older than the lockfile, and Node and npm from apt when the host has no node.
+deps-mcp: $(MCPCLIENTS)/node_modules/.package-lock.json
+
+$(MCPCLIENTS)/node_modules/.package-lock.json: $(MCPCLIENTS)/package.json $(MCPCLIENTS)/package-lock.json
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "installing: nodejs npm"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "run as root (sudo make ...) to install nodejs npm" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	fi
+	cd $(MCPCLIENTS) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 run: deps build
 	./$(BIN) serve
 
@@ -29,9 +45,9 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
-# test runs every test: unit, store, guest, runtime (real runc), service, API and end-to-end.
-# Tests that need root run when root (CI is root).
-test: deps vet build
+# test runs every test: unit, store, guest, runtime (real runc), service, API, end-to-end and the
+# real MCP clients (test/mcpclients). Tests that need root run when root (CI is root).
+test: deps deps-mcp vet build
 	$(GO) test -count=1 -timeout 40m ./...
 
 test-unit:
