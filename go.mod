@@ -24,3 +24,5 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
 )
+
+ignore ./test/mcpclients/node_modules
