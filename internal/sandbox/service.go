@@ -94,6 +94,9 @@ type CreateRequest struct {
 	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
+	// Requirements pick a runtime that satisfies them when Runtime is empty, and are checked
+	// against Runtime when it is not (runtimes.go).
+	Requirements Requirements `json:"requirements,omitzero"`
 }
 
 // ExecRequest runs a command in a sandbox.
@@ -203,17 +206,11 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 	if req.Image == "" {
 		req.Image = s.cfg.DefaultImage
 	}
-	if req.Runtime == "" {
-		req.Runtime = s.cfg.DefaultRuntime
-	}
-	rt, ok := s.runtimes[req.Runtime]
-	if !ok {
-		return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not configured on this server; available: %s", req.Runtime, strings.Join(s.runtimeNames(), ", "))
+	rt, err := s.pickRuntime(req)
+	if err != nil {
+		return nil, err
 	}
 	caps := rt.Capabilities()
-	if !caps.Available {
-		return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not usable on this host: %s", req.Runtime, caps.Reason)
-	}
 	if !slices.Contains(caps.Images, req.Image) {
 		return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on runtime %s; available images: %s", truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "))
 	}

@@ -1,0 +1,110 @@
+package sandbox
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// Requirements constrain which runtime may run a sandbox. The zero value accepts the server's
+// default runtime.
+type Requirements struct {
+	// Isolation is the weakest boundary acceptable between the sandbox's code and the host:
+	// "process" (namespaces and cgroups on the host's kernel: runc, crun), "kernel" (a separate
+	// kernel between the code and the host: gVisor) or "vm" (a hardware virtual machine). A
+	// runtime that gives less is never chosen.
+	Isolation string `json:"isolation,omitempty"`
+}
+
+// isolationRank orders the isolation levels, weakest first.
+var isolationRank = map[runtime.Isolation]int{
+	runtime.IsolationProcess: 1,
+	runtime.IsolationKernel:  2,
+	runtime.IsolationVM:      3,
+}
+
+// pickRuntime chooses the runtime of a create request and sets req.Runtime to its name: the
+// runtime asked for, which must satisfy the requirements; else, without requirements, the
+// default runtime; else the default runtime if it satisfies them, or the available runtime
+// with the weakest sufficient isolation (then by name). It never picks a weaker runtime:
+// when none satisfies the requirements, it fails with RUNTIME_UNAVAILABLE saying why.
+func (s *Service) pickRuntime(req *CreateRequest) (runtime.Runtime, error) {
+	want := runtime.Isolation(req.Requirements.Isolation)
+	if want != "" && isolationRank[want] == 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "requirements.isolation %q must be one of process, kernel, vm", truncate(string(want), 64))
+	}
+	if req.Runtime != "" || want == "" {
+		if req.Runtime == "" {
+			req.Runtime = s.cfg.DefaultRuntime
+		}
+		rt, ok := s.runtimes[req.Runtime]
+		if !ok {
+			return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not configured on this server; available: %s", truncate(req.Runtime, 64), strings.Join(s.runtimeNames(), ", "))
+		}
+		caps := rt.Capabilities()
+		if want != "" && isolationRank[caps.Isolation] < isolationRank[want] {
+			return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %s gives %s isolation, weaker than the required %s; %s",
+				req.Runtime, caps.Isolation, want, s.satisfiersHint(want)).With("isolation", string(caps.Isolation)).With("required_isolation", string(want))
+		}
+		if !caps.Available {
+			return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not usable on this host: %s", req.Runtime, caps.Reason)
+		}
+		return rt, nil
+	}
+	if rt, ok := s.runtimes[s.cfg.DefaultRuntime]; ok {
+		if c := rt.Capabilities(); c.Available && isolationRank[c.Isolation] >= isolationRank[want] {
+			req.Runtime = rt.Name()
+			return rt, nil
+		}
+	}
+	var fits []runtime.Capabilities
+	var unusable []string
+	for _, c := range s.Runtimes() {
+		if isolationRank[c.Isolation] < isolationRank[want] {
+			continue
+		}
+		if !c.Available {
+			unusable = append(unusable, fmt.Sprintf("%s: %s", c.Name, c.Reason))
+			continue
+		}
+		fits = append(fits, c)
+	}
+	if len(fits) == 0 {
+		if len(unusable) == 0 {
+			if want == runtime.IsolationVM {
+				return nil, errcode.New(errcode.RuntimeUnavailable, "no vm runtime on this host; runtimes here: %s", s.isolationList()).With("required_isolation", string(want))
+			}
+			return nil, errcode.New(errcode.RuntimeUnavailable, "no runtime with %s isolation or stronger is configured on this server; runtimes here: %s", want, s.isolationList()).With("required_isolation", string(want))
+		}
+		return nil, errcode.New(errcode.RuntimeUnavailable, "no runtime with %s isolation or stronger is usable on this host: %s", want, strings.Join(unusable, "; ")).With("required_isolation", string(want))
+	}
+	sort.SliceStable(fits, func(i, j int) bool { return isolationRank[fits[i].Isolation] < isolationRank[fits[j].Isolation] })
+	req.Runtime = fits[0].Name
+	return s.runtimes[fits[0].Name], nil
+}
+
+// satisfiersHint says which runtimes satisfy an isolation requirement, for an error message.
+func (s *Service) satisfiersHint(want runtime.Isolation) string {
+	var names []string
+	for _, c := range s.Runtimes() {
+		if isolationRank[c.Isolation] >= isolationRank[want] {
+			names = append(names, c.Name)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Sprintf("no runtime on this server gives %s isolation (runtimes here: %s)", want, s.isolationList())
+	}
+	return fmt.Sprintf("ask for runtime %s, or omit runtime to let the server choose", strings.Join(names, " or "))
+}
+
+// isolationList is "gvisor (kernel), runc (process)".
+func (s *Service) isolationList() string {
+	var parts []string
+	for _, c := range s.Runtimes() {
+		parts = append(parts, fmt.Sprintf("%s (%s)", c.Name, c.Isolation))
+	}
+	return strings.Join(parts, ", ")
+}
