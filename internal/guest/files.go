@@ -67,11 +67,31 @@ func fsError(err error, path string) error {
 	case syscall.ENOTEMPTY:
 		return errcode.Wrap(errcode.InvalidArgument, err, "directory %s is not empty; pass recursive=true to remove it and its contents", path)
 	case syscall.ENOSPC, syscall.EDQUOT:
-		return errcode.Wrap(errcode.Internal, err, "%s: no space left in the sandbox", path)
+		return noSpace(err, path)
+	case syscall.EFBIG:
+		return errcode.Wrap(errcode.FileTooLarge, err, "%s would be larger than the sandbox's largest file, its disk_mb; write less, or create a sandbox with a larger disk_mb", path).
+			With("path", path).With("reason", "file_size_limit")
 	case syscall.EBUSY:
 		return errcode.Wrap(errcode.Conflict, err, "%s is busy (a mount point?)", path)
 	}
 	return errcode.Wrap(errcode.Internal, err, "%s: %v", path, errno)
+}
+
+// noSpace is the error of a write that found its file system full (blocks or inodes): the
+// sandbox's disk, whose size is its disk_mb, or a memory-backed /tmp or /dev/shm.
+func noSpace(err error, path string) error {
+	var st unix.Statfs_t
+	for dir := path; ; dir = filepath.Dir(dir) {
+		if unix.Statfs(dir, &st) == nil || dir == "/" || dir == "." {
+			break
+		}
+	}
+	if st.Type == unix.TMPFS_MAGIC {
+		return errcode.Wrap(errcode.FileTooLarge, err, "no space left writing %s: it is on a memory-backed file system (/tmp and /dev/shm are sized from the sandbox's memory_mb and count against it); delete files there or write under /workspace", path).
+			With("path", path).With("reason", "tmpfs_full")
+	}
+	return errcode.Wrap(errcode.FileTooLarge, err, "no space left writing %s: the sandbox's disk (its disk_mb) is full; delete files in the sandbox, or create a sandbox with a larger disk_mb", path).
+		With("path", path).With("reason", "disk_full")
 }
 
 // parseMode parses octal permission bits ("0644"); empty means def.
