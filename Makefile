@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/agentbox
-HOST_PKGS := runc crun runsc iproute2 python3
+HOST_PKGS := runc crun runsc iproute2 python3 e2fsprogs
 # The MCP clients test/mcpclients runs (the TypeScript SDK, the Inspector CLI, the conformance
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients

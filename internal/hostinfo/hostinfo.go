@@ -37,6 +37,8 @@ type CgroupMount struct {
 type Rlimits struct {
 	NOFILE uint64 `json:"nofile"`
 	NPROC  uint64 `json:"nproc"`
+	// FSIZE is the largest file size in bytes (RLIM_INFINITY, all ones, when unlimited).
+	FSIZE uint64 `json:"fsize"`
 }
 
 // Info is every fact this package knows, for reports such as `agentbox doctor`.

@@ -51,17 +51,21 @@ func CgroupMode() (string, error) {
 	return "", errors.New("cgroup mode: no cgroup hierarchy is mounted")
 }
 
-// HardRlimits returns the hard limits of RLIMIT_NOFILE and RLIMIT_NPROC of this process; a
-// container may not ask for more (the runtime fails at start with "operation not permitted").
+// HardRlimits returns the hard limits of RLIMIT_NOFILE, RLIMIT_NPROC and RLIMIT_FSIZE of this
+// process; a container may not ask for more (the runtime fails at start with "operation not
+// permitted").
 func HardRlimits() (Rlimits, error) {
-	var nofile, nproc unix.Rlimit
+	var nofile, nproc, fsize unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
 		return Rlimits{}, fmt.Errorf("getrlimit NOFILE: %w", err)
 	}
 	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &nproc); err != nil {
 		return Rlimits{}, fmt.Errorf("getrlimit NPROC: %w", err)
 	}
-	return Rlimits{NOFILE: nofile.Max, NPROC: nproc.Max}, nil
+	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &fsize); err != nil {
+		return Rlimits{}, fmt.Errorf("getrlimit FSIZE: %w", err)
+	}
+	return Rlimits{NOFILE: nofile.Max, NPROC: nproc.Max, FSIZE: fsize.Max}, nil
 }
 
 // UserNamespaces reports whether unprivileged-to-root user namespaces may be created:

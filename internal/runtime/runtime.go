@@ -45,8 +45,10 @@ type Spec struct {
 	ID    string
 	Image string
 	// CPU in cores (fractional); 0 means unlimited.
-	CPU       float64
-	MemoryMB  int64
+	CPU      float64
+	MemoryMB int64
+	// DiskMB bounds everything the sandbox can write outside memory (its workspace, home and
+	// any other writable layer) and the size of any one file; 0 means the runtime's default.
 	DiskMB    int64
 	PidsLimit int64
 	// Env is the base environment of every process in the sandbox.

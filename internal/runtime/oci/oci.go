@@ -9,8 +9,11 @@
 //
 //	state/                 the OCI runtime's --root
 //	rootfs/host/           the shared read-only root of image "host", prepared once
-//	sandboxes/<id>/        config.json, init.pid, guest.log (the agent's stdout and stderr),
-//	                       run/ (at /.agentbox/run; agent.sock), workspace/, home/
+//	disk-templates/        one formatted ext4 image per disk size, copied by every create
+//	sandboxes/<id>/        config.json, init.pid, disk.img (the sandbox's disk: sparse ext4 of
+//	                       disk_mb MiB on a loop device), run -> disk/run
+//	sandboxes/<id>/disk/   the disk's mount: run/ (at /.agentbox/run; agent.sock), workspace/,
+//	                       home/, guest.log (the agent's stdout and stderr); see disk_linux.go
 package oci
 
 import (

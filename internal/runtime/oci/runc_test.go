@@ -359,7 +359,7 @@ func TestRuncFilesystem(t *testing.T) {
 			t.Errorf("touch %s: %+v", p, res)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(rt.sandboxDir(id), "workspace", "x")); err != nil {
+	if _, err := os.Stat(filepath.Join(rt.sandboxDir(id), diskMountName, "workspace", "x")); err != nil {
 		t.Errorf("workspace file not on the host: %v", err)
 	}
 	if res := runtimetest.Exec(t, c, "ls", "/.agentbox/run"); strings.TrimSpace(res.Stdout) != "agent.sock" {
@@ -446,6 +446,11 @@ func assertNoTrace(t *testing.T, rt *Runtime, id string) {
 	}
 	if strings.Contains(string(mi), id) {
 		t.Errorf("a mount mentions %s", id)
+	}
+	for _, l := range loopDevices() {
+		if strings.Contains(l.Backing, id) {
+			t.Errorf("loop device %s still backed by %s", l.Dev, l.Backing)
+		}
 	}
 	for _, p := range []string{filepath.Join(rt.stateDir(), id), rt.sandboxDir(id)} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {

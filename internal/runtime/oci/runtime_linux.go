@@ -49,6 +49,7 @@ type Runtime struct {
 	cgroupMounts []string
 	cgroupParent string
 	reap         bool
+	disks        *diskTemplates // formatted disk images, one per size (disk_linux.go)
 
 	// Per flavour (flavor_linux.go).
 	globalArgs []string            // before every command: --root and the flavour's flags
@@ -171,6 +172,11 @@ func (r *Runtime) probe(ctx context.Context, cfg Config) string {
 	if fi, err := os.Stat("/usr"); err != nil || !fi.IsDir() {
 		return "image host needs the host's /usr directory"
 	}
+	mkfs, reason := probeDisk()
+	if reason != "" {
+		return reason
+	}
+	r.disks = newDiskTemplates(filepath.Join(r.root, "disk-templates"), mkfs)
 	r.layout = probeHostLayout("/")
 	own, capable := ownOOMScoreAdj()
 	r.oomScoreAdj = oomScoreAdjFor(capable, own)
@@ -253,6 +259,9 @@ func validateSpec(spec runtime.Spec) error {
 	if spec.MemoryMB < 0 || (spec.MemoryMB > 0 && spec.MemoryMB < minMemoryMB) {
 		return errcode.New(errcode.InvalidArgument, "memory_mb %d must be 0 (unlimited) or at least %d", spec.MemoryMB, minMemoryMB)
 	}
+	if spec.DiskMB < 0 || (spec.DiskMB > 0 && spec.DiskMB < minDiskMB) || spec.DiskMB > maxDiskMB {
+		return errcode.New(errcode.InvalidArgument, "disk_mb %d must be 0 (the default, %d) or between %d and %d", spec.DiskMB, DefaultDiskMB, minDiskMB, maxDiskMB)
+	}
 	if spec.PidsLimit < 0 {
 		return errcode.New(errcode.InvalidArgument, "pids_limit %d must be 0 (unlimited) or positive", spec.PidsLimit)
 	}
@@ -275,6 +284,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	if err != nil {
 		return err
 	}
+	diskMB := spec.DiskMB
+	if diskMB == 0 {
+		diskMB = DefaultDiskMB
+	}
+	if err := r.checkDiskSpace(diskMB); err != nil {
+		return err
+	}
 	id, dir := spec.ID, r.sandboxDir(spec.ID)
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -291,12 +307,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 			}
 		}
 	}()
+	if err := r.makeDisk(ctx, dir, diskMB); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the %d MiB disk of sandbox %s", diskMB, id)
+	}
 	if err := makeSandboxDirs(dir); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the directories of sandbox %s", id)
 	}
 	in := specInput{
 		ID: id, CgroupParent: r.cgroupParent, Rootfs: rootfs, SandboxDir: dir, GuestBinary: r.guestBinary,
-		CPU: spec.CPU, MemoryMB: spec.MemoryMB, PidsLimit: spec.PidsLimit, Env: spec.Env,
+		CPU: spec.CPU, MemoryMB: spec.MemoryMB, DiskMB: diskMB, PidsLimit: spec.PidsLimit, Env: spec.Env,
 		HostRlimits: r.hostRlimits, Swap: r.swap, OOMScoreAdj: r.oomScoreAdj, HostBinds: r.layout.Binds,
 		Seccomp: r.seccomp,
 	}
@@ -309,7 +328,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the OCI spec of sandbox %s", id)
 	}
-	logPath := filepath.Join(dir, "guest.log")
+	// On the sandbox's disk: the agent writes it, and what a workload makes it log is bounded.
+	logPath := filepath.Join(dir, diskMountName, "guest.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the log of sandbox %s", id)
@@ -338,12 +358,18 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	return nil
 }
 
+// makeSandboxDirs makes the sandbox's writable directories on its mounted disk (disk/run,
+// disk/workspace, disk/home) and the run symlink that keeps the agent's socket path short.
 func makeSandboxDirs(dir string) error {
-	if err := os.Mkdir(filepath.Join(dir, "run"), 0o700); err != nil {
+	disk := filepath.Join(dir, diskMountName)
+	if err := os.Mkdir(filepath.Join(disk, "run"), 0o700); err != nil {
+		return err
+	}
+	if err := os.Symlink(filepath.Join(diskMountName, "run"), filepath.Join(dir, "run")); err != nil {
 		return err
 	}
 	for _, d := range []string{"workspace", "home"} {
-		p := filepath.Join(dir, d)
+		p := filepath.Join(disk, d)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			return err
 		}
@@ -435,6 +461,9 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.removeCgroups(ctx, id); err != nil {
 		return err
 	}
+	if err := r.removeDisk(ctx, id); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot remove the bundle of sandbox %s", id)
 	}
@@ -474,7 +503,7 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.Status, error) 
 }
 
 // List returns every id with any host resource: a container the OCI runtime knows, a bundle
-// directory, or a cgroup under any hierarchy.
+// directory, a cgroup under any hierarchy, a mount or a loop device of its disk.
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	if r.binary != "" {
@@ -506,6 +535,13 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 				seen[e.Name()] = true
 			}
 		}
+	}
+	holders, err := r.diskHolders()
+	if err != nil {
+		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot list the sandboxes' disks")
+	}
+	for _, id := range holders {
+		seen[id] = true
 	}
 	ids := make([]string, 0, len(seen))
 	for id := range seen {

@@ -63,7 +63,7 @@ var (
 var hardening = []string{
 	"readonly-rootfs", "no-new-privileges", "caps:minimal", "masked-paths", "readonly-paths",
 	"netns:loopback-only", "cgroup:memory,cpu,pids", "devices:default-deny", "rlimits:clamped",
-	"nosuid-binds",
+	"nosuid-binds", "disk:ext4-image", "rlimits:fsize",
 }
 
 // bindMount is a host path bound read-only into every sandbox at the same path.
@@ -80,8 +80,10 @@ type specInput struct {
 	GuestBinary  string // the agentbox binary on the host, absolute
 	CPU          float64
 	MemoryMB     int64
-	PidsLimit    int64
-	Env          map[string]string
+	// DiskMB is the size of the sandbox's disk; RLIMIT_FSIZE caps a single file at it (0: no cap).
+	DiskMB    int64
+	PidsLimit int64
+	Env       map[string]string
 	// HostRlimits are the host's hard limits; the spec never asks for more.
 	HostRlimits hostinfo.Rlimits
 	// Swap is whether the memory controller can bound memory+swap (memory.memsw.* on v1).
@@ -98,8 +100,9 @@ type specInput struct {
 	GIDMappings []specs.LinuxIDMapping
 }
 
-// tmpSizeMiB is /tmp's size: half the memory limit, at least minTmpMiB. tmpfs pages are
-// charged to the sandbox's memory cgroup, so the memory limit bounds it as well.
+// tmpSizeMiB is /tmp's size: half the memory limit, at least minTmpMiB (memory_mb is at least
+// 32, so never more than the limit). tmpfs pages are charged to the sandbox's memory cgroup:
+// /tmp and /dev/shm count against memory_mb, not disk_mb, and the memory limit bounds them too.
 func tmpSizeMiB(memoryMB int64) int64 {
 	if memoryMB <= 0 {
 		return unlimitedTmpMiB
@@ -226,16 +229,23 @@ func buildSpec(in specInput) *specs.Spec {
 			Seccomp:           in.Seccomp,
 		},
 	}
+	if in.DiskMB > 0 {
+		// No single file may outgrow the disk (SIGXFSZ, or EFBIG where the signal is ignored);
+		// it bounds files on /tmp too.
+		fsize := clampRlimit(uint64(in.DiskMB)<<20, in.HostRlimits.FSIZE)
+		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_FSIZE", Hard: fsize, Soft: fsize})
+	}
 	for _, b := range in.HostBinds {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: b.Destination, Type: "bind", Source: b.Source,
 			Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
 	dir := in.SandboxDir
+	disk := path.Join(dir, diskMountName) // every writable bind is on the sandbox's disk
 	s.Mounts = append(s.Mounts,
 		specs.Mount{Destination: guestBinaryPath, Type: "bind", Source: in.GuestBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-		specs.Mount{Destination: guestRunDir, Type: "bind", Source: path.Join(dir, "run"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
-		specs.Mount{Destination: workspaceDir, Type: "bind", Source: path.Join(dir, "workspace"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
-		specs.Mount{Destination: agentHome, Type: "bind", Source: path.Join(dir, "home"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		specs.Mount{Destination: guestRunDir, Type: "bind", Source: path.Join(disk, "run"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		specs.Mount{Destination: workspaceDir, Type: "bind", Source: path.Join(disk, "workspace"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		specs.Mount{Destination: agentHome, Type: "bind", Source: path.Join(disk, "home"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	)
 	if len(in.UIDMappings) > 0 {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})

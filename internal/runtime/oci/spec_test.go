@@ -147,9 +147,9 @@ func TestSpecMounts(t *testing.T) {
 		{"/usr", "bind", "/usr", []string{"rbind", "ro", "nosuid", "nodev"}},
 		{"/etc/ssl/certs", "bind", "/etc/ssl/certs", []string{"rbind", "ro", "nosuid", "nodev"}},
 		{"/.agentbox/agentbox", "bind", "/opt/agentbox", []string{"ro"}},
-		{"/.agentbox/run", "bind", "/r/sandboxes/sb-0123456789ab/run", []string{"rw", "nosuid", "nodev"}},
-		{"/workspace", "bind", "/r/sandboxes/sb-0123456789ab/workspace", []string{"rw", "nosuid", "nodev"}},
-		{"/home/agent", "bind", "/r/sandboxes/sb-0123456789ab/home", []string{"rw", "nosuid", "nodev"}},
+		{"/.agentbox/run", "bind", "/r/sandboxes/sb-0123456789ab/disk/run", []string{"rw", "nosuid", "nodev"}},
+		{"/workspace", "bind", "/r/sandboxes/sb-0123456789ab/disk/workspace", []string{"rw", "nosuid", "nodev"}},
+		{"/home/agent", "bind", "/r/sandboxes/sb-0123456789ab/disk/home", []string{"rw", "nosuid", "nodev"}},
 	} {
 		m, ok := findMount(s, tc.dest)
 		if !ok {
@@ -207,6 +207,61 @@ func TestTmpSize(t *testing.T) {
 	s := buildSpec(in)
 	if m, _ := findMount(s, "/dev/shm"); !slices.Contains(m.Options, "size=16m") {
 		t.Errorf("/dev/shm must not exceed /tmp: %v", m.Options)
+	}
+}
+
+// TestTmpWithinMemory: tmpfs pages are charged to the memory cgroup, so /tmp and /dev/shm
+// together never promise more than memory_mb.
+func TestTmpWithinMemory(t *testing.T) {
+	t.Parallel()
+	for _, mem := range []int64{32, 33, 48, 64, 100, 127, 128, 256, 512, 1000, 4096, 1 << 20} {
+		in := testInput()
+		in.MemoryMB = mem
+		s := buildSpec(in)
+		var total int64
+		for _, dest := range []string{"/tmp", "/dev/shm"} {
+			m, _ := findMount(s, dest)
+			for _, o := range m.Options {
+				if v, ok := strings.CutPrefix(o, "size="); ok {
+					n, err := strconv.ParseInt(strings.TrimSuffix(v, "m"), 10, 64)
+					if err != nil || !strings.HasSuffix(v, "m") {
+						t.Fatalf("%s size %q", dest, v)
+					}
+					total += n
+				}
+			}
+		}
+		if total > mem {
+			t.Errorf("memory_mb %d: /tmp and /dev/shm may hold %d MiB", mem, total)
+		}
+	}
+}
+
+func TestSpecFileSizeLimit(t *testing.T) {
+	t.Parallel()
+	fsize := func(in specInput) (specs.POSIXRlimit, bool) {
+		for _, r := range buildSpec(in).Process.Rlimits {
+			if r.Type == "RLIMIT_FSIZE" {
+				return r, true
+			}
+		}
+		return specs.POSIXRlimit{}, false
+	}
+	in := testInput()
+	if _, ok := fsize(in); ok {
+		t.Error("RLIMIT_FSIZE without a disk")
+	}
+	in.DiskMB = 64
+	if r, ok := fsize(in); !ok || r.Hard != 64<<20 || r.Soft != 64<<20 {
+		t.Errorf("disk_mb 64: %+v %v", r, ok)
+	}
+	in.HostRlimits.FSIZE = 1 << 20 // a host whose hard limit is lower
+	if r, _ := fsize(in); r.Hard != 1<<20 || r.Soft != 1<<20 {
+		t.Errorf("not clamped to the host's hard limit: %+v", r)
+	}
+	in.HostRlimits.FSIZE = ^uint64(0) // RLIM_INFINITY
+	if r, _ := fsize(in); r.Hard != 64<<20 {
+		t.Errorf("unlimited host: %+v", r)
 	}
 }
 
