@@ -66,6 +66,11 @@ func cmdMCP(args []string) int {
 	defer closeFn()
 	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log})
 	defer srv.Close()
+	if _, inProcess := backend.(*sandbox.Service); inProcess {
+		if err := srv.Adopt(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	log.Info("agentbox mcp serving on stdio", "control_plane", where)
 	if err := srv.MCP().Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil && !errors.Is(err, mcp.ErrConnectionClosed) {
 		log.Warn("mcp session ended", "err", err)

@@ -78,6 +78,9 @@ func cmdServe(args []string) int {
 		log.Warn("cannot publish server address", "err", err)
 	}
 	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log})
+	if err := mcpSrv.Adopt(ctx); err != nil {
+		return fail(err)
+	}
 	defer mcpSrv.Close()
 	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv)})

@@ -107,3 +107,17 @@ func (s *Server) heldList(ctx context.Context) (SandboxList, error) {
 	out.Count = len(out.Sandboxes)
 	return out, nil
 }
+
+// Adopt adds every live sandbox of the control plane to the held set. A server that owns its
+// control plane (agentbox serve, or agentbox mcp running one in-process) calls it at start, so
+// that after a restart "the sandboxes this server created" still lists the ones that survived.
+func (s *Server) Adopt(ctx context.Context) error {
+	live, err := s.b.List(ctx, sandbox.ListFilter{States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning}, Limit: sandbox.MaxList})
+	if err != nil {
+		return err
+	}
+	for _, sb := range live {
+		s.held.add(sb.ID)
+	}
+	return nil
+}

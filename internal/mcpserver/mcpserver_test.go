@@ -702,3 +702,29 @@ func TestHeldList(t *testing.T) {
 		t.Fatalf("list after destroying everything: %+v", l)
 	}
 }
+
+// TestAdopt: a server that owns its control plane lists, after a restart, the sandboxes that
+// survived it.
+func TestAdopt(t *testing.T) {
+	svc := service(t, sandbox.Config{})
+	ctx := context.Background()
+	sb, err := svc.Create(ctx, sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mcpserver.New(svc, mcpserver.Options{})
+	defer srv.Close()
+	c := connect(t, srv, protocolVersions[0])
+	var l mcpserver.SandboxList
+	c.ok("sandbox_list", nil, &l)
+	if l.Count != 0 {
+		t.Fatalf("before Adopt the list holds %+v", l.Sandboxes)
+	}
+	if err := srv.Adopt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("sandbox_list", nil, &l)
+	if l.Count != 1 || l.Sandboxes[0].SandboxID != sb.ID {
+		t.Fatalf("after Adopt: %+v", l.Sandboxes)
+	}
+}
