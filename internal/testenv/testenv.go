@@ -80,12 +80,16 @@ func ShortTempDir(t testing.TB, prefix string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		releaseMounts(dir) // a failed test may leave a sandbox's disk mounted in it
+		os.RemoveAll(dir)
+	})
 	return dir
 }
 
 // Leaks returns host resources that mention any of needles: mounts in /proc/self/mountinfo,
-// cgroup directories under /sys/fs/cgroup, and processes whose cgroup or command line mentions them.
+// loop devices whose backing file's path mentions them, cgroup directories under
+// /sys/fs/cgroup, and processes whose cgroup or command line mentions them.
 func Leaks(needles ...string) []string {
 	var found []string
 	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
@@ -98,6 +102,20 @@ func Leaks(needles ...string) []string {
 			}
 		}
 		f.Close()
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, p := range backing {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		for _, n := range needles {
+			if strings.Contains(string(b), n) {
+				dev := filepath.Base(filepath.Dir(filepath.Dir(p)))
+				found = append(found, "loop device /dev/"+dev+": "+strings.TrimSpace(string(b)))
+				break
+			}
+		}
 	}
 	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
