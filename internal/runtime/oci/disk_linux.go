@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -378,20 +379,30 @@ type loopDevice struct {
 	Backing string // its backing file's path, without the kernel's " (deleted)"
 }
 
-// loopDevices lists the attached loop devices from sysfs.
+// loopDevices lists the attached loop devices from sysfs. Detached devices stay in
+// /sys/block (a busy host may have hundreds), so this reads each one's backing_file directly
+// rather than globbing: about 1 ms for 200 devices.
 func loopDevices() []loopDevice {
-	paths, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	ents, _ := os.ReadDir("/sys/block")
 	var out []loopDevice
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue // detached meanwhile
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "loop") {
+			continue
 		}
-		name := filepath.Base(filepath.Dir(filepath.Dir(p)))
-		backing := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
-		out = append(out, loopDevice{Dev: "/dev/" + name, Backing: backing})
+		if backing, ok := loopBacking(e.Name()); ok {
+			out = append(out, loopDevice{Dev: "/dev/" + e.Name(), Backing: backing})
+		}
 	}
 	return out
+}
+
+// loopBacking returns the backing file of loop device name ("loop3"), if it is attached.
+func loopBacking(name string) (string, bool) {
+	b, err := os.ReadFile("/sys/block/" + name + "/loop/backing_file")
+	if err != nil {
+		return "", false // detached (the loop/ attributes exist only while attached)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)"), true
 }
 
 // mountPoints lists this mount namespace's mount points (the host's, for the server).
@@ -524,25 +535,27 @@ func (r *Runtime) removeDisk(ctx context.Context, id string) error {
 			r.log.Debug("unmounted", "sandbox_id", id, "mount", mp)
 		}
 	}
-	deadline := time.Now().Add(loopRelease)
-	for cleared := map[string]bool{}; ; {
-		var left []string
-		for _, l := range loopDevices() {
-			if !under(l.Backing) {
-				continue
-			}
-			left = append(left, l.Dev)
-			if cleared[l.Dev] {
-				continue
-			}
-			// On a busy device LOOP_CLR_FD sets autoclear and returns at once: the device
-			// goes when its last user does.
-			if err := clearLoop(l.Dev); err != nil {
-				return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot detach %s (%s) of sandbox %s", l.Dev, l.Backing, id)
-			}
-			cleared[l.Dev] = true
-			r.log.Debug("detached loop device", "sandbox_id", id, "dev", l.Dev)
+	// One scan finds the devices (the disk's own clears itself once unmounted: autoclear);
+	// then only those are watched until they let go of the file.
+	var left []string
+	for _, l := range loopDevices() {
+		if !under(l.Backing) {
+			continue
 		}
+		// On a busy device LOOP_CLR_FD sets autoclear and returns at once: the device goes
+		// when its last user does.
+		if err := clearLoop(l.Dev); err != nil {
+			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot detach %s (%s) of sandbox %s", l.Dev, l.Backing, id)
+		}
+		r.log.Debug("detached loop device", "sandbox_id", id, "dev", l.Dev)
+		left = append(left, l.Dev)
+	}
+	deadline := time.Now().Add(loopRelease)
+	for {
+		left = slices.DeleteFunc(left, func(dev string) bool {
+			backing, ok := loopBacking(filepath.Base(dev))
+			return !ok || !under(backing)
+		})
 		if len(left) == 0 {
 			return nil
 		}
