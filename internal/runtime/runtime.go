@@ -37,6 +37,16 @@ type Capabilities struct {
 	NetworkModes []string `json:"network_modes"`
 	// Hardening lists what the runtime enforces on every sandbox, machine-readably.
 	Hardening []string `json:"hardening,omitempty"`
+	// UserNamespaces is whether the runtime gives each sandbox a user namespace mapping its ids
+	// to the range of host ids in Spec (root inside is then an unprivileged user outside).
+	UserNamespaces bool `json:"user_namespaces"`
+}
+
+// IDMap maps a sandbox's user and group ids 0..Count-1 to host ids UIDBase.. and GIDBase...
+type IDMap struct {
+	UIDBase uint32
+	GIDBase uint32
+	Count   uint32
 }
 
 // Spec is what a runtime needs to create a sandbox.
@@ -53,6 +63,9 @@ type Spec struct {
 	PidsLimit int64
 	// Env is the base environment of every process in the sandbox.
 	Env map[string]string
+	// IDMap is the sandbox's range of host ids, allocated by the control plane for a runtime
+	// whose Capabilities say UserNamespaces; the zero value (Count 0) means no user namespace.
+	IDMap IDMap
 }
 
 // Status is a container's state as the runtime sees it.

@@ -73,11 +73,15 @@ func RequireRoot(t testing.TB) {
 }
 
 // ShortTempDir returns a temp dir with a short path (unix socket paths are limited to 108
-// bytes), removed at the end of the test.
+// bytes), removed at the end of the test. It is searchable by everyone (0711), like a server's
+// state dir: sandboxes' root users, unprivileged on the host, must reach a runtime root in it.
 func ShortTempDir(t testing.TB, prefix string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

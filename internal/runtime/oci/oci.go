@@ -8,12 +8,18 @@
 // Layout under Config.Root:
 //
 //	state/                 the OCI runtime's --root
+//	bin/agentbox           the guest binary every sandbox binds (userns_linux.go)
 //	rootfs/host/           the shared read-only root of image "host", prepared once
 //	disk-templates/        one formatted ext4 image per disk size, copied by every create
 //	sandboxes/<id>/        config.json, init.pid, disk.img (the sandbox's disk: sparse ext4 of
 //	                       disk_mb MiB on a loop device), run -> disk/run
 //	sandboxes/<id>/disk/   the disk's mount: run/ (at /.agentbox/run; agent.sock), workspace/,
-//	                       home/, guest.log (the agent's stdout and stderr); see disk_linux.go
+//	                       home/, root/ (at /root), guest.log (the agent's stdout and stderr);
+//	                       see disk_linux.go
+//
+// Root, bin/, rootfs/ and sandboxes/ are 0711: in a user namespace the sandbox's root, an
+// unprivileged host user, must search them (userns_linux.go). The sandbox's run/ and root/
+// belong to its root, workspace/ and home/ to its agent user, in its range of host ids.
 package oci
 
 import (

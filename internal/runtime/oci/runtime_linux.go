@@ -62,6 +62,8 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	rootfs string // set once the shared rootfs is prepared
+	// guestPath is the guest binary sandboxes bind, installed under Root by ensureLayout.
+	guestPath string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -120,7 +122,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.log.Info("runtime unavailable", "reason", reason)
 		return r, nil
 	}
-	r.caps.Hardening = r.flavorHardening()
+	if reason := r.probeUserNamespaces(); reason != "" {
+		r.caps.Reason = reason
+		r.log.Info("runtime unavailable", "reason", reason)
+		return r, nil
+	}
+	r.caps.Hardening = append(r.flavorHardening(), r.usernsHardeningEntries()...)
 	r.caps.Available = true
 	return r, nil
 }
@@ -238,10 +245,19 @@ func (r *Runtime) ensureLayout() (string, error) {
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the %s runtime's directory %s", r.name, d)
 		}
 	}
+	// Sandboxes' root, an unprivileged host user in a user namespace, must reach what they bind.
+	if err := r.makeSearchable(); err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the %s runtime's directories searchable", r.name)
+	}
+	guestPath, err := r.installGuest()
+	if err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot install the guest binary %s under %s", r.guestBinary, r.root)
+	}
 	rootfs, err := ensureRootfs(filepath.Join(r.root, "rootfs"), "/", r.layout)
 	if err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the root file system of image %s", ImageHost)
 	}
+	r.guestPath = guestPath
 	r.rootfs = rootfs
 	return rootfs, nil
 }
@@ -280,6 +296,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := validateSpec(spec); err != nil {
 		return err
 	}
+	if err := r.checkIDMap(spec.IDMap); err != nil {
+		return err
+	}
 	rootfs, err := r.ensureLayout()
 	if err != nil {
 		return err
@@ -314,13 +333,18 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the directories of sandbox %s", id)
 	}
 	in := specInput{
-		ID: id, CgroupParent: r.cgroupParent, Rootfs: rootfs, SandboxDir: dir, GuestBinary: r.guestBinary,
+		ID: id, CgroupParent: r.cgroupParent, Rootfs: rootfs, SandboxDir: dir, GuestBinary: r.guestPath,
 		CPU: spec.CPU, MemoryMB: spec.MemoryMB, DiskMB: diskMB, PidsLimit: spec.PidsLimit, Env: spec.Env,
 		HostRlimits: r.hostRlimits, Swap: r.swap, OOMScoreAdj: r.oomScoreAdj, HostBinds: r.layout.Binds,
 		Seccomp: r.seccomp,
 	}
+	in.UIDMappings, in.GIDMappings = idMappings(spec.IDMap)
 	r.adjustSpec(&in)
 	s := buildSpec(in)
+	// After the directories (and the disk holding them) exist: the sandbox's users own them.
+	if err := ownWritableBinds(s, spec.IDMap); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s its directories", id)
+	}
 	data, err := json.Marshal(s)
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "cannot encode the OCI spec of sandbox %s", id)
@@ -359,10 +383,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 }
 
 // makeSandboxDirs makes the sandbox's writable directories on its mounted disk (disk/run,
-// disk/workspace, disk/home) and the run symlink that keeps the agent's socket path short.
+// disk/workspace, disk/home, disk/root) and the run symlink that keeps the agent's socket path
+// short. ownWritableBinds gives them to the sandbox's users once the spec is built.
 func makeSandboxDirs(dir string) error {
 	disk := filepath.Join(dir, diskMountName)
 	if err := os.Mkdir(filepath.Join(disk, "run"), 0o700); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(disk, "root"), 0o700); err != nil {
 		return err
 	}
 	if err := os.Symlink(filepath.Join(diskMountName, "run"), filepath.Join(dir, "run")); err != nil {

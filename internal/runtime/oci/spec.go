@@ -19,6 +19,9 @@ const (
 	guestSocketPath = "/.agentbox/run/agent.sock"
 	workspaceDir    = "/workspace"
 	agentHome       = "/home/agent"
+	// rootHome is root's home, writable for `user: "root"` commands (package managers' caches
+	// and configuration) and closed to the agent user.
+	rootHome = "/root"
 )
 
 // Resource defaults and bounds of the spec.
@@ -246,6 +249,7 @@ func buildSpec(in specInput) *specs.Spec {
 		specs.Mount{Destination: guestRunDir, Type: "bind", Source: path.Join(disk, "run"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		specs.Mount{Destination: workspaceDir, Type: "bind", Source: path.Join(disk, "workspace"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		specs.Mount{Destination: agentHome, Type: "bind", Source: path.Join(disk, "home"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		specs.Mount{Destination: rootHome, Type: "bind", Source: path.Join(disk, "root"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	)
 	if len(in.UIDMappings) > 0 {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})

@@ -150,6 +150,7 @@ func TestSpecMounts(t *testing.T) {
 		{"/.agentbox/run", "bind", "/r/sandboxes/sb-0123456789ab/disk/run", []string{"rw", "nosuid", "nodev"}},
 		{"/workspace", "bind", "/r/sandboxes/sb-0123456789ab/disk/workspace", []string{"rw", "nosuid", "nodev"}},
 		{"/home/agent", "bind", "/r/sandboxes/sb-0123456789ab/disk/home", []string{"rw", "nosuid", "nodev"}},
+		{"/root", "bind", "/r/sandboxes/sb-0123456789ab/disk/root", []string{"rw", "nosuid", "nodev"}},
 	} {
 		m, ok := findMount(s, tc.dest)
 		if !ok {

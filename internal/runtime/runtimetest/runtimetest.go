@@ -140,6 +140,13 @@ func Run(t *testing.T, rt runtime.Runtime) {
 	t.Run("ListCreatedNotStarted", func(t *testing.T) { t.Parallel(); testListCreated(t, rt) })
 	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testConcurrent(t, rt) })
 	t.Run("NetworkLoopbackOnly", func(t *testing.T) { t.Parallel(); testNetwork(t, rt) })
+	t.Run("UserNamespace", func(t *testing.T) {
+		t.Parallel()
+		if !caps.UserNamespaces {
+			t.Skipf("runtime %s gives sandboxes no user namespace (hardening %v)", rt.Name(), caps.Hardening)
+		}
+		testUserNamespace(t, rt)
+	})
 }
 
 func testLifecycle(t *testing.T, rt runtime.Runtime) {
