@@ -66,8 +66,8 @@ func flavorFor(cfg Config) (Flavor, error) {
 	}
 }
 
-// binary is the flavour's executable name.
-func (f Flavor) binary() string {
+// Binary is the flavour's executable name (runc, crun, runsc).
+func (f Flavor) Binary() string {
 	if f == FlavorGVisor {
 		return "runsc"
 	}
@@ -75,7 +75,7 @@ func (f Flavor) binary() string {
 }
 
 // aptPackage is the Debian package that installs the flavour.
-func (f Flavor) aptPackage() string { return f.binary() }
+func (f Flavor) aptPackage() string { return f.Binary() }
 
 func (f Flavor) isolation() runtime.Isolation {
 	if f == FlavorGVisor {
@@ -120,7 +120,7 @@ func (r *Runtime) flavorHardening() []string {
 		}
 	case FlavorGVisor:
 		h = append(h, "gvisor:user-space-kernel", "platform:"+r.platform, "gvisor:host-syscall-filter",
-			"gvisor:host-uds="+r.hostUDS, "pids:rlimit-nproc")
+			"gvisor:host-uds="+r.hostUDS, "pids:rlimit-nproc", "seccomp:errno-eperm,clone3-to-gvisor")
 		if !r.ociSeccomp {
 			// Without --oci-seccomp, runsc ignores the spec's profile.
 			h = slices.DeleteFunc(h, func(s string) bool { return s == seccompHardening })
@@ -220,6 +220,7 @@ func (r *Runtime) probeGVisor(ctx context.Context) string {
 		r.pidMax, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	}
 	r.ociSeccomp = has("oci-seccomp")
+	r.seccomp = forGVisor(r.seccomp)
 	r.globalArgs = append(r.globalArgs, "--network=none", "--platform="+r.platform, "--host-uds="+r.hostUDS)
 	if r.ociSeccomp {
 		r.globalArgs = append(r.globalArgs, "--oci-seccomp")

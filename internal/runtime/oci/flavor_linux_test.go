@@ -25,8 +25,8 @@ func newFlavor(t testing.TB, f Flavor) *Runtime {
 	if reason := runcUsable(); reason != "" {
 		t.Skip(reason)
 	}
-	if _, err := exec.LookPath(f.binary()); err != nil {
-		t.Skipf("%s is not installed (make deps installs it)", f.binary())
+	if _, err := exec.LookPath(f.Binary()); err != nil {
+		t.Skipf("%s is not installed (make deps installs it)", f.Binary())
 	}
 	if guestBuildErr != nil {
 		t.Fatalf("cannot build the agent: %v", guestBuildErr)
@@ -163,13 +163,14 @@ s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 print("socket_AF_INET", 0, "OK")
 `
 
-// TestSeccompEnforced runs the denied syscalls from inside a runc and a crun sandbox.
+// TestSeccompEnforced runs the denied syscalls from inside a runc, a crun and a gVisor
+// sandbox. gVisor answers every seccomp errno rule with EPERM.
 func TestSeccompEnforced(t *testing.T) {
 	t.Parallel()
 	if goruntime.GOARCH != "amd64" {
 		t.Skipf("the script uses x86_64 syscall numbers; this host is %s", goruntime.GOARCH)
 	}
-	for _, f := range []Flavor{FlavorRunc, FlavorCrun} {
+	for _, f := range []Flavor{FlavorRunc, FlavorCrun, FlavorGVisor} {
 		t.Run(string(f), func(t *testing.T) {
 			t.Parallel()
 			rt := newFlavor(t, f)
@@ -184,10 +185,14 @@ func TestSeccompEnforced(t *testing.T) {
 					got[f[0]] = f[2]
 				}
 			}
+			denied, family := []string{"ENOSYS"}, []string{"EAFNOSUPPORT"}
+			if f == FlavorGVisor {
+				denied, family = []string{"EPERM"}, []string{"EPERM"}
+			}
 			want := map[string][]string{
-				"io_uring_setup": {"ENOSYS"}, "io_uring_enter": {"ENOSYS"}, "io_uring_register": {"ENOSYS"},
-				"userfaultfd": {"ENOSYS"}, "keyctl": {"ENOSYS"}, "add_key": {"ENOSYS"}, "request_key": {"ENOSYS"},
-				"bpf": {"ENOSYS"}, "socket_AF_VSOCK": {"EAFNOSUPPORT"}, "socket_AF_ALG": {"EAFNOSUPPORT"},
+				"io_uring_setup": denied, "io_uring_enter": denied, "io_uring_register": denied,
+				"userfaultfd": denied, "keyctl": denied, "add_key": denied, "request_key": denied,
+				"bpf": denied, "socket_AF_VSOCK": family, "socket_AF_ALG": family,
 				"socket_AF_INET": {"OK"},
 			}
 			for name, ok := range want {
@@ -198,6 +203,23 @@ func TestSeccompEnforced(t *testing.T) {
 			t.Logf("%s", strings.ReplaceAll(strings.TrimSpace(res.Stdout), "\n", "; "))
 			if st := runtimetest.Exec(t, c, "grep", "^Seccomp:", "/proc/self/status"); !strings.Contains(st.Stdout, "2") {
 				t.Errorf("seccomp mode of a command: %q", st.Stdout)
+			}
+		})
+	}
+}
+
+// TestThreadsWork guards against a profile that breaks threads: glibc's pthread_create tries
+// clone3 and falls back to clone only on ENOSYS.
+func TestThreadsWork(t *testing.T) {
+	t.Parallel()
+	for _, f := range []Flavor{FlavorRunc, FlavorCrun, FlavorGVisor} {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			c := runtimetest.Start(t, newFlavor(t, f), runtimetest.DefaultSpec(runtimetest.NewID()))
+			res := runtimetest.Exec(t, c, "python3", "-c",
+				"import threading; r = []; ts = [threading.Thread(target=r.append, args=(i,)) for i in range(8)]; [x.start() for x in ts]; [x.join() for x in ts]; print(len(r))")
+			if strings.TrimSpace(res.Stdout) != "8" {
+				t.Errorf("threads: %+v", res)
 			}
 		})
 	}

@@ -80,7 +80,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cfg.Name = string(flavor)
 	}
 	if cfg.Binary == "" {
-		cfg.Binary = flavor.binary()
+		cfg.Binary = flavor.Binary()
 	}
 	if !filepath.IsAbs(cfg.Root) {
 		return nil, fmt.Errorf("oci %s: Root %q must be an absolute path", cfg.Name, cfg.Root)
@@ -162,12 +162,12 @@ func (r *Runtime) probe(ctx context.Context, cfg Config) string {
 		r.cgroupMounts = append(r.cgroupMounts, m.Path)
 	}
 	r.swap = swapSupported(mounts, mode)
-	if reason := r.probeFlavor(ctx, mode); reason != "" {
-		return reason
-	}
 	// Docker's default profile depends on the capability set, the same for every sandbox.
 	if r.seccomp, err = seccompProfile(buildSpec(specInput{})); err != nil {
 		return err.Error()
+	}
+	if reason := r.probeFlavor(ctx, mode); reason != "" {
+		return reason
 	}
 	if r.hostRlimits, err = hostinfo.HardRlimits(); err != nil {
 		return err.Error()

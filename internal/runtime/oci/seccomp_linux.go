@@ -106,3 +106,24 @@ func argsMatch(conds []specs.LinuxSeccompArg, args []uint64) bool {
 	}
 	return true
 }
+
+// forGVisor adapts a profile to runsc --oci-seccomp. gVisor (2022-12) answers every
+// SECCOMP_RET_ERRNO rule with EPERM whatever its errno, so Docker's clone3 rule (ENOSYS, which
+// makes glibc fall back to clone, whose flags the profile can filter) would break every threaded
+// program. This gVisor implements no clone3 and answers ENOSYS itself, so clone3 is left to it;
+// the namespaces clone could make are the user-space kernel's own.
+func forGVisor(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
+	out := *p
+	out.Syscalls = nil
+	for _, rule := range p.Syscalls {
+		if rule.Action == specs.ActErrno && rule.ErrnoRet != nil && *rule.ErrnoRet == uint(unix.ENOSYS) && slices.Contains(rule.Names, "clone3") {
+			rule.Names = slices.DeleteFunc(slices.Clone(rule.Names), func(n string) bool { return n == "clone3" })
+			if len(rule.Names) == 0 {
+				continue
+			}
+		}
+		out.Syscalls = append(out.Syscalls, rule)
+	}
+	out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow})
+	return &out
+}

@@ -123,3 +123,28 @@ func TestSpecSeccompHook(t *testing.T) {
 		t.Error("the hook's profile is not applied")
 	}
 }
+
+func TestSeccompForGVisor(t *testing.T) {
+	t.Parallel()
+	p, err := seccompProfile(buildSpec(testInput()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := forGVisor(p)
+	if len(allowedBy(g, "clone3")) != 1 {
+		t.Errorf("clone3 not left to gVisor")
+	}
+	for _, r := range g.Syscalls {
+		if slices.Contains(r.Names, "clone3") && r.Action != specs.ActAllow {
+			t.Errorf("clone3 still in %+v", r)
+		}
+	}
+	for _, name := range deniedSyscalls {
+		if hits := allowedBy(g, name); len(hits) > 0 {
+			t.Errorf("%s allowed by %+v", name, hits)
+		}
+	}
+	if len(allowedBy(p, "clone3")) != 0 || len(g.Syscalls) != len(p.Syscalls)+1 && len(g.Syscalls) != len(p.Syscalls) {
+		t.Errorf("the original profile was changed or rules were lost: %d → %d rules", len(p.Syscalls), len(g.Syscalls))
+	}
+}
