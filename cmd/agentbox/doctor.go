@@ -26,6 +26,10 @@ type check struct {
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
+	// Runtime is what a runtime check found: availability, isolation and hardening.
+	Runtime *runtime.Capabilities `json:"runtime,omitempty"`
+	// Warn marks a failure that does not stop the server from working.
+	Warn bool `json:"-"`
 }
 
 func cmdDoctor(args []string) int {
@@ -40,14 +44,11 @@ func cmdDoctor(args []string) int {
 	root := os.Geteuid() == 0
 	add(check{Name: "root", OK: root, Detail: fmt.Sprintf("euid %d", os.Geteuid()),
 		Fix: fixIf(!root, "run the server as root: sudo agentbox serve (rootless runtimes are not supported yet)")})
-	for _, bin := range []struct{ name, pkg string }{{"runc", "runc"}, {"crun", "crun"}, {"runsc", "runsc"}} {
-		path, err := exec.LookPath(bin.name)
-		if err != nil {
-			add(check{Name: bin.name, Detail: "not installed", Fix: "sudo apt-get install -y " + bin.pkg})
-			continue
-		}
-		out, _ := exec.Command(path, "--version").Output()
-		add(check{Name: bin.name, OK: true, Detail: path + ": " + firstLine(string(out))})
+	var runs []check
+	for _, f := range runtimeFlavors {
+		rc, sc := runtimeChecks(root, f)
+		add(rc)
+		runs = append(runs, sc)
 	}
 	var missing []string
 	for _, ns := range []string{"pid", "mnt", "ipc", "uts", "net", "cgroup"} {
@@ -65,8 +66,9 @@ func cmdDoctor(args []string) int {
 	add(check{Name: "host", OK: true, Detail: fmt.Sprintf("%d cores, %d MiB memory", info.NumCPU, info.MemTotalMiB)})
 	add(check{Name: "rlimits", OK: info.HardRlimits.NOFILE >= 1024, Detail: fmt.Sprintf("hard NOFILE %d, NPROC %d (sandbox limits are clamped to these)", info.HardRlimits.NOFILE, info.HardRlimits.NPROC)})
 	add(diskCheck(*stateDir))
-	runs := sandboxCheck(root)
-	add(runs)
+	for _, c := range runs {
+		add(c)
+	}
 	if *asJSON {
 		printJSON(checks)
 	} else {
@@ -74,61 +76,85 @@ func cmdDoctor(args []string) int {
 			mark := "ok  "
 			if !c.OK {
 				mark = "FAIL"
-				if c.Name == "kvm" || c.Name == "crun" || c.Name == "runsc" || c.Name == "user namespaces" {
+				if c.Warn || c.Name == "kvm" || c.Name == "user namespaces" {
 					mark = "warn"
 				}
 			}
 			fmt.Printf("%s %-16s %s\n", mark, c.Name, c.Detail)
+			if c.Runtime != nil && c.Runtime.Available {
+				fmt.Printf("     %-16s hardening: %s\n", "", strings.Join(c.Runtime.Hardening, " "))
+			}
 			if c.Fix != "" {
 				fmt.Printf("     %-16s fix: %s\n", "", c.Fix)
 			}
 		}
 	}
-	if !runs.OK {
+	if !runs[0].OK { // the default runtime
 		return 1
 	}
 	return 0
 }
 
-// sandboxCheck proves the default runtime works by running a real sandbox and an exec in it.
-func sandboxCheck(root bool) check {
-	c := check{Name: "runc sandbox"}
-	if !root {
-		c.Detail, c.Fix = "not tried: needs root", "sudo agentbox doctor"
-		return c
-	}
+// runtimeChecks probes one runtime (what it is, its isolation and hardening) and proves that it
+// works by running a real sandbox and an exec in it. Only the default runtime (runc) failing
+// is an error; crun and gVisor failing are warnings.
+func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
+	name := string(f)
+	warn := f != oci.FlavorRunc
+	rc = check{Name: name, Warn: warn}
+	sc = check{Name: name + " sandbox", Warn: warn}
 	self, err := os.Executable()
 	if err != nil {
-		c.Detail = err.Error()
-		return c
+		rc.Detail, sc.Detail = err.Error(), "not tried"
+		return rc, sc
 	}
-	dir, err := os.MkdirTemp("", "agentbox-doctor-")
+	dir, err := os.MkdirTemp("", "abdoc-")
 	if err != nil {
-		c.Detail = err.Error()
-		return c
+		rc.Detail, sc.Detail = err.Error(), "not tried"
+		return rc, sc
 	}
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: dir, GuestBinary: self, CgroupParent: "agentbox-doctor", Subreaper: true, Logger: slog.New(slog.DiscardHandler)})
+	rt, err := oci.New(ctx, oci.Config{Name: name, Flavor: f, Root: dir, GuestBinary: self, CgroupParent: "agentbox-doctor-" + name,
+		Subreaper: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		c.Detail = err.Error()
-		return c
+		rc.Detail, sc.Detail = err.Error(), "not tried"
+		return rc, sc
 	}
-	if caps := rt.Capabilities(); !caps.Available {
-		c.Detail, c.Fix = caps.Reason, "sudo apt-get install -y runc"
-		return c
+	caps := rt.Capabilities()
+	rc.Runtime = &caps
+	if !caps.Available {
+		rc.Detail, sc.Detail = caps.Reason, "not tried: runtime unavailable"
+		if _, err := exec.LookPath(f.Binary()); err != nil {
+			rc.Fix = "sudo apt-get install -y " + f.Binary()
+		}
+		return rc, sc
 	}
+	rc.OK, rc.Detail = true, fmt.Sprintf("%s %s, %s isolation", f.Binary(), caps.Version, caps.Isolation)
+	if !root {
+		sc.Detail, sc.Fix = "not tried: needs root", "sudo agentbox doctor"
+		return rc, sc
+	}
+	defer removeDoctorCgroups("agentbox-doctor-" + name)
 	id := sandbox.NewID()
 	defer rt.Delete(context.Background(), id)
 	start := time.Now()
 	if err := runOnce(ctx, rt, id); err != nil {
-		c.Detail = "a test sandbox failed: " + err.Error()
-		c.Fix = "run `sudo agentbox serve --log-level debug` and read the runtime's error"
-		return c
+		sc.Detail = "a test sandbox failed: " + err.Error()
+		sc.Fix = "run `sudo agentbox serve --log-level debug` and read the runtime's error"
+		return rc, sc
 	}
-	c.OK, c.Detail = true, fmt.Sprintf("created a sandbox and ran a command in it in %s", time.Since(start).Round(time.Millisecond))
-	return c
+	sc.OK, sc.Detail = true, fmt.Sprintf("created a sandbox and ran a command in it in %s", time.Since(start).Round(time.Millisecond))
+	return rc, sc
+}
+
+// removeDoctorCgroups removes a doctor run's (empty) cgroup parent from every hierarchy.
+func removeDoctorCgroups(parent string) {
+	mounts, _ := hostinfo.CgroupMounts()
+	for _, m := range mounts {
+		_ = os.Remove(filepath.Join(m.Path, parent))
+	}
 }
 
 func runOnce(ctx context.Context, rt runtime.Runtime, id string) error {

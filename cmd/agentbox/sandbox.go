@@ -29,11 +29,12 @@ func cmdSandbox(args []string) int {
 }
 
 func sandboxCreate(args []string) int {
-	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]...")
+	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]...")
 	var req sandbox.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
 	c.fs.StringVar(&req.Image, "image", "", "image (default host)")
-	c.fs.StringVar(&req.Runtime, "runtime", "", "runtime (default: the server's)")
+	c.fs.StringVar(&req.Runtime, "runtime", "", "runtime: runc, crun or gvisor (default: the server's, or one that gives --isolation)")
+	c.fs.StringVar(&req.Requirements.Isolation, "isolation", "", "the weakest isolation acceptable: process (runc, crun) or kernel (gvisor); never less")
 	c.fs.Float64Var(&req.CPU, "cpu", 0, "cpu cores, fractions allowed (default 1)")
 	c.fs.Int64Var(&req.MemoryMB, "memory-mb", 0, "memory limit in MiB (default 512)")
 	c.fs.Int64Var(&req.DiskMB, "disk-mb", 0, "disk limit in MiB (default 1024)")

@@ -56,13 +56,9 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 			return nil, fmt.Errorf("find own executable: %w", err)
 		}
 	}
-	rc, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: filepath.Join(cfg.StateDir, "runtimes", "runc"),
-		GuestBinary: guestBin, CgroupParent: cfg.CgroupParent, Subreaper: true, Logger: log.With("runtime", "runc")})
+	rts, err := newRuntimes(ctx, cfg.StateDir, cfg.CgroupParent, guestBin, log)
 	if err != nil {
-		return nil, fmt.Errorf("runtime runc: %w", err)
-	}
-	if caps := rc.Capabilities(); !caps.Available {
-		log.Warn("runtime unavailable; run `agentbox doctor`", "runtime", "runc", "reason", caps.Reason)
+		return nil, err
 	}
 	cpuBudget, memBudget := cfg.CPUBudget, cfg.MemoryBudgetMB
 	if cpuBudget == 0 {
@@ -73,7 +69,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 			return nil, err
 		}
 	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rc}, sandbox.Config{
+	svc, err := sandbox.NewService(st, rts, sandbox.Config{
 		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
 		MaxSandboxes: cfg.MaxSandboxes, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget,
 	}, log)
@@ -85,4 +81,32 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 	}
 	ok = true
 	return &controlPlane{svc: svc, store: st, lock: lock}, nil
+}
+
+// runtimeFlavors are the runtimes every server registers, the default first.
+var runtimeFlavors = []oci.Flavor{oci.FlavorRunc, oci.FlavorCrun, oci.FlavorGVisor}
+
+// newRuntimes probes runc, crun and gVisor, each with its own root under
+// <state>/runtimes/<name> and its own cgroup parent (parent for runc, parent-<name> for the
+// others, so that no runtime lists or sweeps another's sandboxes). An unavailable runtime is
+// registered all the same: the server lists it with its reason and refuses creates on it.
+func newRuntimes(ctx context.Context, stateDir, cgroupParent, guestBin string, log *slog.Logger) ([]runtime.Runtime, error) {
+	var rts []runtime.Runtime
+	for _, f := range runtimeFlavors {
+		name := string(f)
+		parent := cgroupParent
+		if f != oci.FlavorRunc {
+			parent += "-" + name
+		}
+		rt, err := oci.New(ctx, oci.Config{Name: name, Flavor: f, Root: filepath.Join(stateDir, "runtimes", name),
+			GuestBinary: guestBin, CgroupParent: parent, Subreaper: true, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("runtime %s: %w", name, err)
+		}
+		if caps := rt.Capabilities(); !caps.Available {
+			log.Warn("runtime unavailable; run `agentbox doctor`", "runtime", name, "reason", caps.Reason)
+		}
+		rts = append(rts, rt)
+	}
+	return rts, nil
 }
