@@ -114,6 +114,9 @@ func sandboxGet(args []string) int {
 		fmt.Fprintf(tw, "id\t%s\nstate\t%s\nimage\t%s\nruntime\t%s (%s isolation)\ncpu\t%g\nmemory\t%d MiB\ndisk\t%d MiB\npids\t%d\ncreated\t%s\nexpires\t%s\n",
 			sb.ID, sb.State, sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB, sb.PidsLimit,
 			sb.CreatedAt.Local().Format(time.RFC3339), sb.ExpiresAt.Local().Format(time.RFC3339))
+		if len(sb.Hardening) > 0 {
+			fmt.Fprintf(tw, "hardening\t%s\n", strings.Join(sb.Hardening, " "))
+		}
 		if len(sb.Labels) > 0 {
 			fmt.Fprintf(tw, "labels\t%s\n", formatLabels(sb.Labels))
 		}

@@ -20,7 +20,20 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.withHardening(&sb)
 	writeJSON(w, http.StatusCreated, sb)
+}
+
+// withHardening fills each sandbox's Hardening with what its runtime enforces on every
+// sandbox (the runtime's Capabilities.Hardening; not stored).
+func (s *Server) withHardening(sbs ...*sandbox.Sandbox) {
+	byRuntime := map[string][]string{}
+	for _, c := range s.svc.Runtimes() {
+		byRuntime[c.Name] = c.Hardening
+	}
+	for _, sb := range sbs {
+		sb.Hardening = byRuntime[sb.Runtime]
+	}
 }
 
 // SandboxList is the reply of GET /v1/sandboxes.
@@ -64,6 +77,9 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	if list == nil {
 		list = []sandbox.Sandbox{}
 	}
+	for i := range list {
+		s.withHardening(&list[i])
+	}
 	writeJSON(w, http.StatusOK, SandboxList{Sandboxes: list, Count: len(list)})
 }
 
@@ -73,6 +89,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.withHardening(&sb)
 	writeJSON(w, http.StatusOK, sb)
 }
 
@@ -82,6 +99,7 @@ func (s *Server) destroySandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.withHardening(&sb)
 	writeJSON(w, http.StatusOK, sb)
 }
 
@@ -101,6 +119,7 @@ func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.withHardening(&sb)
 	writeJSON(w, http.StatusOK, sb)
 }
 

@@ -77,6 +77,9 @@ type Sandbox struct {
 	ExpiresAt time.Time         `json:"expires_at"`
 	// Error says why a sandbox failed or was lost.
 	Error string `json:"error,omitempty"`
+	// Hardening is what the sandbox's runtime enforces on every sandbox (its
+	// Capabilities.Hardening), filled in by the API's replies; it is not stored.
+	Hardening []string `json:"hardening,omitempty"`
 	// Version increases on every update (optimistic concurrency).
 	Version int64 `json:"version"`
 }
