@@ -224,3 +224,56 @@ func TestThreadsWork(t *testing.T) {
 		})
 	}
 }
+
+// hardeningScript prints the process's capability bounding set, no_new_privs and seccomp mode,
+// the size of the masked files that exist, whether /proc/sys is writable, and /dev.
+const hardeningScript = `grep -E '^(CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
+for p in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug /proc/latency_stats; do [ -e $p ] && echo masked $p $(head -c 4096 $p 2>/dev/null | wc -c); done
+(echo x > /proc/sys/kernel/domainname) 2>/dev/null && echo procsys writable
+echo dev $(python3 -c 'import os; print(" ".join(sorted(os.listdir("/dev"))))')
+true`
+
+// TestHardeningApplied checks the hardened spec from inside a sandbox of every flavour: the
+// capability set, no_new_privs (not visible under gVisor), seccomp, masked and read-only /proc
+// paths, and a minimal /dev.
+func TestHardeningApplied(t *testing.T) {
+	t.Parallel()
+	// fd, stdin, stdout, stderr and core (crun) are symlinks; net and fuse are gVisor's own.
+	allowedDev := []string{"core", "fd", "full", "fuse", "mqueue", "net", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+	for _, f := range []Flavor{FlavorRunc, FlavorCrun, FlavorGVisor} {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			c := runtimetest.Start(t, newFlavor(t, f), runtimetest.DefaultSpec(runtimetest.NewID()))
+			res := runtimetest.Exec(t, c, "sh", "-c", hardeningScript)
+			fields := map[string]string{}
+			var masked int
+			for _, line := range strings.Split(res.Stdout, "\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok {
+					fields[k] = strings.TrimSpace(v)
+				}
+				if w := strings.Fields(line); len(w) == 3 && w[0] == "masked" {
+					masked++
+					if w[2] != "0" {
+						t.Errorf("%s is not masked: %s bytes", w[1], w[2])
+					}
+				}
+				if rest, ok := strings.CutPrefix(line, "dev "); ok {
+					for _, d := range strings.Fields(rest) {
+						if !slices.Contains(allowedDev, d) {
+							t.Errorf("/dev/%s exists", d)
+						}
+					}
+				}
+			}
+			if fields["CapBnd"] != "00000000000005fb" || fields["Seccomp"] != "2" {
+				t.Errorf("CapBnd %q Seccomp %q: %+v", fields["CapBnd"], fields["Seccomp"], res)
+			}
+			if f != FlavorGVisor && (fields["NoNewPrivs"] != "1" || masked == 0) {
+				t.Errorf("NoNewPrivs %q, %d masked files seen: %+v", fields["NoNewPrivs"], masked, res)
+			}
+			if strings.Contains(res.Stdout, "procsys writable") {
+				t.Error("/proc/sys is writable")
+			}
+		})
+	}
+}
