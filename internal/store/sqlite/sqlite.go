@@ -14,6 +14,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -63,6 +65,16 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if path == ":memory:" {
 		// Every connection to ":memory:" is a database of its own: share the writer.
 		return s, nil
+	}
+	// The database holds sandboxes' environments. Its directory is searchable by others (a
+	// state dir must be, for sandboxes in user namespaces), so the files themselves are
+	// private; SQLite gives the WAL and shared-memory files it creates later the database's
+	// mode.
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			_ = write.Close()
+			return nil, fmt.Errorf("sqlite: open %s: make it private: %w", path, err)
+		}
 	}
 
 	read, err := sql.Open("sqlite", dsn(path, true))

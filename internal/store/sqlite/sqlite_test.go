@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -361,6 +362,34 @@ func TestTwoStoresOneFile(t *testing.T) {
 		n, cpu, _, err := s.CountLive(t.Context())
 		if want := 2 * goroutines * perStore; err != nil || n != want || cpu != float64(want) {
 			t.Errorf("store %s: CountLive = %d, %v, %v; want %d, %d, nil", name, n, cpu, err, want, want)
+		}
+	}
+}
+
+// TestFilesPrivate: the database and its WAL files are readable by their owner only, whatever
+// the umask and the mode of a database an older version created.
+func TestFilesPrivate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agentbox.db")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.ListIDRanges(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", p, fi.Mode().Perm())
 		}
 	}
 }
