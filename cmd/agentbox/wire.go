@@ -28,6 +28,15 @@ func (cp *controlPlane) Close() {
 	cp.lock.Release()
 }
 
+// reservedIDs are the host's own ids, which no sandbox's id range may include.
+func reservedIDs() []sandbox.IDRange {
+	var out []sandbox.IDRange
+	for _, r := range hostinfo.ReservedIDs() {
+		out = append(out, sandbox.IDRange{Base: r.First, Count: r.Count})
+	}
+	return out
+}
+
 // buildControlPlane takes the state-dir lock, opens the store, probes the runtimes, builds the
 // service and reconciles it with the host. The caller closes the result.
 func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger) (*controlPlane, error) {
@@ -50,6 +59,16 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 			st.Close()
 		}
 	}()
+	// A runtime's root is <state>/runtimes/<name>. Sandboxes' root users, unprivileged host
+	// users in user namespaces, must search every directory above it (statedir makes the state
+	// dir 0711); 0711 lets them pass, not list.
+	runtimesDir := filepath.Join(cfg.StateDir, "runtimes")
+	if err := os.MkdirAll(runtimesDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create %s: %w", runtimesDir, err)
+	}
+	if err := os.Chmod(runtimesDir, 0o711); err != nil {
+		return nil, fmt.Errorf("make %s searchable: %w", runtimesDir, err)
+	}
 	guestBin := cfg.GuestBinary
 	if guestBin == "" {
 		if guestBin, err = os.Executable(); err != nil {
@@ -72,6 +91,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 	svc, err := sandbox.NewService(st, rts, sandbox.Config{
 		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
 		MaxSandboxes: cfg.MaxSandboxes, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget,
+		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
 	}, log)
 	if err != nil {
 		return nil, err

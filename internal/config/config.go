@@ -50,6 +50,10 @@ type Config struct {
 	CgroupParent string
 	// GuestBinary is the agentbox binary bound into sandboxes (default: this executable).
 	GuestBinary string
+	// UIDPoolBase is the first host uid (and gid) of the pool each sandbox's range of 65536 ids
+	// comes from (0 = 200000). Ranges never include ids below 65536, the host's users and
+	// groups, or what /etc/subuid and /etc/subgid delegate.
+	UIDPoolBase int64
 	// MaxBodyBytes bounds JSON request bodies (1 MiB + stdin bound); file uploads are bounded by
 	// MaxFileBytes.
 	MaxFileBytes int64 // 1 GiB
@@ -113,6 +117,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CPUBudget < 0 || c.MemoryBudgetMB < 0 {
 		errs = append(errs, "budgets must not be negative")
+	}
+	if c.UIDPoolBase != 0 && (c.UIDPoolBase < 65536 || c.UIDPoolBase > 1<<32-1<<16) {
+		errs = append(errs, fmt.Sprintf("uid pool base %d must be between 65536 and %d (0 = the default, 200000)", c.UIDPoolBase, int64(1<<32-1<<16)))
 	}
 	if len(errs) > 0 {
 		return errcode.New(errcode.InvalidArgument, "invalid configuration: %s", strings.Join(errs, "; "))

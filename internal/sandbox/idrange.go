@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -87,4 +89,57 @@ func (p IDPool) bases() ([]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// freeIDBase returns the lowest base of the pool that no held range overlaps. The caller holds
+// capMu, so no other create of this server takes it meanwhile; the store refuses an overlap
+// anyway.
+func (s *Service) freeIDBase(ctx context.Context) (int64, error) {
+	held, err := s.store.ListIDRanges(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list id ranges: %w", err)
+	}
+	for _, b := range s.idBases {
+		if !slices.ContainsFunc(held, IDRange{Base: b, Count: IDRangeSize}.Overlaps) {
+			return b, nil
+		}
+	}
+	return 0, errcode.New(errcode.CapacityUnavailable, "all %d host id ranges for sandboxes are held (the sweep frees those of sandboxes that are no longer live within a minute); destroy sandboxes you no longer need, or retry shortly",
+		len(s.idBases)).With("id_ranges", len(s.idBases))
+}
+
+// releaseIDRange frees sandbox id's range once its host resources are gone. A failure only
+// delays the release to the next sweep, so it is logged, not returned.
+func (s *Service) releaseIDRange(ctx context.Context, id string) {
+	if err := s.store.ReleaseIDRange(ctx, id); err != nil {
+		s.log.Warn("free id range (the sweep will retry)", "sandbox_id", id, "err", err)
+	}
+}
+
+// sweepIDRanges frees every held id range whose sandbox owned does not claim: a sandbox that
+// is gone, or no longer live (its host resources, processes included, deleted by the sweep
+// just before, or already by destroy).
+func (s *Service) sweepIDRanges(ctx context.Context, owned func(id string) bool) error {
+	held, err := s.store.ListIDRanges(ctx)
+	if err != nil {
+		return fmt.Errorf("list id ranges: %w", err)
+	}
+	for _, r := range held {
+		if owned(r.SandboxID) {
+			continue
+		}
+		unlock := s.lock(r.SandboxID)
+		s.log.Warn("freeing the host id range of a sandbox that is gone", "sandbox_id", r.SandboxID, "base", r.Base, "count", r.Count)
+		err := s.store.ReleaseIDRange(ctx, r.SandboxID)
+		unlock()
+		if err != nil {
+			return fmt.Errorf("free id range of %s: %w", r.SandboxID, err)
+		}
+	}
+	return nil
+}
+
+// IDRanges returns the host id ranges sandboxes hold, lowest first.
+func (s *Service) IDRanges(ctx context.Context) ([]IDRange, error) {
+	return s.store.ListIDRanges(ctx)
 }

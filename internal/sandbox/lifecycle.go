@@ -61,9 +61,10 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	return s.sweep(ctx, func(id string) bool { return owned[id] })
 }
 
-// sweep deletes the host resources of every sandbox that owned does not claim. It lists the
-// host first and asks owned second, so a sandbox created in between (whose record is written
-// before its container) is never mistaken for an orphan.
+// sweep deletes the host resources of every sandbox that owned does not claim, then frees the
+// id ranges of sandboxes it does not claim (sweepIDRanges). It lists the host first and asks
+// owned second, so a sandbox created in between (whose record is written before its container)
+// is never mistaken for an orphan.
 func (s *Service) sweep(ctx context.Context, owned func(id string) bool) error {
 	type found struct {
 		rt  runtime.Runtime
@@ -94,7 +95,7 @@ func (s *Service) sweep(ctx context.Context, owned func(id string) bool) error {
 			}
 		}
 	}
-	return nil
+	return s.sweepIDRanges(ctx, owned)
 }
 
 // ownedByStore reports whether the store holds a live record for id.

@@ -33,6 +33,15 @@ type Config struct {
 	ReadyTimeout   time.Duration // create → agent answering; 15s
 	// Retention is how long finished sandboxes' records are kept; 7 days.
 	Retention time.Duration
+	// IDPoolBase is the first host id of the pool that sandboxes' id ranges (IDRangeSize ids
+	// each, for runtimes with user namespaces) come from; DefaultIDPoolBase. IDPoolRanges is how
+	// many ranges the pool holds: twice MaxSandboxes, so ranges still held by sandboxes awaiting
+	// the sweep never stop a create within capacity. ReservedIDs are host ids no range may
+	// include: the host's own users and groups, and what /etc/subuid and /etc/subgid delegate
+	// (ids below 65536 are always left out).
+	IDPoolBase   int64
+	IDPoolRanges int
+	ReservedIDs  []IDRange
 }
 
 func (c *Config) setDefaults() {
@@ -62,6 +71,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = 200
+	}
+	if c.IDPoolBase == 0 {
+		c.IDPoolBase = DefaultIDPoolBase
+	}
+	if c.IDPoolRanges == 0 {
+		c.IDPoolRanges = 2 * c.MaxSandboxes
 	}
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = 15 * time.Second
@@ -145,6 +160,9 @@ type Service struct {
 
 	guestsMu sync.Mutex
 	guests   map[string]*guest.Client
+
+	// idBases are the first host ids of the pool's id ranges, lowest first.
+	idBases []int64
 }
 
 type idLock struct {
@@ -165,6 +183,11 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 	}
 	if _, ok := s.runtimes[cfg.DefaultRuntime]; !ok {
 		return nil, fmt.Errorf("default runtime %q is not configured", cfg.DefaultRuntime)
+	}
+	pool := IDPool{Base: cfg.IDPoolBase, Size: IDRangeSize, Ranges: cfg.IDPoolRanges, Reserved: cfg.ReservedIDs}
+	var err error
+	if s.idBases, err = pool.bases(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -304,17 +327,20 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error
 	}
 	unlock := s.lock(sb.ID)
 	defer unlock()
-	if err := s.admit(ctx, sb); err != nil {
+	idmap, err := s.admit(ctx, sb, rt)
+	if err != nil {
 		return Sandbox{}, err
 	}
 	s.log.Info("sandbox creating", "sandbox_id", sb.ID, "runtime", sb.Runtime)
 	// The host work must not be abandoned half-way because a caller went away.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyTimeout+30*time.Second)
 	defer cancel()
-	if err := s.bringUp(wctx, rt, sb); err != nil {
+	if err := s.bringUp(wctx, rt, sb, idmap); err != nil {
 		s.log.Warn("sandbox create failed", "sandbox_id", sb.ID, "err", err)
 		if derr := rt.Delete(wctx, sb.ID); derr != nil {
 			s.log.Error("cleanup after failed create", "sandbox_id", sb.ID, "err", derr)
+		} else {
+			s.releaseIDRange(wctx, sb.ID)
 		}
 		if _, uerr := s.transition(wctx, sb, StateFailed, "create failed: "+errcode.Message(err), errcode.Message(err)); uerr != nil {
 			s.log.Error("record failed create", "sandbox_id", sb.ID, "err", uerr)
@@ -328,36 +354,56 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error
 }
 
 // admit checks capacity and records the intent to create, atomically with respect to other
-// creates on this server.
-func (s *Service) admit(ctx context.Context, sb Sandbox) error {
+// creates on this server; for a runtime with user namespaces it also allocates the sandbox's
+// range of host ids, which it returns.
+func (s *Service) admit(ctx context.Context, sb Sandbox, rt runtime.Runtime) (runtime.IDMap, error) {
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
 	n, cpu, mem, err := s.store.CountLive(ctx)
 	if err != nil {
-		return fmt.Errorf("count live sandboxes: %w", err)
+		return runtime.IDMap{}, fmt.Errorf("count live sandboxes: %w", err)
 	}
 	if n >= s.cfg.MaxSandboxes {
-		return errcode.New(errcode.CapacityUnavailable, "this server already holds %d live sandboxes (its maximum); destroy sandboxes you no longer need, then retry", n).
+		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "this server already holds %d live sandboxes (its maximum); destroy sandboxes you no longer need, then retry", n).
 			With("live", n).With("max_sandboxes", s.cfg.MaxSandboxes)
 	}
 	if s.cfg.CPUBudget > 0 && cpu+sb.CPU > s.cfg.CPUBudget+1e-9 {
-		return errcode.New(errcode.CapacityUnavailable, "cpu budget exhausted: %.2f of %.2f cores are allocated and %.2f more were asked; ask for less cpu or destroy sandboxes", cpu, s.cfg.CPUBudget, sb.CPU).
+		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "cpu budget exhausted: %.2f of %.2f cores are allocated and %.2f more were asked; ask for less cpu or destroy sandboxes", cpu, s.cfg.CPUBudget, sb.CPU).
 			With("cpu_used", cpu).With("cpu_budget", s.cfg.CPUBudget)
 	}
 	if s.cfg.MemoryBudgetMB > 0 && mem+sb.MemoryMB > s.cfg.MemoryBudgetMB {
-		return errcode.New(errcode.CapacityUnavailable, "memory budget exhausted: %d of %d MiB are allocated and %d more were asked; ask for less memory_mb or destroy sandboxes", mem, s.cfg.MemoryBudgetMB, sb.MemoryMB).
+		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "memory budget exhausted: %d of %d MiB are allocated and %d more were asked; ask for less memory_mb or destroy sandboxes", mem, s.cfg.MemoryBudgetMB, sb.MemoryMB).
 			With("memory_used_mb", mem).With("memory_budget_mb", s.cfg.MemoryBudgetMB)
+	}
+	userns := rt.Capabilities().UserNamespaces
+	var base int64
+	if userns {
+		if base, err = s.freeIDBase(ctx); err != nil {
+			return runtime.IDMap{}, err
+		}
 	}
 	ev := Event{SandboxID: sb.ID, Type: "state", To: StateCreating, Reason: "create requested", At: sb.CreatedAt}
 	if err := s.store.CreateSandbox(ctx, sb, ev); err != nil {
-		return fmt.Errorf("record sandbox %s: %w", sb.ID, err)
+		return runtime.IDMap{}, fmt.Errorf("record sandbox %s: %w", sb.ID, err)
 	}
-	return nil
+	if !userns {
+		return runtime.IDMap{}, nil
+	}
+	// The record first: a range never exists without the live record that keeps the sweep off it.
+	r := IDRange{SandboxID: sb.ID, Base: base, Count: IDRangeSize, AllocatedAt: sb.CreatedAt}
+	if err := s.store.AllocateIDRange(ctx, r); err != nil {
+		err = fmt.Errorf("allocate host ids [%d, %d) for sandbox %s: %w", r.Base, r.End(), sb.ID, err)
+		if _, uerr := s.transition(ctx, sb, StateFailed, "create failed: "+errcode.Message(err), errcode.Message(err)); uerr != nil {
+			s.log.Error("record failed create", "sandbox_id", sb.ID, "err", uerr)
+		}
+		return runtime.IDMap{}, err
+	}
+	return runtime.IDMap{UIDBase: uint32(base), GIDBase: uint32(base), Count: IDRangeSize}, nil
 }
 
-func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox) error {
+func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) error {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
-		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env}
+		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap}
 	if err := rt.Create(ctx, spec); err != nil {
 		return err
 	}
@@ -496,6 +542,7 @@ func (s *Service) destroy(ctx context.Context, id, reason string) (Sandbox, erro
 	if err := rt.Delete(wctx, id); err != nil {
 		return sb, fmt.Errorf("destroy %s: %w", id, err)
 	}
+	s.releaseIDRange(wctx, id)
 	return s.transition(wctx, sb, StateDestroyed, reason, "")
 }
 

@@ -34,6 +34,13 @@ type env struct {
 // newEnv builds a real service: real SQLite, real runc, the real agentbox binary as the agent.
 func newEnv(t *testing.T, cfg sandbox.Config) *env {
 	t.Helper()
+	return newEnvWrapped(t, cfg, nil)
+}
+
+// newEnvWrapped is newEnv with the runtime passed through wrap (nil: as it is), e.g. to make
+// one of its operations fail.
+func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) runtime.Runtime) *env {
+	t.Helper()
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "absvc")
 	ctx := context.Background()
@@ -47,7 +54,11 @@ func newEnv(t *testing.T, cfg sandbox.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, cfg, nil)
+	var used runtime.Runtime = rt
+	if wrap != nil {
+		used = wrap(rt)
+	}
+	svc, err := sandbox.NewService(st, []runtime.Runtime{used}, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +421,12 @@ func TestMemoryLimitAndPids(t *testing.T) {
 	if r := e.exec(t, sb.ID, argv("echo", "alive")); r.Stdout != "alive\n" {
 		t.Fatalf("sandbox not alive after OOM: %+v", r)
 	}
-	res = e.exec(t, sb.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "f() { f | f & }; f"}, Timeout: 3 * time.Second})
+	// The bomb's shell waits, so the timeout (not the bomb dying out on its own) ends it: the
+	// kill of its whole tree must leave the sandbox usable at once.
+	res = e.exec(t, sb.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "f() { f | f & }; f; sleep 1000"}, Timeout: 3 * time.Second})
+	if !res.TimedOut {
+		t.Fatalf("fork bomb: %+v", res)
+	}
 	if r := e.exec(t, sb.ID, argv("sh", "-c", "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max")); strings.TrimSpace(r.Stdout) != "64" {
 		t.Fatalf("pids.max inside: %q", r.Stdout)
 	}

@@ -19,10 +19,15 @@ var ErrLocked = errors.New("state dir is locked by another agentbox server")
 // Lock is a held state-dir lock.
 type Lock struct{ f *os.File }
 
-// Acquire creates dir (0700) and takes its exclusive lock without waiting.
+// Acquire creates dir and takes its exclusive lock without waiting. The dir is 0711: searchable,
+// not listable, because sandboxes' root users (unprivileged host users in user namespaces) must
+// reach the runtimes' roots below it; what lies in it directly (the lock, the database) is 0600.
 func Acquire(dir string) (*Lock, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	path := filepath.Join(dir, "lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)

@@ -163,6 +163,15 @@ s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 print("socket_AF_INET", 0, "OK")
 `
 
+// int80Script makes a 32-bit syscall (getpid through int 0x80) from a 64-bit process.
+const int80Script = `import ctypes, mmap
+code = b"\xb8\x14\x00\x00\x00\xcd\x80\xc3"  # mov eax, 20; int 0x80; ret
+m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+m.write(code)
+f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))
+print("int 0x80 getpid:", f())
+`
+
 // TestSeccompEnforced runs the denied syscalls from inside a runc, a crun and a gVisor
 // sandbox. gVisor answers every seccomp errno rule with EPERM.
 func TestSeccompEnforced(t *testing.T) {
@@ -201,6 +210,12 @@ func TestSeccompEnforced(t *testing.T) {
 				}
 			}
 			t.Logf("%s", strings.ReplaceAll(strings.TrimSpace(res.Stdout), "\n", "; "))
+			if f != FlavorGVisor {
+				// The profile names the native architecture only: a 32-bit syscall kills.
+				if r := runtimetest.Exec(t, c, "python3", "-c", int80Script); r.Signal != "SIGSYS" {
+					t.Errorf("a 32-bit syscall (int 0x80): %+v", r)
+				}
+			}
 			if st := runtimetest.Exec(t, c, "grep", "^Seccomp:", "/proc/self/status"); !strings.Contains(st.Stdout, "2") {
 				t.Errorf("seccomp mode of a command: %q", st.Stdout)
 			}

@@ -29,7 +29,7 @@ var deniedSyscalls = []string{
 var deniedSocketFamilies = map[string]uint64{"AF_VSOCK": unix.AF_VSOCK, "AF_ALG": unix.AF_ALG}
 
 // seccompHardening is the Capabilities.Hardening entry of the profile seccompProfile builds.
-const seccompHardening = "seccomp:docker-default+deny(io_uring,userfaultfd,keyctl,bpf,vsock,alg)"
+const seccompHardening = "seccomp:docker-default+deny(io_uring,userfaultfd,keyctl,bpf,vsock,alg),native-arch-only"
 
 // seccompProfile generates Docker's default seccomp profile for a spec whose
 // Process.Capabilities are final (the profile allows some syscalls only to holders of some
@@ -46,6 +46,14 @@ func seccompProfile(s *specs.Spec) (*specs.LinuxSeccomp, error) {
 	if p == nil || p.DefaultAction != specs.ActErrno {
 		return nil, fmt.Errorf("seccomp: the default profile does not deny by default")
 	}
+	// The native architecture only (Docker's adds its 32-bit sub-architectures): a 32-bit
+	// syscall from a sandbox meets the runtime's bad-architecture action instead, and the
+	// filter the runtime compiles at every start is a third of the size (runc spends ~30 ms
+	// less per create on this host, crun more).
+	if len(p.Architectures) == 0 {
+		return nil, fmt.Errorf("seccomp: the default profile names no architecture for this one")
+	}
+	p.Architectures = p.Architectures[:1]
 	kept := p.Syscalls[:0]
 	for _, rule := range p.Syscalls {
 		// Whatever the profile does with a denied syscall, the rule added below replaces it:
