@@ -94,7 +94,7 @@ func TestDiskBoundedAcrossRestart(t *testing.T) {
 		t.Fatalf("workspace after restart: %+v %v", res, err)
 	}
 	if leaks := testenv.Leaks(orphan); len(leaks) > 0 {
-		t.Errorf("orphan not swept at start:\n%s", strings.Join(leaks, "\n"))
+		t.Errorf("orphan not swept at start:\n%s\nserver log:\n%s", strings.Join(leaks, "\n"), s2.logs)
 	}
 	if _, err := os.Stat(odir); !os.IsNotExist(err) {
 		t.Errorf("orphan dir left: %v", err)
