@@ -120,6 +120,16 @@ func TestCLI(t *testing.T) {
 	if !strings.HasPrefix(out, "git version") || code != 0 {
 		t.Fatalf("git --version: %q %d", out, code)
 	}
+	// Commands run as the unprivileged agent user; root on request.
+	if out, e, code := s.cli("", "exec", id, "--", "id", "-un"); out != "agent\n" || code != 0 {
+		t.Fatalf("default user: %q %q %d", out, e, code)
+	}
+	if out, e, code := s.cli("", "exec", "--user", "root", id, "--", "sh", "-c", "id -u; touch /root/ok"); out != "0\n" || code != 0 {
+		t.Fatalf("--user root: %q %q %d", out, e, code)
+	}
+	if _, e, code := s.cli("", "exec", "--user", "bob", id, "--", "true"); code != 1 || !strings.Contains(e, "INVALID_ARGUMENT") {
+		t.Fatalf("--user bob: %q %d", e, code)
+	}
 	// cp in and out, binary-safe.
 	local := filepath.Join(t.TempDir(), "notes.bin")
 	data := make([]byte, 3<<20)
