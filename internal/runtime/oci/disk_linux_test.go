@@ -118,7 +118,22 @@ func TestRuncDiskLayout(t *testing.T) {
 // than that; the sandbox still answers; a files-API write then fails with a clear error.
 func TestRuncDiskFill(t *testing.T) {
 	t.Parallel()
-	rt := newRunc(t)
+	testDiskFill(t, newRunc(t))
+}
+
+// TestGVisorDiskFill: under gVisor the workspace is the same host-mounted disk (the gofer
+// writes it), so the same bound holds.
+func TestGVisorDiskFill(t *testing.T) {
+	t.Parallel()
+	testDiskFill(t, newFlavor(t, FlavorGVisor))
+}
+
+func TestCrunDiskFill(t *testing.T) {
+	t.Parallel()
+	testDiskFill(t, newFlavor(t, FlavorCrun))
+}
+
+func testDiskFill(t *testing.T, rt *Runtime) {
 	id := runtimetest.NewID()
 	spec := runtimetest.DefaultSpec(id)
 	spec.DiskMB = 64
@@ -130,10 +145,11 @@ func TestRuncDiskFill(t *testing.T) {
 	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left on device") {
 		t.Fatalf("dd into a 64 MiB disk: %+v", res)
 	}
-	res = runtimetest.Exec(t, c, "stat", "-c", "%s", "/workspace/fill")
-	size, _ := strconv.ParseInt(strings.TrimSpace(res.Stdout), 10, 64)
-	if size < 48<<20 || size > 64<<20 {
-		t.Errorf("the file that filled the disk is %d bytes, want 48–64 MiB", size)
+	// The agent's stat: coreutils' stat fails under this gVisor (statx: EINVAL).
+	fi, err := c.Stat(context.Background(), "/workspace/fill")
+	size := fi.Size
+	if err != nil || size < 48<<20 || size > 64<<20 {
+		t.Errorf("the file that filled the disk is %d bytes (%v), want 48–64 MiB", size, err)
 	}
 	syncDisk(t, rt, id)
 	if a := allocated(t, img); a > 64<<20 {
@@ -149,7 +165,7 @@ func TestRuncDiskFill(t *testing.T) {
 		t.Fatalf("sandbox unresponsive on a full disk: %+v", res)
 	}
 	ctx := context.Background()
-	_, err := c.WriteFile(ctx, "/workspace/more.bin", 0o644, bytes.NewReader(make([]byte, 4<<20)))
+	_, err = c.WriteFile(ctx, "/workspace/more.bin", 0o644, bytes.NewReader(make([]byte, 4<<20)))
 	e, ok := errcode.As(err)
 	if !ok || e.Code != errcode.FileTooLarge || !strings.Contains(e.Message, "disk_mb") || e.Details["reason"] != "disk_full" {
 		t.Fatalf("files-API write into a full disk: %v", err)
@@ -168,7 +184,15 @@ func TestRuncDiskFill(t *testing.T) {
 // TestRuncFileSizeLimit: RLIMIT_FSIZE (disk_mb) caps one file, also on /tmp (tmpfs).
 func TestRuncFileSizeLimit(t *testing.T) {
 	t.Parallel()
-	rt := newRunc(t)
+	testFileSizeLimit(t, newRunc(t))
+}
+
+func TestGVisorFileSizeLimit(t *testing.T) {
+	t.Parallel()
+	testFileSizeLimit(t, newFlavor(t, FlavorGVisor))
+}
+
+func testFileSizeLimit(t *testing.T, rt *Runtime) {
 	spec := runtimetest.DefaultSpec(runtimetest.NewID())
 	spec.DiskMB = 32
 	spec.MemoryMB = 256 // /tmp is 128 MiB
@@ -177,8 +201,8 @@ func TestRuncFileSizeLimit(t *testing.T) {
 	if res.Signal != "SIGXFSZ" && !strings.Contains(res.Stderr, "File too large") {
 		t.Fatalf("a 48 MiB file under a 32 MiB RLIMIT_FSIZE: %+v", res)
 	}
-	if res := runtimetest.Exec(t, c, "stat", "-c", "%s", "/tmp/big"); strings.TrimSpace(res.Stdout) != strconv.Itoa(32<<20) {
-		t.Errorf("/tmp/big is %s bytes, want exactly the limit", res.Stdout)
+	if fi, err := c.Stat(context.Background(), "/tmp/big"); err != nil || fi.Size != 32<<20 {
+		t.Errorf("/tmp/big is %d bytes (%v), want exactly the limit", fi.Size, err)
 	}
 	runtimetest.Exec(t, c, "rm", "/tmp/big")
 	// The agent writes uploads under the same limit; it ignores SIGXFSZ and reports EFBIG.
