@@ -423,7 +423,7 @@ func TestMemoryLimitAndPids(t *testing.T) {
 	}
 	// The bomb's shell waits, so the timeout (not the bomb dying out on its own) ends it: the
 	// kill of its whole tree must leave the sandbox usable at once.
-	res = e.exec(t, sb.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "f() { f | f & }; f; sleep 1000"}, Timeout: 3 * time.Second})
+	res = e.exec(t, sb.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "f() { f | f & }; f; exec sleep 1000"}, Timeout: 3 * time.Second})
 	if !res.TimedOut {
 		t.Fatalf("fork bomb: %+v", res)
 	}
