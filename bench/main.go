@@ -1,5 +1,7 @@
-// Command bench measures agentbox on this host and compares it with the floor measured in the
-// same run: `runc run` of an equivalent bundle. It prints a table and writes JSON results.
+// Command bench measures agentbox on this host: create → first exec and the exec round trip on
+// runc, crun and gVisor side by side (in turns, in one run), destroy, the memory of an idle
+// sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle. It prints
+// a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
@@ -16,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +26,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -31,22 +35,29 @@ import (
 
 // Stat is one measured quantity.
 type Stat struct {
-	Name  string  `json:"name"`
-	Unit  string  `json:"unit"`
-	N     int     `json:"n"`
-	P50   float64 `json:"p50"`
-	P99   float64 `json:"p99"`
-	Mean  float64 `json:"mean"`
-	Floor string  `json:"floor,omitempty"`
+	Name string `json:"name"`
+	// Runtime is the runtime measured, for the per-runtime figures.
+	Runtime string  `json:"runtime,omitempty"`
+	Unit    string  `json:"unit"`
+	N       int     `json:"n"`
+	P50     float64 `json:"p50"`
+	P99     float64 `json:"p99"`
+	Mean    float64 `json:"mean"`
+	Floor   string  `json:"floor,omitempty"`
 }
 
 // Results is bench/results.json.
 type Results struct {
-	Host    string    `json:"host"`
-	CPUs    int       `json:"cpus"`
-	When    time.Time `json:"when"`
-	Runtime string    `json:"runtime"`
-	Stats   []Stat    `json:"stats"`
+	Host string    `json:"host"`
+	CPUs int       `json:"cpus"`
+	When time.Time `json:"when"`
+	// Runtime is runc's version (the default runtime, which the single-runtime figures use).
+	Runtime string `json:"runtime"`
+	// Runtimes are the runtimes measured side by side, with what they enforce.
+	Runtimes []runtime.Capabilities `json:"runtimes"`
+	// Skipped are runtimes not measured, with the reason.
+	Skipped map[string]string `json:"skipped,omitempty"`
+	Stats   []Stat            `json:"stats"`
 }
 
 func summarize(name, unit string, xs []float64) Stat {
@@ -65,15 +76,22 @@ func summarize(name, unit string, xs []float64) Stat {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// Names of the per-runtime measures.
+const (
+	measureCreate = "create → first exec result (REST)"
+	measureExec   = "exec round trip of `true` (REST)"
+)
+
 func main() {
 	bin := flag.String("agentbox", "bin/agentbox", "agentbox binary (the in-sandbox agent)")
 	out := flag.String("out", "bench/results.json", "where to write JSON results")
-	nCreate := flag.Int("creates", 50, "sandboxes for create → first exec")
-	nExec := flag.Int("execs", 1000, "exec round trips")
-	nIdle := flag.Int("idle", 20, "idle sandboxes for the memory figure")
+	nCreate := flag.Int("creates", 50, "sandboxes per runtime for create → first exec")
+	nExec := flag.Int("execs", 1000, "exec round trips per runtime")
+	nIdle := flag.Int("idle", 20, "idle runc sandboxes for the memory figure")
+	only := flag.String("runtimes", "runc,crun,gvisor", "runtimes to measure side by side (runc is always measured)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
-		log.Fatal("bench needs root (real runc sandboxes): sudo make bench")
+		log.Fatal("bench needs root (real sandboxes): sudo make bench")
 	}
 	guestBin, err := filepath.Abs(*bin)
 	if err != nil {
@@ -84,21 +102,50 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
+	// Sandboxes run as unprivileged host users (user namespaces), which must be able to reach
+	// the runtimes' roots below it.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "agentbox.db"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	parent := "agentbox-bench"
-	rt, err := oci.New(ctx, oci.Config{Name: "runc", Root: filepath.Join(dir, "rt"), GuestBinary: guestBin, CgroupParent: parent, Subreaper: true})
-	if err != nil {
-		log.Fatal(err)
+
+	res := Results{CPUs: goruntime.NumCPU(), When: time.Now().UTC(), Skipped: map[string]string{}}
+	res.Host, _ = os.Hostname()
+	// Each runtime has its own root and cgroup parent, as the server gives them.
+	var rts []runtime.Runtime
+	var names []string
+	parents := map[string]string{}
+	for _, f := range []oci.Flavor{oci.FlavorRunc, oci.FlavorCrun, oci.FlavorGVisor} {
+		name := string(f)
+		if f != oci.FlavorRunc && !slices.Contains(strings.Split(*only, ","), name) {
+			continue
+		}
+		parents[name] = "agentbox-bench-" + name
+		rt, err := oci.New(ctx, oci.Config{Name: name, Flavor: f, Root: filepath.Join(dir, name), GuestBinary: guestBin,
+			CgroupParent: parents[name], Subreaper: true})
+		if err != nil {
+			log.Fatal(err)
+		}
+		c := rt.Capabilities()
+		if !c.Available {
+			if f == oci.FlavorRunc {
+				log.Fatalf("runc unavailable: %s", c.Reason)
+			}
+			res.Skipped[name] = c.Reason
+			continue
+		}
+		rts = append(rts, rt)
+		names = append(names, name)
+		res.Runtimes = append(res.Runtimes, c)
 	}
-	if c := rt.Capabilities(); !c.Available {
-		log.Fatalf("runc unavailable: %s", c.Reason)
-	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
+	defer removeCgroupParents(parents)
+	res.Runtime = res.Runtimes[0].Version
+	svc, err := sandbox.NewService(st, rts, sandbox.Config{}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -109,62 +156,82 @@ func main() {
 	}
 	go http.Serve(ln, api.New(svc, api.Options{Token: token}))
 	c := client.New("http://"+ln.Addr().String(), token)
-
-	res := Results{CPUs: goruntime.NumCPU(), When: time.Now().UTC(), Runtime: rt.Capabilities().Version}
-	res.Host, _ = os.Hostname()
 	trueCmd := api.ExecRequest{Command: []string{"true"}}
 
-	// Warm up: the shared rootfs is prepared on the first create.
-	warm, err := c.Create(ctx, sandbox.CreateRequest{})
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	// Floor: `runc run` of the same bundle with `true` as its process.
-	floor := runcRunFloor(dir, rt, warm.ID, parent, *nCreate)
-	res.Stats = append(res.Stats, floor)
-
-	var createExec, destroy []float64
-	var ids []string
-	for i := 0; i < *nCreate; i++ {
-		t0 := time.Now()
-		sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	// Warm up: each runtime prepares its shared rootfs on its first create. The warm sandboxes
+	// serve the exec round trips.
+	warm := map[string]string{}
+	for _, name := range names {
+		sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: name})
 		if err != nil {
 			log.Fatal(err)
 		}
-		if r, err := c.Exec(ctx, sb.ID, trueCmd, nil); err != nil || r.ExitCode != 0 {
-			log.Fatalf("first exec: %v %+v", err, r)
-		}
-		createExec = append(createExec, ms(time.Since(t0)))
-		ids = append(ids, sb.ID)
+		warm[name] = sb.ID
 	}
-	s := summarize("create → first exec result (REST)", "ms", createExec)
-	s.Floor = fmt.Sprintf("runc run p50 %.1f ms", floor.P50)
-	res.Stats = append(res.Stats, s)
 
-	var execs []float64
+	// Floor: `runc run` of the same bundle with `true` as its process.
+	floor := runcRunFloor(dir, warm["runc"], parents["runc"], *nCreate)
+	res.Stats = append(res.Stats, floor)
+
+	// The runtimes take turns, one create (or exec) each, so that the host's noise falls on
+	// all of them alike.
+	createExec := map[string][]float64{}
+	var ids []string
+	for i := 0; i < *nCreate; i++ {
+		for _, name := range names {
+			t0 := time.Now()
+			sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: name})
+			if err != nil {
+				log.Fatalf("%s: %v", name, err)
+			}
+			if r, err := c.Exec(ctx, sb.ID, trueCmd, nil); err != nil || r.ExitCode != 0 {
+				log.Fatalf("%s: first exec: %v %+v", name, err, r)
+			}
+			createExec[name] = append(createExec[name], ms(time.Since(t0)))
+			ids = append(ids, sb.ID)
+		}
+	}
+	execs := map[string][]float64{}
 	for i := 0; i < *nExec; i++ {
-		t0 := time.Now()
-		if _, err := c.Exec(ctx, warm.ID, trueCmd, nil); err != nil {
-			log.Fatal(err)
+		for _, name := range names {
+			t0 := time.Now()
+			if _, err := c.Exec(ctx, warm[name], trueCmd, nil); err != nil {
+				log.Fatalf("%s: %v", name, err)
+			}
+			execs[name] = append(execs[name], ms(time.Since(t0)))
 		}
-		execs = append(execs, ms(time.Since(t0)))
 	}
-	res.Stats = append(res.Stats, summarize("exec round trip of `true` (REST)", "ms", execs))
+	for _, name := range names {
+		s := summarize(measureCreate, "ms", createExec[name])
+		s.Runtime = name
+		if name == "runc" {
+			s.Floor = fmt.Sprintf("runc run p50 %.1f ms", floor.P50)
+		}
+		res.Stats = append(res.Stats, s)
+		s = summarize(measureExec, "ms", execs[name])
+		s.Runtime = name
+		res.Stats = append(res.Stats, s)
+	}
 
-	for _, id := range ids {
+	destroy := map[string][]float64{}
+	for i, id := range ids {
+		name := names[i%len(names)]
 		t0 := time.Now()
 		if _, err := c.Destroy(ctx, id); err != nil {
 			log.Fatal(err)
 		}
-		destroy = append(destroy, ms(time.Since(t0)))
+		destroy[name] = append(destroy[name], ms(time.Since(t0)))
 	}
-	res.Stats = append(res.Stats, summarize("destroy", "ms", destroy))
+	for _, name := range names {
+		s := summarize("destroy", "ms", destroy[name])
+		s.Runtime = name
+		res.Stats = append(res.Stats, s)
+	}
 
-	// Memory per idle sandbox: the agent's PSS (its binary pages are shared) and its RSS.
+	// Memory per idle runc sandbox: the agent's PSS (its binary pages are shared) and its RSS.
 	var idle []string
 	for i := 0; i < *nIdle; i++ {
-		sb, err := c.Create(ctx, sandbox.CreateRequest{})
+		sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc"})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -173,21 +240,55 @@ func main() {
 	time.Sleep(time.Second)
 	var pss, rss, cg []float64
 	for _, id := range idle {
-		p, r := agentMemory(dir, id)
+		p, r := agentMemory(filepath.Join(dir, "runc"), id)
 		pss, rss = append(pss, p), append(rss, r)
-		cg = append(cg, cgroupMemory(parent, id))
+		cg = append(cg, cgroupMemory(parents["runc"], id))
 	}
-	res.Stats = append(res.Stats, summarize("host memory per idle sandbox (agent PSS)", "MiB", pss))
-	res.Stats = append(res.Stats, summarize("host memory per idle sandbox (agent RSS)", "MiB", rss))
-	res.Stats = append(res.Stats, summarize("memory cgroup usage per idle sandbox", "MiB", cg))
-	for _, id := range append(idle, warm.ID) {
+	for _, s := range []Stat{
+		summarize("host memory per idle sandbox (agent PSS)", "MiB", pss),
+		summarize("host memory per idle sandbox (agent RSS)", "MiB", rss),
+		summarize("memory cgroup usage per idle sandbox", "MiB", cg),
+	} {
+		s.Runtime = "runc"
+		res.Stats = append(res.Stats, s)
+	}
+	for _, id := range idle {
+		c.Destroy(ctx, id)
+	}
+	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}
 
-	fmt.Printf("agentbox bench — %s, %d CPUs, runc %s\n\n", res.Host, res.CPUs, res.Runtime)
-	fmt.Printf("%-44s %6s %10s %10s %10s  %s\n", "measure", "n", "p50", "p99", "mean", "floor")
+	fmt.Printf("agentbox bench — %s, %d CPUs\n", res.Host, res.CPUs)
+	for _, rc := range res.Runtimes {
+		fmt.Printf("  %-7s %-16s %s isolation\n", rc.Name, rc.Version, rc.Isolation)
+	}
+	for name, why := range res.Skipped {
+		fmt.Printf("  %-7s skipped: %s\n", name, why)
+	}
+	fmt.Printf("\nside by side (p50 / p99, ms)\n%-36s", "measure")
+	for _, name := range names {
+		fmt.Printf(" %20s", name)
+	}
+	fmt.Println()
+	for _, m := range []string{measureCreate, measureExec, "destroy"} {
+		fmt.Printf("%-36s", m)
+		for _, name := range names {
+			for _, s := range res.Stats {
+				if s.Name == m && s.Runtime == name {
+					fmt.Printf(" %20s", fmt.Sprintf("%.2f / %.2f", s.P50, s.P99))
+				}
+			}
+		}
+		fmt.Println()
+	}
+	fmt.Printf("\n%-52s %6s %10s %10s %10s  %s\n", "measure", "n", "p50", "p99", "mean", "floor")
 	for _, s := range res.Stats {
-		fmt.Printf("%-44s %6d %7.2f %-2s %7.2f %-2s %7.2f %-2s  %s\n", s.Name, s.N, s.P50, s.Unit, s.P99, s.Unit, s.Mean, s.Unit, s.Floor)
+		name := s.Name
+		if s.Runtime != "" {
+			name = s.Runtime + ": " + name
+		}
+		fmt.Printf("%-52s %6d %7.2f %-2s %7.2f %-2s %7.2f %-2s  %s\n", name, s.N, s.P50, s.Unit, s.P99, s.Unit, s.Mean, s.Unit, s.Floor)
 	}
 	b, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
@@ -196,10 +297,20 @@ func main() {
 	fmt.Printf("\nwrote %s\n", *out)
 }
 
+// removeCgroupParents removes the bench's (empty) cgroup parents from every hierarchy.
+func removeCgroupParents(parents map[string]string) {
+	mounts, _ := hostinfo.CgroupMounts()
+	for _, m := range mounts {
+		for _, p := range parents {
+			_ = os.Remove(filepath.Join(m.Path, p))
+		}
+	}
+}
+
 // runcRunFloor runs `runc run` n times on a copy of a live sandbox's bundle whose process is
 // /usr/bin/true: same rootfs, mounts, namespaces and cgroup limits, no agent.
-func runcRunFloor(dir string, rt *oci.Runtime, id, parent string, n int) Stat {
-	src := filepath.Join(dir, "rt", "sandboxes", id, "config.json")
+func runcRunFloor(dir, id, parent string, n int) Stat {
+	src := filepath.Join(dir, "runc", "sandboxes", id, "config.json")
 	b, err := os.ReadFile(src)
 	if err != nil {
 		log.Fatal(err)
@@ -225,12 +336,11 @@ func runcRunFloor(dir string, rt *oci.Runtime, id, parent string, n int) Stat {
 		xs = append(xs, ms(time.Since(t0)))
 		exec.Command("runc", "--root", root, "delete", "--force", "floor-"+strconv.Itoa(i)).Run()
 	}
-	_ = rt
 	return summarize("floor: `runc run` of the same bundle (true)", "ms", xs)
 }
 
-func agentMemory(dir, id string) (pss, rss float64) {
-	b, err := os.ReadFile(filepath.Join(dir, "rt", "sandboxes", id, "init.pid"))
+func agentMemory(root, id string) (pss, rss float64) {
+	b, err := os.ReadFile(filepath.Join(root, "sandboxes", id, "init.pid"))
 	if err != nil {
 		return 0, 0
 	}
