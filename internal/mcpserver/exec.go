@@ -25,6 +25,7 @@ type ExecIn struct {
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"Text given to the command on standard input (at most 16 MiB)."`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"Kill the command (its whole process group) after this many seconds; default 300, at most 86400."`
 	MaxOutputBytes int64             `json:"max_output_bytes,omitempty" jsonschema:"Output kept per stream; default 1048576 (1 MiB), at most 16777216. The rest is counted, not kept."`
+	User           string            `json:"user,omitempty" jsonschema:"Who runs the command: omit for the sandbox's unprivileged user agent (uid 1000, home /home/agent), or \"root\" for package installs and other system changes inside the sandbox."`
 }
 
 // ExecOut is exec's reply. A non-zero exit_code is a normal result.
@@ -45,7 +46,7 @@ func (s *Server) addExecTool() {
 		Name:  "exec",
 		Title: "Run a command in a sandbox",
 		Description: `Run a command in a running sandbox and wait for it to finish.
-Arguments: sandbox_id (required), command (required: an argv array such as ["python3", "test.py"]; it is NOT a shell string — use ["sh", "-c", "make 2>&1 | tail -50"] for shell syntax), env, cwd (default /workspace), stdin (text), timeout_seconds (default 300, max 86400), max_output_bytes (default 1 MiB per stream).
+Arguments: sandbox_id (required), command (required: an argv array such as ["python3", "test.py"]; it is NOT a shell string — use ["sh", "-c", "make 2>&1 | tail -50"] for shell syntax), env, cwd (default /workspace), stdin (text), timeout_seconds (default 300, max 86400), max_output_bytes (default 1 MiB per stream), user (omit for the unprivileged user "agent"; "root" to install packages or change the system inside the sandbox).
 Reply: {exit_code, signal, stdout, stderr, truncated, stdout_bytes, stderr_bytes, duration_ms, timed_out}. A non-zero exit_code is a normal result (read stderr), not an error. timed_out means the command was killed at timeout_seconds. truncated means output was cut: redirect it to a file and page through it with file_read, or filter it (grep, tail).
 If the call carries a progressToken, output is streamed as progress notifications while the command runs. Cancelling the call kills the command.
 Many clients give up on a call after about a minute: run longer jobs in the background, e.g. ["sh", "-c", "nohup make test > /workspace/test.log 2>&1 &"], then poll with exec (tail, test -e) or file_read.
@@ -61,7 +62,7 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) 
 		return ExecOut{}, "", errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 0.001 and 86400; got %g", in.TimeoutSeconds)
 	}
 	r := sandbox.ExecRequest{Argv: in.Command, Env: in.Env, Cwd: in.Cwd, Stdin: []byte(in.Stdin),
-		Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second)), MaxOutputBytes: in.MaxOutputBytes}
+		Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second)), MaxOutputBytes: in.MaxOutputBytes, User: in.User}
 	if in.TimeoutSeconds > 0 && r.Timeout < time.Millisecond {
 		r.Timeout = time.Millisecond
 	}

@@ -171,6 +171,16 @@ func TestLoop(t *testing.T) {
 			if ex.Stdout != "in y\n/tmp\n" {
 				t.Fatalf("stdin/env/cwd: %q", ex.Stdout)
 			}
+			// The default user is the unprivileged agent; user root is root inside.
+			c.ok("exec", obj{"sandbox_id": id, "command": []string{"id", "-un"}}, &ex)
+			if ex.Stdout != "agent\n" {
+				t.Fatalf("default user: %q", ex.Stdout)
+			}
+			c.ok("exec", obj{"sandbox_id": id, "command": []string{"id", "-un"}, "user": "root"}, &ex)
+			if ex.Stdout != "root\n" {
+				t.Fatalf("user root: %q", ex.Stdout)
+			}
+			c.fails("exec", obj{"sandbox_id": id, "command": []string{"id"}, "user": "nobody"}, "INVALID_ARGUMENT")
 			c.ok("exec", obj{"sandbox_id": id, "command": []string{"sleep", "30"}, "timeout_seconds": 0.5}, &ex)
 			if !ex.TimedOut || ex.Signal != "SIGKILL" || ex.ExitCode != 137 {
 				t.Fatalf("timeout: %+v", ex)
