@@ -35,6 +35,7 @@ func newFlavor(t testing.TB, f Flavor) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(root) }) // runs last
 	parent := "abtest-" + filepath.Base(root)
 	rt, err := New(context.Background(), Config{Flavor: f, Root: root, GuestBinary: guestBinary, CgroupParent: parent, Subreaper: true})
 	if err != nil {
