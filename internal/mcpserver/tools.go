@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
 )
@@ -93,7 +91,7 @@ All arguments are optional: image (default "host"), runtime, cpu (cores, default
 Reply: {sandbox_id, state: "running", image, runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, …}.
 Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend adds time. Call sandbox_destroy when done.
 ` + errorsDoc("CAPACITY_UNAVAILABLE (the server is full: destroy sandboxes you no longer need, or wait for others to finish, then retry)",
-			"RUNTIME_UNAVAILABLE or UNSUPPORTED_OPERATION (this server cannot provide what was asked: stop, or ask for less)", errInvalid),
+			"RUNTIME_UNAVAILABLE (this server cannot provide the runtime or requirements asked for: stop, or ask for less)", errInvalid),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a sandbox", DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 	}, func(in *jsonschema.Schema) {
 		in.Properties["requirements"].Properties["isolation"].Enum = []any{"process", "kernel", "vm"}
@@ -228,11 +226,7 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in C
 	req := sandbox.CreateRequest{Image: in.Image, Runtime: in.Runtime, CPU: in.CPU, MemoryMB: in.MemoryMB,
 		DiskMB: in.DiskMB, TTLSeconds: in.TTLSeconds, Env: in.Env, Labels: in.Labels}
 	if in.Requirements != nil {
-		rt, err := s.pickRuntime(in.Runtime, *in.Requirements)
-		if err != nil {
-			return SandboxInfo{}, "", err
-		}
-		req.Runtime = rt
+		req.Requirements = sandbox.Requirements{Isolation: in.Requirements.Isolation, Network: in.Requirements.Network}
 	}
 	sb, err := s.b.Create(ctx, req)
 	if err != nil {
@@ -241,48 +235,6 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in C
 	s.held.add(sb.ID)
 	out := s.info(sb)
 	return out, fmt.Sprintf("Created %s: %s. Next: exec or file_write with sandbox_id %q; sandbox_destroy when done.", sb.ID, summary(out), sb.ID), nil
-}
-
-var isolationRank = map[string]int{"process": 1, "kernel": 2, "vm": 3}
-
-// pickRuntime returns the runtime that meets req: the named one, or the weakest sufficient
-// available one. It never falls back to weaker isolation.
-func (s *Server) pickRuntime(named string, req Requirements) (string, error) {
-	rts := s.b.Runtimes()
-	ok := func(c runtime.Capabilities) bool {
-		if req.Isolation != "" && isolationRank[string(c.Isolation)] < isolationRank[req.Isolation] {
-			return false
-		}
-		if req.Network != "" && !slices.Contains(c.NetworkModes, req.Network) {
-			return false
-		}
-		return true
-	}
-	var have []string
-	var best *runtime.Capabilities
-	for i, c := range rts {
-		desc := fmt.Sprintf("%s (isolation %s, network %s", c.Name, c.Isolation, strings.Join(c.NetworkModes, "/"))
-		if !c.Available {
-			desc += ", unavailable: " + c.Reason
-		}
-		have = append(have, desc+")")
-		if named != "" && c.Name == named {
-			if !ok(c) {
-				return "", errcode.New(errcode.UnsupportedOp, "runtime %q does not meet the requirements (isolation %q, network %q): it gives isolation %s and network %s; drop the runtime argument or relax the requirements", named, req.Isolation, req.Network, c.Isolation, strings.Join(c.NetworkModes, "/"))
-			}
-			return named, nil
-		}
-		if named == "" && c.Available && ok(c) && (best == nil || isolationRank[string(c.Isolation)] < isolationRank[string(best.Isolation)]) {
-			best = &rts[i]
-		}
-	}
-	if named != "" {
-		return named, nil // unknown runtime: the service says which exist
-	}
-	if best == nil {
-		return "", errcode.New(errcode.UnsupportedOp, "no runtime on this server meets the requirements (isolation %q, network %q); it has: %s. Stop: retrying will not help; relax the requirements or use another server", req.Isolation, req.Network, strings.Join(have, "; "))
-	}
-	return best.Name, nil
 }
 
 // SandboxIDIn is the argument of tools that act on one sandbox.

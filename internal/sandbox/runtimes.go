@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,6 +18,8 @@ type Requirements struct {
 	// kernel between the code and the host: gVisor) or "vm" (a hardware virtual machine). A
 	// runtime that gives less is never chosen.
 	Isolation string `json:"isolation,omitempty"`
+	// Network is the network mode the sandbox needs; "none" is the only one offered today.
+	Network string `json:"network,omitempty"`
 }
 
 // isolationRank orders the isolation levels, weakest first.
@@ -32,6 +35,18 @@ var isolationRank = map[runtime.Isolation]int{
 // with the weakest sufficient isolation (then by name). It never picks a weaker runtime:
 // when none satisfies the requirements, it fails with RUNTIME_UNAVAILABLE saying why.
 func (s *Service) pickRuntime(req *CreateRequest) (runtime.Runtime, error) {
+	rt, err := s.pickByIsolation(req)
+	if err != nil {
+		return nil, err
+	}
+	if n := req.Requirements.Network; n != "" && !slices.Contains(rt.Capabilities().NetworkModes, n) {
+		return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %s offers network modes %s, not %q; sandboxes have no network today",
+			rt.Name(), strings.Join(rt.Capabilities().NetworkModes, ", "), truncate(n, 64))
+	}
+	return rt, nil
+}
+
+func (s *Service) pickByIsolation(req *CreateRequest) (runtime.Runtime, error) {
 	want := runtime.Isolation(req.Requirements.Isolation)
 	if want != "" && isolationRank[want] == 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "requirements.isolation %q must be one of process, kernel, vm", truncate(string(want), 64))
