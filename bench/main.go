@@ -149,6 +149,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer svc.Close()
 	const token = "bench-token-0123456789abcdef"
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

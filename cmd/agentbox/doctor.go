@@ -136,7 +136,7 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 		sc.Detail, sc.Fix = "not tried: needs root", "sudo agentbox doctor"
 		return rc, sc
 	}
-	defer removeDoctorCgroups("agentbox-doctor-" + name)
+	defer rt.Close() // after the Delete below: the empty cgroup parent goes too
 	id := sandbox.NewID()
 	defer rt.Delete(context.Background(), id)
 	start := time.Now()
@@ -150,13 +150,6 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 }
 
 // removeDoctorCgroups removes a doctor run's (empty) cgroup parent from every hierarchy.
-func removeDoctorCgroups(parent string) {
-	mounts, _ := hostinfo.CgroupMounts()
-	for _, m := range mounts {
-		_ = os.Remove(filepath.Join(m.Path, parent))
-	}
-}
-
 func runOnce(ctx context.Context, rt runtime.Runtime, id string) error {
 	if err := rt.Create(ctx, runtime.Spec{ID: id, Image: "host", CPU: 1, MemoryMB: 256, DiskMB: 256, PidsLimit: 64}); err != nil {
 		return err

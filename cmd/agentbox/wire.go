@@ -24,6 +24,7 @@ type controlPlane struct {
 }
 
 func (cp *controlPlane) Close() {
+	cp.svc.Close()
 	cp.store.Close()
 	cp.lock.Release()
 }

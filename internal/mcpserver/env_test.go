@@ -3,7 +3,6 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -70,19 +69,10 @@ func service(t *testing.T, cfg sandbox.Config) *sandbox.Service {
 				t.Errorf("leaked host resources:\n%s", strings.Join(leaks, "\n"))
 			}
 		}
+		svc.Close()
 		st.Close()
-		removeCgroupParent(parent)
 	})
 	return svc
-}
-
-// removeCgroupParent removes the (empty) per-test cgroup parent from every hierarchy.
-func removeCgroupParent(name string) {
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", name))
-	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", name))
-	for _, d := range dirs {
-		os.Remove(d) // rmdir: succeeds only when no sandbox cgroup is left in it
-	}
 }
 
 // client is an SDK client session connected in memory to a Server, recording what the server

@@ -66,6 +66,7 @@ func newRuntimesEnv(t *testing.T) *runtimesEnv {
 		for _, sb := range list {
 			e.svc.Destroy(ctx, sb.ID)
 		}
+		defer e.svc.Close()
 		all, _ := st.ListSandboxes(ctx, sandbox.ListFilter{Limit: 100000})
 		var ids []string
 		for _, sb := range all {

@@ -69,6 +69,7 @@ func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) 
 			svc.Destroy(context.Background(), sb.ID)
 		}
 		e.assertNoLeaks(t)
+		svc.Close()
 		st.Close()
 	})
 	return e

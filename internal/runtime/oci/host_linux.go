@@ -168,3 +168,24 @@ func killCgroup(p string) {
 		return nil
 	})
 }
+
+// Close releases what the runtime holds on the host beyond its sandboxes: the cgroup parent
+// directory in every hierarchy, if no sandbox is left under it (a non-empty parent stays, for
+// the sandboxes a restarted server adopts). Sandboxes themselves are untouched.
+func (r *Runtime) Close() error {
+	for _, mnt := range r.cgroupMounts {
+		p := filepath.Join(mnt, r.cgroupParent)
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			continue
+		}
+		busy := false
+		for _, e := range ents {
+			busy = busy || e.IsDir()
+		}
+		if !busy {
+			_ = unix.Rmdir(p) // EBUSY if a sandbox appeared meanwhile: keep it
+		}
+	}
+	return nil
+}
