@@ -1,0 +1,176 @@
+package security
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func fsAttacks() []attack {
+	return []attack{
+		{
+			name: "fs-write-root",
+			does: "as the agent user and as root, creates files and directories in /, /usr, /usr/bin, /etc, /bin, /lib and /.agentbox, and remounts / read-write",
+			want: "every write fails (read-only file system or permission denied); on the host, /usr, /usr/bin and /etc hold no new entry and the shared rootfs directory is unchanged",
+			run: func(a *arena) {
+				name := "absec-" + randHex(6)
+				rootfs := filepath.Join(a.s.stateDir, "runtimes", a.rt, "rootfs", "host")
+				before := dirEntries(a.t, rootfs)
+				var script []string
+				for _, d := range []string{"/", "/usr", "/usr/bin", "/etc", "/bin", "/lib", "/.agentbox"} {
+					script = append(script, "touch "+d+"/"+name+" 2>/dev/null && echo WROTE "+d, "mkdir "+d+"/"+name+"-d 2>/dev/null && echo MKDIR "+d)
+				}
+				script = append(script, "mount -o remount,rw / 2>/dev/null && echo REMOUNTED", "touch /"+name+"-2 2>/dev/null && echo WROTE-AFTER-REMOUNT", "true")
+				for _, u := range users {
+					res := a.execIn(a.id, apiExec(u, "sh", "-c", strings.Join(script, "; ")))
+					if strings.TrimSpace(res.Stdout) != "" {
+						a.t.Errorf("as %s: %s", userName(u), res.Stdout)
+					}
+				}
+				for _, p := range []string{"/usr/" + name, "/usr/bin/" + name, "/etc/" + name, "/" + name, "/usr/" + name + "-d", "/etc/" + name + "-d"} {
+					if _, err := os.Lstat(p); err == nil {
+						os.RemoveAll(p)
+						a.t.Errorf("HOLE: %s appeared on the host", p)
+					}
+				}
+				if after := dirEntries(a.t, rootfs); strings.Join(after, ",") != strings.Join(before, ",") {
+					a.t.Errorf("HOLE: the shared rootfs changed: %v -> %v", before, after)
+				}
+			},
+		},
+		{
+			name:   "fs-proc-sys",
+			does:   "as root, writes kernel.hostname, kernel.domainname, kernel.core_pattern (a pipe to a workspace script), kernel.modprobe and /proc/sysrq-trigger, and calls sethostname/setdomainname",
+			want:   "every write fails; the host's hostname, domainname, core_pattern and modprobe are unchanged; the sandbox's hostname is still its id",
+			gvisor: "gVisor's /proc/sys is its own: writes there fail or touch only the sentry's copy; the host's values are what is checked, the same as for runc",
+			run: func(a *arena) {
+				files := []string{"/proc/sys/kernel/hostname", "/proc/sys/kernel/domainname", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe"}
+				before := map[string]string{}
+				for _, f := range files {
+					b, _ := os.ReadFile(f)
+					before[f] = string(b)
+				}
+				res := a.root(`echo '#!/bin/sh' > /workspace/x; chmod +x /workspace/x
+for f in hostname domainname; do echo pwned > /proc/sys/kernel/$f 2>/dev/null && echo WROTE $f; done
+echo '|/workspace/x %p' > /proc/sys/kernel/core_pattern 2>/dev/null && echo WROTE core_pattern
+echo /workspace/x > /proc/sys/kernel/modprobe 2>/dev/null && echo WROTE modprobe
+echo h > /proc/sysrq-trigger 2>/dev/null && echo WROTE sysrq
+hostname pwned 2>/dev/null && echo SETHOSTNAME
+true`)
+				a.t.Logf("inside: %q", res.Stdout)
+				py := a.pyAs("root", `
+for name in ("sethostname", "setdomainname"):
+    out(name, call(name, b"pwned", 5)[1])
+`, "")
+				a.t.Logf("%s", py.Stdout)
+				for _, f := range files {
+					if b, _ := os.ReadFile(f); string(b) != before[f] {
+						a.t.Errorf("HOLE: host %s changed: %q -> %q", f, before[f], b)
+					}
+				}
+				if !a.gvisor() && strings.TrimSpace(res.Stdout) != "" {
+					a.t.Errorf("writes to /proc/sys succeeded inside: %q", res.Stdout)
+				}
+				if h := a.sh("hostname"); h.Stdout != a.id+"\n" {
+					a.t.Errorf("the sandbox's hostname is %q, want its id", h.Stdout)
+				}
+			},
+		},
+		{
+			name:   "fs-sys",
+			does:   "as root, writes /sys/kernel/uevent_helper, transparent_hugepage/enabled, and its own cgroup limits under /sys/fs/cgroup (memory.limit_in_bytes and memory.max to unlimited, pids.max and pids to max, cpu.cfs_quota_us to -1)",
+			want:   "every write fails; on the host, uevent_helper and THP are unchanged and the sandbox's cgroup keeps its memory, pids and cpu limits",
+			gvisor: "gVisor's /sys and cgroupfs are its own; the host cgroup checked is the sentry's, which must keep its limits the same way",
+			run: func(a *arena) {
+				hostFiles := []string{"/sys/kernel/uevent_helper", "/sys/kernel/mm/transparent_hugepage/enabled"}
+				before := map[string]string{}
+				for _, f := range hostFiles {
+					b, _ := os.ReadFile(f)
+					before[f] = string(b)
+				}
+				limits := [][2]string{{"memory", "memory.limit_in_bytes"}, {"pids", "pids.max"}, {"cpu", "cpu.cfs_quota_us"}}
+				lim := map[string]string{}
+				for _, l := range limits {
+					v, err := a.cgroupFile(a.id, l[0], l[1])
+					if err != nil {
+						a.t.Logf("host cgroup %s/%s: %v", l[0], l[1], err)
+						continue
+					}
+					lim[l[1]] = v
+				}
+				res := a.root(`w() { echo "$2" > "$1" 2>/dev/null && echo "WROTE $1"; }
+w /sys/kernel/uevent_helper /workspace/x
+w /sys/kernel/mm/transparent_hugepage/enabled never
+for d in /sys/fs/cgroup /sys/fs/cgroup/memory /sys/fs/cgroup/pids /sys/fs/cgroup/cpu /sys/fs/cgroup/cpu,cpuacct; do
+  w $d/memory.limit_in_bytes -1; w $d/memory.max max; w $d/pids.max max; w $d/cpu.cfs_quota_us -1; w $d/cpu.max max
+done
+true`)
+				if strings.TrimSpace(res.Stdout) != "" {
+					a.t.Errorf("writes to /sys succeeded inside: %q", res.Stdout)
+				}
+				for _, f := range hostFiles {
+					if b, _ := os.ReadFile(f); string(b) != before[f] {
+						a.t.Errorf("HOLE: host %s changed: %q -> %q", f, before[f], b)
+					}
+				}
+				for _, l := range limits {
+					if v, err := a.cgroupFile(a.id, l[0], l[1]); err == nil && v != lim[l[1]] {
+						a.t.Errorf("HOLE: the sandbox's host cgroup %s changed: %s -> %s", l[1], lim[l[1]], v)
+					}
+				}
+				if len(lim) == 0 {
+					a.t.Errorf("no host cgroup limit of %s could be read", a.id)
+				}
+			},
+		},
+		{
+			name:   "fs-masked-paths",
+			does:   "as root and as the agent user, reads /proc/kcore, /proc/keys, /proc/timer_list, /proc/sched_debug, /proc/latency_stats, /proc/kmsg, /dev/kmsg, and lists /proc/acpi, /proc/scsi, /sys/firmware; reads /proc/kallsyms",
+			want:   "each read returns nothing (0 bytes or an error), each listing is empty or refused, and /proc/kallsyms shows no kernel address (all zeros)",
+			gvisor: "gVisor's procfs and sysfs do not have most of these files (refused) and its kallsyms is empty: nothing of the host kernel either way",
+			run: func(a *arena) {
+				prog := `
+leaks = []
+for p in ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats", "/proc/kmsg", "/dev/kmsg", "/proc/timer_stats"]:
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        if data:
+            leaks.append("%s: %d bytes" % (p, len(data)))
+        out(p, "read", len(data))
+    except OSError as e:
+        out(p, errname(e))
+for p in ["/proc/acpi", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"]:
+    try:
+        names = os.listdir(p)
+        if names:
+            leaks.append("%s lists %s" % (p, names[:5]))
+        out(p, "lists", len(names))
+    except OSError as e:
+        out(p, errname(e))
+try:
+    with open("/proc/kallsyms") as f:
+        for line in f:
+            addr = line.split()[0]
+            if addr.strip("0"):
+                leaks.append("kallsyms shows address " + addr)
+                break
+except OSError as e:
+    out("/proc/kallsyms", errname(e))
+out("LEAKS" if leaks else "NOTHING")
+for l in leaks:
+    out(l)
+`
+				for _, u := range users {
+					res := a.pyAs(u, prog, "")
+					if !strings.Contains(res.Stdout, "\nNOTHING\n") {
+						a.t.Errorf("as %s, a masked path reveals something:\n%s%s", userName(u), res.Stdout, res.Stderr)
+					}
+				}
+			},
+		},
+	}
+}
