@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -117,6 +118,8 @@ type server struct {
 	ids   []string // every sandbox the suite created, for the final leak check
 }
 
+var fixtureSeq atomic.Int64
+
 // newServerFixture prepares a state dir, a token file and a canary; start runs the server.
 func newServerFixture(t *testing.T) *server {
 	t.Helper()
@@ -130,8 +133,10 @@ func newServerFixture(t *testing.T) *server {
 	s.stateDir = testenv.ShortTempDir(t, "absec")
 	s.secretDir = t.TempDir()
 	s.parent = "absec-" + filepath.Base(s.stateDir)
-	// A pool of its own, far from the default one other servers and test packages use.
-	s.poolBase = (1 << 30) + randInt(4096)*(1<<16)
+	// A pool of its own, far from the default one other servers and test packages use, and
+	// from the pools of this process's other servers (each spans 200 ranges).
+	// Slots of 2^24 ids from 2^30: 176 of them end below 2^32 with room for a pool.
+	s.poolBase = (1 << 30) + ((randInt(11)*16+fixtureSeq.Add(1))%176)*(1<<24)
 	s.token = "absec-token-" + randHex(16)
 	s.tokenFile = filepath.Join(s.secretDir, "token")
 	var err error
@@ -711,6 +716,17 @@ func (a *arena) cgroupDiag(id string) string {
 	for _, f := range []string{"pids.current", "pids.max", "pids.events"} {
 		if v, err := a.cgroupFile(id, "pids", f); err == nil {
 			parts = append(parts, f+" "+strings.ReplaceAll(v, "\n", ", "))
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(a.sandboxDir(id), "disk", "guest.log")); err == nil && len(b) > 0 {
+		var fatal []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "fatal error") || strings.HasPrefix(l, "runtime: ") || strings.HasPrefix(l, "panic: ") {
+				fatal = append(fatal, l)
+			}
+		}
+		if len(fatal) > 0 {
+			parts = append(parts, "agent log: "+strings.Join(fatal[:min(len(fatal), 6)], " | "))
 		}
 	}
 	return strings.Join(parts, "; ")

@@ -372,7 +372,7 @@ func pathAttacks() []attack {
 				if grew := kib(statusField(a.s.pid(), "VmHWM")) - hwm; grew > 64<<10 {
 					a.t.Errorf("the server's peak RSS grew by %d MiB", grew>>10)
 				}
-				if freeAfter, _ := fsFree(a.t, a.s.stateDir); int64(freeBefore)-int64(freeAfter) > 256<<20 {
+				if freeAfter, _ := fsFree(a.t, a.s.stateDir); int64(freeBefore)-int64(freeAfter) > 1<<30 {
 					a.t.Errorf("the host lost %d MiB of free space to a sparse file", (int64(freeBefore)-int64(freeAfter))>>20)
 				}
 			},

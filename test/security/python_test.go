@@ -57,6 +57,16 @@ def hold():
 // then the program is released and its result returned.
 func (a *arena) holding(user, prog string, check func(out string), args ...string) guest.ExecResult {
 	a.t.Helper()
+	res, err := a.tryHolding(user, prog, check, args...)
+	if err != nil {
+		a.t.Fatalf("exec of the holding program as %q: %v", user, err)
+	}
+	return res
+}
+
+// tryHolding is holding returning the exec's error.
+func (a *arena) tryHolding(user, prog string, check func(out string), args ...string) (guest.ExecResult, error) {
+	a.t.Helper()
 	token := randHex(6)
 	var (
 		mu    sync.Mutex
@@ -98,10 +108,7 @@ func (a *arena) holding(user, prog string, check func(out string), args ...strin
 		a.t.Logf("release the holder: %v", werr)
 	}
 	<-done
-	if err != nil {
-		a.t.Fatalf("exec of the holding program as %q: %v", user, err)
-	}
-	return res
+	return res, err
 }
 
 // pyAs runs a Python program (after the prelude) as user with args (sys.argv[2:]); stdin feeds

@@ -111,7 +111,7 @@ func TestAttacks(t *testing.T) {
 			}
 		}
 	})
-	t.Logf("attacks took %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("attacks took %s; the server's peak RSS was %s", time.Since(start).Round(time.Millisecond), statusField(s.pid(), "VmHWM"))
 }
 
 // assertHostClean destroys whatever is left, stops the server and checks that the host holds
