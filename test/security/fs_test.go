@@ -106,7 +106,9 @@ for d in /sys/fs/cgroup /sys/fs/cgroup/memory /sys/fs/cgroup/pids /sys/fs/cgroup
 done
 true`)
 				if strings.TrimSpace(res.Stdout) != "" {
-					a.t.Errorf("writes to /sys succeeded inside: %q", res.Stdout)
+					mnt := a.root("grep ' /sys/fs/cgroup ' /proc/self/mountinfo; true")
+					a.t.Errorf("root could write under the read-only /sys: %q (those files are not cgroup controls, and the host limits are checked below, but /sys/fs/cgroup itself is writable: %s)",
+						res.Stdout, strings.TrimSpace(mnt.Stdout))
 				}
 				for _, f := range hostFiles {
 					if b, _ := os.ReadFile(f); string(b) != before[f] {
