@@ -35,11 +35,12 @@ func NewClient(dial Dialer) *Client {
 	return &Client{hc: &http.Client{Transport: tr}}
 }
 
-// NewUnixClient returns a client for an agent listening on a unix socket.
+// NewUnixClient returns a client for an agent listening on a unix socket. It never follows a
+// symlink in the socket's last path component (see dialSocket).
 func NewUnixClient(socketPath string) *Client {
 	var d net.Dialer
 	return NewClient(func(ctx context.Context) (net.Conn, error) {
-		return d.DialContext(ctx, "unix", socketPath)
+		return dialSocket(ctx, &d, socketPath)
 	})
 }
 
