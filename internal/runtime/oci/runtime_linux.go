@@ -345,6 +345,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := ownWritableBinds(s, spec.IDMap); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s its directories", id)
 	}
+	// Only the sandbox's root (and host root) may enter its disk: no other host user reads a
+	// workspace, whatever modes the sandbox gives its files.
+	if err := closeDisk(filepath.Join(dir, "disk"), spec.IDMap); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot close the disk of sandbox %s to other host users", id)
+	}
 	data, err := json.Marshal(s)
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "cannot encode the OCI spec of sandbox %s", id)

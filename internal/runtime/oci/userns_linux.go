@@ -128,6 +128,15 @@ func ownWritableBinds(s *specs.Spec, m runtime.IDMap) error {
 	return nil
 }
 
+// closeDisk makes the disk's mount root 0700, owned by the sandbox's root (host root without a
+// map), so that other host users cannot reach anything on it.
+func closeDisk(disk string, m runtime.IDMap) error {
+	if err := os.Lchown(disk, int(m.UIDBase), int(m.GIDBase)); err != nil {
+		return err
+	}
+	return os.Chmod(disk, 0o700)
+}
+
 // searchableDirs are the directories under Root that sandboxes' unprivileged root must search.
 func (r *Runtime) searchableDirs() []string {
 	return []string{r.root, filepath.Join(r.root, "rootfs"), filepath.Join(r.root, "sandboxes"), filepath.Join(r.root, "bin")}
