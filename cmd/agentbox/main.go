@@ -8,6 +8,7 @@ import (
 )
 
 func main() {
+	closeInheritedFDs()
 	os.Exit(run(os.Args[1:]))
 }
 
