@@ -32,6 +32,7 @@ func cmdGuest(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	guest.ReservePids(log)
 	if err := guest.Run(ctx, guest.ServerConfig{Socket: *socket, Workdir: *workdir, Logger: log, DefaultUser: defaultUser}); err != nil {
 		fmt.Fprintln(os.Stderr, "agentbox guest:", err)
 		return 1

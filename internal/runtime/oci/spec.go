@@ -59,7 +59,10 @@ var (
 		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
 		"/sys/firmware", "/sys/devices/virtual/powercap",
 	}
-	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+		// runc mounts a writable tmpfs at /sys/fs/cgroup on a cgroup v1 host, under the
+		// read-only per-hierarchy mounts: remount the whole tree read-only.
+		"/sys/fs/cgroup"}
 )
 
 // hardening names what buildSpec enforces, for Capabilities.Hardening.
@@ -103,14 +106,23 @@ type specInput struct {
 	GIDMappings []specs.LinuxIDMapping
 }
 
-// tmpSizeMiB is /tmp's size: half the memory limit, at least minTmpMiB (memory_mb is at least
-// 32, so never more than the limit). tmpfs pages are charged to the sandbox's memory cgroup:
-// /tmp and /dev/shm count against memory_mb, not disk_mb, and the memory limit bounds them too.
+// tmpSizeMiB is /tmp's size: a quarter of the memory limit, at least minTmpMiB (memory_mb is at
+// least 32). tmpfs pages are charged to the sandbox's memory cgroup: /tmp and /dev/shm count
+// against memory_mb, not disk_mb. Together they stay well under the limit, so filling them
+// leaves the agent and the commands memory to run (a full tmpfs must not OOM-kill the agent).
 func tmpSizeMiB(memoryMB int64) int64 {
 	if memoryMB <= 0 {
 		return unlimitedTmpMiB
 	}
-	return max(memoryMB/2, minTmpMiB)
+	return max(memoryMB/4, minTmpMiB)
+}
+
+// shmSizeMiB is /dev/shm's size: an eighth of the memory limit, between 4 and maxShmMiB.
+func shmSizeMiB(memoryMB int64) int64 {
+	if memoryMB <= 0 {
+		return maxShmMiB
+	}
+	return min(max(memoryMB/8, 4), maxShmMiB)
 }
 
 // oomScoreAdjFor is the agent's oom_score_adj: agentOOMScoreAdj, unless the runtime lacks
@@ -184,7 +196,7 @@ func buildSpec(in specInput) *specs.Spec {
 	hostNOFILE := clampRlimit(wantNOFILE, in.HostRlimits.NOFILE)
 	hostNPROC := clampRlimit(wantNPROC, in.HostRlimits.NPROC)
 	tmpMiB := tmpSizeMiB(in.MemoryMB)
-	shmMiB := min(int64(maxShmMiB), tmpMiB)
+	shmMiB := shmSizeMiB(in.MemoryMB)
 
 	s := &specs.Spec{
 		Version:  ociVersion,

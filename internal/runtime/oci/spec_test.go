@@ -143,7 +143,7 @@ func TestSpecMounts(t *testing.T) {
 		{"/dev/mqueue", "mqueue", "mqueue", nil},
 		{"/sys", "sysfs", "sysfs", []string{"ro", "nosuid", "noexec", "nodev"}},
 		{"/sys/fs/cgroup", "cgroup", "cgroup", []string{"ro"}},
-		{"/tmp", "tmpfs", "tmpfs", []string{"nosuid", "nodev", "size=256m"}},
+		{"/tmp", "tmpfs", "tmpfs", []string{"nosuid", "nodev", "size=128m"}},
 		{"/usr", "bind", "/usr", []string{"rbind", "ro", "nosuid", "nodev"}},
 		{"/etc/ssl/certs", "bind", "/etc/ssl/certs", []string{"rbind", "ro", "nosuid", "nodev"}},
 		{"/.agentbox/agentbox", "bind", "/opt/agentbox", []string{"ro"}},
@@ -198,7 +198,7 @@ func TestOOMScoreAdjFor(t *testing.T) {
 
 func TestTmpSize(t *testing.T) {
 	t.Parallel()
-	for mem, want := range map[int64]int64{0: unlimitedTmpMiB, 32: 16, 20: 16, 512: 256, 4096: 2048} {
+	for mem, want := range map[int64]int64{0: unlimitedTmpMiB, 32: 16, 20: 16, 512: 128, 4096: 1024} {
 		if got := tmpSizeMiB(mem); got != want {
 			t.Errorf("tmpSizeMiB(%d) = %d, want %d", mem, got, want)
 		}
@@ -206,7 +206,7 @@ func TestTmpSize(t *testing.T) {
 	in := testInput()
 	in.MemoryMB = 32
 	s := buildSpec(in)
-	if m, _ := findMount(s, "/dev/shm"); !slices.Contains(m.Options, "size=16m") {
+	if m, _ := findMount(s, "/dev/shm"); !slices.Contains(m.Options, "size=4m") {
 		t.Errorf("/dev/shm must not exceed /tmp: %v", m.Options)
 	}
 }

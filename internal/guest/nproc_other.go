@@ -1,0 +1,8 @@
+//go:build !linux
+
+package guest
+
+import "log/slog"
+
+// ReservePids does nothing off Linux.
+func ReservePids(*slog.Logger) {}
