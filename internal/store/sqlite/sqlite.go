@@ -109,8 +109,8 @@ func (s *Store) Close() error {
 }
 
 // dsn returns the modernc.org/sqlite data source name for path. Every connection gets the busy
-// timeout and foreign keys; the writer also sets WAL (persistent in the file), full fsync on
-// commit, and BEGIN IMMEDIATE so a transaction takes the write lock before it reads; readers
+// timeout and foreign keys; the writer also sets WAL (persistent in the file), synchronous
+// NORMAL, and BEGIN IMMEDIATE so a transaction takes the write lock before it reads; readers
 // are query_only.
 func dsn(path string, readOnly bool) string {
 	params := []string{
@@ -122,7 +122,11 @@ func dsn(path string, readOnly bool) string {
 	} else {
 		params = append(params,
 			"_pragma=journal_mode(WAL)",
-			"_pragma=synchronous(FULL)",
+			// NORMAL in WAL mode: a commit survives the process being killed (SIGKILL loses
+			// nothing) and the database never corrupts; only a power loss can drop the last
+			// commits — and a power loss ends every sandbox too, which reconcile then records.
+			// FULL would fsync on every transition, on the create path.
+			"_pragma=synchronous(NORMAL)",
 			"_txlock=immediate")
 	}
 	// A "file:" URI, so that a path holding '?' or '#' cannot be mistaken for parameters.
