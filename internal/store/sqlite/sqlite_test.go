@@ -229,7 +229,7 @@ func TestPragmas(t *testing.T) {
 		{s.write, "journal_mode", "wal"},
 		{s.write, "foreign_keys", "1"},
 		{s.write, "busy_timeout", "10000"},
-		{s.write, "synchronous", "2"},
+		{s.write, "synchronous", "1"}, // NORMAL
 		{s.read, "journal_mode", "wal"},
 		{s.read, "foreign_keys", "1"},
 		{s.read, "busy_timeout", "10000"},
