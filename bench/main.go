@@ -27,6 +27,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -155,7 +156,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	go http.Serve(ln, api.New(svc, api.Options{Token: token}))
+	mcpSrv := mcpserver.New(svc, mcpserver.Options{})
+	defer mcpSrv.Close()
+	go http.Serve(ln, api.New(svc, api.Options{Token: token,
+		Mount: map[string]http.Handler{"/mcp": mcpSrv.StreamableHTTPHandler(mcpserver.HTTPOptions{MaxBodyBytes: api.MaxJSONBody})}}))
 	c := client.New("http://"+ln.Addr().String(), token)
 	trueCmd := api.ExecRequest{Command: []string{"true"}}
 
@@ -227,6 +231,11 @@ func main() {
 		s := summarize("destroy", "ms", destroy[name])
 		s.Runtime = name
 		res.Stats = append(res.Stats, s)
+	}
+
+	for _, st := range benchMCP(ctx, "http://"+ln.Addr().String()+"/mcp", token, warm["runc"], *nExec) {
+		st.Runtime = "runc"
+		res.Stats = append(res.Stats, st)
 	}
 
 	// Memory per idle runc sandbox: the agent's PSS (its binary pages are shared) and its RSS.
