@@ -12,14 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
@@ -29,80 +27,11 @@ import (
 
 const testToken = "mcp-test-token-0123456789abcdef"
 
-// syncBuffer is a bytes.Buffer safe for a process writing while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serve starts `agentbox serve` on a free loopback port and returns its URL.
-func serve(t *testing.T, stateDir string, extra ...string) (string, *syncBuffer) {
+func serve(t *testing.T, stateDir string, extra ...string) (string, *testenv.SyncBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir, "--cgroup-parent", "abmcpt-" + filepath.Base(stateDir)}, extra...)
-	cmd := exec.Command(testenv.Binary(t), args...)
-	cmd.Env = append(os.Environ(), "AGENTBOX_TOKEN="+testToken)
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		defer removeCgroupParent("abmcpt-" + filepath.Base(stateDir))
-		destroyAll(t, stateDir)
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-done
-			t.Errorf("agentbox serve did not stop on SIGTERM:\n%s", logs)
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if info, err := config.ReadServerInfo(stateDir); err == nil && info.PID == cmd.Process.Pid {
-			return info.URL, logs
-		}
-		select {
-		case <-done:
-			t.Fatalf("agentbox serve exited:\n%s", logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agentbox serve did not start:\n%s", logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// destroyAll destroys every sandbox of the server of stateDir, if it runs.
-func destroyAll(t *testing.T, stateDir string) {
-	info, err := config.ReadServerInfo(stateDir)
-	if err != nil {
-		return
-	}
-	c := client.New(info.URL, testToken)
-	ctx := context.Background()
-	list, _ := c.List(ctx, nil, nil)
-	for _, sb := range list {
-		if _, err := c.Destroy(ctx, sb.ID); err != nil {
-			t.Errorf("cleanup: destroy %s: %v", sb.ID, err)
-		}
-	}
+	srv := testenv.StartServer(t, stateDir, testToken, extra...)
+	return srv.URL, srv.Logs
 }
 
 // removeCgroupParent removes a test's (empty) cgroup parent from every hierarchy.
@@ -306,7 +235,7 @@ func derefStr(s *string) string {
 func TestMCPStdio(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "abmcp")
-	stderr := &syncBuffer{}
+	stderr := &testenv.SyncBuffer{}
 	t.Cleanup(func() { removeCgroupParent("abmcpt-" + filepath.Base(dir)) })
 	cmd := exec.Command(testenv.Binary(t), "mcp", "--state-dir", dir, "--cgroup-parent", "abmcpt-"+filepath.Base(dir), "--log-level", "info")
 	cmd.Stderr = stderr

@@ -88,13 +88,13 @@ func TestDiskBoundedAcrossRestart(t *testing.T) {
 	s2 := startServer(t, dir)
 	c2 := s2.client()
 	if got, err := c2.Get(ctx, sb.ID); err != nil || got.State != sandbox.StateRunning {
-		t.Fatalf("after restart: %+v %v\n%s", got, err, s2.logs)
+		t.Fatalf("after restart: %+v %v\n%s", got, err, s2.Logs)
 	}
 	if res, err := c2.Exec(ctx, sb.ID, apiExec("cat", "/workspace/marker"), nil); err != nil || res.Stdout != "kept\n" {
 		t.Fatalf("workspace after restart: %+v %v", res, err)
 	}
 	if leaks := testenv.Leaks(orphan); len(leaks) > 0 {
-		t.Errorf("orphan not swept at start:\n%s\nserver log:\n%s", strings.Join(leaks, "\n"), s2.logs)
+		t.Errorf("orphan not swept at start:\n%s\nserver log:\n%s", strings.Join(leaks, "\n"), s2.Logs)
 	}
 	if _, err := os.Stat(odir); !os.IsNotExist(err) {
 		t.Errorf("orphan dir left: %v", err)

@@ -12,12 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
@@ -25,68 +23,25 @@ import (
 
 const token = "e2e-test-token-0123456789abcdef"
 
+// server is a running `agentbox serve` with the e2e token.
 type server struct {
-	t        *testing.T
-	bin      string
-	stateDir string
-	cmd      *exec.Cmd
-	url      string
-	logs     *bytes.Buffer
+	*testenv.Server
+	t *testing.T
 }
 
 func startServer(t *testing.T, stateDir string, extra ...string) *server {
 	t.Helper()
-	s := &server{t: t, bin: testenv.Binary(t), stateDir: stateDir, logs: &bytes.Buffer{}}
-	os.Remove(config.ServerInfoPath(stateDir))
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir, "--cgroup-parent", "abe2e-" + filepath.Base(stateDir)}, extra...)
-	s.cmd = exec.Command(s.bin, args...)
-	s.cmd.Env = append(os.Environ(), "AGENTBOX_TOKEN="+token)
-	s.cmd.Stderr = s.logs
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if info, err := config.ReadServerInfo(stateDir); err == nil && info.PID == s.cmd.Process.Pid {
-			s.url = info.URL
-			break
-		}
-		if time.Now().After(deadline) {
-			s.cmd.Process.Kill()
-			t.Fatalf("server did not start:\n%s", s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Cleanup(func() { s.stop() })
-	return s
+	return &server{testenv.StartServer(t, stateDir, token, extra...), t}
 }
 
-func (s *server) stop() {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		s.cmd.Process.Kill()
-		<-done
-	}
-}
-
-func (s *server) kill() {
-	s.cmd.Process.Kill()
-	s.cmd.Wait()
-}
-
-func (s *server) client() *client.Client { return client.New(s.url, token) }
+func (s *server) stop()                  { s.Stop() }
+func (s *server) kill()                  { s.Kill() }
+func (s *server) client() *client.Client { return s.Client() }
 
 // cli runs the agentbox CLI against the server.
 func (s *server) cli(stdin string, args ...string) (stdout, stderr string, code int) {
-	cmd := exec.Command(s.bin, args...)
-	cmd.Env = append(os.Environ(), "AGENTBOX_URL="+s.url, "AGENTBOX_TOKEN="+token)
+	cmd := exec.Command(s.Bin, args...)
+	cmd.Env = append(os.Environ(), "AGENTBOX_URL="+s.URL, "AGENTBOX_TOKEN="+token)
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -184,7 +139,7 @@ func TestRESTHardeningAndBadInput(t *testing.T) {
 	testenv.RequireRoot(t)
 	s := startServer(t, testenv.ShortTempDir(t, "abe2e"))
 	do := func(method, path, body string, hdr map[string]string) (int, map[string]any) {
-		req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
+		req, _ := http.NewRequest(method, s.URL+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		for k, v := range hdr {
 			if k == "Host" {
@@ -208,7 +163,7 @@ func TestRESTHardeningAndBadInput(t *testing.T) {
 		return c
 	}
 	// /health is open; everything else needs the token.
-	resp, err := http.Get(s.url + "/health")
+	resp, err := http.Get(s.URL + "/health")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("health: %v %v", resp, err)
 	}
@@ -319,7 +274,7 @@ func TestKillAndRestart(t *testing.T) {
 	for _, id := range ids {
 		sb, err := c2.Get(ctx, id)
 		if err != nil || sb.State != sandbox.StateRunning {
-			t.Fatalf("after restart %s: %+v %v\n%s", id, sb, err, s2.logs)
+			t.Fatalf("after restart %s: %+v %v\n%s", id, sb, err, s2.Logs)
 		}
 	}
 	res, err := c2.Exec(ctx, ids[0], apiExec("cat", "/workspace/state.txt"), nil)
