@@ -149,7 +149,7 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 	return rc, sc
 }
 
-// removeDoctorCgroups removes a doctor run's (empty) cgroup parent from every hierarchy.
+// runOnce creates and starts a sandbox, waits for its agent and runs one command in it.
 func runOnce(ctx context.Context, rt runtime.Runtime, id string) error {
 	if err := rt.Create(ctx, runtime.Spec{ID: id, Image: "host", CPU: 1, MemoryMB: 256, DiskMB: 256, PidsLimit: 64}); err != nil {
 		return err
@@ -162,13 +162,8 @@ func runOnce(ctx context.Context, rt runtime.Runtime, id string) error {
 		return err
 	}
 	defer gc.Close()
-	for {
-		if _, err := gc.Health(ctx); err == nil {
-			break
-		} else if ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := gc.WaitReady(ctx); err != nil {
+		return err
 	}
 	res, err := gc.Exec(ctx, guestExec("sh", "-c", "echo ok"), nil)
 	if err != nil {

@@ -231,3 +231,30 @@ func (c *Client) Remove(ctx context.Context, path string, recursive bool) error 
 	}
 	return c.doJSON(ctx, http.MethodDelete, "/files", q, nil, nil)
 }
+
+// WaitReady polls Health until the agent answers or ctx ends. A failed dial of a socket that
+// does not exist yet costs microseconds, so it polls every millisecond for the first second
+// (an agent normally comes up in a few) and every 20 ms after that.
+func (c *Client) WaitReady(ctx context.Context) error {
+	start := time.Now()
+	for {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := c.Health(hctx)
+		cancel()
+		if err == nil && h.OK {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("the agent answered health with ok=false: %+v", h)
+		}
+		delay := time.Millisecond
+		if time.Since(start) > time.Second {
+			delay = 20 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the agent did not answer (%w): %w", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+	}
+}

@@ -414,36 +414,16 @@ func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, i
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, gc, s.cfg.ReadyTimeout); err != nil {
-		return fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	err = gc.WaitReady(rctx)
+	cancel()
+	if err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its agent did not answer within %s", sb.ID, s.cfg.ReadyTimeout)
 	}
 	s.guestsMu.Lock()
 	s.guests[sb.ID] = gc
 	s.guestsMu.Unlock()
 	return nil
-}
-
-func waitReady(ctx context.Context, gc *guest.Client, timeout time.Duration) error {
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := gc.Health(hctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return errcode.Wrap(errcode.RuntimeUnavailable, err, "the sandbox's agent did not answer within %s", timeout)
-		}
-		// A failed dial of the not-yet-created socket costs microseconds: poll closely while
-		// an agent normally comes up, so create → ready is not rounded up by the backoff.
-		delay := time.Millisecond
-		if time.Since(start) > time.Second {
-			delay = 20 * time.Millisecond
-		}
-		time.Sleep(delay)
-	}
 }
 
 // transition moves sb to state `to`, recording an event; it returns the updated record.

@@ -468,7 +468,7 @@ func TestRuncDiskLatency(t *testing.T) {
 		}
 		c, _ := rt.Guest(ctx, id)
 		rctx, cancel := context.WithTimeout(ctx, runtimetest.ReadyTimeout)
-		err := runtimetest.WaitReady(rctx, c)
+		err := c.WaitReady(rctx)
 		cancel()
 		c.Close()
 		if err != nil {

@@ -515,7 +515,7 @@ func TestRuncStartupLatency(t *testing.T) {
 		t2 := time.Now()
 		c, _ := rt.Guest(ctx, id)
 		rctx, cancel := context.WithTimeout(ctx, runtimetest.ReadyTimeout)
-		err := runtimetest.WaitReady(rctx, c)
+		err := c.WaitReady(rctx)
 		cancel()
 		t3 := time.Now()
 		c.Close()
@@ -547,7 +547,7 @@ func BenchmarkCreateStartReady(b *testing.B) {
 		}
 		c, _ := rt.Guest(ctx, id)
 		rctx, cancel := context.WithTimeout(ctx, runtimetest.ReadyTimeout)
-		err := runtimetest.WaitReady(rctx, c)
+		err := c.WaitReady(rctx)
 		cancel()
 		c.Close()
 		if err != nil {

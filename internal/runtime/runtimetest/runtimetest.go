@@ -35,28 +35,6 @@ func DefaultSpec(id string) runtime.Spec {
 		Env: map[string]string{"AGENTBOX_TEST": "1"}}
 }
 
-// WaitReady polls the agent's health until it answers or ctx ends.
-func WaitReady(ctx context.Context, c *guest.Client) error {
-	var last error
-	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		h, err := c.Health(hctx)
-		cancel()
-		if err == nil && h.OK {
-			return nil
-		}
-		if err == nil {
-			err = fmt.Errorf("agent answered health with ok=false: %+v", h)
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("agent not ready: %w (last error: %v)", ctx.Err(), last)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-}
-
 // Start creates and starts a sandbox from spec, waits for its agent and returns a client.
 // The sandbox is deleted when the test ends.
 func Start(t testing.TB, rt runtime.Runtime, spec runtime.Spec) *guest.Client {
@@ -80,7 +58,7 @@ func Start(t testing.TB, rt runtime.Runtime, spec runtime.Spec) *guest.Client {
 	t.Cleanup(c.Close)
 	rctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
-	if err := WaitReady(rctx, c); err != nil {
+	if err := c.WaitReady(rctx); err != nil {
 		t.Fatalf("sandbox %s: %v", spec.ID, err)
 	}
 	return c
@@ -276,7 +254,7 @@ func createRunDelete(ctx context.Context, rt runtime.Runtime, id string) (err er
 	defer c.Close()
 	rctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
-	if err := WaitReady(rctx, c); err != nil {
+	if err := c.WaitReady(rctx); err != nil {
 		return err
 	}
 	res, err := c.Exec(ctx, guest.ExecRequest{Argv: []string{"uname", "-n"}, TimeoutMs: 30000}, nil)
