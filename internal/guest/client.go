@@ -116,6 +116,13 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	return h, err
 }
 
+// OOMKill asks the agent to kill the command holding the most memory (the host's OOM guard).
+func (c *Client) OOMKill(ctx context.Context) (OOMKillResult, error) {
+	var res OOMKillResult
+	err := c.doJSON(ctx, http.MethodPost, "/oom-kill", nil, nil, &res)
+	return res, err
+}
+
 // OutputFunc receives output as the command produces it.
 type OutputFunc func(stream string, data []byte)
 

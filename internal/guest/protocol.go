@@ -119,3 +119,14 @@ type MkdirRequest struct {
 	Mode    string `json:"mode,omitempty"` // default "0755"
 	Parents bool   `json:"parents,omitempty"`
 }
+
+// OOMKillResult says what the agent killed.
+type OOMKillResult struct {
+	// Killed is how many of the command's processes the agent found and signalled (a fork bomb's
+	// later children go too, uncounted); 0 when there was nothing to kill.
+	Killed int `json:"killed"`
+	// RSSBytes is the resident memory of the processes killed, as the sandbox's kernel counts it.
+	RSSBytes int64 `json:"rss_bytes"`
+	// Command is the name of the largest process killed.
+	Command string `json:"command,omitempty"`
+}

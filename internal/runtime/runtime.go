@@ -40,7 +40,14 @@ type Capabilities struct {
 	// UserNamespaces is whether the runtime gives each sandbox a user namespace mapping its ids
 	// to the range of host ids in Spec (root inside is then an unprivileged user outside).
 	UserNamespaces bool `json:"user_namespaces"`
+	// IDMappedFiles is whether the sandbox's files are the range's ids on the host even though
+	// its processes are not in a user namespace (gVisor: the sentry's own user namespace holds
+	// them, and the disk is seen through an id-mapped mount).
+	IDMappedFiles bool `json:"id_mapped_files,omitempty"`
 }
+
+// TakesIDRange reports whether sandboxes of the runtime need a range of host ids (Spec.IDMap).
+func (c Capabilities) TakesIDRange() bool { return c.UserNamespaces || c.IDMappedFiles }
 
 // IDMap maps a sandbox's user and group ids 0..Count-1 to host ids UIDBase.. and GIDBase...
 type IDMap struct {
@@ -64,7 +71,7 @@ type Spec struct {
 	// Env is the base environment of every process in the sandbox.
 	Env map[string]string
 	// IDMap is the sandbox's range of host ids, allocated by the control plane for a runtime
-	// whose Capabilities say UserNamespaces; the zero value (Count 0) means no user namespace.
+	// whose Capabilities say TakesIDRange; the zero value (Count 0) means none.
 	IDMap IDMap
 }
 

@@ -375,7 +375,7 @@ func (s *Service) admit(ctx context.Context, sb Sandbox, rt runtime.Runtime) (ru
 		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "memory budget exhausted: %d of %d MiB are allocated and %d more were asked; ask for less memory_mb or destroy sandboxes", mem, s.cfg.MemoryBudgetMB, sb.MemoryMB).
 			With("memory_used_mb", mem).With("memory_budget_mb", s.cfg.MemoryBudgetMB)
 	}
-	userns := rt.Capabilities().UserNamespaces
+	userns := rt.Capabilities().TakesIDRange()
 	var base int64
 	if userns {
 		if base, err = s.freeIDBase(ctx); err != nil {

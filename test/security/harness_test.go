@@ -1,6 +1,6 @@
 // Package security is agentbox's attack suite: code that an AI wrote and nobody read, run in
 // real sandboxes through the real control plane (`agentbox serve`, its REST API and CLI), on
-// runc and on gVisor, trying to get out. Every attack says what the sandboxed code does and what
+// runc, crun and gVisor, trying to get out. Every attack says what the sandboxed code does and what
 // must be observed, on the host wherever the harm would show there.
 package security
 
@@ -54,10 +54,10 @@ func TestMain(m *testing.M) {
 }
 
 // runtimes are the runtimes every attack runs on.
-var runtimes = []string{"runc", "gvisor"}
+var runtimes = []string{"runc", "crun", "gvisor"}
 
-// createFor is the create request that puts a sandbox on runtime rt: runc by name, gVisor by
-// requirement (kernel isolation), as a client that wants a user-space kernel would ask.
+// createFor is the create request that puts a sandbox on runtime rt: runc and crun by name,
+// gVisor by requirement (kernel isolation), as a client that wants a user-space kernel would ask.
 func createFor(rt string, req sandbox.CreateRequest) sandbox.CreateRequest {
 	if rt == "gvisor" {
 		req.Requirements = sandbox.Requirements{Isolation: "kernel"}
@@ -707,6 +707,13 @@ func asHostUser(uid, gid uint32, argv ...string) (string, bool) {
 // cgroupDiag summarises the OOM kills and pids of sandbox id's host cgroups, for failures.
 func (a *arena) cgroupDiag(id string) string {
 	var parts []string
+	var mine []string
+	for _, l := range strings.Split(a.s.logs.String(), "\n") {
+		if strings.Contains(l, id) && len(mine) < 20 {
+			mine = append(mine, l)
+		}
+	}
+	defer func() { a.t.Logf("server log of %s:\n%s", id, strings.Join(mine, "\n")) }()
 	if v, err := a.cgroupFile(id, "memory", "memory.oom_control"); err == nil {
 		parts = append(parts, "memory.oom_control "+strings.ReplaceAll(v, "\n", ", "))
 	}

@@ -352,7 +352,7 @@ for p in pids:
             cmd = f.read().replace(b"\0", b" ")
     except OSError:
         continue
-    for bad in (marker, b"agentbox serve", b"runsc", b"runc", b"security.test", b"containerd"):
+    for bad in (marker, b"agentbox serve", b"runsc", b"runc", b"crun", b"security.test", b"containerd"):
         if bad in cmd:
             out("FOREIGN", p, cmd[:120])
 r, e = call("ptrace", 16, int(pid), 0, 0)
@@ -533,7 +533,7 @@ python3 -c 'import os; os.setuid(0)' 2>/dev/null && echo SETUID0; true`)
 		{
 			name: "priv-overwrite-proc-self-exe",
 			does: "as root, opens /proc/self/exe, /proc/1/exe (the agent), /.agentbox/agentbox, /proc/<child>/exe, /usr/bin/dash and python3 for writing (directly, with O_TRUNC, and by reopening an O_PATH fd through /proc/self/fd as in CVE-2019-5736), and cp's over /proc/self/exe",
-			want: "every open for writing fails; on the host the sha256 of the agentbox binary (server and the guest copy bound into sandboxes), runc, runsc, dash and python3 are unchanged",
+			want: "every open for writing fails; on the host the sha256 of the agentbox binary (server and the guest copy bound into sandboxes), runc, crun, runsc, dash and python3 are unchanged",
 			run: func(a *arena) {
 				var bins []string
 				for _, p := range []string{a.s.bin, filepath.Join(a.s.stateDir, "runtimes", a.rt, "bin", "agentbox"), "/usr/bin/dash", "/usr/bin/python3"} {
@@ -541,7 +541,7 @@ python3 -c 'import os; os.setuid(0)' 2>/dev/null && echo SETUID0; true`)
 						bins = append(bins, r)
 					}
 				}
-				for _, b := range []string{"runc", "runsc"} {
+				for _, b := range []string{"runc", "crun", "runsc"} {
 					if p, err := exec.LookPath(b); err == nil {
 						r, _ := filepath.EvalSymlinks(p)
 						bins = append(bins, r)

@@ -36,12 +36,7 @@ type attack struct {
 
 // knownHoles are attacks that succeed today, by attack/runtime, with what happens. Each is
 // reported as a skip naming the hole, never as a pass; remove the entry with the fix.
-var knownHoles = map[string]string{
-	"res-memory-bomb/gvisor":         "the host memory cgroup OOM-kills gVisor's sentry (it holds all of the sandbox's memory) before gVisor's own OOM killer acts, so the whole sandbox is lost instead of the bomb",
-	"res-fork-bomb/gvisor":           "a fork bomb under gVisor exhausts the sandbox's memory (gVisor's per-process host overhead) and the host OOM-kills the sentry: the sandbox is lost",
-	"res-pids-exhaustion/gvisor":     "filling gVisor's process table costs the sentry the sandbox's whole memory limit; the host OOM-kills it and the sandbox is lost",
-	"host-account-owns-files/gvisor": "runsc (2022-12-19) breaks with user-namespace mappings, so gVisor sandboxes' files belong to host uids 0 and 1000; the disk's 0700 root keeps other host users out, but a host account with uid 1000 owns them",
-}
+var knownHoles = map[string]string{}
 
 func allAttacks() []attack {
 	var all []attack
@@ -68,7 +63,7 @@ func TestAttackTable(t *testing.T) {
 	}
 }
 
-// TestAttacks runs every attack on runc and on gVisor against one real `agentbox serve`, then
+// TestAttacks runs every attack on runc, crun and gVisor against one real `agentbox serve`, then
 // checks that the host holds nothing of any sandbox.
 func TestAttacks(t *testing.T) {
 	s := newServerFixture(t)
@@ -143,7 +138,7 @@ func (s *server) assertHostClean(t *testing.T) {
 	}
 	ids := s.allIDs()
 	// Containers the OCI runtimes still know.
-	for rt, bin := range map[string]string{"runc": "runc", "gvisor": "runsc"} {
+	for rt, bin := range map[string]string{"runc": "runc", "crun": "crun", "gvisor": "runsc"} {
 		root := filepath.Join(s.stateDir, "runtimes", rt, "state")
 		if _, err := os.Stat(root); err != nil {
 			continue

@@ -46,7 +46,26 @@ const (
 	gvisorHostTasksBase       = 256
 	// gvisorPidMaxShare is the largest part of the host's pid_max one sandbox may hold.
 	gvisorPidMaxShare = 4
+	// gvisorMiBPerProcess: a process costs gVisor's sentry far more of the sandbox's memory than
+	// Linux spends on it (measured here: 3.7 MiB per forked python3, whose copy-on-write gVisor
+	// breaks in large units), so a fork bomb would fill the memory limit, and the host kill the
+	// sentry, long before pids_limit. The workload's process bound is therefore also
+	// memory_mb/gvisorMiBPerProcess (at least gvisorMinProcesses).
+	gvisorMiBPerProcess = 8
+	gvisorMinProcesses  = 8
 )
+
+// gvisorProcesses is the process bound (RLIMIT_NPROC) of a gVisor sandbox's workload.
+func gvisorProcesses(pids, memoryMB int64) int64 {
+	if memoryMB <= 0 {
+		return pids
+	}
+	byMemory := max(memoryMB/gvisorMiBPerProcess, gvisorMinProcesses)
+	if pids <= 0 {
+		return byMemory
+	}
+	return min(pids, byMemory)
+}
 
 // flavorFor returns the flavour a Config asks for.
 func flavorFor(cfg Config) (Flavor, error) {
@@ -120,7 +139,10 @@ func (r *Runtime) flavorHardening() []string {
 		}
 	case FlavorGVisor:
 		h = append(h, "gvisor:user-space-kernel", "platform:"+r.platform, "gvisor:host-syscall-filter",
-			"gvisor:host-uds="+r.hostUDS, "pids:rlimit-nproc", "seccomp:errno-eperm,clone3-to-gvisor")
+			"gvisor:host-uds="+r.hostUDS, "pids:rlimit-nproc(min(pids_limit,memory_mb/5))", "seccomp:errno-eperm,clone3-to-gvisor")
+		if r.memoryCgroup != "" {
+			h = append(h, oomGuardHardening)
+		}
 		if !r.ociSeccomp {
 			// Without --oci-seccomp, runsc ignores the spec's profile.
 			h = slices.DeleteFunc(h, func(s string) bool { return s == seccompHardening })
@@ -230,11 +252,19 @@ func (r *Runtime) probeGVisor(ctx context.Context) string {
 
 // adjustSpec applies the flavour's differences to one sandbox's spec input.
 func (r *Runtime) adjustSpec(in *specInput) {
-	if r.flavor == FlavorGVisor && in.PidsLimit > 0 {
-		// RLIMIT_NPROC becomes the workload's process bound (the spec never asks for more
-		// than HostRlimits), and the pids cgroup the host's backstop.
-		in.HostRlimits.NPROC = uint64(in.PidsLimit)
+	if r.flavor != FlavorGVisor {
+		return
+	}
+	// RLIMIT_NPROC becomes the workload's process bound (the spec never asks for more than
+	// HostRlimits), and the pids cgroup the host's backstop.
+	if n := uint64(gvisorProcesses(in.PidsLimit, in.MemoryMB)); n > 0 && (in.HostRlimits.NPROC == 0 || n < in.HostRlimits.NPROC) {
+		in.HostRlimits.NPROC = n
+	}
+	if in.PidsLimit > 0 {
 		in.PidsLimit = gvisorHostPids(in.PidsLimit, r.pidMax)
+	}
+	if r.memoryCgroup != "" {
+		in.MemorySlackMB = oomSlackMB(in.MemoryMB)
 	}
 }
 

@@ -9,8 +9,10 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
@@ -291,5 +293,50 @@ func TestHardeningApplied(t *testing.T) {
 				t.Error("/proc/sys is writable")
 			}
 		})
+	}
+}
+
+// TestGVisorIDMappedFiles: a gVisor sandbox with an id range sees its files as 0 and 1000,
+// while on the host they belong to base and base+1000; the view goes with the sandbox.
+func TestGVisorIDMappedFiles(t *testing.T) {
+	t.Parallel()
+	rt := newFlavor(t, FlavorGVisor)
+	if !rt.Capabilities().IDMappedFiles || !slices.Contains(rt.Capabilities().Hardening, idmapHardening) {
+		t.Fatalf("gVisor without id-mapped files (the kernel has them since 5.12): %+v", rt.Capabilities())
+	}
+	id := runtimetest.NewID()
+	spec := runtimetest.DefaultSpec(id)
+	m := runtimetest.TestIDMap()
+	spec.IDMap = m
+	c := runtimetest.Start(t, rt, spec)
+	res := runtimetest.Exec(t, c, "sh", "-c", `echo a > /workspace/by-agent && mkdir /workspace/d && python3 -c "import os,sys
+for p in sys.argv[1:]: s = os.lstat(p); print(\"%d:%d\" % (s.st_uid, s.st_gid))" /workspace/by-agent /workspace /home/agent`)
+	if res.Stdout != "1000:1000\n1000:1000\n1000:1000\n" {
+		t.Errorf("inside, as the agent: %+v", res)
+	}
+	res = runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"sh", "-c", `echo r > /root/by-root && echo r > /workspace/by-root && chown 1000:1000 /workspace/by-root && python3 -c "import os,sys
+for p in sys.argv[1:]: s = os.lstat(p); print(\"%d:%d\" % (s.st_uid, s.st_gid))" /root/by-root /workspace/by-root`}, User: "root", TimeoutMs: 60000})
+	if res.Stdout != "0:0\n1000:1000\n" {
+		t.Errorf("inside, as root: %+v", res)
+	}
+	disk := filepath.Join(rt.sandboxDir(id), diskMountName)
+	for p, want := range map[string]uint32{
+		"workspace/by-agent": m.UIDBase + 1000, "workspace/d": m.UIDBase + 1000, "workspace": m.UIDBase + 1000,
+		"home": m.UIDBase + 1000, "root/by-root": m.UIDBase, "workspace/by-root": m.UIDBase + 1000, "root": m.UIDBase, ".": m.UIDBase,
+	} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(disk, p), &st); err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		if st.Uid != want || st.Gid != want-m.UIDBase+m.GIDBase {
+			t.Errorf("on the host %s is %d:%d, want %d (the sandbox's range starts at %d)", p, st.Uid, st.Gid, want, m.UIDBase)
+		}
+	}
+	if err := rt.Delete(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), rt.sandboxDir(id)) {
+		t.Errorf("a mount of the sandbox is left after Delete")
 	}
 }

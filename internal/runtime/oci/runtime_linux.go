@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,16 +54,20 @@ type Runtime struct {
 	disks        *diskTemplates // formatted disk images, one per size (disk_linux.go)
 
 	// Per flavour (flavor_linux.go).
-	globalArgs []string            // before every command: --root and the flavour's flags
-	emptyFile  string              // crun on a hybrid host: bound over cgroup.controllers
-	platform   string              // gVisor's platform
-	hostUDS    string              // gVisor's --host-uds
-	ociSeccomp bool                // runsc applies the spec's seccomp profile
-	pidMax     int64               // the host's kernel.pid_max (gVisor's pids backstop)
-	seccomp    *specs.LinuxSeccomp // generated once from the capability set
+	globalArgs []string // before every command: --root and the flavour's flags
+	emptyFile  string   // crun on a hybrid host: bound over cgroup.controllers
+	platform   string   // gVisor's platform
+	hostUDS    string   // gVisor's --host-uds
+	ociSeccomp bool     // runsc applies the spec's seccomp profile
+	pidMax     int64    // the host's kernel.pid_max (gVisor's pids backstop)
+	// memoryCgroup is the cgroup v1 memory hierarchy's mount ("" without one): gVisor's OOM
+	// guard (oomguard_linux.go) needs its thresholds.
+	memoryCgroup string
+	seccomp      *specs.LinuxSeccomp // generated once from the capability set
 
 	mu     sync.Mutex
-	rootfs string // set once the shared rootfs is prepared
+	guards map[string]*oomGuard // gVisor's OOM guards by sandbox id
+	rootfs string               // set once the shared rootfs is prepared
 	// guestPath is the guest binary sandboxes bind, installed under Root by ensureLayout.
 	guestPath string
 }
@@ -160,6 +166,9 @@ func (r *Runtime) probe(ctx context.Context, cfg Config) string {
 	}
 	for _, m := range mounts {
 		r.cgroupMounts = append(r.cgroupMounts, m.Path)
+		if m.Version == 1 && slices.Contains(m.Options, "memory") {
+			r.memoryCgroup = m.Path
+		}
 	}
 	r.swap = swapSupported(mounts, mode)
 	// Docker's default profile depends on the capability set, the same for every sandbox.
@@ -338,8 +347,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 		HostRlimits: r.hostRlimits, Swap: r.swap, OOMScoreAdj: r.oomScoreAdj, HostBinds: r.layout.Binds,
 		Seccomp: r.seccomp,
 	}
-	in.UIDMappings, in.GIDMappings = idMappings(spec.IDMap)
+	in.UIDMappings, in.GIDMappings = r.flavor.idMappings(spec.IDMap)
 	r.adjustSpec(&in)
+	if in.MemorySlackMB > 0 {
+		if err := os.WriteFile(filepath.Join(dir, oomThresholdFile), []byte(strconv.FormatInt(in.MemoryMB<<20, 10)), 0o600); err != nil {
+			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the memory threshold of sandbox %s", id)
+		}
+	}
 	s := buildSpec(in)
 	// After the directories (and the disk holding them) exist: the sandbox's users own them.
 	if err := ownWritableBinds(s, spec.IDMap); err != nil {
@@ -349,6 +363,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	// workspace, whatever modes the sandbox gives its files.
 	if err := closeDisk(filepath.Join(dir, "disk"), spec.IDMap); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot close the disk of sandbox %s to other host users", id)
+	}
+	if spec.IDMap.Count > 0 && !r.flavor.mapsIDs() {
+		if err := mountIDMappedView(filepath.Join(dir, diskMountName), filepath.Join(dir, viewMountName), spec.IDMap); err != nil {
+			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s an id-mapped view of its disk", id)
+		}
+		viewBinds(s, dir)
 	}
 	data, err := json.Marshal(s)
 	if err != nil {
@@ -407,6 +427,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if _, err := r.command(ctx, "start", id); err != nil {
 		return r.classify(err, "start", id)
 	}
+	r.guardMemory(id)
 	return nil
 }
 
@@ -450,6 +471,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	r.unguardMemory(id)
 	dir := r.sandboxDir(id)
 	pid := readPid(filepath.Join(dir, "init.pid"))
 	if r.binary != "" {
@@ -577,5 +599,6 @@ func (r *Runtime) Guest(ctx context.Context, id string) (*guest.Client, error) {
 	if _, err := os.Stat(r.sandboxDir(id)); errors.Is(err, fs.ErrNotExist) {
 		return nil, errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
 	}
+	r.guardMemory(id) // a sandbox adopted after a restart gets its guard on first use
 	return guest.NewUnixClient(r.SocketPath(id)), nil
 }

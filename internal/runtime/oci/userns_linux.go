@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -19,8 +20,8 @@ import (
 // is an unprivileged host user, no two sandboxes share an id, and the agent user (1000 inside)
 // owns the sandbox's workspace and home as base+1000 on the host. gVisor's runsc of this era
 // cannot apply the spec's mappings (its gofer then fails on the host's root-owned rootfs); its
-// sentry already runs as nobody in a user namespace of its own, so gVisor runs without a range
-// and says so in its hardening.
+// sentry already runs as nobody in a user namespace of its own, and its sandbox's files get the
+// range through an id-mapped view of the disk (idmap_linux.go).
 //
 // In a user namespace the runtime's init resolves the rootfs and every bind source as the
 // sandbox's root, an unprivileged host user: every directory above them must be searchable by
@@ -48,6 +49,15 @@ func (f Flavor) mapsIDs() bool { return f != FlavorGVisor }
 // namespaces runs sandboxes without (Capabilities and Hardening say so).
 func (r *Runtime) probeUserNamespaces() string {
 	if !r.flavor.mapsIDs() {
+		// gVisor: the sandbox's files get the range through an id-mapped view of its disk.
+		if err := os.MkdirAll(r.root, 0o700); err != nil {
+			return fmt.Sprintf("cannot create %s: %v", r.root, err)
+		}
+		if reason := probeIDMappedMounts(r.root); reason != "" {
+			r.log.Warn("id-mapped mounts do not work on this host: the files of gVisor sandboxes belong to host uids 0 and 1000", "reason", reason)
+			return ""
+		}
+		r.caps.IDMappedFiles = true
 		return ""
 	}
 	if !hostinfo.UserNamespaces() {
@@ -76,6 +86,9 @@ func (r *Runtime) usernsHardeningEntries() []string {
 		h = append(h, usernsHardening)
 	case !r.flavor.mapsIDs():
 		h = append(h, gvisorUsernsHardening)
+		if r.caps.IDMappedFiles {
+			h = append(h, idmapHardening)
+		}
 	}
 	return h
 }
@@ -85,7 +98,7 @@ func (r *Runtime) checkIDMap(m runtime.IDMap) error {
 	if m.Count == 0 {
 		return nil
 	}
-	if !r.caps.UserNamespaces {
+	if !r.caps.TakesIDRange() {
 		return errcode.New(errcode.InvalidArgument, "runtime %s gives sandboxes no user namespace; create the sandbox without an id range", r.name)
 	}
 	if m.Count < minIDCount || uint64(m.UIDBase)+uint64(m.Count) > 1<<32-1 || uint64(m.GIDBase)+uint64(m.Count) > 1<<32-1 {
@@ -94,9 +107,10 @@ func (r *Runtime) checkIDMap(m runtime.IDMap) error {
 	return nil
 }
 
-// idMappings is the spec's mappings for m: ids 0..Count-1 inside to the range; nil without one.
-func idMappings(m runtime.IDMap) (uids, gids []specs.LinuxIDMapping) {
-	if m.Count == 0 {
+// idMappings is the spec's mappings for m: ids 0..Count-1 inside to the range; nil without one
+// or when the flavour does not map ids.
+func (f Flavor) idMappings(m runtime.IDMap) (uids, gids []specs.LinuxIDMapping) {
+	if m.Count == 0 || !f.mapsIDs() {
 		return nil, nil
 	}
 	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: m.UIDBase, Size: m.Count}},
@@ -202,4 +216,15 @@ func copyExecutable(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// viewBinds points the spec's binds of the sandbox's disk (dir/disk/...) at its id-mapped view
+// (dir/view/...), once the disk is mounted there.
+func viewBinds(s *specs.Spec, dir string) {
+	disk, view := filepath.Join(dir, diskMountName), filepath.Join(dir, viewMountName)
+	for i, mnt := range s.Mounts {
+		if mnt.Type == "bind" && strings.HasPrefix(mnt.Source, disk+"/") {
+			s.Mounts[i].Source = view + strings.TrimPrefix(mnt.Source, disk)
+		}
+	}
 }

@@ -143,12 +143,12 @@ func TestCheckIDMap(t *testing.T) {
 			t.Errorf("map %+v: %v", m, err)
 		}
 	}
-	uids, gids := idMappings(runtime.IDMap{UIDBase: 300000, GIDBase: 400000, Count: 65536})
+	uids, gids := FlavorRunc.idMappings(runtime.IDMap{UIDBase: 300000, GIDBase: 400000, Count: 65536})
 	if len(uids) != 1 || uids[0] != (specs.LinuxIDMapping{ContainerID: 0, HostID: 300000, Size: 65536}) ||
 		len(gids) != 1 || gids[0] != (specs.LinuxIDMapping{ContainerID: 0, HostID: 400000, Size: 65536}) {
 		t.Errorf("mappings %v %v", uids, gids)
 	}
-	if u, g := idMappings(runtime.IDMap{}); u != nil || g != nil {
+	if u, g := FlavorRunc.idMappings(runtime.IDMap{}); u != nil || g != nil {
 		t.Errorf("mappings without a map: %v %v", u, g)
 	}
 }
