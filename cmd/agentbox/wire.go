@@ -89,9 +89,15 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 			return nil, err
 		}
 	}
+	diskBudget := cfg.DiskBudgetMB
+	if diskBudget == 0 {
+		if diskBudget, err = defaultDiskBudgetMB(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	}
 	svc, err := sandbox.NewService(st, rts, sandbox.Config{
 		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
-		MaxSandboxes: cfg.MaxSandboxes, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget,
+		MaxSandboxes: cfg.MaxSandboxes, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget, DiskBudgetMB: diskBudget,
 		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
 	}, log)
 	if err != nil {
@@ -130,4 +136,15 @@ func newRuntimes(ctx context.Context, stateDir, cgroupParent, guestBin string, l
 		rts = append(rts, rt)
 	}
 	return rts, nil
+}
+
+// defaultDiskBudgetMB is the disk budget of a server whose state dir is dir: what its file
+// system has free now, less a tenth of its size (at most 4 GiB) kept for the host (the database,
+// logs, whatever else lives there), at least one default-sized disk.
+func defaultDiskBudgetMB(dir string) (int64, error) {
+	free, total, err := hostinfo.DiskSpaceMiB(dir)
+	if err != nil {
+		return 0, err
+	}
+	return max(free-min(total/10, 4096), 1024), nil
 }

@@ -45,6 +45,10 @@ type Config struct {
 	// memory.
 	CPUBudget      float64
 	MemoryBudgetMB int64
+	// DiskBudgetMB bounds the sum of live sandboxes' disk_mb. 0 = derived from the host: what
+	// the state dir's file system has free at start, less a tenth of its size (at most 4 GiB)
+	// kept for the host.
+	DiskBudgetMB int64
 	// CgroupParent names the cgroup under which sandboxes get one each ("agentbox"). Two
 	// servers on one host must use different parents.
 	CgroupParent string
@@ -115,7 +119,7 @@ func (c *Config) Validate() error {
 	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
 		errs = append(errs, "default TTL must be positive and not above the max TTL")
 	}
-	if c.CPUBudget < 0 || c.MemoryBudgetMB < 0 {
+	if c.CPUBudget < 0 || c.MemoryBudgetMB < 0 || c.DiskBudgetMB < 0 {
 		errs = append(errs, "budgets must not be negative")
 	}
 	if c.UIDPoolBase != 0 && (c.UIDPoolBase < 65536 || c.UIDPoolBase > 1<<32-1<<16) {

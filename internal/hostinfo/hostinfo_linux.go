@@ -107,6 +107,16 @@ func MemTotalMiB() (int64, error) {
 	return mib, nil
 }
 
+// DiskSpaceMiB is the space free to unprivileged users and the size of the file system that
+// holds path, in MiB.
+func DiskSpaceMiB(path string) (free, total int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize) >> 20, int64(st.Blocks) * int64(st.Bsize) >> 20, nil
+}
+
 // Probe gathers every fact; facts that cannot be read are zero and named in Errors.
 func Probe() Info {
 	var info Info

@@ -67,8 +67,9 @@ func renderHealth(h HealthOut) string {
 		}
 		return fmt.Sprintf("%g of %g%s used", used, total, unit)
 	}
-	fmt.Fprintf(&b, "capacity: %d of %d sandboxes live, %d free; cpu %s; memory %s\n",
-		c.Live, c.MaxSandboxes, c.Free, budget(c.CPUUsed, c.CPUBudget, " cores"), budget(float64(c.MemoryUsedMB), float64(c.MemoryBudgetMB), " MiB"))
+	fmt.Fprintf(&b, "capacity: %d of %d sandboxes live, %d free; cpu %s; memory %s; disk %s\n",
+		c.Live, c.MaxSandboxes, c.Free, budget(c.CPUUsed, c.CPUBudget, " cores"), budget(float64(c.MemoryUsedMB), float64(c.MemoryBudgetMB), " MiB"),
+		budget(float64(c.DiskUsedMB), float64(c.DiskBudgetMB), " MiB"))
 	b.WriteString(renderList(SandboxList{Sandboxes: h.Sandboxes, Count: h.Count}))
 	return b.String()
 }

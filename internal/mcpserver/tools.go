@@ -142,7 +142,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 		Name:  "health",
 		Title: "Server health and capacity",
 		Description: `Check the agentbox server in one call. Takes no arguments.
-Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb}, sandboxes (the same list as sandbox_list), count}.
+Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb}, sandboxes (the same list as sandbox_list), count}.
 Use it before creating sandboxes with special requirements, or when sandbox_create reports CAPACITY_UNAVAILABLE.`,
 		Annotations: &mcp.ToolAnnotations{Title: "Server health and capacity", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, nil, s.health)
@@ -317,16 +317,23 @@ type CapacityInfo struct {
 	MemoryBudgetMB int64   `json:"memory_budget_mb" jsonschema:"Sum of live sandboxes' memory_mb allowed; 0 = unbounded."`
 	MemoryUsedMB   int64   `json:"memory_used_mb" jsonschema:"Sum of live sandboxes' memory_mb."`
 	MemoryFreeMB   int64   `json:"memory_free_mb" jsonschema:"MiB still allocatable; -1 = unbounded."`
+	DiskBudgetMB   int64   `json:"disk_budget_mb" jsonschema:"Sum of live sandboxes' disk_mb allowed; 0 = unbounded."`
+	DiskUsedMB     int64   `json:"disk_used_mb" jsonschema:"Sum of live sandboxes' disk_mb."`
+	DiskFreeMB     int64   `json:"disk_free_mb" jsonschema:"Disk MiB still allocatable; -1 = unbounded."`
 }
 
 func capacityInfo(c sandbox.Capacity) CapacityInfo {
 	ci := CapacityInfo{MaxSandboxes: c.MaxSandboxes, Live: c.Live, Free: c.Free, CPUBudget: c.CPUBudget,
-		CPUUsed: c.CPUUsed, CPUFree: -1, MemoryBudgetMB: c.MemoryBudgetMB, MemoryUsedMB: c.MemoryUsedMB, MemoryFreeMB: -1}
+		CPUUsed: c.CPUUsed, CPUFree: -1, MemoryBudgetMB: c.MemoryBudgetMB, MemoryUsedMB: c.MemoryUsedMB, MemoryFreeMB: -1,
+		DiskBudgetMB: c.DiskBudgetMB, DiskUsedMB: c.DiskUsedMB, DiskFreeMB: -1}
 	if c.CPUBudget > 0 {
 		ci.CPUFree = max(0, c.CPUBudget-c.CPUUsed)
 	}
 	if c.MemoryBudgetMB > 0 {
 		ci.MemoryFreeMB = max(0, c.MemoryBudgetMB-c.MemoryUsedMB)
+	}
+	if c.DiskBudgetMB > 0 {
+		ci.DiskFreeMB = max(0, c.DiskBudgetMB-c.DiskUsedMB)
 	}
 	return ci
 }

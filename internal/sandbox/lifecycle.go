@@ -130,9 +130,9 @@ func (s *Service) ReapExpired(ctx context.Context) (int, error) {
 }
 
 // Run performs background duties until ctx ends: the TTL reaper (every second), the orphan
-// sweep (every minute) and pruning of old finished records (every hour).
+// sweep (every SweepInterval, a minute) and pruning of old finished records (every hour).
 func (s *Service) Run(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(min(time.Second, s.cfg.SweepInterval))
 	defer tick.Stop()
 	lastSweep, lastPrune := s.now(), time.Time{}
 	for {
@@ -144,7 +144,7 @@ func (s *Service) Run(ctx context.Context) {
 		if _, err := s.ReapExpired(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("ttl reaper", "err", err)
 		}
-		if s.now().Sub(lastSweep) >= time.Minute {
+		if s.now().Sub(lastSweep) >= s.cfg.SweepInterval {
 			lastSweep = s.now()
 			if err := s.sweep(ctx, s.ownedByStore(ctx)); err != nil && ctx.Err() == nil {
 				s.log.Warn("orphan sweep", "err", err)

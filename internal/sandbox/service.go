@@ -30,7 +30,10 @@ type Config struct {
 	MaxSandboxes   int           // 200 live sandboxes
 	CPUBudget      float64       // sum of live sandboxes' cpu; 0 = unbounded
 	MemoryBudgetMB int64         // sum of live sandboxes' memory_mb; 0 = unbounded
-	ReadyTimeout   time.Duration // create → agent answering; 15s
+	// DiskBudgetMB bounds the sum of live sandboxes' disk_mb (their disks are sparse images
+	// on the state dir's file system, which they could otherwise fill together); 0 = unbounded.
+	DiskBudgetMB int64
+	ReadyTimeout time.Duration // create → agent answering; 15s
 	// Retention is how long finished sandboxes' records are kept; 7 days.
 	Retention time.Duration
 	// IDPoolBase is the first host id of the pool that sandboxes' id ranges (IDRangeSize ids
@@ -42,11 +45,16 @@ type Config struct {
 	IDPoolBase   int64
 	IDPoolRanges int
 	ReservedIDs  []IDRange
+	// SweepInterval is how often Run sweeps orphaned host resources; one minute.
+	SweepInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
 	if c.DefaultImage == "" {
 		c.DefaultImage = "host"
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Minute
 	}
 	if c.DefaultRuntime == "" {
 		c.DefaultRuntime = "runc"
@@ -143,6 +151,8 @@ type Capacity struct {
 	CPUUsed        float64 `json:"cpu_used"`
 	MemoryBudgetMB int64   `json:"memory_budget_mb"`
 	MemoryUsedMB   int64   `json:"memory_used_mb"`
+	DiskBudgetMB   int64   `json:"disk_budget_mb"`
+	DiskUsedMB     int64   `json:"disk_used_mb"`
 }
 
 // Service is the sandbox control plane. It is safe for concurrent use.
@@ -359,10 +369,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error
 func (s *Service) admit(ctx context.Context, sb Sandbox, rt runtime.Runtime) (runtime.IDMap, error) {
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
-	n, cpu, mem, err := s.store.CountLive(ctx)
+	u, err := s.store.CountLive(ctx)
 	if err != nil {
 		return runtime.IDMap{}, fmt.Errorf("count live sandboxes: %w", err)
 	}
+	n, cpu, mem := u.Live, u.CPU, u.MemoryMB
 	if n >= s.cfg.MaxSandboxes {
 		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "this server already holds %d live sandboxes (its maximum); destroy sandboxes you no longer need, then retry", n).
 			With("live", n).With("max_sandboxes", s.cfg.MaxSandboxes)
@@ -374,6 +385,10 @@ func (s *Service) admit(ctx context.Context, sb Sandbox, rt runtime.Runtime) (ru
 	if s.cfg.MemoryBudgetMB > 0 && mem+sb.MemoryMB > s.cfg.MemoryBudgetMB {
 		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "memory budget exhausted: %d of %d MiB are allocated and %d more were asked; ask for less memory_mb or destroy sandboxes", mem, s.cfg.MemoryBudgetMB, sb.MemoryMB).
 			With("memory_used_mb", mem).With("memory_budget_mb", s.cfg.MemoryBudgetMB)
+	}
+	if s.cfg.DiskBudgetMB > 0 && u.DiskMB+sb.DiskMB > s.cfg.DiskBudgetMB {
+		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "disk budget exhausted: %d of %d MiB of sandbox disks are allocated and %d more were asked; ask for less disk_mb or destroy sandboxes", u.DiskMB, s.cfg.DiskBudgetMB, sb.DiskMB).
+			With("disk_used_mb", u.DiskMB).With("disk_budget_mb", s.cfg.DiskBudgetMB)
 	}
 	userns := rt.Capabilities().TakesIDRange()
 	var base int64
@@ -795,10 +810,11 @@ func (s *Service) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 
 // Capacity reports the server's bounds and how much of them live sandboxes use.
 func (s *Service) Capacity(ctx context.Context) (Capacity, error) {
-	n, cpu, mem, err := s.store.CountLive(ctx)
+	u, err := s.store.CountLive(ctx)
 	if err != nil {
 		return Capacity{}, err
 	}
-	return Capacity{MaxSandboxes: s.cfg.MaxSandboxes, Live: n, Free: max(0, s.cfg.MaxSandboxes-n),
-		CPUBudget: s.cfg.CPUBudget, CPUUsed: cpu, MemoryBudgetMB: s.cfg.MemoryBudgetMB, MemoryUsedMB: mem}, nil
+	return Capacity{MaxSandboxes: s.cfg.MaxSandboxes, Live: u.Live, Free: max(0, s.cfg.MaxSandboxes-u.Live),
+		CPUBudget: s.cfg.CPUBudget, CPUUsed: u.CPU, MemoryBudgetMB: s.cfg.MemoryBudgetMB, MemoryUsedMB: u.MemoryMB,
+		DiskBudgetMB: s.cfg.DiskBudgetMB, DiskUsedMB: u.DiskMB}, nil
 }

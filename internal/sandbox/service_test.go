@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
@@ -29,6 +31,7 @@ type env struct {
 	svc  *sandbox.Service
 	root string // runtime root
 	st   *sqlite.Store
+	rt   runtime.Runtime // the runtime itself, behind the service's back
 }
 
 // newEnv builds a real service: real SQLite, real runc, the real agentbox binary as the agent.
@@ -62,7 +65,7 @@ func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{svc: svc, root: root, st: st}
+	e := &env{svc: svc, root: root, st: st, rt: rt}
 	t.Cleanup(func() {
 		list, _ := svc.List(context.Background(), sandbox.ListFilter{})
 		for _, sb := range list {
@@ -523,6 +526,30 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestDiskBudget: the sum of live sandboxes' disk_mb stays within the budget (their sparse disks
+// could otherwise fill the host's file system together); a refused create leaves nothing.
+func TestDiskBudget(t *testing.T) {
+	e := newEnv(t, sandbox.Config{DiskBudgetMB: 100})
+	ctx := context.Background()
+	a := e.create(t, sandbox.CreateRequest{DiskMB: 64})
+	before, _ := e.svc.List(ctx, sandbox.ListFilter{})
+	_, err := e.svc.Create(ctx, sandbox.CreateRequest{DiskMB: 64})
+	if errcode.Of(err) != errcode.CapacityUnavailable || !strings.Contains(err.Error(), "disk budget") {
+		t.Fatalf("over the disk budget: %v", err)
+	}
+	if after, _ := e.svc.List(ctx, sandbox.ListFilter{}); len(after) != len(before) {
+		t.Errorf("a refused create left a record: %d sandboxes, then %d", len(before), len(after))
+	}
+	if c, err := e.svc.Capacity(ctx); err != nil || c.DiskBudgetMB != 100 || c.DiskUsedMB != 64 {
+		t.Errorf("capacity %+v %v", c, err)
+	}
+	e.create(t, sandbox.CreateRequest{DiskMB: 32})
+	if _, err := e.svc.Destroy(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.create(t, sandbox.CreateRequest{DiskMB: 64})
+}
+
 func TestCapacity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates 200 sandboxes")
@@ -605,6 +632,56 @@ func TestConcurrentLifecycle(t *testing.T) {
 		t.Error(err)
 	}
 	e.assertNoLeaks(t)
+}
+
+// TestRunSweepsOrphans: the background loop, not only Reconcile at start, removes a container
+// (with its disk, loop device, mounts, cgroups and dir) that no record owns, and frees an id
+// range whose sandbox is gone; a sandbox of its own stays.
+func TestRunSweepsOrphans(t *testing.T) {
+	e := newEnv(t, sandbox.Config{SweepInterval: 200 * time.Millisecond})
+	ctx := context.Background()
+	keep := e.create(t, sandbox.CreateRequest{})
+	gone := e.create(t, sandbox.CreateRequest{})
+	if _, err := e.svc.Destroy(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { e.svc.Run(runCtx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// What a crash between steps could leave: a running container without a record, and a
+	// range still held by a destroyed sandbox.
+	orphan := sandbox.NewID()
+	runtimetest.Start(t, e.rt, runtimetest.DefaultSpec(orphan))
+	if err := e.st.AllocateIDRange(ctx, sandbox.IDRange{SandboxID: gone.ID, Base: 1 << 30, Count: sandbox.IDRangeSize}); err != nil {
+		t.Fatal(err)
+	}
+	if leaks := testenv.Leaks(orphan); len(leaks) == 0 {
+		t.Fatal("the planted orphan left no trace on the host: the test would prove nothing")
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ids, _ := e.rt.List(ctx)
+		held := false
+		for _, r := range e.ranges(t) {
+			held = held || r.SandboxID == gone.ID
+		}
+		if !slices.Contains(ids, orphan) && !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 15 s of sweeps every 200 ms: runtime lists %v (orphan %s), range of %s held: %v", ids, orphan, gone.ID, held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if leaks := testenv.Leaks(orphan); len(leaks) > 0 {
+		t.Errorf("the swept orphan left:\n%s", strings.Join(leaks, "\n"))
+	}
+	if r := e.exec(t, keep.ID, argv("echo", "still here")); r.Stdout != "still here\n" {
+		t.Errorf("the sandbox of its own after the sweeps: %+v", r)
+	}
+	e.rangeOf(t, keep.ID)
 }
 
 func TestReconcile(t *testing.T) {

@@ -16,9 +16,9 @@ type Store interface {
 	GetSandbox(ctx context.Context, id string) (Sandbox, error)
 	// ListSandboxes returns matching sandboxes, oldest first, at most filter.Limit (or 1000).
 	ListSandboxes(ctx context.Context, filter ListFilter) ([]Sandbox, error)
-	// CountLive returns how many sandboxes are in a live state and the sum of their cpu and
-	// memory_mb.
-	CountLive(ctx context.Context) (n int, cpu float64, memoryMB int64, err error)
+	// CountLive returns how many sandboxes are in a live state and the sums of their cpu,
+	// memory_mb and disk_mb.
+	CountLive(ctx context.Context) (Usage, error)
 	// UpdateSandbox writes sb if the stored version equals sb.Version-1, appending ev (if
 	// ev.To != "") in the same transaction.
 	UpdateSandbox(ctx context.Context, sb Sandbox, ev Event) error
@@ -42,4 +42,12 @@ type Pruner interface {
 	// that reached a non-live state before the given time, returning how many sandboxes were
 	// removed.
 	PruneSandboxes(ctx context.Context, before time.Time) (int, error)
+}
+
+// Usage is what the live sandboxes (creating, running, stopping) hold together.
+type Usage struct {
+	Live     int
+	CPU      float64
+	MemoryMB int64
+	DiskMB   int64
 }

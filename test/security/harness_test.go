@@ -165,7 +165,7 @@ func (s *server) start() {
 	s.logs = &syncBuffer{}
 	s.cmd = exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", s.stateDir,
 		"--cgroup-parent", s.parent, "--uid-pool-base", strconv.FormatInt(s.poolBase, 10),
-		"--cpu-budget", "1000", "--memory-budget-mb", "1000000", "--max-sandboxes", "100")
+		"--cpu-budget", "1000", "--memory-budget-mb", "1000000", "--disk-budget-mb", "1000000", "--max-sandboxes", "100")
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "AGENTBOX_") {

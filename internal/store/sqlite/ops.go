@@ -122,15 +122,16 @@ func (s *Store) ListSandboxes(ctx context.Context, filter sandbox.ListFilter) ([
 }
 
 // CountLive returns how many sandboxes are live (creating, running, stopping) and the sums of
-// their cpu and memory_mb.
-func (s *Store) CountLive(ctx context.Context) (n int, cpu float64, memoryMB int64, err error) {
+// their cpu, memory_mb and disk_mb.
+func (s *Store) CountLive(ctx context.Context) (sandbox.Usage, error) {
 	live := liveStates()
-	err = s.read.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(cpu), 0), COALESCE(SUM(memory_mb), 0)
-		FROM sandboxes WHERE state IN (`+placeholders(len(live))+`)`, live...).Scan(&n, &cpu, &memoryMB)
+	var u sandbox.Usage
+	err := s.read.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(cpu), 0), COALESCE(SUM(memory_mb), 0), COALESCE(SUM(disk_mb), 0)
+		FROM sandboxes WHERE state IN (`+placeholders(len(live))+`)`, live...).Scan(&u.Live, &u.CPU, &u.MemoryMB, &u.DiskMB)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("sqlite: count live sandboxes: %w", err)
+		return sandbox.Usage{}, fmt.Errorf("sqlite: count live sandboxes: %w", err)
 	}
-	return n, cpu, memoryMB, nil
+	return u, nil
 }
 
 // UpdateSandbox writes every field of sb if the stored version is sb.Version-1, and appends ev

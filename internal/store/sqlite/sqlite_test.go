@@ -359,9 +359,9 @@ func TestTwoStoresOneFile(t *testing.T) {
 		t.Error(err)
 	}
 	for name, s := range map[string]*Store{"a": a, "b": b} {
-		n, cpu, _, err := s.CountLive(t.Context())
-		if want := 2 * goroutines * perStore; err != nil || n != want || cpu != float64(want) {
-			t.Errorf("store %s: CountLive = %d, %v, %v; want %d, %d, nil", name, n, cpu, err, want, want)
+		u, err := s.CountLive(t.Context())
+		if want := 2 * goroutines * perStore; err != nil || u.Live != want || u.CPU != float64(want) {
+			t.Errorf("store %s: CountLive = %+v, %v; want %d live, %d cpu, nil", name, u, err, want, want)
 		}
 	}
 }

@@ -555,40 +555,41 @@ func testListDefaultBound(t *testing.T, s store.Store) {
 }
 
 func testCountLive(t *testing.T, s store.Store) {
-	n, cpu, mem, err := s.CountLive(t.Context())
-	if err != nil || n != 0 || cpu != 0 || mem != 0 {
-		t.Fatalf("CountLive on an empty store = %d, %v, %d, %v; want 0, 0, 0, nil", n, cpu, mem, err)
+	u, err := s.CountLive(t.Context())
+	if err != nil || u != (sandbox.Usage{}) {
+		t.Fatalf("CountLive on an empty store = %+v, %v; want zero, nil", u, err)
 	}
 	type spec struct {
 		state sandbox.State
 		cpu   float64
 		mem   int64
+		disk  int64
 	}
 	specs := []spec{
-		{sandbox.StateCreating, 0.5, 512},
-		{sandbox.StateRunning, 1.25, 1024},
-		{sandbox.StateRunning, 2, 2048},
-		{sandbox.StateStopping, 0.125, 256},
-		{sandbox.StateDestroyed, 8, 8192},
-		{sandbox.StateFailed, 16, 16384},
-		{sandbox.StateLost, 32, 32768},
+		{sandbox.StateCreating, 0.5, 512, 100},
+		{sandbox.StateRunning, 1.25, 1024, 200},
+		{sandbox.StateRunning, 2, 2048, 400},
+		{sandbox.StateStopping, 0.125, 256, 800},
+		{sandbox.StateDestroyed, 8, 8192, 1600},
+		{sandbox.StateFailed, 16, 16384, 3200},
+		{sandbox.StateLost, 32, 32768, 6400},
 	}
 	for i, sp := range specs {
 		sb := newSandbox(i, sp.state, base(), nil)
-		sb.CPU, sb.MemoryMB = sp.cpu, sp.mem
+		sb.CPU, sb.MemoryMB, sb.DiskMB = sp.cpu, sp.mem, sp.disk
 		mustCreate(t, s, sb)
 	}
-	check := func(when string, wantN int, wantCPU float64, wantMem int64) {
+	check := func(when string, want sandbox.Usage) {
 		t.Helper()
-		n, cpu, mem, err := s.CountLive(t.Context())
+		u, err := s.CountLive(t.Context())
 		if err != nil {
 			t.Fatalf("CountLive %s: %v", when, err)
 		}
-		if n != wantN || cpu != wantCPU || mem != wantMem {
-			t.Errorf("CountLive %s = %d, %v, %d; want %d, %v, %d", when, n, cpu, mem, wantN, wantCPU, wantMem)
+		if u != want {
+			t.Errorf("CountLive %s = %+v; want %+v", when, u, want)
 		}
 	}
-	check("after creates", 4, 3.875, 3840)
+	check("after creates", sandbox.Usage{Live: 4, CPU: 3.875, MemoryMB: 3840, DiskMB: 1500})
 
 	// A sandbox leaving the live states stops counting.
 	stopping := mustList(t, s, sandbox.ListFilter{States: []sandbox.State{sandbox.StateStopping}})
@@ -599,7 +600,7 @@ func testCountLive(t *testing.T, s store.Store) {
 	if err := s.UpdateSandbox(t.Context(), upd, ev); err != nil {
 		t.Fatalf("UpdateSandbox: %v", err)
 	}
-	check("after one was destroyed", 3, 3.75, 3584)
+	check("after one was destroyed", sandbox.Usage{Live: 3, CPU: 3.75, MemoryMB: 3584, DiskMB: 700})
 }
 
 func testListEvents(t *testing.T, s store.Store) {
@@ -864,7 +865,7 @@ func testConcurrentWritersAndReaders(t *testing.T, s store.Store) {
 					errc <- fmt.Errorf("reader %d list: %w", r, err)
 					return
 				}
-				if _, _, _, err := s.CountLive(ctx); err != nil {
+				if _, err := s.CountLive(ctx); err != nil {
 					errc <- fmt.Errorf("reader %d count: %w", r, err)
 					return
 				}
@@ -882,9 +883,9 @@ func testConcurrentWritersAndReaders(t *testing.T, s store.Store) {
 	for err := range errc {
 		t.Error(err)
 	}
-	n, _, _, err := s.CountLive(ctx)
-	if err != nil || n != writers*perWriter {
-		t.Errorf("CountLive = %d, %v; want %d, nil", n, err, writers*perWriter)
+	u, err := s.CountLive(ctx)
+	if err != nil || u.Live != writers*perWriter {
+		t.Errorf("CountLive = %+v, %v; want %d live, nil", u, err, writers*perWriter)
 	}
 	evs := mustEvents(t, s, sandbox.EventFilter{Limit: 10 * writers * perWriter})
 	if len(evs) != 2*writers*perWriter {
