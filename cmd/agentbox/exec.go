@@ -65,6 +65,9 @@ func cmdExec(args []string) int {
 		if res.TimedOut {
 			fmt.Fprintf(os.Stderr, "agentbox: the command timed out after %d ms and its process group was killed\n", res.DurationMs)
 		}
+		if res.OOMKilled {
+			fmt.Fprintln(os.Stderr, "agentbox: the sandbox ran out of memory and the command was killed (ask for more --memory-mb, or use less)")
+		}
 		return res.ExitCode
 	})
 }

@@ -398,6 +398,7 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 		}
 		attr.Sys.Credential = cred
 	}
+	oomBefore := memcgOOMKills()
 	pid, waitCh, err := s.reaper.start(sp.path, sp.argv, attr)
 	// The child has its copies; the parent keeps only its own ends.
 	_ = inR.Close()
@@ -444,6 +445,7 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 		ws = s.killTree(pid, tree, waitCh)
 	}
 	end := time.Now()
+	guarded := s.takeOOMMark(tree.tag, pid)
 
 	// The main process is gone; background children may still hold the pipes. Read what is
 	// there for a short grace period, then stop.
@@ -477,6 +479,7 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 		if res.Signal == "" {
 			res.Signal = fmt.Sprintf("SIG%d", int(sig))
 		}
+		res.OOMKilled = sig == unix.SIGKILL && !timedOut && (guarded || oomBefore >= 0 && memcgOOMKills() > oomBefore)
 	default:
 		res.ExitCode = -1
 	}
@@ -568,4 +571,15 @@ func unwrapPathErr(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// takeOOMMark reports, and forgets, whether the OOM guard killed the command with exec tag tag
+// (0: none) led by pid. A command that died of SIGKILL was also killed for want of memory if the
+// kernel's count of OOM kills in the sandbox's memory cgroup grew while it ran (with commands
+// side by side, the kernel's victim may have been another's process: the flag then errs towards
+// saying so).
+func (s *server) takeOOMMark(tag uint32, pid int) bool {
+	_, byTag := s.oomKilled.LoadAndDelete(tag)
+	_, byPid := s.oomKilled.LoadAndDelete(pid)
+	return (tag != 0 && byTag) || byPid
 }

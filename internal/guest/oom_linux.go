@@ -126,6 +126,11 @@ func (s *server) oomKill() OOMKillResult {
 		return OOMKillResult{}
 	}
 	res := OOMKillResult{RSSBytes: v.rss, Command: v.command}
+	if v.tag != 0 {
+		s.oomKilled.Store(v.tag, true)
+	} else {
+		s.oomKilled.Store(v.pids[0], true) // an untagged command is one process
+	}
 	for _, pid := range v.pids {
 		if unix.Kill(pid, unix.SIGKILL) == nil {
 			res.Killed++
@@ -139,6 +144,24 @@ func (s *server) oomKill() OOMKillResult {
 	}
 	s.log.Warn("guest: out of memory: killed the command holding the most", "command", v.command, "processes", res.Killed, "rss_bytes", v.rss)
 	return res
+}
+
+// memcgOOMKills is the kernel's count of OOM kills in the sandbox's memory cgroup (v1
+// memory.oom_control, read-only in runc and crun sandboxes), or -1 where it cannot be read.
+func memcgOOMKills() int64 {
+	b, err := os.ReadFile("/sys/fs/cgroup/memory/memory.oom_control")
+	if err != nil {
+		return -1
+	}
+	f := bytes.Fields([]byte(statusField(append([]byte("\n"), b...), "oom_kill ")))
+	if len(f) == 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(string(f[0]), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func (s *server) handleOOMKill(w http.ResponseWriter, _ *http.Request) {

@@ -58,8 +58,8 @@ func TestOOMKill(t *testing.T) {
 	}
 	select {
 	case r := <-big:
-		if r.err != nil || r.res.Signal != "SIGKILL" {
-			t.Errorf("the big command: %+v %v, want killed by SIGKILL", r.res, r.err)
+		if r.err != nil || r.res.Signal != "SIGKILL" || !r.res.OOMKilled {
+			t.Errorf("the big command: %+v %v, want killed by SIGKILL, oom_killed", r.res, r.err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the big command still runs after the oom-kill")
@@ -69,7 +69,7 @@ func TestOOMKill(t *testing.T) {
 		t.Errorf("the small command ended with the big one: %+v %v", r.res, r.err)
 	default:
 	}
-	if r := <-small; r.err != nil || r.res.ExitCode != 0 {
+	if r := <-small; r.err != nil || r.res.ExitCode != 0 || r.res.OOMKilled {
 		t.Errorf("the small command: %+v %v", r.res, r.err)
 	}
 }

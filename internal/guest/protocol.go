@@ -74,6 +74,9 @@ type ExecResult struct {
 	StderrBytes int64  `json:"stderr_bytes"`
 	DurationMs  int64  `json:"duration_ms"`
 	TimedOut    bool   `json:"timed_out"`
+	// OOMKilled: the sandbox ran out of memory (memory_mb) and the command was killed for it,
+	// by the kernel's OOM killer (runc, crun) or by the host's OOM guard (gVisor).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // Frame is one line of a streamed exec: output (Stream+Data), then exactly one Result or Error.

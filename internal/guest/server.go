@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -37,6 +38,9 @@ type server struct {
 	root bool
 	// user runs commands that name no user and owns what the files API creates; nil: the agent.
 	user *User
+	// oomKilled holds the exec tags (and, for untagged commands, process ids) of commands the
+	// OOM guard killed, until their exec reports it.
+	oomKilled sync.Map
 }
 
 // Run serves the guest protocol on cfg.Socket until ctx is done, then shuts down gracefully:

@@ -39,6 +39,7 @@ type ExecOut struct {
 	StderrBytes int64  `json:"stderr_bytes" jsonschema:"Total bytes the command wrote to stderr."`
 	DurationMs  int64  `json:"duration_ms" jsonschema:"Wall time in milliseconds."`
 	TimedOut    bool   `json:"timed_out" jsonschema:"True when timeout_seconds passed and the command was killed."`
+	OOMKilled   bool   `json:"oom_killed,omitempty" jsonschema:"True when the sandbox ran out of memory (memory_mb) and the command was killed for it."`
 }
 
 func (s *Server) addExecTool() {
@@ -47,7 +48,7 @@ func (s *Server) addExecTool() {
 		Title: "Run a command in a sandbox",
 		Description: `Run a command in a running sandbox and wait for it to finish.
 Arguments: sandbox_id (required), command (required: an argv array such as ["python3", "test.py"]; it is NOT a shell string — use ["sh", "-c", "make 2>&1 | tail -50"] for shell syntax), env, cwd (default /workspace), stdin (text), timeout_seconds (default 300, max 86400), max_output_bytes (default 1 MiB per stream), user (omit for the unprivileged user "agent"; "root" to install packages or change the system inside the sandbox).
-Reply: {exit_code, signal, stdout, stderr, truncated, stdout_bytes, stderr_bytes, duration_ms, timed_out}. A non-zero exit_code is a normal result (read stderr), not an error. timed_out means the command was killed at timeout_seconds. truncated means output was cut: redirect it to a file and page through it with file_read, or filter it (grep, tail).
+Reply: {exit_code, signal, stdout, stderr, truncated, stdout_bytes, stderr_bytes, duration_ms, timed_out, oom_killed}. A non-zero exit_code is a normal result (read stderr), not an error. timed_out means the command was killed at timeout_seconds. oom_killed means the sandbox ran out of memory and the command was killed (SIGKILL): use less memory or create a sandbox with more memory_mb. truncated means output was cut: redirect it to a file and page through it with file_read, or filter it (grep, tail).
 If the call carries a progressToken, output is streamed as progress notifications while the command runs. Cancelling the call kills the command.
 Many clients give up on a call after about a minute: run longer jobs in the background, e.g. ["sh", "-c", "nohup make test > /workspace/test.log 2>&1 &"], then poll with exec (tail, test -e) or file_read.
 ` + errorsDoc(errNotFound, errNotRunning, errInvalid, "COMMAND_TIMEOUT (the sandbox stopped answering: retry once, then destroy it and use a new one)", "OUTPUT_LIMIT_EXCEEDED (ask for less max_output_bytes)"),
@@ -86,7 +87,7 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) 
 	}
 	out := ExecOut{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Stdout, Stderr: res.Stderr,
 		Truncated: res.Truncated, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
-		DurationMs: res.DurationMs, TimedOut: res.TimedOut}
+		DurationMs: res.DurationMs, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
 	return out, renderExec(out, r.MaxOutputBytes), nil
 }
 

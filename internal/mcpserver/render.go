@@ -79,6 +79,8 @@ func renderExec(o ExecOut, maxOut int64) string {
 	switch {
 	case o.TimedOut:
 		fmt.Fprintf(&b, "timed out after %d ms: the command was killed (exit_code %d)\n", o.DurationMs, o.ExitCode)
+	case o.OOMKilled:
+		fmt.Fprintf(&b, "out of memory: the sandbox reached its memory_mb and the command was killed by %s (exit_code %d) after %d ms\n", o.Signal, o.ExitCode, o.DurationMs)
 	case o.Signal != "":
 		fmt.Fprintf(&b, "killed by %s (exit_code %d) after %d ms\n", o.Signal, o.ExitCode, o.DurationMs)
 	default:

@@ -419,8 +419,11 @@ func TestMemoryLimitAndPids(t *testing.T) {
 	e := newEnv(t, sandbox.Config{PidsLimit: 64})
 	sb := e.create(t, sandbox.CreateRequest{MemoryMB: 64})
 	res := e.exec(t, sb.ID, argv("python3", "-c", "b = bytearray(512 << 20); print(len(b))"))
-	if res.Signal != "SIGKILL" {
-		t.Fatalf("allocating 512 MiB under a 64 MiB limit: %+v", res)
+	if res.Signal != "SIGKILL" || !res.OOMKilled {
+		t.Fatalf("allocating 512 MiB under a 64 MiB limit: %+v (want SIGKILL, oom_killed)", res)
+	}
+	if r := e.exec(t, sb.ID, argv("sh", "-c", "kill -9 $$")); r.Signal != "SIGKILL" || r.OOMKilled {
+		t.Errorf("a command that SIGKILLs itself is not an OOM kill: %+v", r)
 	}
 	if r := e.exec(t, sb.ID, argv("echo", "alive")); r.Stdout != "alive\n" {
 		t.Fatalf("sandbox not alive after OOM: %+v", r)
