@@ -263,9 +263,6 @@ func (r *Runtime) adjustSpec(in *specInput) {
 	if in.PidsLimit > 0 {
 		in.PidsLimit = gvisorHostPids(in.PidsLimit, r.pidMax)
 	}
-	if r.memoryCgroup != "" {
-		in.MemorySlackMB = oomSlackMB(in.MemoryMB)
-	}
 }
 
 // gvisorHostPids is the host pids limit of a gVisor sandbox whose workload may have pids

@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -338,5 +339,35 @@ for p in sys.argv[1:]: s = os.lstat(p); print(\"%d:%d\" % (s.st_uid, s.st_gid))"
 	}
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), rt.sandboxDir(id)) {
 		t.Errorf("a mount of the sandbox is left after Delete")
+	}
+}
+
+// TestGVisorOOMGuard: a gVisor sandbox sees memory_mb, its cgroup allows the guard's slack
+// above it, and a command that fills memory_mb is killed (oom_killed) while the sandbox lives.
+func TestGVisorOOMGuard(t *testing.T) {
+	t.Parallel()
+	rt := newFlavor(t, FlavorGVisor)
+	if !slices.Contains(rt.Capabilities().Hardening, oomGuardHardening) {
+		t.Fatalf("gVisor without the OOM guard on a cgroup v1 host: %v", rt.Capabilities().Hardening)
+	}
+	id := runtimetest.NewID()
+	spec := runtimetest.DefaultSpec(id)
+	spec.MemoryMB = 128
+	c := runtimetest.Start(t, rt, spec)
+	if res := runtimetest.Exec(t, c, "head", "-1", "/proc/meminfo"); !strings.Contains(res.Stdout, " 131072 kB") {
+		t.Errorf("the sandbox's MemTotal: %+v, want 128 MiB", res)
+	}
+	b, err := os.ReadFile(filepath.Join(rt.memoryCgroup, cgroupPath(rt.cgroupParent, id), "memory.limit_in_bytes"))
+	if want := fmt.Sprint((128 + oomSlackMB(128)) << 20); err != nil || strings.TrimSpace(string(b)) != want {
+		t.Errorf("cgroup memory limit %q %v, want %s", b, err, want)
+	}
+	for i := 0; i < 3; i++ {
+		res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))"}, TimeoutMs: 60000})
+		if res.Signal != "SIGKILL" || !res.OOMKilled {
+			t.Fatalf("memory bomb %d: %+v, want SIGKILL and oom_killed", i, res)
+		}
+	}
+	if res := runtimetest.Exec(t, c, "echo", "alive"); res.Stdout != "alive\n" {
+		t.Fatalf("after the bombs: %+v", res)
 	}
 }

@@ -53,6 +53,25 @@ func oomSlackMB(memoryMB int64) int64 {
 	return min(max(memoryMB, oomSlackMinMB), oomSlackMaxMB)
 }
 
+// prepareOOMGuard raises a created gVisor sandbox's memory cgroup limit from memoryMB to
+// memoryMB plus the slack and records the threshold for guardMemory. runsc has sized the
+// sandbox's kernel from the spec's limit by then, so the sandbox still sees memoryMB.
+func (r *Runtime) prepareOOMGuard(id string, memoryMB int64) error {
+	if r.flavor != FlavorGVisor || r.memoryCgroup == "" || memoryMB <= 0 {
+		return nil
+	}
+	dir := filepath.Join(r.memoryCgroup, cgroupPath(r.cgroupParent, id))
+	limit := strconv.FormatInt((memoryMB+oomSlackMB(memoryMB))<<20, 10)
+	// memory+swap may not be below memory: raise it first (where the host has it).
+	for _, f := range []string{"memory.memsw.limit_in_bytes", "memory.limit_in_bytes"} {
+		err := os.WriteFile(filepath.Join(dir, f), []byte(limit), 0)
+		if err != nil && !(f == "memory.memsw.limit_in_bytes" && errors.Is(err, fs.ErrNotExist)) {
+			return fmt.Errorf("raise %s: %w", f, err)
+		}
+	}
+	return os.WriteFile(filepath.Join(r.sandboxDir(id), oomThresholdFile), []byte(strconv.FormatInt(memoryMB<<20, 10)), 0o600)
+}
+
 // oomGuard watches one sandbox's memory cgroup.
 type oomGuard struct {
 	ev    *os.File // the eventfd the kernel signals

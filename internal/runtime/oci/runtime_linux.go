@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -349,11 +348,6 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	}
 	in.UIDMappings, in.GIDMappings = r.flavor.idMappings(spec.IDMap)
 	r.adjustSpec(&in)
-	if in.MemorySlackMB > 0 {
-		if err := os.WriteFile(filepath.Join(dir, oomThresholdFile), []byte(strconv.FormatInt(in.MemoryMB<<20, 10)), 0o600); err != nil {
-			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the memory threshold of sandbox %s", id)
-		}
-	}
 	s := buildSpec(in)
 	// After the directories (and the disk holding them) exist: the sandbox's users own them.
 	if err := ownWritableBinds(s, spec.IDMap); err != nil {
@@ -404,6 +398,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 		return errcode.Wrap(errcode.RuntimeUnavailable, runErr, "%s create %s failed: %s", r.name, id, msg)
 	}
 	r.afterCreate(id)
+	if err := r.prepareOOMGuard(id, in.MemoryMB); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the OOM guard of sandbox %s", id)
+	}
 	return nil
 }
 

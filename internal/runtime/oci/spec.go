@@ -86,9 +86,6 @@ type specInput struct {
 	GuestBinary  string // the agentbox binary on the host, absolute
 	CPU          float64
 	MemoryMB     int64
-	// MemorySlackMB is added to the cgroup's memory limit, not to what the sandbox is told it
-	// has: gVisor's room above memory_mb for its OOM guard to act in (oomguard_linux.go).
-	MemorySlackMB int64
 	// DiskMB is the size of the sandbox's disk; RLIMIT_FSIZE caps a single file at it (0: no cap).
 	DiskMB    int64
 	PidsLimit int64
@@ -297,7 +294,7 @@ func buildResources(in specInput) *specs.LinuxResources {
 		r.CPU = &specs.LinuxCPU{Quota: ptr(quota), Period: ptr(uint64(cpuPeriod))}
 	}
 	if in.MemoryMB > 0 {
-		limit := (in.MemoryMB + in.MemorySlackMB) << 20
+		limit := in.MemoryMB << 20
 		r.Memory = &specs.LinuxMemory{Limit: ptr(limit)}
 		if in.Swap {
 			// memory+swap equal to memory: no swap.
