@@ -75,6 +75,24 @@ type Spec struct {
 	IDMap IDMap
 }
 
+// Runner is a Runtime that can also create and start a sandbox in one step, cheaper than Create
+// then Start (an OCI runtime is invoked once instead of twice).
+type Runner interface {
+	Run(ctx context.Context, spec Spec) error
+}
+
+// CreateAndStart creates and starts a sandbox: with Run where rt is a Runner, else with Create
+// then Start. It does not wait for the agent.
+func CreateAndStart(ctx context.Context, rt Runtime, spec Spec) error {
+	if r, ok := rt.(Runner); ok {
+		return r.Run(ctx, spec)
+	}
+	if err := rt.Create(ctx, spec); err != nil {
+		return err
+	}
+	return rt.Start(ctx, spec.ID)
+}
+
 // Status is a container's state as the runtime sees it.
 type Status string
 

@@ -419,10 +419,7 @@ func (s *Service) admit(ctx context.Context, sb Sandbox, rt runtime.Runtime) (ru
 func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) error {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
 		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap}
-	if err := rt.Create(ctx, spec); err != nil {
-		return err
-	}
-	if err := rt.Start(ctx, sb.ID); err != nil {
+	if err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
 		return err
 	}
 	gc, err := rt.Guest(ctx, sb.ID)

@@ -297,7 +297,16 @@ func validateSpec(spec runtime.Spec) error {
 
 // Create writes the bundle and creates the container; its init (the agent) waits for Start.
 // Image "" means "host". On failure nothing of the sandbox is left behind.
-func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
+	return r.create(ctx, spec, false)
+}
+
+// Run is Create and Start in one invocation of the OCI runtime (`run --detach`).
+func (r *Runtime) Run(ctx context.Context, spec runtime.Spec) error {
+	return r.create(ctx, spec, true)
+}
+
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (err error) {
 	if err := r.checkAvailable(); err != nil {
 		return err
 	}
@@ -381,25 +390,32 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (err error) {
 	// Stdin is /dev/null.
 	cctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	start := time.Now()
-	cmd := r.newCmd(cctx, "create", "--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)
+	began := time.Now()
+	verb := []string{"create"}
+	if start {
+		verb = []string{"run", "--detach"}
+	}
+	cmd := r.newCmd(cctx, append(verb, "--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	runErr := r.startCmd(cmd)
 	if runErr == nil {
 		runErr = cmd.Wait()
 	}
 	logf.Close()
-	r.log.Debug("create", "sandbox_id", id, "took", time.Since(start), "err", runErr)
+	r.log.Debug(verb[0], "sandbox_id", id, "took", time.Since(began), "err", runErr)
 	if runErr != nil {
 		msg := runtimeMessage(readTail(logPath, 4096))
 		if cctx.Err() != nil {
 			msg = fmt.Sprintf("timed out: %v; %s", cctx.Err(), msg)
 		}
-		return errcode.Wrap(errcode.RuntimeUnavailable, runErr, "%s create %s failed: %s", r.name, id, msg)
+		return errcode.Wrap(errcode.RuntimeUnavailable, runErr, "%s %s %s failed: %s", r.name, verb[0], id, msg)
 	}
 	r.afterCreate(id)
 	if err := r.prepareOOMGuard(id, in.MemoryMB); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the OOM guard of sandbox %s", id)
+	}
+	if start {
+		r.guardMemory(id)
 	}
 	return nil
 }

@@ -35,7 +35,8 @@ func DefaultSpec(id string) runtime.Spec {
 		Env: map[string]string{"AGENTBOX_TEST": "1"}}
 }
 
-// Start creates and starts a sandbox from spec, waits for its agent and returns a client.
+// Start creates and starts a sandbox from spec (runtime.CreateAndStart: in one step where the
+// runtime can), waits for its agent and returns a client.
 // The sandbox is deleted when the test ends.
 func Start(t testing.TB, rt runtime.Runtime, spec runtime.Spec) *guest.Client {
 	t.Helper()
@@ -45,11 +46,8 @@ func Start(t testing.TB, rt runtime.Runtime, spec runtime.Spec) *guest.Client {
 			t.Errorf("cleanup: delete %s: %v", spec.ID, err)
 		}
 	})
-	if err := rt.Create(ctx, spec); err != nil {
-		t.Fatalf("create %s: %v", spec.ID, err)
-	}
-	if err := rt.Start(ctx, spec.ID); err != nil {
-		t.Fatalf("start %s: %v", spec.ID, err)
+	if err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
+		t.Fatalf("create and start %s: %v", spec.ID, err)
 	}
 	c, err := rt.Guest(ctx, spec.ID)
 	if err != nil {
@@ -114,6 +112,7 @@ func Run(t *testing.T, rt runtime.Runtime) {
 		t.Errorf("capabilities incomplete: %+v", caps)
 	}
 	t.Run("Lifecycle", func(t *testing.T) { t.Parallel(); testLifecycle(t, rt) })
+	t.Run("CreateThenStart", func(t *testing.T) { t.Parallel(); testCreateThenStart(t, rt) })
 	t.Run("DeleteUnknown", func(t *testing.T) { t.Parallel(); testDeleteUnknown(t, rt) })
 	t.Run("ListCreatedNotStarted", func(t *testing.T) { t.Parallel(); testListCreated(t, rt) })
 	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testConcurrent(t, rt) })
@@ -172,6 +171,47 @@ func testLifecycle(t *testing.T, rt runtime.Runtime) {
 	}
 	if err := rt.Delete(ctx, id); err != nil {
 		t.Fatalf("second delete: %v", err)
+	}
+}
+
+// testCreateThenStart: the two-step path (Start, the helper, takes Run where the runtime has
+// it): created, the sandbox is listed but its agent does not answer; started, it does.
+func testCreateThenStart(t *testing.T, rt runtime.Runtime) {
+	ctx := context.Background()
+	id := NewID()
+	t.Cleanup(func() {
+		if err := rt.Delete(context.Background(), id); err != nil {
+			t.Errorf("cleanup: delete %s: %v", id, err)
+		}
+	})
+	if err := rt.Create(ctx, DefaultSpec(id)); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if !listed(t, rt, id) {
+		t.Fatalf("created %s not listed", id)
+	}
+	c, err := rt.Guest(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = c.Health(hctx)
+	cancel()
+	if err == nil {
+		t.Fatal("the agent answers before Start")
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer rcancel()
+	if err := c.WaitReady(rctx); err != nil {
+		t.Fatalf("after start: %v", err)
+	}
+	wantState(t, rt, id, runtime.StatusRunning)
+	if res := Exec(t, c, "echo", "started"); res.Stdout != "started\n" {
+		t.Fatalf("exec after start: %+v", res)
 	}
 }
 
