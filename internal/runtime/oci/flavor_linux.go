@@ -47,9 +47,9 @@ const (
 	// gvisorPidMaxShare is the largest part of the host's pid_max one sandbox may hold.
 	gvisorPidMaxShare = 4
 	// gvisorMiBPerProcess: a process costs gVisor's sentry far more of the sandbox's memory than
-	// Linux spends on it (measured here: 3.7 MiB per forked python3, whose copy-on-write gVisor
-	// breaks in large units), so a fork bomb would fill the memory limit, and the host kill the
-	// sentry, long before pids_limit. The workload's process bound is therefore also
+	// Linux spends on it (measured here: 3.7 MiB per sleeping forked python3, ~8 MiB per one that
+	// keeps forking; gVisor breaks copy-on-write in large units), so a fork bomb would fill the
+	// memory limit, and the host kill the sentry, long before pids_limit. The workload's process bound is therefore also
 	// memory_mb/gvisorMiBPerProcess (at least gvisorMinProcesses).
 	gvisorMiBPerProcess = 8
 	gvisorMinProcesses  = 8
@@ -139,7 +139,8 @@ func (r *Runtime) flavorHardening() []string {
 		}
 	case FlavorGVisor:
 		h = append(h, "gvisor:user-space-kernel", "platform:"+r.platform, "gvisor:host-syscall-filter",
-			"gvisor:host-uds="+r.hostUDS, "pids:rlimit-nproc(min(pids_limit,memory_mb/5))", "seccomp:errno-eperm,clone3-to-gvisor")
+			"gvisor:host-uds="+r.hostUDS, fmt.Sprintf("pids:rlimit-nproc(min(pids_limit,memory_mb/%d))", gvisorMiBPerProcess),
+			"seccomp:errno-eperm,clone3-to-gvisor")
 		if r.memoryCgroup != "" {
 			h = append(h, oomGuardHardening)
 		}

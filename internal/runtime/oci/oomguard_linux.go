@@ -145,6 +145,15 @@ func newOOMGuard(dir string, threshold int64) (*oomGuard, error) {
 
 // runOOMGuard waits for the threshold until the guard is closed or the cgroup goes.
 func (r *Runtime) runOOMGuard(id string, g *oomGuard, threshold int64) {
+	defer func() {
+		// Gone with its cgroup (or closed by unguardMemory): forget it, close its files.
+		r.mu.Lock()
+		if r.guards[id] == g {
+			delete(r.guards, id)
+		}
+		r.mu.Unlock()
+		g.close()
+	}()
 	var buf [8]byte
 	for {
 		if _, err := g.ev.Read(buf[:]); err != nil {
