@@ -11,9 +11,9 @@ import (
 
 // The OOM guard. Under gVisor the sandbox's memory (all of it in the sentry) hits the host
 // cgroup's limit as a whole, and the host kills the sentry, so the sandbox would be lost with the
-// runaway command. The host watches the cgroup and, a margin before the limit, asks the agent
-// to do what Linux's OOM killer does inside a runc sandbox: kill the command holding the most
-// memory. A command is every process of its exec tag (its forks and daemons included: a fork
+// runaway command. The host watches the cgroup and, when usage reaches memory_mb (the cgroup's
+// limit is higher by a slack), asks the agent to do what Linux's OOM killer does inside a runc
+// sandbox: kill the command holding the most memory. A command is every process of its exec tag (its forks and daemons included: a fork
 // bomb is one command); a process without a tag is a command of its own.
 
 // oomVictim is one command's processes.
