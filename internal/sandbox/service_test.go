@@ -648,13 +648,10 @@ func TestRunSweepsOrphans(t *testing.T) {
 	if _, err := e.svc.Destroy(ctx, gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { e.svc.Run(runCtx); close(done) }()
-	defer func() { cancel(); <-done }()
-
 	// What a crash between steps could leave: a running container without a record, and a
-	// range still held by a destroyed sandbox.
+	// range still held by a destroyed sandbox. Planted before the loop starts (a sweep would
+	// rightly remove a recordless container while it is being made); Run does not sweep at
+	// start, only every SweepInterval.
 	orphan := sandbox.NewID()
 	runtimetest.Start(t, e.rt, runtimetest.DefaultSpec(orphan))
 	if err := e.st.AllocateIDRange(ctx, sandbox.IDRange{SandboxID: gone.ID, Base: 1 << 30, Count: sandbox.IDRangeSize}); err != nil {
@@ -663,6 +660,10 @@ func TestRunSweepsOrphans(t *testing.T) {
 	if leaks := testenv.Leaks(orphan); len(leaks) == 0 {
 		t.Fatal("the planted orphan left no trace on the host: the test would prove nothing")
 	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { e.svc.Run(runCtx); close(done) }()
+	defer func() { cancel(); <-done }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ids, _ := e.rt.List(ctx)
