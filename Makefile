@@ -1,28 +1,43 @@
 # agentbox — `sudo make run` starts the server; `sudo make test` runs every test.
 SHELL := /bin/bash
-export PATH := /usr/local/go/bin:$(PATH)
+export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
 export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/agentbox
-HOST_PKGS := runc crun runsc iproute2 python3 e2fsprogs
+HOST_PKGS := runc crun iproute2 python3 e2fsprogs
+# gVisor's runsc is built from the Go module proxy at this pinned version (Debian's runsc is from
+# 2022-12 and lacks four years of fixes: statx, /proc/self/limits, clone3, …) into RUNSC, which
+# comes before /usr/bin in PATH. `go version -m` tells which version an installed one is.
+GVISOR_VERSION := v0.0.0-20260905035102-160fafc42237
+RUNSC := /usr/local/bin/runsc
 # The MCP clients test/mcpclients runs (the TypeScript SDK, the Inspector CLI, the conformance
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients
 
-.PHONY: all build run test test-unit bench deps deps-mcp vet clean
+.PHONY: all build run test test-unit bench deps deps-runsc deps-mcp vet clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/agentbox
 
-# deps installs the host packages sandboxes need (apt-get; needs root).
-deps:
+# deps installs the host packages sandboxes need (apt-get and runsc; needs root).
+deps: deps-runsc
 	@missing=""; for p in $(HOST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "run as root (sudo make ...) to install:$$missing" >&2; exit 1; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# deps-runsc builds gVisor's runsc at GVISOR_VERSION (about a minute, once) unless RUNSC is it.
+deps-runsc:
+	@if ! $(GO) version -m $(RUNSC) 2>/dev/null | grep -q "gvisor.dev/gvisor[[:space:]]*$(GVISOR_VERSION)"; then \
+	  echo "building runsc $(GVISOR_VERSION) into $(RUNSC)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "run as root (sudo make ...) to install $(RUNSC)" >&2; exit 1; fi; \
+	  tmp=$$(mktemp -d) && GOBIN=$$tmp $(GO) install -trimpath \
+	    -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(GVISOR_VERSION)" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION) && \
+	  install -m 0755 $$tmp/runsc $(RUNSC) && rm -rf $$tmp; \
 	fi
 
 # deps-mcp installs the MCP clients (npm ci from the npm registry) when node_modules is missing or

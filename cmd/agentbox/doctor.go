@@ -127,7 +127,7 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 	if !caps.Available {
 		rc.Detail, sc.Detail = caps.Reason, "not tried: runtime unavailable"
 		if _, err := exec.LookPath(f.Binary()); err != nil {
-			rc.Fix = "sudo apt-get install -y " + f.Binary()
+			rc.Fix = f.InstallHint()
 		}
 		return rc, sc
 	}

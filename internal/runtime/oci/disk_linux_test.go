@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -145,11 +146,14 @@ func testDiskFill(t *testing.T, rt *Runtime) {
 	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left on device") {
 		t.Fatalf("dd into a 64 MiB disk: %+v", res)
 	}
-	// The agent's stat: coreutils' stat fails under this gVisor (statx: EINVAL).
 	fi, err := c.Stat(context.Background(), "/workspace/fill")
 	size := fi.Size
 	if err != nil || size < 48<<20 || size > 64<<20 {
 		t.Errorf("the file that filled the disk is %d bytes (%v), want 48–64 MiB", size, err)
+	}
+	// coreutils' stat and ls -l (statx with AT_NO_AUTOMOUNT, EINVAL under Debian's 2022 runsc).
+	if res := runtimetest.Exec(t, c, "sh", "-c", "stat -c %s /workspace/fill && ls -l /workspace >/dev/null"); res.ExitCode != 0 || res.Stdout != fmt.Sprintf("%d\n", size) {
+		t.Errorf("stat and ls -l inside: %+v, want %d", res, size)
 	}
 	syncDisk(t, rt, id)
 	if a := allocated(t, img); a > 64<<20 {

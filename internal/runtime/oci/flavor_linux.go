@@ -30,6 +30,10 @@ import (
 // cgroupv2") and refuses to start.
 const unifiedControllers = "/sys/fs/cgroup/unified/cgroup.controllers"
 
+// gvisorNullNetNS is where runsc (2023 and later) pins, in its --root, the empty network
+// namespace its gofers share: a bind mount that outlives the sandboxes, removed by Close.
+const gvisorNullNetNS = "null-netns"
+
 // gvisorPlatforms are runsc's platforms in order of preference. KVM is left out: it needs
 // working (nested) virtualisation and hangs where that is unreliable.
 var gvisorPlatforms = []string{"systrap", "ptrace"}
@@ -93,8 +97,14 @@ func (f Flavor) Binary() string {
 	return string(f)
 }
 
-// aptPackage is the Debian package that installs the flavour.
-func (f Flavor) aptPackage() string { return f.Binary() }
+// InstallHint is the command that installs the flavour's binary. runsc is built from the Go
+// module proxy at the version the Makefile pins: Debian's is from 2022-12.
+func (f Flavor) InstallHint() string {
+	if f == FlavorGVisor {
+		return "sudo make deps-runsc in agentbox's checkout"
+	}
+	return "sudo apt-get install -y " + f.Binary()
+}
 
 func (f Flavor) isolation() runtime.Isolation {
 	if f == FlavorGVisor {
@@ -141,6 +151,11 @@ func (r *Runtime) flavorHardening() []string {
 		h = append(h, "gvisor:user-space-kernel", "platform:"+r.platform, "gvisor:host-syscall-filter",
 			"gvisor:host-uds="+r.hostUDS, fmt.Sprintf("pids:rlimit-nproc(min(pids_limit,memory_mb/%d))", gvisorMiBPerProcess),
 			"seccomp:errno-eperm,clone3-to-gvisor")
+		for _, f := range []string{"--directfs=false", "--overlay2=none"} {
+			if slices.Contains(r.globalArgs, f) {
+				h = append(h, "gvisor:"+strings.TrimPrefix(f, "--"))
+			}
+		}
 		if r.memoryCgroup != "" {
 			h = append(h, oomGuardHardening)
 		}
@@ -248,6 +263,20 @@ func (r *Runtime) probeGVisor(ctx context.Context) string {
 	if r.ociSeccomp {
 		r.globalArgs = append(r.globalArgs, "--oci-seccomp")
 	}
+	if has("overlay2") {
+		// runsc (2023 and later) overlays the root by default with a file-backed upper layer
+		// in the rootfs directory, outside disk_mb. The root stays read-only instead; what a
+		// sandbox writes lives on its disk and its memory-counted tmpfs.
+		r.globalArgs = append(r.globalArgs, "--overlay2=none")
+	}
+	if has("directfs") {
+		// directfs (runsc's default since 2023) has the sentry open the sandbox's files itself:
+		// it then runs as root of a user namespace mapping every host id, with DAC_OVERRIDE,
+		// DAC_READ_SEARCH, FOWNER and SYS_PTRACE there. Without it the sentry runs as host
+		// nobody with no access to any file, and the gofer, a separate process, serves them: an
+		// escape from the user-space kernel lands in a process that can read nothing.
+		r.globalArgs = append(r.globalArgs, "--directfs=false")
+	}
 	return ""
 }
 
@@ -256,6 +285,9 @@ func (r *Runtime) adjustSpec(in *specInput) {
 	if r.flavor != FlavorGVisor {
 		return
 	}
+	// The sentry's cgroupfs is its own, but the sandbox's root could write it; programs learn
+	// the memory limit from /proc/meminfo, which shows memory_mb.
+	in.NoCgroupFS = true
 	// RLIMIT_NPROC becomes the workload's process bound (the spec never asks for more than
 	// HostRlimits), and the pids cgroup the host's backstop.
 	if n := uint64(gvisorProcesses(in.PidsLimit, in.MemoryMB)); n > 0 && (in.HostRlimits.NPROC == 0 || n < in.HostRlimits.NPROC) {

@@ -54,6 +54,9 @@ func newFlavor(t testing.TB, f Flavor) *Runtime {
 		if ids, err := rt.List(context.Background()); err != nil || len(ids) != 0 {
 			t.Errorf("List after the test: %v %v", ids, err)
 		}
+		if err := rt.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
 		mounts, _ := hostinfo.CgroupMounts()
 		for _, m := range mounts {
 			p := filepath.Join(m.Path, parent)
@@ -257,11 +260,16 @@ true`
 // paths, and a minimal /dev.
 func TestHardeningApplied(t *testing.T) {
 	t.Parallel()
-	// fd, stdin, stdout, stderr and core (crun) are symlinks; net and fuse are gVisor's own.
-	allowedDev := []string{"core", "fd", "full", "fuse", "mqueue", "net", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+	// fd, stdin, stdout, stderr and core (crun) are symlinks. gVisor's sentry serves net (tun on
+	// its own netstack), fuse, and char (links to the devices it serves).
+	allowed := []string{"core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
 	for _, f := range []Flavor{FlavorRunc, FlavorCrun, FlavorGVisor} {
 		t.Run(string(f), func(t *testing.T) {
 			t.Parallel()
+			allowedDev := allowed
+			if f == FlavorGVisor {
+				allowedDev = append(slices.Clone(allowed), "net", "fuse", "char")
+			}
 			c := runtimetest.Start(t, newFlavor(t, f), runtimetest.DefaultSpec(runtimetest.NewID()))
 			res := runtimetest.Exec(t, c, "sh", "-c", hardeningScript)
 			fields := map[string]string{}
@@ -369,5 +377,50 @@ func TestGVisorOOMGuard(t *testing.T) {
 	}
 	if res := runtimetest.Exec(t, c, "echo", "alive"); res.Stdout != "alive\n" {
 		t.Fatalf("after the bombs: %+v", res)
+	}
+}
+
+// TestGVisorSentryUnprivileged: the sentry, the process that runs the sandbox's code, is host
+// nobody with no capability and no file of the host reachable by id: its user namespace maps
+// nobody alone (runsc's directfs would make it root of a namespace mapping every host id).
+func TestGVisorSentryUnprivileged(t *testing.T) {
+	t.Parallel()
+	rt := newFlavor(t, FlavorGVisor)
+	id := runtimetest.NewID()
+	runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
+	pid := readPid(filepath.Join(rt.sandboxDir(id), "init.pid"))
+	if pid <= 0 || !rt.ownsProcess(pid, id) {
+		t.Fatalf("init.pid %d is not the sandbox's sentry", pid)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{}
+	for _, l := range strings.Split(string(status), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			fields[k] = strings.Join(strings.Fields(v), " ")
+		}
+	}
+	if fields["Uid"] != "65534 65534 65534 65534" || fields["Gid"] != "65534 65534 65534 65534" {
+		t.Errorf("the sentry runs as uid %q gid %q on the host, want nobody", fields["Uid"], fields["Gid"])
+	}
+	for _, c := range []string{"CapEff", "CapPrm", "CapAmb"} {
+		if fields[c] != "0000000000000000" {
+			t.Errorf("the sentry's %s is %s, want none", c, fields[c])
+		}
+	}
+	if fields["NoNewPrivs"] != "1" || fields["Seccomp"] != "2" {
+		t.Errorf("the sentry's NoNewPrivs %q Seccomp %q", fields["NoNewPrivs"], fields["Seccomp"])
+	}
+	m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(string(m)); !slices.Equal(f, []string{"65534", "65534", "1"}) {
+		t.Errorf("the sentry's uid_map is %q, want nobody alone", m)
+	}
+	if !slices.Contains(rt.Capabilities().Hardening, "gvisor:directfs=false") {
+		t.Errorf("hardening %v lacks gvisor:directfs=false", rt.Capabilities().Hardening)
 	}
 }

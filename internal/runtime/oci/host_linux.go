@@ -171,8 +171,15 @@ func killCgroup(p string) {
 
 // Close releases what the runtime holds on the host beyond its sandboxes: the cgroup parent
 // directory in every hierarchy, if no sandbox is left under it (a non-empty parent stays, for
-// the sandboxes a restarted server adopts). Sandboxes themselves are untouched.
+// the sandboxes a restarted server adopts), and runsc's pinned network namespace for its gofers
+// (a bind mount in the state directory, made again by the next create). Sandboxes themselves are
+// untouched.
 func (r *Runtime) Close() error {
+	if r.flavor == FlavorGVisor {
+		// Concurrent creates may have stacked several mounts there.
+		for unix.Unmount(filepath.Join(r.stateDir(), gvisorNullNetNS), unix.MNT_DETACH) == nil {
+		}
+	}
 	for _, mnt := range r.cgroupMounts {
 		p := filepath.Join(mnt, r.cgroupParent)
 		ents, err := os.ReadDir(p)

@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 func (r *Runtime) probe(ctx context.Context, cfg Config) string {
 	bin, err := exec.LookPath(cfg.Binary)
 	if err != nil {
-		return fmt.Sprintf("%s binary %q not found (install it, e.g. apt-get install %s): %v", cfg.Name, cfg.Binary, r.flavor.aptPackage(), err)
+		return fmt.Sprintf("%s binary %q not found (install it: %s): %v", cfg.Name, cfg.Binary, r.flavor.InstallHint(), err)
 	}
 	r.binary = bin
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)

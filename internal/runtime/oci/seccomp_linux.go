@@ -115,11 +115,11 @@ func argsMatch(conds []specs.LinuxSeccompArg, args []uint64) bool {
 	return true
 }
 
-// forGVisor adapts a profile to runsc --oci-seccomp. gVisor (2022-12) answers every
-// SECCOMP_RET_ERRNO rule with EPERM whatever its errno, so Docker's clone3 rule (ENOSYS, which
-// makes glibc fall back to clone, whose flags the profile can filter) would break every threaded
-// program. This gVisor implements no clone3 and answers ENOSYS itself, so clone3 is left to it;
-// the namespaces clone could make are the user-space kernel's own.
+// forGVisor adapts a profile to runsc --oci-seccomp. gVisor answers every SECCOMP_RET_ERRNO rule
+// with EPERM whatever its errno (as runc once did), so Docker's clone3 rule (ENOSYS, which makes
+// glibc fall back to clone, whose flags the profile can filter) would break every threaded
+// program. clone3 is left to gVisor (the 2022 runsc answers ENOSYS itself, later ones implement
+// it): the namespaces it could make are the user-space kernel's own.
 func forGVisor(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 	out := *p
 	out.Syscalls = nil

@@ -3,6 +3,7 @@ package oci
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -98,6 +99,9 @@ type specInput struct {
 	OOMScoreAdj int
 	// HostBinds are bound read-only, nosuid, nodev (/usr, real /bin-style dirs, etc/ssl/certs…).
 	HostBinds []bindMount
+	// NoCgroupFS leaves /sys/fs/cgroup empty (gVisor: runsc mounts its own cgroupfs controllers
+	// read-write under the read-only mount, whatever the spec asks).
+	NoCgroupFS bool
 
 	// Hardening hooks for a later change, applied as is when set: a seccomp profile (generated
 	// after Process.Capabilities is final) and user-namespace id mappings.
@@ -243,6 +247,9 @@ func buildSpec(in specInput) *specs.Spec {
 			ReadonlyPaths:     append([]string(nil), readonlyPaths...),
 			Seccomp:           in.Seccomp,
 		},
+	}
+	if in.NoCgroupFS {
+		s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/sys/fs/cgroup" })
 	}
 	if in.DiskMB > 0 {
 		// No single file may outgrow the disk (SIGXFSZ, or EFBIG where the signal is ignored);

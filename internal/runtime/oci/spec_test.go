@@ -181,6 +181,11 @@ func TestSpecMounts(t *testing.T) {
 		}
 		seen[m.Destination] = true
 	}
+	in := testInput()
+	in.NoCgroupFS = true
+	if m, ok := findMount(buildSpec(in), "/sys/fs/cgroup"); ok {
+		t.Errorf("NoCgroupFS: %+v is mounted", m)
+	}
 }
 
 func TestOOMScoreAdjFor(t *testing.T) {
