@@ -39,9 +39,9 @@ const gvisorNullNetNS = "null-netns"
 var gvisorPlatforms = []string{"systrap", "ptrace"}
 
 // gVisor's process limit. runsc puts its sentry and gofer, and every one of their threads, in
-// the sandbox's pids cgroup, and the ptrace platform adds host stub processes and threads per
-// address space of the workload: measured here, 5 host tasks per forked process and up to 35
-// per exec'd one, 60 for an idle sandbox. The host count says little about the workload's, so
+// the sandbox's pids cgroup, and the platform adds host stub processes and threads per address
+// space of the workload: measured here, ptrace 5 host tasks per forked process and up to 35 per
+// exec'd one, 60 for an idle sandbox; systrap 2 per forked process (kept as a pool), 53 idle. The host count says little about the workload's, so
 // the sandbox's own kernel enforces pids_limit (RLIMIT_NPROC, which gVisor applies per user
 // inside the sandbox), and the host pids cgroup is a backstop against exhausting the host's pid
 // space: reaching it stops the whole sandbox.
