@@ -73,6 +73,10 @@ func fsError(err error, path string) error {
 			With("path", path).With("reason", "file_size_limit")
 	case syscall.EBUSY:
 		return errcode.Wrap(errcode.Conflict, err, "%s is busy (a mount point?)", path)
+	case syscall.EXDEV:
+		// A write's temporary file and its target on different file systems: something in
+		// the sandbox replaced a directory of the path while the write ran.
+		return errcode.Wrap(errcode.Conflict, err, "%s changed while it was being written (a directory of the path now leads to another file system); retry the write", path)
 	}
 	return errcode.Wrap(errcode.Internal, err, "%s: %v", path, errno)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,5 +138,21 @@ func TestSocketLifecycle(t *testing.T) {
 	}
 	if err := Run(context.Background(), ServerConfig{Socket: sock, Workdir: dir}); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("Run over a regular file: %v", err)
+	}
+}
+
+func TestFSErrorCodes(t *testing.T) {
+	t.Parallel()
+	for errno, want := range map[syscall.Errno]errcode.Code{
+		syscall.ENOENT: errcode.FileNotFound, syscall.EEXIST: errcode.Conflict, syscall.EXDEV: errcode.Conflict,
+		syscall.EISDIR: errcode.InvalidArgument, syscall.EFBIG: errcode.FileTooLarge, syscall.EIO: errcode.Internal,
+	} {
+		err := fsError(&os.LinkError{Op: "rename", Old: "a", New: "b", Err: errno}, "/workspace/x")
+		if got := errcode.Of(err); got != want {
+			t.Errorf("%v: %s, want %s", errno, got, want)
+		}
+		if want != errcode.Internal && !strings.Contains(errcode.Message(err), "/workspace/x") {
+			t.Errorf("%v: message %q does not name the path", errno, errcode.Message(err))
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -258,7 +259,7 @@ func pathAttacks() []attack {
 		{
 			name: "files-symlink-swap-race",
 			does: "swaps /workspace/race between a directory and a symlink to a host directory (renameat2 RENAME_EXCHANGE, or two renames where that is refused) as fast as it can, while the host reads, writes, stats, lists, mkdirs and removes under /workspace/race/ through the files API in a loop",
-			want: "the host directory never changes (it holds only its canary, unchanged) and no read returns the host canary; reads see only the sandbox's own decoys",
+			want: "the host directory never changes (it holds only its canary, unchanged) and no read returns the host canary; reads see only the sandbox's own decoys; every failed call is a typed error (a write whose directory was swapped mid-way is CONFLICT), never INTERNAL",
 			run: func(a *arena) {
 				dir, c := a.hostDir()
 				const raceSeconds = 6
@@ -278,7 +279,7 @@ func pathAttacks() []attack {
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
-				seen := map[string]int{}
+				seen, untyped := map[string]int{}, map[string]int{}
 				end := time.Now().Add(raceSeconds * time.Second)
 				for i := 0; time.Now().Before(end); i++ {
 					b, err := a.readFile(a.id, "/workspace/race/canary")
@@ -290,15 +291,27 @@ func pathAttacks() []attack {
 					default:
 						seen[strings.TrimSpace(string(b))]++
 					}
+					// Whatever the race does, every answer is a typed error that says what
+					// happened, never INTERNAL.
 					name := "/workspace/race/w" + randHex(3)
-					_ = a.writeFile(a.id, name, []byte("raced"))
-					a.s.c.Stat(context.Background(), a.id, "/workspace/race/canary")
-					a.s.c.ListDir(context.Background(), a.id, "/workspace/race")
-					a.mkdir(a.id, "/workspace/race/m"+randHex(3), false)
-					a.remove(a.id, name, false)
+					_, statErr := a.s.c.Stat(context.Background(), a.id, "/workspace/race/canary")
+					_, listErr := a.s.c.ListDir(context.Background(), a.id, "/workspace/race")
+					for op, err := range map[string]error{"write": a.writeFile(a.id, name, []byte("raced")), "stat": statErr, "list": listErr} {
+						if c := code(err); c == errcode.Internal || c == "?" {
+							untyped[op+": "+strings.ReplaceAll(err.Error(), name, "<name>")]++
+						}
+					}
+					for op, st := range map[string]int{"mkdir": first(a.mkdir(a.id, "/workspace/race/m"+randHex(3), false)), "remove": first(a.remove(a.id, name, false))} {
+						if st >= 500 {
+							untyped[fmt.Sprintf("%s: HTTP %d", op, st)]++
+						}
+					}
 				}
 				wg.Wait()
 				a.t.Logf("racer: %q %v; host saw %v", strings.TrimSpace(raceRes.Stdout), raceErr, seen)
+				if len(untyped) != 0 {
+					a.t.Errorf("files API answers during the race that are not typed: %v", untyped)
+				}
 				if raceErr != nil || !strings.Contains(raceRes.Stdout, "swaps") {
 					a.t.Errorf("the racer did not run: %+v %v", raceRes, raceErr)
 				}
@@ -413,3 +426,6 @@ while time.time() < end:
         pass
 out("swaps", swaps, "fallback", fallback)
 `
+
+// first returns the first of two results (an HTTP status and its body).
+func first(st int, _ string) int { return st }
