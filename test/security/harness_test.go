@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -651,6 +652,20 @@ func hostFDs(pid int) []hostFD {
 		out = append(out, f)
 	}
 	return out
+}
+
+// heldFDs lists, as "pid:target", the fds of sandbox id's host processes whose target contains
+// one of the given names (anon_inode kinds such as "io_uring" or "bpf-map").
+func (a *arena) heldFDs(id string, names ...string) []string {
+	var held []string
+	for _, pid := range a.hostPids(id) {
+		for _, f := range hostFDs(pid) {
+			if slices.ContainsFunc(names, func(n string) bool { return strings.Contains(f.target, n) }) {
+				held = append(held, fmt.Sprintf("%d:%s", pid, f.target))
+			}
+		}
+	}
+	return held
 }
 
 // uidBase is the host uid that root inside sandbox id maps to (from its init's uid_map); -1

@@ -284,12 +284,8 @@ out("BPF_PROG_LOAD", e)
 out("GOT-BPF" if r1 >= 0 or r2 >= 0 else "NO-BPF")
 hold()
 `, func(string) {
-						for _, pid := range a.hostPids(a.id) {
-							for _, f := range hostFDs(pid) {
-								if strings.Contains(f.target, "bpf-map") || strings.Contains(f.target, "bpf-prog") {
-									a.t.Errorf("HOLE: host process %d of the sandbox holds %s", pid, f.target)
-								}
-							}
+						if held := a.heldFDs(a.id, "bpf-map", "bpf-prog"); len(held) != 0 {
+							a.t.Errorf("HOLE: host processes of the sandbox hold %v", held)
 						}
 					})
 					if !strings.Contains(res.Stdout, "NO-BPF") {
@@ -304,16 +300,7 @@ hold()
 			want:   "both calls fail; while it holds, no host process of the sandbox has an io_uring or userfaultfd fd it did not have before",
 			gvisor: "runsc (2023 and later) gives the sentry a disabled io_uring of its own at start, to release files asynchronously, and its seccomp filter refuses io_uring calls after start; the workload adds none",
 			run: func(a *arena) {
-				rings := func() (held []string) {
-					for _, pid := range a.hostPids(a.id) {
-						for _, f := range hostFDs(pid) {
-							if strings.Contains(f.target, "io_uring") || strings.Contains(f.target, "userfaultfd") {
-								held = append(held, fmt.Sprintf("%d:%s", pid, f.target))
-							}
-						}
-					}
-					return held
-				}
+				rings := func() []string { return a.heldFDs(a.id, "io_uring", "userfaultfd") }
 				before := rings()
 				if len(before) != 0 && !a.gvisor() {
 					a.t.Errorf("HOLE: host processes of the sandbox hold %v", before)
