@@ -445,7 +445,13 @@ func TestMemoryLimitAndPids(t *testing.T) {
 
 func TestTTLExpiry(t *testing.T) {
 	e := newEnv(t, sandbox.Config{})
-	sb := e.create(t, sandbox.CreateRequest{TTLSeconds: 1})
+	sb := e.create(t, sandbox.CreateRequest{TTLSeconds: 2})
+	// A command still running when the TTL runs out fails with the reason, not "unexpectedly".
+	execErr := make(chan error, 1)
+	go func() {
+		_, err := e.svc.Exec(context.Background(), sb.ID, argv("sleep", "60"), nil)
+		execErr <- err
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.svc.Run(ctx)
@@ -465,6 +471,14 @@ func TestTTLExpiry(t *testing.T) {
 	}
 	if st, _ := e.svc.Runtimes(), 0; len(st) == 0 {
 		t.Fatal("no runtimes")
+	}
+	select {
+	case err := <-execErr:
+		if errcode.Of(err) != errcode.SandboxNotRunning || !strings.Contains(err.Error(), "TTL ran out") {
+			t.Fatalf("exec cut by the TTL: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("exec still running 10 s after its sandbox was destroyed")
 	}
 	e.assertNoLeaks(t)
 	evs, _ := e.svc.Events(context.Background(), sandbox.EventFilter{SandboxID: sb.ID})

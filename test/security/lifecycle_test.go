@@ -122,13 +122,21 @@ func lifecycleAttacks() []attack {
 			},
 		},
 		{
-			name:   "life-ttl-kills-daemons",
-			does:   "a sandbox with a 4 s TTL leaves a `setsid -f sleep` and a double-forked daemon running, and waits",
-			want:   "the server destroys the sandbox within 5 s of its expiry; then no process, cgroup, mount or loop device of it is left on the host",
-			create: sandbox.CreateRequest{TTLSeconds: 4},
+			name: "life-ttl-kills-daemons",
+			does: "a sandbox with a 10 s TTL leaves a `setsid -f sleep` and a double-forked daemon running, and waits",
+			want: "the server destroys the sandbox within 5 s of its expiry; then no process, cgroup, mount or loop device of it is left on the host",
+			// 10 s, not less: under the parallel suite a gVisor create and the first exec
+			// can take seconds, and the daemons must be seen running before the TTL.
+			create: sandbox.CreateRequest{TTLSeconds: 10},
 			run: func(a *arena) {
 				m1, m2 := marker(), marker()
 				a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c", "setsid -f sleep " + m1 + "; python3 -c '" + daemonProg + "' " + m2}, TimeoutSeconds: 30})
+				time.Sleep(300 * time.Millisecond)
+				for _, m := range []string{m1, m2} {
+					if a.markerProcs(a.id, m) == "" {
+						a.t.Errorf("daemon %s did not start (the attack did not happen)", m)
+					}
+				}
 				deadline := a.sb.ExpiresAt.Add(5 * time.Second)
 				for {
 					sb, err := a.s.c.Get(context.Background(), a.id)
