@@ -571,10 +571,10 @@ func TestCapacity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates 200 sandboxes")
 	}
-	e := newEnv(t, sandbox.Config{CPUBudget: 4, MemoryBudgetMB: 200 * 32})
+	e := newEnv(t, sandbox.Config{CPUBudget: 20, MemoryBudgetMB: 200 * 32})
 	ctx := context.Background()
 	// The cpu budget refuses a create that would exceed it, and nothing is created.
-	if _, err := e.svc.Create(ctx, sandbox.CreateRequest{CPU: 5, MemoryMB: 32}); errcode.Of(err) != errcode.CapacityUnavailable {
+	if _, err := e.svc.Create(ctx, sandbox.CreateRequest{CPU: 21, MemoryMB: 32}); errcode.Of(err) != errcode.CapacityUnavailable {
 		t.Fatalf("over cpu budget: %v", err)
 	}
 	if _, err := e.svc.Create(ctx, sandbox.CreateRequest{CPU: 0.01, MemoryMB: 201 * 32}); errcode.Of(err) != errcode.CapacityUnavailable {
@@ -588,7 +588,9 @@ func TestCapacity(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range work {
-				if _, err := e.svc.Create(ctx, sandbox.CreateRequest{CPU: 0.01, MemoryMB: 32}); err != nil {
+				// 0.1 cores, not less: a sandbox starts under its cpu quota, and at 0.01
+				// cores each start takes seconds.
+				if _, err := e.svc.Create(ctx, sandbox.CreateRequest{CPU: 0.1, MemoryMB: 32}); err != nil {
 					errs <- err
 				}
 			}

@@ -184,7 +184,7 @@ print("int 0x80 getpid:", f())
 // syscall answers there, else the signal that killed it.
 func int80OnHost(t *testing.T) string {
 	t.Helper()
-	err := exec.Command("python3", "-c", int80Script).Run()
+	err := exec.Command("/usr/bin/python3", "-c", int80Script).Run()
 	var ee *exec.ExitError
 	if err == nil {
 		return ""
