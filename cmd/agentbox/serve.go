@@ -28,7 +28,7 @@ func cmdServe(args []string) int {
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest TTL a sandbox may have")
 	fs.Float64Var(&cfg.CPUBudget, "cpu-budget", 0, "sum of live sandboxes' cpu (default 4 × host cores)")
 	fs.Int64Var(&cfg.MemoryBudgetMB, "memory-budget-mb", 0, "sum of live sandboxes' memory_mb (default host memory)")
-	fs.Int64Var(&cfg.DiskBudgetMB, "disk-budget-mb", 0, "sum of live sandboxes' disk_mb (default: the state dir's free space at start, less a tenth of its size, at most 4 GiB)")
+	fs.Int64Var(&cfg.DiskBudgetMB, "disk-budget-mb", 0, "sum of live sandboxes' disk_mb (default: the state dir's free space at start plus what adopted sandboxes' disks hold, less a tenth of its size, at most 4 GiB)")
 	fs.StringVar(&cfg.GuestBinary, "guest-binary", "", "agentbox binary to run inside sandboxes (default: this one)")
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (servers sharing a host need different ones)")
 	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, "first host uid of the pool sandboxes' user-namespace ranges (65536 ids each) come from (default 200000)")

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/statedir"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"golang.org/x/sys/unix"
 )
 
 // controlPlane is everything a server process owns.
@@ -139,12 +140,27 @@ func newRuntimes(ctx context.Context, stateDir, cgroupParent, guestBin string, l
 }
 
 // defaultDiskBudgetMB is the disk budget of a server whose state dir is dir: what its file
-// system has free now, less a tenth of its size (at most 4 GiB) kept for the host (the database,
-// logs, whatever else lives there), at least one default-sized disk.
+// system has free now plus what the disks of sandboxes it will adopt already hold (their
+// disk_mb counts against the budget in full), less a tenth of its size (at most 4 GiB) kept
+// for the host (the database, logs, whatever else lives there), at least one default-sized disk.
 func defaultDiskBudgetMB(dir string) (int64, error) {
 	free, total, err := hostinfo.DiskSpaceMiB(dir)
 	if err != nil {
 		return 0, err
 	}
-	return max(free-min(total/10, 4096), 1024), nil
+	return max(free+sandboxDisksMiB(dir)-min(total/10, 4096), 1024), nil
+}
+
+// sandboxDisksMiB is the space the sandbox disk images under a state dir occupy
+// (runtimes/<name>/sandboxes/<id>/disk.img; allocated blocks, not their sparse size).
+func sandboxDisksMiB(dir string) int64 {
+	imgs, _ := filepath.Glob(filepath.Join(dir, "runtimes", "*", "sandboxes", "*", "disk.img"))
+	var bytes int64
+	for _, img := range imgs {
+		var st unix.Stat_t
+		if unix.Lstat(img, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			bytes += st.Blocks * 512
+		}
+	}
+	return bytes >> 20
 }

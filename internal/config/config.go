@@ -46,8 +46,8 @@ type Config struct {
 	CPUBudget      float64
 	MemoryBudgetMB int64
 	// DiskBudgetMB bounds the sum of live sandboxes' disk_mb. 0 = derived from the host: what
-	// the state dir's file system has free at start, less a tenth of its size (at most 4 GiB)
-	// kept for the host.
+	// the state dir's file system has free at start plus what adopted sandboxes' disks hold,
+	// less a tenth of its size (at most 4 GiB) kept for the host.
 	DiskBudgetMB int64
 	// CgroupParent names the cgroup under which sandboxes get one each ("agentbox"). Two
 	// servers on one host must use different parents.
