@@ -636,7 +636,7 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 	unlock := s.lock(sb.ID)
 	defer unlock()
 	cur, gerr := s.store.GetSandbox(ctx, sb.ID)
-	if gerr == nil && cur.State != StateRunning {
+	if gerr == nil && (cur.State == StateStopping || cur.State == StateDestroyed) {
 		// The server itself stopped it while the call ran: say why, not "unexpectedly".
 		why := "it was destroyed while the call ran; create a new sandbox"
 		if !cur.ExpiresAt.After(time.Now()) {
@@ -644,7 +644,7 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 		}
 		return errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s: %s", sb.ID, cur.State, why).With("state", string(cur.State))
 	}
-	if gerr == nil {
+	if gerr == nil && cur.State == StateRunning {
 		if _, terr := s.transition(ctx, cur, StateLost, "sandbox init exited ("+string(st)+")", "the sandbox stopped unexpectedly"); terr != nil {
 			s.log.Warn("mark lost", "sandbox_id", sb.ID, "err", terr)
 		}

@@ -502,6 +502,41 @@ func TestTTLExpiry(t *testing.T) {
 	}
 }
 
+// TestDestroyDuringExec: a command cut by a destroy fails with SANDBOX_NOT_RUNNING saying so,
+// and the sandbox is recorded destroyed, not lost.
+func TestDestroyDuringExec(t *testing.T) {
+	e := newEnv(t, sandbox.Config{})
+	sb := e.create(t, sandbox.CreateRequest{})
+	execErr, started := make(chan error, 1), make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, err := e.svc.Exec(context.Background(), sb.ID, argv("sh", "-c", "echo started; exec sleep 60"), func(string, []byte) {
+			once.Do(func() { close(started) })
+		})
+		execErr <- err
+	}()
+	select {
+	case <-started:
+	case err := <-execErr:
+		t.Fatalf("exec ended before the destroy: %v", err)
+	}
+	if d, err := e.svc.Destroy(context.Background(), sb.ID); err != nil || d.State != sandbox.StateDestroyed {
+		t.Fatalf("destroy: %+v %v", d, err)
+	}
+	select {
+	case err := <-execErr:
+		if errcode.Of(err) != errcode.SandboxNotRunning || !strings.Contains(err.Error(), "destroyed while the call ran") {
+			t.Fatalf("exec cut by a destroy: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("exec still running 10 s after its sandbox was destroyed")
+	}
+	if got, err := e.svc.Get(context.Background(), sb.ID); err != nil || got.State != sandbox.StateDestroyed {
+		t.Fatalf("after destroy: %+v %v", got, err)
+	}
+	e.assertNoLeaks(t)
+}
+
 func TestBadInput(t *testing.T) {
 	e := newEnv(t, sandbox.Config{})
 	ctx := context.Background()
