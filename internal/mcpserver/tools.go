@@ -210,7 +210,7 @@ type Requirements struct {
 type CreateIn struct {
 	Image        string            `json:"image,omitempty" jsonschema:"Root filesystem image; default host (the host's /usr, read-only)."`
 	Runtime      string            `json:"runtime,omitempty" jsonschema:"Runtime by name (see health); default the server's default runtime."`
-	CPU          float64           `json:"cpu,omitempty" jsonschema:"CPU limit in cores, fractions allowed; default 1."`
+	CPU          float64           `json:"cpu,omitempty" jsonschema:"CPU limit in cores, fractions allowed (0.01 to 1024); default 1. The sandbox starts under this limit: below 0.1 a create takes seconds."`
 	MemoryMB     int64             `json:"memory_mb,omitempty" jsonschema:"Memory limit in MiB; default 512."`
 	DiskMB       int64             `json:"disk_mb,omitempty" jsonschema:"Disk size in MiB; default 1024."`
 	TTLSeconds   int64             `json:"ttl_seconds,omitempty" jsonschema:"Lifetime in seconds; default 1800, at most the server's max TTL (usually 86400). The sandbox is destroyed when it expires."`
