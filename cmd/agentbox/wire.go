@@ -14,7 +14,6 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/statedir"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
-	"golang.org/x/sys/unix"
 )
 
 // controlPlane is everything a server process owns.
@@ -92,7 +91,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 	}
 	diskBudget := cfg.DiskBudgetMB
 	if diskBudget == 0 {
-		if diskBudget, err = defaultDiskBudgetMB(cfg.StateDir); err != nil {
+		if diskBudget, err = defaultDiskBudgetMB(cfg.StateDir, rts); err != nil {
 			return nil, err
 		}
 	}
@@ -143,24 +142,15 @@ func newRuntimes(ctx context.Context, stateDir, cgroupParent, guestBin string, l
 // system has free now plus what the disks of sandboxes it will adopt already hold (their
 // disk_mb counts against the budget in full), less a tenth of its size (at most 4 GiB) kept
 // for the host (the database, logs, whatever else lives there), at least one default-sized disk.
-func defaultDiskBudgetMB(dir string) (int64, error) {
+func defaultDiskBudgetMB(dir string, rts []runtime.Runtime) (int64, error) {
 	free, total, err := hostinfo.DiskSpaceMiB(dir)
 	if err != nil {
 		return 0, err
 	}
-	return max(free+sandboxDisksMiB(dir)-min(total/10, 4096), 1024), nil
-}
-
-// sandboxDisksMiB is the space the sandbox disk images under a state dir occupy
-// (runtimes/<name>/sandboxes/<id>/disk.img; allocated blocks, not their sparse size).
-func sandboxDisksMiB(dir string) int64 {
-	imgs, _ := filepath.Glob(filepath.Join(dir, "runtimes", "*", "sandboxes", "*", "disk.img"))
-	var bytes int64
-	for _, img := range imgs {
-		var st unix.Stat_t
-		if unix.Lstat(img, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			bytes += st.Blocks * 512
+	for _, rt := range rts {
+		if d, ok := rt.(interface{ DisksMiB() int64 }); ok {
+			free += d.DisksMiB()
 		}
 	}
-	return bytes >> 20
+	return max(free-min(total/10, 4096), 1024), nil
 }

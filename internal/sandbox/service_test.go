@@ -127,6 +127,34 @@ func (e *env) exec(t *testing.T, id string, req sandbox.ExecRequest) sandbox.Exe
 
 func argv(a ...string) sandbox.ExecRequest { return sandbox.ExecRequest{Argv: a} }
 
+// cutExec starts in sandbox id a command that runs until the sandbox goes, waits until it has
+// started, and returns a wait for the error that ends it (at most 10 s).
+func (e *env) cutExec(t *testing.T, id string) (wait func() error) {
+	t.Helper()
+	errc, started := make(chan error, 1), make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, err := e.svc.Exec(context.Background(), id, argv("sh", "-c", "echo started; exec sleep 60"), func(string, []byte) {
+			once.Do(func() { close(started) })
+		})
+		errc <- err
+	}()
+	select {
+	case <-started:
+	case err := <-errc:
+		t.Fatalf("the command ended before its sandbox did: %v", err)
+	}
+	return func() error {
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("the command still runs 10 s after its sandbox was destroyed")
+			return nil
+		}
+	}
+}
+
 func TestExecRoundTrip(t *testing.T) {
 	e := newEnv(t, sandbox.Config{})
 	sb := e.create(t, sandbox.CreateRequest{Env: map[string]string{"GREETING": "hello"}, Labels: map[string]string{"team": "a"}})
@@ -447,11 +475,7 @@ func TestTTLExpiry(t *testing.T) {
 	e := newEnv(t, sandbox.Config{})
 	sb := e.create(t, sandbox.CreateRequest{TTLSeconds: 2})
 	// A command still running when the TTL runs out fails with the reason, not "unexpectedly".
-	execErr := make(chan error, 1)
-	go func() {
-		_, err := e.svc.Exec(context.Background(), sb.ID, argv("sleep", "60"), nil)
-		execErr <- err
-	}()
+	wait := e.cutExec(t, sb.ID)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.svc.Run(ctx)
@@ -472,13 +496,8 @@ func TestTTLExpiry(t *testing.T) {
 	if st, _ := e.svc.Runtimes(), 0; len(st) == 0 {
 		t.Fatal("no runtimes")
 	}
-	select {
-	case err := <-execErr:
-		if errcode.Of(err) != errcode.SandboxNotRunning || !strings.Contains(err.Error(), "TTL ran out") {
-			t.Fatalf("exec cut by the TTL: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("exec still running 10 s after its sandbox was destroyed")
+	if err := wait(); errcode.Of(err) != errcode.SandboxNotRunning || !strings.Contains(err.Error(), "TTL ran out") {
+		t.Fatalf("exec cut by the TTL: %v", err)
 	}
 	e.assertNoLeaks(t)
 	evs, _ := e.svc.Events(context.Background(), sandbox.EventFilter{SandboxID: sb.ID})
@@ -507,29 +526,12 @@ func TestTTLExpiry(t *testing.T) {
 func TestDestroyDuringExec(t *testing.T) {
 	e := newEnv(t, sandbox.Config{})
 	sb := e.create(t, sandbox.CreateRequest{})
-	execErr, started := make(chan error, 1), make(chan struct{})
-	var once sync.Once
-	go func() {
-		_, err := e.svc.Exec(context.Background(), sb.ID, argv("sh", "-c", "echo started; exec sleep 60"), func(string, []byte) {
-			once.Do(func() { close(started) })
-		})
-		execErr <- err
-	}()
-	select {
-	case <-started:
-	case err := <-execErr:
-		t.Fatalf("exec ended before the destroy: %v", err)
-	}
+	wait := e.cutExec(t, sb.ID)
 	if d, err := e.svc.Destroy(context.Background(), sb.ID); err != nil || d.State != sandbox.StateDestroyed {
 		t.Fatalf("destroy: %+v %v", d, err)
 	}
-	select {
-	case err := <-execErr:
-		if errcode.Of(err) != errcode.SandboxNotRunning || !strings.Contains(err.Error(), "destroyed while the call ran") {
-			t.Fatalf("exec cut by a destroy: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("exec still running 10 s after its sandbox was destroyed")
+	if err := wait(); errcode.Of(err) != errcode.SandboxNotRunning || !strings.Contains(err.Error(), "destroyed while the call ran") {
+		t.Fatalf("exec cut by a destroy: %v", err)
 	}
 	if got, err := e.svc.Get(context.Background(), sb.ID); err != nil || got.State != sandbox.StateDestroyed {
 		t.Fatalf("after destroy: %+v %v", got, err)

@@ -164,6 +164,10 @@ func testDiskFill(t *testing.T, rt *Runtime) {
 		t.Errorf("the host lost %d MiB of free space to a 64 MiB disk", used>>20)
 	}
 	t.Logf("filled: file %d MiB, image %d MiB on the host", size>>20, allocated(t, img)>>20)
+	// What a restarting server adds back to its disk budget: this disk, not the templates.
+	if got, want := rt.DisksMiB(), allocated(t, img)>>20; got != want || got < 48 {
+		t.Errorf("DisksMiB %d, want the image's %d MiB", got, want)
+	}
 
 	if res := runtimetest.Exec(t, c, "echo", "alive"); res.Stdout != "alive\n" {
 		t.Fatalf("sandbox unresponsive on a full disk: %+v", res)
