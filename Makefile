@@ -56,7 +56,10 @@ $(MCPCLIENTS)/node_modules/.package-lock.json: $(MCPCLIENTS)/package.json $(MCPC
 run: deps build
 	./$(BIN) serve
 
+# vet also fails when go.mod or go.sum is not what `go mod tidy` would write (Go ≥ 1.23: -diff
+# prints the difference and changes nothing); run `go mod tidy` to fix it.
 vet:
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
