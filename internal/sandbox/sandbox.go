@@ -4,10 +4,9 @@
 package sandbox
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"regexp"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 // State is a sandbox's lifecycle state.
@@ -110,16 +109,8 @@ type EventFilter struct {
 	Limit     int
 }
 
-var idPattern = regexp.MustCompile(`^sb-[0-9a-f]{12}$`)
+// NewID returns a fresh sandbox id: "sb-" and 12 lowercase hex digits (sandboxid.New).
+func NewID() string { return sandboxid.New() }
 
-// NewID returns a fresh sandbox id: "sb-" and 12 lowercase hex digits.
-func NewID() string {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return "sb-" + hex.EncodeToString(b[:])
-}
-
-// ValidID reports whether id has the shape NewID produces.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// ValidID reports whether id has the shape NewID produces (sandboxid.Valid).
+func ValidID(id string) bool { return sandboxid.Valid(id) }

@@ -25,6 +25,8 @@ package oci
 import (
 	"log/slog"
 	"regexp"
+
+	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 // Flavor is which OCI runtime a Runtime drives.
@@ -73,11 +75,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// idPattern is sandbox.ValidID's shape, copied so this package does not import the control
-// plane. Every host resource is named from an id that matches it.
-var idPattern = regexp.MustCompile(`^sb-[0-9a-f]{12}$`)
-
-func validID(id string) bool { return idPattern.MatchString(id) }
+// validID is sandboxid.Valid: every host resource is named from an id that passes it.
+func validID(id string) bool { return sandboxid.Valid(id) }
 
 // parentPattern is the shape of Config.CgroupParent: one path component.
 var parentPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)

@@ -4,8 +4,6 @@ package runtimetest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"slices"
@@ -17,17 +15,14 @@ import (
 
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 // ReadyTimeout bounds how long a started sandbox's agent may take to answer.
 const ReadyTimeout = 20 * time.Second
 
-// NewID returns a fresh sandbox id of the shape sandbox.NewID produces.
-func NewID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "sb-" + hex.EncodeToString(b)
-}
+// NewID returns a fresh sandbox id (sandboxid.New).
+func NewID() string { return sandboxid.New() }
 
 // DefaultSpec is the spec the suite creates: image "host", one core, 256 MiB, 256 pids.
 func DefaultSpec(id string) runtime.Spec {

@@ -1,0 +1,43 @@
+// Package sandboxid is the one definition of a sandbox id: "sb-" and 12 lowercase hex digits.
+// Every host resource of a sandbox (container, bundle, disk, cgroups) is named from its id, so
+// every layer that takes an id from outside checks it with Valid before using it in a path; the
+// control plane, the runtimes and the clients all share this package instead of copies of the
+// pattern. It imports nothing of agentbox.
+package sandboxid
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// Prefix starts every sandbox id.
+const Prefix = "sb-"
+
+// hexDigits is how many lowercase hex digits follow Prefix (6 random bytes).
+const hexDigits = 12
+
+// Len is the length of every sandbox id.
+const Len = len(Prefix) + hexDigits
+
+// New returns a fresh random sandbox id.
+func New() string {
+	var b [hexDigits / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return Prefix + hex.EncodeToString(b[:])
+}
+
+// Valid reports whether id has the shape New produces: Prefix and 12 lowercase hex digits,
+// nothing else (so it is safe as one path component).
+func Valid(id string) bool {
+	if len(id) != Len || id[:len(Prefix)] != Prefix {
+		return false
+	}
+	for _, c := range []byte(id[len(Prefix):]) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
