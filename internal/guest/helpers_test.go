@@ -195,7 +195,9 @@ func (a *agent) raw(t *testing.T, method, path, body string) (int, guest.ErrorBo
 		return d.DialContext(ctx, "unix", a.socket)
 	}}}
 	defer hc.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), method, "http://agent/v1"+path, strings.NewReader(body))
+	// 60 s, not less: a body of tens of MiB takes the agent seconds to refuse on a loaded
+	// machine, several times that under the race detector (make test).
+	req, err := http.NewRequestWithContext(ctxT(t, 60*time.Second), method, "http://agent/v1"+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

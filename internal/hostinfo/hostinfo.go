@@ -61,54 +61,6 @@ type mountEntry struct {
 	superOpts  []string
 }
 
-// parseMountinfo reads the format of proc(5) /proc/[pid]/mountinfo.
-func parseMountinfo(r io.Reader) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(pre)
-		p := strings.Fields(post)
-		if len(f) < 5 || len(p) < 1 {
-			continue
-		}
-		e := mountEntry{mountPoint: unescapeMount(f[4]), fsType: p[0]}
-		if len(p) >= 3 {
-			e.superOpts = strings.Split(p[2], ",")
-		}
-		out = append(out, e)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	return out, nil
-}
-
-// unescapeMount undoes the octal escapes (\040 for space, …) of mountinfo fields.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // cgroupMountsFrom picks the cgroup hierarchies out of a mount table.
 func cgroupMountsFrom(entries []mountEntry) []CgroupMount {
 	var out []CgroupMount

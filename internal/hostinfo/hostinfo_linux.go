@@ -3,11 +3,13 @@ package hostinfo
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,6 +25,24 @@ func CgroupMounts() ([]CgroupMount, error) {
 		return nil, fmt.Errorf("cgroup mounts: %w", err)
 	}
 	return cgroupMountsFrom(entries), nil
+}
+
+// parseMountinfo reads the format of proc(5) /proc/[pid]/mountinfo (github.com/moby/sys/mountinfo
+// parses it and undoes its octal escapes).
+func parseMountinfo(r io.Reader) ([]mountEntry, error) {
+	infos, err := mountinfo.GetMountsFromReader(r, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	out := make([]mountEntry, 0, len(infos))
+	for _, m := range infos {
+		e := mountEntry{mountPoint: m.Mountpoint, fsType: m.FSType}
+		if m.VFSOptions != "" {
+			e.superOpts = strings.Split(m.VFSOptions, ",")
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // CgroupMode reports "v1", "hybrid" or "v2". It trusts the file system type of

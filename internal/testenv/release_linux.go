@@ -1,12 +1,12 @@
 package testenv
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,14 +27,9 @@ func releaseMounts(dir string) {
 		return false
 	}
 	var mine []string
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if fields := strings.Fields(sc.Text()); len(fields) > 4 && under(fields[4]) {
-				mine = append(mine, fields[4])
-			}
-		}
-		f.Close()
+	mounts, _ := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) { return !under(m.Mountpoint), false })
+	for _, m := range mounts {
+		mine = append(mine, m.Mountpoint)
 	}
 	sort.Slice(mine, func(i, j int) bool { return len(mine[i]) > len(mine[j]) })
 	for _, mp := range mine {

@@ -3,13 +3,15 @@
 package testenv
 
 import (
-	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 var (
@@ -96,16 +98,14 @@ func ShortTempDir(t testing.TB, prefix string) string {
 // /sys/fs/cgroup, and processes whose cgroup or command line mentions them.
 func Leaks(needles ...string) []string {
 	var found []string
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			for _, n := range needles {
-				if strings.Contains(sc.Text(), n) {
-					found = append(found, "mount: "+sc.Text())
-				}
+	mounts, _ := mountinfo.GetMounts(nil)
+	for _, m := range mounts {
+		for _, n := range needles {
+			if strings.Contains(m.Mountpoint, n) || strings.Contains(m.Root, n) || strings.Contains(m.Source, n) {
+				found = append(found, fmt.Sprintf("mount: %s (%s %s, root %s)", m.Mountpoint, m.FSType, m.Source, m.Root))
+				break
 			}
 		}
-		f.Close()
 	}
 	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, p := range backing {

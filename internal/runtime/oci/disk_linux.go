@@ -20,7 +20,6 @@ package oci
 // and the file system mounted with mount(2): no losetup or mount processes.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -435,42 +435,17 @@ func loopBacking(name string) (string, bool) {
 	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)"), true
 }
 
-// mountPoints lists this mount namespace's mount points (the host's, for the server).
+// mountPoints lists this mount namespace's mount points (the host's, for the server), unescaped.
 func mountPoints() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
-			out = append(out, unescapeMountPath(fields[4]))
-		}
+	out := make([]string, 0, len(infos))
+	for _, m := range infos {
+		out = append(out, m.Mountpoint)
 	}
-	return out, sc.Err()
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space, …).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, nil
 }
 
 // DisksMiB is the host space the disk images of this runtime's sandboxes occupy: their
