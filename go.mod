@@ -8,6 +8,7 @@ require (
 	github.com/moby/sys/mountinfo v0.7.3
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/opencontainers/runtime-spec v1.3.0
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
 	modernc.org/sqlite v1.62.0
 )

@@ -1,0 +1,143 @@
+// Package internal_test keeps the direction of dependencies between agentbox's packages
+// (docs/ARCHITECTURE.md): it asks `go list` for the module's import graph and fails on an edge
+// the architecture forbids.
+package internal_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/agentbox/agentbox/"
+
+// pkg is what the rules look at of one package of the module (`go list -json`).
+type pkg struct {
+	ImportPath string
+	// Imports are the package's direct imports; Deps its transitive ones (neither counts tests).
+	Imports, Deps []string
+	// TestImports and XTestImports are its tests' direct imports.
+	TestImports, XTestImports []string
+}
+
+// dbDrivers are the import paths (and their subpackages) that talk to a database.
+var dbDrivers = []string{"database/sql", "modernc.org/sqlite", "github.com/mattn/go-sqlite3",
+	"github.com/jackc/pgx", "github.com/lib/pq"}
+
+// storeDrivers may import dbDrivers: they are the only code that knows a database.
+var storeDrivers = []string{module + "internal/store/sqlite", module + "internal/store/postgres"}
+
+// under reports whether path is p or one of its subpackages.
+func under(path, p string) bool { return path == p || strings.HasPrefix(path, p+"/") }
+
+func underAny(path string, ps ...string) bool {
+	return slices.ContainsFunc(ps, func(p string) bool { return under(path, p) })
+}
+
+// violations applies the rules to a module's packages and returns every forbidden edge.
+func violations(pkgs []pkg) []string {
+	var out []string
+	forbid := func(p pkg, deps []string, why string, bad ...string) {
+		for _, d := range deps {
+			if underAny(d, bad...) {
+				out = append(out, p.ImportPath+" → "+d+": "+why)
+			}
+		}
+	}
+	for _, p := range pkgs {
+		path := p.ImportPath
+		if underAny(path, module+"internal/runtime", module+"internal/store") {
+			forbid(p, p.Deps, "runtimes and stores are below the adapters",
+				module+"internal/api", module+"internal/mcpserver")
+		}
+		if path == module+"internal/sandbox" {
+			forbid(p, p.Deps, "the control plane declares the Store it needs and knows no adapter",
+				module+"internal/store", module+"internal/api", module+"internal/mcpserver")
+		}
+		if path == module+"internal/runtime" {
+			forbid(p, p.Deps, "the runtime contract is lifecycle only; the guest protocol is the runtimes' business",
+				module+"internal/guest")
+		}
+		if !underAny(path, storeDrivers...) {
+			direct := slices.Concat(p.Imports, p.TestImports, p.XTestImports)
+			forbid(p, direct, "only store drivers talk to a database", dbDrivers...)
+		}
+	}
+	return out
+}
+
+// TestDependencyDirection runs the rules over the module's real import graph.
+func TestDependencyDirection(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Deps,TestImports,XTestImports", module+"...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	var pkgs []pkg
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	// The rules must see the packages they are about, or they prove nothing.
+	for _, want := range []string{"internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/api", "internal/mcpserver"} {
+		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+want }) {
+			t.Fatalf("go list did not report %s", want)
+		}
+	}
+	for _, v := range violations(pkgs) {
+		t.Error(v)
+	}
+}
+
+// TestDependencyRules checks that each rule catches the edge it forbids, and allows the ones
+// the architecture has.
+func TestDependencyRules(t *testing.T) {
+	t.Parallel()
+	m := func(s ...string) []string {
+		for i := range s {
+			if !strings.Contains(s[i], ".") {
+				s[i] = module + s[i]
+			}
+		}
+		return s
+	}
+	bad := []pkg{
+		{ImportPath: module + "internal/runtime/oci", Deps: m("internal/api")},
+		{ImportPath: module + "internal/store/storetest", Deps: m("internal/mcpserver")},
+		{ImportPath: module + "internal/sandbox", Deps: m("internal/store")},
+		{ImportPath: module + "internal/sandbox", Deps: m("internal/api/client")},
+		{ImportPath: module + "internal/runtime", Deps: m("internal/guest")},
+		{ImportPath: module + "internal/config", Imports: m("modernc.org/sqlite")},
+		{ImportPath: module + "internal/sandbox", XTestImports: m("github.com/jackc/pgx/v5")},
+		{ImportPath: module + "cmd/agentbox", Imports: []string{"database/sql"}},
+	}
+	for _, p := range bad {
+		if v := violations([]pkg{p}); len(v) != 1 {
+			t.Errorf("%+v: violations %q, want one", p, v)
+		}
+	}
+	good := []pkg{
+		{ImportPath: module + "internal/runtime/oci", Deps: m("internal/guest", "internal/runtime")},
+		{ImportPath: module + "internal/store/sqlite", Imports: m("modernc.org/sqlite", "database/sql"), Deps: m("internal/sandbox")},
+		{ImportPath: module + "internal/store/postgres", Imports: m("github.com/jackc/pgx/v5")},
+		{ImportPath: module + "internal/sandbox", Deps: m("internal/runtime", "internal/guest", "internal/storeutil")},
+		{ImportPath: module + "cmd/agentbox", Deps: m("internal/store/sqlite", "modernc.org/sqlite", "internal/api")},
+		{ImportPath: module + "internal/mcpserver", Deps: m("internal/sandbox")},
+	}
+	if v := violations(good); len(v) != 0 {
+		t.Errorf("allowed edges reported: %q", v)
+	}
+}
