@@ -51,6 +51,14 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 			lock.Release()
 		}
 	}()
+	// Refuse now, not at the first create, a state dir that sandboxes could not reach (one
+	// under a 0700 mktemp dir or a 0750 home): the runtimes would only be listed unavailable
+	// (runc, crun) or fail at create. Not as root, no runtime works and each says why.
+	if os.Geteuid() == 0 {
+		if err := statedir.CheckSearchable(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	}
 	st, err := sqlite.Open(ctx, filepath.Join(cfg.StateDir, "agentbox.db"))
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)

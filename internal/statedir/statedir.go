@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,3 +50,54 @@ func Acquire(dir string) (*Lock, error) {
 
 // Release drops the lock.
 func (l *Lock) Release() error { return l.f.Close() }
+
+// CheckSearchable returns an error that names the fix when a directory above dir (dir included,
+// as written and with symlinks resolved) does not let other users search it (mode o+x). The
+// sandboxes' root users are unprivileged host ids (a range of their own, in no group of the
+// host's), and the runtime's init resolves each sandbox's root file system and binds below dir
+// as that user: under a 0700 mktemp dir or a 0750 home directory every create would fail.
+// Making the directories searchable is the owner's choice, so the server refuses to start and
+// says how, instead of changing them.
+func CheckSearchable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	paths := []string{abs}
+	// With symlinks resolved, from the deepest directory that exists.
+	for d, tail := abs, ""; ; d, tail = filepath.Dir(d), filepath.Join(filepath.Base(d), tail) {
+		if real, err := filepath.EvalSymlinks(d); err == nil {
+			if real = filepath.Join(real, tail); real != abs {
+				paths = append(paths, real)
+			}
+			break
+		}
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	var closed []string
+	for _, p := range paths {
+		for d := p; ; d = filepath.Dir(d) {
+			if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 && !slices.Contains(closed, d) {
+				closed = append(closed, d)
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
+	if len(closed) == 0 {
+		return nil
+	}
+	slices.Sort(closed)
+	var modes []string
+	for _, d := range closed {
+		st, _ := os.Stat(d)
+		modes = append(modes, fmt.Sprintf("%s (%04o)", d, st.Mode().Perm()))
+	}
+	return fmt.Errorf("state dir %s: sandboxes could not reach it, because other users cannot search %s "+
+		"(a sandbox's root user is an unprivileged host id that must pass through every directory above its files). "+
+		"Run `chmod o+x %s` (lets others pass through, not list), or choose a --state-dir elsewhere (for example /var/lib/agentbox)",
+		dir, strings.Join(modes, ", "), strings.Join(closed, " "))
+}
