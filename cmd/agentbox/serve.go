@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/mcpserver"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 func cmdServe(args []string) int {
@@ -31,7 +32,7 @@ func cmdServe(args []string) int {
 	fs.Int64Var(&cfg.DiskBudgetMB, "disk-budget-mb", 0, "sum of live sandboxes' disk_mb (default: the state dir's free space at start plus what adopted sandboxes' disks hold, less a tenth of its size, at most 4 GiB)")
 	fs.StringVar(&cfg.GuestBinary, "guest-binary", "", "agentbox binary to run inside sandboxes (default: this one)")
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (servers sharing a host need different ones)")
-	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, "first host uid of the pool sandboxes' user-namespace ranges (65536 ids each) come from (default 200000)")
+	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, fmt.Sprintf("first host uid of the pool sandboxes' user-namespace ranges (%d ids each) come from (default %d)", sandbox.IDRangeSize, sandbox.DefaultIDPoolBase))
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {

@@ -28,7 +28,7 @@ type Options struct {
 	// Token is required as "Authorization: Bearer <token>" on every request but /health.
 	// Empty disables auth (only for --insecure-no-auth on loopback).
 	Token string
-	// MaxFileBytes bounds one file upload (default 1 GiB).
+	// MaxFileBytes bounds one file upload or download (default 1 GiB).
 	MaxFileBytes int64
 	// AllowAnyHost disables the Host check (for --allow-remote).
 	AllowAnyHost bool

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // Version is the configuration schema version.
@@ -55,18 +56,18 @@ type Config struct {
 	// GuestBinary is the agentbox binary bound into sandboxes (default: this executable).
 	GuestBinary string
 	// UIDPoolBase is the first host uid (and gid) of the pool each sandbox's range of 65536 ids
-	// comes from (0 = 200000). Ranges never include ids below 65536, the host's users and
+	// comes from (0 = sandbox.DefaultIDPoolBase, 200000). Ranges never include ids below 65536, the host's users and
 	// groups, or what /etc/subuid and /etc/subgid delegate.
 	UIDPoolBase int64
-	// MaxBodyBytes bounds JSON request bodies (1 MiB + stdin bound); file uploads are bounded by
-	// MaxFileBytes.
-	MaxFileBytes int64 // 1 GiB
+	// MaxFileBytes bounds one file upload or download through the REST API; 0 = the API's
+	// default (1 GiB). JSON bodies have a fixed bound (api.MaxJSONBody).
+	MaxFileBytes int64
 }
 
 // Default returns the configuration with every default filled from the environment and host.
 func Default() Config {
-	c := Config{Version: Version, Listen: DefaultListen, DefaultRuntime: "runc",
-		DefaultTTL: 30 * time.Minute, MaxTTL: 24 * time.Hour, MaxSandboxes: 200, MaxFileBytes: 1 << 30, CgroupParent: "agentbox"}
+	c := Config{Version: Version, Listen: DefaultListen, DefaultRuntime: sandbox.DefaultRuntime,
+		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes, CgroupParent: "agentbox"}
 	c.StateDir = DefaultStateDir()
 	c.TokenFile = DefaultTokenFile()
 	c.Token = os.Getenv("AGENTBOX_TOKEN")
@@ -123,7 +124,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, "budgets must not be negative")
 	}
 	if c.UIDPoolBase != 0 && (c.UIDPoolBase < 65536 || c.UIDPoolBase > 1<<32-1<<16) {
-		errs = append(errs, fmt.Sprintf("uid pool base %d must be between 65536 and %d (0 = the default, 200000)", c.UIDPoolBase, int64(1<<32-1<<16)))
+		errs = append(errs, fmt.Sprintf("uid pool base %d must be between 65536 and %d (0 = the default, %d)", c.UIDPoolBase, int64(1<<32-1<<16), sandbox.DefaultIDPoolBase))
 	}
 	if len(errs) > 0 {
 		return errcode.New(errcode.InvalidArgument, "invalid configuration: %s", strings.Join(errs, "; "))

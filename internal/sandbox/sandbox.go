@@ -109,6 +109,15 @@ type EventFilter struct {
 	Limit     int
 }
 
+// Defaults of Config that the server's configuration (internal/config) shows as its own: this is
+// their one source.
+const (
+	DefaultRuntime      = "runc"
+	DefaultTTL          = 30 * time.Minute
+	DefaultMaxTTL       = 24 * time.Hour
+	DefaultMaxSandboxes = 200
+)
+
 // NewID returns a fresh sandbox id: "sb-" and 12 lowercase hex digits (sandboxid.New).
 func NewID() string { return sandboxid.New() }
 

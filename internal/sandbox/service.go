@@ -57,7 +57,7 @@ func (c *Config) setDefaults() {
 		c.SweepInterval = time.Minute
 	}
 	if c.DefaultRuntime == "" {
-		c.DefaultRuntime = "runc"
+		c.DefaultRuntime = DefaultRuntime
 	}
 	if c.DefaultCPU == 0 {
 		c.DefaultCPU = 1
@@ -72,13 +72,13 @@ func (c *Config) setDefaults() {
 		c.PidsLimit = 1024
 	}
 	if c.DefaultTTL == 0 {
-		c.DefaultTTL = 30 * time.Minute
+		c.DefaultTTL = DefaultTTL
 	}
 	if c.MaxTTL == 0 {
-		c.MaxTTL = 24 * time.Hour
+		c.MaxTTL = DefaultMaxTTL
 	}
 	if c.MaxSandboxes == 0 {
-		c.MaxSandboxes = 200
+		c.MaxSandboxes = DefaultMaxSandboxes
 	}
 	if c.IDPoolBase == 0 {
 		c.IDPoolBase = DefaultIDPoolBase
