@@ -1,10 +1,13 @@
 # agentbox — `sudo make run` starts the server; `sudo make test` runs every test.
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
+# The shipped binary is static: CGO_ENABLED=0 for `make build` (and testenv.Binary builds the
+# binary the tests run, inside sandboxes too, the same way). Only `make test`'s race build turns
+# cgo on, which needs a C compiler: gcc and libc6-dev are host packages for that.
 export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/agentbox
-HOST_PKGS := runc crun iproute2 python3 e2fsprogs
+HOST_PKGS := runc crun iproute2 python3 e2fsprogs gcc libc6-dev
 # gVisor's runsc is built from the Go module proxy at this pinned version (Debian's runsc is from
 # 2022-12 and lacks four years of fixes: statx, /proc/self/limits, clone3, …) into RUNSC, which
 # comes before /usr/bin in PATH. `go version -m` tells which version an installed one is.
@@ -65,8 +68,11 @@ vet:
 
 # test runs every test: unit, store, guest, runtime (real runc), service, API, end-to-end and the
 # real MCP clients (test/mcpclients). Tests that need root run when root (CI is root).
+# One pass, under the race detector, replaces a plain one: every package runs under it (all are
+# pure Go; the test binaries need not be static, since what runs in a sandbox is the agentbox
+# binary that testenv.Binary builds with CGO_ENABLED=0). It needs cgo for the test binaries only.
 test: deps deps-mcp vet build
-	$(GO) test -count=1 -timeout 40m ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 60m ./...
 
 test-unit:
 	$(GO) test -count=1 -short ./...
