@@ -120,6 +120,9 @@ type CreateRequest struct {
 	// Requirements pick a runtime that satisfies them when Runtime is empty, and are checked
 	// against Runtime when it is not (runtimes.go).
 	Requirements Requirements `json:"requirements,omitzero"`
+	// IdempotencyKey makes a retried create return the sandbox the first one made: keys are
+	// scoped to the caller's owner (WithOwner) and kept as long as the sandbox's record.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // ExecRequest runs a command in a sandbox.
@@ -173,6 +176,8 @@ type Service struct {
 
 	// idBases are the first host ids of the pool's id ranges, lowest first.
 	idBases []int64
+
+	bus *bus // wakes event subscribers
 }
 
 type idLock struct {
@@ -187,7 +192,7 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{store: st, runtimes: map[string]runtime.Runtime{}, cfg: cfg, log: log, now: time.Now,
-		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}}
+		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus()}
 	for _, rt := range rts {
 		s.runtimes[rt.Name()] = rt
 	}
@@ -454,6 +459,7 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
 		return sb, fmt.Errorf("sandbox %s %s→%s: %w", sb.ID, from, to, err)
 	}
+	s.bus.publish()
 	s.log.Info("sandbox state", "sandbox_id", sb.ID, "from", from, "to", to, "reason", reason)
 	return sb, nil
 }
@@ -575,9 +581,12 @@ func (s *Service) Extend(ctx context.Context, id string, ttlSeconds int64) (Sand
 	sb.ExpiresAt = exp
 	sb.UpdatedAt = now
 	sb.Version++
-	if err := s.store.UpdateSandbox(ctx, sb, Event{}); err != nil {
+	ev := Event{SandboxID: id, Type: "extend", From: sb.State, To: sb.State, At: now,
+		Reason: "ttl extended to " + exp.Format(time.RFC3339)}
+	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
 		return sb, fmt.Errorf("extend %s: %w", id, err)
 	}
+	s.bus.publish()
 	return sb, nil
 }
 
