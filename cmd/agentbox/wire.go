@@ -91,7 +91,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 	}
 	diskBudget := cfg.DiskBudgetMB
 	if diskBudget == 0 {
-		if diskBudget, err = defaultDiskBudgetMB(cfg.StateDir, rts); err != nil {
+		if diskBudget, err = defaultDiskBudgetMB(ctx, cfg.StateDir, rts); err != nil {
 			return nil, err
 		}
 	}
@@ -142,14 +142,18 @@ func newRuntimes(ctx context.Context, stateDir, cgroupParent, guestBin string, l
 // system has free now plus what the disks of sandboxes it will adopt already hold (their
 // disk_mb counts against the budget in full), less a tenth of its size (at most 4 GiB) kept
 // for the host (the database, logs, whatever else lives there), at least one default-sized disk.
-func defaultDiskBudgetMB(dir string, rts []runtime.Runtime) (int64, error) {
+func defaultDiskBudgetMB(ctx context.Context, dir string, rts []runtime.Runtime) (int64, error) {
 	free, total, err := hostinfo.DiskSpaceMiB(dir)
 	if err != nil {
 		return 0, err
 	}
 	for _, rt := range rts {
-		if d, ok := rt.(interface{ DisksMiB() int64 }); ok {
-			free += d.DisksMiB()
+		if d, ok := rt.(runtime.DiskAccounter); ok {
+			n, err := d.DisksMiB(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("runtime %s: %w", rt.Name(), err)
+			}
+			free += n
 		}
 	}
 	return max(free-min(total/10, 4096), 1024), nil

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"io"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -161,13 +160,13 @@ func (s *Service) Run(ctx context.Context) {
 	}
 }
 
-// Close releases the runtimes' host-wide resources (those that implement io.Closer, e.g. an
-// empty cgroup parent). Sandboxes keep running: a restarted server adopts them.
+// Close releases the runtimes' host-wide resources (those that implement runtime.Closer, e.g.
+// an empty cgroup parent). Sandboxes keep running: a restarted server adopts them.
 func (s *Service) Close() error {
 	var errs []error
 	for _, rt := range s.runtimes {
-		if c, ok := rt.(io.Closer); ok {
-			errs = append(errs, c.Close())
+		if c, ok := rt.(runtime.Closer); ok {
+			errs = append(errs, c.Close(context.Background()))
 		}
 	}
 	return errors.Join(errs...)

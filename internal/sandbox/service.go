@@ -419,13 +419,14 @@ func (s *Service) admit(ctx context.Context, sb Sandbox, rt runtime.Runtime) (ru
 func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) error {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
 		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap}
-	if err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
+	if _, err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
 		return err
 	}
-	gc, err := rt.Guest(ctx, sb.ID)
+	dial, err := rt.Agent(ctx, sb.ID)
 	if err != nil {
 		return err
 	}
+	gc := guest.NewClient(guest.Dialer(dial))
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	err = gc.WaitReady(rctx)
 	cancel()
@@ -607,10 +608,11 @@ func (s *Service) running(ctx context.Context, id string) (Sandbox, *guest.Clien
 	if !ok {
 		return sb, nil, errcode.New(errcode.RuntimeUnavailable, "sandbox %s belongs to runtime %q, which this server does not have", id, sb.Runtime)
 	}
-	gc, err = rt.Guest(ctx, id)
+	dial, err := rt.Agent(ctx, id)
 	if err != nil {
 		return sb, nil, err
 	}
+	gc = guest.NewClient(guest.Dialer(dial))
 	s.guestsMu.Lock()
 	if cur := s.guests[id]; cur != nil {
 		gc.Close()

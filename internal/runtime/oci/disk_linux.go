@@ -476,16 +476,22 @@ func unescapeMountPath(s string) string {
 // DisksMiB is the host space the disk images of this runtime's sandboxes occupy: their
 // allocated blocks, not their sparse size. A server adds it back to the free space it sees at
 // start, since the disk_mb of the sandboxes it adopts is counted against its budget in full.
-func (r *Runtime) DisksMiB() int64 {
-	imgs, _ := filepath.Glob(filepath.Join(r.root, "sandboxes", "*", diskImageName))
+func (r *Runtime) DisksMiB(ctx context.Context) (int64, error) {
+	imgs, err := filepath.Glob(filepath.Join(r.root, "sandboxes", "*", diskImageName))
+	if err != nil {
+		return 0, errcode.Wrap(errcode.Internal, err, "cannot list the sandboxes' disks")
+	}
 	var bytes int64
 	for _, img := range imgs {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		var st unix.Stat_t
 		if unix.Lstat(img, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 			bytes += st.Blocks * 512
 		}
 	}
-	return bytes >> 20
+	return bytes >> 20, nil
 }
 
 // sandboxesDirs are the paths of Root/sandboxes as the kernel may report them: as configured,
