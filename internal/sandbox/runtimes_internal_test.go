@@ -12,14 +12,14 @@ import (
 // declaredRuntime declares capabilities and does nothing: pickRuntime only reads them.
 type declaredRuntime struct{ caps runtime.Capabilities }
 
-func (d declaredRuntime) Name() string                             { return d.caps.Name }
-func (d declaredRuntime) Capabilities() runtime.Capabilities       { return d.caps }
+func (d declaredRuntime) Name() string                       { return d.caps.Name }
+func (d declaredRuntime) Capabilities() runtime.Capabilities { return d.caps }
 func (declaredRuntime) Create(context.Context, runtime.Spec) (runtime.Handle, error) {
 	return "", errNotHere
 }
-func (declaredRuntime) Start(context.Context, string) error        { return errNotHere }
-func (declaredRuntime) Stop(context.Context, string) error         { return errNotHere }
-func (declaredRuntime) Delete(context.Context, string) error       { return errNotHere }
+func (declaredRuntime) Start(context.Context, string) error  { return errNotHere }
+func (declaredRuntime) Stop(context.Context, string) error   { return errNotHere }
+func (declaredRuntime) Delete(context.Context, string) error { return errNotHere }
 func (declaredRuntime) State(context.Context, string) (runtime.Status, error) {
 	return "", errNotHere
 }
