@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -221,16 +222,18 @@ func waitReadable(ctx context.Context, f *os.File) error {
 }
 
 // Agent returns a dialer for the agent's socket in the sandbox's run/ directory. Every dial
-// checks the process at the socket's other end (SO_PEERCRED, the pid of whoever listens on it)
-// against the sandbox's init.pid, and refuses any other with an *runtime.AgentPeerError:
+// checks the process at the socket's other end (SO_PEERCRED: the pid of whoever called listen on
+// it, in this process's pid namespace) and refuses any but the sandbox's own with an
+// *runtime.AgentPeerError:
 //
 //   - runc and crun: the agent is the container's init (PID 1 inside), so the peer must be the
-//     init's host pid exactly. A process of the sandbox that replaced the socket with its own
-//     listener (root inside can: /.agentbox/run is its) is another pid and is refused.
-//   - gVisor: every process of the sandbox is the sentry to the host (the sentry listens on
-//     the host's socket for whichever of its processes bound it), so the check can tell that
-//     the peer is this sandbox's sentry, not which process inside it listens: it keeps out a
-//     socket held by any host process or another sandbox, not an impostor inside the sandbox.
+//     init's host pid (init.pid) exactly. A process of the sandbox that replaced the socket with
+//     its own listener (root inside can: /.agentbox/run is its) is another pid and is refused.
+//   - gVisor: no process of the sandbox is a host process. The host socket is bound and listened
+//     on by the sandbox's gofer on the sentry's behalf (directfs off; the sentry itself with
+//     directfs), so the peer must be this sandbox's gofer (gofer.pid) or sentry (init.pid). That
+//     keeps out a socket held by any host process or another sandbox, but cannot tell the agent
+//     from another listener inside the same sandbox: that is the sandbox's own kernel's business.
 //
 // A sandbox adopted after a restart gets its OOM guard here too, until the control plane calls
 // Adopt (which does the same).
@@ -256,6 +259,9 @@ func (r *Runtime) dialer(id string) runtime.Dialer {
 			want := readPid(pidFile)
 			if want > 0 && int(c.Pid) == want {
 				return nil
+			}
+			if want > 0 && slices.Contains(r.helperPids(id), int(c.Pid)) {
+				return nil // gVisor's gofer listens for the sentry
 			}
 			pe := &runtime.AgentPeerError{ID: id, PeerPID: c.Pid, WantPID: int32(want)}
 			r.log.Warn("refused a connection to a sandbox's agent socket held by another process", "sandbox_id", id,
