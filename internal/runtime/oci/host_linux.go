@@ -125,7 +125,7 @@ func (r *Runtime) removeCgroups(ctx context.Context, id string) error {
 			}
 		}
 		if lastErr != nil {
-			return errcode.Wrap(errcode.RuntimeUnavailable, lastErr, "cannot remove cgroup %s of sandbox %s", p, id)
+			return errcode.Wrap(errcode.RuntimeUnavailable, lastErr, "cannot remove the cgroups of sandbox %s: a process of it is still alive; retry", id)
 		}
 	}
 	return nil

@@ -218,8 +218,13 @@ func TestRuncCreateFailureCleansUp(t *testing.T) {
 	rt.hostRlimits.NOFILE = 1 << 40 // no clamping: the spec asks for more than the host allows
 	id := runtimetest.NewID()
 	_, err := rt.Create(context.Background(), runtimetest.DefaultSpec(id))
-	if !errcode.Is(err, errcode.RuntimeUnavailable) || !strings.Contains(errcode.Message(err), "rlimit") {
-		t.Fatalf("create with an excessive rlimit: %v", err)
+	if !errcode.Is(err, errcode.RuntimeUnavailable) || !strings.Contains(err.Error(), "rlimit") {
+		t.Fatalf("create with an excessive rlimit: %v (want the runtime's error in the cause)", err)
+	}
+	// The caller's message says what failed and what to do; the runtime's words (host paths
+	// among them) stay in the cause and the log.
+	if msg := errcode.Message(err); strings.Contains(msg, "rlimit") || strings.Contains(msg, rt.root) || !strings.Contains(msg, "server log") {
+		t.Errorf("caller-facing message %q: want no runtime error or host path, and where to look", msg)
 	}
 	assertNoTrace(t, rt, id)
 }

@@ -256,7 +256,7 @@ func (r *Runtime) ensureLayout() (string, error) {
 	}
 	for _, d := range []string{r.root, r.stateDir(), filepath.Join(r.root, "sandboxes"), filepath.Join(r.root, "rootfs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the %s runtime's directory %s", r.name, d)
+			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the %s runtime's directories on the host; the server log has the cause", r.name)
 		}
 	}
 	// Sandboxes' root, an unprivileged host user in a user namespace, must reach what they bind.
@@ -265,7 +265,7 @@ func (r *Runtime) ensureLayout() (string, error) {
 	}
 	guestPath, err := r.installGuest()
 	if err != nil {
-		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot install the guest binary %s under %s", r.guestBinary, r.root)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot install the guest binary into the %s runtime's directory; the server log has the cause", r.name)
 	}
 	rootfs, err := ensureRootfs(filepath.Join(r.root, "rootfs"), "/", r.layout)
 	if err != nil {
@@ -422,7 +422,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		if cctx.Err() != nil {
 			msg = fmt.Sprintf("timed out: %v; %s", cctx.Err(), msg)
 		}
-		return "", errcode.Wrap(errcode.RuntimeUnavailable, runErr, "%s %s %s failed: %s", r.name, verb[0], id, msg)
+		// The runtime's own words name host paths and internals: the log and the cause keep
+		// them, the caller is told what failed and what to do.
+		r.log.Warn("runtime create failed", "sandbox_id", id, "verb", verb[0], "err", runErr, "runtime_error", msg)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, fmt.Errorf("%s %s: %w: %s", r.name, verb[0], runErr, msg),
+			"%s could not create sandbox %s; the server log has the runtime's error (run `agentbox doctor` if it persists)", r.name, id)
 	}
 	r.afterCreate(id)
 	if err := r.prepareOOMGuard(id, in.MemoryMB); err != nil {
@@ -488,7 +492,8 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	for !r.initGone(pid) {
 		select {
 		case <-wctx.Done():
-			return errcode.New(errcode.RuntimeUnavailable, "sandbox %s: init %d still alive %s after SIGKILL", id, pid, stopTimeout)
+			r.log.Warn("sandbox init still alive after SIGKILL", "sandbox_id", id, "pid", pid, "waited", stopTimeout)
+			return errcode.New(errcode.RuntimeUnavailable, "sandbox %s did not stop within %s of SIGKILL; retry", id, stopTimeout)
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
@@ -597,7 +602,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	for _, d := range dirs {
 		ents, err := os.ReadDir(d)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot list %s", d)
+			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot list the sandboxes of runtime %s; the server log has the cause", r.name)
 		}
 		for _, e := range ents {
 			if e.IsDir() {
