@@ -168,8 +168,12 @@ func defaultDiskBudgetMB(ctx context.Context, dir string, rts []runtime.Runtime)
 		return 0, err
 	}
 	for _, rt := range rts {
-		if d, ok := rt.(interface{ DisksMiB() int64 }); ok {
-			free += d.DisksMiB()
+		if d, ok := rt.(runtime.DiskAccounter); ok {
+			n, err := d.DisksMiB(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("runtime %s: %w", rt.Name(), err)
+			}
+			free += n
 		}
 	}
 	return max(free-min(total/10, 4096), 1024), nil

@@ -537,14 +537,15 @@ func (s *Service) allocateIDRange(ctx context.Context, sb Sandbox) (int64, error
 func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) (runtime.Handle, error) {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
 		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap}
-	var handle runtime.Handle
-	if err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
-		return "", err
-	}
-	gc, err := rt.Guest(ctx, sb.ID)
+	handle, err := runtime.CreateAndStart(ctx, rt, spec)
 	if err != nil {
 		return "", err
 	}
+	dial, err := rt.Agent(ctx, sb.ID)
+	if err != nil {
+		return "", err
+	}
+	gc := guest.NewClient(guest.Dialer(dial))
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	err = gc.WaitReady(rctx)
 	cancel()
@@ -723,10 +724,11 @@ func (s *Service) running(ctx context.Context, id string) (Sandbox, *guest.Clien
 	if err != nil {
 		return sb, nil, err
 	}
-	gc, err = rt.Guest(ctx, id)
+	dial, err := rt.Agent(ctx, id)
 	if err != nil {
 		return sb, nil, err
 	}
+	gc = guest.NewClient(guest.Dialer(dial))
 	s.guestsMu.Lock()
 	if cur := s.guests[id]; cur != nil {
 		gc.Close()
@@ -960,8 +962,8 @@ func (s *Service) Close() error {
 		s.stop()
 		s.wg.Wait()
 		for _, rt := range s.local.runtimes {
-			if c, ok := rt.(io.Closer); ok {
-				errs = append(errs, c.Close())
+			if c, ok := rt.(runtime.Closer); ok {
+				errs = append(errs, c.Close(context.Background()))
 			}
 		}
 	})
