@@ -181,10 +181,10 @@ type Capacity struct {
 	// Overcommit is how far the budgets let limits exceed the host (1: hard reservations).
 	Overcommit float64 `json:"overcommit,omitempty"`
 	// What the host really has free now, and what admission keeps for it.
-	MemoryAvailableMB int64 `json:"memory_available_mb,omitempty"`
-	MemoryReserveMB   int64 `json:"memory_reserve_mb,omitempty"`
-	DiskFreeMB        int64 `json:"disk_free_mb,omitempty"`
-	DiskReserveMB     int64 `json:"disk_reserve_mb,omitempty"`
+	MemoryAvailableMB int64 `json:"host_memory_available_mb,omitempty"`
+	MemoryReserveMB   int64 `json:"host_memory_reserve_mb,omitempty"`
+	DiskFreeMB        int64 `json:"host_disk_free_mb,omitempty"`
+	DiskReserveMB     int64 `json:"host_disk_reserve_mb,omitempty"`
 }
 
 // Service is the sandbox control plane. It is safe for concurrent use.
