@@ -75,9 +75,9 @@ func TestPickRuntime(t *testing.T) {
 			cfg.DefaultRuntime = "gvisor"
 		}
 		cfg.setDefaults()
-		s := &Service{runtimes: map[string]runtime.Runtime{}, cfg: cfg}
+		s := &Service{local: &host{runtimes: map[string]runtime.Runtime{}}, cfg: cfg}
 		for _, r := range services[tc.service] {
-			s.runtimes[r.Name()] = r
+			s.local.runtimes[r.Name()] = r
 		}
 		req := CreateRequest{Runtime: tc.runtime, Requirements: Requirements{Isolation: tc.isolation}}
 		got, err := s.pickRuntime(&req)
