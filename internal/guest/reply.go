@@ -399,7 +399,7 @@ func (r *rangeBody) Read(p []byte) (int, error) {
 	}
 	n, err := r.body.Read(p)
 	r.left -= int64(n)
-	if errors.Is(err, io.EOF) && r.left > 0 {
+	if (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && r.left > 0 {
 		err = errcode.Wrap(errcode.SandboxNotRunning, io.ErrUnexpectedEOF, "the sandbox's agent broke off a file read with %d bytes to go (the file shrank, or the sandbox stopped)", r.left)
 	} else if errors.Is(err, io.EOF) {
 		err = nil
