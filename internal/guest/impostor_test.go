@@ -3,6 +3,7 @@
 package guest_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -384,5 +385,20 @@ func TestLegitWorstCases(t *testing.T) {
 	res, err := a.c.Exec(ctxT(t, 60*time.Second), req, func(_ string, d []byte) { streamed.Add(int64(len(d))) })
 	if err != nil || streamed.Load() != 2*max || res.StdoutBytes != max {
 		t.Errorf("streamed exec: %v, %d bytes streamed, result %d", err, streamed.Load(), res.StdoutBytes)
+	}
+}
+
+// TestImpostorListOfLongEntries: a listing of entries each within its bound, but together past
+// what a listing may hold, is cut off, entry by entry, without buffering the reply.
+func TestImpostorListOfLongEntries(t *testing.T) {
+	t.Parallel()
+	entry := []byte(`{"path":"/x/` + strings.Repeat("A", 20000) + `","name":"a","type":"file"},`)
+	im := startImpostor(t, func(im *impostor, w http.ResponseWriter, r *http.Request) {
+		im.endless(w, http.StatusOK, "application/json", `{"path":"/x","entries":[`, bytes.Repeat(entry, 16))
+	})
+	_, err := im.c.List(ctxT(t, 30*time.Second), "/x")
+	wantOversized(t, err)
+	if n := im.written.Load(); n > 128<<20 {
+		t.Errorf("the impostor wrote %d MiB before the client gave up", n>>20)
 	}
 }

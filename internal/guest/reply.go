@@ -39,6 +39,9 @@ const (
 	maxErrorReply   = 64 << 10
 	// maxFileInfoReply bounds one FileInfo: its path, name and link target, escaped.
 	maxFileInfoReply = jsonGrowth*(2*maxPathBytes+maxNameBytes+maxLinkBytes) + replySlack
+	// maxListDecoded bounds the text of a listing's entries once decoded: MaxListEntries
+	// entries of a long path, a name and a link target (86 MiB) fit.
+	maxListDecoded = 96 << 20
 	// maxOutputFrame bounds an output frame: MaxFrameData of data (base64) and its field names.
 	maxOutputFrame = (MaxFrameData+2)/3*4 + 256
 	// maxHeaderBytes bounds a reply's header.
@@ -214,7 +217,8 @@ func validFrame(f *Frame, size int64) error {
 }
 
 // decodeDirList decodes a listing entry by entry: at most MaxListEntries entries, each within
-// maxFileInfoReply, so the whole reply is never buffered.
+// maxFileInfoReply and all within maxListDecoded once decoded, so the reply is never buffered
+// whole.
 func decodeDirList(body io.Reader) (DirList, error) {
 	const what = "list"
 	br := &budgetReader{r: body}
@@ -290,6 +294,7 @@ func decodeEntries(dec *json.Decoder, br *budgetReader, dl *DirList) error {
 	if d, ok := tok.(json.Delim); !ok || d != '[' {
 		return fmt.Errorf("entries is %v, not an array", tok)
 	}
+	var text int64
 	for dec.More() {
 		if len(dl.Entries) == MaxListEntries {
 			return fmt.Errorf("more than %d entries", MaxListEntries)
@@ -301,6 +306,10 @@ func decodeEntries(dec *json.Decoder, br *budgetReader, dl *DirList) error {
 		}
 		if err := validFileInfo(&fi); err != nil {
 			return err
+		}
+		if text += int64(len(fi.Path) + len(fi.Name) + len(fi.LinkTarget) + len(fi.Type) + len(fi.Mode)); text > maxListDecoded {
+			br.budget = maxListDecoded
+			return errOverBudget
 		}
 		dl.Entries = append(dl.Entries, fi)
 	}
