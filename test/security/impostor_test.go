@@ -445,6 +445,9 @@ func impostorAttacks() []attack {
 					defer cancel()
 					time.AfterFunc(2*time.Second, cancel)
 					_, err := a.s.c.Exec(ctx, a.id, api.ExecRequest{Command: []string{"echo", "impostor-yes"}}, func(_ string, d []byte) { got.Add(int64(len(d))) })
+					if err != nil && ctx.Err() != nil {
+						return ctx.Err() // the caller went: what its own client says of that is not the server's
+					}
 					return err
 				}) {
 					if err != nil && !errors.Is(err, context.Canceled) {
