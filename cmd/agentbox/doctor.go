@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
@@ -136,7 +137,7 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 		sc.Detail, sc.Fix = "not tried: needs root", "sudo agentbox doctor"
 		return rc, sc
 	}
-	defer rt.Close() // after the Delete below: the empty cgroup parent goes too
+	defer rt.Close(context.Background()) // after the Delete below: the empty cgroup parent goes too
 	id := sandbox.NewID()
 	defer rt.Delete(context.Background(), id)
 	start := time.Now()
@@ -151,16 +152,17 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 
 // runOnce creates and starts a sandbox, waits for its agent and runs one command in it.
 func runOnce(ctx context.Context, rt runtime.Runtime, id string) error {
-	if err := rt.Create(ctx, runtime.Spec{ID: id, Image: "host", CPU: 1, MemoryMB: 256, DiskMB: 256, PidsLimit: 64}); err != nil {
+	if _, err := rt.Create(ctx, runtime.Spec{ID: id, Image: "host", CPU: 1, MemoryMB: 256, DiskMB: 256, PidsLimit: 64}); err != nil {
 		return err
 	}
 	if err := rt.Start(ctx, id); err != nil {
 		return err
 	}
-	gc, err := rt.Guest(ctx, id)
+	dial, err := rt.Agent(ctx, id)
 	if err != nil {
 		return err
 	}
+	gc := guest.NewClient(guest.Dialer(dial))
 	defer gc.Close()
 	if err := gc.WaitReady(ctx); err != nil {
 		return err

@@ -27,9 +27,10 @@ func cmdServe(args []string) int {
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once")
 	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", cfg.DefaultTTL, "TTL of a sandbox created without one")
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest TTL a sandbox may have")
-	fs.Float64Var(&cfg.CPUBudget, "cpu-budget", 0, "sum of live sandboxes' cpu (default 4 × host cores)")
-	fs.Int64Var(&cfg.MemoryBudgetMB, "memory-budget-mb", 0, "sum of live sandboxes' memory_mb (default host memory)")
-	fs.Int64Var(&cfg.DiskBudgetMB, "disk-budget-mb", 0, "sum of live sandboxes' disk_mb (default: the state dir's free space at start plus what adopted sandboxes' disks hold, less a tenth of its size, at most 4 GiB)")
+	fs.Float64Var(&cfg.Overcommit, "overcommit", cfg.Overcommit, "how far the sums of live sandboxes' cpu, memory_mb and disk_mb may exceed the host's cores, memory and disk (1 = hard reservations); admission also keeps the host's real free memory and disk above a reserve")
+	fs.Float64Var(&cfg.CPUBudget, "cpu-budget", 0, "sum of live sandboxes' cpu (default overcommit × host cores)")
+	fs.Int64Var(&cfg.MemoryBudgetMB, "memory-budget-mb", 0, "sum of live sandboxes' memory_mb (default overcommit × host memory)")
+	fs.Int64Var(&cfg.DiskBudgetMB, "disk-budget-mb", 0, "sum of live sandboxes' disk_mb (default overcommit × (the state dir's free space at start plus what adopted sandboxes' disks hold, less a tenth of its size, at most 4 GiB))")
 	fs.StringVar(&cfg.GuestBinary, "guest-binary", "", "agentbox binary to run inside sandboxes (default: this one)")
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (servers sharing a host need different ones)")
 	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, fmt.Sprintf("first host uid of the pool sandboxes' user-namespace ranges (%d ids each) come from (default %d)", sandbox.IDRangeSize, sandbox.DefaultIDPoolBase))
@@ -89,7 +90,12 @@ func cmdServe(args []string) int {
 		Mount: mcpHandlers(mcpSrv)})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close) // ends MCP event streams, which would hold Shutdown up
-	go cp.svc.Run(ctx)
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); cp.svc.Run(runCtx) }()
+	// The control loop may be destroying a sandbox: it finishes before the store closes and the
+	// state-dir lock is released (cp.Close, deferred above).
+	defer func() { stopRun(); <-runDone }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agentbox serving", "url", url, "mcp", url+"/mcp", "state_dir", cfg.StateDir, "token_file", tokenSource(cfg))

@@ -88,24 +88,43 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
+	over := cfg.Overcommit
 	cpuBudget, memBudget := cfg.CPUBudget, cfg.MemoryBudgetMB
 	if cpuBudget == 0 {
-		cpuBudget = float64(4 * hostinfo.NumCPU())
+		cpuBudget = float64(hostinfo.NumCPU()) * over
+	}
+	memTotal, err := hostinfo.MemTotalMiB()
+	if err != nil {
+		return nil, err
 	}
 	if memBudget == 0 {
-		if memBudget, err = hostinfo.MemTotalMiB(); err != nil {
-			return nil, err
-		}
+		memBudget = int64(float64(memTotal) * over)
+	}
+	_, diskTotal, err := hostinfo.DiskSpaceMiB(cfg.StateDir)
+	if err != nil {
+		return nil, err
 	}
 	diskBudget := cfg.DiskBudgetMB
 	if diskBudget == 0 {
-		if diskBudget, err = defaultDiskBudgetMB(cfg.StateDir, rts); err != nil {
+		base, err := defaultDiskBudgetMB(ctx, cfg.StateDir, rts)
+		if err != nil {
 			return nil, err
 		}
+		diskBudget = int64(float64(base) * over)
 	}
+	stateDir := cfg.StateDir
 	svc, err := sandbox.NewService(st, rts, sandbox.Config{
 		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
 		MaxSandboxes: cfg.MaxSandboxes, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget, DiskBudgetMB: diskBudget,
+		Overcommit: over, MemoryReserveMB: max(256, memTotal/20), DiskReserveMB: min(diskTotal/10, 4096),
+		Headroom: func(context.Context) (sandbox.Headroom, error) {
+			mem, err := hostinfo.MemAvailableMiB()
+			if err != nil {
+				return sandbox.Headroom{}, err
+			}
+			free, _, err := hostinfo.DiskSpaceMiB(stateDir)
+			return sandbox.Headroom{MemoryAvailableMB: mem, DiskFreeMB: free}, err
+		},
 		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
 	}, log)
 	if err != nil {
@@ -150,14 +169,19 @@ func newRuntimes(ctx context.Context, stateDir, cgroupParent, guestBin string, l
 // system has free now plus what the disks of sandboxes it will adopt already hold (their
 // disk_mb counts against the budget in full), less a tenth of its size (at most 4 GiB) kept
 // for the host (the database, logs, whatever else lives there), at least one default-sized disk.
-func defaultDiskBudgetMB(dir string, rts []runtime.Runtime) (int64, error) {
+// The server multiplies it by the overcommit factor.
+func defaultDiskBudgetMB(ctx context.Context, dir string, rts []runtime.Runtime) (int64, error) {
 	free, total, err := hostinfo.DiskSpaceMiB(dir)
 	if err != nil {
 		return 0, err
 	}
 	for _, rt := range rts {
-		if d, ok := rt.(interface{ DisksMiB() int64 }); ok {
-			free += d.DisksMiB()
+		if d, ok := rt.(runtime.DiskAccounter); ok {
+			n, err := d.DisksMiB(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("runtime %s: %w", rt.Name(), err)
+			}
+			free += n
 		}
 	}
 	return max(free-min(total/10, 4096), 1024), nil

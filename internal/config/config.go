@@ -23,6 +23,10 @@ const Version = 1
 // DefaultListen is the server's default address: loopback only.
 const DefaultListen = "127.0.0.1:8765"
 
+// DefaultOvercommit lets a 2-core, 4 GiB laptop hold the default live bound (200) of default
+// sandboxes (1 core, 512 MiB, 1 GiB of sparse disk each) when its real memory and disk allow.
+const DefaultOvercommit = 128
+
 // Config is the server's configuration.
 type Config struct {
 	Version int
@@ -41,14 +45,19 @@ type Config struct {
 	DefaultTTL     time.Duration // 30m
 	MaxTTL         time.Duration // 24h
 	MaxSandboxes   int           // 200
+	// Overcommit is how far the sums of live sandboxes' limits may exceed what the host has
+	// (DefaultOvercommit). Limits are ceilings, not reservations: an idle sandbox uses a few MiB
+	// whatever its memory_mb, so admission refuses what would really run out (the live bound,
+	// the host's available memory and free disk, less reserves) and bounds the sums only
+	// loosely. 1 makes every limit a hard reservation.
+	Overcommit float64
 	// CPUBudget and MemoryBudgetMB bound the sum over live sandboxes. 0 = derived from the
-	// host: 4 × cores (cpu limits are ceilings, so modest overcommit is safe) and the host's
-	// memory.
+	// host: Overcommit × cores and Overcommit × the host's memory.
 	CPUBudget      float64
 	MemoryBudgetMB int64
-	// DiskBudgetMB bounds the sum of live sandboxes' disk_mb. 0 = derived from the host: what
-	// the state dir's file system has free at start plus what adopted sandboxes' disks hold,
-	// less a tenth of its size (at most 4 GiB) kept for the host.
+	// DiskBudgetMB bounds the sum of live sandboxes' disk_mb. 0 = derived from the host:
+	// Overcommit × (what the state dir's file system has free at start plus what adopted
+	// sandboxes' disks hold, less a tenth of its size, at most 4 GiB, kept for the host).
 	DiskBudgetMB int64
 	// CgroupParent names the cgroup under which sandboxes get one each ("agentbox"). Two
 	// servers on one host must use different parents.
@@ -67,7 +76,8 @@ type Config struct {
 // Default returns the configuration with every default filled from the environment and host.
 func Default() Config {
 	c := Config{Version: Version, Listen: DefaultListen, DefaultRuntime: sandbox.DefaultRuntime,
-		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes, CgroupParent: "agentbox"}
+		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes, CgroupParent: "agentbox",
+		Overcommit: DefaultOvercommit}
 	c.StateDir = DefaultStateDir()
 	c.TokenFile = DefaultTokenFile()
 	c.Token = os.Getenv("AGENTBOX_TOKEN")
@@ -116,6 +126,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSandboxes < 1 {
 		errs = append(errs, "max sandboxes must be at least 1")
+	}
+	if c.Overcommit < 1 {
+		errs = append(errs, fmt.Sprintf("overcommit must be at least 1 (1 = limits are hard reservations); got %g", c.Overcommit))
 	}
 	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
 		errs = append(errs, "default TTL must be positive and not above the max TTL")

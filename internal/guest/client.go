@@ -16,7 +16,10 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 )
 
-// Client talks to one guest agent. It is safe for concurrent use.
+// Client talks to one guest agent. It is safe for concurrent use. It trusts nothing the agent
+// sends: every reply is read within the protocol's bound for it (see reply.go), only the error
+// codes the agent's endpoint may return are passed on, marked as the agent's (agenterr.go), and
+// every read ends when the caller's context does.
 type Client struct {
 	hc *http.Client
 }
@@ -27,10 +30,11 @@ type Dialer func(ctx context.Context) (net.Conn, error)
 // NewClient returns a client that reaches the agent through dial.
 func NewClient(dial Dialer) *Client {
 	tr := &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
-		MaxIdleConnsPerHost: 8,
-		IdleConnTimeout:     30 * time.Second,
-		DisableCompression:  true,
+		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		MaxIdleConnsPerHost:    8,
+		IdleConnTimeout:        30 * time.Second,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	return &Client{hc: &http.Client{Transport: tr}}
 }
@@ -49,17 +53,30 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 const base = "http://agent/" + Version
 
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
-	u := base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
+// call is one request to the agent: what the reply to it may hold.
+type call struct {
+	method, path string
+	query        url.Values
+	body         io.Reader
+	ctype        string
+	// codes are the error codes the endpoint may return.
+	codes []errcode.Code
+}
+
+// do sends c and returns the reply of a successful call; the caller closes its body, and
+// closing it before its end drops the connection. The request is tied to ctx: when ctx ends,
+// the connection is closed and every read of the body fails.
+func (c *Client) do(ctx context.Context, k call) (*http.Response, error) {
+	u := base + k.path
+	if len(k.query) > 0 {
+		u += "?" + k.query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	req, err := http.NewRequestWithContext(ctx, k.method, u, k.body)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.InvalidArgument, err, "bad request to the guest agent")
 	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
+	if k.ctype != "" {
+		req.Header.Set("Content-Type", k.ctype)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -70,56 +87,66 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
-		return nil, decodeError(resp)
+		return nil, ctxErr(ctx, decodeError(resp, k.codes))
 	}
 	return resp, nil
 }
 
-func decodeError(resp *http.Response) error {
-	var eb ErrorBody
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err := json.Unmarshal(data, &eb); err != nil || eb.Code == "" {
-		return errcode.New(errcode.Internal, "guest agent answered %s: %s", resp.Status, bytes.TrimSpace(data))
+// ctxErr prefers the context's error once the caller has gone: what the agent sent after that
+// was cut short by it.
+func ctxErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
 	}
-	return &errcode.Error{Code: errcode.Code(eb.Code), Message: eb.Message, Details: eb.Details}
+	return err
 }
 
-func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any) error {
-	var body io.Reader
-	ctype := ""
+func decodeError(resp *http.Response, codes []errcode.Code) error {
+	data, err := readReply(resp.Body, "a call (error)", maxErrorReply)
+	if err != nil {
+		return err
+	}
+	var eb ErrorBody
+	if err := json.Unmarshal(data, &eb); err != nil || eb.Code == "" {
+		return errcode.New(errcode.Internal, "the sandbox's agent answered HTTP %d without an error body: %s", resp.StatusCode, compactErr(data)).
+			With("origin", agentOrigin)
+	}
+	return agentError(eb, codes)
+}
+
+// doJSON sends in (if not nil) as JSON and decodes a reply of at most limit bytes into out
+// (nil: the reply must be empty), checked with valid (if not nil).
+func doJSON[T any](ctx context.Context, c *Client, k call, in any, out *T, limit int64, valid func(*T) error) error {
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return errcode.Wrap(errcode.InvalidArgument, err, "cannot encode request")
 		}
-		body, ctype = bytes.NewReader(b), "application/json"
+		k.body, k.ctype = bytes.NewReader(b), "application/json"
 	}
-	resp, err := c.do(ctx, method, path, q, body, ctype)
+	resp, err := c.do(ctx, k)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
+		_, err := readReply(resp.Body, k.path, 0)
+		return ctxErr(ctx, err)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "cannot decode the guest agent's reply")
-	}
-	return nil
+	return ctxErr(ctx, decodeReply(resp.Body, k.path, limit, out, valid))
 }
 
 // Health checks that the agent answers.
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
-	err := c.doJSON(ctx, http.MethodGet, "/health", nil, nil, &h)
+	err := doJSON(ctx, c, call{method: http.MethodGet, path: "/health", codes: baseCodes}, nil, &h, maxHealthReply, nil)
 	return h, err
 }
 
 // OOMKill asks the agent to kill the command holding the most memory (the host's OOM guard).
 func (c *Client) OOMKill(ctx context.Context) (OOMKillResult, error) {
 	var res OOMKillResult
-	err := c.doJSON(ctx, http.MethodPost, "/oom-kill", nil, nil, &res)
+	err := doJSON(ctx, c, call{method: http.MethodPost, path: "/oom-kill", codes: baseCodes}, nil, &res, maxOOMKillReply, validOOMKill)
 	return res, err
 }
 
@@ -127,70 +154,66 @@ func (c *Client) OOMKill(ctx context.Context) (OOMKillResult, error) {
 type OutputFunc func(stream string, data []byte)
 
 // Exec runs a command. With onOutput non-nil, output is streamed to it while the command runs
-// (the result still holds the kept output). Cancelling ctx kills the command.
+// (the result still holds the kept output); it is handed on frame by frame, never accumulated
+// here, so a command may stream without end. Cancelling ctx kills the command.
 func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc) (ExecResult, error) {
 	req.Stream = onOutput != nil
+	k := call{method: http.MethodPost, path: "/exec", codes: execCodes}
+	var res ExecResult
 	if !req.Stream {
-		var res ExecResult
-		err := c.doJSON(ctx, http.MethodPost, "/exec", nil, req, &res)
+		err := doJSON(ctx, c, k, req, &res, maxExecReply(req.MaxOutputBytes), validExecResult)
 		return res, err
 	}
 	b, err := json.Marshal(req)
 	if err != nil {
-		return ExecResult{}, errcode.Wrap(errcode.InvalidArgument, err, "cannot encode request")
+		return res, errcode.Wrap(errcode.InvalidArgument, err, "cannot encode request")
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/exec", nil, bytes.NewReader(b), "application/json")
+	k.body, k.ctype = bytes.NewReader(b), "application/json"
+	resp, err := c.do(ctx, k)
 	if err != nil {
-		return ExecResult{}, err
+		return res, err
 	}
 	defer resp.Body.Close()
-	// A decoder, not a line scanner: the Result frame holds up to 2×MaxMaxOutputBytes of
-	// output, which JSON escaping can grow up to sixfold, far beyond any fixed line limit.
-	dec := json.NewDecoder(resp.Body)
+	res, err = readFrames(newFrameReader(resp.Body, req.MaxOutputBytes), onOutput)
+	return res, ctxErr(ctx, err)
+}
+
+// readFrames hands output frames to onOutput until the result or error frame.
+func readFrames(fr *frameReader, onOutput OutputFunc) (ExecResult, error) {
 	for {
-		var f Frame
-		if err := dec.Decode(&f); err != nil {
-			var se *json.SyntaxError
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &se) || errors.As(err, &te) {
-				return ExecResult{}, errcode.Wrap(errcode.Internal, err, "bad frame from the guest agent")
-			}
-			break // end of stream or broken connection
-		}
+		f, err := fr.next()
 		switch {
+		case errors.Is(err, errEndOfStream):
+			return ExecResult{}, errcode.New(errcode.SandboxNotRunning, "the guest agent closed the stream before the command finished (the sandbox may have stopped)")
+		case err != nil:
+			return ExecResult{}, err
 		case f.Error != nil:
-			return ExecResult{}, &errcode.Error{Code: errcode.Code(f.Error.Code), Message: f.Error.Message, Details: f.Error.Details}
+			return ExecResult{}, agentError(*f.Error, execCodes)
 		case f.Result != nil:
 			return *f.Result, nil
 		case len(f.Data) > 0:
 			onOutput(f.Stream, f.Data)
 		}
 	}
-	if ctx.Err() != nil {
-		return ExecResult{}, ctx.Err()
-	}
-	return ExecResult{}, errcode.New(errcode.SandboxNotRunning, "the guest agent closed the stream before the command finished (the sandbox may have stopped)")
 }
 
 // WriteFile writes r to path atomically with the given permission bits.
 func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader) (FileInfo, error) {
 	q := url.Values{"path": {path}, "mode": {fmt.Sprintf("%04o", mode&0o7777)}}
-	resp, err := c.do(ctx, http.MethodPut, "/files", q, r, "application/octet-stream")
-	if err != nil {
-		return FileInfo{}, err
-	}
-	defer resp.Body.Close()
 	var fi FileInfo
-	if err := json.NewDecoder(resp.Body).Decode(&fi); err != nil {
-		return FileInfo{}, errcode.Wrap(errcode.Internal, err, "cannot decode the guest agent's reply")
-	}
-	return fi, nil
+	k := call{method: http.MethodPut, path: "/files", query: q, body: r, ctype: "application/octet-stream", codes: fileCodes}
+	err := doJSON(ctx, c, k, nil, &fi, maxFileInfoReply, validFileInfo)
+	return fi, err
 }
 
 // ReadFile opens a byte range of a regular file: from offset, length bytes (0 = to the end),
 // refusing with FILE_TOO_LARGE when the range exceeds limit (0 = DefaultReadLimit). It returns
-// the body and the file's total size; the caller closes the body.
+// the body and the file's total size; the caller closes the body. The body yields exactly the
+// range the file's size allows, never more.
 func (c *Client) ReadFile(ctx context.Context, path string, offset, length, limit int64) (io.ReadCloser, int64, error) {
+	if offset < 0 || length < 0 || limit < 0 {
+		return nil, 0, errcode.New(errcode.InvalidArgument, "offset, length and limit must not be negative")
+	}
 	q := url.Values{"path": {path}}
 	if offset > 0 {
 		q.Set("offset", strconv.FormatInt(offset, 10))
@@ -201,32 +224,41 @@ func (c *Client) ReadFile(ctx context.Context, path string, offset, length, limi
 	if limit > 0 {
 		q.Set("limit", strconv.FormatInt(limit, 10))
 	}
-	resp, err := c.do(ctx, http.MethodGet, "/files", q, nil, "")
+	resp, err := c.do(ctx, call{method: http.MethodGet, path: "/files", query: q, codes: fileCodes})
 	if err != nil {
 		return nil, 0, err
 	}
-	size, _ := strconv.ParseInt(resp.Header.Get(SizeHeader), 10, 64)
-	return resp.Body, size, nil
+	body, size, err := fileRange(resp, offset, length, limit)
+	if err != nil {
+		resp.Body.Close()
+		return nil, 0, err
+	}
+	return body, size, nil
 }
 
 // Stat describes path (symlinks are followed inside the sandbox).
 func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 	var fi FileInfo
-	err := c.doJSON(ctx, http.MethodGet, "/files/stat", url.Values{"path": {path}}, nil, &fi)
+	k := call{method: http.MethodGet, path: "/files/stat", query: url.Values{"path": {path}}, codes: fileCodes}
+	err := doJSON(ctx, c, k, nil, &fi, maxFileInfoReply, validFileInfo)
 	return fi, err
 }
 
 // List lists a directory, bounded by MaxListEntries.
 func (c *Client) List(ctx context.Context, path string) (DirList, error) {
-	var dl DirList
-	err := c.doJSON(ctx, http.MethodGet, "/files/list", url.Values{"path": {path}}, nil, &dl)
-	return dl, err
+	resp, err := c.do(ctx, call{method: http.MethodGet, path: "/files/list", query: url.Values{"path": {path}}, codes: fileCodes})
+	if err != nil {
+		return DirList{}, err
+	}
+	defer resp.Body.Close()
+	dl, err := decodeDirList(resp.Body)
+	return dl, ctxErr(ctx, err)
 }
 
 // Mkdir creates a directory.
 func (c *Client) Mkdir(ctx context.Context, req MkdirRequest) (FileInfo, error) {
 	var fi FileInfo
-	err := c.doJSON(ctx, http.MethodPost, "/files/mkdir", nil, req, &fi)
+	err := doJSON(ctx, c, call{method: http.MethodPost, path: "/files/mkdir", codes: fileCodes}, req, &fi, maxFileInfoReply, validFileInfo)
 	return fi, err
 }
 
@@ -236,7 +268,7 @@ func (c *Client) Remove(ctx context.Context, path string, recursive bool) error 
 	if recursive {
 		q.Set("recursive", "true")
 	}
-	return c.doJSON(ctx, http.MethodDelete, "/files", q, nil, nil)
+	return doJSON[struct{}](ctx, c, call{method: http.MethodDelete, path: "/files", query: q, codes: fileCodes}, nil, nil, 0, nil)
 }
 
 // WaitReady polls Health until the agent answers or ctx ends. A failed dial of a socket that

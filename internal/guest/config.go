@@ -20,6 +20,18 @@ type ServerConfig struct {
 	// as the agent itself and leaves new files to it. Setting it needs the agent to run as
 	// root: `agentbox guest` sets the sandbox's `agent` user (uid 1000) there.
 	DefaultUser *User
+	// Env is the base environment of commands, over the agent's own (a request's env still
+	// overrides it). The real agent leaves it nil: its process environment is the sandbox's.
+	Env map[string]string
+	// Embedded runs the agent inside a host process that is not a sandbox (the fake runtime,
+	// tests of the control plane) without changing that process: commands run as the
+	// process's own user with no credential change and no exec tag even when it is root
+	// (`user: "root"` is refused and DefaultUser must be nil), the agent waits only for the
+	// commands it starts (one wait4 per command) instead of collecting every child of the
+	// process, and it does not make the process a child subreaper. Orphans a command leaves go
+	// to whoever reaps the process's orphans; a timeout or cancel kills the command's process
+	// group only. The real agent (`agentbox guest`) never sets it.
+	Embedded bool
 }
 
 // User is an account inside the sandbox that commands run as.

@@ -29,3 +29,48 @@ func dialSocket(ctx context.Context, d *net.Dialer, path string) (net.Conn, erro
 	}
 	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 }
+
+// DialUnix connects to an agent's unix socket at path as NewUnixClient does (never following
+// a symlink in its last component) and, when verify is not nil, hands it the credentials of
+// the process at the other end (SO_PEERCRED: whoever called listen on the socket, its pid in
+// this process's pid namespace). A non-nil error from verify closes the connection before a
+// byte is written or read and is returned as is, so the caller never talks to an impostor.
+func DialUnix(ctx context.Context, path string, verify func(unix.Ucred) error) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := dialSocket(ctx, &d, path)
+	if err != nil || verify == nil {
+		return conn, err
+	}
+	cred, err := peerCred(conn)
+	if err == nil {
+		err = verify(cred)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// peerCred returns SO_PEERCRED of a unix connection.
+func peerCred(conn net.Conn) (unix.Ucred, error) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return unix.Ucred{}, fmt.Errorf("peer credentials: %T is not a unix connection", conn)
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return unix.Ucred{}, fmt.Errorf("peer credentials: %w", err)
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return unix.Ucred{}, fmt.Errorf("peer credentials: %w", err)
+	}
+	if serr != nil {
+		return unix.Ucred{}, fmt.Errorf("peer credentials: %w", serr)
+	}
+	return *cred, nil
+}

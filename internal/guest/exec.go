@@ -216,6 +216,9 @@ func (s *server) prepareExec(req *ExecRequest) (*execSpec, error) {
 	}
 
 	env := os.Environ()
+	if len(s.env) > 0 {
+		env = mergeEnv(env, s.env)
+	}
 	if user != nil {
 		// Who the command runs as; the request's env may still override it.
 		env = mergeEnv(env, map[string]string{"HOME": user.Home, "USER": user.Name, "LOGNAME": user.Name})
@@ -223,6 +226,9 @@ func (s *server) prepareExec(req *ExecRequest) (*execSpec, error) {
 	env = mergeEnv(env, req.Env)
 	sp := &execSpec{argv: req.Argv, env: env, dir: dir, stdin: req.Stdin, timeout: timeout, maxOut: maxOut, user: user}
 	pathEnv, ok := req.Env["PATH"]
+	if !ok {
+		pathEnv, ok = s.env["PATH"]
+	}
 	if !ok {
 		pathEnv, ok = os.LookupEnv("PATH")
 	}

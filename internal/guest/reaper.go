@@ -26,6 +26,15 @@ type reaper struct {
 	// tags are the exec tags of the commands in flight: process-wide like the reaper, since
 	// every agent in a process (tests run several) sees the same processes.
 	tags execTags
+	// own: this reaper waits for the children it starts only, one wait4(pid) each, and never
+	// for other children of the process (ServerConfig.Embedded). It has no loop.
+	own bool
+}
+
+// ownChildrenReaper returns a reaper for an embedded agent: it collects the exit status of
+// each child it starts, and nothing else.
+func ownChildrenReaper(log *slog.Logger) *reaper {
+	return &reaper{log: log, waiters: map[int]chan unix.WaitStatus{}, own: true}
 }
 
 var (
@@ -100,8 +109,21 @@ func (r *reaper) start(name string, argv []string, attr *os.ProcAttr) (int, <-ch
 		return 0, nil, err
 	}
 	ch := make(chan unix.WaitStatus, 1)
-	r.waiters[p.Pid] = ch
 	pid := p.Pid
 	_ = p.Release()
+	if r.own {
+		go func() {
+			var ws unix.WaitStatus
+			for {
+				_, err := unix.Wait4(pid, &ws, 0, nil)
+				if err != unix.EINTR {
+					break
+				}
+			}
+			ch <- ws
+		}()
+		return pid, ch, nil
+	}
+	r.waiters[pid] = ch
 	return pid, ch, nil
 }

@@ -38,6 +38,8 @@ type server struct {
 	root bool
 	// user runs commands that name no user and owns what the files API creates; nil: the agent.
 	user *User
+	// env is the base environment of commands over the agent's own (ServerConfig.Env).
+	env map[string]string
 	// oomKilled holds the exec tags (and, for untagged commands, process ids) of commands the
 	// OOM guard killed, until their exec reports it.
 	oomKilled sync.Map
@@ -67,19 +69,27 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 	if grace <= 0 {
 		grace = defaultShutdownGrace
 	}
-	root := os.Geteuid() == 0
+	root := os.Geteuid() == 0 && !cfg.Embedded
+	if cfg.DefaultUser != nil && cfg.Embedded {
+		return errors.New("guest: an embedded agent runs commands as its own process's user; DefaultUser must be nil")
+	}
 	if cfg.DefaultUser != nil && !root {
 		return fmt.Errorf("guest: running commands as %s (uid %d) needs the agent to run as root; it runs as uid %d", cfg.DefaultUser.Name, cfg.DefaultUser.UID, os.Geteuid())
 	}
 	if fi, err := os.Stat(wd); err != nil || !fi.IsDir() {
 		log.Warn("guest: the working directory is missing; commands without cwd will be refused", "workdir", wd)
 	}
-	rp := startReaper(log)
+	var rp *reaper
+	if cfg.Embedded {
+		rp = ownChildrenReaper(log)
+	} else {
+		rp = startReaper(log)
+	}
 	ln, err := listenUnix(cfg.Socket)
 	if err != nil {
 		return err
 	}
-	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser}
+	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser, env: cfg.Env}
 
 	// baseCtx is the parent of every request context: cancelling it kills the commands still
 	// running when the shutdown grace period is over.

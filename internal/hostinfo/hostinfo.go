@@ -111,14 +111,17 @@ func cgroupModeFrom(mounts []CgroupMount) string {
 }
 
 // parseMemTotal reads MemTotal from the format of /proc/meminfo, in MiB.
-func parseMemTotal(r io.Reader) (int64, error) {
+func parseMemTotal(r io.Reader) (int64, error) { return parseMeminfo(r, "MemTotal") }
+
+// parseMeminfo reads one field (in kB) from the format of /proc/meminfo, in MiB.
+func parseMeminfo(r io.Reader, field string) (int64, error) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "MemTotal:" {
+		if len(f) >= 2 && f[0] == field+":" {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parse MemTotal %q: %w", f[1], err)
+				return 0, fmt.Errorf("parse %s %q: %w", field, f[1], err)
 			}
 			return kb / 1024, nil
 		}
@@ -126,5 +129,5 @@ func parseMemTotal(r io.Reader) (int64, error) {
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("no MemTotal line in meminfo")
+	return 0, fmt.Errorf("no %s line in meminfo", field)
 }

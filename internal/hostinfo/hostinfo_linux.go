@@ -114,13 +114,19 @@ func KVM() bool {
 func NumCPU() int { return runtime.NumCPU() }
 
 // MemTotalMiB is the host's total memory in MiB (MemTotal of /proc/meminfo).
-func MemTotalMiB() (int64, error) {
+func MemTotalMiB() (int64, error) { return meminfo("MemTotal") }
+
+// MemAvailableMiB is the memory the host can give new work without swapping, in MiB
+// (MemAvailable of /proc/meminfo).
+func MemAvailableMiB() (int64, error) { return meminfo("MemAvailable") }
+
+func meminfo(field string) (int64, error) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
 		return 0, fmt.Errorf("meminfo: %w", err)
 	}
 	defer f.Close()
-	mib, err := parseMemTotal(f)
+	mib, err := parseMeminfo(f, field)
 	if err != nil {
 		return 0, fmt.Errorf("meminfo: %w", err)
 	}

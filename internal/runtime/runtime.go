@@ -1,14 +1,31 @@
 // Package runtime is the contract between the control plane and the things that run sandboxes
 // (OCI runtimes now; microVMs and Kubernetes later). A Runtime does lifecycle only; everything
-// inside a sandbox goes through the guest agent, whose client a Runtime hands back.
-// runtimetest holds the suite every implementation must pass.
+// inside a sandbox goes through the guest agent, which a Runtime tells the control plane how to
+// reach (Agent: a Dialer; the guest package speaks the protocol over it). Optional interfaces
+// (Runner, Adopter, Waiter, DiskAccounter, Closer) add what only some runtimes do.
+// runtimetest holds the suite every implementation must pass; fake is an in-process runtime
+// without containers for the control plane's tests.
 package runtime
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
 
-	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/errcode"
 )
+
+// Dialer opens a byte stream to a sandbox's agent. It is safe for concurrent use and may be
+// called for every request; each call is a new connection.
+type Dialer func(ctx context.Context) (net.Conn, error)
+
+// Handle is a runtime's opaque, persisted reference to one sandbox: what the runtime needs to
+// find the sandbox again and tell it from a later one of the same id or a reused host pid. The
+// control plane stores it on the sandbox's record and hands it back on Adopt; "" is valid (a
+// runtime that needs nothing, or a record from before handles).
+type Handle string
 
 // Isolation is the strength of the boundary between a workload and the host.
 type Isolation string
@@ -73,24 +90,97 @@ type Spec struct {
 	// IDMap is the sandbox's range of host ids, allocated by the control plane for a runtime
 	// whose Capabilities say TakesIDRange; the zero value (Count 0) means none.
 	IDMap IDMap
+	// Network is the sandbox's network mode, one of the runtime's Capabilities.NetworkModes;
+	// "" means NetworkNone. A runtime refuses any other with INVALID_ARGUMENT (CheckNetwork).
+	Network string
+}
+
+// NetworkNone is the network mode of a sandbox with a loopback interface and nothing else.
+const NetworkNone = "none"
+
+// CheckNetwork returns nil if mode ("" meaning NetworkNone) is one of supported, else an
+// INVALID_ARGUMENT error naming the supported modes (details: supported_network_modes).
+func CheckNetwork(mode string, supported []string) error {
+	if mode == "" {
+		mode = NetworkNone
+	}
+	if slices.Contains(supported, mode) {
+		return nil
+	}
+	return errcode.New(errcode.InvalidArgument, "network mode %q is not supported by this runtime; supported network modes: %s",
+		mode, strings.Join(supported, ", ")).With("supported_network_modes", slices.Clone(supported))
 }
 
 // Runner is a Runtime that can also create and start a sandbox in one step, cheaper than Create
 // then Start (an OCI runtime is invoked once instead of twice).
 type Runner interface {
-	Run(ctx context.Context, spec Spec) error
+	// Run is Create then Start in one step, with Create's contract (nothing left on failure).
+	Run(ctx context.Context, spec Spec) (Handle, error)
 }
 
 // CreateAndStart creates and starts a sandbox: with Run where rt is a Runner, else with Create
-// then Start. It does not wait for the agent.
-func CreateAndStart(ctx context.Context, rt Runtime, spec Spec) error {
+// then Start. It does not wait for the agent. The Handle is the sandbox's, for the control plane
+// to persist; on an error it is "" and the caller deletes the sandbox (Start's failure leaves
+// the created sandbox).
+func CreateAndStart(ctx context.Context, rt Runtime, spec Spec) (Handle, error) {
 	if r, ok := rt.(Runner); ok {
 		return r.Run(ctx, spec)
 	}
-	if err := rt.Create(ctx, spec); err != nil {
-		return err
+	h, err := rt.Create(ctx, spec)
+	if err != nil {
+		return "", err
 	}
-	return rt.Start(ctx, spec.ID)
+	if err := rt.Start(ctx, spec.ID); err != nil {
+		return "", err
+	}
+	return h, nil
+}
+
+// Adopter is a Runtime with per-sandbox host duties beyond what its host state records (gVisor's
+// OOM guard, say): a restarted server's reconcile calls Adopt for every live sandbox it keeps.
+type Adopter interface {
+	// Adopt checks that sandbox id is still the one h refers to and restores its per-sandbox
+	// host duties. It is idempotent. An absent sandbox is SANDBOX_NOT_FOUND; one whose init has
+	// exited, or is not the process h names (a reused pid), is SANDBOX_NOT_RUNNING.
+	Adopt(ctx context.Context, id string, h Handle) error
+}
+
+// Waiter is a Runtime that can wait for a sandbox's death, so that it is noticed when it
+// happens and not at the next call.
+type Waiter interface {
+	// Wait blocks until the sandbox's init has exited (nil) or ctx ends (ctx.Err()). An absent
+	// or stopped sandbox returns nil at once; so does one whose init is not the process it
+	// created (its pid was reused).
+	Wait(ctx context.Context, id string) error
+}
+
+// DiskAccounter is a Runtime whose sandboxes' disks take host space.
+type DiskAccounter interface {
+	// DisksMiB is the host space (allocated, not apparent) the sandboxes' disks occupy.
+	DisksMiB(ctx context.Context) (int64, error)
+}
+
+// Closer is a Runtime with host-wide resources beyond its sandboxes (a cgroup parent, a pinned
+// namespace). Close releases them; sandboxes keep running for a restarted server to adopt.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// AgentPeerError is why a Dialer refused a connection: the process holding the sandbox's agent
+// socket is not the sandbox's agent (root inside the sandbox replaced the socket with its own
+// listener). A Dialer returns it wrapped in an errcode.Error (SANDBOX_NOT_RUNNING) and never
+// hands such a connection to the caller, so no reply of the impostor reaches the control plane.
+type AgentPeerError struct {
+	// ID is the sandbox's id.
+	ID string
+	// PeerPID is the host pid holding the socket's other end, WantPID the one that should
+	// (the sandbox's init, or the process the runtime knows the agent's socket belongs to).
+	PeerPID, WantPID int32
+}
+
+func (e *AgentPeerError) Error() string {
+	return fmt.Sprintf("sandbox %s: its agent socket is held by another process (host pid %d), not the sandbox's agent (host pid %d)",
+		e.ID, e.PeerPID, e.WantPID)
 }
 
 // Status is a container's state as the runtime sees it.
@@ -108,13 +198,18 @@ const (
 // All methods are safe for concurrent use on different ids. Delete is idempotent and removes
 // every host resource named from the id (container, cgroups, mounts, directories).
 type Runtime interface {
+	// Name is the runtime's name as the control plane and its callers know it ("runc").
 	Name() string
+	// Capabilities is what the runtime declares after probing the host; it does no I/O.
 	Capabilities() Capabilities
-	// Create prepares and creates the sandbox without starting its workload.
-	Create(ctx context.Context, spec Spec) error
+	// Create prepares and creates the sandbox without starting its workload and returns its
+	// Handle. On failure nothing of the sandbox is left. A spec the runtime cannot honour
+	// (image, network mode, limits) is INVALID_ARGUMENT.
+	Create(ctx context.Context, spec Spec) (Handle, error)
 	// Start starts the sandbox's init (the guest agent). It does not wait for the agent.
 	Start(ctx context.Context, id string) error
-	// Stop kills every process of the sandbox.
+	// Stop kills every process of the sandbox and waits until they are gone; stopping a
+	// stopped sandbox is nil.
 	Stop(ctx context.Context, id string) error
 	// Delete removes the sandbox and all its host resources; deleting an absent sandbox is nil.
 	Delete(ctx context.Context, id string) error
@@ -123,6 +218,9 @@ type Runtime interface {
 	// List returns the ids of every sandbox this runtime holds any host resource for,
 	// including half-created and orphaned ones, so reconcile can sweep them.
 	List(ctx context.Context) ([]string, error)
-	// Guest returns a client for the sandbox's guest agent.
-	Guest(ctx context.Context, id string) (*guest.Client, error)
+	// Agent returns how to reach the sandbox's agent: a Dialer for guest.NewClient. Where the
+	// runtime can tell, every dial checks that the other end is the sandbox's own agent and
+	// fails with an *AgentPeerError in its chain when it is not. An unknown id is
+	// SANDBOX_NOT_FOUND; the agent of a sandbox not (yet) running does not answer the dial.
+	Agent(ctx context.Context, id string) (Dialer, error)
 }

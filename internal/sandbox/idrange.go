@@ -91,21 +91,21 @@ func (p IDPool) bases() ([]int64, error) {
 	return out, nil
 }
 
-// freeIDBase returns the lowest base of the pool that no held range overlaps. The caller holds
-// capMu, so no other create of this server takes it meanwhile; the store refuses an overlap
-// anyway.
+// freeIDBase returns the lowest base of the pool that no held range overlaps. allocateIDRange
+// holds idMu, so no other create of this server takes it meanwhile; the store refuses an
+// overlap anyway.
 func (s *Service) freeIDBase(ctx context.Context) (int64, error) {
 	held, err := s.store.ListIDRanges(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list id ranges: %w", err)
 	}
-	for _, b := range s.idBases {
+	for _, b := range s.local.idBases {
 		if !slices.ContainsFunc(held, IDRange{Base: b, Count: IDRangeSize}.Overlaps) {
 			return b, nil
 		}
 	}
 	return 0, errcode.New(errcode.CapacityUnavailable, "all %d host id ranges for sandboxes are held (the sweep frees those of sandboxes that are no longer live within a minute); destroy sandboxes you no longer need, or retry shortly",
-		len(s.idBases)).With("id_ranges", len(s.idBases))
+		len(s.local.idBases)).With("id_ranges", len(s.local.idBases))
 }
 
 // releaseIDRange frees sandbox id's range once its host resources are gone. A failure only

@@ -3,104 +3,358 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"io"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
-// Reconcile makes the store and the host agree. Run it at start, before serving, while holding
-// the state-dir lock: running sandboxes whose container still runs are adopted; records whose
-// container is gone become lost; half-made creates become failed; half-done destroys finish;
-// host resources that no live record owns are deleted.
-func (s *Service) Reconcile(ctx context.Context) error {
-	owned := map[string]bool{}
-	live, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateStopping}, Limit: 100000})
+// The control loop is level-triggered, as Kubernetes controllers are: step looks at one
+// sandbox's record and drives whatever is unfinished toward its goal —
+//
+//	stopping                       → host resources deleted, id range freed → destroyed
+//	creating, no create in flight  → host resources deleted → failed
+//	running/failed/lost, expired   → stopping → … → destroyed
+//
+// Reconcile runs it over every unsettled sandbox at start and Converge on every tick. A failure
+// is kept per sandbox (logged, recorded as an "error" event, retried with backoff) and never
+// stops the other sandboxes or the server's start.
+
+// Backoff of a sandbox whose step failed: 1 s, doubling, at most 5 minutes.
+const (
+	retryMin = time.Second
+	retryMax = 5 * time.Minute
+)
+
+// retries remembers, per sandbox, when a failed step may be tried again.
+type retries struct {
+	mu sync.Mutex
+	m  map[string]retry
+}
+
+type retry struct {
+	next     time.Time
+	attempts int
+}
+
+func (r *retries) due(id string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !now.Before(r.m[id].next)
+}
+
+// failed records a failure and returns how many in a row there have been.
+func (r *retries) failed(id string, now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt := r.m[id]
+	rt.attempts++
+	d := retryMin << min(rt.attempts-1, 16)
+	rt.next = now.Add(min(d, retryMax))
+	r.m[id] = rt
+	return rt.attempts
+}
+
+func (r *retries) clear(id string) {
+	r.mu.Lock()
+	delete(r.m, id)
+	r.mu.Unlock()
+}
+
+// createDeadline is how long after its record was written a create may still be making its
+// sandbox: the bring-up bound (ReadyTimeout + 30 s) and a margin.
+func (s *Service) createDeadline() time.Duration { return s.cfg.ReadyTimeout + time.Minute }
+
+// Converge runs one pass of the control loop over every unsettled sandbox (creating, stopping,
+// and expired ones) whose backoff allows, and returns what failed, joined. A sandbox another
+// call is working on (its lock is held) is left to that call.
+func (s *Service) Converge(ctx context.Context) error {
+	list, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateStopping, StateFailed, StateLost}, Limit: 100000})
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	now := s.now()
+	var errs []error
+	for _, sb := range list {
+		if !s.unsettled(sb, now, false) || !s.retries.due(sb.ID, now) {
+			continue
+		}
+		unlock, ok := s.tryLock(sb.ID)
+		if !ok {
+			continue
+		}
+		err := s.step(ctx, sb.ID, false)
+		unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unsettled reports whether sb has work step would do. At start (orphaned true) no create of
+// this server is in flight, so every creating record is orphaned.
+func (s *Service) unsettled(sb Sandbox, now time.Time, orphaned bool) bool {
+	switch sb.State {
+	case StateStopping:
+		return true
+	case StateCreating:
+		return orphaned || now.Sub(sb.CreatedAt) > s.createDeadline()
+	case StateRunning, StateFailed, StateLost:
+		return !sb.ExpiresAt.After(now)
+	}
+	return false
+}
+
+// step drives sandbox id one move toward its goal; the caller holds its lock. Errors are
+// recorded against the sandbox (log, event, backoff) and returned.
+func (s *Service) step(ctx context.Context, id string, orphaned bool) error {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	now := s.now()
+	if !s.unsettled(sb, now, orphaned) {
+		s.retries.clear(id)
+		return nil
+	}
+	switch sb.State {
+	case StateCreating:
+		err = s.abandonCreate(ctx, sb, orphaned)
+	case StateStopping:
+		_, err = s.finishDestroy(ctx, sb)
+	default: // expired
+		_, err = s.stopAndDestroy(ctx, sb, "ttl expired")
+	}
+	if err != nil {
+		return s.stepFailed(ctx, sb.ID, err)
+	}
+	s.retries.clear(id)
+	return nil
+}
+
+// stepFailed logs err, records it as an event of the sandbox and schedules a retry.
+func (s *Service) stepFailed(ctx context.Context, id string, err error) error {
+	n := s.retries.failed(id, s.now())
+	s.log.Warn("sandbox did not converge; will retry", "sandbox_id", id, "attempt", n, "err", err)
+	if sb, gerr := s.store.GetSandbox(ctx, id); gerr == nil {
+		sb.Version++
+		sb.UpdatedAt = s.now().UTC().Truncate(time.Millisecond)
+		ev := Event{SandboxID: id, Type: "error", From: sb.State, To: sb.State, At: sb.UpdatedAt,
+			Reason: truncate(fmt.Sprintf("attempt %d: %s", n, errcode.Message(err)), 1024)}
+		if aerr := s.store.UpdateSandbox(ctx, sb, ev); aerr == nil {
+			s.bus.publish()
+		}
+	}
+	return fmt.Errorf("sandbox %s: %w", id, err)
+}
+
+// abandonCreate deletes what a create that is no longer running left, and records it failed.
+func (s *Service) abandonCreate(ctx context.Context, sb Sandbox, atStart bool) error {
+	rt, err := s.runtimeOf(sb)
 	if err != nil {
 		return err
 	}
-	for _, sb := range live {
-		rt, ok := s.runtimes[sb.Runtime]
-		if !ok {
-			s.log.Warn("reconcile: runtime not configured; leaving sandbox as is", "sandbox_id", sb.ID, "runtime", sb.Runtime)
-			owned[sb.ID] = true
-			continue
+	if err := rt.Delete(ctx, sb.ID); err != nil {
+		return fmt.Errorf("delete half-made sandbox: %w", err)
+	}
+	s.releaseIDRange(ctx, sb.ID)
+	reason, msg := "create abandoned: past its deadline", "the create did not finish in time"
+	if atStart {
+		reason, msg = "reconcile: server stopped during create", "the server stopped while this sandbox was being created"
+	}
+	_, err = s.transition(ctx, sb, StateFailed, reason, msg)
+	return err
+}
+
+// stopAndDestroy records the intent to stop sb and then finishes it.
+func (s *Service) stopAndDestroy(ctx context.Context, sb Sandbox, reason string) (Sandbox, error) {
+	if sb.State != StateStopping {
+		var err error
+		if sb, err = s.transition(ctx, sb, StateStopping, reason, ""); err != nil {
+			return sb, err
 		}
-		switch sb.State {
-		case StateRunning:
-			st, err := rt.State(ctx, sb.ID)
-			if err != nil {
-				return err
-			}
-			if st == runtime.StatusRunning {
-				owned[sb.ID] = true
-				s.log.Info("reconcile: adopted", "sandbox_id", sb.ID)
-				continue
-			}
-			if err := rt.Delete(ctx, sb.ID); err != nil {
-				return err
-			}
-			if _, err := s.transition(ctx, sb, StateLost, "reconcile: container "+string(st), "the sandbox's container was gone when the server started"); err != nil {
-				return err
-			}
-		case StateCreating:
-			if err := rt.Delete(ctx, sb.ID); err != nil {
-				return err
-			}
-			if _, err := s.transition(ctx, sb, StateFailed, "reconcile: server stopped during create", "the server stopped while this sandbox was being created"); err != nil {
-				return err
-			}
-		case StateStopping:
-			if err := rt.Delete(ctx, sb.ID); err != nil {
-				return err
-			}
-			if _, err := s.transition(ctx, sb, StateDestroyed, "reconcile: finished destroy", ""); err != nil {
-				return err
+	}
+	return s.finishDestroy(ctx, sb)
+}
+
+// finishDestroy deletes a stopping sandbox's host resources, frees its id range and records it
+// destroyed. On failure the record stays stopping, which the control loop retries.
+func (s *Service) finishDestroy(ctx context.Context, sb Sandbox) (Sandbox, error) {
+	s.dropGuest(sb.ID)
+	rt, err := s.runtimeOf(sb)
+	if err != nil {
+		return sb, err
+	}
+	if err := rt.Delete(ctx, sb.ID); err != nil {
+		return sb, fmt.Errorf("delete host resources: %w", err)
+	}
+	s.releaseIDRange(ctx, sb.ID)
+	reason := "destroy finished"
+	if ev, err := s.store.ListEvents(ctx, EventFilter{SandboxID: sb.ID, Limit: MaxList}); err == nil {
+		for i := len(ev) - 1; i >= 0; i-- {
+			if ev[i].To == StateStopping && ev[i].Type == "state" {
+				reason = ev[i].Reason
+				break
 			}
 		}
 	}
-	return s.sweep(ctx, func(id string) bool { return owned[id] })
+	return s.transition(ctx, sb, StateDestroyed, reason, "")
+}
+
+// Reconcile makes the store and the host agree. Run it at start, before serving, while holding
+// the state-dir lock: running sandboxes whose container still runs are adopted (runtime.Adopter)
+// and watched; records whose container is gone become lost; half-made creates become failed;
+// half-done destroys finish; host resources that no live record owns are deleted. A sandbox it
+// cannot settle (its state unreadable, a delete failing) is logged, recorded and left to the
+// control loop: it never stops the server from starting. Only a store it cannot read is an error.
+func (s *Service) Reconcile(ctx context.Context) error {
+	live, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateStopping, StateFailed, StateLost}, Limit: 100000})
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	owned := map[string]bool{}
+	now := s.now()
+	for _, sb := range live {
+		unlock := s.lock(sb.ID)
+		keep, err := s.reconcileOne(ctx, sb, now)
+		unlock()
+		if keep {
+			owned[sb.ID] = true
+		}
+		if err != nil {
+			s.log.Warn("reconcile: sandbox left to the control loop", "sandbox_id", sb.ID, "err", err)
+		}
+	}
+	if err := s.sweep(ctx, func(id string) bool { return owned[id] }); err != nil {
+		s.log.Warn("reconcile: sweep incomplete; the periodic sweep retries", "err", err)
+	}
+	return nil
+}
+
+// reconcileOne settles one sandbox at start and says whether its host resources must be kept.
+func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (keep bool, err error) {
+	rt, rerr := s.runtimeOf(sb)
+	if rerr != nil {
+		return sb.State.Live(), rerr // not ours to judge: leave it as it is
+	}
+	switch sb.State {
+	case StateRunning:
+		st, err := rt.State(ctx, sb.ID)
+		if err != nil {
+			return true, s.stepFailed(ctx, sb.ID, fmt.Errorf("read state: %w", err))
+		}
+		if st != runtime.StatusRunning {
+			if _, err := s.transition(ctx, sb, StateLost, "reconcile: container "+string(st), "the sandbox's container was gone when the server started"); err != nil {
+				return true, err
+			}
+			return false, nil // the sweep deletes what is left
+		}
+		if a, ok := rt.(runtime.Adopter); ok {
+			if err := a.Adopt(ctx, sb.ID, runtime.Handle(sb.Handle)); err != nil {
+				s.log.Warn("reconcile: adopt", "sandbox_id", sb.ID, "err", err)
+			}
+		}
+		s.log.Info("reconcile: adopted", "sandbox_id", sb.ID)
+		s.watch(rt, sb.ID)
+		if s.unsettled(sb, now, false) {
+			return true, s.step(ctx, sb.ID, false)
+		}
+		return true, nil
+	case StateCreating, StateStopping:
+		if err := s.step(ctx, sb.ID, true); err != nil {
+			return true, err
+		}
+		return false, nil
+	default: // failed, lost: not live; the sweep deletes what they left
+		if s.unsettled(sb, now, false) {
+			return false, s.step(ctx, sb.ID, false)
+		}
+		return false, nil
+	}
+}
+
+// watch waits, in the background, for the sandbox's init to exit (runtime.Waiter), and then
+// records a sandbox that was running as lost at once, not at the next call to it.
+func (s *Service) watch(rt runtime.Runtime, id string) {
+	w, ok := rt.(runtime.Waiter)
+	if !ok {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := w.Wait(s.bg, id); err != nil {
+			return // the service is closing
+		}
+		unlock := s.lock(id)
+		defer unlock()
+		sb, err := s.store.GetSandbox(s.bg, id)
+		if err != nil || sb.State != StateRunning {
+			return // destroyed or already settled
+		}
+		if _, err := s.transition(s.bg, sb, StateLost, "sandbox init exited", "the sandbox stopped unexpectedly"); err != nil {
+			s.log.Warn("record lost sandbox", "sandbox_id", id, "err", err)
+		}
+		s.dropGuest(id)
+	}()
 }
 
 // sweep deletes the host resources of every sandbox that owned does not claim, then frees the
 // id ranges of sandboxes it does not claim (sweepIDRanges). It lists the host first and asks
 // owned second, so a sandbox created in between (whose record is written before its container)
-// is never mistaken for an orphan.
+// is never mistaken for an orphan. A failing runtime or delete does not stop the rest; the
+// ranges of sandboxes whose delete failed stay held.
 func (s *Service) sweep(ctx context.Context, owned func(id string) bool) error {
 	type found struct {
 		rt  runtime.Runtime
 		ids []string
 	}
 	var all []found
-	for _, rt := range s.runtimes {
+	var errs []error
+	for _, rt := range s.local.runtimes {
 		if !rt.Capabilities().Available {
 			continue
 		}
 		ids, err := rt.List(ctx)
 		if err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("list %s sandboxes: %w", rt.Name(), err))
+			continue
 		}
 		all = append(all, found{rt, ids})
 	}
+	undeleted := map[string]bool{}
 	for _, f := range all {
 		for _, id := range f.ids {
 			if owned(id) {
 				continue
 			}
-			unlock := s.lock(id)
+			unlock, ok := s.tryLock(id)
+			if !ok {
+				continue // a lifecycle call holds it: not an orphan now
+			}
 			s.log.Warn("sweeping orphaned sandbox resources", "sandbox_id", id, "runtime", f.rt.Name())
 			err := f.rt.Delete(ctx, id)
 			unlock()
 			if err != nil {
-				return err
+				undeleted[id] = true
+				errs = append(errs, fmt.Errorf("delete orphan %s: %w", id, err))
 			}
 		}
 	}
-	return s.sweepIDRanges(ctx, owned)
+	if len(errs) > 0 && len(all) < len(s.local.runtimes) {
+		// A runtime could not list: its sandboxes' ranges must not be freed blindly.
+		return errors.Join(errs...)
+	}
+	if err := s.sweepIDRanges(ctx, func(id string) bool { return undeleted[id] || owned(id) }); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
-// ownedByStore reports whether the store holds a live record for id.
+// ownedByStore reports whether the store holds a live record for id (or cannot say).
 func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
 	return func(id string) bool {
 		sb, err := s.store.GetSandbox(ctx, id)
@@ -108,28 +362,30 @@ func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
 	}
 }
 
-// ReapExpired destroys every running sandbox whose TTL has passed and returns how many.
+// ReapExpired destroys every sandbox whose TTL has passed and returns how many; the control
+// loop (Converge) does the same, and finishes what a failed destroy left.
 func (s *Service) ReapExpired(ctx context.Context) (int, error) {
-	live, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateRunning, StateFailed, StateLost}, Limit: 100000})
+	list, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateRunning, StateFailed, StateLost}, Limit: 100000})
 	if err != nil {
 		return 0, err
 	}
 	now := s.now()
 	n := 0
-	for _, sb := range live {
+	var errs []error
+	for _, sb := range list {
 		if sb.ExpiresAt.After(now) {
 			continue
 		}
 		if _, err := s.destroy(ctx, sb.ID, "ttl expired"); err != nil {
-			s.log.Warn("reap expired sandbox", "sandbox_id", sb.ID, "err", err)
+			errs = append(errs, err)
 			continue
 		}
 		n++
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }
 
-// Run performs background duties until ctx ends: the TTL reaper (every second), the orphan
+// Run performs background duties until ctx ends: the control loop (every second), the orphan
 // sweep (every SweepInterval, a minute) and pruning of old finished records (every hour).
 func (s *Service) Run(ctx context.Context) {
 	tick := time.NewTicker(min(time.Second, s.cfg.SweepInterval))
@@ -141,13 +397,13 @@ func (s *Service) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if _, err := s.ReapExpired(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("ttl reaper", "err", err)
+		if err := s.Converge(ctx); err != nil && ctx.Err() == nil {
+			s.log.Debug("control loop pass incomplete", "err", err)
 		}
 		if s.now().Sub(lastSweep) >= s.cfg.SweepInterval {
 			lastSweep = s.now()
 			if err := s.sweep(ctx, s.ownedByStore(ctx)); err != nil && ctx.Err() == nil {
-				s.log.Warn("orphan sweep", "err", err)
+				s.log.Warn("orphan sweep incomplete", "err", err)
 			}
 		}
 		if p, ok := s.store.(Pruner); ok && s.now().Sub(lastPrune) >= time.Hour {
@@ -159,16 +415,4 @@ func (s *Service) Run(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// Close releases the runtimes' host-wide resources (those that implement io.Closer, e.g. an
-// empty cgroup parent). Sandboxes keep running: a restarted server adopts them.
-func (s *Service) Close() error {
-	var errs []error
-	for _, rt := range s.runtimes {
-		if c, ok := rt.(io.Closer); ok {
-			errs = append(errs, c.Close())
-		}
-	}
-	return errors.Join(errs...)
 }

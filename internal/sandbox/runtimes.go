@@ -55,7 +55,7 @@ func (s *Service) pickByIsolation(req *CreateRequest) (runtime.Runtime, error) {
 		if req.Runtime == "" {
 			req.Runtime = s.cfg.DefaultRuntime
 		}
-		rt, ok := s.runtimes[req.Runtime]
+		rt, ok := s.local.runtimes[req.Runtime]
 		if !ok {
 			return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not configured on this server; available: %s", truncate(req.Runtime, 64), strings.Join(s.runtimeNames(), ", "))
 		}
@@ -69,7 +69,7 @@ func (s *Service) pickByIsolation(req *CreateRequest) (runtime.Runtime, error) {
 		}
 		return rt, nil
 	}
-	if rt, ok := s.runtimes[s.cfg.DefaultRuntime]; ok {
+	if rt, ok := s.local.runtimes[s.cfg.DefaultRuntime]; ok {
 		if c := rt.Capabilities(); c.Available && isolationRank[c.Isolation] >= isolationRank[want] {
 			req.Runtime = rt.Name()
 			return rt, nil
@@ -98,7 +98,7 @@ func (s *Service) pickByIsolation(req *CreateRequest) (runtime.Runtime, error) {
 	}
 	sort.SliceStable(fits, func(i, j int) bool { return isolationRank[fits[i].Isolation] < isolationRank[fits[j].Isolation] })
 	req.Runtime = fits[0].Name
-	return s.runtimes[fits[0].Name], nil
+	return s.local.runtimes[fits[0].Name], nil
 }
 
 // satisfiersHint says which runtimes satisfy an isolation requirement, for an error message.

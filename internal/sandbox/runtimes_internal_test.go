@@ -6,24 +6,27 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
 // declaredRuntime declares capabilities and does nothing: pickRuntime only reads them.
 type declaredRuntime struct{ caps runtime.Capabilities }
 
-func (d declaredRuntime) Name() string                             { return d.caps.Name }
-func (d declaredRuntime) Capabilities() runtime.Capabilities       { return d.caps }
-func (declaredRuntime) Create(context.Context, runtime.Spec) error { return errNotHere }
-func (declaredRuntime) Start(context.Context, string) error        { return errNotHere }
-func (declaredRuntime) Stop(context.Context, string) error         { return errNotHere }
-func (declaredRuntime) Delete(context.Context, string) error       { return errNotHere }
+func (d declaredRuntime) Name() string                       { return d.caps.Name }
+func (d declaredRuntime) Capabilities() runtime.Capabilities { return d.caps }
+func (declaredRuntime) Create(context.Context, runtime.Spec) (runtime.Handle, error) {
+	return "", errNotHere
+}
+func (declaredRuntime) Start(context.Context, string) error  { return errNotHere }
+func (declaredRuntime) Stop(context.Context, string) error   { return errNotHere }
+func (declaredRuntime) Delete(context.Context, string) error { return errNotHere }
 func (declaredRuntime) State(context.Context, string) (runtime.Status, error) {
 	return "", errNotHere
 }
-func (declaredRuntime) List(context.Context) ([]string, error)               { return nil, errNotHere }
-func (declaredRuntime) Guest(context.Context, string) (*guest.Client, error) { return nil, errNotHere }
+func (declaredRuntime) List(context.Context) ([]string, error) { return nil, errNotHere }
+func (declaredRuntime) Agent(context.Context, string) (runtime.Dialer, error) {
+	return nil, errNotHere
+}
 
 var errNotHere = errcode.New(errcode.UnsupportedOp, "declared only")
 
@@ -72,9 +75,9 @@ func TestPickRuntime(t *testing.T) {
 			cfg.DefaultRuntime = "gvisor"
 		}
 		cfg.setDefaults()
-		s := &Service{runtimes: map[string]runtime.Runtime{}, cfg: cfg}
+		s := &Service{local: &host{runtimes: map[string]runtime.Runtime{}}, cfg: cfg}
 		for _, r := range services[tc.service] {
-			s.runtimes[r.Name()] = r
+			s.local.runtimes[r.Name()] = r
 		}
 		req := CreateRequest{Runtime: tc.runtime, Requirements: Requirements{Isolation: tc.isolation}}
 		got, err := s.pickRuntime(&req)

@@ -79,6 +79,15 @@ type Sandbox struct {
 	// Hardening is what the sandbox's runtime enforces on every sandbox (its
 	// Capabilities.Hardening), filled in by the API's replies; it is not stored.
 	Hardening []string `json:"hardening,omitempty"`
+	// Owner is who created the sandbox (an API key's name, an MCP session; WithOwner).
+	Owner string `json:"owner,omitempty"`
+	// IdempotencyKey is the key the create carried, if any (unique per owner).
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Node is the host (or cluster node, or joined machine) the sandbox runs on.
+	Node string `json:"node,omitempty"`
+	// Handle is the runtime's opaque reference to the sandbox (runtime.Handle), persisted so
+	// that a restarted server can adopt it. It is not part of any reply.
+	Handle string `json:"-"`
 	// Version increases on every update (optimistic concurrency).
 	Version int64 `json:"version"`
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -28,11 +29,26 @@ type Config struct {
 	DefaultTTL     time.Duration
 	MaxTTL         time.Duration // 24h
 	MaxSandboxes   int           // 200 live sandboxes
-	CPUBudget      float64       // sum of live sandboxes' cpu; 0 = unbounded
-	MemoryBudgetMB int64         // sum of live sandboxes' memory_mb; 0 = unbounded
+	// The budgets bound the sums of live sandboxes' limits (0 = unbounded). Limits are
+	// ceilings, not reservations, so the server's defaults overcommit them (Overcommit × what
+	// the host has; wire.go computes them) and admission also checks the host's real headroom.
+	CPUBudget      float64 // sum of live sandboxes' cpu
+	MemoryBudgetMB int64   // sum of live sandboxes' memory_mb
 	// DiskBudgetMB bounds the sum of live sandboxes' disk_mb (their disks are sparse images
-	// on the state dir's file system, which they could otherwise fill together); 0 = unbounded.
+	// on the state dir's file system).
 	DiskBudgetMB int64
+	// Overcommit is the factor the budgets were computed with, reported by Capacity; 1 means
+	// hard reservations.
+	Overcommit float64
+	// Headroom reads what the host really has free; admission keeps MemoryReserveMB of memory
+	// and DiskReserveMB of disk for the host whatever the budgets say. nil: not checked.
+	Headroom        func(ctx context.Context) (Headroom, error)
+	MemoryReserveMB int64
+	DiskReserveMB   int64
+	// Node names this host on sandbox records; LocalNode.
+	Node string
+	// Now is the service's clock (TTLs, the control loop, pruning); time.Now.
+	Now          func() time.Time
 	ReadyTimeout time.Duration // create → agent answering; 15s
 	// Retention is how long finished sandboxes' records are kept; 7 days.
 	Retention time.Duration
@@ -55,6 +71,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = time.Minute
+	}
+	if c.Node == "" {
+		c.Node = LocalNode
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.DefaultRuntime == "" {
 		c.DefaultRuntime = DefaultRuntime
@@ -120,6 +142,9 @@ type CreateRequest struct {
 	// Requirements pick a runtime that satisfies them when Runtime is empty, and are checked
 	// against Runtime when it is not (runtimes.go).
 	Requirements Requirements `json:"requirements,omitzero"`
+	// IdempotencyKey makes a retried create return the sandbox the first one made: keys are
+	// scoped to the caller's owner (WithOwner) and kept as long as the sandbox's record.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // ExecRequest runs a command in a sandbox.
@@ -153,17 +178,24 @@ type Capacity struct {
 	MemoryUsedMB   int64   `json:"memory_used_mb"`
 	DiskBudgetMB   int64   `json:"disk_budget_mb"`
 	DiskUsedMB     int64   `json:"disk_used_mb"`
+	// Overcommit is how far the budgets let limits exceed the host (1: hard reservations).
+	Overcommit float64 `json:"overcommit,omitempty"`
+	// What the host really has free now, and what admission keeps for it.
+	MemoryAvailableMB int64 `json:"host_memory_available_mb,omitempty"`
+	MemoryReserveMB   int64 `json:"host_memory_reserve_mb,omitempty"`
+	DiskFreeMB        int64 `json:"host_disk_free_mb,omitempty"`
+	DiskReserveMB     int64 `json:"host_disk_reserve_mb,omitempty"`
 }
 
 // Service is the sandbox control plane. It is safe for concurrent use.
 type Service struct {
-	store    Store
-	runtimes map[string]runtime.Runtime
-	cfg      Config
-	log      *slog.Logger
-	now      func() time.Time
+	store Store
+	local *host // this server's machine
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
 
-	capMu sync.Mutex // serializes the capacity check with the insert
+	idMu sync.Mutex // serializes picking a free id range with recording it
 
 	locksMu sync.Mutex
 	locks   map[string]*idLock // per-sandbox lifecycle locks
@@ -171,8 +203,15 @@ type Service struct {
 	guestsMu sync.Mutex
 	guests   map[string]*guest.Client
 
-	// idBases are the first host ids of the pool's id ranges, lowest first.
-	idBases []int64
+	bus     *bus // wakes event subscribers
+	retries retries
+
+	// bg lives as long as the service: background work (exit watches) runs on it, and Close
+	// cancels it and waits for wg.
+	bg     context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	closed sync.Once
 }
 
 type idLock struct {
@@ -186,19 +225,24 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{store: st, runtimes: map[string]runtime.Runtime{}, cfg: cfg, log: log, now: time.Now,
-		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}}
+	h := &host{name: cfg.Node, runtimes: map[string]runtime.Runtime{}, headroom: cfg.Headroom,
+		admission:       Admission{MaxLive: cfg.MaxSandboxes, CPU: cfg.CPUBudget, MemoryMB: cfg.MemoryBudgetMB, DiskMB: cfg.DiskBudgetMB},
+		memoryReserveMB: cfg.MemoryReserveMB, diskReserveMB: cfg.DiskReserveMB}
 	for _, rt := range rts {
-		s.runtimes[rt.Name()] = rt
+		h.runtimes[rt.Name()] = rt
 	}
-	if _, ok := s.runtimes[cfg.DefaultRuntime]; !ok {
+	if _, ok := h.runtimes[cfg.DefaultRuntime]; !ok {
 		return nil, fmt.Errorf("default runtime %q is not configured", cfg.DefaultRuntime)
 	}
 	pool := IDPool{Base: cfg.IDPoolBase, Size: IDRangeSize, Ranges: cfg.IDPoolRanges, Reserved: cfg.ReservedIDs}
 	var err error
-	if s.idBases, err = pool.bases(); err != nil {
+	if h.idBases, err = pool.bases(); err != nil {
 		return nil, err
 	}
+	s := &Service{store: st, local: h, cfg: cfg, log: log, now: cfg.Now,
+		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus(),
+		retries: retries{m: map[string]retry{}}}
+	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -207,12 +251,32 @@ func (s *Service) Config() Config { return s.cfg }
 
 // Runtimes returns the declared capabilities of every configured runtime, sorted by name.
 func (s *Service) Runtimes() []runtime.Capabilities {
-	out := make([]runtime.Capabilities, 0, len(s.runtimes))
-	for _, rt := range s.runtimes {
+	out := make([]runtime.Capabilities, 0, len(s.local.runtimes))
+	for _, rt := range s.local.runtimes {
 		out = append(out, rt.Capabilities())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// tryLock takes id's lifecycle lock if no one holds it.
+func (s *Service) tryLock(id string) (unlock func(), ok bool) {
+	s.locksMu.Lock()
+	defer s.locksMu.Unlock()
+	if s.locks[id] != nil {
+		return nil, false
+	}
+	l := &idLock{refs: 1}
+	l.mu.Lock()
+	s.locks[id] = l
+	return func() {
+		l.mu.Unlock()
+		s.locksMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, id)
+		}
+		s.locksMu.Unlock()
+	}, true
 }
 
 func (s *Service) lock(id string) func() {
@@ -314,18 +378,26 @@ func validEnvName(k string) bool {
 
 func (s *Service) runtimeNames() []string {
 	var names []string
-	for n := range s.runtimes {
+	for n := range s.local.runtimes {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	return names
 }
 
-// Create makes a sandbox and returns it running, with its agent answering.
+// MaxIdempotencyKey bounds an idempotency key's length.
+const MaxIdempotencyKey = 256
+
+// Create makes a sandbox and returns it running, with its agent answering. With an idempotency
+// key its owner used before, it makes nothing and returns that sandbox (once its create has
+// finished), or CONFLICT if the key came with a different request.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
 	rt, err := s.validateCreate(&req)
 	if err != nil {
 		return Sandbox{}, err
+	}
+	if len(req.IdempotencyKey) > MaxIdempotencyKey || strings.ContainsFunc(req.IdempotencyKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return Sandbox{}, errcode.New(errcode.InvalidArgument, "idempotency_key must be at most %d characters without control characters", MaxIdempotencyKey)
 	}
 	now := s.now().UTC().Truncate(time.Millisecond) // the store keeps milliseconds
 	sb := Sandbox{
@@ -333,22 +405,29 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error
 		Isolation: string(rt.Capabilities().Isolation), CPU: req.CPU, MemoryMB: req.MemoryMB,
 		DiskMB: req.DiskMB, PidsLimit: s.cfg.PidsLimit, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
-		Version: 1,
+		Owner: OwnerFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
 	}
-	unlock := s.lock(sb.ID)
-	defer unlock()
-	idmap, err := s.admit(ctx, sb, rt)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	s.log.Info("sandbox creating", "sandbox_id", sb.ID, "runtime", sb.Runtime)
-	// The host work must not be abandoned half-way because a caller went away.
+	// From here on nothing depends on the caller staying: a record, once written, is driven to
+	// running or failed, and a caller that hangs up never leaves a half-made sandbox.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyTimeout+30*time.Second)
 	defer cancel()
-	if err := s.bringUp(wctx, rt, sb, idmap); err != nil {
+	unlock := s.lock(sb.ID)
+	prior, idmap, err := s.admit(wctx, sb, rt)
+	if err != nil {
+		unlock()
+		return Sandbox{}, err
+	}
+	if prior.ID != "" {
+		unlock()
+		return s.sameCreate(ctx, prior, sb)
+	}
+	defer unlock()
+	s.log.Info("sandbox creating", "sandbox_id", sb.ID, "runtime", sb.Runtime)
+	handle, err := s.bringUp(wctx, rt, sb, idmap)
+	if err != nil {
 		s.log.Warn("sandbox create failed", "sandbox_id", sb.ID, "err", err)
 		if derr := rt.Delete(wctx, sb.ID); derr != nil {
-			s.log.Error("cleanup after failed create", "sandbox_id", sb.ID, "err", derr)
+			s.log.Error("cleanup after failed create (the sweep retries)", "sandbox_id", sb.ID, "err", derr)
 		} else {
 			s.releaseIDRange(wctx, sb.ID)
 		}
@@ -360,82 +439,124 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error
 		}
 		return Sandbox{}, err
 	}
-	return s.transition(wctx, sb, StateRunning, "agent ready", "")
+	sb.Handle = string(handle)
+	out, err := s.transition(wctx, sb, StateRunning, "agent ready", "")
+	if err == nil {
+		s.watch(rt, sb.ID)
+	}
+	return out, err
 }
 
-// admit checks capacity and records the intent to create, atomically with respect to other
-// creates on this server; for a runtime with user namespaces it also allocates the sandbox's
-// range of host ids, which it returns.
-func (s *Service) admit(ctx context.Context, sb Sandbox, rt runtime.Runtime) (runtime.IDMap, error) {
-	s.capMu.Lock()
-	defer s.capMu.Unlock()
-	u, err := s.store.CountLive(ctx)
+// sameCreate answers a create whose idempotency key its owner already used: the sandbox that
+// key made, once its create is over, if the request is the same.
+func (s *Service) sameCreate(ctx context.Context, prior, asked Sandbox) (Sandbox, error) {
+	same := prior.Image == asked.Image && prior.Runtime == asked.Runtime && prior.CPU == asked.CPU &&
+		prior.MemoryMB == asked.MemoryMB && prior.DiskMB == asked.DiskMB &&
+		maps.Equal(prior.Env, asked.Env) && maps.Equal(prior.Labels, asked.Labels)
+	if !same {
+		return Sandbox{}, errcode.New(errcode.Conflict, "idempotency_key %q was used for a different create (sandbox %s); use a new key for a different request", truncate(asked.IdempotencyKey, 64), prior.ID).
+			With("sandbox_id", prior.ID)
+	}
+	unlock := s.lock(prior.ID) // wait for a create still in flight
+	unlock()
+	sb, err := s.store.GetSandbox(ctx, prior.ID)
 	if err != nil {
-		return runtime.IDMap{}, fmt.Errorf("count live sandboxes: %w", err)
+		return Sandbox{}, err
 	}
-	n, cpu, mem := u.Live, u.CPU, u.MemoryMB
-	if n >= s.cfg.MaxSandboxes {
-		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "this server already holds %d live sandboxes (its maximum); destroy sandboxes you no longer need, then retry", n).
-			With("live", n).With("max_sandboxes", s.cfg.MaxSandboxes)
+	if sb.State == StateFailed {
+		return Sandbox{}, errcode.New(errcode.RuntimeUnavailable, "sandbox %s, made by this idempotency key, failed: %s; use a new key to try again", sb.ID, sb.Error).With("sandbox_id", sb.ID)
 	}
-	if s.cfg.CPUBudget > 0 && cpu+sb.CPU > s.cfg.CPUBudget+1e-9 {
-		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "cpu budget exhausted: %.2f of %.2f cores are allocated and %.2f more were asked; ask for less cpu or destroy sandboxes", cpu, s.cfg.CPUBudget, sb.CPU).
-			With("cpu_used", cpu).With("cpu_budget", s.cfg.CPUBudget)
+	return sb, nil
+}
+
+// admit records the intent to create sb if the host has the headroom and the store's
+// admission (live bound, budgets) lets it in; for a runtime with user namespaces it then
+// allocates the sandbox's range of host ids, which it returns. When sb's idempotency key was
+// used before, it writes nothing and returns that sandbox as prior.
+func (s *Service) admit(ctx context.Context, sb Sandbox, rt runtime.Runtime) (prior Sandbox, _ runtime.IDMap, _ error) {
+	if err := s.local.checkHeadroom(ctx); err != nil {
+		return Sandbox{}, runtime.IDMap{}, err
 	}
-	if s.cfg.MemoryBudgetMB > 0 && mem+sb.MemoryMB > s.cfg.MemoryBudgetMB {
-		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "memory budget exhausted: %d of %d MiB are allocated and %d more were asked; ask for less memory_mb or destroy sandboxes", mem, s.cfg.MemoryBudgetMB, sb.MemoryMB).
-			With("memory_used_mb", mem).With("memory_budget_mb", s.cfg.MemoryBudgetMB)
-	}
-	if s.cfg.DiskBudgetMB > 0 && u.DiskMB+sb.DiskMB > s.cfg.DiskBudgetMB {
-		return runtime.IDMap{}, errcode.New(errcode.CapacityUnavailable, "disk budget exhausted: %d of %d MiB of sandbox disks are allocated and %d more were asked; ask for less disk_mb or destroy sandboxes", u.DiskMB, s.cfg.DiskBudgetMB, sb.DiskMB).
-			With("disk_used_mb", u.DiskMB).With("disk_budget_mb", s.cfg.DiskBudgetMB)
-	}
-	userns := rt.Capabilities().TakesIDRange()
-	var base int64
-	if userns {
-		if base, err = s.freeIDBase(ctx); err != nil {
-			return runtime.IDMap{}, err
+	if rt.Capabilities().TakesIDRange() && sb.IdempotencyKey == "" {
+		// Refuse before writing anything when the pool is spent (allocateIDRange decides).
+		if _, err := s.freeIDBase(ctx); err != nil {
+			return Sandbox{}, runtime.IDMap{}, err
 		}
 	}
 	ev := Event{SandboxID: sb.ID, Type: "state", To: StateCreating, Reason: "create requested", At: sb.CreatedAt}
-	if err := s.store.CreateSandbox(ctx, sb, ev); err != nil {
-		return runtime.IDMap{}, fmt.Errorf("record sandbox %s: %w", sb.ID, err)
+	got, created, err := s.store.AdmitSandbox(ctx, sb, ev, s.local.admission)
+	var over *OverCapacityError
+	if errors.As(err, &over) {
+		return Sandbox{}, runtime.IDMap{}, overCapacity(over)
 	}
-	if !userns {
-		return runtime.IDMap{}, nil
+	if err != nil {
+		return Sandbox{}, runtime.IDMap{}, fmt.Errorf("record sandbox %s: %w", sb.ID, err)
 	}
-	// The record first: a range never exists without the live record that keeps the sweep off it.
-	r := IDRange{SandboxID: sb.ID, Base: base, Count: IDRangeSize, AllocatedAt: sb.CreatedAt}
-	if err := s.store.AllocateIDRange(ctx, r); err != nil {
-		err = fmt.Errorf("allocate host ids [%d, %d) for sandbox %s: %w", r.Base, r.End(), sb.ID, err)
+	if !created {
+		return got, runtime.IDMap{}, nil
+	}
+	s.bus.publish()
+	if !rt.Capabilities().TakesIDRange() {
+		return Sandbox{}, runtime.IDMap{}, nil
+	}
+	base, err := s.allocateIDRange(ctx, sb)
+	if err != nil {
 		if _, uerr := s.transition(ctx, sb, StateFailed, "create failed: "+errcode.Message(err), errcode.Message(err)); uerr != nil {
 			s.log.Error("record failed create", "sandbox_id", sb.ID, "err", uerr)
 		}
-		return runtime.IDMap{}, err
+		return Sandbox{}, runtime.IDMap{}, err
 	}
-	return runtime.IDMap{UIDBase: uint32(base), GIDBase: uint32(base), Count: IDRangeSize}, nil
+	return Sandbox{}, runtime.IDMap{UIDBase: uint32(base), GIDBase: uint32(base), Count: IDRangeSize}, nil
 }
 
-func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) error {
+// allocateIDRange records the lowest free range of the pool as sb's (the record first: a range
+// never exists without the live record that keeps the sweep off it). Another server process on
+// the same database may take the same range meanwhile; the store refuses the second, and this
+// tries the next free one.
+func (s *Service) allocateIDRange(ctx context.Context, sb Sandbox) (int64, error) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	var err error
+	for range 3 {
+		var base int64
+		if base, err = s.freeIDBase(ctx); err != nil {
+			return 0, err
+		}
+		r := IDRange{SandboxID: sb.ID, Base: base, Count: IDRangeSize, AllocatedAt: sb.CreatedAt}
+		if err = s.store.AllocateIDRange(ctx, r); err == nil {
+			return base, nil
+		}
+		err = fmt.Errorf("allocate host ids [%d, %d) for sandbox %s: %w", r.Base, r.End(), sb.ID, err)
+		if errcode.Of(err) != errcode.Conflict {
+			return 0, err
+		}
+	}
+	return 0, err
+}
+
+func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) (runtime.Handle, error) {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
 		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap}
-	if err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
-		return err
-	}
-	gc, err := rt.Guest(ctx, sb.ID)
+	handle, err := runtime.CreateAndStart(ctx, rt, spec)
 	if err != nil {
-		return err
+		return "", err
 	}
+	dial, err := rt.Agent(ctx, sb.ID)
+	if err != nil {
+		return "", err
+	}
+	gc := guest.NewClient(guest.Dialer(dial))
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	err = gc.WaitReady(rctx)
 	cancel()
 	if err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its agent did not answer within %s", sb.ID, s.cfg.ReadyTimeout)
+		gc.Close()
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its agent did not answer within %s", sb.ID, s.cfg.ReadyTimeout)
 	}
 	s.guestsMu.Lock()
 	s.guests[sb.ID] = gc
 	s.guestsMu.Unlock()
-	return nil
+	return handle, nil
 }
 
 // transition moves sb to state `to`, recording an event; it returns the updated record.
@@ -454,6 +575,7 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
 		return sb, fmt.Errorf("sandbox %s %s→%s: %w", sb.ID, from, to, err)
 	}
+	s.bus.publish()
 	s.log.Info("sandbox state", "sandbox_id", sb.ID, "from", from, "to", to, "reason", reason)
 	return sb, nil
 }
@@ -524,21 +646,13 @@ func (s *Service) destroy(ctx context.Context, id, reason string) (Sandbox, erro
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if sb.State != StateStopping {
-		if sb, err = s.transition(wctx, sb, StateStopping, reason, ""); err != nil {
-			return sb, err
-		}
+	out, err := s.stopAndDestroy(wctx, sb, reason)
+	if err != nil && out.State == StateStopping {
+		// Intent is recorded; the control loop finishes the delete with backoff.
+		s.retries.failed(id, s.now())
+		return out, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s is stopping, but deleting its host resources failed; the server retries until it is gone", id).With("state", string(out.State))
 	}
-	s.dropGuest(id)
-	rt, ok := s.runtimes[sb.Runtime]
-	if !ok {
-		return sb, errcode.New(errcode.RuntimeUnavailable, "sandbox %s belongs to runtime %q, which this server does not have", id, sb.Runtime)
-	}
-	if err := rt.Delete(wctx, id); err != nil {
-		return sb, fmt.Errorf("destroy %s: %w", id, err)
-	}
-	s.releaseIDRange(wctx, id)
-	return s.transition(wctx, sb, StateDestroyed, reason, "")
+	return out, err
 }
 
 func (s *Service) dropGuest(id string) {
@@ -575,9 +689,12 @@ func (s *Service) Extend(ctx context.Context, id string, ttlSeconds int64) (Sand
 	sb.ExpiresAt = exp
 	sb.UpdatedAt = now
 	sb.Version++
-	if err := s.store.UpdateSandbox(ctx, sb, Event{}); err != nil {
+	ev := Event{SandboxID: id, Type: "extend", From: sb.State, To: sb.State, At: now,
+		Reason: "ttl extended to " + exp.Format(time.RFC3339)}
+	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
 		return sb, fmt.Errorf("extend %s: %w", id, err)
 	}
+	s.bus.publish()
 	return sb, nil
 }
 
@@ -603,14 +720,15 @@ func (s *Service) running(ctx context.Context, id string) (Sandbox, *guest.Clien
 	if gc != nil {
 		return sb, gc, nil
 	}
-	rt, ok := s.runtimes[sb.Runtime]
-	if !ok {
-		return sb, nil, errcode.New(errcode.RuntimeUnavailable, "sandbox %s belongs to runtime %q, which this server does not have", id, sb.Runtime)
-	}
-	gc, err = rt.Guest(ctx, id)
+	rt, err := s.runtimeOf(sb)
 	if err != nil {
 		return sb, nil, err
 	}
+	dial, err := rt.Agent(ctx, id)
+	if err != nil {
+		return sb, nil, err
+	}
+	gc = guest.NewClient(guest.Dialer(dial))
 	s.guestsMu.Lock()
 	if cur := s.guests[id]; cur != nil {
 		gc.Close()
@@ -628,7 +746,10 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 	if errcode.Of(err) != errcode.SandboxNotRunning || ctx.Err() != nil {
 		return err
 	}
-	rt := s.runtimes[sb.Runtime]
+	rt, rerr := s.runtimeOf(sb)
+	if rerr != nil {
+		return err
+	}
 	st, serr := rt.State(ctx, sb.ID)
 	if serr != nil || st == runtime.StatusRunning {
 		return err
@@ -639,7 +760,7 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 	if gerr == nil && (cur.State == StateStopping || cur.State == StateDestroyed) {
 		// The server itself stopped it while the call ran: say why, not "unexpectedly".
 		why := "it was destroyed while the call ran; create a new sandbox"
-		if !cur.ExpiresAt.After(time.Now()) {
+		if !cur.ExpiresAt.After(s.now()) {
 			why = fmt.Sprintf("its TTL ran out at %s; create a new sandbox with a longer ttl_seconds, or extend the TTL before it runs out", cur.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 		return errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s: %s", sb.ID, cur.State, why).With("state", string(cur.State))
@@ -813,13 +934,38 @@ func (s *Service) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	return s.store.ListEvents(ctx, f)
 }
 
-// Capacity reports the server's bounds and how much of them live sandboxes use.
+// Capacity reports the server's bounds, how much of them live sandboxes use, and what the
+// host really has free.
 func (s *Service) Capacity(ctx context.Context) (Capacity, error) {
 	u, err := s.store.CountLive(ctx)
 	if err != nil {
 		return Capacity{}, err
 	}
-	return Capacity{MaxSandboxes: s.cfg.MaxSandboxes, Live: u.Live, Free: max(0, s.cfg.MaxSandboxes-u.Live),
+	c := Capacity{MaxSandboxes: s.cfg.MaxSandboxes, Live: u.Live, Free: max(0, s.cfg.MaxSandboxes-u.Live),
 		CPUBudget: s.cfg.CPUBudget, CPUUsed: u.CPU, MemoryBudgetMB: s.cfg.MemoryBudgetMB, MemoryUsedMB: u.MemoryMB,
-		DiskBudgetMB: s.cfg.DiskBudgetMB, DiskUsedMB: u.DiskMB}, nil
+		DiskBudgetMB: s.cfg.DiskBudgetMB, DiskUsedMB: u.DiskMB, Overcommit: s.cfg.Overcommit,
+		MemoryReserveMB: s.local.memoryReserveMB, DiskReserveMB: s.local.diskReserveMB}
+	if s.local.headroom != nil {
+		if hr, err := s.local.headroom(ctx); err == nil {
+			c.MemoryAvailableMB, c.DiskFreeMB = hr.MemoryAvailableMB, hr.DiskFreeMB
+		}
+	}
+	return c, nil
+}
+
+// Close stops the service's background work (exit watches) and waits for it, then releases
+// the runtimes' host-wide resources (runtime.Closer, e.g. an empty cgroup parent). Sandboxes
+// keep running: a restarted server adopts them.
+func (s *Service) Close() error {
+	var errs []error
+	s.closed.Do(func() {
+		s.stop()
+		s.wg.Wait()
+		for _, rt := range s.local.runtimes {
+			if c, ok := rt.(runtime.Closer); ok {
+				errs = append(errs, c.Close(context.Background()))
+			}
+		}
+	})
+	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -13,6 +14,14 @@ import (
 type Store interface {
 	// CreateSandbox inserts sb (Version must be 1) and a first event for it, atomically.
 	CreateSandbox(ctx context.Context, sb Sandbox, ev Event) error
+	// AdmitSandbox is CreateSandbox behind admission, in one transaction with the insert, so
+	// that no two creates (of this process or of others on the same database) overshoot:
+	//   - when sb.IdempotencyKey is set and a sandbox of sb.Owner already has that key, it
+	//     writes nothing and returns that sandbox with created=false;
+	//   - when sb, added to the live sandboxes of sb.Node, would exceed a bound of a, it writes
+	//     nothing and returns an *OverCapacityError naming the bound.
+	// Otherwise it inserts sb and ev and returns sb with created=true.
+	AdmitSandbox(ctx context.Context, sb Sandbox, ev Event, a Admission) (existing Sandbox, created bool, err error)
 	GetSandbox(ctx context.Context, id string) (Sandbox, error)
 	// ListSandboxes returns matching sandboxes, oldest first, at most filter.Limit (or 1000).
 	ListSandboxes(ctx context.Context, filter ListFilter) ([]Sandbox, error)
@@ -50,4 +59,41 @@ type Usage struct {
 	CPU      float64
 	MemoryMB int64
 	DiskMB   int64
+}
+
+// Admission bounds what one node holds: how many live sandboxes, and the sums of their cpu,
+// memory_mb and disk_mb, the sandbox being admitted included. A zero field is unbounded.
+type Admission struct {
+	MaxLive  int
+	CPU      float64
+	MemoryMB int64
+	DiskMB   int64
+}
+
+// OverCapacityError says which bound of an Admission a sandbox would exceed.
+type OverCapacityError struct {
+	// Resource is "sandboxes", "cpu", "memory_mb" or "disk_mb".
+	Resource string
+	// Used is what the node's live sandboxes hold now; Asked is the new sandbox's share (1 for
+	// "sandboxes"); Limit is the bound.
+	Used, Asked, Limit float64
+}
+
+func (e *OverCapacityError) Error() string {
+	return fmt.Sprintf("%s: %g used + %g asked > %g allowed", e.Resource, e.Used, e.Asked, e.Limit)
+}
+
+// Check returns the bound of a that u plus sb would exceed, or nil.
+func (a Admission) Check(u Usage, sb Sandbox) *OverCapacityError {
+	switch {
+	case a.MaxLive > 0 && u.Live+1 > a.MaxLive:
+		return &OverCapacityError{"sandboxes", float64(u.Live), 1, float64(a.MaxLive)}
+	case a.CPU > 0 && u.CPU+sb.CPU > a.CPU+1e-9:
+		return &OverCapacityError{"cpu", u.CPU, sb.CPU, a.CPU}
+	case a.MemoryMB > 0 && u.MemoryMB+sb.MemoryMB > a.MemoryMB:
+		return &OverCapacityError{"memory_mb", float64(u.MemoryMB), float64(sb.MemoryMB), float64(a.MemoryMB)}
+	case a.DiskMB > 0 && u.DiskMB+sb.DiskMB > a.DiskMB:
+		return &OverCapacityError{"disk_mb", float64(u.DiskMB), float64(sb.DiskMB), float64(a.DiskMB)}
+	}
+	return nil
 }

@@ -83,13 +83,18 @@ func (r *Runtime) classify(err error, op, id string) error {
 	if errors.As(err, &ce) {
 		switch {
 		case strings.Contains(ce.msg, "stopped"), strings.Contains(ce.msg, "not running"):
-			return errcode.Wrap(errcode.SandboxNotRunning, err, "sandbox %s is not running: %s", id, ce.msg)
+			return errcode.Wrap(errcode.SandboxNotRunning, err, "sandbox %s is not running", id)
 		case strings.Contains(ce.msg, "already running"):
 			return errcode.Wrap(errcode.Conflict, err, "sandbox %s is already running", id)
 		}
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "%s %s %s failed: %s", r.name, op, id, ce.msg)
+		r.log.Warn("runtime command failed", "op", op, "sandbox_id", id, "err", err)
 	}
-	return errcode.Wrap(errcode.RuntimeUnavailable, err, "%s %s %s failed", r.name, op, id)
+	what := "sandbox " + id
+	if id == "" {
+		what = "its sandboxes"
+	}
+	// The runtime's own message (host paths, internals) stays in the cause and the log.
+	return errcode.Wrap(errcode.RuntimeUnavailable, err, "%s could not %s %s; the server log has the runtime's error (run `agentbox doctor` if it persists)", r.name, op, what)
 }
 
 // runtimeMessage extracts the error message from an OCI runtime's stderr: the msg="…" of

@@ -451,16 +451,22 @@ func mountPoints() ([]string, error) {
 // DisksMiB is the host space the disk images of this runtime's sandboxes occupy: their
 // allocated blocks, not their sparse size. A server adds it back to the free space it sees at
 // start, since the disk_mb of the sandboxes it adopts is counted against its budget in full.
-func (r *Runtime) DisksMiB() int64 {
-	imgs, _ := filepath.Glob(filepath.Join(r.root, "sandboxes", "*", diskImageName))
+func (r *Runtime) DisksMiB(ctx context.Context) (int64, error) {
+	imgs, err := filepath.Glob(filepath.Join(r.root, "sandboxes", "*", diskImageName))
+	if err != nil {
+		return 0, errcode.Wrap(errcode.Internal, err, "cannot list the sandboxes' disks")
+	}
 	var bytes int64
 	for _, img := range imgs {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		var st unix.Stat_t
 		if unix.Lstat(img, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 			bytes += st.Blocks * 512
 		}
 	}
-	return bytes >> 20
+	return bytes >> 20, nil
 }
 
 // sandboxesDirs are the paths of Root/sandboxes as the kernel may report them: as configured,
@@ -540,7 +546,7 @@ func (r *Runtime) removeDisk(ctx context.Context, id string) error {
 			break
 		}
 		if round == 8 {
-			return errcode.New(errcode.RuntimeUnavailable, "sandbox %s: %s still mounted after unmounting", id, strings.Join(mine, ", "))
+			return errcode.Wrap(errcode.RuntimeUnavailable, fmt.Errorf("still mounted: %s", strings.Join(mine, ", ")), "the disk of sandbox %s is still mounted after unmounting it; retry", id)
 		}
 		sort.Slice(mine, func(i, j int) bool { return len(mine[i]) > len(mine[j]) }) // deepest first
 		for _, mp := range mine {
@@ -550,7 +556,7 @@ func (r *Runtime) removeDisk(ctx context.Context, id string) error {
 				err = unix.Unmount(mp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 			}
 			if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-				return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot unmount %s of sandbox %s", mp, id)
+				return errcode.Wrap(errcode.RuntimeUnavailable, fmt.Errorf("unmount %s: %w", mp, err), "cannot unmount the disk of sandbox %s; retry", id)
 			}
 			r.log.Debug("unmounted", "sandbox_id", id, "mount", mp)
 		}
@@ -565,7 +571,7 @@ func (r *Runtime) removeDisk(ctx context.Context, id string) error {
 		// On a busy device LOOP_CLR_FD sets autoclear and returns at once: the device goes
 		// when its last user does.
 		if err := clearLoop(l.Dev); err != nil {
-			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot detach %s (%s) of sandbox %s", l.Dev, l.Backing, id)
+			return errcode.Wrap(errcode.RuntimeUnavailable, fmt.Errorf("detach %s (%s): %w", l.Dev, l.Backing, err), "cannot detach the disk of sandbox %s from its loop device; retry", id)
 		}
 		r.log.Debug("detached loop device", "sandbox_id", id, "dev", l.Dev)
 		left = append(left, l.Dev)
@@ -614,11 +620,11 @@ func clearLoop(dev string) error {
 func (r *Runtime) checkDiskSpace(sizeMB int64) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(r.root, &st); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot read the free space of %s", r.root)
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot read the free space of the %s runtime's file system", r.name)
 	}
 	free := int64(st.Bavail) * int64(st.Bsize) >> 20
 	if sizeMB > free {
-		return errcode.New(errcode.CapacityUnavailable, "disk_mb %d is more than the %d MiB free on the host's file system (%s); ask for less, or free space on the host", sizeMB, free, r.root).
+		return errcode.New(errcode.CapacityUnavailable, "disk_mb %d is more than the %d MiB free on the host's file system; ask for less, or free space on the host", sizeMB, free).
 			With("disk_mb", sizeMB).With("free_mb", free)
 	}
 	return nil

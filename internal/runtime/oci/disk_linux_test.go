@@ -165,7 +165,7 @@ func testDiskFill(t *testing.T, rt *Runtime) {
 	}
 	t.Logf("filled: file %d MiB, image %d MiB on the host", size>>20, allocated(t, img)>>20)
 	// What a restarting server adds back to its disk budget: this disk, not the templates.
-	if got, want := rt.DisksMiB(), allocated(t, img)>>20; got != want || got < 48 {
+	if got, want := mustDisksMiB(t, rt), allocated(t, img)>>20; got != want || got < 48 {
 		t.Errorf("DisksMiB %d, want the image's %d MiB", got, want)
 	}
 
@@ -483,13 +483,13 @@ func TestRuncDiskLatency(t *testing.T) {
 
 		id = runtimetest.NewID()
 		t2 := time.Now()
-		if err := rt.Create(ctx, runtimetest.DefaultSpec(id)); err != nil {
+		if _, err := rt.Create(ctx, runtimetest.DefaultSpec(id)); err != nil {
 			t.Fatal(err)
 		}
 		if err := rt.Start(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		c, _ := rt.Guest(ctx, id)
+		c := runtimetest.Client(t, rt, id)
 		rctx, cancel := context.WithTimeout(ctx, runtimetest.ReadyTimeout)
 		err := c.WaitReady(rctx)
 		cancel()

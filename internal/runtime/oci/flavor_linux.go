@@ -259,7 +259,8 @@ func (r *Runtime) probeGVisor(ctx context.Context) string {
 	}
 	r.ociSeccomp = has("oci-seccomp")
 	r.seccomp = forGVisor(r.seccomp)
-	r.globalArgs = append(r.globalArgs, "--network=none", "--platform="+r.platform, "--host-uds="+r.hostUDS)
+	// --network is per sandbox (createFlags): runsc keeps it with the sandbox it creates.
+	r.globalArgs = append(r.globalArgs, "--platform="+r.platform, "--host-uds="+r.hostUDS)
 	if r.ociSeccomp {
 		r.globalArgs = append(r.globalArgs, "--oci-seccomp")
 	}
@@ -278,6 +279,20 @@ func (r *Runtime) probeGVisor(ctx context.Context) string {
 		r.globalArgs = append(r.globalArgs, "--directfs=false")
 	}
 	return ""
+}
+
+// createFlags are the OCI runtime's flags for creating sandbox spec, before the create (or run)
+// command: gVisor's --network from spec.Network (validated: none). runc and crun take the
+// network from the spec (a network namespace of its own, loopback only).
+func (r *Runtime) createFlags(spec runtime.Spec) []string {
+	if r.flavor != FlavorGVisor {
+		return nil
+	}
+	mode := spec.Network
+	if mode == "" {
+		mode = runtime.NetworkNone
+	}
+	return []string{"--network=" + mode}
 }
 
 // adjustSpec applies the flavour's differences to one sandbox's spec input.

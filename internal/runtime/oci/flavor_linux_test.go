@@ -55,7 +55,7 @@ func newFlavor(t testing.TB, f Flavor) *Runtime {
 		if ids, err := rt.List(context.Background()); err != nil || len(ids) != 0 {
 			t.Errorf("List after the test: %v %v", ids, err)
 		}
-		if err := rt.Close(); err != nil {
+		if err := rt.Close(context.Background()); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 		mounts, _ := hostinfo.CgroupMounts()
@@ -78,12 +78,14 @@ func newFlavor(t testing.TB, f Flavor) *Runtime {
 
 func TestCrunSuite(t *testing.T) {
 	t.Parallel()
-	runtimetest.Run(t, newFlavor(t, FlavorCrun))
+	rt := newFlavor(t, FlavorCrun)
+	runtimetest.Run(t, rt, killInit(rt))
 }
 
 func TestGVisorSuite(t *testing.T) {
 	t.Parallel()
-	runtimetest.Run(t, newFlavor(t, FlavorGVisor))
+	rt := newFlavor(t, FlavorGVisor)
+	runtimetest.Run(t, rt, killInit(rt))
 }
 
 func TestFlavorCapabilities(t *testing.T) {

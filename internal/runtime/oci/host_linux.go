@@ -125,7 +125,7 @@ func (r *Runtime) removeCgroups(ctx context.Context, id string) error {
 			}
 		}
 		if lastErr != nil {
-			return errcode.Wrap(errcode.RuntimeUnavailable, lastErr, "cannot remove cgroup %s of sandbox %s", p, id)
+			return errcode.Wrap(errcode.RuntimeUnavailable, lastErr, "cannot remove the cgroups of sandbox %s: a process of it is still alive; retry", id)
 		}
 	}
 	return nil
@@ -173,8 +173,8 @@ func killCgroup(p string) {
 // directory in every hierarchy, if no sandbox is left under it (a non-empty parent stays, for
 // the sandboxes a restarted server adopts), and runsc's pinned network namespace for its gofers
 // (a bind mount in the state directory, made again by the next create). Sandboxes themselves are
-// untouched.
-func (r *Runtime) Close() error {
+// untouched. It does no blocking I/O; ctx is the contract's (runtime.Closer).
+func (r *Runtime) Close(ctx context.Context) error {
 	if r.flavor == FlavorGVisor {
 		// Concurrent creates may have stacked several mounts there.
 		for unix.Unmount(filepath.Join(r.stateDir(), gvisorNullNetNS), unix.MNT_DETACH) == nil {
@@ -194,5 +194,5 @@ func (r *Runtime) Close() error {
 			_ = unix.Rmdir(p) // EBUSY if a sandbox appeared meanwhile: keep it
 		}
 	}
-	return nil
+	return ctx.Err()
 }

@@ -192,7 +192,7 @@ func (g *oomGuard) read() (int64, error) {
 func (r *Runtime) oomKill(id string, used, threshold int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), oomKillWait)
 	defer cancel()
-	c := guest.NewUnixClient(r.SocketPath(id))
+	c := guest.NewClient(guest.Dialer(r.dialer(id)))
 	defer c.Close()
 	start := time.Now()
 	res, err := c.OOMKill(ctx)

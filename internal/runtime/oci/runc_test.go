@@ -125,7 +125,8 @@ func newRunc(t testing.TB) *Runtime {
 
 func TestRuncSuite(t *testing.T) {
 	t.Parallel()
-	runtimetest.Run(t, newRunc(t))
+	rt := newRunc(t)
+	runtimetest.Run(t, rt, killInit(rt))
 }
 
 func TestRuncCapabilities(t *testing.T) {
@@ -155,7 +156,7 @@ func TestNewUnavailable(t *testing.T) {
 	if c.Available || !strings.Contains(c.Reason, "not found") {
 		t.Fatalf("capabilities %+v", c)
 	}
-	err = rt.Create(context.Background(), runtimetest.DefaultSpec(runtimetest.NewID()))
+	_, err = rt.Create(context.Background(), runtimetest.DefaultSpec(runtimetest.NewID()))
 	if !errcode.Is(err, errcode.RuntimeUnavailable) {
 		t.Fatalf("create on an unavailable runtime: %v", err)
 	}
@@ -177,7 +178,7 @@ func TestRuncInvalidSpecs(t *testing.T) {
 		"memory": {ID: runtimetest.NewID(), Image: "host", MemoryMB: 4},
 		"env":    {ID: runtimetest.NewID(), Image: "host", Env: map[string]string{"A=B": "c"}},
 	} {
-		err := rt.Create(ctx, spec)
+		_, err := rt.Create(ctx, spec)
 		if !errcode.Is(err, errcode.InvalidArgument) {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -199,8 +200,13 @@ func TestRuncInvalidSpecs(t *testing.T) {
 	if err := rt.Stop(ctx, runtimetest.NewID()); !errcode.Is(err, errcode.SandboxNotFound) {
 		t.Errorf("stop of an unknown id: %v", err)
 	}
-	if _, err := rt.Guest(ctx, runtimetest.NewID()); !errcode.Is(err, errcode.SandboxNotFound) {
-		t.Errorf("guest of an unknown id: %v", err)
+	if _, err := rt.Agent(ctx, runtimetest.NewID()); !errcode.Is(err, errcode.SandboxNotFound) {
+		t.Errorf("agent of an unknown id: %v", err)
+	}
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec.Network = "host"
+	if _, err := rt.Create(ctx, spec); !errcode.Is(err, errcode.InvalidArgument) || !strings.Contains(errcode.Message(err), "supported network modes: none") {
+		t.Errorf("network host: %v", err)
 	}
 }
 
@@ -211,9 +217,14 @@ func TestRuncCreateFailureCleansUp(t *testing.T) {
 	rt := newRunc(t)
 	rt.hostRlimits.NOFILE = 1 << 40 // no clamping: the spec asks for more than the host allows
 	id := runtimetest.NewID()
-	err := rt.Create(context.Background(), runtimetest.DefaultSpec(id))
-	if !errcode.Is(err, errcode.RuntimeUnavailable) || !strings.Contains(errcode.Message(err), "rlimit") {
-		t.Fatalf("create with an excessive rlimit: %v", err)
+	_, err := rt.Create(context.Background(), runtimetest.DefaultSpec(id))
+	if !errcode.Is(err, errcode.RuntimeUnavailable) || !strings.Contains(err.Error(), "rlimit") {
+		t.Fatalf("create with an excessive rlimit: %v (want the runtime's error in the cause)", err)
+	}
+	// The caller's message says what failed and what to do; the runtime's words (host paths
+	// among them) stay in the cause and the log.
+	if msg := errcode.Message(err); strings.Contains(msg, "rlimit") || strings.Contains(msg, rt.root) || !strings.Contains(msg, "server log") {
+		t.Errorf("caller-facing message %q: want no runtime error or host path, and where to look", msg)
 	}
 	assertNoTrace(t, rt, id)
 }
@@ -225,10 +236,10 @@ func TestRuncCreatedStop(t *testing.T) {
 	ctx := context.Background()
 	id := runtimetest.NewID()
 	t.Cleanup(func() { _ = rt.Delete(ctx, id) })
-	if err := rt.Create(ctx, runtimetest.DefaultSpec(id)); err != nil {
+	if _, err := rt.Create(ctx, runtimetest.DefaultSpec(id)); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Create(ctx, runtimetest.DefaultSpec(id)); !errcode.Is(err, errcode.Conflict) {
+	if _, err := rt.Create(ctx, runtimetest.DefaultSpec(id)); !errcode.Is(err, errcode.Conflict) {
 		t.Fatalf("second create of %s: %v", id, err)
 	}
 	if err := rt.Stop(ctx, id); err != nil {
@@ -505,7 +516,7 @@ func TestRuncStartupLatency(t *testing.T) {
 	for range n {
 		id := runtimetest.NewID()
 		t0 := time.Now()
-		if err := rt.Create(ctx, runtimetest.DefaultSpec(id)); err != nil {
+		if _, err := rt.Create(ctx, runtimetest.DefaultSpec(id)); err != nil {
 			t.Fatal(err)
 		}
 		t1 := time.Now()
@@ -513,7 +524,7 @@ func TestRuncStartupLatency(t *testing.T) {
 			t.Fatal(err)
 		}
 		t2 := time.Now()
-		c, _ := rt.Guest(ctx, id)
+		c := runtimetest.Client(t, rt, id)
 		rctx, cancel := context.WithTimeout(ctx, runtimetest.ReadyTimeout)
 		err := c.WaitReady(rctx)
 		cancel()
@@ -539,13 +550,13 @@ func BenchmarkCreateStartReady(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		id := runtimetest.NewID()
-		if err := rt.Create(ctx, runtimetest.DefaultSpec(id)); err != nil {
+		if _, err := rt.Create(ctx, runtimetest.DefaultSpec(id)); err != nil {
 			b.Fatal(err)
 		}
 		if err := rt.Start(ctx, id); err != nil {
 			b.Fatal(err)
 		}
-		c, _ := rt.Guest(ctx, id)
+		c := runtimetest.Client(b, rt, id)
 		rctx, cancel := context.WithTimeout(ctx, runtimetest.ReadyTimeout)
 		err := c.WaitReady(rctx)
 		cancel()

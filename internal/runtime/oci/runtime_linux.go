@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
@@ -71,7 +70,14 @@ type Runtime struct {
 	guestPath string
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime       = (*Runtime)(nil)
+	_ runtime.Runner        = (*Runtime)(nil)
+	_ runtime.Adopter       = (*Runtime)(nil)
+	_ runtime.Waiter        = (*Runtime)(nil)
+	_ runtime.DiskAccounter = (*Runtime)(nil)
+	_ runtime.Closer        = (*Runtime)(nil)
+)
 
 // New probes the host and the OCI runtime. It fails only for an invalid Config; a runtime
 // that cannot work here is returned with Capabilities().Available false and the Reason, and
@@ -117,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		caps: runtime.Capabilities{
 			Name:         cfg.Name,
 			Isolation:    flavor.isolation(),
-			NetworkModes: []string{"none"},
+			NetworkModes: append([]string(nil), networkModes...),
 			Images:       []string{ImageHost},
 			Hardening:    append([]string(nil), hardening...),
 		},
@@ -250,7 +256,7 @@ func (r *Runtime) ensureLayout() (string, error) {
 	}
 	for _, d := range []string{r.root, r.stateDir(), filepath.Join(r.root, "sandboxes"), filepath.Join(r.root, "rootfs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the %s runtime's directory %s", r.name, d)
+			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the %s runtime's directories on the host; the server log has the cause", r.name)
 		}
 	}
 	// Sandboxes' root, an unprivileged host user in a user namespace, must reach what they bind.
@@ -259,7 +265,7 @@ func (r *Runtime) ensureLayout() (string, error) {
 	}
 	guestPath, err := r.installGuest()
 	if err != nil {
-		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot install the guest binary %s under %s", r.guestBinary, r.root)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot install the guest binary into the %s runtime's directory; the server log has the cause", r.name)
 	}
 	rootfs, err := ensureRootfs(filepath.Join(r.root, "rootfs"), "/", r.layout)
 	if err != nil {
@@ -292,47 +298,55 @@ func validateSpec(spec runtime.Spec) error {
 	if err := validateEnv(spec.Env); err != nil {
 		return errcode.New(errcode.InvalidArgument, "%s", err.Error())
 	}
-	return nil
+	return runtime.CheckNetwork(spec.Network, networkModes)
 }
 
+// networkModes are the network modes every flavour gives a sandbox: none (a network namespace
+// with loopback only; gVisor: runsc --network=none, per sandbox).
+var networkModes = []string{runtime.NetworkNone}
+
 // Create writes the bundle and creates the container; its init (the agent) waits for Start.
-// Image "" means "host". On failure nothing of the sandbox is left behind.
-func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
+// Image "" means "host". On failure nothing of the sandbox is left behind. The Handle names the
+// container's init (init_linux.go).
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle, error) {
 	return r.create(ctx, spec, false)
 }
 
 // Run is Create and Start in one invocation of the OCI runtime (`run --detach`).
-func (r *Runtime) Run(ctx context.Context, spec runtime.Spec) error {
+func (r *Runtime) Run(ctx context.Context, spec runtime.Spec) (runtime.Handle, error) {
 	return r.create(ctx, spec, true)
 }
 
-func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (err error) {
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h runtime.Handle, err error) {
 	if err := r.checkAvailable(); err != nil {
-		return err
+		return "", err
 	}
 	if err := validateSpec(spec); err != nil {
-		return err
+		return "", err
 	}
 	if err := r.checkIDMap(spec.IDMap); err != nil {
-		return err
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
 	}
 	rootfs, err := r.ensureLayout()
 	if err != nil {
-		return err
+		return "", err
 	}
 	diskMB := spec.DiskMB
 	if diskMB == 0 {
 		diskMB = DefaultDiskMB
 	}
 	if err := r.checkDiskSpace(diskMB); err != nil {
-		return err
+		return "", err
 	}
 	id, dir := spec.ID, r.sandboxDir(spec.ID)
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return errcode.New(errcode.Conflict, "sandbox %s already exists in runtime %s; delete it first", id, r.name)
+			return "", errcode.New(errcode.Conflict, "sandbox %s already exists in runtime %s; delete it first", id, r.name)
 		}
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the bundle of sandbox %s", id)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the bundle of sandbox %s", id)
 	}
 	defer func() {
 		if err != nil {
@@ -344,10 +358,10 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (er
 		}
 	}()
 	if err := r.makeDisk(ctx, dir, diskMB); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the %d MiB disk of sandbox %s", diskMB, id)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the %d MiB disk of sandbox %s", diskMB, id)
 	}
 	if err := makeSandboxDirs(dir); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the directories of sandbox %s", id)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the directories of sandbox %s", id)
 	}
 	in := specInput{
 		ID: id, CgroupParent: r.cgroupParent, Rootfs: rootfs, SandboxDir: dir, GuestBinary: r.guestPath,
@@ -360,31 +374,31 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (er
 	s := buildSpec(in)
 	// After the directories (and the disk holding them) exist: the sandbox's users own them.
 	if err := ownWritableBinds(s, spec.IDMap); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s its directories", id)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s its directories", id)
 	}
 	// Only the sandbox's root (and host root) may enter its disk: no other host user reads a
 	// workspace, whatever modes the sandbox gives its files.
 	if err := closeDisk(filepath.Join(dir, "disk"), spec.IDMap); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot close the disk of sandbox %s to other host users", id)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot close the disk of sandbox %s to other host users", id)
 	}
 	if spec.IDMap.Count > 0 && !r.flavor.mapsIDs() {
 		if err := mountIDMappedView(filepath.Join(dir, diskMountName), filepath.Join(dir, viewMountName), spec.IDMap); err != nil {
-			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s an id-mapped view of its disk", id)
+			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s an id-mapped view of its disk", id)
 		}
 		viewBinds(s, dir)
 	}
 	data, err := json.Marshal(s)
 	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "cannot encode the OCI spec of sandbox %s", id)
+		return "", errcode.Wrap(errcode.Internal, err, "cannot encode the OCI spec of sandbox %s", id)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the OCI spec of sandbox %s", id)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the OCI spec of sandbox %s", id)
 	}
 	// On the sandbox's disk: the agent writes it, and what a workload makes it log is bounded.
 	logPath := filepath.Join(dir, diskMountName, "guest.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the log of sandbox %s", id)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the log of sandbox %s", id)
 	}
 	// The container inherits stdout and stderr and keeps them open: files, never pipes.
 	// Stdin is /dev/null.
@@ -395,7 +409,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (er
 	if start {
 		verb = []string{"run", "--detach"}
 	}
-	cmd := r.newCmd(cctx, append(verb, "--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)...)
+	cmd := r.newCmd(cctx, append(append(r.createFlags(spec), verb...), "--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	runErr := r.startCmd(cmd)
 	if runErr == nil {
@@ -408,16 +422,24 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (er
 		if cctx.Err() != nil {
 			msg = fmt.Sprintf("timed out: %v; %s", cctx.Err(), msg)
 		}
-		return errcode.Wrap(errcode.RuntimeUnavailable, runErr, "%s %s %s failed: %s", r.name, verb[0], id, msg)
+		// The runtime's own words name host paths and internals: the log and the cause keep
+		// them, the caller is told what failed and what to do.
+		r.log.Warn("runtime create failed", "sandbox_id", id, "verb", verb[0], "err", runErr, "runtime_error", msg)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, fmt.Errorf("%s %s: %w: %s", r.name, verb[0], runErr, msg),
+			"%s could not create sandbox %s; the server log has the runtime's error (run `agentbox doctor` if it persists)", r.name, id)
 	}
 	r.afterCreate(id)
 	if err := r.prepareOOMGuard(id, in.MemoryMB); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the OOM guard of sandbox %s", id)
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the OOM guard of sandbox %s", id)
+	}
+	h, err = r.recordInit(id)
+	if err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the init process of sandbox %s", id)
 	}
 	if start {
 		r.guardMemory(id)
 	}
-	return nil
+	return h, nil
 }
 
 // makeSandboxDirs makes the run symlink that keeps the agent's socket path short. The
@@ -470,7 +492,8 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	for !r.initGone(pid) {
 		select {
 		case <-wctx.Done():
-			return errcode.New(errcode.RuntimeUnavailable, "sandbox %s: init %d still alive %s after SIGKILL", id, pid, stopTimeout)
+			r.log.Warn("sandbox init still alive after SIGKILL", "sandbox_id", id, "pid", pid, "waited", stopTimeout)
+			return errcode.New(errcode.RuntimeUnavailable, "sandbox %s did not stop within %s of SIGKILL; retry", id, stopTimeout)
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
@@ -579,7 +602,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	for _, d := range dirs {
 		ents, err := os.ReadDir(d)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot list %s", d)
+			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot list the sandboxes of runtime %s; the server log has the cause", r.name)
 		}
 		for _, e := range ents {
 			if e.IsDir() {
@@ -602,16 +625,4 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(ids)
 	return ids, nil
-}
-
-// Guest returns a client for the agent's socket in the sandbox's run/ directory.
-func (r *Runtime) Guest(ctx context.Context, id string) (*guest.Client, error) {
-	if err := checkID(id); err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(r.sandboxDir(id)); errors.Is(err, fs.ErrNotExist) {
-		return nil, errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
-	}
-	r.guardMemory(id) // a sandbox adopted after a restart gets its guard on first use
-	return guest.NewUnixClient(r.SocketPath(id)), nil
 }

@@ -35,25 +35,42 @@ func DefaultSpec(id string) runtime.Spec {
 // The sandbox is deleted when the test ends.
 func Start(t testing.TB, rt runtime.Runtime, spec runtime.Spec) *guest.Client {
 	t.Helper()
+	c, _ := StartHandle(t, rt, spec)
+	return c
+}
+
+// StartHandle is Start that also returns the sandbox's Handle.
+func StartHandle(t testing.TB, rt runtime.Runtime, spec runtime.Spec) (*guest.Client, runtime.Handle) {
+	t.Helper()
 	ctx := context.Background()
 	t.Cleanup(func() {
 		if err := rt.Delete(context.Background(), spec.ID); err != nil {
 			t.Errorf("cleanup: delete %s: %v", spec.ID, err)
 		}
 	})
-	if err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
+	h, err := runtime.CreateAndStart(ctx, rt, spec)
+	if err != nil {
 		t.Fatalf("create and start %s: %v", spec.ID, err)
 	}
-	c, err := rt.Guest(ctx, spec.ID)
-	if err != nil {
-		t.Fatalf("guest %s: %v", spec.ID, err)
-	}
-	t.Cleanup(c.Close)
+	c := Client(t, rt, spec.ID)
 	rctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
 	if err := c.WaitReady(rctx); err != nil {
 		t.Fatalf("sandbox %s: %v", spec.ID, err)
 	}
+	return c, h
+}
+
+// Client returns a client of sandbox id's agent over the runtime's Agent dialer, closed when
+// the test ends.
+func Client(t testing.TB, rt runtime.Runtime, id string) *guest.Client {
+	t.Helper()
+	dial, err := rt.Agent(context.Background(), id)
+	if err != nil {
+		t.Fatalf("agent of %s: %v", id, err)
+	}
+	c := guest.NewClient(guest.Dialer(dial))
+	t.Cleanup(c.Close)
 	return c
 }
 
@@ -96,21 +113,17 @@ func listed(t testing.TB, rt runtime.Runtime, id string) bool {
 	return slices.Contains(ids, id)
 }
 
-// Run runs the suite. rt must be available; Run creates sandboxes of image "host" with
-// fresh ids and deletes them.
-func Run(t *testing.T, rt runtime.Runtime) {
+// Killer makes sandbox id's init die behind the runtime's back, as a crash would (the fake
+// runtime's Kill; SIGKILL to the init's host pid for an OCI runtime).
+type Killer func(t testing.TB, id string)
+
+// Run runs the whole suite: the contract's cases (RunContract) and the host cases, which need
+// real sandboxes (hostname, network and user namespaces, processes on the host). rt must be
+// available; Run creates sandboxes of image "host" with fresh ids and deletes them.
+func Run(t *testing.T, rt runtime.Runtime, kill Killer) {
+	RunContract(t, rt, kill)
 	caps := rt.Capabilities()
-	if !caps.Available {
-		t.Fatalf("runtime %s is not available: %s", rt.Name(), caps.Reason)
-	}
-	if caps.Name != rt.Name() || caps.Isolation == "" || len(caps.NetworkModes) == 0 {
-		t.Errorf("capabilities incomplete: %+v", caps)
-	}
-	t.Run("Lifecycle", func(t *testing.T) { t.Parallel(); testLifecycle(t, rt) })
-	t.Run("CreateThenStart", func(t *testing.T) { t.Parallel(); testCreateThenStart(t, rt) })
-	t.Run("DeleteUnknown", func(t *testing.T) { t.Parallel(); testDeleteUnknown(t, rt) })
-	t.Run("ListCreatedNotStarted", func(t *testing.T) { t.Parallel(); testListCreated(t, rt) })
-	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testConcurrent(t, rt) })
+	t.Run("Hostname", func(t *testing.T) { t.Parallel(); testHostname(t, rt) })
 	t.Run("NetworkLoopbackOnly", func(t *testing.T) { t.Parallel(); testNetwork(t, rt) })
 	t.Run("UserNamespace", func(t *testing.T) {
 		t.Parallel()
@@ -119,6 +132,36 @@ func Run(t *testing.T, rt runtime.Runtime) {
 		}
 		testUserNamespace(t, rt)
 	})
+}
+
+// RunContract runs the cases that test the runtime contract's logic and nothing of the host
+// (no containers, cgroups or mounts are looked at), so that a runtime without containers (the
+// fake) passes them too: lifecycle and states, Agent, Wait, Adopt, Handle, network modes, List
+// and concurrency. kill must not be nil: Wait and Adopt are tested on a sandbox that died.
+func RunContract(t *testing.T, rt runtime.Runtime, kill Killer) {
+	if kill == nil {
+		t.Fatal("runtimetest: RunContract needs a Killer")
+	}
+	caps := rt.Capabilities()
+	if !caps.Available {
+		t.Fatalf("runtime %s is not available: %s", rt.Name(), caps.Reason)
+	}
+	if caps.Name != rt.Name() || caps.Isolation == "" || !slices.Contains(caps.NetworkModes, runtime.NetworkNone) || len(caps.Images) == 0 {
+		t.Errorf("capabilities incomplete: %+v", caps)
+	}
+	t.Run("Lifecycle", func(t *testing.T) { t.Parallel(); testLifecycle(t, rt) })
+	t.Run("CreateThenStart", func(t *testing.T) { t.Parallel(); testCreateThenStart(t, rt) })
+	t.Run("DeleteUnknown", func(t *testing.T) { t.Parallel(); testDeleteUnknown(t, rt) })
+	t.Run("ListCreatedNotStarted", func(t *testing.T) { t.Parallel(); testListCreated(t, rt) })
+	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testConcurrent(t, rt) })
+	t.Run("Agent", func(t *testing.T) { t.Parallel(); testAgent(t, rt) })
+	t.Run("WaitStop", func(t *testing.T) { t.Parallel(); testWaitStop(t, rt) })
+	t.Run("WaitKilled", func(t *testing.T) { t.Parallel(); testWaitKilled(t, rt, kill) })
+	t.Run("WaitCancelled", func(t *testing.T) { t.Parallel(); testWaitCancelled(t, rt) })
+	t.Run("Adopt", func(t *testing.T) { t.Parallel(); testAdopt(t, rt, kill) })
+	t.Run("Handle", func(t *testing.T) { t.Parallel(); testHandle(t, rt) })
+	t.Run("NetworkModes", func(t *testing.T) { t.Parallel(); testNetworkModes(t, rt) })
+	t.Run("DisksMiB", func(t *testing.T) { t.Parallel(); testDisksMiB(t, rt) })
 }
 
 func testLifecycle(t *testing.T, rt runtime.Runtime) {
@@ -133,9 +176,6 @@ func testLifecycle(t *testing.T, rt runtime.Runtime) {
 	}
 	if res := Exec(t, c, "sh", "-c", "exit 7"); res.ExitCode != 7 {
 		t.Fatalf("exit 7: %+v", res)
-	}
-	if res := Exec(t, c, "uname", "-n"); strings.TrimSpace(res.Stdout) != id {
-		t.Fatalf("hostname %q, want %q (%+v)", res.Stdout, id, res)
 	}
 	if res := Exec(t, c, "sh", "-c", "echo $AGENTBOX_TEST"); strings.TrimSpace(res.Stdout) != "1" {
 		t.Fatalf("spec env not applied: %+v", res)
@@ -179,19 +219,15 @@ func testCreateThenStart(t *testing.T, rt runtime.Runtime) {
 			t.Errorf("cleanup: delete %s: %v", id, err)
 		}
 	})
-	if err := rt.Create(ctx, DefaultSpec(id)); err != nil {
+	if _, err := rt.Create(ctx, DefaultSpec(id)); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	if !listed(t, rt, id) {
 		t.Fatalf("created %s not listed", id)
 	}
-	c, err := rt.Guest(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := Client(t, rt, id)
 	hctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = c.Health(hctx)
+	_, err := c.Health(hctx)
 	cancel()
 	if err == nil {
 		t.Fatal("the agent answers before Start")
@@ -222,7 +258,7 @@ func testListCreated(t *testing.T, rt runtime.Runtime) {
 	ctx := context.Background()
 	id := NewID()
 	t.Cleanup(func() { _ = rt.Delete(context.Background(), id) })
-	if err := rt.Create(ctx, DefaultSpec(id)); err != nil {
+	if _, err := rt.Create(ctx, DefaultSpec(id)); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	wantState(t, rt, id, runtime.StatusCreated)
@@ -276,28 +312,29 @@ func createRunDelete(ctx context.Context, rt runtime.Runtime, id string) (err er
 			err = fmt.Errorf("delete: %w", derr)
 		}
 	}()
-	if err := rt.Create(ctx, DefaultSpec(id)); err != nil {
+	if _, err := rt.Create(ctx, DefaultSpec(id)); err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
 	if err := rt.Start(ctx, id); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	c, err := rt.Guest(ctx, id)
+	dial, err := rt.Agent(ctx, id)
 	if err != nil {
 		return err
 	}
+	c := guest.NewClient(guest.Dialer(dial))
 	defer c.Close()
 	rctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
 	if err := c.WaitReady(rctx); err != nil {
 		return err
 	}
-	res, err := c.Exec(ctx, guest.ExecRequest{Argv: []string{"uname", "-n"}, TimeoutMs: 30000}, nil)
+	res, err := c.Exec(ctx, guest.ExecRequest{Argv: []string{"echo", id}, TimeoutMs: 30000}, nil)
 	if err != nil {
 		return fmt.Errorf("exec: %w", err)
 	}
 	if strings.TrimSpace(res.Stdout) != id {
-		return fmt.Errorf("hostname %q", res.Stdout)
+		return fmt.Errorf("echo printed %q", res.Stdout)
 	}
 	return nil
 }

@@ -22,43 +22,101 @@ const defaultLimit = 1000
 
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, state, image, runtime, isolation, cpu, memory_mb, disk_mb, pids_limit,
-	env, labels, created_at, updated_at, expires_at, error_msg, version`
+	env, labels, created_at, updated_at, expires_at, error_msg, version, owner, idempotency_key, node, handle`
 
 // CreateSandbox inserts sb (whose Version must be 1) and, if ev.To is set, its first event, in
-// one transaction. An existing id is a CONFLICT. See appendEvent for the event defaults.
+// one transaction. An existing id, or an idempotency key its owner already used, is a CONFLICT.
+// See appendEvent for the event defaults.
 func (s *Store) CreateSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbox.Event) error {
-	if err := validate(sb, ev); err != nil {
+	if err := checkNew(sb, ev); err != nil {
 		return opErr("create sandbox", sb.ID, err)
 	}
-	if sb.Version != 1 {
-		return opErr("create sandbox", sb.ID, errcode.New(errcode.InvalidArgument,
-			"a new sandbox record must have version 1, not %d", sb.Version))
-	}
-	env, labels, err := encodeMaps(sb)
-	if err != nil {
-		return opErr("create sandbox", sb.ID, err)
-	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB,
-			sb.DiskMB, sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
-			millis(sb.ExpiresAt), sb.Error, sb.Version)
-		if isPrimaryKeyViolation(err) {
-			return errcode.Wrap(errcode.Conflict, err, "sandbox %s already exists", sb.ID)
-		}
-		if err != nil {
-			return fmt.Errorf("insert: %w", err)
-		}
-		if err := insertLabels(ctx, tx, sb.ID, sb.Labels); err != nil {
-			return err
-		}
-		return appendEvent(ctx, tx, sb.ID, ev)
-	})
-	if err != nil {
+	if err := s.inTx(ctx, func(tx *sql.Tx) error { return insertSandbox(ctx, tx, sb, ev) }); err != nil {
 		return opErr("create sandbox", sb.ID, err)
 	}
 	return nil
+}
+
+// AdmitSandbox inserts sb and ev unless its owner already used its idempotency key (then it
+// returns that sandbox) or it would take its node past a bound of a (then an
+// *sandbox.OverCapacityError). The lookup, the count and the insert are one IMMEDIATE
+// transaction: the database's write lock serialises admissions of every process.
+func (s *Store) AdmitSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbox.Event, a sandbox.Admission) (sandbox.Sandbox, bool, error) {
+	if err := checkNew(sb, ev); err != nil {
+		return sandbox.Sandbox{}, false, opErr("admit sandbox", sb.ID, err)
+	}
+	var existing sandbox.Sandbox
+	found := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if sb.IdempotencyKey != "" {
+			row := tx.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE owner = ? AND idempotency_key = ?`,
+				sb.Owner, sb.IdempotencyKey)
+			var err error
+			existing, err = scanSandbox(row)
+			if err == nil {
+				found = true
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("look up idempotency key: %w", err)
+			}
+		}
+		live := liveStates()
+		var u sandbox.Usage
+		err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(cpu), 0), COALESCE(SUM(memory_mb), 0), COALESCE(SUM(disk_mb), 0)
+			FROM sandboxes WHERE node = ? AND state IN (`+placeholders(len(live))+`)`, append([]any{sb.Node}, live...)...).
+			Scan(&u.Live, &u.CPU, &u.MemoryMB, &u.DiskMB)
+		if err != nil {
+			return fmt.Errorf("count live sandboxes of node %q: %w", sb.Node, err)
+		}
+		if over := a.Check(u, sb); over != nil {
+			return over
+		}
+		return insertSandbox(ctx, tx, sb, ev)
+	})
+	if err != nil {
+		return sandbox.Sandbox{}, false, opErr("admit sandbox", sb.ID, err)
+	}
+	if found {
+		return existing, false, nil
+	}
+	return sb, true, nil
+}
+
+// checkNew validates a record about to be inserted.
+func checkNew(sb sandbox.Sandbox, ev sandbox.Event) error {
+	if err := validate(sb, ev); err != nil {
+		return err
+	}
+	if sb.Version != 1 {
+		return errcode.New(errcode.InvalidArgument, "a new sandbox record must have version 1, not %d", sb.Version)
+	}
+	return nil
+}
+
+func insertSandbox(ctx context.Context, tx *sql.Tx, sb sandbox.Sandbox, ev sandbox.Event) error {
+	env, labels, err := encodeMaps(sb)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sb.ID, string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB,
+		sb.DiskMB, sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
+		millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Owner, sb.IdempotencyKey, sb.Node, sb.Handle)
+	if isPrimaryKeyViolation(err) {
+		return errcode.Wrap(errcode.Conflict, err, "sandbox %s already exists", sb.ID)
+	}
+	if isUniqueViolation(err) {
+		return errcode.Wrap(errcode.Conflict, err, "idempotency key %q was already used by this owner", sb.IdempotencyKey)
+	}
+	if err != nil {
+		return fmt.Errorf("insert: %w", err)
+	}
+	if err := insertLabels(ctx, tx, sb.ID, sb.Labels); err != nil {
+		return err
+	}
+	return appendEvent(ctx, tx, sb.ID, ev)
 }
 
 // GetSandbox returns the sandbox with id, or SANDBOX_NOT_FOUND.
@@ -148,11 +206,11 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbo
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, image = ?, runtime = ?,
 			isolation = ?, cpu = ?, memory_mb = ?, disk_mb = ?, pids_limit = ?, env = ?, labels = ?,
-			created_at = ?, updated_at = ?, expires_at = ?, error_msg = ?, version = ?
+			created_at = ?, updated_at = ?, expires_at = ?, error_msg = ?, version = ?, node = ?, handle = ?
 			WHERE id = ? AND version = ?`,
 			string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB,
 			sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
-			millis(sb.ExpiresAt), sb.Error, sb.Version, sb.ID, sb.Version-1)
+			millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Node, sb.Handle, sb.ID, sb.Version-1)
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
@@ -331,7 +389,8 @@ func scanSandbox(r rowScanner) (sandbox.Sandbox, error) {
 	var state, env, labels string
 	var created, updated, expires int64
 	err := r.Scan(&sb.ID, &state, &sb.Image, &sb.Runtime, &sb.Isolation, &sb.CPU, &sb.MemoryMB,
-		&sb.DiskMB, &sb.PidsLimit, &env, &labels, &created, &updated, &expires, &sb.Error, &sb.Version)
+		&sb.DiskMB, &sb.PidsLimit, &env, &labels, &created, &updated, &expires, &sb.Error, &sb.Version,
+		&sb.Owner, &sb.IdempotencyKey, &sb.Node, &sb.Handle)
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
@@ -415,6 +474,11 @@ func placeholders(n int) string {
 
 func notFound(id string) error {
 	return errcode.New(errcode.SandboxNotFound, "sandbox %s not found; list sandboxes to see which exist", id)
+}
+
+func isUniqueViolation(err error) bool {
+	var e *msqlite.Error
+	return errors.As(err, &e) && e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 }
 
 func isPrimaryKeyViolation(err error) bool {

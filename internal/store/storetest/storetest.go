@@ -4,6 +4,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -45,6 +46,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"IDRangeConflicts", testIDRangeConflicts},
 		{"IDRangeConcurrentAllocate", testIDRangeConcurrentAllocate},
 		{"IDRangePrune", testIDRangePrune},
+		{"OwnerNodeHandleRoundTrip", testOwnerNodeHandleRoundTrip},
+		{"AdmitBounds", testAdmitBounds},
+		{"AdmitIdempotencyKey", testAdmitIdempotencyKey},
+		{"AdmitConcurrentNeverOvershoots", testAdmitConcurrentNeverOvershoots},
+		{"ConcurrentAppendsPagingReaderSeesEvery", testConcurrentAppendsPagingReader},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1114,5 +1120,202 @@ func testIDRangePrune(t *testing.T, s store.Store) {
 	rs := mustRanges(t, s)
 	if len(rs) != 1 || rs[0].SandboxID != live.ID {
 		t.Fatalf("ranges after prune = %v, want only the live sandbox's", rangeKeys(rs))
+	}
+}
+
+func testOwnerNodeHandleRoundTrip(t *testing.T, s store.Store) {
+	sb := newSandbox(0, sandbox.StateCreating, base(), nil)
+	sb.Owner, sb.IdempotencyKey, sb.Node = "token:abc", "key-1", "node-a"
+	mustCreate(t, s, sb)
+	got := mustGet(t, s, sb.ID)
+	if got.Owner != sb.Owner || got.IdempotencyKey != sb.IdempotencyKey || got.Node != sb.Node || got.Handle != "" {
+		t.Fatalf("owner/key/node/handle = %q/%q/%q/%q, want %q/%q/%q/\"\"", got.Owner, got.IdempotencyKey, got.Node, got.Handle, sb.Owner, sb.IdempotencyKey, sb.Node)
+	}
+	upd, ev := next(got, sandbox.StateRunning, base().Add(time.Second), "agent ready")
+	upd.Handle = "pid=42"
+	if err := s.UpdateSandbox(t.Context(), upd, ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, sb.ID); got.Handle != "pid=42" || got.Node != "node-a" {
+		t.Fatalf("after update: handle %q node %q, want pid=42 node-a", got.Handle, got.Node)
+	}
+}
+
+func admitEvent(sb sandbox.Sandbox) sandbox.Event {
+	return sandbox.Event{SandboxID: sb.ID, Type: "state", To: sb.State, Reason: "create requested", At: sb.CreatedAt}
+}
+
+func testAdmitBounds(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a := sandbox.Admission{MaxLive: 3, CPU: 2, MemoryMB: 2048, DiskMB: 1 << 20}
+	mk := func(n int, node string, cpu float64, mem int64) sandbox.Sandbox {
+		sb := newSandbox(n, sandbox.StateCreating, base(), nil)
+		sb.Node, sb.CPU, sb.MemoryMB, sb.DiskMB = node, cpu, mem, 10
+		return sb
+	}
+	for i, sb := range []sandbox.Sandbox{mk(0, "a", 1, 512), mk(1, "a", 0.5, 512)} {
+		if _, created, err := s.AdmitSandbox(ctx, sb, admitEvent(sb), a); err != nil || !created {
+			t.Fatalf("admit %d: created=%v err=%v", i, created, err)
+		}
+	}
+	cases := []struct {
+		sb   sandbox.Sandbox
+		want string
+	}{
+		{mk(2, "a", 1, 100), "cpu"},          // 1.5 + 1 > 2
+		{mk(3, "a", 0.5, 1500), "memory_mb"}, // 1024 + 1500 > 2048
+	}
+	for _, c := range cases {
+		_, created, err := s.AdmitSandbox(ctx, c.sb, admitEvent(c.sb), a)
+		var over *sandbox.OverCapacityError
+		if !errors.As(err, &over) || over.Resource != c.want || created {
+			t.Fatalf("admit over %s: created=%v err=%v, want an OverCapacityError on %s", c.want, created, err, c.want)
+		}
+		if _, err := s.GetSandbox(ctx, c.sb.ID); errcode.Of(err) != errcode.SandboxNotFound {
+			t.Fatalf("a refused admission wrote %s: %v", c.sb.ID, err)
+		}
+	}
+	// Another node's sandboxes do not count.
+	onB := mk(4, "b", 2, 2048)
+	if _, created, err := s.AdmitSandbox(ctx, onB, admitEvent(onB), a); err != nil || !created {
+		t.Fatalf("admit on node b: created=%v err=%v", created, err)
+	}
+	third := mk(5, "a", 0.5, 512)
+	if _, _, err := s.AdmitSandbox(ctx, third, admitEvent(third), a); err != nil {
+		t.Fatal(err)
+	}
+	fourth := mk(6, "a", 0, 16)
+	var over *sandbox.OverCapacityError
+	if _, _, err := s.AdmitSandbox(ctx, fourth, admitEvent(fourth), a); !errors.As(err, &over) || over.Resource != "sandboxes" {
+		t.Fatalf("fourth live sandbox on a: %v, want OverCapacityError on sandboxes", err)
+	}
+	// A sandbox that is no longer live frees its share.
+	got := mustGet(t, s, third.ID)
+	upd, ev := next(got, sandbox.StateFailed, base().Add(time.Second), "create failed")
+	if err := s.UpdateSandbox(ctx, upd, ev); err != nil {
+		t.Fatal(err)
+	}
+	if _, created, err := s.AdmitSandbox(ctx, fourth, admitEvent(fourth), a); err != nil || !created {
+		t.Fatalf("admit after one failed: created=%v err=%v", created, err)
+	}
+}
+
+func testAdmitIdempotencyKey(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := newSandbox(0, sandbox.StateCreating, base(), nil)
+	first.Owner, first.IdempotencyKey, first.Node = "alice", "k1", "local"
+	if _, created, err := s.AdmitSandbox(ctx, first, admitEvent(first), sandbox.Admission{}); err != nil || !created {
+		t.Fatalf("first admit: created=%v err=%v", created, err)
+	}
+	retry := newSandbox(1, sandbox.StateCreating, base(), nil)
+	retry.Owner, retry.IdempotencyKey, retry.Node = "alice", "k1", "local"
+	got, created, err := s.AdmitSandbox(ctx, retry, admitEvent(retry), sandbox.Admission{MaxLive: 1})
+	if err != nil || created || got.ID != first.ID {
+		t.Fatalf("retry with the same key: got %s created=%v err=%v, want %s, not created (even past the live bound)", got.ID, created, err, first.ID)
+	}
+	if _, err := s.GetSandbox(ctx, retry.ID); errcode.Of(err) != errcode.SandboxNotFound {
+		t.Fatalf("the retry wrote a second record: %v", err)
+	}
+	other := newSandbox(2, sandbox.StateCreating, base(), nil)
+	other.Owner, other.IdempotencyKey, other.Node = "bob", "k1", "local"
+	if got, created, err := s.AdmitSandbox(ctx, other, admitEvent(other), sandbox.Admission{}); err != nil || !created || got.ID != other.ID {
+		t.Fatalf("another owner's same key: got %s created=%v err=%v, want a new sandbox", got.ID, created, err)
+	}
+	dup := newSandbox(3, sandbox.StateCreating, base(), nil)
+	dup.Owner, dup.IdempotencyKey = "alice", "k1"
+	if err := s.CreateSandbox(ctx, dup, admitEvent(dup)); errcode.Of(err) != errcode.Conflict {
+		t.Fatalf("CreateSandbox with a used key: %v, want CONFLICT", err)
+	}
+}
+
+func testAdmitConcurrentNeverOvershoots(t *testing.T, s store.Store) {
+	const workers, bound = 16, 5
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb := newSandbox(w, sandbox.StateCreating, base(), nil)
+			sb.Node = "n"
+			_, created, err := s.AdmitSandbox(ctx, sb, admitEvent(sb), sandbox.Admission{MaxLive: bound})
+			var over *sandbox.OverCapacityError
+			if err != nil && !errors.As(err, &over) {
+				t.Errorf("admit %d: %v", w, err)
+			}
+			if created {
+				mu.Lock()
+				admitted++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	u, err := s.CountLive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if admitted != bound || u.Live != bound {
+		t.Fatalf("admitted %d, live %d; want exactly %d", admitted, u.Live, bound)
+	}
+}
+
+// testConcurrentAppendsPagingReader: while writers append events, a reader paging with AfterSeq
+// (as Service.Subscribe does) sees every event exactly once and in order. A driver whose
+// sequence numbers can become visible out of order (a later seq committed before an earlier
+// one) fails it.
+func testConcurrentAppendsPagingReader(t *testing.T, s store.Store) {
+	const writers, perWriter = 6, 20
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWriter; i++ {
+				sb := newSandbox(w*perWriter+i, sandbox.StateCreating, base(), nil)
+				if err := s.CreateSandbox(ctx, sb, createEvent(sb)); err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	seen := map[int64]bool{}
+	var cursor int64
+	finished := false
+	for !finished {
+		select {
+		case <-done:
+			finished = true // one more page after the writers stop
+		default:
+		}
+		evs, err := s.ListEvents(ctx, sandbox.EventFilter{AfterSeq: cursor, Limit: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Seq <= cursor || seen[ev.Seq] {
+				t.Fatalf("event %d seen after cursor %d (out of order or twice)", ev.Seq, cursor)
+			}
+			seen[ev.Seq] = true
+			cursor = ev.Seq
+		}
+		if finished && len(evs) == 7 {
+			finished = false // more pages remain
+		}
+	}
+	if len(seen) != writers*perWriter {
+		t.Fatalf("paging reader saw %d events, want %d", len(seen), writers*perWriter)
+	}
+	all := mustEvents(t, s, sandbox.EventFilter{Limit: 1000})
+	for _, ev := range all {
+		if !seen[ev.Seq] {
+			t.Fatalf("paging reader missed event %d", ev.Seq)
+		}
 	}
 }

@@ -1,0 +1,79 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+)
+
+// bus wakes subscribers when the store gains events. It carries no events itself: a subscriber
+// reads them from the store by cursor, so a slow one never loses any and none is queued in memory.
+type bus struct {
+	mu sync.Mutex
+	ch chan struct{} // closed, and replaced, on every publish
+}
+
+func newBus() *bus { return &bus{ch: make(chan struct{})} }
+
+// changed returns a channel closed at the next publish.
+func (b *bus) changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *bus) publish() {
+	b.mu.Lock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// subscribeRecheck bounds how long a subscriber waits without looking at the store: events that
+// another process appended to a shared database do not publish on this process's bus.
+const subscribeRecheck = 2 * time.Second
+
+// Subscribe delivers every event with a sequence number above after, in order, as the store
+// records them, until ctx ends (then the channel closes). It reads the store by cursor, so a
+// subscriber that falls behind catches up and never misses an event; the channel's small buffer
+// is the only memory a subscriber holds.
+func (s *Service) Subscribe(ctx context.Context, after int64) (<-chan Event, error) {
+	if after < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "after must not be negative; got %d", after)
+	}
+	out := make(chan Event, 64)
+	go func() {
+		defer close(out)
+		cursor := after
+		for {
+			changed := s.bus.changed() // before reading, so a publish in between is not missed
+			evs, err := s.store.ListEvents(ctx, EventFilter{AfterSeq: cursor, Limit: MaxList})
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("event subscription: read events", "err", err)
+			}
+			for _, ev := range evs {
+				select {
+				case out <- ev:
+					cursor = ev.Seq
+				case <-ctx.Done():
+					return
+				}
+			}
+			if len(evs) == MaxList {
+				continue
+			}
+			t := time.NewTimer(subscribeRecheck)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-changed:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}()
+	return out, nil
+}
