@@ -28,18 +28,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// closeIdle drops the idle keep-alive connections of the transport every client.Client uses,
-// whose goroutines would otherwise outlive the tests.
-func closeIdle(t *testing.T) {
-	t.Cleanup(func() { http.DefaultTransport.(*http.Transport).CloseIdleConnections() })
-}
-
 // TestAuthAndHost checks the checks that come before any handler: the Host must be a loopback
 // name, every path but /health needs the bearer token.
 func TestAuthAndHost(t *testing.T) {
 	srv := httptest.NewServer(api.New(nil, api.Options{Token: "s3cret"}))
 	t.Cleanup(srv.Close)
-	closeIdle(t)
 	for _, tc := range []struct {
 		name, path, host, token string
 		status                  int
@@ -97,7 +90,6 @@ func TestSandboxRoundTrip(t *testing.T) {
 	t.Cleanup(func() { svc.Close() })
 	srv := httptest.NewServer(api.New(svc, api.Options{Token: "s3cret"}))
 	t.Cleanup(srv.Close)
-	closeIdle(t)
 	c := client.New(srv.URL, "s3cret")
 
 	sb, err := c.Create(ctx, sandbox.CreateRequest{})
