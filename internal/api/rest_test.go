@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -21,12 +19,6 @@ import (
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
-
-// TestMain fails the package's tests if any goroutine (a handler, a stream, a connection) is
-// still running when they end.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // TestAuthAndHost checks the checks that come before any handler: the Host must be a loopback
 // name, every path but /health needs the bearer token.

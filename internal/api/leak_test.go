@@ -1,0 +1,13 @@
+package api_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine (a handler, a stream, a connection) is
+// still running when they end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
