@@ -140,20 +140,21 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 
 // errorBody is the JSON error shape of every REST error.
 type errorBody struct {
-	Error struct {
-		Code    errcode.Code   `json:"code"`
-		Message string         `json:"message"`
-		Details map[string]any `json:"details,omitempty"`
-	} `json:"error"`
+	Error *ErrorDetail `json:"error"`
+}
+
+// errorDetail is what a caller is told about err: its code, its message (generic for INTERNAL)
+// and its details.
+func errorDetail(err error) *ErrorDetail {
+	d := &ErrorDetail{Code: errcode.Of(err), Message: errcode.Message(err)}
+	if e, ok := errcode.As(err); ok {
+		d.Details = e.Details
+	}
+	return d
 }
 
 func writeError(w http.ResponseWriter, err error, status int) {
-	var b errorBody
-	b.Error.Code = errcode.Of(err)
-	b.Error.Message = errcode.Message(err)
-	if e, ok := errcode.As(err); ok {
-		b.Error.Details = e.Details
-	}
+	b := errorBody{Error: errorDetail(err)}
 	if status == 0 {
 		status = errcode.HTTPStatus(b.Error.Code)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
@@ -34,7 +33,7 @@ type Backend interface {
 	Extend(ctx context.Context, id string, ttlSeconds int64) (sandbox.Sandbox, error)
 	// Exec runs a command; onOutput (if non-nil) gets output while it runs, in order, before
 	// Exec returns. Cancelling ctx kills the command.
-	Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput guest.OutputFunc) (sandbox.ExecResult, error)
+	Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput sandbox.OutputFunc) (sandbox.ExecResult, error)
 	WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (sandbox.FileInfo, error)
 	// ReadFile opens a byte range (length 0 = to the end), refusing with FILE_TOO_LARGE (details
 	// "size") when the range exceeds limit. It returns the body and the file's total size.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -112,7 +111,7 @@ func (b *Backend) Extend(ctx context.Context, id string, ttlSeconds int64) (sand
 
 // Exec runs a command; with onOutput non-nil the output is streamed to it as it happens.
 // Cancelling ctx ends the request, which kills the command on the server.
-func (b *Backend) Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput guest.OutputFunc) (sandbox.ExecResult, error) {
+func (b *Backend) Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput sandbox.OutputFunc) (sandbox.ExecResult, error) {
 	if err := checkID(id); err != nil {
 		return sandbox.ExecResult{}, err
 	}
