@@ -87,7 +87,8 @@ func cmdServe(args []string) int {
 	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv)})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
-	srv.RegisterOnShutdown(mcpSrv.Close) // ends MCP event streams, which would hold Shutdown up
+	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
+	srv.RegisterOnShutdown(handler.Close) // and long polls for events
 	go cp.svc.Run(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -40,6 +39,9 @@ type Backend interface {
 	ReadFile(ctx context.Context, id, path string, offset, length, limit int64) (io.ReadCloser, int64, error)
 	ListDir(ctx context.Context, id, path string) (sandbox.DirList, error)
 	Events(ctx context.Context, f sandbox.EventFilter) ([]sandbox.Event, error)
+	// Subscribe delivers every event with a sequence number above after, in order, as it is
+	// recorded, until ctx ends (then the channel closes).
+	Subscribe(ctx context.Context, after int64) (<-chan sandbox.Event, error)
 	Capacity(ctx context.Context) (sandbox.Capacity, error)
 	Runtimes() []runtime.Capabilities
 }
@@ -65,8 +67,6 @@ type Options struct {
 	// Logger receives the server's log (nil = discard). Never stdout: on stdio, stdout is the
 	// protocol.
 	Logger *slog.Logger
-	// PollInterval is how often resource subscriptions poll the event log (default 300ms).
-	PollInterval time.Duration
 }
 
 // Server is the MCP server: one per process, shared by every session and transport.
@@ -75,8 +75,10 @@ type Server struct {
 	opts  Options
 	log   *slog.Logger
 	mcp   *mcp.Server
-	held  *heldSet
+	held  *heldSets
 	watch *watcher
+
+	processOwner string // the owner of connections without sessions (stdio)
 }
 
 // New returns a Server over b with every tool, resource and prompt registered.
@@ -84,10 +86,7 @@ func New(b Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = 300 * time.Millisecond
-	}
-	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSet()}
+	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner()}
 	s.watch = newWatcher(s)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentbox", Title: "agentbox sandboxes", Version: version.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
@@ -107,7 +106,7 @@ func New(b Backend, opts Options) *Server {
 // MCP returns the SDK server, to run on a transport (Run, NewStreamableHTTPHandler, …).
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// Close stops background work (the subscription poller) and closes every session, which ends
+// Close stops background work (following events for subscriptions) and closes every session, which ends
 // their event streams.
 func (s *Server) Close() {
 	s.watch.close()
