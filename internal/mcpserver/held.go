@@ -98,11 +98,18 @@ func (h *heldSets) add(owner string, session bool, id string) {
 	hs.order[id] = h.next
 }
 
+// adopt puts id in every set, and in the sets made later.
 func (h *heldSets) adopt(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.next++
 	h.adopted[id] = h.next
+	for _, hs := range h.sets {
+		if _, ok := hs.order[id]; !ok {
+			hs.order[id] = h.next
+			h.total++
+		}
+	}
 }
 
 // drop removes id from owner's set; a finished sandbox is no longer adopted by sets made later.

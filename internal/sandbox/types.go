@@ -58,12 +58,23 @@ func execResultFrom(g guest.ExecResult) ExecResult {
 	return r
 }
 
-// textAndExact returns b as text, and as base64 when the text is not exactly b.
+// textAndExact returns b as text (each byte that is not part of a UTF-8 character replaced by
+// U+FFFD, as encoding/json does), and as base64 when the text is not exactly b.
 func textAndExact(b []byte) (text, exact string) {
 	if utf8.Valid(b) {
 		return string(b), ""
 	}
-	return strings.ToValidUTF8(string(b), "\uFFFD"), base64.StdEncoding.EncodeToString(b)
+	var sb strings.Builder
+	for p := b; len(p) > 0; {
+		r, n := utf8.DecodeRune(p)
+		if r == utf8.RuneError && n == 1 {
+			sb.WriteRune(utf8.RuneError)
+		} else {
+			sb.Write(p[:n])
+		}
+		p = p[n:]
+	}
+	return sb.String(), base64.StdEncoding.EncodeToString(b)
 }
 
 // StdoutRaw returns the exact kept stdout bytes.
