@@ -27,9 +27,10 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema)
 	}
 	t.InputSchema = in
 	t.OutputSchema = outputSchema[Out]()
+	check := resolveInput(t.Name, in)
 	s.mcp.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args In
-		if err := decodeArgs(t.Name, in, req.Params.Arguments, &args); err != nil {
+		if err := decodeArgs(t.Name, check, req.Params.Arguments, &args); err != nil {
 			return errorResult(err), nil
 		}
 		out, text, err := h(ctx, req, args)
