@@ -37,7 +37,7 @@ func (s *Server) addResources() {
 	}, s.readSandbox)
 	s.mcp.AddResource(&mcp.Resource{
 		URI: URICapacity, Name: "capacity", Title: "Server capacity", MIMEType: "application/json",
-		Description: `How much of the server's bounds live sandboxes use: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb}.`,
+		Description: `How much of the server's bounds live sandboxes use: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb, overcommit, host_memory_available_mb, host_memory_reserve_mb, host_disk_free_mb, host_disk_reserve_mb}.`,
 	}, s.readCapacity)
 }
 

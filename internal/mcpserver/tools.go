@@ -143,7 +143,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 		Name:  "health",
 		Title: "Server health and capacity",
 		Description: `Check the agentbox server in one call. Takes no arguments.
-Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb}, sandboxes (the same list as sandbox_list), count}.
+Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb, overcommit, host_memory_available_mb, host_memory_reserve_mb, host_disk_free_mb, host_disk_reserve_mb}, sandboxes (the same list as sandbox_list), count}.
 Use it before creating sandboxes with special requirements, or when sandbox_create reports CAPACITY_UNAVAILABLE.`,
 		Annotations: &mcp.ToolAnnotations{Title: "Server health and capacity", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, nil, s.health)
@@ -325,12 +325,20 @@ type CapacityInfo struct {
 	DiskBudgetMB   int64   `json:"disk_budget_mb" jsonschema:"Sum of live sandboxes' disk_mb allowed; 0 = unbounded."`
 	DiskUsedMB     int64   `json:"disk_used_mb" jsonschema:"Sum of live sandboxes' disk_mb."`
 	DiskFreeMB     int64   `json:"disk_free_mb" jsonschema:"Disk MiB still allocatable; -1 = unbounded."`
+	Overcommit     float64 `json:"overcommit,omitempty" jsonschema:"How far the budgets let limits exceed the host's cores, memory and disk (1 = hard reservations)."`
+	// What the host really has free, which admission keeps above a reserve.
+	HostMemoryAvailableMB int64 `json:"host_memory_available_mb,omitempty" jsonschema:"Memory the host has available now (MiB)."`
+	HostMemoryReserveMB   int64 `json:"host_memory_reserve_mb,omitempty" jsonschema:"Memory admission keeps for the host (MiB)."`
+	HostDiskFreeMB        int64 `json:"host_disk_free_mb,omitempty" jsonschema:"Disk the state directory's file system has free now (MiB)."`
+	HostDiskReserveMB     int64 `json:"host_disk_reserve_mb,omitempty" jsonschema:"Disk admission keeps for the host (MiB)."`
 }
 
 func capacityInfo(c sandbox.Capacity) CapacityInfo {
 	ci := CapacityInfo{MaxSandboxes: c.MaxSandboxes, Live: c.Live, Free: c.Free, CPUBudget: c.CPUBudget,
 		CPUUsed: c.CPUUsed, CPUFree: -1, MemoryBudgetMB: c.MemoryBudgetMB, MemoryUsedMB: c.MemoryUsedMB, MemoryFreeMB: -1,
-		DiskBudgetMB: c.DiskBudgetMB, DiskUsedMB: c.DiskUsedMB, DiskFreeMB: -1}
+		DiskBudgetMB: c.DiskBudgetMB, DiskUsedMB: c.DiskUsedMB, DiskFreeMB: -1, Overcommit: c.Overcommit,
+		HostMemoryAvailableMB: c.MemoryAvailableMB, HostMemoryReserveMB: c.MemoryReserveMB,
+		HostDiskFreeMB: c.DiskFreeMB, HostDiskReserveMB: c.DiskReserveMB}
 	if c.CPUBudget > 0 {
 		ci.CPUFree = max(0, c.CPUBudget-c.CPUUsed)
 	}
