@@ -171,8 +171,8 @@ func runOnce(ctx context.Context, rt runtime.Runtime, id string) error {
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(res.Stdout) != "ok" {
-		return fmt.Errorf("exec printed %q, exit %d", res.Stdout+res.Stderr, res.ExitCode)
+	if strings.TrimSpace(string(res.Stdout)) != "ok" {
+		return fmt.Errorf("exec printed %q, exit %d", string(res.Stdout)+string(res.Stderr), res.ExitCode)
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 func cmdExec(args []string) int {
@@ -33,12 +33,12 @@ func cmdExec(args []string) int {
 			req.Env = env
 		}
 		if !*noStdin && !isTerminal(os.Stdin) {
-			b, err := io.ReadAll(io.LimitReader(os.Stdin, guest.MaxStdinBytes+1))
+			b, err := io.ReadAll(io.LimitReader(os.Stdin, sandbox.MaxStdinBytes+1))
 			if err != nil {
 				return fail(err)
 			}
-			if len(b) > guest.MaxStdinBytes {
-				return fail(fmt.Errorf("standard input is over %d bytes; copy large input in with `agentbox cp` and redirect from the file", guest.MaxStdinBytes))
+			if len(b) > sandbox.MaxStdinBytes {
+				return fail(fmt.Errorf("standard input is over %d bytes; copy large input in with `agentbox cp` and redirect from the file", sandbox.MaxStdinBytes))
 			}
 			req.Stdin = string(b)
 			if !utf8.Valid(b) {

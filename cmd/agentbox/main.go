@@ -52,7 +52,8 @@ MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
 
 Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server / --token):
   agentbox sandbox create [--image I] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N]
-                          [--ttl SECONDS] [--env K=V]... [--label K=V]...   prints the new id
+                          [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K]
+                                        prints the new id
   agentbox sandbox ls [--json] [--state S] [--label K=V]
   agentbox sandbox get [--json] ID
   agentbox sandbox rm ID...

@@ -29,7 +29,7 @@ func cmdSandbox(args []string) int {
 }
 
 func sandboxCreate(args []string) int {
-	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]...")
+	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K]")
 	var req sandbox.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
 	c.fs.StringVar(&req.Image, "image", "", "image (default host)")
@@ -41,6 +41,7 @@ func sandboxCreate(args []string) int {
 	c.fs.Int64Var(&req.TTLSeconds, "ttl", 0, "time to live in seconds (default 1800)")
 	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
 	c.fs.Var(labels, "label", "label K=V (repeatable)")
+	c.fs.StringVar(&req.IdempotencyKey, "idempotency-key", "", "a key that makes retrying safe: a create with a key this caller already used returns that sandbox instead of a new one")
 	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {
 		if len(env) > 0 {
 			req.Env = env

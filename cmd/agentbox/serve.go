@@ -89,7 +89,8 @@ func cmdServe(args []string) int {
 	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv)})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
-	srv.RegisterOnShutdown(mcpSrv.Close) // ends MCP event streams, which would hold Shutdown up
+	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
+	srv.RegisterOnShutdown(handler.Close) // and long polls for events
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); cp.svc.Run(runCtx) }()

@@ -5,7 +5,9 @@
 package api
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -39,10 +42,24 @@ type Options struct {
 
 // Server is the REST API.
 type Server struct {
-	svc  *sandbox.Service
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	svc   *sandbox.Service
+	opts  Options
+	log   *slog.Logger
+	mux   *http.ServeMux
+	owner string        // the authenticated caller's identity (one token: one owner)
+	done  chan struct{} // closed by Close: long polls return
+	once  sync.Once
+}
+
+// TokenOwner is the owner recorded for callers that present token: "token:" and the first 12
+// hex digits of its SHA-256 (never the token itself); "" when there is no token
+// (--insecure-no-auth).
+func TokenOwner(token string) string {
+	if token == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(token))
+	return "token:" + hex.EncodeToString(sum[:])[:12]
 }
 
 // New returns the API handler over svc.
@@ -53,7 +70,7 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	if opts.MaxFileBytes == 0 {
 		opts.MaxFileBytes = 1 << 30
 	}
-	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
 	s.routes()
 	return s
 }
@@ -105,8 +122,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.AuthFailed, "missing or wrong bearer token: send \"Authorization: Bearer <token>\"; the token is in ~/.config/agentbox/token of the user running agentbox serve"), 0)
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	// Every request, mounted handlers included, carries the caller's identity: sandboxes
+	// record it as their owner and idempotency keys are scoped to it.
+	s.mux.ServeHTTP(w, r.WithContext(sandbox.WithOwner(r.Context(), s.owner)))
 }
+
+// Close ends the requests that wait for events (GET /v1/events?wait=…), so that a server can
+// shut down without waiting out their long polls.
+func (s *Server) Close() { s.once.Do(func() { close(s.done) }) }
 
 func (s *Server) authorized(r *http.Request) bool {
 	if s.opts.Token == "" {
@@ -140,20 +163,21 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 
 // errorBody is the JSON error shape of every REST error.
 type errorBody struct {
-	Error struct {
-		Code    errcode.Code   `json:"code"`
-		Message string         `json:"message"`
-		Details map[string]any `json:"details,omitempty"`
-	} `json:"error"`
+	Error *ErrorDetail `json:"error"`
+}
+
+// errorDetail is what a caller is told about err: its code, its message (generic for INTERNAL)
+// and its details.
+func errorDetail(err error) *ErrorDetail {
+	d := &ErrorDetail{Code: errcode.Of(err), Message: errcode.Message(err)}
+	if e, ok := errcode.As(err); ok {
+		d.Details = e.Details
+	}
+	return d
 }
 
 func writeError(w http.ResponseWriter, err error, status int) {
-	var b errorBody
-	b.Error.Code = errcode.Of(err)
-	b.Error.Message = errcode.Message(err)
-	if e, ok := errcode.As(err); ok {
-		b.Error.Details = e.Details
-	}
+	b := errorBody{Error: errorDetail(err)}
 	if status == 0 {
 		status = errcode.HTTPStatus(b.Error.Code)
 	}

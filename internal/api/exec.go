@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -46,8 +45,24 @@ func (e ExecRequest) ToService() (sandbox.ExecRequest, error) {
 	return req, nil
 }
 
-// exec runs a command. With ?stream=true the reply is NDJSON guest.Frame lines: output chunks
-// as they happen, then one result (or error) frame.
+// ExecFrame is one line of a streamed exec (?stream=true, NDJSON): output chunks as they happen
+// (Stream and Data, the exact bytes, base64 in JSON), then exactly one Result or Error.
+type ExecFrame struct {
+	Stream string              `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data   []byte              `json:"data,omitempty"`
+	Result *sandbox.ExecResult `json:"result,omitempty"`
+	Error  *ErrorDetail        `json:"error,omitempty"`
+}
+
+// ErrorDetail is the body of an error: {"code", "message", "details"}.
+type ErrorDetail struct {
+	Code    errcode.Code   `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// exec runs a command. With ?stream=true the reply is NDJSON ExecFrame lines: output chunks as
+// they happen, then one result (or error) frame.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var body ExecRequest
 	if err := decode(w, r, &body); err != nil {
@@ -79,7 +94,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
-	send := func(f guest.Frame) {
+	send := func(f ExecFrame) {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = enc.Encode(f)
@@ -88,12 +103,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	res, err := s.svc.Exec(r.Context(), id, req, func(stream string, data []byte) {
-		send(guest.Frame{Stream: stream, Data: data})
+		send(ExecFrame{Stream: stream, Data: data})
 	})
 	if err != nil {
-		e := errcode.Message(err)
-		send(guest.Frame{Error: &guest.ErrorBody{Code: string(errcode.Of(err)), Message: e}})
+		if errcode.Of(err) == errcode.Internal {
+			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		send(ExecFrame{Error: errorDetail(err)})
 		return
 	}
-	send(guest.Frame{Result: &res})
+	send(ExecFrame{Result: &res})
 }

@@ -7,8 +7,11 @@ import (
 	"strconv"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
+
+// SizeHeader carries a file's total size on GET .../files.
+const SizeHeader = "X-Agentbox-File-Size"
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -82,7 +85,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set(guest.SizeHeader, strconv.FormatInt(size, 10))
+	w.Header().Set(SizeHeader, strconv.FormatInt(size, 10))
 	n := size - off
 	if length > 0 && length < n {
 		n = length
@@ -115,7 +118,7 @@ func (s *Server) listDir(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
-	var req guest.MkdirRequest
+	var req sandbox.MkdirRequest
 	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return

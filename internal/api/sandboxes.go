@@ -1,19 +1,32 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
+
+// IdempotencyKeyHeader carries a create's idempotency key (or the body's idempotency_key): a
+// retried create with the same key, from the same caller, returns the sandbox the first made.
+const IdempotencyKeyHeader = "Idempotency-Key"
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req sandbox.CreateRequest
 	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if h := r.Header.Get(IdempotencyKeyHeader); h != "" {
+		if req.IdempotencyKey != "" && req.IdempotencyKey != h {
+			s.fail(w, r, errcode.New(errcode.InvalidArgument, "the %s header and the body's idempotency_key differ; give the key once", IdempotencyKeyHeader))
+			return
+		}
+		req.IdempotencyKey = h
 	}
 	sb, err := s.svc.Create(r.Context(), req)
 	if err != nil {
@@ -149,6 +162,13 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id string) {
 		s.fail(w, r, err)
 		return
 	}
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 || wait > MaxEventWait {
+			s.fail(w, r, errcode.New(errcode.InvalidArgument, "wait must be a duration between 0s and %s, such as 25s; got %q", MaxEventWait, v))
+			return
+		}
+	}
 	if id != "" {
 		if _, err := s.svc.Get(r.Context(), id); err != nil {
 			s.fail(w, r, err)
@@ -156,6 +176,9 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id string) {
 		}
 	}
 	evs, err := s.svc.Events(r.Context(), f)
+	if err == nil && len(evs) == 0 && wait > 0 && s.awaitEvent(r.Context(), f, wait) {
+		evs, err = s.svc.Events(r.Context(), f)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -164,6 +187,33 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id string) {
 		evs = []sandbox.Event{}
 	}
 	writeJSON(w, http.StatusOK, EventList{Events: evs})
+}
+
+// MaxEventWait bounds how long GET /v1/events?wait=… holds a request.
+const MaxEventWait = 60 * time.Second
+
+// awaitEvent waits up to wait for an event that f selects, through the service's event bus. It
+// reports whether one arrived.
+func (s *Server) awaitEvent(ctx context.Context, f sandbox.EventFilter, wait time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	ch, err := s.svc.Subscribe(ctx, f.AfterSeq)
+	if err != nil {
+		return false
+	}
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return false
+			}
+			if f.SandboxID == "" || ev.SandboxID == f.SandboxID {
+				return true
+			}
+		case <-s.done:
+			return false
+		}
+	}
 }
 
 func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {

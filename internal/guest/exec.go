@@ -467,8 +467,8 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	_ = errR.Close()
 
 	res := ExecResult{
-		Stdout:      string(stdout.kept),
-		Stderr:      string(stderr.kept),
+		Stdout:      stdout.kept,
+		Stderr:      stderr.kept,
 		StdoutBytes: stdout.total,
 		StderrBytes: stderr.total,
 		Truncated:   stdout.total > int64(len(stdout.kept)) || stderr.total > int64(len(stderr.kept)),
@@ -564,7 +564,7 @@ func failResult(sp *execSpec, code int, msg string, start time.Time, sink chan<-
 	c.add([]byte(msg))
 	return ExecResult{
 		ExitCode:    code,
-		Stderr:      string(c.kept),
+		Stderr:      c.kept,
 		StderrBytes: c.total,
 		Truncated:   c.total > int64(len(c.kept)),
 		DurationMs:  time.Since(start).Milliseconds(),

@@ -65,13 +65,13 @@ func TestExecExitCodes(t *testing.T) {
 			t.Parallel()
 			res := a.exec(t, guest.ExecRequest{Argv: tc.argv})
 			if res.ExitCode != tc.code || res.Signal != tc.signal {
-				t.Fatalf("exit %d signal %q, want %d %q (stderr %q)", res.ExitCode, res.Signal, tc.code, tc.signal, res.Stderr)
+				t.Fatalf("exit %d signal %q, want %d %q (stderr %q)", res.ExitCode, res.Signal, tc.code, tc.signal, string(res.Stderr))
 			}
-			if res.Stdout != tc.stdout {
-				t.Fatalf("stdout %q, want %q", res.Stdout, tc.stdout)
+			if string(res.Stdout) != tc.stdout {
+				t.Fatalf("stdout %q, want %q", string(res.Stdout), tc.stdout)
 			}
-			if !strings.Contains(res.Stderr, tc.stderrPart) || res.StderrBytes != int64(len(res.Stderr)) {
-				t.Fatalf("stderr %q (%d bytes), want it to contain %q", res.Stderr, res.StderrBytes, tc.stderrPart)
+			if !strings.Contains(string(res.Stderr), tc.stderrPart) || res.StderrBytes != int64(len(string(res.Stderr))) {
+				t.Fatalf("stderr %q (%d bytes), want it to contain %q", string(res.Stderr), res.StderrBytes, tc.stderrPart)
 			}
 			if res.TimedOut || res.Truncated {
 				t.Fatalf("unexpected flags: %+v", res)
@@ -90,7 +90,7 @@ func TestExecStdinEnvCwd(t *testing.T) {
 		t.Parallel()
 		in := strings.Repeat("line of input\n", 300000) // 4.2 MB: more than a pipe buffer
 		res := a.exec(t, guest.ExecRequest{Argv: []string{"cat"}, Stdin: []byte(in), MaxOutputBytes: guest.MaxMaxOutputBytes})
-		if res.ExitCode != 0 || res.Stdout != in || res.StdoutBytes != int64(len(in)) || res.Truncated {
+		if res.ExitCode != 0 || string(res.Stdout) != in || res.StdoutBytes != int64(len(in)) || res.Truncated {
 			t.Fatalf("cat: exit %d, %d bytes, truncated %v", res.ExitCode, res.StdoutBytes, res.Truncated)
 		}
 	})
@@ -105,7 +105,7 @@ func TestExecStdinEnvCwd(t *testing.T) {
 	t.Run("no stdin is /dev/null", func(t *testing.T) {
 		t.Parallel()
 		res := a.exec(t, guest.ExecRequest{Argv: []string{"cat"}})
-		if res.ExitCode != 0 || res.Stdout != "" {
+		if res.ExitCode != 0 || string(res.Stdout) != "" {
 			t.Fatalf("%+v", res)
 		}
 	})
@@ -117,22 +117,22 @@ func TestExecStdinEnvCwd(t *testing.T) {
 			Cwd:  "sub",
 		})
 		want := "bar baz|${HOME}|" + filepath.Join(a.workdir, "sub") + "\n"
-		if res.Stdout != want {
-			t.Fatalf("stdout %q, want %q", res.Stdout, want)
+		if string(res.Stdout) != want {
+			t.Fatalf("stdout %q, want %q", string(res.Stdout), want)
 		}
 	})
 	t.Run("inherits the agent environment", func(t *testing.T) {
 		t.Parallel()
 		res := a.exec(t, guest.ExecRequest{Argv: []string{"sh", "-c", `echo "$PATH"`}})
-		if strings.TrimSpace(res.Stdout) != os.Getenv("PATH") {
-			t.Fatalf("PATH %q, want %q", res.Stdout, os.Getenv("PATH"))
+		if strings.TrimSpace(string(res.Stdout)) != os.Getenv("PATH") {
+			t.Fatalf("PATH %q, want %q", string(res.Stdout), os.Getenv("PATH"))
 		}
 	})
 	t.Run("default cwd is the workdir", func(t *testing.T) {
 		t.Parallel()
 		res := a.exec(t, guest.ExecRequest{Argv: []string{"pwd"}})
-		if strings.TrimSpace(res.Stdout) != a.workdir {
-			t.Fatalf("pwd %q, want %q", res.Stdout, a.workdir)
+		if strings.TrimSpace(string(res.Stdout)) != a.workdir {
+			t.Fatalf("pwd %q, want %q", string(res.Stdout), a.workdir)
 		}
 	})
 	t.Run("PATH from env is searched", func(t *testing.T) {
@@ -143,7 +143,7 @@ func TestExecStdinEnvCwd(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := a.exec(t, guest.ExecRequest{Argv: []string{"mytool"}, Env: map[string]string{"PATH": bin + ":/usr/bin:/bin"}})
-		if res.ExitCode != 0 || res.Stdout != "mytool ran\n" {
+		if res.ExitCode != 0 || string(res.Stdout) != "mytool ran\n" {
 			t.Fatalf("%+v", res)
 		}
 	})
@@ -267,9 +267,9 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 			if res.DurationMs < 450 {
 				t.Fatalf("duration %d ms", res.DurationMs)
 			}
-			bg, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+			bg, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
 			if err != nil {
-				t.Fatalf("stdout %q", res.Stdout)
+				t.Fatalf("stdout %q", string(res.Stdout))
 			}
 			processGone(t, bg, 2*time.Second)
 		})
@@ -282,13 +282,13 @@ func TestExecOutputBound(t *testing.T) {
 	req := guest.ExecRequest{Argv: []string{"sh", "-c", "yes | head -c 5000000; yes e | head -c 3000 >&2"}, MaxOutputBytes: 1 << 20}
 	check := func(t *testing.T, res guest.ExecResult) {
 		t.Helper()
-		if res.ExitCode != 0 || !res.Truncated || res.StdoutBytes != 5000000 || len(res.Stdout) != 1<<20 {
-			t.Fatalf("exit %d truncated %v stdout_bytes %d len %d", res.ExitCode, res.Truncated, res.StdoutBytes, len(res.Stdout))
+		if res.ExitCode != 0 || !res.Truncated || res.StdoutBytes != 5000000 || len(string(res.Stdout)) != 1<<20 {
+			t.Fatalf("exit %d truncated %v stdout_bytes %d len %d", res.ExitCode, res.Truncated, res.StdoutBytes, len(string(res.Stdout)))
 		}
-		if res.Stdout != strings.Repeat("y\n", 1<<19) {
+		if string(res.Stdout) != strings.Repeat("y\n", 1<<19) {
 			t.Fatal("kept stdout is not the first MiB of output")
 		}
-		if res.StderrBytes != 3000 || res.Stderr != strings.Repeat("e\n", 1500) {
+		if res.StderrBytes != 3000 || string(res.Stderr) != strings.Repeat("e\n", 1500) {
 			t.Fatalf("stderr %d bytes", res.StderrBytes)
 		}
 	}
@@ -325,14 +325,14 @@ func TestExecOutputBound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Stdout != strings.Repeat("\x01", 1<<20) || res.Stderr != strings.Repeat("\x02", 1<<20) || res.Truncated {
-			t.Fatalf("stdout %d stderr %d bytes", len(res.Stdout), len(res.Stderr))
+		if string(res.Stdout) != strings.Repeat("\x01", 1<<20) || string(res.Stderr) != strings.Repeat("\x02", 1<<20) || res.Truncated {
+			t.Fatalf("stdout %d stderr %d bytes", len(string(res.Stdout)), len(string(res.Stderr)))
 		}
 	})
 	t.Run("small bound", func(t *testing.T) {
 		t.Parallel()
 		res := a.exec(t, guest.ExecRequest{Argv: []string{"echo", "hello world"}, MaxOutputBytes: 5})
-		if res.Stdout != "hello" || res.StdoutBytes != 12 || !res.Truncated {
+		if string(res.Stdout) != "hello" || res.StdoutBytes != 12 || !res.Truncated {
 			t.Fatalf("%+v", res)
 		}
 	})
@@ -346,7 +346,7 @@ func TestExecBackgroundChildHoldingStdout(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 3*time.Second {
 		t.Fatalf("took %v", elapsed)
 	}
-	bg, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+	bg, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%+v", res)
 	}
@@ -384,7 +384,7 @@ func TestExecStreaming(t *testing.T) {
 	if strings.Join(chunks, "") != strings.Join(want, "") {
 		t.Fatalf("chunks %q, want %q", chunks, want)
 	}
-	if res.ExitCode != 0 || res.Stdout != "one\nthree\n" || res.Stderr != "two\n" {
+	if res.ExitCode != 0 || string(res.Stdout) != "one\nthree\n" || string(res.Stderr) != "two\n" {
 		t.Fatalf("result %+v", res)
 	}
 }
@@ -452,7 +452,7 @@ func TestExecConcurrent(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if res.Stdout != fmt.Sprintf("%d\n", i) || res.ExitCode != i%5 {
+			if string(res.Stdout) != fmt.Sprintf("%d\n", i) || res.ExitCode != i%5 {
 				t.Errorf("command %d: %+v", i, res)
 			}
 		})

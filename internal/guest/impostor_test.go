@@ -378,7 +378,7 @@ func TestLegitWorstCases(t *testing.T) {
 	script := `head -c 1048576 /dev/zero | tr '\0' '\1'; head -c 1048576 /dev/zero | tr '\0' '\377' >&2`
 	req := guest.ExecRequest{Argv: []string{"sh", "-c", script}, MaxOutputBytes: max}
 	res := a.exec(t, req)
-	if res.StdoutBytes != max || res.StderrBytes != max || res.Truncated || res.Stdout != strings.Repeat("\x01", max) {
+	if res.StdoutBytes != max || res.StderrBytes != max || res.Truncated || string(res.Stdout) != strings.Repeat("\x01", max) || string(res.Stderr) != strings.Repeat("\377", max) {
 		t.Errorf("exec: %d/%d bytes, truncated %v", res.StdoutBytes, res.StderrBytes, res.Truncated)
 	}
 	var streamed atomic.Int64

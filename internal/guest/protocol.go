@@ -15,7 +15,11 @@
 //	DELETE /v1/files?path=P&recursive=true → 204
 package guest
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
 
 // Version is the guest protocol version (the URL prefix).
 const Version = "v1"
@@ -66,9 +70,11 @@ type ExecResult struct {
 	// ExitCode is the exit status, or 128+signal number when killed by a signal.
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed the command ("SIGKILL"), or "".
-	Signal      string `json:"signal,omitempty"`
-	Stdout      string `json:"stdout"`
-	Stderr      string `json:"stderr"`
+	Signal string `json:"signal,omitempty"`
+	// Stdout and Stderr are the kept output, exactly as the command wrote it (base64 on the
+	// wire, with "output_encoding": "base64"; see MarshalJSON).
+	Stdout      []byte `json:"stdout"`
+	Stderr      []byte `json:"stderr"`
 	Truncated   bool   `json:"truncated"`
 	StdoutBytes int64  `json:"stdout_bytes"`
 	StderrBytes int64  `json:"stderr_bytes"`
@@ -77,6 +83,77 @@ type ExecResult struct {
 	// OOMKilled: the sandbox ran out of memory (memory_mb) and the command was killed for it,
 	// by the kernel's OOM killer (runc, crun) or by the host's OOM guard (gVisor).
 	OOMKilled bool `json:"oom_killed,omitempty"`
+}
+
+// OutputEncoding is the value of "output_encoding" in an ExecResult on the wire: stdout and
+// stderr are base64 of the exact bytes. An agent older than this field sent them as JSON strings
+// (invalid UTF-8 already replaced), which UnmarshalJSON still accepts: a server adopts sandboxes
+// whose agent is the binary of the build that started them.
+const OutputEncoding = "base64"
+
+// execResultFields is ExecResult without its JSON methods.
+type execResultFields ExecResult
+
+// MarshalJSON writes the result with "output_encoding": "base64", so that a reader can tell
+// the shape apart from an older agent's strings.
+func (r ExecResult) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		execResultFields
+		OutputEncoding string `json:"output_encoding"`
+	}{execResultFields(r), OutputEncoding})
+}
+
+// UnmarshalJSON reads both shapes: base64 output under "output_encoding": "base64", and an
+// older agent's output as strings (no "output_encoding"). Any other encoding is an error that
+// names it.
+func (r *ExecResult) UnmarshalJSON(b []byte) error {
+	var w struct {
+		execResultFields
+		Stdout         json.RawMessage `json:"stdout"`
+		Stderr         json.RawMessage `json:"stderr"`
+		OutputEncoding string          `json:"output_encoding"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*r = ExecResult(w.execResultFields)
+	var err error
+	switch w.OutputEncoding {
+	case OutputEncoding:
+		if r.Stdout, err = rawBytes(w.Stdout); err == nil {
+			r.Stderr, err = rawBytes(w.Stderr)
+		}
+	case "": // an older agent: UTF-8 strings
+		if r.Stdout, err = rawString(w.Stdout); err == nil {
+			r.Stderr, err = rawString(w.Stderr)
+		}
+	default:
+		return fmt.Errorf("exec result has output_encoding %q, which this agentbox does not know (the sandbox's agent is from a newer build; recreate the sandbox)", w.OutputEncoding)
+	}
+	if err != nil {
+		return fmt.Errorf("exec result output: %w", err)
+	}
+	return nil
+}
+
+func rawBytes(m json.RawMessage) ([]byte, error) {
+	var b []byte
+	if len(m) == 0 {
+		return nil, nil
+	}
+	err := json.Unmarshal(m, &b)
+	return b, err
+}
+
+func rawString(m json.RawMessage) ([]byte, error) {
+	var s *string
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if err := json.Unmarshal(m, &s); err != nil || s == nil {
+		return nil, err
+	}
+	return []byte(*s), nil
 }
 
 // Frame is one line of a streamed exec: output (Stream+Data), then exactly one Result or Error.

@@ -62,7 +62,7 @@ func TestDefaultUser(t *testing.T) {
 	t.Parallel()
 	a, u := userAgent(t)
 	res := a.exec(t, guest.ExecRequest{Argv: []string{"sh", "-c", `id -u; id -g; id -G; echo "$HOME $USER $LOGNAME"; pwd`}})
-	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
 	if res.ExitCode != 0 || len(lines) != 5 {
 		t.Fatalf("result %+v", res)
 	}
@@ -84,12 +84,12 @@ func TestDefaultUser(t *testing.T) {
 	}
 
 	res = a.exec(t, guest.ExecRequest{Argv: []string{"sh", "-c", `id -u; id -g; echo "$HOME $USER"`}, User: "root"})
-	if res.Stdout != "0\n0\n/root root\n" {
+	if string(res.Stdout) != "0\n0\n/root root\n" {
 		t.Errorf("user root: %+v", res)
 	}
 	res = a.exec(t, guest.ExecRequest{Argv: []string{"sh", "-c", `echo $HOME`}, Env: map[string]string{"HOME": "/elsewhere"}})
-	if res.Stdout != "/elsewhere\n" {
-		t.Errorf("the request's env does not override HOME: %q", res.Stdout)
+	if string(res.Stdout) != "/elsewhere\n" {
+		t.Errorf("the request's env does not override HOME: %q", string(res.Stdout))
 	}
 
 	// The default user writes where it owns, and nowhere root owns.
@@ -174,7 +174,7 @@ func TestTimeoutKillsDaemons(t *testing.T) {
 		t.Run("user="+user, func(t *testing.T) {
 			// An earlier command leaves a daemon behind on purpose, and returns.
 			res := a.exec(t, guest.ExecRequest{Argv: []string{"sh", "-c", `setsid sleep 1000 >/dev/null 2>&1 & echo $!`}, User: user})
-			kept, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+			kept, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
 			if err != nil {
 				t.Fatalf("kept daemon: %+v", res)
 			}
@@ -193,9 +193,9 @@ sleep 1000`
 			if d := time.Since(start); d > 5*time.Second {
 				t.Fatalf("the timeout took %v", d)
 			}
-			pids := strings.Fields(res.Stdout)
+			pids := strings.Fields(string(res.Stdout))
 			if len(pids) != 3 {
-				t.Fatalf("want 3 daemon pids, stdout %q", res.Stdout)
+				t.Fatalf("want 3 daemon pids, stdout %q", string(res.Stdout))
 			}
 			for _, s := range pids {
 				pid, _ := strconv.Atoi(s)

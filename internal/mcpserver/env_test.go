@@ -90,13 +90,20 @@ type client struct {
 
 func connect(t *testing.T, srv *mcpserver.Server, version string) *client {
 	t.Helper()
-	c := &client{t: t, tools: map[string]*mcp.Tool{}}
 	ct, st := mcp.NewInMemoryTransports()
-	ctx := context.Background()
-	ss, err := srv.MCP().Connect(ctx, st, nil)
+	ss, err := srv.MCP().Connect(context.Background(), st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ss.Wait() })
+	return connectOver(t, ct, version)
+}
+
+// connectOver connects a recording client session over the client transport ct.
+func connectOver(t *testing.T, ct mcp.Transport, version string) *client {
+	t.Helper()
+	c := &client{t: t, tools: map[string]*mcp.Tool{}}
+	ctx := context.Background()
 	cl := mcp.NewClient(&mcp.Implementation{Name: "mcpserver-test", Version: "1"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			c.mu.Lock()
@@ -115,7 +122,7 @@ func connect(t *testing.T, srv *mcpserver.Server, version string) *client {
 		t.Fatal(err)
 	}
 	c.cs = cs
-	t.Cleanup(func() { cs.Close(); ss.Wait() })
+	t.Cleanup(func() { cs.Close() })
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -30,16 +29,18 @@ type ExecIn struct {
 
 // ExecOut is exec's reply. A non-zero exit_code is a normal result.
 type ExecOut struct {
-	ExitCode    int    `json:"exit_code" jsonschema:"The command's exit status; 128+n when signal n killed it."`
-	Signal      string `json:"signal" jsonschema:"Name of the signal that killed the command (e.g. SIGKILL), or empty."`
-	Stdout      string `json:"stdout" jsonschema:"Standard output (as much as was kept)."`
-	Stderr      string `json:"stderr" jsonschema:"Standard error (as much as was kept)."`
-	Truncated   bool   `json:"truncated" jsonschema:"True when stdout or stderr was longer than max_output_bytes and was cut."`
-	StdoutBytes int64  `json:"stdout_bytes" jsonschema:"Total bytes the command wrote to stdout."`
-	StderrBytes int64  `json:"stderr_bytes" jsonschema:"Total bytes the command wrote to stderr."`
-	DurationMs  int64  `json:"duration_ms" jsonschema:"Wall time in milliseconds."`
-	TimedOut    bool   `json:"timed_out" jsonschema:"True when timeout_seconds passed and the command was killed."`
-	OOMKilled   bool   `json:"oom_killed,omitempty" jsonschema:"True when the sandbox ran out of memory (memory_mb) and the command was killed for it."`
+	ExitCode     int    `json:"exit_code" jsonschema:"The command's exit status; 128+n when signal n killed it."`
+	Signal       string `json:"signal" jsonschema:"Name of the signal that killed the command (e.g. SIGKILL), or empty."`
+	Stdout       string `json:"stdout" jsonschema:"Standard output (as much as was kept), as UTF-8 text: bytes that are not UTF-8 are replaced by U+FFFD."`
+	Stderr       string `json:"stderr" jsonschema:"Standard error (as much as was kept), as UTF-8 text: bytes that are not UTF-8 are replaced by U+FFFD."`
+	StdoutBase64 string `json:"stdout_base64,omitempty" jsonschema:"The exact kept stdout bytes in standard base64; present only when they are not valid UTF-8."`
+	StderrBase64 string `json:"stderr_base64,omitempty" jsonschema:"The exact kept stderr bytes in standard base64; present only when they are not valid UTF-8."`
+	Truncated    bool   `json:"truncated" jsonschema:"True when stdout or stderr was longer than max_output_bytes and was cut."`
+	StdoutBytes  int64  `json:"stdout_bytes" jsonschema:"Total bytes the command wrote to stdout."`
+	StderrBytes  int64  `json:"stderr_bytes" jsonschema:"Total bytes the command wrote to stderr."`
+	DurationMs   int64  `json:"duration_ms" jsonschema:"Wall time in milliseconds."`
+	TimedOut     bool   `json:"timed_out" jsonschema:"True when timeout_seconds passed and the command was killed."`
+	OOMKilled    bool   `json:"oom_killed,omitempty" jsonschema:"True when the sandbox ran out of memory (memory_mb) and the command was killed for it."`
 }
 
 func (s *Server) addExecTool() {
@@ -68,7 +69,7 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) 
 		r.Timeout = time.Millisecond
 	}
 	var p *progress
-	var onOutput guest.OutputFunc
+	var onOutput sandbox.OutputFunc
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 		p = &progress{notify: func(msg string, sent int64) {
 			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(sent), Message: msg})
@@ -86,7 +87,7 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) 
 		return ExecOut{}, "", err
 	}
 	out := ExecOut{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Stdout, Stderr: res.Stderr,
-		Truncated: res.Truncated, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
+		StdoutBase64: res.StdoutBase64, StderrBase64: res.StderrBase64, Truncated: res.Truncated, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
 		DurationMs: res.DurationMs, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
 	return out, renderExec(out, r.MaxOutputBytes), nil
 }

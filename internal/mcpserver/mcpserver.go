@@ -11,13 +11,11 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
@@ -34,13 +32,16 @@ type Backend interface {
 	Extend(ctx context.Context, id string, ttlSeconds int64) (sandbox.Sandbox, error)
 	// Exec runs a command; onOutput (if non-nil) gets output while it runs, in order, before
 	// Exec returns. Cancelling ctx kills the command.
-	Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput guest.OutputFunc) (sandbox.ExecResult, error)
+	Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput sandbox.OutputFunc) (sandbox.ExecResult, error)
 	WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (sandbox.FileInfo, error)
 	// ReadFile opens a byte range (length 0 = to the end), refusing with FILE_TOO_LARGE (details
 	// "size") when the range exceeds limit. It returns the body and the file's total size.
 	ReadFile(ctx context.Context, id, path string, offset, length, limit int64) (io.ReadCloser, int64, error)
 	ListDir(ctx context.Context, id, path string) (sandbox.DirList, error)
 	Events(ctx context.Context, f sandbox.EventFilter) ([]sandbox.Event, error)
+	// Subscribe delivers every event with a sequence number above after, in order, as it is
+	// recorded, until ctx ends (then the channel closes).
+	Subscribe(ctx context.Context, after int64) (<-chan sandbox.Event, error)
 	Capacity(ctx context.Context) (sandbox.Capacity, error)
 	Runtimes() []runtime.Capabilities
 }
@@ -66,8 +67,6 @@ type Options struct {
 	// Logger receives the server's log (nil = discard). Never stdout: on stdio, stdout is the
 	// protocol.
 	Logger *slog.Logger
-	// PollInterval is how often resource subscriptions poll the event log (default 300ms).
-	PollInterval time.Duration
 }
 
 // Server is the MCP server: one per process, shared by every session and transport.
@@ -76,8 +75,10 @@ type Server struct {
 	opts  Options
 	log   *slog.Logger
 	mcp   *mcp.Server
-	held  *heldSet
+	held  *heldSets
 	watch *watcher
+
+	processOwner string // the owner of connections without sessions (stdio)
 }
 
 // New returns a Server over b with every tool, resource and prompt registered.
@@ -85,10 +86,7 @@ func New(b Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = 300 * time.Millisecond
-	}
-	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSet()}
+	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner()}
 	s.watch = newWatcher(s)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentbox", Title: "agentbox sandboxes", Version: version.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
@@ -108,7 +106,7 @@ func New(b Backend, opts Options) *Server {
 // MCP returns the SDK server, to run on a transport (Run, NewStreamableHTTPHandler, …).
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// Close stops background work (the subscription poller) and closes every session, which ends
+// Close stops background work (following events for subscriptions) and closes every session, which ends
 // their event streams.
 func (s *Server) Close() {
 	s.watch.close()

@@ -474,12 +474,12 @@ func TestExecCancelKills(t *testing.T) {
 }
 
 // TestResourcesAndSubscriptions: the resources read as documented, and a subscriber to a
-// sandbox is notified when its state changes, whoever changed it.
+// sandbox is notified promptly when its state changes, whoever changed it.
 func TestResourcesAndSubscriptions(t *testing.T) {
 	svc := service(t, sandbox.Config{})
 	for _, v := range protocolVersions {
 		t.Run(v, func(t *testing.T) {
-			srv := mcpserver.New(svc, mcpserver.Options{PollInterval: 50 * time.Millisecond})
+			srv := mcpserver.New(svc, mcpserver.Options{})
 			defer srv.Close()
 			ctx := context.Background()
 			c := connect(t, srv, v)
@@ -536,7 +536,7 @@ func TestResourcesAndSubscriptions(t *testing.T) {
 			}
 
 			// Subscribe to a; destroy it through the tool: notified. Subscribe to b; destroy
-			// it behind the MCP server's back: notified too (the poller reads the event log).
+			// it behind the MCP server's back: notified too (the service's event bus).
 			for _, u := range []string{mcpserver.SandboxURI(a.SandboxID), mcpserver.SandboxURI(b.SandboxID)} {
 				if err := c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: u}); err != nil {
 					t.Fatalf("subscribe %s: %v", u, err)
@@ -547,14 +547,14 @@ func TestResourcesAndSubscriptions(t *testing.T) {
 				t.Fatalf("notified before any change: %v", u)
 			}
 			c.ok("sandbox_destroy", obj{"sandbox_id": a.SandboxID}, nil)
-			eventually(t, 5*time.Second, "a notification for a", func() bool { return slices.Contains(c.updates(), mcpserver.SandboxURI(a.SandboxID)) })
+			eventually(t, time.Second, "a notification for a", func() bool { return slices.Contains(c.updates(), mcpserver.SandboxURI(a.SandboxID)) })
 			if slices.Contains(c.updates(), mcpserver.SandboxURI(b.SandboxID)) {
 				t.Fatalf("b notified although unchanged: %v", c.updates())
 			}
 			if _, err := svc.Destroy(ctx, b.SandboxID); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 5*time.Second, "a notification for b", func() bool { return slices.Contains(c.updates(), mcpserver.SandboxURI(b.SandboxID)) })
+			eventually(t, time.Second, "a notification for b", func() bool { return slices.Contains(c.updates(), mcpserver.SandboxURI(b.SandboxID)) })
 
 			// Unsubscribed: no more notifications.
 			if err := c.cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: mcpserver.SandboxURI(a.SandboxID)}); err != nil {

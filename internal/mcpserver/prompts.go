@@ -118,7 +118,7 @@ func (s *Server) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.C
 	var values []string
 	switch {
 	case ref.Type == "ref/resource" && ref.URI == URISandboxTemplate && arg.Name == "id":
-		values = s.completeIDs(ctx, arg.Value)
+		values = s.completeIDs(ctx, req.Session, arg.Value)
 	case ref.Type == "ref/prompt" && ref.Name == PromptTestRepo && arg.Name == "command":
 		for _, c := range []string{"go test ./...", "make test", "npm test", "pytest", "python3 -m pytest", "python3 -m unittest", "cargo test", "mvn test", "./gradlew test"} {
 			if strings.HasPrefix(c, arg.Value) {
@@ -134,10 +134,10 @@ func (s *Server) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.C
 	return res, nil
 }
 
-// completeIDs suggests ids starting with prefix: this server's sandboxes first, then the other
+// completeIDs suggests ids starting with prefix: the caller's sandboxes first, then the other
 // live ones on the control plane.
-func (s *Server) completeIDs(ctx context.Context, prefix string) []string {
-	held := s.held.ids()
+func (s *Server) completeIDs(ctx context.Context, ss *mcp.ServerSession, prefix string) []string {
+	held := s.held.ids(s.ownerOf(ctx, ss))
 	isHeld := map[string]bool{}
 	var out []string
 	for _, id := range held {

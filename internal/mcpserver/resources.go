@@ -37,7 +37,7 @@ func (s *Server) addResources() {
 	}, s.readSandbox)
 	s.mcp.AddResource(&mcp.Resource{
 		URI: URICapacity, Name: "capacity", Title: "Server capacity", MIMEType: "application/json",
-		Description: `How much of the server's bounds live sandboxes use: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb}.`,
+		Description: `How much of the server's bounds live sandboxes use: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb, overcommit, host_memory_available_mb, host_memory_reserve_mb, host_disk_free_mb, host_disk_reserve_mb}.`,
 	}, s.readCapacity)
 }
 
@@ -61,7 +61,7 @@ func resourceError(uri string, err error) error {
 }
 
 func (s *Server) readSandboxes(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	l, err := s.heldList(ctx)
+	l, err := s.heldList(ctx, req.Session)
 	if err != nil {
 		return nil, resourceError(req.Params.URI, err)
 	}
@@ -75,7 +75,8 @@ func (s *Server) readSandbox(ctx context.Context, req *mcp.ReadResourceRequest) 
 		return nil, resourceError(req.Params.URI, err)
 	}
 	out := s.withReason(ctx, s.info(sb))
-	s.held.seen(sb)
+	owner, _ := s.ownerOf(ctx, req.Session)
+	s.held.seen(owner, sb)
 	return jsonContents(req.Params.URI, out)
 }
 
@@ -87,26 +88,25 @@ func (s *Server) readCapacity(ctx context.Context, req *mcp.ReadResourceRequest)
 	return jsonContents(req.Params.URI, capacityInfo(c))
 }
 
-// watcher implements resource subscriptions by polling the backend's event log with a cursor,
-// so it works the same in-process and over REST. It polls only while someone is subscribed.
+// watcher implements resource subscriptions on the backend's event stream (Backend.Subscribe:
+// the service's event bus in-process, a long poll of GET /v1/events over REST), so it sees
+// changes made by anyone, as they are recorded. It follows the stream only while someone is
+// subscribed.
 type watcher struct {
 	s *Server
 
 	mu      sync.Mutex
 	subs    map[string]map[*mcp.ServerSession]bool // uri → sessions
-	cursor  int64
-	known   bool // cursor is at the end of the log
-	running bool
+	cancel  context.CancelFunc                     // ends the stream being followed; nil when none
 	closed  bool
-	stop    chan struct{}
-	touched map[string]bool // ids changed by this server's own calls, notified at the next poll
+	stopped chan struct{} // closed when the current follower returns
 }
 
 func newWatcher(s *Server) *watcher {
-	return &watcher{s: s, subs: map[string]map[*mcp.ServerSession]bool{}, stop: make(chan struct{}), touched: map[string]bool{}}
+	return &watcher{s: s, subs: map[string]map[*mcp.ServerSession]bool{}}
 }
 
-// subscribe accepts any URI (only agentbox:// ones ever change) and starts the poller.
+// subscribe accepts any URI (only agentbox:// ones ever change) and starts following events.
 func (w *watcher) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
 	uri := req.Params.URI
 	if strings.HasPrefix(uri, sandboxURIPrefix) {
@@ -116,22 +116,25 @@ func (w *watcher) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.known {
+	if w.cancel == nil && !w.closed {
 		// Start at the end of the log, so only changes after this subscription are reported.
 		cur, err := w.s.lastSeq(ctx)
 		if err != nil {
 			return resourceError(uri, err)
 		}
-		w.cursor, w.known = cur, true
+		fctx, cancel := context.WithCancel(context.Background())
+		ch, err := w.s.b.Subscribe(fctx, cur)
+		if err != nil {
+			cancel()
+			return resourceError(uri, err)
+		}
+		w.cancel, w.stopped = cancel, make(chan struct{})
+		go w.follow(ch, w.stopped)
 	}
 	if w.subs[uri] == nil {
 		w.subs[uri] = map[*mcp.ServerSession]bool{}
 	}
 	w.subs[uri][req.Session] = true
-	if !w.running && !w.closed {
-		w.running = true
-		go w.loop()
-	}
 	return nil
 }
 
@@ -144,59 +147,70 @@ func (w *watcher) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) er
 			delete(w.subs, req.Params.URI)
 		}
 	}
+	w.stopIfIdle()
 	return nil
 }
 
-// touch asks for a notification about id at the next poll (for changes that record no event,
-// such as an extended expiry).
-func (w *watcher) touch(id string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.running {
-		w.touched[id] = true
+// stopIfIdle ends the stream when nobody is subscribed. Callers hold mu.
+func (w *watcher) stopIfIdle() {
+	if len(w.subs) == 0 && w.cancel != nil {
+		w.cancel()
+		w.cancel = nil
 	}
 }
 
 func (w *watcher) close() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.closed = true
-		close(w.stop)
+	w.closed = true
+	if w.cancel != nil {
+		w.cancel()
+		w.cancel = nil
+	}
+	stopped := w.stopped
+	w.mu.Unlock()
+	if stopped != nil {
+		<-stopped
 	}
 }
 
-func (w *watcher) loop() {
+// follow notifies subscribers of each event until the stream ends.
+func (w *watcher) follow(ch <-chan sandbox.Event, stopped chan struct{}) {
+	defer close(stopped)
 	defer func() {
 		if v := recover(); v != nil {
-			w.s.log.Error("panic in the subscription poller; recovered", "panic", fmt.Sprint(v))
+			w.s.log.Error("panic in the subscription follower; recovered", "panic", fmt.Sprint(v))
 			w.mu.Lock()
-			w.running = false
+			if w.cancel != nil {
+				w.cancel()
+				w.cancel = nil
+			}
 			w.mu.Unlock()
+			for range ch { // let the stream end
+			}
 		}
 	}()
-	t := time.NewTicker(w.s.opts.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.stop:
-			return
-		case <-t.C:
-		}
-		if !w.poll() {
-			return
+	for ev := range ch {
+		for _, u := range w.targets(ev) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := w.s.mcp.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: u}); err != nil {
+				w.s.log.Warn("resource update notification failed", "uri", u, "err", err)
+			}
+			cancel()
 		}
 	}
 }
 
-// poll reads new events and notifies subscribers; it returns false (and stops the poller) when
-// nobody is subscribed any more.
-func (w *watcher) poll() bool {
+// targets returns the subscribed URIs ev changes, after forgetting the subscriptions of
+// sessions that have ended (and ending the stream if none is left). A sandbox's resource
+// changes with every event (an extend moves its expiry); the list and capacity with state
+// changes.
+func (w *watcher) targets(ev sandbox.Event) []string {
 	live := map[*mcp.ServerSession]bool{}
 	for ss := range w.s.mcp.Sessions() {
 		live[ss] = true
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for uri, m := range w.subs {
 		for ss := range m {
 			if !live[ss] {
@@ -207,54 +221,23 @@ func (w *watcher) poll() bool {
 			delete(w.subs, uri)
 		}
 	}
-	if len(w.subs) == 0 {
-		w.running, w.known = false, false
-		w.mu.Unlock()
-		return false
-	}
-	cursor := w.cursor
-	changed := w.touched
-	w.touched = map[string]bool{}
-	w.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		evs, err := w.s.b.Events(ctx, sandbox.EventFilter{AfterSeq: cursor, Limit: sandbox.MaxList})
-		if err != nil {
-			w.s.log.Warn("subscription poll failed; retrying", "err", err)
-			break
-		}
-		for _, ev := range evs {
-			cursor = ev.Seq
-			changed[ev.SandboxID] = true
-		}
-		if len(evs) < sandbox.MaxList {
-			break
-		}
-	}
-	w.mu.Lock()
-	w.cursor = cursor
+	w.stopIfIdle()
 	var uris []string
-	for id := range changed {
-		if w.subs[SandboxURI(id)] != nil {
-			uris = append(uris, SandboxURI(id))
+	if w.subs[SandboxURI(ev.SandboxID)] != nil {
+		uris = append(uris, SandboxURI(ev.SandboxID))
+	}
+	if ev.Type == "extend" {
+		if w.subs[URISandboxes] != nil {
+			uris = append(uris, URISandboxes) // expires_in_seconds moved
+		}
+		return uris
+	}
+	for _, u := range []string{URISandboxes, URICapacity} {
+		if w.subs[u] != nil {
+			uris = append(uris, u)
 		}
 	}
-	if len(changed) > 0 {
-		for _, u := range []string{URISandboxes, URICapacity} {
-			if w.subs[u] != nil {
-				uris = append(uris, u)
-			}
-		}
-	}
-	w.mu.Unlock()
-	for _, u := range uris {
-		if err := w.s.mcp.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: u}); err != nil {
-			w.s.log.Warn("resource update notification failed", "uri", u, "err", err)
-		}
-	}
-	return true
+	return uris
 }
 
 // lastSeq returns the sequence number of the newest event.

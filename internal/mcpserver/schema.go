@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -15,9 +16,10 @@ import (
 
 // Schemas are derived from the Go types of each tool's input and output (the `jsonschema` tag is
 // a field's description), then normalised: Go's nil slices and pointers make the SDK's inference
-// emit nullable types, which the contract does not have. Arguments are checked here, not by the
-// SDK, so that a malformed call gets an INVALID_ARGUMENT result naming the field and what it
-// must be.
+// emit nullable types, which the contract does not have. Arguments are validated here, against
+// exactly the published input schema with jsonschema-go's own validator (so the schema and the
+// checks cannot drift), rather than by the SDK, so that a malformed call gets an
+// INVALID_ARGUMENT result naming the argument and what it must be.
 
 // schemaFor infers the schema of T and normalises it.
 func schemaFor[T any]() *jsonschema.Schema {
@@ -83,17 +85,32 @@ func outputSchema[Out any]() *jsonschema.Schema {
 	return s
 }
 
-// decodeArgs checks raw arguments against the tool's input schema and decodes them into in. Its
-// errors are INVALID_ARGUMENT with a message naming the field and what it must be.
-func decodeArgs(tool string, s *jsonschema.Schema, raw json.RawMessage, in any) error {
+// inputSchema is a tool's published input schema and its resolved form, which checks calls.
+type inputSchema struct {
+	s  *jsonschema.Schema
+	rs *jsonschema.Resolved
+}
+
+// resolveInput resolves s for validation; s is what tools/list publishes, so the checks are
+// exactly the published schema.
+func resolveInput(tool string, s *jsonschema.Schema) inputSchema {
+	rs, err := s.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: input schema of %s: %v", tool, err)) // a programming error, caught by every test
+	}
+	return inputSchema{s, rs}
+}
+
+// decodeArgs validates raw arguments against the tool's input schema with jsonschema-go's
+// validator and decodes them into in. Its errors are INVALID_ARGUMENT with a message naming the
+// argument and what it must be.
+func decodeArgs(tool string, is inputSchema, raw json.RawMessage, in any) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		raw = []byte("{}")
 	}
 	var v any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
+	if err := json.Unmarshal(raw, &v); err != nil {
 		return errcode.New(errcode.InvalidArgument, "%s: arguments are not valid JSON: %v", tool, err)
 	}
 	obj, ok := v.(map[string]any)
@@ -102,12 +119,13 @@ func decodeArgs(tool string, s *jsonschema.Schema, raw json.RawMessage, in any) 
 	}
 	// An explicit null for an optional argument means "not given".
 	for k, val := range obj {
-		if val == nil && !slices.Contains(s.Required, k) {
+		if val == nil && !slices.Contains(is.s.Required, k) {
 			delete(obj, k)
 		}
 	}
-	if err := checkObject(tool, "", s, obj); err != nil {
-		return err
+	v = obj
+	if err := is.rs.Validate(&v); err != nil {
+		return invalid(tool, is.s, obj, err)
 	}
 	clean, _ := json.Marshal(obj)
 	if err := json.Unmarshal(clean, in); err != nil {
@@ -116,97 +134,112 @@ func decodeArgs(tool string, s *jsonschema.Schema, raw json.RawMessage, in any) 
 	return nil
 }
 
-func checkObject(tool, path string, s *jsonschema.Schema, obj map[string]any) error {
-	if ap := s.AdditionalProperties; ap == nil || ap.Not != nil { // a struct: only its properties
-		var unknown []string
-		for k := range obj {
-			if _, ok := s.Properties[k]; !ok {
-				unknown = append(unknown, k)
+var (
+	validatingRE = regexp.MustCompile(`validating (\S+): `)
+	quotedRE     = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
+)
+
+// invalid maps the validator's error to INVALID_ARGUMENT naming the argument (with the index or
+// key inside arrays and maps) and what it must be. The validator reports the schema path of the
+// failing keyword ("validating /properties/command/items: type: ..."); locate turns it into the
+// argument's path in the call.
+func invalid(tool string, root *jsonschema.Schema, obj map[string]any, verr error) error {
+	msg := verr.Error()
+	var schemaPath string
+	if m := validatingRE.FindAllStringSubmatchIndex(msg, -1); len(m) > 0 {
+		last := m[len(m)-1]
+		schemaPath, msg = msg[last[2]:last[3]], msg[last[1]:]
+	}
+	path, s, v := locate(root, obj, schemaPath)
+	firstQuoted := func() string {
+		if m := quotedRE.FindStringSubmatch(msg); m != nil {
+			if u, err := strconv.Unquote(`"` + m[1] + `"`); err == nil {
+				return u
 			}
+			return m[1]
 		}
-		if len(unknown) > 0 {
-			slices.Sort(unknown)
-			if len(s.Properties) == 0 {
-				return errcode.New(errcode.InvalidArgument, "%s: unknown argument %q; %s takes no arguments", tool, join(path, unknown[0]), orWhole(tool, path))
-			}
-			return errcode.New(errcode.InvalidArgument, "%s: unknown argument %q; %s takes %s", tool, join(path, unknown[0]), orWhole(tool, path), listNames(s))
-		}
+		return ""
 	}
-	for _, k := range s.Required {
-		if _, ok := obj[k]; !ok {
-			return errcode.New(errcode.InvalidArgument, "%s: missing required argument %q: it must be %s%s", tool, join(path, k), describe(s.Properties[k]), about(s.Properties[k]))
+	switch {
+	case strings.HasPrefix(msg, "required: "):
+		k := firstQuoted()
+		return errcode.New(errcode.InvalidArgument, "%s: missing required argument %q: it must be %s%s", tool, join(path, k), describe(s.Properties[k]), about(s.Properties[k]))
+	case strings.HasPrefix(msg, "unexpected additional properties "):
+		k := firstQuoted()
+		if len(s.Properties) == 0 {
+			return errcode.New(errcode.InvalidArgument, "%s: unknown argument %q; %s takes no arguments", tool, join(path, k), orWhole(tool, path))
 		}
+		return errcode.New(errcode.InvalidArgument, "%s: unknown argument %q; %s takes %s", tool, join(path, k), orWhole(tool, path), listNames(s))
+	case strings.HasPrefix(msg, "type: "):
+		return errcode.New(errcode.InvalidArgument, "%s: argument %q must be %s, not %s%s", tool, path, describe(s), kindOf(v), about(s))
+	case strings.HasPrefix(msg, "minItems: ") && s.MinItems != nil:
+		return errcode.New(errcode.InvalidArgument, "%s: argument %q must not be empty: give %s with at least %d element(s)%s", tool, path, describe(s), *s.MinItems, about(s))
+	case strings.HasPrefix(msg, "enum: "):
+		return errcode.New(errcode.InvalidArgument, "%s: argument %q must be one of %s; got %s", tool, path, enumList(s.Enum), kindOf(v))
 	}
-	for _, k := range sortedKeys(obj) {
-		sub := s.Properties[k]
-		if sub == nil {
-			sub = s.AdditionalProperties
-		}
-		if sub == nil {
-			continue
-		}
-		if err := checkValue(tool, join(path, k), sub, obj[k]); err != nil {
-			return err
-		}
-	}
-	return nil
+	// Any other keyword (minimum, maxLength, pattern, …): what the value must be, and the
+	// validator's own words for what is wrong.
+	return errcode.New(errcode.InvalidArgument, "%s: argument %q must be %s; got %s (%s)%s", tool, orWhole(tool, path), describe(s), kindOf(v), msg, about(s))
 }
 
-func checkValue(tool, path string, s *jsonschema.Schema, v any) error {
-	bad := func() error {
-		return errcode.New(errcode.InvalidArgument, "%s: argument %q must be %s, not %s%s", tool, path, describe(s), kindOf(v), about(s))
-	}
-	switch s.Type {
-	case "string":
-		if _, ok := v.(string); !ok {
-			return bad()
-		}
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			return bad()
-		}
-	case "number", "integer":
-		n, ok := v.(json.Number)
-		if !ok {
-			return bad()
-		}
-		f, err := n.Float64()
-		if err != nil || math.IsInf(f, 0) {
-			return bad()
-		}
-		if s.Type == "integer" {
-			if _, err := n.Int64(); err != nil {
-				return bad()
+// locate follows a schema path (/properties/a/items/...) through the schema and the arguments,
+// returning the argument's path ("a[2]", "env.KEY"), its schema and its value. Under "items" and
+// "additionalProperties" it picks the first element (or key, sorted) that the sub-schema
+// refuses.
+func locate(s *jsonschema.Schema, v any, schemaPath string) (string, *jsonschema.Schema, any) {
+	segs := strings.Split(strings.TrimPrefix(schemaPath, "/"), "/")
+	path := ""
+	for i := 0; i < len(segs) && s != nil; i++ {
+		switch segs[i] {
+		case "properties":
+			if i+1 >= len(segs) {
+				return path, s, v
 			}
-		}
-	case "array":
-		a, ok := v.([]any)
-		if !ok {
-			return bad()
-		}
-		if s.MinItems != nil && len(a) < *s.MinItems {
-			return errcode.New(errcode.InvalidArgument, "%s: argument %q must not be empty: give %s with at least %d element(s)%s", tool, path, describe(s), *s.MinItems, about(s))
-		}
-		for i, e := range a {
-			if s.Items != nil {
-				if err := checkValue(tool, fmt.Sprintf("%s[%d]", path, i), s.Items, e); err != nil {
-					return err
-				}
+			i++
+			name := segs[i]
+			o, _ := v.(map[string]any)
+			path, s, v = join(path, name), s.Properties[name], o[name]
+		case "items":
+			a, _ := v.([]any)
+			idx := firstRefused(s.Items, len(a), func(j int) any { return a[j] })
+			path, s = fmt.Sprintf("%s[%d]", path, idx), s.Items
+			if idx < len(a) {
+				v = a[idx]
 			}
-		}
-	case "object":
-		o, ok := v.(map[string]any)
-		if !ok {
-			return bad()
-		}
-		if err := checkObject(tool, path, s, o); err != nil {
-			return err
+		case "additionalProperties":
+			o, _ := v.(map[string]any)
+			keys := sortedKeys(o)
+			idx := firstRefused(s.AdditionalProperties, len(keys), func(j int) any { return o[keys[j]] })
+			if idx < len(keys) {
+				path, v = join(path, keys[idx]), o[keys[idx]]
+			}
+			s = s.AdditionalProperties
+		default:
+			return path, s, v
 		}
 	}
-	if len(s.Enum) > 0 && !slices.Contains(s.Enum, v) {
-		return errcode.New(errcode.InvalidArgument, "%s: argument %q must be one of %s; got %v", tool, path, enumList(s.Enum), v)
+	if s == nil {
+		s = &jsonschema.Schema{}
 	}
-	return nil
+	return path, s, v
+}
+
+// firstRefused returns the index of the first of n values that s refuses (0 if none is).
+func firstRefused(s *jsonschema.Schema, n int, at func(int) any) int {
+	if s == nil {
+		return 0
+	}
+	rs, err := s.CloneSchemas().Resolve(nil)
+	if err != nil {
+		return 0
+	}
+	for j := 0; j < n; j++ {
+		v := at(j)
+		if rs.Validate(&v) != nil {
+			return j
+		}
+	}
+	return 0
 }
 
 // describe says what a value of schema s must be, e.g. `an array of strings (the argv ...)`.
@@ -241,6 +274,22 @@ func describe(s *jsonschema.Schema) string {
 	}
 	if len(s.Enum) > 0 {
 		what += " (one of " + enumList(s.Enum) + ")"
+	}
+	var bounds []string
+	if s.Minimum != nil {
+		bounds = append(bounds, fmt.Sprintf("at least %g", *s.Minimum))
+	}
+	if s.Maximum != nil {
+		bounds = append(bounds, fmt.Sprintf("at most %g", *s.Maximum))
+	}
+	if s.MinLength != nil {
+		bounds = append(bounds, fmt.Sprintf("at least %d characters", *s.MinLength))
+	}
+	if s.MaxLength != nil {
+		bounds = append(bounds, fmt.Sprintf("at most %d characters", *s.MaxLength))
+	}
+	if len(bounds) > 0 {
+		what += " (" + strings.Join(bounds, ", ") + ")"
 	}
 	return what
 }
@@ -277,11 +326,11 @@ func kindOf(v any) string {
 		return fmt.Sprintf("a string (%q)", truncate(x, 40))
 	case bool:
 		return fmt.Sprintf("%v", x)
-	case json.Number:
-		if strings.ContainsAny(x.String(), ".eE") {
-			return "a number with a fraction (" + x.String() + ")"
+	case float64:
+		if x != float64(int64(x)) {
+			return fmt.Sprintf("a number with a fraction (%g)", x)
 		}
-		return "a number (" + x.String() + ")"
+		return fmt.Sprintf("a number (%g)", x)
 	case []any:
 		return "an array"
 	case map[string]any:

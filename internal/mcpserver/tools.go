@@ -27,9 +27,10 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema)
 	}
 	t.InputSchema = in
 	t.OutputSchema = outputSchema[Out]()
+	check := resolveInput(t.Name, in)
 	s.mcp.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args In
-		if err := decodeArgs(t.Name, in, req.Params.Arguments, &args); err != nil {
+		if err := decodeArgs(t.Name, check, req.Params.Arguments, &args); err != nil {
 			return errorResult(err), nil
 		}
 		out, text, err := h(ctx, req, args)
@@ -142,7 +143,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 		Name:  "health",
 		Title: "Server health and capacity",
 		Description: `Check the agentbox server in one call. Takes no arguments.
-Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb}, sandboxes (the same list as sandbox_list), count}.
+Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb, overcommit, host_memory_available_mb, host_memory_reserve_mb, host_disk_free_mb, host_disk_reserve_mb}, sandboxes (the same list as sandbox_list), count}.
 Use it before creating sandboxes with special requirements, or when sandbox_create reports CAPACITY_UNAVAILABLE.`,
 		Annotations: &mcp.ToolAnnotations{Title: "Server health and capacity", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, nil, s.health)
@@ -158,7 +159,7 @@ type SandboxInfo struct {
 	CPU              float64           `json:"cpu" jsonschema:"CPU limit in cores."`
 	MemoryMB         int64             `json:"memory_mb" jsonschema:"Memory limit in MiB."`
 	DiskMB           int64             `json:"disk_mb" jsonschema:"Disk size in MiB."`
-	Env              map[string]string `json:"env,omitempty" jsonschema:"Environment of every command."`
+	EnvNames         []string          `json:"env_names,omitempty" jsonschema:"Names of the environment variables given at creation, sorted (their values are never echoed back)."`
 	Labels           map[string]string `json:"labels,omitempty" jsonschema:"Labels given at creation."`
 	CreatedAt        time.Time         `json:"created_at" jsonschema:"Creation time (RFC 3339)."`
 	ExpiresAt        time.Time         `json:"expires_at" jsonschema:"When the sandbox is destroyed unless extended (RFC 3339)."`
@@ -168,7 +169,7 @@ type SandboxInfo struct {
 
 func (s *Server) info(sb sandbox.Sandbox) SandboxInfo {
 	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, Runtime: sb.Runtime,
-		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env,
+		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, EnvNames: sb.EnvVarNames(),
 		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error}
 	if !finished(sb.State) {
 		in.ExpiresInSeconds = max(0, int64(time.Until(sb.ExpiresAt).Seconds()))
@@ -208,31 +209,34 @@ type Requirements struct {
 
 // CreateIn are sandbox_create's arguments.
 type CreateIn struct {
-	Image        string            `json:"image,omitempty" jsonschema:"Root filesystem image; default host (the host's /usr, read-only)."`
-	Runtime      string            `json:"runtime,omitempty" jsonschema:"Runtime by name (see health); default the server's default runtime."`
-	CPU          float64           `json:"cpu,omitempty" jsonschema:"CPU limit in cores, fractions allowed (0.01 to 1024); default 1. The sandbox starts under this limit: below 0.1 a create takes seconds."`
-	MemoryMB     int64             `json:"memory_mb,omitempty" jsonschema:"Memory limit in MiB; default 512."`
-	DiskMB       int64             `json:"disk_mb,omitempty" jsonschema:"Disk size in MiB; default 1024."`
-	TTLSeconds   int64             `json:"ttl_seconds,omitempty" jsonschema:"Lifetime in seconds; default 1800, at most the server's max TTL (usually 86400). The sandbox is destroyed when it expires."`
-	Env          map[string]string `json:"env,omitempty" jsonschema:"Environment variables for every command in the sandbox."`
-	Labels       map[string]string `json:"labels,omitempty" jsonschema:"Free-form labels to recognise the sandbox by."`
-	Requirements *Requirements     `json:"requirements,omitempty" jsonschema:"Minimum guarantees (isolation, network); the call fails if no runtime meets them."`
+	Image          string            `json:"image,omitempty" jsonschema:"Root filesystem image; default host (the host's /usr, read-only)."`
+	Runtime        string            `json:"runtime,omitempty" jsonschema:"Runtime by name (see health); default the server's default runtime."`
+	CPU            float64           `json:"cpu,omitempty" jsonschema:"CPU limit in cores, fractions allowed (0.01 to 1024); default 1. The sandbox starts under this limit: below 0.1 a create takes seconds."`
+	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"Memory limit in MiB; default 512."`
+	DiskMB         int64             `json:"disk_mb,omitempty" jsonschema:"Disk size in MiB; default 1024."`
+	TTLSeconds     int64             `json:"ttl_seconds,omitempty" jsonschema:"Lifetime in seconds; default 1800, at most the server's max TTL (usually 86400). The sandbox is destroyed when it expires."`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"Environment variables for every command in the sandbox."`
+	Labels         map[string]string `json:"labels,omitempty" jsonschema:"Free-form labels to recognise the sandbox by."`
+	Requirements   *Requirements     `json:"requirements,omitempty" jsonschema:"Minimum guarantees (isolation, network); the call fails if no runtime meets them."`
+	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"A key of your choice (at most 256 bytes) that makes retrying safe: a create with a key this client already used returns the sandbox the first one made instead of a second one."`
 }
 
-func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in CreateIn) (SandboxInfo, string, error) {
-	if s.held.len() >= maxHeld {
+func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, in CreateIn) (SandboxInfo, string, error) {
+	s.pruneSessions()
+	if s.held.full() {
 		return SandboxInfo{}, "", errcode.New(errcode.CapacityUnavailable, "this MCP server already tracks %d sandboxes; destroy the ones you no longer need (sandbox_list shows them) and retry", maxHeld)
 	}
 	req := sandbox.CreateRequest{Image: in.Image, Runtime: in.Runtime, CPU: in.CPU, MemoryMB: in.MemoryMB,
-		DiskMB: in.DiskMB, TTLSeconds: in.TTLSeconds, Env: in.Env, Labels: in.Labels}
+		DiskMB: in.DiskMB, TTLSeconds: in.TTLSeconds, Env: in.Env, Labels: in.Labels, IdempotencyKey: in.IdempotencyKey}
 	if in.Requirements != nil {
 		req.Requirements = sandbox.Requirements{Isolation: in.Requirements.Isolation, Network: in.Requirements.Network}
 	}
-	sb, err := s.b.Create(ctx, req)
+	owner, session := s.ownerOf(ctx, call.Session)
+	sb, err := s.b.Create(sandbox.WithOwner(ctx, owner), req)
 	if err != nil {
 		return SandboxInfo{}, "", err
 	}
-	s.held.add(sb.ID)
+	s.held.add(owner, session, sb.ID)
 	out := s.info(sb)
 	return out, fmt.Sprintf("Created %s: %s. Next: exec or file_write with sandbox_id %q; sandbox_destroy when done.", sb.ID, summary(out), sb.ID), nil
 }
@@ -242,22 +246,24 @@ type SandboxIDIn struct {
 	SandboxID string `json:"sandbox_id" jsonschema:"The sandbox's id, e.g. sb-0123456789ab (from sandbox_create or sandbox_list)."`
 }
 
-func (s *Server) sandboxGet(ctx context.Context, _ *mcp.CallToolRequest, in SandboxIDIn) (SandboxInfo, string, error) {
+func (s *Server) sandboxGet(ctx context.Context, call *mcp.CallToolRequest, in SandboxIDIn) (SandboxInfo, string, error) {
 	sb, err := s.b.Get(ctx, in.SandboxID)
 	if err != nil {
 		return SandboxInfo{}, "", err
 	}
 	out := s.withReason(ctx, s.info(sb))
-	s.held.seen(sb)
+	owner, _ := s.ownerOf(ctx, call.Session)
+	s.held.seen(owner, sb)
 	return out, summaryLine(out), nil
 }
 
-func (s *Server) sandboxDestroy(ctx context.Context, _ *mcp.CallToolRequest, in SandboxIDIn) (SandboxInfo, string, error) {
+func (s *Server) sandboxDestroy(ctx context.Context, call *mcp.CallToolRequest, in SandboxIDIn) (SandboxInfo, string, error) {
 	sb, err := s.b.Destroy(ctx, in.SandboxID)
 	if err != nil {
 		return SandboxInfo{}, "", err
 	}
-	s.held.seen(sb)
+	owner, _ := s.ownerOf(ctx, call.Session)
+	s.held.seen(owner, sb)
 	out := s.info(sb)
 	return out, fmt.Sprintf("Destroyed %s; its processes and files are gone.", sb.ID), nil
 }
@@ -273,7 +279,6 @@ func (s *Server) sandboxExtend(ctx context.Context, _ *mcp.CallToolRequest, in E
 	if err != nil {
 		return SandboxInfo{}, "", err
 	}
-	s.watch.touch(sb.ID)
 	out := s.info(sb)
 	return out, fmt.Sprintf("%s now expires at %s (in %s).", sb.ID, out.ExpiresAt.Format(time.RFC3339), time.Duration(out.ExpiresInSeconds)*time.Second), nil
 }
@@ -287,8 +292,8 @@ type SandboxList struct {
 // NoArgs is the input of tools that take no arguments.
 type NoArgs struct{}
 
-func (s *Server) sandboxList(ctx context.Context, _ *mcp.CallToolRequest, _ NoArgs) (SandboxList, string, error) {
-	l, err := s.heldList(ctx)
+func (s *Server) sandboxList(ctx context.Context, call *mcp.CallToolRequest, _ NoArgs) (SandboxList, string, error) {
+	l, err := s.heldList(ctx, call.Session)
 	if err != nil {
 		return SandboxList{}, "", err
 	}
@@ -320,12 +325,20 @@ type CapacityInfo struct {
 	DiskBudgetMB   int64   `json:"disk_budget_mb" jsonschema:"Sum of live sandboxes' disk_mb allowed; 0 = unbounded."`
 	DiskUsedMB     int64   `json:"disk_used_mb" jsonschema:"Sum of live sandboxes' disk_mb."`
 	DiskFreeMB     int64   `json:"disk_free_mb" jsonschema:"Disk MiB still allocatable; -1 = unbounded."`
+	Overcommit     float64 `json:"overcommit,omitempty" jsonschema:"How far the budgets let limits exceed the host's cores, memory and disk (1 = hard reservations)."`
+	// What the host really has free, which admission keeps above a reserve.
+	HostMemoryAvailableMB int64 `json:"host_memory_available_mb,omitempty" jsonschema:"Memory the host has available now (MiB)."`
+	HostMemoryReserveMB   int64 `json:"host_memory_reserve_mb,omitempty" jsonschema:"Memory admission keeps for the host (MiB)."`
+	HostDiskFreeMB        int64 `json:"host_disk_free_mb,omitempty" jsonschema:"Disk the state directory's file system has free now (MiB)."`
+	HostDiskReserveMB     int64 `json:"host_disk_reserve_mb,omitempty" jsonschema:"Disk admission keeps for the host (MiB)."`
 }
 
 func capacityInfo(c sandbox.Capacity) CapacityInfo {
 	ci := CapacityInfo{MaxSandboxes: c.MaxSandboxes, Live: c.Live, Free: c.Free, CPUBudget: c.CPUBudget,
 		CPUUsed: c.CPUUsed, CPUFree: -1, MemoryBudgetMB: c.MemoryBudgetMB, MemoryUsedMB: c.MemoryUsedMB, MemoryFreeMB: -1,
-		DiskBudgetMB: c.DiskBudgetMB, DiskUsedMB: c.DiskUsedMB, DiskFreeMB: -1}
+		DiskBudgetMB: c.DiskBudgetMB, DiskUsedMB: c.DiskUsedMB, DiskFreeMB: -1, Overcommit: c.Overcommit,
+		HostMemoryAvailableMB: c.MemoryAvailableMB, HostMemoryReserveMB: c.MemoryReserveMB,
+		HostDiskFreeMB: c.DiskFreeMB, HostDiskReserveMB: c.DiskReserveMB}
 	if c.CPUBudget > 0 {
 		ci.CPUFree = max(0, c.CPUBudget-c.CPUUsed)
 	}
@@ -349,12 +362,12 @@ type HealthOut struct {
 	Count        int           `json:"count" jsonschema:"Number of entries in sandboxes."`
 }
 
-func (s *Server) health(ctx context.Context, _ *mcp.CallToolRequest, _ NoArgs) (HealthOut, string, error) {
+func (s *Server) health(ctx context.Context, call *mcp.CallToolRequest, _ NoArgs) (HealthOut, string, error) {
 	c, err := s.b.Capacity(ctx)
 	if err != nil {
 		return HealthOut{}, "", err
 	}
-	l, err := s.heldList(ctx)
+	l, err := s.heldList(ctx, call.Session)
 	if err != nil {
 		return HealthOut{}, "", err
 	}

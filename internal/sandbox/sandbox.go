@@ -60,16 +60,19 @@ func (s State) Valid() bool {
 
 // Sandbox is the durable record of one sandbox.
 type Sandbox struct {
-	ID        string            `json:"sandbox_id"`
-	State     State             `json:"state"`
-	Image     string            `json:"image"`
-	Runtime   string            `json:"runtime"`
-	Isolation string            `json:"isolation"`
-	CPU       float64           `json:"cpu"`
-	MemoryMB  int64             `json:"memory_mb"`
-	DiskMB    int64             `json:"disk_mb"`
-	PidsLimit int64             `json:"pids_limit"`
-	Env       map[string]string `json:"env,omitempty"`
+	ID        string  `json:"sandbox_id"`
+	State     State   `json:"state"`
+	Image     string  `json:"image"`
+	Runtime   string  `json:"runtime"`
+	Isolation string  `json:"isolation"`
+	CPU       float64 `json:"cpu"`
+	MemoryMB  int64   `json:"memory_mb"`
+	DiskMB    int64   `json:"disk_mb"`
+	PidsLimit int64   `json:"pids_limit"`
+	// Env is never part of a reply (values may be credentials): replies carry EnvNames.
+	Env map[string]string `json:"-"`
+	// EnvNames are Env's names, sorted; MarshalJSON fills them.
+	EnvNames  []string          `json:"env_names,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`

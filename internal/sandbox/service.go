@@ -158,15 +158,6 @@ type ExecRequest struct {
 	User           string
 }
 
-// ExecResult is the outcome of a command.
-type ExecResult = guest.ExecResult
-
-// FileInfo describes a file in a sandbox.
-type FileInfo = guest.FileInfo
-
-// DirList is a bounded directory listing.
-type DirList = guest.DirList
-
 // Capacity is how much of the server's bounds is used.
 type Capacity struct {
 	MaxSandboxes   int     `json:"max_sandboxes"`
@@ -776,7 +767,7 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 
 // Exec runs a command in a running sandbox. A non-zero exit is a result, not an error. With
 // onOutput non-nil, output is delivered while the command runs. Cancelling ctx kills the command.
-func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput guest.OutputFunc) (ExecResult, error) {
+func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput OutputFunc) (ExecResult, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return ExecResult{}, errcode.New(errcode.InvalidArgument, "command must be a non-empty argv array, e.g. [\"ls\", \"-la\"]; it is never run through a shell (use [\"sh\", \"-c\", \"...\"] for shell syntax)")
 	}
@@ -813,8 +804,9 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 	// The agent enforces the timeout; this bound only catches an agent that stopped answering.
 	cctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)
 	defer cancel()
-	res, err := gc.Exec(cctx, guest.ExecRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Stdin: req.Stdin,
-		TimeoutMs: req.Timeout.Milliseconds(), MaxOutputBytes: req.MaxOutputBytes, User: req.User}, onOutput)
+	gres, err := gc.Exec(cctx, guest.ExecRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Stdin: req.Stdin,
+		TimeoutMs: req.Timeout.Milliseconds(), MaxOutputBytes: req.MaxOutputBytes, User: req.User}, guest.OutputFunc(onOutput))
+	res := execResultFrom(gres)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return res, errcode.New(errcode.CommandTimeout, "sandbox %s's agent did not answer within the command's timeout; the sandbox may be overloaded", id)
@@ -860,7 +852,10 @@ func (s *Service) WriteFile(ctx context.Context, id, path string, mode uint32, r
 	if mode > 0o7777 {
 		return FileInfo{}, errcode.New(errcode.InvalidArgument, "mode must be permission bits such as 0644; got %o", mode)
 	}
-	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) { return gc.WriteFile(ctx, path, mode, r) })
+	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) {
+		fi, err := gc.WriteFile(ctx, path, mode, r)
+		return fileInfoFrom(fi), err
+	})
 }
 
 // fileRange is an open byte range of a file and the file's total size.
@@ -890,7 +885,10 @@ func (s *Service) Stat(ctx context.Context, id, path string) (FileInfo, error) {
 	if err := checkPath(path); err != nil {
 		return FileInfo{}, err
 	}
-	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) { return gc.Stat(ctx, path) })
+	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) {
+		fi, err := gc.Stat(ctx, path)
+		return fileInfoFrom(fi), err
+	})
 }
 
 // ListDir lists a directory in the sandbox (bounded).
@@ -898,15 +896,21 @@ func (s *Service) ListDir(ctx context.Context, id, path string) (DirList, error)
 	if err := checkPath(path); err != nil {
 		return DirList{}, err
 	}
-	return withGuest(ctx, s, id, func(gc *guest.Client) (DirList, error) { return gc.List(ctx, path) })
+	return withGuest(ctx, s, id, func(gc *guest.Client) (DirList, error) {
+		dl, err := gc.List(ctx, path)
+		return dirListFrom(dl), err
+	})
 }
 
 // Mkdir creates a directory in the sandbox.
-func (s *Service) Mkdir(ctx context.Context, id string, req guest.MkdirRequest) (FileInfo, error) {
+func (s *Service) Mkdir(ctx context.Context, id string, req MkdirRequest) (FileInfo, error) {
 	if err := checkPath(req.Path); err != nil {
 		return FileInfo{}, err
 	}
-	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) { return gc.Mkdir(ctx, req) })
+	return withGuest(ctx, s, id, func(gc *guest.Client) (FileInfo, error) {
+		fi, err := gc.Mkdir(ctx, guest.MkdirRequest{Path: req.Path, Mode: req.Mode, Parents: req.Parents})
+		return fileInfoFrom(fi), err
+	})
 }
 
 // Remove deletes a file (or a tree, with recursive) in the sandbox.

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
@@ -229,7 +228,7 @@ func TestOutputBound(t *testing.T) {
 	e := newEnv(t, sandbox.Config{})
 	sb := e.create(t, sandbox.CreateRequest{})
 	res := e.exec(t, sb.ID, argv("sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' a"))
-	if !res.Truncated || res.StdoutBytes != 5000000 || len(res.Stdout) != guest.DefaultMaxOutputBytes {
+	if !res.Truncated || res.StdoutBytes != 5000000 || len(res.Stdout) != sandbox.DefaultMaxOutputBytes {
 		t.Fatalf("truncated %v stdout_bytes %d kept %d", res.Truncated, res.StdoutBytes, len(res.Stdout))
 	}
 	_, err := e.svc.Exec(context.Background(), sb.ID, sandbox.ExecRequest{Argv: []string{"true"}, MaxOutputBytes: 1 << 30}, nil)
@@ -375,7 +374,7 @@ func TestFiles(t *testing.T) {
 		t.Fatal("reading a FIFO hung")
 	}
 	// List, stat, mkdir, remove.
-	if _, err := e.svc.Mkdir(ctx, sb.ID, guest.MkdirRequest{Path: "a/b/c", Parents: true}); err != nil {
+	if _, err := e.svc.Mkdir(ctx, sb.ID, sandbox.MkdirRequest{Path: "a/b/c", Parents: true}); err != nil {
 		t.Fatal(err)
 	}
 	dl, err := e.svc.ListDir(ctx, sb.ID, "/workspace")

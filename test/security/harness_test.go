@@ -34,7 +34,6 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
@@ -327,7 +326,7 @@ func (a *arena) newSandbox(req sandbox.CreateRequest) sandbox.Sandbox {
 
 // exec runs a command in sandbox id and fails the test if the API call fails. Only from the
 // test's goroutine.
-func (a *arena) execIn(id string, req api.ExecRequest) guest.ExecResult {
+func (a *arena) execIn(id string, req api.ExecRequest) sandbox.ExecResult {
 	a.t.Helper()
 	res, err := a.tryExecIn(id, req)
 	if err != nil {
@@ -337,7 +336,7 @@ func (a *arena) execIn(id string, req api.ExecRequest) guest.ExecResult {
 }
 
 // tryExecIn is execIn returning the error; safe from any goroutine.
-func (a *arena) tryExecIn(id string, req api.ExecRequest) (guest.ExecResult, error) {
+func (a *arena) tryExecIn(id string, req api.ExecRequest) (sandbox.ExecResult, error) {
 	if req.TimeoutSeconds == 0 {
 		req.TimeoutSeconds = 60
 	}
@@ -347,13 +346,13 @@ func (a *arena) tryExecIn(id string, req api.ExecRequest) (guest.ExecResult, err
 }
 
 // sh runs a shell script as the agent user (the default) in the arena's sandbox.
-func (a *arena) sh(script string) guest.ExecResult {
+func (a *arena) sh(script string) sandbox.ExecResult {
 	a.t.Helper()
 	return a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c", script}})
 }
 
 // root runs a shell script as root inside the arena's sandbox.
-func (a *arena) root(script string) guest.ExecResult {
+func (a *arena) root(script string) sandbox.ExecResult {
 	a.t.Helper()
 	return a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c", script}, User: "root"})
 }

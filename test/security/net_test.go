@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -200,7 +199,7 @@ func netAttacks() []attack {
 			run: func(a *arena) {
 				b := a.newSandbox(sandbox.CreateRequest{})
 				var wg sync.WaitGroup
-				var lres guest.ExecResult
+				var lres sandbox.ExecResult
 				var lerr error
 				wg.Add(1)
 				go func() {

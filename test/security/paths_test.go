@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -264,7 +263,7 @@ func pathAttacks() []attack {
 				dir, c := a.hostDir()
 				const raceSeconds = 6
 				var wg sync.WaitGroup
-				var raceRes guest.ExecResult
+				var raceRes sandbox.ExecResult
 				var raceErr error
 				wg.Add(1)
 				go func() {

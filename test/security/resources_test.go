@@ -17,7 +17,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -106,7 +105,7 @@ func resourceAttacks() []attack {
 			want:   "the process count is capped (host: the sandbox's pids cgroup never exceeds pids.max), the host can still start processes during the bomb, the timeout kills every forked process, and the sandbox answers afterwards",
 			run: func(a *arena) {
 				var wg sync.WaitGroup
-				var bomb guest.ExecResult
+				var bomb sandbox.ExecResult
 				var bombErr error
 				m := marker()
 				wg.Add(1)
@@ -347,7 +346,7 @@ except OSError as e:
 			run: func(a *arena) {
 				hwm := kib(statusField(a.s.pid(), "VmHWM"))
 				res := a.execIn(a.id, api.ExecRequest{Command: []string{"dd", "if=/dev/zero", "bs=1M", "count=10240", "status=none"}, TimeoutSeconds: 280})
-				if res.TimedOut || res.ExitCode != 0 || !res.Truncated || res.StdoutBytes != 10<<30 || len(res.Stdout) != guest.DefaultMaxOutputBytes {
+				if res.TimedOut || res.ExitCode != 0 || !res.Truncated || res.StdoutBytes != 10<<30 || len(res.Stdout) != sandbox.DefaultMaxOutputBytes {
 					res.Stdout = fmt.Sprintf("(%d bytes)", len(res.Stdout))
 					a.t.Errorf("10 GiB of output: %+v", res)
 				}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -112,7 +111,7 @@ func (b *Backend) Extend(ctx context.Context, id string, ttlSeconds int64) (sand
 
 // Exec runs a command; with onOutput non-nil the output is streamed to it as it happens.
 // Cancelling ctx ends the request, which kills the command on the server.
-func (b *Backend) Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput guest.OutputFunc) (sandbox.ExecResult, error) {
+func (b *Backend) Exec(ctx context.Context, id string, req sandbox.ExecRequest, onOutput sandbox.OutputFunc) (sandbox.ExecResult, error) {
 	if err := checkID(id); err != nil {
 		return sandbox.ExecResult{}, err
 	}
@@ -184,6 +183,50 @@ func (b *Backend) Events(ctx context.Context, f sandbox.EventFilter) ([]sandbox.
 	var l api.EventList
 	err := b.c.doJSON(ctx, http.MethodGet, "/v1/events", q, nil, &l)
 	return l.Events, b.unreachable(err)
+}
+
+// subscribeWait is how long one long poll of GET /v1/events waits for an event.
+const subscribeWait = 25 * time.Second
+
+// Subscribe delivers every event with a sequence number above after, in order, until ctx ends
+// (then the channel closes), by long-polling GET /v1/events?after=N&wait=25s. A failed poll is
+// retried (after 1 s, doubling to 15 s) from the last event delivered, so none is lost or
+// repeated while the server is away.
+func (b *Backend) Subscribe(ctx context.Context, after int64) (<-chan sandbox.Event, error) {
+	if after < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "after must not be negative; got %d", after)
+	}
+	out := make(chan sandbox.Event, 64)
+	go func() {
+		defer close(out)
+		cursor, backoff := after, time.Second
+		for ctx.Err() == nil {
+			q := url.Values{"after": {strconv.FormatInt(cursor, 10)}, "wait": {subscribeWait.String()}}
+			var l api.EventList
+			if err := b.c.doJSON(ctx, http.MethodGet, "/v1/events", q, nil, &l); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, 15*time.Second)
+				continue
+			}
+			backoff = time.Second
+			for _, ev := range l.Events {
+				select {
+				case out <- ev:
+					cursor = ev.Seq
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
 }
 
 // Capacity reports the server's bounds in use.

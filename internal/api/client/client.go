@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -147,9 +146,9 @@ func (c *Client) Extend(ctx context.Context, id string, ttlSeconds int64) (sandb
 }
 
 // Exec runs a command; with onOutput non-nil the output is streamed to it as it happens.
-func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, onOutput guest.OutputFunc) (guest.ExecResult, error) {
+func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, onOutput sandbox.OutputFunc) (sandbox.ExecResult, error) {
 	path := "/v1/sandboxes/" + url.PathEscape(id) + "/exec"
-	var res guest.ExecResult
+	var res sandbox.ExecResult
 	if onOutput == nil {
 		err := c.doJSON(ctx, http.MethodPost, path, nil, req, &res)
 		return res, err
@@ -165,7 +164,7 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, onOut
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var f guest.Frame
+		var f api.ExecFrame
 		if err := dec.Decode(&f); err != nil {
 			if err == io.EOF {
 				break
@@ -174,7 +173,7 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, onOut
 		}
 		switch {
 		case f.Error != nil:
-			return res, &errcode.Error{Code: errcode.Code(f.Error.Code), Message: f.Error.Message, Details: f.Error.Details}
+			return res, &errcode.Error{Code: f.Error.Code, Message: f.Error.Message, Details: f.Error.Details}
 		case f.Result != nil:
 			return *f.Result, nil
 		default:
@@ -185,14 +184,14 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, onOut
 }
 
 // WriteFile uploads r to path in the sandbox.
-func (c *Client) WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (guest.FileInfo, error) {
+func (c *Client) WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (sandbox.FileInfo, error) {
 	q := url.Values{"path": {path}, "mode": {fmt.Sprintf("%04o", mode)}}
 	resp, err := c.do(ctx, http.MethodPut, "/v1/sandboxes/"+url.PathEscape(id)+"/files", q, r, "application/octet-stream")
 	if err != nil {
-		return guest.FileInfo{}, err
+		return sandbox.FileInfo{}, err
 	}
 	defer resp.Body.Close()
-	var fi guest.FileInfo
+	var fi sandbox.FileInfo
 	err = json.NewDecoder(resp.Body).Decode(&fi)
 	return fi, err
 }
@@ -210,20 +209,20 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, offset, length i
 	if err != nil {
 		return nil, 0, err
 	}
-	size, _ := strconv.ParseInt(resp.Header.Get(guest.SizeHeader), 10, 64)
+	size, _ := strconv.ParseInt(resp.Header.Get(api.SizeHeader), 10, 64)
 	return resp.Body, size, nil
 }
 
 // Stat describes a file in the sandbox.
-func (c *Client) Stat(ctx context.Context, id, path string) (guest.FileInfo, error) {
-	var fi guest.FileInfo
+func (c *Client) Stat(ctx context.Context, id, path string) (sandbox.FileInfo, error) {
+	var fi sandbox.FileInfo
 	err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/files/stat", url.Values{"path": {path}}, nil, &fi)
 	return fi, err
 }
 
 // ListDir lists a directory in the sandbox.
-func (c *Client) ListDir(ctx context.Context, id, path string) (guest.DirList, error) {
-	var dl guest.DirList
+func (c *Client) ListDir(ctx context.Context, id, path string) (sandbox.DirList, error) {
+	var dl sandbox.DirList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/files/list", url.Values{"path": {path}}, nil, &dl)
 	return dl, err
 }

@@ -76,13 +76,13 @@ func Client(t testing.TB, rt runtime.Runtime, id string) *guest.Client {
 
 // Exec runs argv in the sandbox with a 60 s timeout and fails the test on a protocol error
 // (a non-zero exit is returned, not an error).
-func Exec(t testing.TB, c *guest.Client, argv ...string) guest.ExecResult {
+func Exec(t testing.TB, c *guest.Client, argv ...string) Result {
 	t.Helper()
 	return ExecRequest(t, c, guest.ExecRequest{Argv: argv, TimeoutMs: 60000})
 }
 
 // ExecRequest runs req and fails the test on a protocol error.
-func ExecRequest(t testing.TB, c *guest.Client, req guest.ExecRequest) guest.ExecResult {
+func ExecRequest(t testing.TB, c *guest.Client, req guest.ExecRequest) Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -90,7 +90,13 @@ func ExecRequest(t testing.TB, c *guest.Client, req guest.ExecRequest) guest.Exe
 	if err != nil {
 		t.Fatalf("exec %q: %v", req.Argv, err)
 	}
-	return res
+	return Result{ExecResult: res, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}
+}
+
+// Result is a command's outcome with its output as text, for comparisons in tests.
+type Result struct {
+	guest.ExecResult
+	Stdout, Stderr string
 }
 
 func wantState(t testing.TB, rt runtime.Runtime, id string, want runtime.Status) {
@@ -333,7 +339,7 @@ func createRunDelete(ctx context.Context, rt runtime.Runtime, id string) (err er
 	if err != nil {
 		return fmt.Errorf("exec: %w", err)
 	}
-	if strings.TrimSpace(res.Stdout) != id {
+	if strings.TrimSpace(string(res.Stdout)) != id {
 		return fmt.Errorf("echo printed %q", res.Stdout)
 	}
 	return nil
