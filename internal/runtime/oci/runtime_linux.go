@@ -569,6 +569,11 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.Status, error) 
 	case "creating", "created":
 		return runtime.StatusCreated, nil
 	case "running", "paused":
+		// runsc (and a runtime racing a death) can say running about an init that has exited
+		// and waits, a zombie, for its parent (this server, a subreaper) to collect it.
+		if ref, ok := r.initOf(id); ok && ref.start != 0 && !ref.alive() {
+			return runtime.StatusStopped, nil
+		}
 		return runtime.StatusRunning, nil
 	case "stopped":
 		return runtime.StatusStopped, nil
