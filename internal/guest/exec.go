@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,9 +29,11 @@ const (
 	maxTimeout = 24 * time.Hour
 	// chunkSize is the largest piece of output read (and streamed) at once.
 	chunkSize = 32 << 10
-	// drainGrace is how long output is still read after the command's main process has exited:
-	// background children may hold the pipes open indefinitely.
+	// drainGrace is how long output is still waited for, once the command's main process has
+	// exited, after the last read that found some (background children may hold the pipes open
+	// indefinitely); drainMax bounds the whole drain, for a child that keeps writing.
 	drainGrace = 100 * time.Millisecond
+	drainMax   = 5 * time.Second
 	// killWait bounds the wait for a SIGKILLed process to be reaped (a process stuck in
 	// uninterruptible sleep cannot die until the kernel lets it).
 	killWait = 10 * time.Second
@@ -329,9 +332,36 @@ func (c *capture) add(p []byte) {
 	c.kept = append(c.kept, p...)
 }
 
-// pump reads f until EOF, error or deadline, keeping what c allows and forwarding every chunk
-// to sink (when streaming).
-func pump(f *os.File, stream string, c *capture, sink chan<- Frame) {
+// drain is when the pumps stop once the main process has exited: after drainGrace without
+// output, or at drainMax. Until start is called they read without a deadline.
+type drain struct {
+	on  atomic.Bool
+	end time.Time // drainMax after start; read only once on is set
+}
+
+func (d *drain) start(files ...*os.File) {
+	d.end = time.Now().Add(drainMax)
+	d.on.Store(true)
+	for _, f := range files {
+		d.extend(f)
+	}
+}
+
+// extend pushes f's read deadline drainGrace ahead (never past the end) while draining: a
+// pump that was busy (e.g. blocked sending to a slow client) still reads what the pipe holds.
+func (d *drain) extend(f *os.File) {
+	if d.on.Load() {
+		t := time.Now().Add(drainGrace)
+		if t.After(d.end) {
+			t = d.end
+		}
+		_ = f.SetReadDeadline(t)
+	}
+}
+
+// pump reads f until EOF, error or the drain's deadline, keeping what c allows and forwarding
+// every chunk to sink (when streaming).
+func pump(f *os.File, stream string, c *capture, sink chan<- Frame, d *drain) {
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := f.Read(buf)
@@ -340,6 +370,7 @@ func pump(f *os.File, stream string, c *capture, sink chan<- Frame) {
 			if sink != nil {
 				sink <- Frame{Stream: stream, Data: bytes.Clone(buf[:n])}
 			}
+			d.extend(f)
 		}
 		if err != nil {
 			return
@@ -435,8 +466,9 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	stdout := &capture{max: sp.maxOut}
 	stderr := &capture{max: sp.maxOut}
 	var wg sync.WaitGroup
-	wg.Go(func() { pump(outR, "stdout", stdout, sink) })
-	wg.Go(func() { pump(errR, "stderr", stderr, sink) })
+	var dr drain
+	wg.Go(func() { pump(outR, "stdout", stdout, sink, &dr) })
+	wg.Go(func() { pump(errR, "stderr", stderr, sink, &dr) })
 
 	timer := time.NewTimer(sp.timeout)
 	defer timer.Stop()
@@ -454,10 +486,8 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	guarded := s.takeOOMMark(tree.tag, pid)
 
 	// The main process is gone; background children may still hold the pipes. Read what is
-	// there for a short grace period, then stop.
-	deadline := time.Now().Add(drainGrace)
-	_ = outR.SetReadDeadline(deadline)
-	_ = errR.SetReadDeadline(deadline)
+	// there until it stops coming for a short grace period, then stop.
+	dr.start(outR, errR)
 	if inW != nil {
 		_ = inW.Close() // unblocks a writer the command never read from
 		<-writerDone
