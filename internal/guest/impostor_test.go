@@ -396,7 +396,7 @@ func TestImpostorListOfLongEntries(t *testing.T) {
 	im := startImpostor(t, func(im *impostor, w http.ResponseWriter, r *http.Request) {
 		im.endless(w, http.StatusOK, "application/json", `{"path":"/x","entries":[`, bytes.Repeat(entry, 16))
 	})
-	_, err := im.c.List(ctxT(t, 30*time.Second), "/x")
+	_, err := im.c.List(ctxT(t, 120*time.Second), "/x") // 96 MiB of JSON: tens of seconds under the race detector on a busy host
 	wantOversized(t, err)
 	if n := im.written.Load(); n > 128<<20 {
 		t.Errorf("the impostor wrote %d MiB before the client gave up", n>>20)
