@@ -260,14 +260,17 @@ func (s *Service) tryLock(id string) (unlock func(), ok bool) {
 	l := &idLock{refs: 1}
 	l.mu.Lock()
 	s.locks[id] = l
-	return func() {
-		l.mu.Unlock()
-		s.locksMu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(s.locks, id)
-		}
-		s.locksMu.Unlock()
-	}, true
+	return func() { s.unlock(id, l) }, true
+}
+
+// unlock releases l, id's lock, and forgets it when no one else waits for it.
+func (s *Service) unlock(id string, l *idLock) {
+	l.mu.Unlock()
+	s.locksMu.Lock()
+	if l.refs--; l.refs == 0 {
+		delete(s.locks, id)
+	}
+	s.locksMu.Unlock()
 }
 
 func (s *Service) lock(id string) func() {
@@ -280,14 +283,7 @@ func (s *Service) lock(id string) func() {
 	l.refs++
 	s.locksMu.Unlock()
 	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.locksMu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(s.locks, id)
-		}
-		s.locksMu.Unlock()
-	}
+	return func() { s.unlock(id, l) }
 }
 
 func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
