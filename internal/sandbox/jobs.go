@@ -396,10 +396,20 @@ func (s *Service) settleGone(ctx context.Context, j Job, sb Sandbox) (Job, error
 	switch sb.State {
 	case StateLost, StateFailed:
 		j.State, j.Error = JobUnknown, "the sandbox was lost ("+sb.Error+"); its agent's exit record is gone with it"
-	case StateCreating, StateRunning:
+	case StateCreating, StateRunning, StateStopping:
+		// Stopping: sandboxEnding, called as the sandbox left running, settles it.
 		return j, nil
 	default:
-		j.State, j.Error = JobCanceled, "the sandbox was destroyed"
+		reason := "destroyed"
+		if evs, err := s.store.ListEvents(ctx, EventFilter{SandboxID: sb.ID, Limit: MaxList}); err == nil {
+			for i := len(evs) - 1; i >= 0; i-- {
+				if evs[i].Type == "state" && evs[i].To == StateStopping {
+					reason = evs[i].Reason
+					break
+				}
+			}
+		}
+		j.State, j.Error = JobCanceled, "its sandbox was stopped: "+reason
 	}
 	return s.saveJob(ctx, j, endReason(j))
 }
