@@ -21,6 +21,7 @@ func cmdExec(args []string) int {
 	env := kvFlag{}
 	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
 	noStdin := c.fs.Bool("no-stdin", false, "do not forward this process's standard input")
+	background := c.fs.Bool("background", false, "start the command as a detached job and print its id (see agentbox job, agentbox logs)")
 	hasArgv := func(n int) bool { return n >= 3 }
 	return c.run(args, hasArgv, func(ctx context.Context, cl *client.Client, pos []string) int {
 		if pos[1] != "--" {
@@ -31,6 +32,9 @@ func cmdExec(args []string) int {
 		req := api.ExecRequest{Command: argv, Cwd: *cwd, TimeoutSeconds: *timeout, User: *user}
 		if len(env) > 0 {
 			req.Env = env
+		}
+		if *background {
+			return startJob(ctx, cl, c.json, id, req)
 		}
 		if !*noStdin && !isTerminal(os.Stdin) {
 			b, err := io.ReadAll(io.LimitReader(os.Stdin, sandbox.MaxStdinBytes+1))

@@ -26,6 +26,9 @@ func run(args []string) int {
 		"cp":      cmdCp,
 		"doctor":  cmdDoctor,
 		"version": cmdVersion,
+		// detached jobs (job.go)
+		"job":  cmdJob,
+		"logs": cmdLogs,
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -60,6 +63,15 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox sandbox extend --ttl SECONDS ID
   agentbox sandbox events [--json] ID
   agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
+  agentbox exec --background ... ID -- ARGV...   start it as a detached job; prints the job id
+  agentbox job start [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
+                                        start a detached job (it outlives this command and
+                                        server restarts); prints the job id
+  agentbox job ls [--json] [--limit N] ID
+  agentbox job status [--json] ID JOB
+  agentbox job wait [--timeout SECONDS] ID JOB    exit code: the job's (3: still running)
+  agentbox job cancel [--grace SECONDS] ID JOB
+  agentbox logs [-f] [--tail N] [--stream all|stdout|stderr] ID JOB
   agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
   agentbox version
 

@@ -13,6 +13,15 @@
 //	GET    /v1/files/list?path=P       → DirList
 //	POST   /v1/files/mkdir             MkdirRequest → FileInfo
 //	DELETE /v1/files?path=P&recursive=true → 204
+//	POST   /v1/jobs                    JobStartRequest → JobInfo (running), at once; the job is
+//	                                   detached (jobs.go): it outlives the request and the caller
+//	GET    /v1/jobs                    → JobList, newest first, at most MaxJobList
+//	GET    /v1/jobs/{id}               → JobInfo (JOB_NOT_FOUND if unknown)
+//	GET    /v1/jobs/{id}/logs?stream=all|stdout|stderr&offset=N&max=M → JobLogs
+//	GET    /v1/jobs/{id}/logs?stream=…&tail_lines=N&max=M            → JobLogs of the last N lines
+//	GET    /v1/jobs/{id}/wait?timeout_ms=N → JobInfo once the job ended, or still running after N ms
+//	POST   /v1/jobs/{id}/cancel        JobCancelRequest → JobInfo: SIGTERM to its tree, SIGKILL
+//	                                   after grace_ms, state canceled (a finished job: as it is)
 package guest
 
 import (

@@ -138,6 +138,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 
 	s.addExecTool()
 	s.addFileTools()
+	s.addJobTools()
 
 	addTool(s, &mcp.Tool{
 		Name:  "health",
