@@ -13,6 +13,7 @@
 //	GET    /v1/files/list?path=P       → DirList
 //	POST   /v1/files/mkdir             MkdirRequest → FileInfo
 //	DELETE /v1/files?path=P&recursive=true → 204
+//	POST   /v1/pty (Upgrade: agentbox-pty/1) PTYRequest → 101, then PTY frames (pty.go)
 package guest
 
 import (
