@@ -26,6 +26,7 @@ func run(args []string) int {
 		"cp":      cmdCp,
 		"doctor":  cmdDoctor,
 		"version": cmdVersion,
+		"shell":   cmdShell, // interactive terminal (shell.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -61,6 +62,10 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox sandbox events [--json] ID
   agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
   agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
+                                        (a progress bar on stderr when it is a terminal)
+  agentbox shell [--user root] [--cwd DIR] [--env K=V]... ID [-- CMD...]
+                                        an interactive terminal (default: the login shell);
+                                        exits with the command's exit code
   agentbox version
 
 Internal:

@@ -115,4 +115,3 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 	}
 	return h[0], p, nil
 }
-
