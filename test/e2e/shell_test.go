@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/testenv"
+)
+
+// tmux drives one tmux server of its own (socket name per test).
+type tmux struct {
+	t    *testing.T
+	sock string
+}
+
+func newTmux(t *testing.T) *tmux {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("tmux is not installed: `sudo make deps` installs it (apt-get install tmux)")
+	}
+	tm := &tmux{t: t, sock: fmt.Sprintf("abtest-%d", os.Getpid())}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", tm.sock, "kill-server").Run() })
+	return tm
+}
+
+func (tm *tmux) run(args ...string) string {
+	tm.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-L", tm.sock, "-f", "/dev/null"}, args...)...).CombinedOutput()
+	if err != nil {
+		tm.t.Fatalf("tmux %q: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+func (tm *tmux) capture(target string) string {
+	return tm.run("capture-pane", "-p", "-t", target)
+}
+
+// waitFor waits until the pane shows text matching re.
+func (tm *tmux) waitFor(target, re string) string {
+	tm.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(30 * time.Second)
+	var screen string
+	for time.Now().Before(deadline) {
+		screen = tm.capture(target)
+		if m := rx.FindString(screen); m != "" {
+			return m
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tm.t.Fatalf("pane %s never showed %q; it shows:\n%s", target, re, screen)
+	return ""
+}
+
+// TestShellUnderTmux uses `agentbox shell` the way a person does: in a terminal (a tmux pane),
+// typing, a full-screen program, a window resize, Ctrl-C, and the exit code.
+func TestShellUnderTmux(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := startServer(t, testenv.ShortTempDir(t, "abpty"))
+	id, errOut, code := s.cli("", "sandbox", "create", "--memory-mb", "256")
+	id = strings.TrimSpace(id)
+	if code != 0 || !sandbox.ValidID(id) {
+		t.Fatalf("create printed %q (stderr %q, exit %d)", id, errOut, code)
+	}
+	tm := newTmux(t)
+	shell := fmt.Sprintf("env AGENTBOX_URL=%s AGENTBOX_TOKEN=%s TERM=xterm-256color %s shell %s; echo CLI-EXIT=$?; echo MODE=$(stty -a | grep -ow -- '-\\?icanon') $(stty -a | grep -ow -- '-\\?echo'); sleep 600", s.URL, token, s.Bin, id)
+	tm.run("new-session", "-d", "-s", "a", "-x", "100", "-y", "30", shell)
+
+	// Typing: the command runs in the sandbox (as its agent user) and its output shows.
+	tm.run("send-keys", "-t", "a", "echo hi-$((20+22)) $(id -un)", "Enter")
+	tm.waitFor("a", `hi-42 agent`)
+	tm.run("send-keys", "-t", "a", "stty size", "Enter")
+	tm.waitFor("a", `(?m)^30 100\s*$`)
+
+	// A full-screen program: top draws its header, and q leaves it.
+	tm.run("send-keys", "-t", "a", "clear; top -d 1", "Enter")
+	tm.waitFor("a", `(?m)^top - .*load average`)
+	tm.waitFor("a", `(?m)^Tasks: +\d+ total`)
+	// top discards what was typed before it set its terminal up: press q until it has gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := s.client()
+	sandboxRuns := func(prefix string) bool {
+		res, err := cl.Exec(ctx, id, api.ExecRequest{Command: []string{"ps", "-eo", "args"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(prefix)).MatchString(res.Stdout)
+	}
+	for deadline := time.Now().Add(20 * time.Second); sandboxRuns("top -d 1"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("top did not quit on q:\n%s", tm.capture("a"))
+		}
+		tm.run("send-keys", "-t", "a", "q")
+		time.Sleep(300 * time.Millisecond)
+	}
+	tm.run("send-keys", "-t", "a", "clear; echo back-$((1+2))", "Enter")
+	tm.waitFor("a", `back-3`)
+
+	// Resizing the window resizes the sandbox's terminal.
+	tm.run("resize-window", "-t", "a", "-x", "120", "-y", "40")
+	time.Sleep(200 * time.Millisecond)
+	tm.run("send-keys", "-t", "a", "stty size", "Enter")
+	tm.waitFor("a", `(?m)^40 120\s*$`)
+
+	// Ctrl-C interrupts the foreground command in the sandbox; the shell lives on.
+	tm.run("send-keys", "-t", "a", "sleep 100; echo not-interrupted", "Enter")
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	tm.run("send-keys", "-t", "a", "C-c")
+	tm.run("send-keys", "-t", "a", "echo alive-$((2+3))", "Enter")
+	tm.waitFor("a", `alive-5`)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Ctrl-C took %v", d)
+	}
+	if regexp.MustCompile(`(?m)^not-interrupted`).MatchString(tm.capture("a")) {
+		t.Fatal("sleep ran to its end: Ctrl-C did not reach it")
+	}
+
+	// The CLI exits with the shell's exit code, and the local terminal is restored.
+	tm.run("send-keys", "-t", "a", "exit 3", "Enter")
+	tm.waitFor("a", `CLI-EXIT=3`)
+	tm.waitFor("a", `(?m)^MODE=icanon echo`) // not raw any more
+
+	// A dropped connection leaves nothing running: close the terminal (tmux kills the CLI)
+	// while a command runs in the sandbox.
+	tm.run("new-session", "-d", "-s", "b", "-x", "80", "-y", "24", fmt.Sprintf("env AGENTBOX_URL=%s AGENTBOX_TOKEN=%s %s shell %s", s.URL, token, s.Bin, id))
+	tm.run("send-keys", "-t", "b", "sleep 4321 & sleep 4322", "Enter")
+	running := func() string {
+		res, err := cl.Exec(ctx, id, api.ExecRequest{Command: []string{"ps", "-eo", "args"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, l := range strings.Split(res.Stdout, "\n") {
+			if strings.HasPrefix(l, "sleep 432") || strings.HasPrefix(l, "-bash") || strings.HasPrefix(l, "-sh") {
+				left = append(left, l)
+			}
+		}
+		return strings.Join(left, ", ")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(running(), "sleep 4322") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shell's commands never started: %q", running())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tm.run("kill-session", "-t", "b")
+	deadline = time.Now().Add(20 * time.Second)
+	for left := running(); left != ""; left = running() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the terminal closed, still running in the sandbox: %s", left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
