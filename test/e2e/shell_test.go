@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
@@ -162,5 +166,75 @@ func TestShellUnderTmux(t *testing.T) {
 			t.Fatalf("after the terminal closed, still running in the sandbox: %s", left)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestPTYEndpointChecks: the terminal WebSocket is behind the token and refuses other origins
+// (a web page cannot open it) and bad arguments, before any upgrade.
+func TestPTYEndpointChecks(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := startServer(t, testenv.ShortTempDir(t, "abptyc"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := s.client().Create(ctx, sandbox.CreateRequest{MemoryMB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := strings.Replace(s.URL, "http://", "ws://", 1) + "/v1/sandboxes/" + sb.ID + "/pty"
+	dial := func(rawURL string, h http.Header) int {
+		c, resp, err := websocket.Dial(ctx, rawURL, &websocket.DialOptions{HTTPHeader: h})
+		if err == nil {
+			c.CloseNow()
+			return http.StatusSwitchingProtocols
+		}
+		if resp == nil {
+			t.Fatalf("dial %s: %v", rawURL, err)
+		}
+		return resp.StatusCode
+	}
+	auth := http.Header{"Authorization": {"Bearer " + token}}
+	if got := dial(u, nil); got != http.StatusUnauthorized {
+		t.Errorf("no token: HTTP %d, want 401", got)
+	}
+	evil := http.Header{"Authorization": {"Bearer " + token}, "Origin": {"http://evil.example"}}
+	if got := dial(u, evil); got != http.StatusForbidden {
+		t.Errorf("foreign Origin: HTTP %d, want 403", got)
+	}
+	if got := dial(u+"?rows=0&cols=80", auth); got != http.StatusBadRequest {
+		t.Errorf("rows=0: HTTP %d, want 400", got)
+	}
+	if got := dial(u+"?user=bob", auth); got != http.StatusBadRequest {
+		t.Errorf("user=bob: HTTP %d, want 400", got)
+	}
+	if got := dial(strings.Replace(u, sb.ID, "sb-000000000000", 1), auth); got != http.StatusNotFound {
+		t.Errorf("unknown sandbox: HTTP %d, want 404", got)
+	}
+	_, err = s.client().PTY(ctx, sb.ID, sandbox.PTYRequest{Rows: 2000, Cols: 80})
+	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(errcode.Message(err), "between 1 and 1000") {
+		t.Errorf("rows=2000: %v", err)
+	}
+	// Same origin is fine, and the Go client round-trips a command's output and exit code.
+	same := http.Header{"Authorization": {"Bearer " + token}, "Origin": {s.URL}}
+	if got := dial(u+"?arg=true", same); got != http.StatusSwitchingProtocols {
+		t.Errorf("same Origin: HTTP %d, want 101", got)
+	}
+	p, err := s.client().PTY(ctx, sb.ID, sandbox.PTYRequest{Argv: []string{"sh", "-c", "tty; exit 5"}, Rows: 10, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var out []byte
+	for {
+		b, x, err := p.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x != nil {
+			if x.ExitCode != 5 || !regexp.MustCompile(`^/dev/pts/\d+\r\n$`).Match(out) {
+				t.Fatalf("exit %d, output %q", x.ExitCode, out)
+			}
+			return
+		}
+		out = append(out, b...)
 	}
 }
