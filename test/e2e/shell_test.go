@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -236,5 +237,31 @@ func TestPTYEndpointChecks(t *testing.T) {
 			return
 		}
 		out = append(out, b...)
+	}
+}
+
+// TestCpProgress: a long copy shows a progress bar on a terminal, and none when stderr is not one.
+func TestCpProgress(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := startServer(t, testenv.ShortTempDir(t, "abcpp"))
+	id, errOut, code := s.cli("", "sandbox", "create", "--memory-mb", "256")
+	id = strings.TrimSpace(id)
+	if code != 0 || !sandbox.ValidID(id) {
+		t.Fatalf("create printed %q (stderr %q, exit %d)", id, errOut, code)
+	}
+	tm := newTmux(t)
+	// 16 MiB from a producer that pauses, so the copy lasts past the bar's delay.
+	cmd := fmt.Sprintf("(head -c 8388608 /dev/urandom; sleep 2; head -c 8388608 /dev/urandom) | env AGENTBOX_URL=%s AGENTBOX_TOKEN=%s %s cp - %s:/workspace/big; echo CP-EXIT=$?; sleep 600", s.URL, token, s.Bin, id)
+	tm.run("new-session", "-d", "-s", "cp", "-x", "120", "-y", "10", "sh", "-c", cmd)
+	tm.waitFor("cp", `CP-EXIT=0`)
+	tm.waitFor("cp", regexp.QuoteMeta(id+":/workspace/big")+` 16\.0 MiB [0-9.]+ [KMG]?i?B/s in [0-9.]+s`)
+	out, _, code := s.cli("", "exec", id, "--", "stat", "-c", "%s", "/workspace/big")
+	if code != 0 || strings.TrimSpace(out) != "16777216" {
+		t.Fatalf("copied file: %q exit %d", out, code)
+	}
+	// Not a terminal: quiet (stderr is a pipe here), even for a copy that lasts.
+	_, stderr, code := s.cli("", "cp", id+":/workspace/big", filepath.Join(t.TempDir(), "big"))
+	if code != 0 || stderr != "" {
+		t.Fatalf("cp out with stderr not a terminal: exit %d, stderr %q", code, stderr)
 	}
 }
