@@ -209,3 +209,54 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// A host that stops reading stops the command (the terminal's buffer fills and its write
+// blocks): nothing is buffered without bound on the way. Then every byte arrives.
+func TestPTYSlowReaderBackpressure(t *testing.T) {
+	a := startAgent(t)
+	const size = 32 << 20
+	s, err := a.c.PTY(ctxT(t, 2*time.Minute), guest.PTYRequest{Argv: []string{"sh", "-c", "stty raw; head -c " + strconv.Itoa(size) + " /dev/zero"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	time.Sleep(2 * time.Second) // not reading
+	if pids := pidsOf(t, "head -c "+strconv.Itoa(size)+" /dev/zero"); len(pids) == 0 {
+		t.Fatal("the command finished while nobody read its output: it was buffered")
+	}
+	n := 0
+	for {
+		b, x, err := s.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x != nil {
+			if x.ExitCode != 0 || n != size {
+				t.Fatalf("exit %d after %d bytes, want 0 after %d", x.ExitCode, n, size)
+			}
+			return
+		}
+		if len(b) > guest.MaxPTYData {
+			t.Fatalf("a %d-byte frame", len(b))
+		}
+		n += len(b)
+	}
+}
+
+// pidsOf lists the live processes whose command line is cmdline (arguments space-separated).
+func pidsOf(t *testing.T, cmdline string) []int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.TrimRight(strings.ReplaceAll(string(b), "\x00", " "), " ") == cmdline && procState(pid) != "Z" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
