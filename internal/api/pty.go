@@ -112,6 +112,10 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, http.StatusForbidden)
 		return
 	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.fail(w, r, errcode.New(errcode.InvalidArgument, "GET /v1/sandboxes/{id}/pty is a WebSocket: send a WebSocket handshake (Upgrade: websocket), e.g. with `agentbox shell`"))
+		return
+	}
 	req, err := ptyRequest(r.URL.Query())
 	if err != nil {
 		s.fail(w, r, err)

@@ -26,12 +26,12 @@ type tmux struct {
 	sock string
 }
 
-func newTmux(t *testing.T) *tmux {
+func newTmux(t *testing.T, name string) *tmux {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatal("tmux is not installed: `sudo make deps` installs it (apt-get install tmux)")
 	}
-	tm := &tmux{t: t, sock: fmt.Sprintf("abtest-%d", os.Getpid())}
+	tm := &tmux{t: t, sock: fmt.Sprintf("abtest-%d-%s", os.Getpid(), name)}
 	t.Cleanup(func() { _ = exec.Command("tmux", "-L", tm.sock, "kill-server").Run() })
 	return tm
 }
@@ -68,15 +68,22 @@ func (tm *tmux) waitFor(target, re string) string {
 
 // TestShellUnderTmux uses `agentbox shell` the way a person does: in a terminal (a tmux pane),
 // typing, a full-screen program, a window resize, Ctrl-C, and the exit code.
+// It runs on runc and on gVisor, whose kernel has its own terminal implementation.
 func TestShellUnderTmux(t *testing.T) {
 	testenv.RequireRoot(t)
 	s := startServer(t, testenv.ShortTempDir(t, "abpty"))
-	id, errOut, code := s.cli("", "sandbox", "create", "--memory-mb", "256")
+	for _, rt := range []string{"runc", "gvisor"} {
+		t.Run(rt, func(t *testing.T) { testShell(t, s, rt) })
+	}
+}
+
+func testShell(t *testing.T, s *server, runtime string) {
+	id, errOut, code := s.cli("", "sandbox", "create", "--memory-mb", "256", "--runtime", runtime)
 	id = strings.TrimSpace(id)
 	if code != 0 || !sandbox.ValidID(id) {
 		t.Fatalf("create printed %q (stderr %q, exit %d)", id, errOut, code)
 	}
-	tm := newTmux(t)
+	tm := newTmux(t, runtime)
 	shell := fmt.Sprintf("env AGENTBOX_URL=%s AGENTBOX_TOKEN=%s TERM=xterm-256color %s shell %s; echo CLI-EXIT=$?; echo MODE=$(stty -a | grep -ow -- '-\\?icanon') $(stty -a | grep -ow -- '-\\?echo'); sleep 600", s.URL, token, s.Bin, id)
 	tm.run("new-session", "-d", "-s", "a", "-x", "100", "-y", "30", shell)
 
@@ -194,6 +201,14 @@ func TestPTYEndpointChecks(t *testing.T) {
 		return resp.StatusCode
 	}
 	auth := http.Header{"Authorization": {"Bearer " + token}}
+	// A plain GET (no WebSocket handshake) starts nothing.
+	plain, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/v1/sandboxes/"+sb.ID+"/pty", nil)
+	plain.Header = auth
+	if resp, err := http.DefaultClient.Do(plain); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("plain GET: %v %v, want 400", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if got := dial(u, nil); got != http.StatusUnauthorized {
 		t.Errorf("no token: HTTP %d, want 401", got)
 	}
@@ -249,7 +264,7 @@ func TestCpProgress(t *testing.T) {
 	if code != 0 || !sandbox.ValidID(id) {
 		t.Fatalf("create printed %q (stderr %q, exit %d)", id, errOut, code)
 	}
-	tm := newTmux(t)
+	tm := newTmux(t, "cp")
 	// 16 MiB from a producer that pauses, so the copy lasts past the bar's delay.
 	cmd := fmt.Sprintf("(head -c 8388608 /dev/urandom; sleep 2; head -c 8388608 /dev/urandom) | env AGENTBOX_URL=%s AGENTBOX_TOKEN=%s %s cp - %s:/workspace/big; echo CP-EXIT=$?; sleep 600", s.URL, token, s.Bin, id)
 	tm.run("new-session", "-d", "-s", "cp", "-x", "120", "-y", "10", "sh", "-c", cmd)
