@@ -7,7 +7,7 @@ export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
 export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/agentbox
-HOST_PKGS := runc crun iproute2 python3 e2fsprogs gcc libc6-dev
+HOST_PKGS := runc crun iproute2 python3 e2fsprogs gcc libc6-dev tmux procps
 # gVisor's runsc is built from the Go module proxy at this pinned version (Debian's runsc is from
 # 2022-12 and lacks four years of fixes: statx, /proc/self/limits, clone3, …) into RUNSC, which
 # comes before /usr/bin in PATH. `go version -m` tells which version an installed one is.
@@ -66,7 +66,8 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
-# test runs every test: unit, store, guest, runtime (real runc), service, API, end-to-end and the
+# test runs every test: unit, store, guest, runtime (real runc), service, API, end-to-end (the shell
+# under tmux among them) and the
 # real MCP clients (test/mcpclients). Tests that need root run when root (CI is root).
 # One pass, under the race detector, replaces a plain one: every package runs under it (all are
 # pure Go; the test binaries need not be static, since what runs in a sandbox is the agentbox

@@ -89,6 +89,7 @@ func main() {
 	nCreate := flag.Int("creates", 50, "sandboxes per runtime for create → first exec")
 	nExec := flag.Int("execs", 1000, "exec round trips per runtime")
 	nIdle := flag.Int("idle", 20, "idle runc sandboxes for the memory figure")
+	nPTY := flag.Int("keystrokes", 1000, "PTY keystroke echo round trips")
 	only := flag.String("runtimes", "runc,crun,gvisor", "runtimes to measure side by side (runc is always measured)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -237,6 +238,10 @@ func main() {
 		st.Runtime = "runc"
 		res.Stats = append(res.Stats, st)
 	}
+
+	ptyStat := benchPTY(ctx, c, warm["runc"], *nPTY)
+	ptyStat.Runtime = "runc"
+	res.Stats = append(res.Stats, ptyStat)
 
 	// Memory per idle runc sandbox: the agent's PSS (its binary pages are shared) and its RSS.
 	var idle []string

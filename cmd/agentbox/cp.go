@@ -41,6 +41,7 @@ func cmdCp(args []string) int {
 func copyIn(ctx context.Context, cl *client.Client, local, id, dstPath string) int {
 	var r io.Reader = os.Stdin
 	mode := uint32(0o644)
+	size := int64(0)
 	if local != "-" {
 		f, err := os.Open(local)
 		if err != nil {
@@ -55,23 +56,30 @@ func copyIn(ctx context.Context, cl *client.Client, local, id, dstPath string) i
 			return fail(fmt.Errorf("%s is not a regular file", local))
 		}
 		mode = uint32(fi.Mode().Perm())
+		size = fi.Size()
 		r = f
 		if strings.HasSuffix(dstPath, "/") {
 			dstPath += filepath.Base(local)
 		}
 	}
-	if _, err := cl.WriteFile(ctx, id, dstPath, mode, r); err != nil {
+	bar := newProgress(id+":"+dstPath, size)
+	_, err := cl.WriteFile(ctx, id, dstPath, mode, bar.reader(r))
+	bar.finish()
+	if err != nil {
 		return fail(err)
 	}
 	return 0
 }
 
 func copyOut(ctx context.Context, cl *client.Client, id, srcPath, local string) int {
-	body, _, err := cl.ReadFile(ctx, id, srcPath, 0, 0)
+	rc, size, err := cl.ReadFile(ctx, id, srcPath, 0, 0)
 	if err != nil {
 		return fail(err)
 	}
-	defer body.Close()
+	defer rc.Close()
+	bar := newProgress(id+":"+srcPath, size)
+	defer bar.finish()
+	body := bar.reader(rc)
 	if local == "-" {
 		if _, err := io.Copy(os.Stdout, body); err != nil {
 			return fail(err)

@@ -27,8 +27,9 @@ func run(args []string) int {
 		"doctor":  cmdDoctor,
 		"version": cmdVersion,
 		// detached jobs (job.go)
-		"job":  cmdJob,
-		"logs": cmdLogs,
+		"job":   cmdJob,
+		"logs":  cmdLogs,
+		"shell": cmdShell, // interactive terminal (shell.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -73,6 +74,10 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox job cancel [--grace SECONDS] ID JOB
   agentbox logs [-f] [--tail N] [--stream all|stdout|stderr] ID JOB
   agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
+                                        (a progress bar on stderr when it is a terminal)
+  agentbox shell [--user root] [--cwd DIR] [--env K=V]... ID [-- CMD...]
+                                        an interactive terminal (default: the login shell);
+                                        exits with the command's exit code
   agentbox version
 
 Internal:

@@ -101,6 +101,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/events", s.events)
 	m.HandleFunc("GET /v1/capacity", s.capacity)
 	m.HandleFunc("GET /v1/runtimes", s.runtimes)
+	// Interactive terminal (pty.go): a WebSocket.
+	m.HandleFunc("GET /v1/sandboxes/{id}/pty", s.pty)
 	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s %s (see docs/ARCHITECTURE.md for the REST API)", r.Method, r.URL.Path), http.StatusNotFound)
 	})

@@ -543,7 +543,7 @@ func (s *server) cancelTree(pid int, tree processTree, waitCh <-chan unix.WaitSt
 		} else {
 			<-t.C
 		}
-		if exited && !treeAlive(pid, tree) {
+		if exited && !jobTreeAlive(pid, tree) {
 			return ws
 		}
 	}
@@ -556,8 +556,8 @@ func (s *server) cancelTree(pid int, tree processTree, waitCh <-chan unix.WaitSt
 	return s.killTree(pid, tree, waitCh)
 }
 
-// treeAlive reports whether anything of the job's tree is still alive.
-func treeAlive(pid int, tree processTree) bool {
+// jobTreeAlive reports whether anything of the job's tree is still alive.
+func jobTreeAlive(pid int, tree processTree) bool {
 	if unix.Kill(-pid, 0) == nil {
 		return true
 	}

@@ -22,6 +22,7 @@
 //	GET    /v1/jobs/{id}/wait?timeout_ms=N → JobInfo once the job ended, or still running after N ms
 //	POST   /v1/jobs/{id}/cancel        JobCancelRequest → JobInfo: SIGTERM to its tree, SIGKILL
 //	                                   after grace_ms, state canceled (a finished job: as it is)
+//	POST   /v1/pty (Upgrade: agentbox-pty/1) PTYRequest → 101, then PTY frames (pty.go)
 package guest
 
 import (

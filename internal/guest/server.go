@@ -170,6 +170,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST "+p+"/files/mkdir", s.handleMkdir)
 	mux.HandleFunc("POST "+p+"/oom-kill", s.handleOOMKill)
 	s.jobRoutes(mux, p)
+	// Interactive terminals (pty*.go): the connection switches to PTY frames.
+	mux.HandleFunc("POST "+p+"/pty", s.handlePTY)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, errcode.New(errcode.UnsupportedOp, "the agent has no endpoint %s %s", r.Method, r.URL.Path))
 	})
