@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/watch"
 )
 
 // MaxJSONBody bounds JSON request bodies: room for 16 MiB of base64 stdin plus arguments.
@@ -49,6 +50,7 @@ type Server struct {
 	owner string        // the authenticated caller's identity (one token: one owner)
 	done  chan struct{} // closed by Close: long polls return
 	once  sync.Once
+	hub   *watch.Hub // watch streams (SSE)
 }
 
 // TokenOwner is the owner recorded for callers that present token: "token:" and the first 12
@@ -71,6 +73,7 @@ func New(svc *sandbox.Service, opts Options) *Server {
 		opts.MaxFileBytes = 1 << 30
 	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
+	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger})
 	s.routes()
 	return s
 }
@@ -92,6 +95,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	m.HandleFunc("GET /v1/sandboxes/{id}/events", s.sandboxEvents)
 	m.HandleFunc("GET /v1/events", s.events)
+	m.HandleFunc("GET /v1/sandboxes/{id}/watch", s.watchSandbox)
 	m.HandleFunc("GET /v1/capacity", s.capacity)
 	m.HandleFunc("GET /v1/runtimes", s.runtimes)
 	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -127,9 +131,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r.WithContext(sandbox.WithOwner(r.Context(), s.owner)))
 }
 
-// Close ends the requests that wait for events (GET /v1/events?wait=…), so that a server can
-// shut down without waiting out their long polls.
-func (s *Server) Close() { s.once.Do(func() { close(s.done) }) }
+// Close ends the requests that wait for events (GET /v1/events?wait=…) and the watch streams
+// (GET /v1/sandboxes/{id}/watch), so that a server can shut down without waiting them out.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		close(s.done)
+		s.hub.Close()
+	})
+}
 
 func (s *Server) authorized(r *http.Request) bool {
 	if s.opts.Token == "" {
