@@ -395,7 +395,7 @@ func (w *watcher) replay(ctx context.Context) error {
 	for {
 		evs, err := w.h.src.Events(ctx, sandbox.EventFilter{SandboxID: w.req.SandboxID, AfterSeq: w.cursor, Limit: sandbox.MaxList})
 		if err != nil {
-			return err
+			return storeError{err}
 		}
 		for _, ev := range evs {
 			if err := w.handle(ctx, ev); err != nil {
@@ -413,18 +413,24 @@ func (w *watcher) replay(ctx context.Context) error {
 func (w *watcher) catchUp(ctx context.Context, n int64) error {
 	before := w.cursor
 	err := w.replay(ctx)
-	if err == nil || errors.Is(err, errEnded) {
-		w.sum.Recovered += n
+	var se storeError
+	if !errors.As(err, &se) {
+		w.sum.Recovered += n // read back from the store (and delivered, unless the emit failed)
 		return err
 	}
 	if ctx.Err() != nil {
-		return err
+		return ctx.Err()
 	}
 	w.h.log.Warn("watch: catch up from the store failed; telling the watcher", "sandbox", w.req.SandboxID, "missed", n, "after_seq", before, "err", err)
 	w.sum.Missed += n
 	return w.send(Message{Kind: KindMissed, Missed: n, State: w.state,
 		Reason: fmt.Sprintf("the watcher fell behind and %d events after seq %d were lost", n, before)})
 }
+
+// storeError is a failed read of the store (as opposed to a failed emit).
+type storeError struct{ error }
+
+func (e storeError) Unwrap() error { return e.error }
 
 // handle processes one event of the sandbox (once, in order: events at or before the cursor
 // were handled already).
