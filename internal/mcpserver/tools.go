@@ -137,6 +137,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 	}, nil, s.sandboxExtend)
 
 	s.addExecTool()
+	s.addWatchTools() // watch, watch_fleet (watch.go)
 	s.addFileTools()
 
 	addTool(s, &mcp.Tool{
