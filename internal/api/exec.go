@@ -22,6 +22,8 @@ type ExecRequest struct {
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
 	MaxOutputBytes int64             `json:"max_output_bytes,omitempty"`
 	User           string            `json:"user,omitempty"`
+	// Background starts the command as a detached job (as POST …/jobs) and returns the job.
+	Background bool `json:"background,omitempty"`
 }
 
 // ToService converts and checks the wire form.
@@ -67,6 +69,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var body ExecRequest
 	if err := decode(w, r, &body); err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if body.Background {
+		s.startJobFrom(w, r, body)
 		return
 	}
 	req, err := body.ToService()

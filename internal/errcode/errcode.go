@@ -24,12 +24,16 @@ const (
 	InvalidArgument     Code = "INVALID_ARGUMENT"
 	Conflict            Code = "CONFLICT"
 	Internal            Code = "INTERNAL"
+	// JobNotFound: no job of that id in the sandbox.
+	JobNotFound Code = "JOB_NOT_FOUND"
+	// JobLimitExceeded: the sandbox already runs as many jobs as it may.
+	JobLimitExceeded Code = "JOB_LIMIT_EXCEEDED"
 )
 
 // Codes lists every code, for documentation and tests.
 var Codes = []Code{SandboxNotFound, SandboxNotRunning, CapacityUnavailable, CommandTimeout,
 	OutputLimitExceeded, FileTooLarge, FileNotFound, UnsupportedOp, RuntimeUnavailable, AuthFailed,
-	InvalidArgument, Conflict, Internal}
+	InvalidArgument, Conflict, Internal, JobNotFound, JobLimitExceeded}
 
 // Error is a typed error. Message is safe to show to the caller; Cause is internal detail.
 type Error struct {

@@ -5,7 +5,7 @@ import "net/http"
 // HTTPStatus is the status code every HTTP edge (REST API, guest protocol) uses for code.
 func HTTPStatus(code Code) int {
 	switch code {
-	case SandboxNotFound, FileNotFound:
+	case SandboxNotFound, FileNotFound, JobNotFound:
 		return http.StatusNotFound
 	case SandboxNotRunning, Conflict:
 		return http.StatusConflict
@@ -21,6 +21,8 @@ func HTTPStatus(code Code) int {
 		return http.StatusUnauthorized
 	case InvalidArgument:
 		return http.StatusBadRequest
+	case JobLimitExceeded:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }

@@ -28,6 +28,10 @@ var (
 	// execCodes: a command the sandbox has no processes or memory left to start.
 	execCodes = append(slices.Clip(baseCodes), errcode.CapacityUnavailable)
 	fileCodes = append(slices.Clip(baseCodes), errcode.FileNotFound, errcode.Conflict, errcode.FileTooLarge)
+	// jobCodes: the jobs endpoints; starting one may also find the sandbox full of jobs,
+	// processes or memory, or the job's id taken.
+	jobCodes      = append(slices.Clip(baseCodes), errcode.JobNotFound)
+	jobStartCodes = append(slices.Clip(baseCodes), errcode.JobLimitExceeded, errcode.CapacityUnavailable, errcode.Conflict)
 )
 
 // agentError turns an agent's error body into the error the host passes on: a code the

@@ -32,6 +32,10 @@ type ServerConfig struct {
 	// to whoever reaps the process's orphans; a timeout or cancel kills the command's process
 	// group only. The real agent (`agentbox guest`) never sets it.
 	Embedded bool
+	// JobsDir is where detached jobs keep their output and exit records (default
+	// DefaultJobsDir, on the sandbox's disk; an embedded agent's default is a temp dir that
+	// Run removes when it returns).
+	JobsDir string
 }
 
 // User is an account inside the sandbox that commands run as.

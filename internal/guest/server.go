@@ -43,6 +43,8 @@ type server struct {
 	// oomKilled holds the exec tags (and, for untagged commands, process ids) of commands the
 	// OOM guard killed, until their exec reports it.
 	oomKilled sync.Map
+	// jobs are the detached jobs (jobs_server.go).
+	jobs *jobManager
 }
 
 // Run serves the guest protocol on cfg.Socket until ctx is done, then shuts down gracefully:
@@ -90,6 +92,11 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 		return err
 	}
 	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser, env: cfg.Env}
+	if err := s.initJobs(cfg); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer s.stopJobs()
 
 	// baseCtx is the parent of every request context: cancelling it kills the commands still
 	// running when the shutdown grace period is over.
@@ -162,6 +169,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET "+p+"/files/list", s.handleList)
 	mux.HandleFunc("POST "+p+"/files/mkdir", s.handleMkdir)
 	mux.HandleFunc("POST "+p+"/oom-kill", s.handleOOMKill)
+	s.jobRoutes(mux, p)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, errcode.New(errcode.UnsupportedOp, "the agent has no endpoint %s %s", r.Method, r.URL.Path))
 	})

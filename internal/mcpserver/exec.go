@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -25,6 +26,7 @@ type ExecIn struct {
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"Kill the command (its whole process group) after this many seconds; default 300, at most 86400."`
 	MaxOutputBytes int64             `json:"max_output_bytes,omitempty" jsonschema:"Output kept per stream; default 1048576 (1 MiB), at most 16777216. The rest is counted, not kept."`
 	User           string            `json:"user,omitempty" jsonschema:"Who runs the command: omit for the sandbox's unprivileged user agent (uid 1000, home /home/agent), or \"root\" for package installs and other system changes inside the sandbox."`
+	Background     bool              `json:"background,omitempty" jsonschema:"Start the command as a detached job (as job_start) and return at once with {job_id, sandbox_id, state, started_at, argv}; stdin, timeout_seconds and max_output_bytes do not apply."`
 }
 
 // ExecOut is exec's reply. A non-zero exit_code is a normal result.
@@ -41,6 +43,33 @@ type ExecOut struct {
 	DurationMs   int64  `json:"duration_ms" jsonschema:"Wall time in milliseconds."`
 	TimedOut     bool   `json:"timed_out" jsonschema:"True when timeout_seconds passed and the command was killed."`
 	OOMKilled    bool   `json:"oom_killed,omitempty" jsonschema:"True when the sandbox ran out of memory (memory_mb) and the command was killed for it."`
+	// With background: true the reply is job_start's instead (MarshalJSON).
+	JobID     string     `json:"job_id,omitempty" jsonschema:"With background: the job's id; then only job_id, sandbox_id, state, started_at and argv are present."`
+	SandboxID string     `json:"sandbox_id,omitempty" jsonschema:"With background: the sandbox the job runs in."`
+	State     string     `json:"state,omitempty" jsonschema:"With background: the job's state (running)."`
+	StartedAt *time.Time `json:"started_at,omitempty" jsonschema:"With background: when the job started."`
+	Argv      []string   `json:"argv,omitempty" jsonschema:"With background: the command."`
+}
+
+// MarshalJSON writes a background start as job_start's reply, without the fields of a
+// finished command (an exit_code 0 would claim what nobody knows yet).
+func (o ExecOut) MarshalJSON() ([]byte, error) {
+	if o.JobID != "" {
+		return json.Marshal(struct {
+			JobID     string     `json:"job_id"`
+			SandboxID string     `json:"sandbox_id"`
+			State     string     `json:"state"`
+			StartedAt *time.Time `json:"started_at"`
+			Argv      []string   `json:"argv"`
+		}{o.JobID, o.SandboxID, o.State, o.StartedAt, o.Argv})
+	}
+	type plain ExecOut
+	return json.Marshal(plain(o))
+}
+
+// outputAlternatives: a background exec's reply has job_start's required fields instead.
+func (ExecOut) outputAlternatives() [][]string {
+	return [][]string{{"job_id", "sandbox_id", "state", "started_at", "argv"}}
 }
 
 func (s *Server) addExecTool() {
@@ -60,6 +89,17 @@ Many clients give up on a call after about a minute: run longer jobs in the back
 }
 
 func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) (ExecOut, string, error) {
+	if in.Background {
+		if in.Stdin != "" || in.TimeoutSeconds != 0 || in.MaxOutputBytes != 0 {
+			return ExecOut{}, "", errcode.New(errcode.InvalidArgument, "with background: true the command runs as a job: stdin, timeout_seconds and max_output_bytes do not apply (a job runs until it ends or job_cancel; its whole output is kept for job_logs)")
+		}
+		j, err := s.b.StartJob(ctx, in.SandboxID, sandbox.JobStartRequest{Argv: in.Command, Env: in.Env, Cwd: in.Cwd, User: in.User})
+		if err != nil {
+			return ExecOut{}, "", err
+		}
+		jo := jobOut(j)
+		return ExecOut{JobID: j.ID, SandboxID: j.SandboxID, State: string(j.State), StartedAt: &j.StartedAt, Argv: jo.Argv}, renderJob(jo), nil
+	}
 	if math.IsNaN(in.TimeoutSeconds) || in.TimeoutSeconds < 0 || in.TimeoutSeconds > 86400 {
 		return ExecOut{}, "", errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 0.001 and 86400; got %g", in.TimeoutSeconds)
 	}

@@ -45,6 +45,8 @@ type Backend interface {
 	Subscribe(ctx context.Context, after int64) (<-chan sandbox.Event, error)
 	Capacity(ctx context.Context) (sandbox.Capacity, error)
 	Runtimes() []runtime.Capabilities
+	// detached jobs (jobs.go)
+	JobBackend
 }
 
 // Bounds of the MCP surface (the REST API streams larger files).

@@ -82,6 +82,12 @@ func outputSchema[Out any]() *jsonschema.Schema {
 		s.AnyOf = []*jsonschema.Schema{{Required: s.Required}, {Required: []string{"error"}}}
 		s.Required = nil
 	}
+	// A reply with another shape (exec with background: job_start's) lists its required fields.
+	if alt, ok := any(*new(Out)).(interface{ outputAlternatives() [][]string }); ok {
+		for _, req := range alt.outputAlternatives() {
+			s.AnyOf = append(s.AnyOf, &jsonschema.Schema{Required: req})
+		}
+	}
 	return s
 }
 

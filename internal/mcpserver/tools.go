@@ -139,6 +139,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 	s.addExecTool()
 	s.addWatchTools() // watch, watch_fleet (watch.go)
 	s.addFileTools()
+	s.addJobTools()
 
 	addTool(s, &mcp.Tool{
 		Name:  "health",

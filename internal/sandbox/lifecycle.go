@@ -259,6 +259,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (
 		}
 		s.log.Info("reconcile: adopted", "sandbox_id", sb.ID)
 		s.watch(rt, sb.ID)
+		s.reattachJobs(ctx, sb.ID)
 		if s.unsettled(sb, now, false) {
 			return true, s.step(ctx, sb.ID, false)
 		}
@@ -412,6 +413,13 @@ func (s *Service) Run(ctx context.Context) {
 				s.log.Warn("prune", "err", err)
 			} else if n > 0 {
 				s.log.Info("pruned finished sandbox records", "count", n)
+			}
+			if js, ok := s.store.(JobStore); ok {
+				if n, err := js.PruneJobs(ctx, s.now().Add(-s.cfg.JobRetention)); err != nil && ctx.Err() == nil {
+					s.log.Warn("prune jobs", "err", err)
+				} else if n > 0 {
+					s.log.Info("pruned finished job records", "count", n)
+				}
 			}
 		}
 	}

@@ -63,6 +63,10 @@ type Config struct {
 	ReservedIDs  []IDRange
 	// SweepInterval is how often Run sweeps orphaned host resources; one minute.
 	SweepInterval time.Duration
+	// MaxJobsPerSandbox bounds the running jobs of one sandbox; DefaultMaxJobs (64).
+	MaxJobsPerSandbox int
+	// JobRetention is how long finished jobs' records are kept; Retention (7 days).
+	JobRetention time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -113,6 +117,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Retention == 0 {
 		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.MaxJobsPerSandbox == 0 {
+		c.MaxJobsPerSandbox = DefaultMaxJobs
+	}
+	if c.JobRetention == 0 {
+		c.JobRetention = c.Retention
 	}
 }
 
@@ -196,6 +206,7 @@ type Service struct {
 
 	bus     *bus // wakes event subscribers
 	retries retries
+	jobs    jobTracker // watches of running jobs (jobs.go)
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.
@@ -568,6 +579,9 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 	}
 	s.bus.publish()
 	s.log.Info("sandbox state", "sandbox_id", sb.ID, "from", from, "to", to, "reason", reason)
+	if from == StateRunning {
+		s.sandboxEnding(ctx, sb, to, reason) // its jobs: canceled or unknown
+	}
 	return sb, nil
 }
 

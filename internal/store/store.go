@@ -9,5 +9,6 @@ import "github.com/agentbox/agentbox/internal/sandbox"
 type Store interface {
 	sandbox.Store
 	sandbox.Pruner
+	sandbox.JobStore
 	Close() error
 }

@@ -280,7 +280,7 @@ func (s *Store) ListEvents(ctx context.Context, filter sandbox.EventFilter) ([]s
 }
 
 // PruneSandboxes deletes the sandboxes in a non-live state whose updated_at is before the
-// given time, with their labels, events and any id range still recorded for them, and returns
+// given time, with their labels, events, jobs and any id range still recorded for them, and returns
 // how many sandboxes it deleted.
 func (s *Store) PruneSandboxes(ctx context.Context, before time.Time) (int, error) {
 	live := liveStates()
@@ -293,6 +293,9 @@ func (s *Store) PruneSandboxes(ctx context.Context, before time.Time) (int, erro
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id IN (`+match+`)`, args...); err != nil {
 			return fmt.Errorf("delete labels: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE sandbox_id IN (`+match+`)`, args...); err != nil {
+			return fmt.Errorf("delete jobs: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM id_ranges WHERE sandbox_id IN (`+match+`)`, args...); err != nil {
 			return fmt.Errorf("delete id ranges: %w", err)

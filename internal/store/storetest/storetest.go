@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AdmitConcurrentNeverOvershoots", testAdmitConcurrentNeverOvershoots},
 		{"ConcurrentAppendsPagingReaderSeesEvery", testConcurrentAppendsPagingReader},
 	}
+	tests = append(tests, jobTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,158 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+func jobPath(id, jobID, rest string) (string, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	if jobID != "" && !sandbox.ValidJobID(jobID) {
+		if len(jobID) > 64 {
+			jobID = jobID[:64] + "…"
+		}
+		return "", errcode.New(errcode.InvalidArgument, "job_id %q is malformed: job ids look like job-0123456789ab (from job_start or job_list)", jobID)
+	}
+	p := "/v1/sandboxes/" + url.PathEscape(id) + "/jobs"
+	if jobID != "" {
+		p += "/" + url.PathEscape(jobID)
+	}
+	return p + rest, nil
+}
+
+// StartJob starts a detached job (POST /v1/sandboxes/{id}/jobs; the body as exec's).
+func (c *Client) StartJob(ctx context.Context, id string, req api.ExecRequest) (sandbox.Job, error) {
+	p, err := jobPath(id, "", "")
+	if err != nil {
+		return sandbox.Job{}, err
+	}
+	var j sandbox.Job
+	err = c.doJSON(ctx, http.MethodPost, p, nil, req, &j)
+	return j, err
+}
+
+// ListJobs lists a sandbox's jobs, newest first; limit 0 takes the server's default (20).
+func (c *Client) ListJobs(ctx context.Context, id string, limit int) (sandbox.JobList, error) {
+	p, err := jobPath(id, "", "")
+	if err != nil {
+		return sandbox.JobList{}, err
+	}
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var l sandbox.JobList
+	err = c.doJSON(ctx, http.MethodGet, p, q, nil, &l)
+	return l, err
+}
+
+// JobStatus returns a job's status.
+func (c *Client) JobStatus(ctx context.Context, id, jobID string) (sandbox.Job, error) {
+	p, err := jobPath(id, jobID, "")
+	if err != nil {
+		return sandbox.Job{}, err
+	}
+	var j sandbox.Job
+	err = c.doJSON(ctx, http.MethodGet, p, nil, nil, &j)
+	return j, err
+}
+
+// JobLogs reads a slice of a job's output.
+func (c *Client) JobLogs(ctx context.Context, id, jobID string, req sandbox.JobLogsRequest) (sandbox.JobLogs, error) {
+	p, err := jobPath(id, jobID, "/logs")
+	if err != nil {
+		return sandbox.JobLogs{}, err
+	}
+	q := url.Values{}
+	if req.Stream != "" {
+		q.Set("stream", req.Stream)
+	}
+	if req.Offset != nil {
+		q.Set("offset", strconv.FormatInt(*req.Offset, 10))
+	}
+	if req.MaxBytes != nil {
+		q.Set("max_bytes", strconv.FormatInt(*req.MaxBytes, 10))
+	}
+	if req.TailLines != nil {
+		q.Set("tail_lines", strconv.Itoa(*req.TailLines))
+	}
+	var l sandbox.JobLogs
+	err = c.doJSON(ctx, http.MethodGet, p, q, nil, &l)
+	return l, err
+}
+
+// WaitJob waits up to timeout (whole seconds, 0..3600) for a job to end.
+func (c *Client) WaitJob(ctx context.Context, id, jobID string, timeout time.Duration) (sandbox.Job, error) {
+	p, err := jobPath(id, jobID, "/wait")
+	if err != nil {
+		return sandbox.Job{}, err
+	}
+	q := url.Values{"timeout_seconds": {strconv.FormatInt(int64(timeout/time.Second), 10)}}
+	var j sandbox.Job
+	err = c.doJSON(ctx, http.MethodGet, p, q, nil, &j)
+	return j, err
+}
+
+// CancelJob cancels a job; grace nil takes the default (10 s).
+func (c *Client) CancelJob(ctx context.Context, id, jobID string, grace *time.Duration) (sandbox.Job, error) {
+	p, err := jobPath(id, jobID, "/cancel")
+	if err != nil {
+		return sandbox.Job{}, err
+	}
+	var body api.JobCancelRequest
+	if grace != nil {
+		g := grace.Seconds()
+		body.GraceSeconds = &g
+	}
+	var j sandbox.Job
+	err = c.doJSON(ctx, http.MethodPost, p, nil, body, &j)
+	return j, err
+}
+
+// StartJob starts a detached job.
+func (b *Backend) StartJob(ctx context.Context, id string, req sandbox.JobStartRequest) (sandbox.Job, error) {
+	j, err := b.c.StartJob(ctx, id, api.ExecRequest{Command: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User})
+	return j, b.unreachable(err)
+}
+
+// ListJobs lists a sandbox's jobs.
+func (b *Backend) ListJobs(ctx context.Context, id string, limit int) (sandbox.JobList, error) {
+	l, err := b.c.ListJobs(ctx, id, limit)
+	return l, b.unreachable(err)
+}
+
+// JobStatus returns a job's status.
+func (b *Backend) JobStatus(ctx context.Context, id, jobID string) (sandbox.Job, error) {
+	j, err := b.c.JobStatus(ctx, id, jobID)
+	return j, b.unreachable(err)
+}
+
+// JobLogs reads a slice of a job's output.
+func (b *Backend) JobLogs(ctx context.Context, id, jobID string, req sandbox.JobLogsRequest) (sandbox.JobLogs, error) {
+	l, err := b.c.JobLogs(ctx, id, jobID, req)
+	return l, b.unreachable(err)
+}
+
+// WaitJob waits for a job to end.
+func (b *Backend) WaitJob(ctx context.Context, id, jobID string, timeout time.Duration) (sandbox.Job, error) {
+	if timeout%time.Second != 0 {
+		return sandbox.Job{}, errcode.New(errcode.InvalidArgument, "over REST a job wait's timeout is whole seconds; got %s", timeout)
+	}
+	j, err := b.c.WaitJob(ctx, id, jobID, timeout)
+	return j, b.unreachable(err)
+}
+
+// CancelJob cancels a job.
+func (b *Backend) CancelJob(ctx context.Context, id, jobID string, grace *time.Duration) (sandbox.Job, error) {
+	j, err := b.c.CancelJob(ctx, id, jobID, grace)
+	return j, b.unreachable(err)
+}

@@ -1,0 +1,104 @@
+package oci
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+)
+
+// TestRuncJobs runs detached jobs in a real runc sandbox: a job outlives the client that
+// started it (a new client finds its status and its whole log, which is on the sandbox's disk),
+// and a cancel leaves no process of a tree that ignores SIGTERM and holds a setsid daemon, as
+// the host sees the sandbox's processes.
+func TestRuncJobs(t *testing.T) {
+	rt := newRunc(t)
+	id := runtimetest.NewID()
+	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	baseline := slices.Sorted(maps.Keys(runtimetest.HostProcesses(t, id)))
+	jobID := "job-0123456789ab"
+	ji, err := c.StartJob(ctx, guest.JobStartRequest{JobID: jobID, Argv: []string{"sh", "-c", "i=0; while [ $i -lt 200 ]; do echo line $i; i=$((i+1)); sleep 0.005; done; echo bye >&2; exit 5"}})
+	if err != nil || ji.State != guest.JobRunning {
+		t.Fatalf("StartJob: %+v %v", ji, err)
+	}
+	c.Close() // the starting client goes away
+	c2 := runtimetest.Client(t, rt, id)
+	end, err := c2.WaitJob(ctx, jobID, time.Minute)
+	if err != nil || end.State != guest.JobExited || end.ExitCode == nil || *end.ExitCode != 5 {
+		t.Fatalf("WaitJob: %+v %v", end, err)
+	}
+	var want strings.Builder
+	for i := range 200 {
+		want.WriteString("line " + strconv.Itoa(i) + "\n")
+	}
+	want.WriteString("bye\n")
+	var got []byte
+	for off := int64(0); ; {
+		l, err := c2.JobLogs(ctx, jobID, guest.JobLogsRequest{Offset: off, Max: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l.Data...)
+		if l.NextOffset == l.TotalBytes {
+			break
+		}
+		off = l.NextOffset
+	}
+	if string(got) != want.String() || end.LogBytes != int64(want.Len()) {
+		t.Fatalf("log %d bytes (log_bytes %d), want %d:\n%s", len(got), end.LogBytes, want.Len(), got)
+	}
+	// The log is the file on the sandbox's disk, root's only.
+	res := runtimetest.ExecRequest(t, c2, guest.ExecRequest{Argv: []string{"cat", guest.DefaultJobsDir + "/" + jobID + "/output"}, User: "root"})
+	if res.Stdout != want.String() {
+		t.Fatalf("the output file holds %q", res.Stdout)
+	}
+	if r := runtimetest.Exec(t, c2, "cat", guest.DefaultJobsDir+"/"+jobID+"/output"); r.ExitCode == 0 {
+		t.Fatal("the agent user can read the jobs' files")
+	}
+	if r := runtimetest.ExecRequest(t, c2, guest.ExecRequest{Argv: []string{"cat", guest.DefaultJobsDir + "/" + jobID + "/exit.json"}, User: "root"}); !strings.Contains(r.Stdout, `"exit_code":5`) {
+		t.Fatalf("exit.json: %q", r.Stdout)
+	}
+
+	// Cancel: a tree that ignores SIGTERM, with a daemon that left by setsid and a double fork.
+	tree := "job-0123456789ac"
+	script := `trap "" TERM; ( setsid sh -c 'exec sleep 1000' & ); sleep 1000 & touch /tmp/ready; wait`
+	if _, err := c2.StartJob(ctx, guest.JobStartRequest{JobID: tree, Argv: []string{"sh", "-c", script}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); runtimetest.Exec(t, c2, "test", "-e", "/tmp/ready").ExitCode != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the job did not get ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(runtimetest.HostProcesses(t, id)); n < len(baseline)+3 {
+		t.Fatalf("the host sees %d processes in the sandbox, %d before the job", n, len(baseline))
+	}
+	got2, err := c2.CancelJob(ctx, tree, 300*time.Millisecond)
+	if err != nil || got2.State != guest.JobCanceled {
+		t.Fatalf("CancelJob: %+v %v", got2, err)
+	}
+	var left []int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		left = slices.Sorted(maps.Keys(runtimetest.HostProcesses(t, id)))
+		if slices.Equal(left, baseline) {
+			break
+		}
+	}
+	if !slices.Equal(left, baseline) {
+		t.Fatalf("after the cancel the host sees processes %v in the sandbox; before the job %v", left, baseline)
+	}
+	list, err := c2.Jobs(ctx)
+	if err != nil || len(list) != 2 || list[0].JobID != tree || list[1].JobID != jobID {
+		t.Fatalf("Jobs: %+v %v", list, err)
+	}
+}

@@ -1,0 +1,743 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
+)
+
+// Detached jobs. The sandbox's agent owns a job (it runs on when callers, or this server, go);
+// the control plane keeps a record of each in the store, written before it acts: "starting"
+// before the agent is asked, then "running", or "failed" with the reason. While the sandbox
+// runs the agent's status is the truth and the record follows it; a background watch per running
+// job settles the record (state, exit, times, the last TailBytes of output) when the job ends,
+// and Reconcile re-arms the watches of adopted sandboxes after a restart. When a sandbox ends
+// its running jobs' records become canceled (destroy, TTL) or unknown (lost), so job_list and
+// job_status answer after the sandbox is gone, until the records are pruned.
+
+// jobTracker remembers which jobs have a watch running, so that each has at most one.
+type jobTracker struct {
+	mu      sync.Mutex
+	watched map[string]bool // job id
+}
+
+func (s *Service) jobStore() (JobStore, error) {
+	js, ok := s.store.(JobStore)
+	if !ok {
+		return nil, errcode.New(errcode.UnsupportedOp, "this server's store keeps no job records")
+	}
+	return js, nil
+}
+
+func (s *Service) maxJobs() int {
+	if s.cfg.MaxJobsPerSandbox > 0 {
+		return s.cfg.MaxJobsPerSandbox
+	}
+	return DefaultMaxJobs
+}
+
+func checkJobID(id string) error {
+	if !ValidJobID(id) {
+		return errcode.New(errcode.InvalidArgument, "job_id %q is malformed: job ids look like job-0123456789ab (from job_start or job_list)", truncate(id, 64))
+	}
+	return nil
+}
+
+// validateCommand checks a command as Exec does.
+func validateCommand(argv []string, env map[string]string, cwd, user string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return errcode.New(errcode.InvalidArgument, "command must be a non-empty argv array, e.g. [\"make\", \"build\"]; it is never run through a shell (use [\"sh\", \"-c\", \"...\"] for shell syntax)")
+	}
+	for i, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			return errcode.New(errcode.InvalidArgument, "command[%d] contains a NUL byte", i)
+		}
+	}
+	if len(env) > MaxEnv {
+		return errcode.New(errcode.InvalidArgument, "env has %d entries; at most %d are allowed", len(env), MaxEnv)
+	}
+	if err := ValidateEnv("env", env); err != nil {
+		return err
+	}
+	if strings.ContainsRune(cwd, 0) || strings.ContainsRune(user, 0) {
+		return errcode.New(errcode.InvalidArgument, "cwd and user must not contain a NUL byte")
+	}
+	return nil
+}
+
+func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
+
+// StartJob starts a detached job in a running sandbox and returns its record, state running.
+// The record is written first (starting); a job the agent refuses is recorded failed.
+func (s *Service) StartJob(ctx context.Context, sandboxID string, req JobStartRequest) (Job, error) {
+	js, err := s.jobStore()
+	if err != nil {
+		return Job{}, err
+	}
+	if err := validateCommand(req.Argv, req.Env, req.Cwd, req.User); err != nil {
+		return Job{}, err
+	}
+	if _, _, err := s.running(ctx, sandboxID); err != nil {
+		return Job{}, err
+	}
+	now := s.stamp()
+	names := make([]string, 0, len(req.Env))
+	for k := range req.Env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	j := Job{ID: NewJobID(), SandboxID: sandboxID, Argv: req.Argv, EnvNames: names, Cwd: req.Cwd, User: req.User,
+		State: JobStarting, StartedAt: now, UpdatedAt: now, Version: 1}
+	// From here on the caller may hang up: the record is driven to running or failed.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := js.CreateJob(wctx, j, s.maxJobs()); err != nil {
+		if errcode.Is(err, errcode.JobLimitExceeded) {
+			return Job{}, errcode.New(errcode.JobLimitExceeded, "sandbox %s already runs %d jobs, the most it may; wait for one to end (job_wait) or cancel one (job_cancel)", sandboxID, s.maxJobs()).
+				With("limit", s.maxJobs())
+		}
+		return Job{}, fmt.Errorf("record job: %w", err)
+	}
+	info, err := withGuest(wctx, s, sandboxID, func(gc *guest.Client) (guest.JobInfo, error) {
+		return gc.StartJob(wctx, guest.JobStartRequest{JobID: j.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User})
+	})
+	if err != nil {
+		j2 := j
+		j2.State, j2.Error = JobFailed, "start failed: "+errcode.Message(err)
+		if _, uerr := s.saveJob(wctx, j2, "job "+j.ID+" failed to start"); uerr != nil {
+			s.log.Warn("record failed job", "sandbox_id", sandboxID, "job_id", j.ID, "err", uerr)
+		}
+		return Job{}, err
+	}
+	j.State = JobRunning
+	applyInfo(&j, info)
+	out, err := s.saveJob(wctx, j, "job "+j.ID+" started")
+	if err != nil {
+		// The job runs; the watch settles the record.
+		s.log.Warn("record running job", "sandbox_id", sandboxID, "job_id", j.ID, "err", err)
+		out = j
+	}
+	s.watchJob(sandboxID, j.ID)
+	return present(out), nil
+}
+
+// applyInfo copies what the agent reports of a job onto its record.
+func applyInfo(j *Job, info guest.JobInfo) {
+	switch info.State {
+	case "running":
+		j.State = JobRunning
+	case "exited":
+		j.State = JobExited
+	case "killed":
+		j.State = JobKilled
+	case "canceled":
+		j.State = JobCanceled
+	}
+	if !info.StartedAt.IsZero() {
+		j.StartedAt = info.StartedAt.UTC().Truncate(time.Millisecond)
+	}
+	j.ExitCode, j.Signal, j.OOMKilled = info.ExitCode, info.Signal, info.OOMKilled
+	if info.FinishedAt != nil {
+		t := info.FinishedAt.UTC().Truncate(time.Millisecond)
+		j.FinishedAt = &t
+	}
+	j.LogBytes, j.LogTruncated = info.LogBytes, info.LogTruncated
+}
+
+// saveJob writes j as the next version of its record, with a "job" event when reason is set.
+// A concurrent update (CONFLICT) is retried on the fresh record unless that one has ended.
+func (s *Service) saveJob(ctx context.Context, j Job, reason string) (Job, error) {
+	js, err := s.jobStore()
+	if err != nil {
+		return j, err
+	}
+	for range 3 {
+		j.Version++
+		j.UpdatedAt = s.stamp()
+		var ev Event
+		if reason != "" {
+			ev = Event{SandboxID: j.SandboxID, Type: "job", Reason: truncate(reason, 1024), At: j.UpdatedAt}
+		}
+		err = js.UpdateJob(ctx, j, ev)
+		if err == nil {
+			if reason != "" {
+				s.bus.publish()
+			}
+			return j, nil
+		}
+		if !errcode.Is(err, errcode.Conflict) {
+			return j, err
+		}
+		cur, gerr := js.GetJob(ctx, j.SandboxID, j.ID)
+		if gerr != nil {
+			return j, gerr
+		}
+		if !cur.State.Active() {
+			return cur, nil // someone settled it first: theirs stands
+		}
+		j.Version = cur.Version
+	}
+	return j, err
+}
+
+// endReason is the event reason of a job that ended: "job-… exited 0" etc.
+func endReason(j Job) string {
+	switch j.State {
+	case JobExited:
+		code := -1
+		if j.ExitCode != nil {
+			code = *j.ExitCode
+		}
+		return fmt.Sprintf("job %s exited %d", j.ID, code)
+	case JobKilled:
+		if j.OOMKilled {
+			return fmt.Sprintf("job %s killed by %s (out of memory)", j.ID, j.Signal)
+		}
+		return fmt.Sprintf("job %s killed by %s", j.ID, j.Signal)
+	}
+	return fmt.Sprintf("job %s %s", j.ID, j.State)
+}
+
+// present fills the reply-only fields of a job.
+func present(j Job) Job {
+	j.Success = j.State == JobExited && j.ExitCode != nil && *j.ExitCode == 0
+	switch j.State {
+	case JobStarting:
+		j.Message = "the job is being started"
+	case JobRunning:
+		j.Message = "the job is running; job_wait waits for its end, job_logs reads its output"
+	case JobExited:
+		if j.Success {
+			j.Message = "the job exited with code 0"
+		} else {
+			j.Message = fmt.Sprintf("the job exited with code %d: it failed", *orZero(j.ExitCode))
+		}
+	case JobKilled:
+		j.Message = "the job was killed by " + j.Signal + ": it did not finish"
+		if j.OOMKilled {
+			j.Message = "the job was killed by " + j.Signal + " because the sandbox ran out of memory (memory_mb): it did not finish"
+		}
+	case JobCanceled:
+		j.Message = "the job was canceled before it finished"
+		if j.Error != "" {
+			j.Message = "the job was canceled before it finished: " + j.Error
+		}
+	case JobFailed:
+		j.Message = "the job never started: " + j.Error
+	case JobUnknown:
+		j.Message = "the job's outcome is unknown (" + j.Error + "); do NOT treat it as a success: run it again to know"
+	}
+	if j.LogTruncated {
+		j.Message += "; its log was truncated (the sandbox's disk filled), the job was not stopped by it"
+	}
+	return j
+}
+
+func orZero(p *int) *int {
+	if p == nil {
+		z := -1
+		return &z
+	}
+	return p
+}
+
+// job returns a job's record after checking the ids.
+func (s *Service) job(ctx context.Context, sandboxID, jobID string) (Job, error) {
+	if err := checkID(sandboxID); err != nil {
+		return Job{}, err
+	}
+	if err := checkJobID(jobID); err != nil {
+		return Job{}, err
+	}
+	js, err := s.jobStore()
+	if err != nil {
+		return Job{}, err
+	}
+	return js.GetJob(ctx, sandboxID, jobID)
+}
+
+// ListJobs returns a sandbox's jobs, newest first: at most limit (1..1000, default 20), and how
+// many older ones were omitted. It answers from the records, after the sandbox is gone too.
+func (s *Service) ListJobs(ctx context.Context, sandboxID string, limit int) (JobList, error) {
+	if err := checkID(sandboxID); err != nil {
+		return JobList{}, err
+	}
+	if limit < 0 || limit > MaxList {
+		return JobList{}, errcode.New(errcode.InvalidArgument, "limit must be between 1 and %d; got %d", MaxList, limit)
+	}
+	if limit == 0 {
+		limit = DefaultJobList
+	}
+	js, err := s.jobStore()
+	if err != nil {
+		return JobList{}, err
+	}
+	if _, err := s.store.GetSandbox(ctx, sandboxID); err != nil {
+		return JobList{}, err
+	}
+	jobs, omitted, err := js.ListJobs(ctx, sandboxID, nil, limit)
+	if err != nil {
+		return JobList{}, err
+	}
+	out := JobList{Jobs: make([]Job, 0, len(jobs)), Omitted: omitted}
+	for _, j := range jobs {
+		if j.State.Active() {
+			if fresh, err := s.refreshJob(ctx, j); err == nil {
+				j = fresh
+			}
+		}
+		out.Jobs = append(out.Jobs, present(j))
+	}
+	return out, nil
+}
+
+// JobStatus returns a job's status: the agent's while the sandbox runs (the record follows it),
+// the record's after.
+func (s *Service) JobStatus(ctx context.Context, sandboxID, jobID string) (Job, error) {
+	j, err := s.job(ctx, sandboxID, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	if j.State.Active() {
+		if j, err = s.refreshJob(ctx, j); err != nil {
+			return Job{}, err
+		}
+	}
+	return present(j), nil
+}
+
+// refreshJob asks the agent about an active job and brings its record up to date. A sandbox
+// that is no longer running settles the record (canceled or unknown).
+func (s *Service) refreshJob(ctx context.Context, j Job) (Job, error) {
+	sb, gc, err := s.running(ctx, j.SandboxID)
+	if err != nil {
+		if errcode.Is(err, errcode.SandboxNotRunning) {
+			return s.settleGone(ctx, j, sb)
+		}
+		return j, err
+	}
+	info, err := gc.Job(ctx, j.ID)
+	if errcode.Is(err, errcode.JobNotFound) {
+		if j.State == JobStarting && s.stamp().Sub(j.UpdatedAt) < 30*time.Second {
+			return j, nil // its start is still in flight
+		}
+		j.State, j.Error = JobUnknown, "the sandbox's agent has no record of it (it was restarted, or the server stopped while starting the job)"
+		now := s.stamp()
+		j.FinishedAt = &now
+		return s.saveJob(ctx, j, endReason(j)+": no exit record")
+	}
+	if err != nil {
+		return j, s.guestFailed(ctx, sb, err)
+	}
+	return s.follow(ctx, gc, j, info)
+}
+
+// follow updates j's record from the agent's info: an ended job's record is settled with the
+// last TailBytes of its output; a job found running is marked running.
+func (s *Service) follow(ctx context.Context, gc *guest.Client, j Job, info guest.JobInfo) (Job, error) {
+	if info.State == "running" {
+		if j.State == JobRunning && j.LogBytes == info.LogBytes && j.LogTruncated == info.LogTruncated {
+			return j, nil
+		}
+		was := j.State
+		applyInfo(&j, info)
+		reason := ""
+		if was == JobStarting {
+			reason = "job " + j.ID + " started"
+		}
+		return s.saveJob(ctx, j, reason)
+	}
+	applyInfo(&j, info)
+	if j.State.Active() { // a state this build does not know: keep it running, say so
+		s.log.Warn("agent reported an unknown job state", "sandbox_id", j.SandboxID, "job_id", j.ID, "state", truncate(info.State, 32))
+		return j, nil
+	}
+	j.Tail = s.tailOf(ctx, gc, j)
+	return s.saveJob(ctx, j, endReason(j))
+}
+
+// tailOf reads the last TailBytes of a job's output from its agent (best effort).
+func (s *Service) tailOf(ctx context.Context, gc *guest.Client, j Job) []byte {
+	if j.LogBytes <= 0 {
+		return nil
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	off := max(0, j.LogBytes-TailBytes)
+	lg, err := gc.JobLogs(tctx, j.ID, guest.JobLogsRequest{Stream: "all", Offset: off, Max: TailBytes})
+	if err != nil {
+		s.log.Warn("read the end of a job's output", "sandbox_id", j.SandboxID, "job_id", j.ID, "err", err)
+		return nil
+	}
+	if len(lg.Data) > TailBytes {
+		return lg.Data[len(lg.Data)-TailBytes:]
+	}
+	return lg.Data
+}
+
+// settleGone settles an active job whose sandbox is no longer running: canceled when the
+// server stopped the sandbox (destroy, TTL), unknown when it was lost.
+func (s *Service) settleGone(ctx context.Context, j Job, sb Sandbox) (Job, error) {
+	if sb.ID == "" {
+		var err error
+		if sb, err = s.store.GetSandbox(ctx, j.SandboxID); err != nil {
+			return j, err
+		}
+	}
+	now := s.stamp()
+	j.FinishedAt = &now
+	switch sb.State {
+	case StateLost, StateFailed:
+		j.State, j.Error = JobUnknown, "the sandbox was lost ("+sb.Error+"); its agent's exit record is gone with it"
+	case StateCreating, StateRunning:
+		return j, nil
+	default:
+		j.State, j.Error = JobCanceled, "the sandbox was destroyed"
+	}
+	return s.saveJob(ctx, j, endReason(j))
+}
+
+// sandboxEnding settles the records of sb's active jobs when sb leaves running for state to:
+// canceled when the server stops it (reason: destroy requested, ttl expired), unknown when it
+// is lost. Before a stop it saves what the agent still has of each job's end.
+func (s *Service) sandboxEnding(ctx context.Context, sb Sandbox, to State, reason string) {
+	js, err := s.jobStore()
+	if err != nil {
+		return
+	}
+	jobs, _, err := js.ListJobs(ctx, sb.ID, []JobState{JobStarting, JobRunning}, MaxList)
+	if err != nil {
+		s.log.Warn("list a sandbox's jobs to settle them", "sandbox_id", sb.ID, "err", err)
+		return
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	var gc *guest.Client
+	if to == StateStopping {
+		s.guestsMu.Lock()
+		gc = s.guests[sb.ID]
+		s.guestsMu.Unlock()
+	}
+	now := s.stamp()
+	// What the agent still has of the jobs' ends is read within one bound for them all.
+	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+	defer acancel()
+	for _, j := range jobs {
+		j.FinishedAt = &now
+		if to == StateLost {
+			j.State, j.Error = JobUnknown, "the sandbox was lost ("+reason+"); its agent's exit record is gone with it"
+		} else {
+			if gc != nil && actx.Err() == nil {
+				if info, err := gc.Job(actx, j.ID); err == nil {
+					if info.State != "running" {
+						if _, err := s.follow(ctx, gc, j, info); err != nil {
+							s.log.Warn("settle job", "job_id", j.ID, "err", err)
+						}
+						continue
+					}
+					j.LogBytes, j.LogTruncated = info.LogBytes, info.LogTruncated
+					j.Tail = s.tailOf(actx, gc, j)
+				}
+			}
+			j.State, j.Error = JobCanceled, "its sandbox was stopped: "+reason
+		}
+		if _, err := s.saveJob(ctx, j, endReason(j)); err != nil {
+			s.log.Warn("settle job of an ended sandbox", "sandbox_id", sb.ID, "job_id", j.ID, "err", err)
+		}
+	}
+}
+
+// WaitJob waits up to timeout (0..1 h) for a job to end and returns its status; a wait that
+// times out is not an error: it returns the job running.
+func (s *Service) WaitJob(ctx context.Context, sandboxID, jobID string, timeout time.Duration) (Job, error) {
+	if timeout < 0 || timeout > MaxJobWait {
+		return Job{}, errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 0 and %d; got %g", int(MaxJobWait/time.Second), timeout.Seconds())
+	}
+	j, err := s.job(ctx, sandboxID, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	if !j.State.Active() {
+		return present(j), nil
+	}
+	sb, gc, err := s.running(ctx, sandboxID)
+	if err != nil {
+		if errcode.Is(err, errcode.SandboxNotRunning) {
+			j, err = s.settleGone(ctx, j, sb)
+			return present(j), err
+		}
+		return Job{}, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
+	defer cancel()
+	info, err := gc.WaitJob(wctx, jobID, timeout)
+	if err != nil {
+		if errcode.Is(err, errcode.JobNotFound) {
+			j, err = s.refreshJob(ctx, j)
+			return present(j), err
+		}
+		if ctx.Err() != nil {
+			return Job{}, ctx.Err()
+		}
+		return Job{}, s.guestFailed(ctx, sb, err)
+	}
+	j, err = s.follow(ctx, gc, j, info)
+	return present(j), err
+}
+
+// CancelJob stops a job: SIGTERM to its whole process tree, SIGKILL after grace (0..10 min,
+// default 10 s), and returns it canceled. A job that already ended is returned as it ended.
+func (s *Service) CancelJob(ctx context.Context, sandboxID, jobID string, grace *time.Duration) (Job, error) {
+	g := DefaultCancelGrace
+	if grace != nil {
+		g = *grace
+	}
+	if g < 0 || g > MaxCancelGrace {
+		return Job{}, errcode.New(errcode.InvalidArgument, "grace_seconds must be between 0 and %d; got %g", int(MaxCancelGrace/time.Second), g.Seconds())
+	}
+	j, err := s.job(ctx, sandboxID, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	if !j.State.Active() {
+		return present(j), nil
+	}
+	sb, gc, err := s.running(ctx, sandboxID)
+	if err != nil {
+		if errcode.Is(err, errcode.SandboxNotRunning) {
+			j, err = s.settleGone(ctx, j, sb)
+			return present(j), err
+		}
+		return Job{}, err
+	}
+	// The cancel finishes even if the caller goes.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g+30*time.Second)
+	defer cancel()
+	info, err := gc.CancelJob(cctx, jobID, g)
+	if err != nil {
+		if errcode.Is(err, errcode.JobNotFound) {
+			j, err = s.refreshJob(cctx, j)
+			return present(j), err
+		}
+		return Job{}, s.guestFailed(cctx, sb, err)
+	}
+	j, err = s.follow(cctx, gc, j, info)
+	return present(j), err
+}
+
+// JobLogs returns a bounded slice of a job's output: the last DefaultTailLines lines when
+// neither Offset nor TailLines is given. From a running sandbox it reads the agent's log (the
+// whole output); after the sandbox is gone, the last TailBytes kept in the record.
+func (s *Service) JobLogs(ctx context.Context, sandboxID, jobID string, req JobLogsRequest) (JobLogs, error) {
+	switch req.Stream {
+	case "":
+		req.Stream = "all"
+	case "all", "stdout", "stderr":
+	default:
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "stream must be all, stdout or stderr; got %q", truncate(req.Stream, 32))
+	}
+	if req.Offset != nil && *req.Offset < 0 {
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "offset_bytes must be at least 0; got %d", *req.Offset)
+	}
+	if req.MaxBytes != nil && (*req.MaxBytes < 1 || *req.MaxBytes > MaxJobLogBytes) {
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "max_bytes must be between 1 and %d; got %d", MaxJobLogBytes, *req.MaxBytes)
+	}
+	if req.TailLines != nil && (*req.TailLines < 1 || *req.TailLines > MaxTailLines) {
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "tail_lines must be between 1 and %d; got %d", MaxTailLines, *req.TailLines)
+	}
+	if req.TailLines != nil && (req.Offset != nil || req.MaxBytes != nil) {
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "give tail_lines, or offset_bytes and max_bytes, not both")
+	}
+	maxBytes, tail := int64(DefaultJobLogBytes), 0
+	if req.MaxBytes != nil {
+		maxBytes = *req.MaxBytes
+		if req.Offset == nil {
+			zero := int64(0)
+			req.Offset = &zero
+		}
+	}
+	if req.TailLines != nil {
+		tail = *req.TailLines
+	} else if req.Offset == nil {
+		tail = DefaultTailLines
+	}
+	j, err := s.job(ctx, sandboxID, jobID)
+	if err != nil {
+		return JobLogs{}, err
+	}
+	out := JobLogs{JobID: j.ID, SandboxID: j.SandboxID, Stream: req.Stream, State: j.State}
+	sb, gc, err := s.running(ctx, sandboxID)
+	if err == nil {
+		greq := guest.JobLogsRequest{Stream: req.Stream, TailLines: tail}
+		if req.Offset != nil {
+			greq.Offset, greq.Max = *req.Offset, maxBytes
+		}
+		lg, gerr := gc.JobLogs(ctx, jobID, greq)
+		if gerr == nil {
+			out.Data, out.Offset, out.NextOffset, out.TotalBytes, out.Truncated = lg.Data, lg.Offset, lg.NextOffset, lg.TotalBytes, lg.Truncated
+			out.Source = "agent"
+			return out, nil
+		}
+		if !errcode.Is(gerr, errcode.JobNotFound) {
+			return JobLogs{}, s.guestFailed(ctx, sb, gerr)
+		}
+	} else if !errcode.Is(err, errcode.SandboxNotRunning) {
+		return JobLogs{}, err
+	}
+	// From the record: the last TailBytes of the interleaved output.
+	if req.Stream != "all" {
+		return JobLogs{}, errcode.New(errcode.SandboxNotRunning, "sandbox %s is not running: only the last %d bytes of the job's interleaved output (stream all) were kept", sandboxID, TailBytes)
+	}
+	out.Source, out.TotalBytes, out.Truncated = "record", j.LogBytes, j.LogTruncated
+	start := j.LogBytes - int64(len(j.Tail))
+	data := j.Tail
+	if req.Offset != nil {
+		off := *req.Offset
+		if off < start {
+			out.Message = fmt.Sprintf("the sandbox is gone and only the last %d bytes were kept (from offset %d); bytes before it are lost", len(j.Tail), start)
+			off = start
+		}
+		off = min(off, j.LogBytes)
+		data = j.Tail[off-start:]
+		if int64(len(data)) > maxBytes {
+			data = data[:maxBytes]
+		}
+		out.Offset = off
+	} else {
+		data = lastLines(data, tail)
+		out.Offset = j.LogBytes - int64(len(data))
+		if out.Offset == start && start > 0 {
+			out.Message = fmt.Sprintf("the sandbox is gone and only the last %d bytes were kept", len(j.Tail))
+		}
+	}
+	out.Data = data
+	out.NextOffset = out.Offset + int64(len(data))
+	return out, nil
+}
+
+// lastLines returns the last n lines of b (a final line without a newline counts).
+func lastLines(b []byte, n int) []byte {
+	end := len(b)
+	if end > 0 && b[end-1] == '\n' {
+		end--
+	}
+	i := end
+	for k := 0; k < n; k++ {
+		p := bytes.LastIndexByte(b[:i], '\n')
+		if p < 0 {
+			return b
+		}
+		i = p
+		if k == n-1 {
+			return b[p+1:]
+		}
+	}
+	return b[i:]
+}
+
+// Job watches. A running job has one background watch that waits on the agent (long waits,
+// re-armed) and settles its record when it ends. It stops when the job ends, the sandbox stops
+// running (sandboxEnding settles the record) or the service closes.
+
+const jobWaitSlice = 10 * time.Minute
+
+func (s *Service) watchJob(sandboxID, jobID string) {
+	s.jobs.mu.Lock()
+	if s.jobs.watched == nil {
+		s.jobs.watched = map[string]bool{}
+	}
+	if s.jobs.watched[jobID] {
+		s.jobs.mu.Unlock()
+		return
+	}
+	s.jobs.watched[jobID] = true
+	s.jobs.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.jobs.mu.Lock()
+			delete(s.jobs.watched, jobID)
+			s.jobs.mu.Unlock()
+		}()
+		backoff := time.Second
+		for {
+			if s.bg.Err() != nil {
+				return
+			}
+			j, err := s.job(s.bg, sandboxID, jobID)
+			if err != nil || !j.State.Active() {
+				return
+			}
+			sb, gc, err := s.running(s.bg, sandboxID)
+			if err != nil {
+				if errcode.Is(err, errcode.SandboxNotRunning) {
+					if _, err := s.settleGone(s.bg, j, sb); err != nil {
+						s.log.Warn("settle job", "job_id", jobID, "err", err)
+					}
+					return
+				}
+			} else {
+				wctx, cancel := context.WithTimeout(s.bg, jobWaitSlice+time.Minute)
+				info, err2 := gc.WaitJob(wctx, jobID, jobWaitSlice)
+				cancel()
+				switch {
+				case err2 == nil:
+					if _, ferr := s.follow(s.bg, gc, j, info); ferr != nil {
+						s.log.Warn("record job", "job_id", jobID, "err", ferr)
+					} else if info.State == "running" {
+						backoff = time.Second
+						continue
+					} else {
+						return
+					}
+				case errcode.Is(err2, errcode.JobNotFound):
+					// refreshJob settles it (unknown), or leaves a start in flight for later.
+					if _, ferr := s.refreshJob(s.bg, j); ferr != nil {
+						s.log.Warn("record job", "job_id", jobID, "err", ferr)
+					}
+				case s.bg.Err() != nil:
+					return
+				default:
+					err = s.guestFailed(s.bg, sb, err2)
+				}
+			}
+			if err != nil {
+				s.log.Debug("job watch: retrying", "sandbox_id", sandboxID, "job_id", jobID, "err", err)
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-s.bg.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, time.Minute)
+		}
+	}()
+}
+
+// reattachJobs re-arms the watches of an adopted sandbox's active jobs (Reconcile).
+func (s *Service) reattachJobs(ctx context.Context, sandboxID string) {
+	js, err := s.jobStore()
+	if err != nil {
+		return
+	}
+	jobs, _, err := js.ListJobs(ctx, sandboxID, []JobState{JobStarting, JobRunning}, MaxList)
+	if err != nil {
+		s.log.Warn("reconcile: list jobs", "sandbox_id", sandboxID, "err", err)
+		return
+	}
+	for _, j := range jobs {
+		s.log.Info("reconcile: re-attached job", "sandbox_id", sandboxID, "job_id", j.ID)
+		s.watchJob(sandboxID, j.ID)
+	}
+}

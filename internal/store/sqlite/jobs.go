@@ -1,0 +1,276 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+const jobColumns = `id, sandbox_id, argv, env_names, cwd, user_name, state, exit_code, signal, oom_killed,
+	started_at, finished_at, log_bytes, log_truncated, tail, error_msg, created_at, updated_at, version`
+
+// activeJobStates are the states of jobs that may still run, as query args.
+func activeJobStates() []any { return []any{string(sandbox.JobStarting), string(sandbox.JobRunning)} }
+
+func checkJob(j sandbox.Job) error {
+	switch {
+	case !sandbox.ValidJobID(j.ID):
+		return errcode.New(errcode.InvalidArgument, "job id %q is malformed", j.ID)
+	case j.SandboxID == "":
+		return errcode.New(errcode.InvalidArgument, "job %s has no sandbox id", j.ID)
+	case !j.State.Valid():
+		return errcode.New(errcode.InvalidArgument, "job %s has unknown state %q", j.ID, j.State)
+	case len(j.Tail) > sandbox.TailBytes:
+		return errcode.New(errcode.InvalidArgument, "job %s: its kept output is %d bytes, more than %d", j.ID, len(j.Tail), sandbox.TailBytes)
+	}
+	return nil
+}
+
+func jobArgs(j sandbox.Job) ([]any, error) {
+	argv, err := json.Marshal(j.Argv)
+	if err != nil {
+		return nil, err
+	}
+	names := j.EnvNames
+	if names == nil {
+		names = []string{}
+	}
+	env, err := json.Marshal(names)
+	if err != nil {
+		return nil, err
+	}
+	var exit, finished any
+	if j.ExitCode != nil {
+		exit = int64(*j.ExitCode)
+	}
+	if j.FinishedAt != nil {
+		finished = millis(*j.FinishedAt)
+	}
+	tail := j.Tail
+	if tail == nil {
+		tail = []byte{}
+	}
+	return []any{j.ID, j.SandboxID, string(argv), string(env), j.Cwd, j.User, string(j.State), exit, j.Signal,
+		j.OOMKilled, millis(j.StartedAt), finished, j.LogBytes, j.LogTruncated, tail, j.Error,
+		millis(j.UpdatedAt), millis(j.UpdatedAt), j.Version}, nil
+}
+
+// CreateJob inserts j if its sandbox exists and has fewer than maxActive starting or running
+// jobs, then trims that sandbox's finished jobs to the newest MaxJobRecords, in one transaction.
+func (s *Store) CreateJob(ctx context.Context, j sandbox.Job, maxActive int) error {
+	if err := checkJob(j); err != nil {
+		return opErr("create job", j.ID, err)
+	}
+	if j.Version != 1 {
+		return opErr("create job", j.ID, errcode.New(errcode.InvalidArgument, "a new job record must have version 1, not %d", j.Version))
+	}
+	args, err := jobArgs(j)
+	if err != nil {
+		return opErr("create job", j.ID, err)
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sandboxes WHERE id = ?`, j.SandboxID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound(j.SandboxID)
+		}
+		if err != nil {
+			return fmt.Errorf("read sandbox: %w", err)
+		}
+		if maxActive > 0 {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM jobs WHERE sandbox_id = ? AND state IN (?, ?)`,
+				append([]any{j.SandboxID}, activeJobStates()...)...).Scan(&n); err != nil {
+				return fmt.Errorf("count running jobs: %w", err)
+			}
+			if n >= maxActive {
+				return errcode.New(errcode.JobLimitExceeded, "sandbox %s has %d running jobs, the most it may", j.SandboxID, n).With("limit", maxActive)
+			}
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		if isPrimaryKeyViolation(err) {
+			return errcode.Wrap(errcode.Conflict, err, "job %s already exists", j.ID)
+		}
+		if err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM jobs WHERE id IN (
+			SELECT id FROM jobs WHERE sandbox_id = ? AND state NOT IN (?, ?)
+			ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?)`,
+			append(append([]any{j.SandboxID}, activeJobStates()...), sandbox.MaxJobRecords)...)
+		if err != nil {
+			return fmt.Errorf("trim finished jobs: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return opErr("create job", j.ID, err)
+	}
+	return nil
+}
+
+// GetJob returns one job of sandboxID, or JOB_NOT_FOUND.
+func (s *Store) GetJob(ctx context.Context, sandboxID, jobID string) (sandbox.Job, error) {
+	row := s.read.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND sandbox_id = ?`, jobID, sandboxID)
+	j, err := scanJob(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sandbox.Job{}, opErr("get job", jobID, errcode.New(errcode.JobNotFound,
+			"job %s of sandbox %s not found; job_list shows the jobs kept", jobID, sandboxID))
+	}
+	if err != nil {
+		return sandbox.Job{}, opErr("get job", jobID, err)
+	}
+	return j, nil
+}
+
+// ListJobs returns sandboxID's jobs in states (all if none), newest first, at most limit, and
+// how many more matched.
+func (s *Store) ListJobs(ctx context.Context, sandboxID string, states []sandbox.JobState, lim int) ([]sandbox.Job, int, error) {
+	where := `sandbox_id = ?`
+	args := []any{sandboxID}
+	if len(states) > 0 {
+		where += ` AND state IN (` + placeholders(len(states)) + `)`
+		for _, st := range states {
+			args = append(args, string(st))
+		}
+	}
+	var total int
+	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM jobs WHERE `+where, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("sqlite: list jobs of %s: %w", sandboxID, err)
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+where+
+		` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, limit(lim))...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("sqlite: list jobs of %s: %w", sandboxID, err)
+	}
+	defer rows.Close()
+	var out []sandbox.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, 0, fmt.Errorf("sqlite: list jobs of %s: %w", sandboxID, err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("sqlite: list jobs of %s: %w", sandboxID, err)
+	}
+	return out, max(0, total-len(out)), nil
+}
+
+// UpdateJob writes j if the stored version is j.Version-1 and appends ev (if ev.Type is set)
+// with the sandbox's current state as From and To, in one transaction.
+func (s *Store) UpdateJob(ctx context.Context, j sandbox.Job, ev sandbox.Event) error {
+	if err := checkJob(j); err != nil {
+		return opErr("update job", j.ID, err)
+	}
+	args, err := jobArgs(j)
+	if err != nil {
+		return opErr("update job", j.ID, err)
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		// args: id, sandbox_id, argv, env, cwd, user, state, exit, signal, oom, started,
+		// finished, log_bytes, truncated, tail, error, created (unused), updated, version.
+		res, err := tx.ExecContext(ctx, `UPDATE jobs SET argv = ?, env_names = ?, cwd = ?, user_name = ?, state = ?,
+			exit_code = ?, signal = ?, oom_killed = ?, started_at = ?, finished_at = ?, log_bytes = ?,
+			log_truncated = ?, tail = ?, error_msg = ?, updated_at = ?, version = ?
+			WHERE id = ? AND sandbox_id = ? AND version = ?`,
+			args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9], args[10], args[11],
+			args[12], args[13], args[14], args[15], args[17], args[18], j.ID, j.SandboxID, j.Version-1)
+		if err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		if n == 0 {
+			var stored int64
+			err := tx.QueryRowContext(ctx, `SELECT version FROM jobs WHERE id = ? AND sandbox_id = ?`, j.ID, j.SandboxID).Scan(&stored)
+			if errors.Is(err, sql.ErrNoRows) {
+				return errcode.New(errcode.JobNotFound, "job %s of sandbox %s not found", j.ID, j.SandboxID)
+			}
+			if err != nil {
+				return fmt.Errorf("read version: %w", err)
+			}
+			return errcode.New(errcode.Conflict, "job %s changed concurrently: it is at version %d, this update expected %d",
+				j.ID, stored, j.Version-1).With("version", stored)
+		}
+		if ev.Type == "" {
+			return nil
+		}
+		at := ev.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO events (sandbox_id, type, from_state, to_state, reason, at)
+			SELECT id, ?, state, state, ?, ? FROM sandboxes WHERE id = ?`, ev.Type, ev.Reason, millis(at), j.SandboxID)
+		if err != nil {
+			return fmt.Errorf("insert event: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return opErr("update job", j.ID, err)
+	}
+	return nil
+}
+
+// PruneJobs deletes finished jobs whose record was last updated before the given time.
+func (s *Store) PruneJobs(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE state NOT IN (?, ?) AND updated_at < ?`,
+			append(activeJobStates(), millis(before))...)
+		if err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: prune jobs updated before %s: %w", before.UTC().Format(time.RFC3339Nano), err)
+	}
+	return int(n), nil
+}
+
+func scanJob(r rowScanner) (sandbox.Job, error) {
+	var j sandbox.Job
+	var argv, env, state string
+	var exit, finished sql.NullInt64
+	var started, created, updated int64
+	err := r.Scan(&j.ID, &j.SandboxID, &argv, &env, &j.Cwd, &j.User, &state, &exit, &j.Signal, &j.OOMKilled,
+		&started, &finished, &j.LogBytes, &j.LogTruncated, &j.Tail, &j.Error, &created, &updated, &j.Version)
+	if err != nil {
+		return sandbox.Job{}, err
+	}
+	j.State = sandbox.JobState(state)
+	if err := json.Unmarshal([]byte(argv), &j.Argv); err != nil {
+		return sandbox.Job{}, fmt.Errorf("decode argv of job %s: %w", j.ID, err)
+	}
+	if err := json.Unmarshal([]byte(env), &j.EnvNames); err != nil {
+		return sandbox.Job{}, fmt.Errorf("decode env names of job %s: %w", j.ID, err)
+	}
+	if len(j.EnvNames) == 0 {
+		j.EnvNames = nil
+	}
+	if exit.Valid {
+		c := int(exit.Int64)
+		j.ExitCode = &c
+	}
+	if finished.Valid {
+		t := fromMillis(finished.Int64)
+		j.FinishedAt = &t
+	}
+	if len(j.Tail) == 0 {
+		j.Tail = nil
+	}
+	j.StartedAt, j.UpdatedAt = fromMillis(started), fromMillis(updated)
+	return j, nil
+}
