@@ -44,6 +44,8 @@ type Backend interface {
 	Subscribe(ctx context.Context, after int64) (<-chan sandbox.Event, error)
 	Capacity(ctx context.Context) (sandbox.Capacity, error)
 	Runtimes() []runtime.Capabilities
+	// Metrics samples a running sandbox's resource use (sandbox_metrics).
+	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
 }
 
 // Bounds of the MCP surface (the REST API streams larger files).

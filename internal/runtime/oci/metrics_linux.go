@@ -28,7 +28,7 @@ var _ runtime.MetricsReader = (*Runtime)(nil)
 // (or a shared one such as cpu,cpuacct). A sandbox's cgroup is <hierarchy>/<CgroupParent>/<id>;
 // runsc puts gVisor's sentry, gofer and their threads in that same cgroup.
 type cgroupHierarchies struct {
-	v2                          bool
+	v2                         bool
 	cpu, cpuacct, memory, pids string
 }
 
