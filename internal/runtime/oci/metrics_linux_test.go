@@ -135,8 +135,9 @@ func testMetrics(t *testing.T, rt *Runtime) {
 	if res := <-done; !res.TimedOut {
 		t.Errorf("the holder: %+v", res)
 	}
+	// gVisor's platform keeps its host stub tasks as a pool: only runc's task count falls.
 	pollMetrics(t, rt, id, "memory and tasks freed", func(m runtime.Metrics) bool {
-		return m.Memory.UsedBytes-m2.Memory.UsedBytes < 64<<20 && m.Pids.Current < m2.Pids.Current+6
+		return m.Memory.UsedBytes-m2.Memory.UsedBytes < 64<<20 && (rt.flavor == FlavorGVisor || m.Pids.Current < m2.Pids.Current+6)
 	})
 
 	// OOM: an allocation past the limit. gVisor's OOM guard kills inside the sandbox before the
