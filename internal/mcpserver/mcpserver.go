@@ -47,6 +47,8 @@ type Backend interface {
 	Runtimes() []runtime.Capabilities
 	// detached jobs (jobs.go)
 	JobBackend
+	// Metrics samples a running sandbox's resource use (sandbox_metrics).
+	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
 }
 
 // Bounds of the MCP surface (the REST API streams larger files).

@@ -18,7 +18,7 @@ import (
 )
 
 var allTools = []string{"exec", "file_list", "file_read", "file_write", "health", "sandbox_create",
-	"sandbox_destroy", "sandbox_extend", "sandbox_get", "sandbox_list", "watch", "watch_fleet"}
+	"sandbox_destroy", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics", "watch", "watch_fleet"}
 
 // TestToolsList: every tool is listed with a description, an input schema and an output schema;
 // the argument names clients rely on are there.

@@ -83,6 +83,7 @@ func errorsDoc(items ...string) string {
 }
 
 func (s *Server) addTools() {
+	s.addMetricsTools() // metrics (issue 11): sandbox_metrics
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",

@@ -159,7 +159,7 @@ func TestStalledWatcherToldWhatItMissed(t *testing.T) {
 		src.add(idA, "extend", sandbox.StateRunning)
 	}
 	src.add(idB, "extend", sandbox.StateRunning) // another sandbox's: not this watcher's
-	time.Sleep(100 * time.Millisecond)            // the hub has handed out all 51
+	time.Sleep(100 * time.Millisecond)           // the hub has handed out all 51
 	src.failing.Store(true)
 	close(release)
 	time.Sleep(100 * time.Millisecond)
