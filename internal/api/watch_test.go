@@ -376,3 +376,68 @@ func TestSSEWireFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchLogsSSE: a logs stream follows a detached job's output as it is written and ends
+// when the job ends; the bytes streamed are exactly the job's log.
+func TestWatchLogsSSE(t *testing.T) {
+	f := newFakeServer(t)
+	sb := f.create(t)
+	j, err := f.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.2; done"}})
+	if err != nil {
+		t.Fatalf("StartJob: %v", err)
+	}
+	var data []byte
+	var chunks int
+	var end watch.Message
+	_, err = f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "logs", JobID: j.ID, DurationSeconds: 30}, func(m watch.Message) error {
+		switch m.Kind {
+		case watch.KindLogs:
+			if m.Offset != int64(len(data)) {
+				t.Errorf("chunk at offset %d, want %d", m.Offset, len(data))
+			}
+			data = append(data, m.Data...)
+			chunks++
+		case watch.KindEnd:
+			end = m
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Watch logs: %v", err)
+	}
+	want := "line 1\nline 2\nline 3\nline 4\nline 5\n"
+	if string(data) != want || end.Reason != watch.EndJob {
+		t.Fatalf("streamed %q (%d chunks), end %+v; want %q and job_ended", data, chunks, end, want)
+	}
+	if chunks < 2 {
+		t.Errorf("the output came in %d chunk(s): it was not streamed as written", chunks)
+	}
+	// An unknown job is refused before any stream.
+	_, err = f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "logs", JobID: "job-000000000000"}, func(watch.Message) error { return nil })
+	if errcode.Of(err) != errcode.JobNotFound {
+		t.Errorf("unknown job: %v, want JOB_NOT_FOUND", err)
+	}
+}
+
+// TestWatchMetricsSSE: a metrics stream sends a sample every interval_seconds.
+func TestWatchMetricsSSE(t *testing.T) {
+	f := newFakeServer(t)
+	sb := f.create(t)
+	var at []time.Time
+	start := time.Now()
+	_, err := f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "metrics", IntervalSeconds: 1, DurationSeconds: 3}, func(m watch.Message) error {
+		if m.Kind == watch.KindMetrics {
+			if !strings.Contains(string(m.Metrics), sb.ID) {
+				t.Errorf("sample %s does not name the sandbox", m.Metrics)
+			}
+			at = append(at, time.Now())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Watch metrics: %v", err)
+	}
+	if len(at) < 3 || len(at) > 4 || time.Since(start) > 5*time.Second {
+		t.Fatalf("%d samples in %s, want 3 or 4 (one at once, then one a second for 3 s)", len(at), time.Since(start))
+	}
+}

@@ -94,7 +94,7 @@ func New(b Backend, opts Options) *Server {
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner()}
 	s.watch = newWatcher(s)
-	s.hub = watch.NewHub(b, watch.Options{Logger: opts.Logger})
+	s.hub = watch.NewHub(b, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: watch.MetricsOf(b)})
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentbox", Title: "agentbox sandboxes", Version: version.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		// The SDK logs every session at info; keep only its warnings and errors.

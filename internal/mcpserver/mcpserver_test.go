@@ -17,7 +17,8 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-var allTools = []string{"exec", "file_list", "file_read", "file_write", "health", "sandbox_create",
+var allTools = []string{"exec", "file_list", "file_read", "file_write", "health",
+	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait", "sandbox_create",
 	"sandbox_destroy", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics", "watch", "watch_fleet"}
 
 // TestToolsList: every tool is listed with a description, an input schema and an output schema;

@@ -219,6 +219,12 @@ func (h *Hub) Watch(ctx context.Context, req Request, emit func(Message) error) 
 	if err := h.start(ctx); err != nil {
 		return Summary{}, err
 	}
+	if req.Stream == StreamLogs {
+		// An unknown job (or sandbox) is refused before the stream starts.
+		if _, err := h.opts.JobLogs(ctx, req.SandboxID, req.JobID, 0, 1); err != nil && errcode.Of(err) != errcode.SandboxNotRunning {
+			return Summary{}, err
+		}
+	}
 	s := h.register(req.SandboxID)
 	defer h.unregister(req.SandboxID, s)
 	// Registered before reading the sandbox: every event recorded from here on reaches s.
@@ -501,7 +507,7 @@ func (w *watcher) poll(ctx context.Context) error {
 				return err
 			}
 			if len(c.Data) > 0 {
-				if err := w.send(Message{Kind: KindLogs, JobID: w.req.JobID, Data: c.Data, Offset: w.logOffset, State: w.state}); err != nil {
+				if err := w.send(Message{Kind: KindLogs, JobID: w.req.JobID, Data: c.Data, Offset: c.Offset, State: w.state}); err != nil {
 					return err
 				}
 			}

@@ -165,7 +165,9 @@ type Summary struct {
 
 // JobLogChunk is one page of a job's output.
 type JobLogChunk struct {
-	Data       []byte
+	Data []byte
+	// Offset is where Data starts (past the asked offset when the older output is gone).
+	Offset     int64
 	NextOffset int64
 	TotalBytes int64
 	// Running is false once the job has ended (its log is then complete).
