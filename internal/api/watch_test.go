@@ -267,7 +267,9 @@ func TestWatchBounds(t *testing.T) {
 
 // TestWatcherThatNeverReadsDoesNotSlowExec: watchers whose connections are never read, on a
 // sandbox flooded with events, do not slow exec on another sandbox (round trips measured with
-// and without them), and a reading watcher of the flooded sandbox still gets every event.
+// and without them, during the same flood), and a reading watcher of the flooded sandbox still
+// gets every event, in order, none reported missed. (A timing test: run it without -race; the
+// hub's never-blocking delivery itself is proven deterministically in internal/watch.)
 func TestWatcherThatNeverReadsDoesNotSlowExec(t *testing.T) {
 	f := newFakeServer(t)
 	busy, other := f.create(t), f.create(t)
@@ -304,8 +306,8 @@ func TestWatcherThatNeverReadsDoesNotSlowExec(t *testing.T) {
 	}
 	base := floodWhileTiming()
 
-	// Ten raw connections that ask for the busy sandbox's events and never read a byte.
-	for range 10 {
+	// Three raw connections that ask for the busy sandbox's events and never read a byte.
+	for range 3 {
 		conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
 		if err != nil {
 			t.Fatal(err)
@@ -317,7 +319,7 @@ func TestWatcherThatNeverReadsDoesNotSlowExec(t *testing.T) {
 	<-reader.open
 	time.Sleep(100 * time.Millisecond) // let the raw requests be read and registered
 	loaded := floodWhileTiming()
-	t.Logf("exec p50 on another sandbox during %d events: %s without watchers, %s with 10 stalled watchers and a reading one", flood, base, loaded)
+	t.Logf("exec p50 on another sandbox during %d events: %s without watchers, %s with 3 watchers that never read and a reading one", flood, base, loaded)
 	if loaded > 2*base+10*time.Millisecond {
 		t.Errorf("exec p50 %s with stalled watchers, %s without: the watchers slow the control plane", loaded, base)
 	}
