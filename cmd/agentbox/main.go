@@ -24,6 +24,7 @@ func run(args []string) int {
 		"sandbox": cmdSandbox,
 		"exec":    cmdExec,
 		"cp":      cmdCp,
+		"watch":   cmdWatch, // watch.go
 		"doctor":  cmdDoctor,
 		"version": cmdVersion,
 	}
@@ -60,6 +61,8 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox sandbox extend --ttl SECONDS ID
   agentbox sandbox events [--json] ID
   agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
+  agentbox watch [--stream lifecycle|events|logs|metrics] [--job JOB] [--duration D] ID
+                                        one line per event while it happens (logs: the job's output)
   agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
   agentbox version
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -162,52 +161,13 @@ func (k *sink) emit(m watch.Message) error {
 
 // toolMessage renders a stream message for a tool: one line of text, and the fields.
 func toolMessage(m watch.Message) WatchMessage {
-	wm := WatchMessage{SandboxID: m.SandboxID, Kind: m.Kind, Seq: m.Seq, At: m.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), State: string(m.State)}
-	var b strings.Builder
-	b.WriteString(m.Kind)
-	switch m.Kind {
-	case watch.KindState:
-		if m.Event != nil && m.Event.From != "" {
-			fmt.Fprintf(&b, " %s → %s", m.Event.From, m.State)
-		} else {
-			fmt.Fprintf(&b, " %s", m.State)
-		}
-	case watch.KindEvent:
-		if e := m.Event; e != nil {
-			fmt.Fprintf(&b, " %s", e.Type)
-			if e.From != "" && e.From != e.To {
-				fmt.Fprintf(&b, " %s → %s", e.From, e.To)
-			} else {
-				fmt.Fprintf(&b, " %s", e.To)
-			}
-		}
-	case watch.KindLogs:
-		data := m.Data
-		cut := ""
-		if len(data) > maxLogText {
-			data, cut = data[:maxLogText], fmt.Sprintf(" [%d more bytes: page with job_logs]", len(m.Data)-maxLogText)
-		}
-		fmt.Fprintf(&b, " %s @%d: %s%s", m.JobID, m.Offset, strings.ToValidUTF8(string(data), "\uFFFD"), cut)
-	case watch.KindMetrics:
+	wm := WatchMessage{SandboxID: m.SandboxID, Kind: m.Kind, Seq: m.Seq, At: m.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		State: string(m.State), Text: m.Text(maxLogText)}
+	if m.Kind == watch.KindMetrics {
 		var v any
 		if json.Unmarshal(m.Metrics, &v) == nil {
 			wm.Metrics = v
 		}
-		fmt.Fprintf(&b, " %s", m.Metrics)
-	case watch.KindMissed:
-		fmt.Fprintf(&b, " %d events", m.Missed)
-	case watch.KindEnd:
-		fmt.Fprintf(&b, " (state %s)", m.State)
-	}
-	if m.Seq > 0 {
-		fmt.Fprintf(&b, " #%d", m.Seq)
-	}
-	if m.Reason != "" && m.Kind != watch.KindLogs {
-		fmt.Fprintf(&b, ": %s", m.Reason)
-	}
-	wm.Text = b.String()
-	if !utf8.ValidString(wm.Text) {
-		wm.Text = strings.ToValidUTF8(wm.Text, "\uFFFD")
 	}
 	return wm
 }

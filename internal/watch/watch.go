@@ -9,6 +9,8 @@ package watch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -180,3 +182,47 @@ type JobLogPager func(ctx context.Context, sandboxID, jobID string, offset, max 
 
 // MetricsSource takes one sample of a sandbox's metrics (any JSON-encodable value).
 type MetricsSource func(ctx context.Context, sandboxID string) (any, error)
+
+// Text renders m as one line (without the sandbox id): "state running → stopping #12: reason",
+// "event extend running #13: …", "logs job-… @0: <output>", "metrics {…}", "missed 5 events",
+// "end (state destroyed): sandbox_ended". Logs output longer than maxLog bytes is cut, saying so.
+func (m Message) Text(maxLog int) string {
+	var b strings.Builder
+	b.WriteString(m.Kind)
+	switch m.Kind {
+	case KindState:
+		if m.Event != nil && m.Event.From != "" {
+			fmt.Fprintf(&b, " %s → %s", m.Event.From, m.State)
+		} else {
+			fmt.Fprintf(&b, " %s", m.State)
+		}
+	case KindEvent:
+		if e := m.Event; e != nil {
+			fmt.Fprintf(&b, " %s", e.Type)
+			if e.From != "" && e.From != e.To {
+				fmt.Fprintf(&b, " %s → %s", e.From, e.To)
+			} else {
+				fmt.Fprintf(&b, " %s", e.To)
+			}
+		}
+	case KindLogs:
+		data, cut := m.Data, ""
+		if maxLog > 0 && len(data) > maxLog {
+			data, cut = data[:maxLog], fmt.Sprintf(" [%d more bytes: page with job_logs]", len(m.Data)-maxLog)
+		}
+		fmt.Fprintf(&b, " %s @%d: %s%s", m.JobID, m.Offset, strings.ToValidUTF8(string(data), "\uFFFD"), cut)
+	case KindMetrics:
+		fmt.Fprintf(&b, " %s", m.Metrics)
+	case KindMissed:
+		fmt.Fprintf(&b, " %d events", m.Missed)
+	case KindEnd:
+		fmt.Fprintf(&b, " (state %s)", m.State)
+	}
+	if m.Seq > 0 {
+		fmt.Fprintf(&b, " #%d", m.Seq)
+	}
+	if m.Reason != "" && m.Kind != KindLogs {
+		fmt.Fprintf(&b, ": %s", m.Reason)
+	}
+	return strings.ToValidUTF8(b.String(), "\uFFFD")
+}
