@@ -89,6 +89,7 @@ func main() {
 	nCreate := flag.Int("creates", 50, "sandboxes per runtime for create → first exec")
 	nExec := flag.Int("execs", 1000, "exec round trips per runtime")
 	nIdle := flag.Int("idle", 20, "idle runc sandboxes for the memory figure")
+	nWatch := flag.Int("watch-events", 300, "events timed from the call's return to SSE / MCP progress delivery")
 	only := flag.String("runtimes", "runc,crun,gvisor", "runtimes to measure side by side (runc is always measured)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -234,6 +235,11 @@ func main() {
 	}
 
 	for _, st := range benchMCP(ctx, "http://"+ln.Addr().String()+"/mcp", token, warm["runc"], *nExec) {
+		st.Runtime = "runc"
+		res.Stats = append(res.Stats, st)
+	}
+
+	for _, st := range benchWatch(ctx, c, "http://"+ln.Addr().String()+"/mcp", token, warm["runc"], *nWatch) {
 		st.Runtime = "runc"
 		res.Stats = append(res.Stats, st)
 	}
