@@ -146,6 +146,15 @@ func TestWatchLifecycleSSE(t *testing.T) {
 	if msgs[1].Seq == 0 || msgs[2].Seq <= msgs[1].Seq || msgs[3].Reason != watch.EndSandbox {
 		t.Fatalf("transitions carry increasing seqs and the end says why: %+v", msgs)
 	}
+	// A lifecycle stream resumed after the stopping transition (as an EventSource reconnects)
+	// replays what came after it, without a new snapshot.
+	var resumed []string
+	if _, err := f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "lifecycle", LastEventID: msgs[1].Seq}, func(m watch.Message) error {
+		resumed = append(resumed, m.Kind+":"+string(m.State))
+		return nil
+	}); err != nil || !slices.Equal(resumed, []string{"state:destroyed", "end:destroyed"}) {
+		t.Fatalf("resumed lifecycle: %v %v", resumed, err)
+	}
 }
 
 // TestWatchResumeLosesNothing: an events stream dropped mid-way and resumed with Last-Event-ID
@@ -225,7 +234,8 @@ func TestWatchBounds(t *testing.T) {
 		{"stream=bogus", "", "stream must be one of lifecycle, events, logs, metrics"},
 		{"stream=logs", "", "stream logs needs job_id"},
 		{"stream=events", "x", "Last-Event-ID must be an event seq"},
-		{"stream=lifecycle", "5", "only for stream events"},
+		{"stream=metrics", "5", "only for streams events and lifecycle"},
+		{"stream=events", "999999", "is past sandbox"},
 	} {
 		req, _ := http.NewRequest("GET", f.url+"/v1/sandboxes/"+sb.ID+"/watch?"+tc.q, nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)

@@ -234,10 +234,14 @@ func (h *Hub) Watch(ctx context.Context, req Request, emit func(Message) error) 
 	}
 	w := &watcher{h: h, req: req, s: s, emit: emit, state: sb.State,
 		sum: Summary{SandboxID: req.SandboxID, Stream: req.Stream, Counts: map[string]int{}, LastState: sb.State}}
+	if w.cursor, err = h.lastSeq(ctx, req.SandboxID); err != nil {
+		return Summary{}, err
+	}
+	if req.AfterSeq > w.cursor {
+		return Summary{}, errcode.New(errcode.InvalidArgument, "the resume cursor (Last-Event-ID) %d is past sandbox %s's last event %d; resume from an id this stream sent", req.AfterSeq, req.SandboxID, w.cursor)
+	}
 	if req.AfterSeq > 0 {
 		w.cursor = req.AfterSeq
-	} else if w.cursor, err = h.lastSeq(ctx, req.SandboxID); err != nil {
-		return Summary{}, err
 	}
 	if req.Ready != nil {
 		req.Ready()
@@ -370,13 +374,13 @@ func (w *watcher) run(ctx context.Context) error {
 // after a resume cursor (events), the job's output so far (logs) or a first sample (metrics).
 func (w *watcher) begin(ctx context.Context) error {
 	switch w.req.Stream {
-	case StreamLifecycle:
-		if err := w.send(Message{Kind: KindState, State: w.state}); err != nil {
-			return err
-		}
-	case StreamEvents:
+	case StreamLifecycle, StreamEvents:
 		if w.req.AfterSeq > 0 {
 			if err := w.replay(ctx); err != nil {
+				return err
+			}
+		} else if w.req.Stream == StreamLifecycle {
+			if err := w.send(Message{Kind: KindState, State: w.state}); err != nil {
 				return err
 			}
 		}

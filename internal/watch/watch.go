@@ -95,8 +95,9 @@ type Request struct {
 	DurationSeconds int64
 	// IntervalSeconds is the metrics sample period (0 = 2; 1..60).
 	IntervalSeconds int64
-	// AfterSeq resumes an events stream after this event (SSE Last-Event-ID): every event of the
-	// sandbox with a greater sequence number is delivered, none lost across a reconnect.
+	// AfterSeq resumes an events or lifecycle stream after this event (SSE Last-Event-ID): every
+	// event (transition) of the sandbox with a greater sequence number is delivered, none lost
+	// across a reconnect, and a resumed lifecycle stream sends no new snapshot.
 	AfterSeq int64
 	// Heartbeat, if set, emits a heartbeat message after this long without another message.
 	Heartbeat time.Duration
@@ -139,8 +140,8 @@ func (r *Request) Validate() error {
 	if r.AfterSeq < 0 {
 		return errcode.New(errcode.InvalidArgument, "the resume cursor (Last-Event-ID) must be a non-negative event seq; got %d", r.AfterSeq)
 	}
-	if r.AfterSeq > 0 && r.Stream != StreamEvents {
-		return errcode.New(errcode.InvalidArgument, "resuming (Last-Event-ID) is only for stream events; got stream %q", r.Stream)
+	if r.AfterSeq > 0 && r.Stream != StreamEvents && r.Stream != StreamLifecycle {
+		return errcode.New(errcode.InvalidArgument, "resuming (Last-Event-ID) is only for streams events and lifecycle; got stream %q", r.Stream)
 	}
 	return nil
 }
