@@ -82,6 +82,8 @@ func TestWatchToolProgress(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("watch did not return when the sandbox was destroyed")
 			}
+			// The client may handle notifications after the reply that followed them on the wire.
+			eventually(t, 2*time.Second, "every notification", func() bool { return len(c.progressMessages()) >= 4 })
 			got := c.progressMessages()
 			want := []string{sb.ID + " state running", sb.ID + " state running → stopping", sb.ID + " state stopping → destroyed", sb.ID + " end (state destroyed)"}
 			if len(got) != len(want) {
@@ -207,6 +209,7 @@ func TestWatchFleetProgress(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch_fleet did not end when every sandbox had ended")
 	}
+	eventually(t, 2*time.Second, "every notification", func() bool { return len(c.progressMessages()) >= 20 })
 	per := map[string][]string{}
 	for _, m := range c.progressMessages() {
 		id, rest, ok := strings.Cut(m, " ")
