@@ -218,3 +218,26 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestHeartbeatAndDuration: a quiet stream sends heartbeats at the asked period and ends after
+// duration_seconds with an end message saying so.
+func TestHeartbeatAndDuration(t *testing.T) {
+	h := watch.NewHub(newMemSource(), watch.Options{})
+	defer h.Close()
+	var kinds []string
+	start := time.Now()
+	sum, err := h.Watch(t.Context(), watch.Request{SandboxID: idA, Stream: watch.StreamEvents, DurationSeconds: 1, Heartbeat: 200 * time.Millisecond},
+		func(m watch.Message) error { kinds = append(kinds, m.Kind); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb := 0
+	for _, k := range kinds {
+		if k == watch.KindHeartbeat {
+			hb++
+		}
+	}
+	if el := time.Since(start); el < time.Second || el > 2*time.Second || hb < 3 || kinds[len(kinds)-1] != watch.KindEnd || sum.Ended != watch.EndDuration || sum.Messages != 0 {
+		t.Fatalf("after %s: kinds %v, summary %+v; want ~4 heartbeats then end, ended duration", el, kinds, sum)
+	}
+}
