@@ -90,6 +90,7 @@ func main() {
 	nExec := flag.Int("execs", 1000, "exec round trips per runtime")
 	nIdle := flag.Int("idle", 20, "idle runc sandboxes for the memory figure")
 	nPTY := flag.Int("keystrokes", 1000, "PTY keystroke echo round trips")
+	nWatch := flag.Int("watch-events", 300, "events timed from the call's return to SSE / MCP progress delivery")
 	only := flag.String("runtimes", "runc,crun,gvisor", "runtimes to measure side by side (runc is always measured)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -242,6 +243,10 @@ func main() {
 	ptyStat := benchPTY(ctx, c, warm["runc"], *nPTY)
 	ptyStat.Runtime = "runc"
 	res.Stats = append(res.Stats, ptyStat)
+	for _, st := range benchWatch(ctx, c, "http://"+ln.Addr().String()+"/mcp", token, warm["runc"], *nWatch) {
+		st.Runtime = "runc"
+		res.Stats = append(res.Stats, st)
+	}
 
 	// Memory per idle runc sandbox: the agent's PSS (its binary pages are shared) and its RSS.
 	var idle []string

@@ -24,6 +24,7 @@ func run(args []string) int {
 		"sandbox": cmdSandbox,
 		"exec":    cmdExec,
 		"cp":      cmdCp,
+		"watch":   cmdWatch, // watch.go
 		"doctor":  cmdDoctor,
 		"version": cmdVersion,
 		// detached jobs (job.go)
@@ -73,6 +74,8 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox job wait [--timeout SECONDS] ID JOB    exit code: the job's (3: still running)
   agentbox job cancel [--grace SECONDS] ID JOB
   agentbox logs [-f] [--tail N] [--stream all|stdout|stderr] ID JOB
+  agentbox watch [--stream lifecycle|events|logs|metrics] [--job JOB] [--duration D] ID
+                                        one line per event while it happens (logs: the job's output)
   agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
                                         (a progress bar on stderr when it is a terminal)
   agentbox shell [--user root] [--cwd DIR] [--env K=V]... ID [-- CMD...]

@@ -120,8 +120,15 @@ func (s *session) loop() string {
 	if err != nil {
 		t.Fatalf("tools/list: %v", err)
 	}
-	if len(tools.Tools) != 10 {
-		t.Fatalf("tools/list: %d tools", len(tools.Tools))
+	listed := map[string]bool{}
+	for _, tl := range tools.Tools {
+		listed[tl.Name] = true
+	}
+	for _, name := range []string{"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_destroy", "sandbox_extend",
+		"exec", "file_write", "file_read", "file_list", "health", "watch", "watch_fleet"} {
+		if !listed[name] {
+			t.Fatalf("tools/list lacks %s (%d tools)", name, len(tools.Tools))
+		}
 	}
 	for _, tl := range tools.Tools {
 		if tl.InputSchema == nil || tl.OutputSchema == nil {

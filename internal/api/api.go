@@ -17,10 +17,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/watch"
 )
 
 // MaxJSONBody bounds JSON request bodies: room for 16 MiB of base64 stdin plus arguments.
@@ -38,6 +40,10 @@ type Options struct {
 	Logger       *slog.Logger
 	// Mount adds handlers served behind the same auth (e.g. "/mcp").
 	Mount map[string]http.Handler
+	// Prometheus, if set, serves GET /metrics (behind the token) and counts every request
+	// by route pattern; Jobs adds agentbox_jobs (prometheus.go).
+	Prometheus *Prometheus
+	Jobs       JobCounter
 }
 
 // Server is the REST API.
@@ -49,6 +55,7 @@ type Server struct {
 	owner string        // the authenticated caller's identity (one token: one owner)
 	done  chan struct{} // closed by Close: long polls return
 	once  sync.Once
+	hub   *watch.Hub // watch streams (SSE)
 }
 
 // TokenOwner is the owner recorded for callers that present token: "token:" and the first 12
@@ -71,6 +78,7 @@ func New(svc *sandbox.Service, opts Options) *Server {
 		opts.MaxFileBytes = 1 << 30
 	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
+	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(svc)})
 	s.routes()
 	return s
 }
@@ -99,10 +107,18 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/sandboxes/{id}/jobs/{job_id}/wait", s.waitJob)
 	m.HandleFunc("POST /v1/sandboxes/{id}/jobs/{job_id}/cancel", s.cancelJob)
 	m.HandleFunc("GET /v1/events", s.events)
+	m.HandleFunc("GET /v1/sandboxes/{id}/watch", s.watchSandbox)
 	m.HandleFunc("GET /v1/capacity", s.capacity)
 	m.HandleFunc("GET /v1/runtimes", s.runtimes)
 	// Interactive terminal (pty.go): a WebSocket.
 	m.HandleFunc("GET /v1/sandboxes/{id}/pty", s.pty)
+	// metrics (issue 11): per-sandbox and fleet samples, Prometheus.
+	m.HandleFunc("GET /v1/sandboxes/{id}/metrics", s.sandboxMetrics)
+	m.HandleFunc("GET /v1/fleet/metrics", s.fleetMetrics)
+	if p := s.opts.Prometheus; p != nil {
+		p.attach(s.svc, s.opts.Jobs, s.log)
+		m.Handle("GET /metrics", p.handler(s.log))
+	}
 	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s %s (see docs/ARCHITECTURE.md for the REST API)", r.Method, r.URL.Path), http.StatusNotFound)
 	})
@@ -111,8 +127,29 @@ func (s *Server) routes() {
 	}
 }
 
-// ServeHTTP applies recovery, the Host check and auth, then routes.
+// ServeHTTP counts the request by route pattern (with Options.Prometheus), then serves it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := s.opts.Prometheus
+	if p == nil {
+		s.serve(w, r, nil)
+		return
+	}
+	began := time.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	var route string
+	defer func() {
+		if route == "" {
+			// Refused before routing (Host, auth): the pattern it would have matched.
+			_, route = s.mux.Handler(r)
+		}
+		p.observeHTTP(route, rec.status(), time.Since(began))
+	}()
+	s.serve(rec, r, &route)
+}
+
+// serve applies recovery, the Host check and auth, then routes; route, if not nil, gets the
+// pattern the request matched.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -133,12 +170,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Every request, mounted handlers included, carries the caller's identity: sandboxes
 	// record it as their owner and idempotency keys are scoped to it.
-	s.mux.ServeHTTP(w, r.WithContext(sandbox.WithOwner(r.Context(), s.owner)))
+	r = r.WithContext(sandbox.WithOwner(r.Context(), s.owner))
+	if route != nil {
+		defer func() { *route = r.Pattern }() // set by the mux, even if the handler panics
+	}
+	s.mux.ServeHTTP(w, r)
 }
 
-// Close ends the requests that wait for events (GET /v1/events?wait=…), so that a server can
-// shut down without waiting out their long polls.
-func (s *Server) Close() { s.once.Do(func() { close(s.done) }) }
+// Close ends the requests that wait for events (GET /v1/events?wait=…) and the watch streams
+// (GET /v1/sandboxes/{id}/watch), so that a server can shut down without waiting them out.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		close(s.done)
+		s.hub.Close()
+	})
+}
 
 func (s *Server) authorized(r *http.Request) bool {
 	if s.opts.Token == "" {

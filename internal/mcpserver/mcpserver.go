@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/watch"
 )
 
 // Backend is what the MCP surface needs from the control plane. *sandbox.Service satisfies it
@@ -46,6 +47,8 @@ type Backend interface {
 	Runtimes() []runtime.Capabilities
 	// detached jobs (jobs.go)
 	JobBackend
+	// Metrics samples a running sandbox's resource use (sandbox_metrics).
+	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
 }
 
 // Bounds of the MCP surface (the REST API streams larger files).
@@ -79,6 +82,7 @@ type Server struct {
 	mcp   *mcp.Server
 	held  *heldSets
 	watch *watcher
+	hub   *watch.Hub // the watch and watch_fleet tools' streams
 
 	processOwner string // the owner of connections without sessions (stdio)
 }
@@ -90,6 +94,7 @@ func New(b Backend, opts Options) *Server {
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner()}
 	s.watch = newWatcher(s)
+	s.hub = watch.NewHub(b, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: watch.MetricsOf(b)})
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentbox", Title: "agentbox sandboxes", Version: version.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		// The SDK logs every session at info; keep only its warnings and errors.
@@ -112,6 +117,7 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 // their event streams.
 func (s *Server) Close() {
 	s.watch.close()
+	s.hub.Close()
 	for ss := range s.mcp.Sessions() {
 		_ = ss.Close()
 	}

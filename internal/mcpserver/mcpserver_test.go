@@ -18,8 +18,8 @@ import (
 )
 
 var allTools = []string{"exec", "file_list", "file_read", "file_write", "health",
-	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait", // jobs
-	"sandbox_create", "sandbox_destroy", "sandbox_extend", "sandbox_get", "sandbox_list"}
+	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait", "sandbox_create",
+	"sandbox_destroy", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics", "watch", "watch_fleet"}
 
 // TestToolsList: every tool is listed with a description, an input schema and an output schema;
 // the argument names clients rely on are there.

@@ -83,6 +83,7 @@ func errorsDoc(items ...string) string {
 }
 
 func (s *Server) addTools() {
+	s.addMetricsTools() // metrics (issue 11): sandbox_metrics
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",
@@ -137,6 +138,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 	}, nil, s.sandboxExtend)
 
 	s.addExecTool()
+	s.addWatchTools() // watch, watch_fleet (watch.go)
 	s.addFileTools()
 	s.addJobTools()
 

@@ -2,7 +2,7 @@
 // (OCI runtimes now; microVMs and Kubernetes later). A Runtime does lifecycle only; everything
 // inside a sandbox goes through the guest agent, which a Runtime tells the control plane how to
 // reach (Agent: a Dialer; the guest package speaks the protocol over it). Optional interfaces
-// (Runner, Adopter, Waiter, DiskAccounter, Closer) add what only some runtimes do.
+// (Runner, Adopter, Waiter, DiskAccounter, MetricsReader, Closer) add what only some runtimes do.
 // runtimetest holds the suite every implementation must pass; fake is an in-process runtime
 // without containers for the control plane's tests.
 package runtime
@@ -13,6 +13,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 )
@@ -158,6 +159,52 @@ type Waiter interface {
 type DiskAccounter interface {
 	// DisksMiB is the host space (allocated, not apparent) the sandboxes' disks occupy.
 	DisksMiB(ctx context.Context) (int64, error)
+}
+
+// MetricsReader is a Runtime that can measure a live sandbox's resource use (cgroups, disk).
+type MetricsReader interface {
+	// Metrics samples sandbox id now. A group the runtime cannot measure is nil, never zero
+	// made up; if it can measure nothing the error is UNSUPPORTED_OPERATION. An unknown or
+	// stopped sandbox is SANDBOX_NOT_FOUND or SANDBOX_NOT_RUNNING.
+	Metrics(ctx context.Context, id string) (Metrics, error)
+}
+
+// Metrics is one sample of a sandbox's resource use. Limits of 0 mean unlimited.
+type Metrics struct {
+	SampledAt time.Time      `json:"sampled_at"`
+	CPU       *CPUMetrics    `json:"cpu,omitempty"`
+	Memory    *MemoryMetrics `json:"memory,omitempty"`
+	Pids      *PidsMetrics   `json:"pids,omitempty"`
+	Disk      *DiskMetrics   `json:"disk,omitempty"`
+	// Unsupported names the groups (cpu, memory, pids, disk) the runtime cannot measure.
+	Unsupported []string `json:"unsupported,omitempty"`
+}
+
+// CPUMetrics is CPU time used since the sandbox started and its limit.
+type CPUMetrics struct {
+	UsageSeconds float64 `json:"usage_seconds"`
+	LimitCores   float64 `json:"limit_cores"` // 0: unlimited
+}
+
+// MemoryMetrics is memory in use (without reclaimable page cache), the limit, the page cache,
+// and how many times the kernel's OOM killer killed a process of the sandbox.
+type MemoryMetrics struct {
+	UsedBytes  int64 `json:"used_bytes"`
+	LimitBytes int64 `json:"limit_bytes"` // 0: unlimited
+	CacheBytes int64 `json:"cache_bytes"`
+	OOMEvents  int64 `json:"oom_events"`
+}
+
+// PidsMetrics is how many tasks (processes and threads) the sandbox holds and its limit.
+type PidsMetrics struct {
+	Current int64 `json:"current"`
+	Limit   int64 `json:"limit"` // 0: unlimited
+}
+
+// DiskMetrics is the space used on the sandbox's own disk and its size.
+type DiskMetrics struct {
+	UsedBytes  int64 `json:"used_bytes"`
+	TotalBytes int64 `json:"total_bytes"` // 0: not bounded by the runtime
 }
 
 // Closer is a Runtime with host-wide resources beyond its sandboxes (a cgroup parent, a pinned

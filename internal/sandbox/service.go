@@ -67,6 +67,8 @@ type Config struct {
 	MaxJobsPerSandbox int
 	// JobRetention is how long finished jobs' records are kept; Retention (7 days).
 	JobRetention time.Duration
+	// Observer is told how long creates and execs take (metrics.go); nil: nobody.
+	Observer Observer
 }
 
 func (c *Config) setDefaults() {
@@ -207,6 +209,7 @@ type Service struct {
 	bus     *bus // wakes event subscribers
 	retries retries
 	jobs    jobTracker // watches of running jobs (jobs.go)
+	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.
@@ -243,7 +246,7 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 	}
 	s := &Service{store: st, local: h, cfg: cfg, log: log, now: cfg.Now,
 		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus(),
-		retries: retries{m: map[string]retry{}}}
+		retries: retries{m: map[string]retry{}}, cpu: cpuSamples{bound: cfg.MaxSandboxes}}
 	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -389,7 +392,11 @@ const MaxIdempotencyKey = 256
 // Create makes a sandbox and returns it running, with its agent answering. With an idempotency
 // key its owner used before, it makes nothing and returns that sandbox (once its create has
 // finished), or CONFLICT if the key came with a different request.
-func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
+func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err error) {
+	if o := s.cfg.Observer; o != nil {
+		began := time.Now()
+		defer func() { o.ObserveCreate(req.Runtime, outcome(err), time.Since(began)) }()
+	}
 	rt, err := s.validateCreate(&req)
 	if err != nil {
 		return Sandbox{}, err
@@ -657,6 +664,7 @@ func (s *Service) destroy(ctx context.Context, id, reason string) (Sandbox, erro
 }
 
 func (s *Service) dropGuest(id string) {
+	s.cpu.drop(id)
 	s.guestsMu.Lock()
 	if gc := s.guests[id]; gc != nil {
 		gc.Close()
@@ -777,7 +785,12 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 
 // Exec runs a command in a running sandbox. A non-zero exit is a result, not an error. With
 // onOutput non-nil, output is delivered while the command runs. Cancelling ctx kills the command.
-func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput OutputFunc) (ExecResult, error) {
+func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput OutputFunc) (_ ExecResult, err error) {
+	var rtName string // known once the sandbox is found
+	if o := s.cfg.Observer; o != nil {
+		began := time.Now()
+		defer func() { o.ObserveExec(rtName, outcome(err), time.Since(began)) }()
+	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return ExecResult{}, errcode.New(errcode.InvalidArgument, "command must be a non-empty argv array, e.g. [\"ls\", \"-la\"]; it is never run through a shell (use [\"sh\", \"-c\", \"...\"] for shell syntax)")
 	}
@@ -808,6 +821,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 		req.Timeout = guest.DefaultTimeout
 	}
 	sb, gc, err := s.running(ctx, id)
+	rtName = sb.Runtime
 	if err != nil {
 		return ExecResult{}, err
 	}

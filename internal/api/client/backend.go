@@ -235,6 +235,15 @@ func (b *Backend) Capacity(ctx context.Context) (sandbox.Capacity, error) {
 	return c, b.unreachable(err)
 }
 
+// Metrics samples a running sandbox's resource use.
+func (b *Backend) Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error) {
+	if err := checkID(id); err != nil {
+		return sandbox.SandboxMetrics{}, err
+	}
+	m, err := b.c.Metrics(ctx, id)
+	return m, b.unreachable(err)
+}
+
 // Runtimes returns the server's runtimes (the last known answer if it does not answer now).
 func (b *Backend) Runtimes() []runtime.Capabilities {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -253,3 +253,17 @@ func (c *Client) Runtimes(ctx context.Context) ([]runtime.Capabilities, error) {
 	err := c.doJSON(ctx, http.MethodGet, "/v1/runtimes", nil, nil, &r)
 	return r.Runtimes, err
 }
+
+// Metrics samples a running sandbox's resource use.
+func (c *Client) Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error) {
+	var m sandbox.SandboxMetrics
+	err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/metrics", nil, nil, &m)
+	return m, err
+}
+
+// FleetMetrics samples every running sandbox.
+func (c *Client) FleetMetrics(ctx context.Context) (sandbox.FleetMetrics, error) {
+	var m sandbox.FleetMetrics
+	err := c.doJSON(ctx, http.MethodGet, "/v1/fleet/metrics", nil, nil, &m)
+	return m, err
+}

@@ -44,16 +44,17 @@ type Op string
 // The operations a fault can intercept. A Run (runtime.CreateAndStart on this runtime, a
 // runtime.Runner) is OpRun alone, not OpCreate then OpStart.
 const (
-	OpCreate Op = "create"
-	OpStart  Op = "start"
-	OpRun    Op = "run"
-	OpStop   Op = "stop"
-	OpDelete Op = "delete"
-	OpState  Op = "state"
-	OpList   Op = "list"
-	OpAgent  Op = "agent"
-	OpAdopt  Op = "adopt"
-	OpWait   Op = "wait"
+	OpCreate  Op = "create"
+	OpStart   Op = "start"
+	OpRun     Op = "run"
+	OpStop    Op = "stop"
+	OpDelete  Op = "delete"
+	OpState   Op = "state"
+	OpList    Op = "list"
+	OpAgent   Op = "agent"
+	OpAdopt   Op = "adopt"
+	OpWait    Op = "wait"
+	OpMetrics Op = "metrics"
 )
 
 // Config configures a fake Runtime.
@@ -107,6 +108,7 @@ var (
 	_ runtime.Waiter        = (*Runtime)(nil)
 	_ runtime.DiskAccounter = (*Runtime)(nil)
 	_ runtime.Closer        = (*Runtime)(nil)
+	_ runtime.MetricsReader = (*Runtime)(nil)
 )
 
 // maxSocketPath is the longest unix socket path.
@@ -541,6 +543,59 @@ func (r *Runtime) DisksMiB(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return bytes >> 20, nil
+}
+
+// maxMetricsEntries bounds the walk Metrics makes of a sandbox's directory.
+const maxMetricsEntries = 100_000
+
+// Metrics measures what the fake can honestly measure of a running sandbox: the space its
+// directory takes (allocated blocks). Its commands are this process's children, not in a cgroup
+// of their own, so cpu, memory and pids are not measured (nil, named in Unsupported); the disk
+// has no size (disk_mb is ignored), so TotalBytes is 0.
+func (r *Runtime) Metrics(ctx context.Context, id string) (runtime.Metrics, error) {
+	if err := r.begin(ctx, OpMetrics, id); err != nil {
+		return runtime.Metrics{}, err
+	}
+	if err := checkID(id); err != nil {
+		return runtime.Metrics{}, err
+	}
+	st, err := r.stateNoFault(id)
+	if err != nil {
+		return runtime.Metrics{}, err
+	}
+	switch st {
+	case runtime.StatusAbsent:
+		return runtime.Metrics{}, errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist", id)
+	case runtime.StatusRunning:
+	default:
+		return runtime.Metrics{}, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s", id, st)
+	}
+	var used int64
+	n := 0
+	err = filepath.WalkDir(r.sandboxDir(id), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if n++; n > maxMetricsEntries {
+			return fmt.Errorf("more than %d entries", maxMetricsEntries)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if d.Type().IsRegular() && unix.Lstat(p, &st) == nil {
+			used += st.Blocks * 512
+		}
+		return nil
+	})
+	if err != nil {
+		return runtime.Metrics{}, errcode.Wrap(errcode.UnsupportedOp, err, "cannot measure sandbox %s's directory", id)
+	}
+	return runtime.Metrics{SampledAt: time.Now().UTC(), Disk: &runtime.DiskMetrics{UsedBytes: used},
+		Unsupported: []string{"cpu", "memory", "pids"}}, nil
 }
 
 // Close releases nothing: the fake has no host-wide resources, and sandboxes keep running (as a

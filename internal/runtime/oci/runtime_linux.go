@@ -63,6 +63,8 @@ type Runtime struct {
 	memoryCgroup string
 	seccomp      *specs.LinuxSeccomp // generated once from the capability set
 
+	hierState // the cgroup hierarchies Metrics reads (metrics_linux.go)
+
 	mu     sync.Mutex
 	guards map[string]*oomGuard // gVisor's OOM guards by sandbox id
 	rootfs string               // set once the shared rootfs is prepared

@@ -1,0 +1,41 @@
+package watch
+
+import (
+	"context"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// JobLogReader pages a job's output: *sandbox.Service and the MCP server's Backend have it.
+type JobLogReader interface {
+	JobLogs(ctx context.Context, sandboxID, jobID string, req sandbox.JobLogsRequest) (sandbox.JobLogs, error)
+}
+
+// JobLogsOf is the logs stream's pager over r (nil if r is nil). A reply's state is read before
+// its data, so a job reported ended has its whole log in the reply's range.
+func JobLogsOf(r JobLogReader) JobLogPager {
+	if r == nil {
+		return nil
+	}
+	return func(ctx context.Context, sandboxID, jobID string, offset, max int64) (JobLogChunk, error) {
+		l, err := r.JobLogs(ctx, sandboxID, jobID, sandbox.JobLogsRequest{Stream: "all", Offset: &offset, MaxBytes: &max})
+		if err != nil {
+			return JobLogChunk{}, err
+		}
+		return JobLogChunk{Data: l.Data, Offset: l.Offset, NextOffset: l.NextOffset, TotalBytes: l.TotalBytes, Running: l.State.Active()}, nil
+	}
+}
+
+// MetricsReader samples a sandbox's resource use: *sandbox.Service and the MCP server's Backend
+// have it.
+type MetricsReader interface {
+	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
+}
+
+// MetricsOf is the metrics stream's source over r (nil if r is nil).
+func MetricsOf(r MetricsReader) MetricsSource {
+	if r == nil {
+		return nil
+	}
+	return func(ctx context.Context, id string) (any, error) { return r.Metrics(ctx, id) }
+}

@@ -1,0 +1,229 @@
+// Package watch turns the control plane's event bus into live streams of one sandbox: its state
+// transitions (lifecycle), every recorded event (events), one job's output as it is written
+// (logs) and periodic resource samples (metrics). A Hub holds one subscription to the bus and fans
+// each event out to its watchers through bounded buffers: a watcher that falls behind never slows
+// the bus or another watcher; it catches up from the store by cursor, or, if that fails, is told
+// in a "missed" message how many events it lost. It is shared by the REST (SSE) and MCP surfaces.
+package watch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Streams.
+const (
+	StreamLifecycle = "lifecycle"
+	StreamEvents    = "events"
+	StreamLogs      = "logs"
+	StreamMetrics   = "metrics"
+)
+
+// Streams lists every stream name.
+var Streams = []string{StreamLifecycle, StreamEvents, StreamLogs, StreamMetrics}
+
+// Message kinds.
+const (
+	KindState     = "state"     // lifecycle: the sandbox's state (the first is a snapshot)
+	KindEvent     = "event"     // events: one recorded event
+	KindLogs      = "logs"      // logs: a chunk of the job's output
+	KindMetrics   = "metrics"   // metrics: one sample
+	KindMissed    = "missed"    // the watcher fell behind and lost Missed events
+	KindHeartbeat = "heartbeat" // nothing happened (only when Request.Heartbeat is set)
+	KindEnd       = "end"       // the stream ended; Reason says why
+)
+
+// End reasons.
+const (
+	EndSandbox  = "sandbox_ended"
+	EndJob      = "job_ended"
+	EndDuration = "duration"
+	EndCanceled = "canceled"
+)
+
+// Bounds and defaults of a watch's arguments (validated, never clamped).
+const (
+	DefaultDurationSeconds = 60
+	MaxDurationSeconds     = 3600
+	DefaultIntervalSeconds = 2
+	MaxIntervalSeconds     = 60
+	// Buffer is how many events one watcher may have waiting before it starts to miss them.
+	Buffer = 256
+	// MaxLogChunk bounds the bytes of one logs message.
+	MaxLogChunk = 64 << 10
+	// logPoll is how often a logs stream looks for new output when no event woke it.
+	logPoll = 200 * time.Millisecond
+)
+
+// Message is one item of a stream.
+type Message struct {
+	SandboxID string `json:"sandbox_id"`
+	Stream    string `json:"stream"`
+	Kind      string `json:"kind"`
+	// Seq is the event's sequence number (events and lifecycle; 0 for a snapshot).
+	Seq int64     `json:"seq,omitempty"`
+	At  time.Time `json:"at"`
+	// State is the sandbox's state (lifecycle, events, end).
+	State sandbox.State `json:"state,omitempty"`
+	// Event is the recorded event (events, and lifecycle transitions).
+	Event *sandbox.Event `json:"event,omitempty"`
+	// JobID, Data and Offset carry a logs chunk: Data is the output (exact bytes, base64 in
+	// JSON) starting at byte Offset of the job's log.
+	JobID  string `json:"job_id,omitempty"`
+	Data   []byte `json:"data,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	// Metrics is one sample (metrics).
+	Metrics json.RawMessage `json:"metrics,omitempty"`
+	// Missed is how many events the watcher lost (missed).
+	Missed int64 `json:"missed,omitempty"`
+	// Reason says why the stream ended (end), or why a sandbox changed state.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Request is one watch.
+type Request struct {
+	SandboxID string
+	Stream    string
+	JobID     string // logs only
+	// DurationSeconds bounds the watch (0 = 60; 1..3600).
+	DurationSeconds int64
+	// IntervalSeconds is the metrics sample period (0 = 2; 1..60).
+	IntervalSeconds int64
+	// AfterSeq resumes an events or lifecycle stream after this event (SSE Last-Event-ID): every
+	// event (transition) of the sandbox with a greater sequence number is delivered, none lost
+	// across a reconnect, and a resumed lifecycle stream sends no new snapshot.
+	AfterSeq int64
+	// Heartbeat, if set, emits a heartbeat message after this long without another message.
+	Heartbeat time.Duration
+	// Ready, if set, is called once the watch is accepted (arguments valid, sandbox found),
+	// before the first message: an SSE handler sends its headers then.
+	Ready func()
+}
+
+// Validate checks the arguments and fills the defaults.
+func (r *Request) Validate() error {
+	if !sandbox.ValidID(r.SandboxID) {
+		return errcode.New(errcode.InvalidArgument, "sandbox_id must look like sb-0123456789ab; got %q", r.SandboxID)
+	}
+	switch r.Stream {
+	case "":
+		r.Stream = StreamLifecycle
+	case StreamLifecycle, StreamEvents, StreamMetrics:
+	case StreamLogs:
+		if r.JobID == "" {
+			return errcode.New(errcode.InvalidArgument, "stream logs needs job_id (from job_start or job_list)")
+		}
+	default:
+		return errcode.New(errcode.InvalidArgument, "stream must be one of lifecycle, events, logs, metrics; got %q", r.Stream)
+	}
+	if r.JobID != "" && r.Stream != StreamLogs {
+		return errcode.New(errcode.InvalidArgument, "job_id is only for stream logs; got stream %q", r.Stream)
+	}
+	if r.DurationSeconds == 0 {
+		r.DurationSeconds = DefaultDurationSeconds
+	}
+	if r.DurationSeconds < 1 || r.DurationSeconds > MaxDurationSeconds {
+		return errcode.New(errcode.InvalidArgument, "duration_seconds must be between 1 and %d; got %d", MaxDurationSeconds, r.DurationSeconds)
+	}
+	if r.IntervalSeconds == 0 {
+		r.IntervalSeconds = DefaultIntervalSeconds
+	}
+	if r.IntervalSeconds < 1 || r.IntervalSeconds > MaxIntervalSeconds {
+		return errcode.New(errcode.InvalidArgument, "interval_seconds must be between 1 and %d; got %d", MaxIntervalSeconds, r.IntervalSeconds)
+	}
+	if r.AfterSeq < 0 {
+		return errcode.New(errcode.InvalidArgument, "the resume cursor (Last-Event-ID) must be a non-negative event seq; got %d", r.AfterSeq)
+	}
+	if r.AfterSeq > 0 && r.Stream != StreamEvents && r.Stream != StreamLifecycle {
+		return errcode.New(errcode.InvalidArgument, "resuming (Last-Event-ID) is only for streams events and lifecycle; got stream %q", r.Stream)
+	}
+	return nil
+}
+
+// Summary is what a finished watch saw.
+type Summary struct {
+	SandboxID string `json:"sandbox_id"`
+	Stream    string `json:"stream"`
+	// Messages counts the messages delivered (heartbeats and the end message excluded).
+	Messages int `json:"messages"`
+	// Counts is Messages by kind.
+	Counts map[string]int `json:"counts"`
+	// LastState is the last state of the sandbox the watch saw.
+	LastState sandbox.State `json:"last_state,omitempty"`
+	// LastSeq is the last event delivered (resume an events stream after it).
+	LastSeq int64 `json:"last_seq,omitempty"`
+	// Missed counts events lost when the watcher fell behind and could not catch up from the
+	// store; Recovered counts those it did catch up.
+	Missed    int64 `json:"missed"`
+	Recovered int64 `json:"recovered,omitempty"`
+	// Ended says why the watch ended: sandbox_ended, job_ended, duration or canceled.
+	Ended string `json:"ended"`
+}
+
+// JobLogChunk is one page of a job's output.
+type JobLogChunk struct {
+	Data []byte
+	// Offset is where Data starts (past the asked offset when the older output is gone).
+	Offset     int64
+	NextOffset int64
+	TotalBytes int64
+	// Running is false once the job has ended (its log is then complete).
+	Running bool
+}
+
+// JobLogPager reads a job's output from offset, at most max bytes, and says whether the job is
+// still running.
+type JobLogPager func(ctx context.Context, sandboxID, jobID string, offset, max int64) (JobLogChunk, error)
+
+// MetricsSource takes one sample of a sandbox's metrics (any JSON-encodable value).
+type MetricsSource func(ctx context.Context, sandboxID string) (any, error)
+
+// Text renders m as one line (without the sandbox id): "state running → stopping #12: reason",
+// "event extend running #13: …", "logs job-… @0: <output>", "metrics {…}", "missed 5 events",
+// "end (state destroyed): sandbox_ended". Logs output longer than maxLog bytes is cut, saying so.
+func (m Message) Text(maxLog int) string {
+	var b strings.Builder
+	b.WriteString(m.Kind)
+	switch m.Kind {
+	case KindState:
+		if m.Event != nil && m.Event.From != "" {
+			fmt.Fprintf(&b, " %s → %s", m.Event.From, m.State)
+		} else {
+			fmt.Fprintf(&b, " %s", m.State)
+		}
+	case KindEvent:
+		if e := m.Event; e != nil {
+			fmt.Fprintf(&b, " %s", e.Type)
+			if e.From != "" && e.From != e.To {
+				fmt.Fprintf(&b, " %s → %s", e.From, e.To)
+			} else {
+				fmt.Fprintf(&b, " %s", e.To)
+			}
+		}
+	case KindLogs:
+		data, cut := m.Data, ""
+		if maxLog > 0 && len(data) > maxLog {
+			data, cut = data[:maxLog], fmt.Sprintf(" [%d more bytes: page with job_logs]", len(m.Data)-maxLog)
+		}
+		fmt.Fprintf(&b, " %s @%d: %s%s", m.JobID, m.Offset, strings.ToValidUTF8(string(data), "\uFFFD"), cut)
+	case KindMetrics:
+		fmt.Fprintf(&b, " %s", m.Metrics)
+	case KindMissed:
+		fmt.Fprintf(&b, " %d events", m.Missed)
+	case KindEnd:
+		fmt.Fprintf(&b, " (state %s)", m.State)
+	}
+	if m.Seq > 0 {
+		fmt.Fprintf(&b, " #%d", m.Seq)
+	}
+	if m.Reason != "" && m.Kind != KindLogs {
+		fmt.Fprintf(&b, ": %s", m.Reason)
+	}
+	return strings.ToValidUTF8(b.String(), "\uFFFD")
+}
