@@ -26,6 +26,7 @@ func run(args []string) int {
 		"cp":      cmdCp,
 		"doctor":  cmdDoctor,
 		"version": cmdVersion,
+		"top":     cmdTop, // metrics (issue 11)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -60,6 +61,9 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox sandbox extend --ttl SECONDS ID
   agentbox sandbox events [--json] ID
   agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
+  agentbox top [--once] [--interval SECONDS] [--json]
+                                        a live table of the fleet: state, runtime, CPU %, memory,
+                                        pids, disk, TTL left (prints once when not on a terminal)
   agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
   agentbox version
 
