@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api"
@@ -64,9 +65,11 @@ func benchMetrics(ctx context.Context, c *client.Client, base, token, execID str
 		return time.Since(t0)
 	}
 	scrape() // the first sample of each sandbox
-	var took []float64
+	var took, cpu []float64
 	for i := 0; i < scrapes; i++ {
+		before := cpuTime()
 		took = append(took, ms(scrape()))
+		cpu = append(cpu, ms(cpuTime()-before))
 		time.Sleep(100 * time.Millisecond)
 	}
 	trueCmd := api.ExecRequest{Command: []string{"true"}}
@@ -107,7 +110,17 @@ func benchMetrics(ctx context.Context, c *client.Client, base, token, execID str
 	}
 	return []Stat{
 		summarize(fmt.Sprintf("GET /metrics with %d live sandboxes", n), "ms", took),
+		summarize(fmt.Sprintf("GET /metrics with %d live sandboxes, CPU time (server and client)", n), "ms", cpu),
 		summarize("exec round trip, /metrics not scraped", "ms", quiet),
 		summarize("exec round trip, /metrics scraped every 1 s", "ms", scraped),
 	}
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -163,3 +163,19 @@ func testMetrics(t *testing.T, rt *Runtime) {
 		t.Errorf("metrics of a malformed id: %v", err)
 	}
 }
+
+// BenchmarkRuncMetrics is the cost of one sample (a scrape of N sandboxes takes N of them, 16
+// at a time).
+func BenchmarkRuncMetrics(b *testing.B) {
+	rt := newRunc(b)
+	id := runtimetest.NewID()
+	runtimetest.Start(b, rt, runtimetest.DefaultSpec(id))
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := rt.Metrics(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
