@@ -44,6 +44,11 @@ func TestRuncMetrics(t *testing.T) {
 	testMetrics(t, newRunc(t))
 }
 
+func TestCrunMetrics(t *testing.T) {
+	t.Parallel()
+	testMetrics(t, newFlavor(t, FlavorCrun))
+}
+
 func TestGVisorMetrics(t *testing.T) {
 	t.Parallel()
 	testMetrics(t, newFlavor(t, FlavorGVisor))
