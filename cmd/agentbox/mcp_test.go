@@ -120,8 +120,16 @@ func (s *session) loop() string {
 	if err != nil {
 		t.Fatalf("tools/list: %v", err)
 	}
-	if len(tools.Tools) != 10 {
-		t.Fatalf("tools/list: %d tools", len(tools.Tools))
+	// The exact set is mcpserver's TestToolsList; here the served list has the loop's tools.
+	listed := map[string]bool{}
+	for _, tl := range tools.Tools {
+		listed[tl.Name] = true
+	}
+	for _, name := range []string{"health", "sandbox_create", "sandbox_list", "sandbox_get", "sandbox_destroy", "sandbox_extend",
+		"exec", "file_write", "file_read", "file_list", "sandbox_metrics"} {
+		if !listed[name] {
+			t.Fatalf("tools/list: no %s among %d tools", name, len(tools.Tools))
+		}
 	}
 	for _, tl := range tools.Tools {
 		if tl.InputSchema == nil || tl.OutputSchema == nil {
