@@ -120,6 +120,23 @@ func TestTopAndMetricsOnServe(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// On a terminal (script(1) gives it one) top redraws until interrupted.
+	if script, err := exec.LookPath("script"); err == nil {
+		sctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(sctx, script, "-qfec", srv.Bin+" top --interval 0.5", "/dev/null")
+		cmd.Env = append(os.Environ(), "AGENTBOX_URL="+srv.URL, "AGENTBOX_TOKEN="+testToken)
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		cmd.Run()
+		if n := strings.Count(out.String(), "\x1b[H\x1b[2J"); n < 3 || !strings.Contains(out.String(), idle.ID) {
+			t.Errorf("top on a terminal redrew %d times in 4 s at 0.5 s:\n%q", n, out.String())
+		}
+	} else {
+		t.Errorf("script(1) (util-linux) is needed to run top on a terminal: %v", err)
+	}
+
 	for tok, want := range map[string]int{"": http.StatusUnauthorized, testToken: http.StatusOK} {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
 		if tok != "" {
