@@ -92,6 +92,9 @@ func main() {
 	nPTY := flag.Int("keystrokes", 1000, "PTY keystroke echo round trips")
 	nWatch := flag.Int("watch-events", 300, "events timed from the call's return to SSE / MCP progress delivery")
 	only := flag.String("runtimes", "runc,crun,gvisor", "runtimes to measure side by side (runc is always measured)")
+	scrapeLive := flag.Int("scrape-sandboxes", 200, "live runc sandboxes while GET /metrics is timed (0 skips the metrics figures)")
+	nScrapes := flag.Int("scrapes", 30, "timed scrapes of GET /metrics")
+	metricsOnly := flag.Bool("metrics-only", false, "measure only the metrics figures")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		log.Fatal("bench needs root (real sandboxes): sudo make bench")
@@ -148,7 +151,8 @@ func main() {
 	}
 	defer removeCgroupParents(parents)
 	res.Runtime = res.Runtimes[0].Version
-	svc, err := sandbox.NewService(st, rts, sandbox.Config{}, nil)
+	prom := api.NewPrometheus()
+	svc, err := sandbox.NewService(st, rts, sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30)}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -160,7 +164,7 @@ func main() {
 	}
 	mcpSrv := mcpserver.New(svc, mcpserver.Options{})
 	defer mcpSrv.Close()
-	go http.Serve(ln, api.New(svc, api.Options{Token: token,
+	go http.Serve(ln, api.New(svc, api.Options{Token: token, Prometheus: prom,
 		Mount: map[string]http.Handler{"/mcp": mcpSrv.StreamableHTTPHandler(mcpserver.HTTPOptions{MaxBodyBytes: api.MaxJSONBody})}}))
 	c := client.New("http://"+ln.Addr().String(), token)
 	trueCmd := api.ExecRequest{Command: []string{"true"}}
@@ -174,6 +178,17 @@ func main() {
 			log.Fatal(err)
 		}
 		warm[name] = sb.ID
+	}
+
+	if *metricsOnly {
+		stats := benchMetrics(ctx, c, "http://"+ln.Addr().String(), token, warm["runc"], *scrapeLive, *nScrapes)
+		for _, s := range stats {
+			fmt.Printf("runc: %-52s %6d %7.2f %-2s %7.2f %-2s %7.2f %-2s\n", s.Name, s.N, s.P50, s.Unit, s.P99, s.Unit, s.Mean, s.Unit)
+		}
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		return
 	}
 
 	// Floor: `runc run` of the same bundle with `true` as its process.
@@ -271,6 +286,13 @@ func main() {
 	} {
 		s.Runtime = "runc"
 		res.Stats = append(res.Stats, s)
+	}
+	// GET /metrics with many live sandboxes (the idle ones count), and exec while scraped.
+	if *scrapeLive > 0 {
+		for _, s := range benchMetrics(ctx, c, "http://"+ln.Addr().String(), token, warm["runc"], *scrapeLive, *nScrapes) {
+			s.Runtime = "runc"
+			res.Stats = append(res.Stats, s)
+		}
 	}
 	for _, id := range idle {
 		c.Destroy(ctx, id)

@@ -31,6 +31,7 @@ func run(args []string) int {
 		"job":   cmdJob,
 		"logs":  cmdLogs,
 		"shell": cmdShell, // interactive terminal (shell.go)
+		"top":   cmdTop,   // metrics (issue 11)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -76,6 +77,9 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox logs [-f] [--tail N] [--stream all|stdout|stderr] ID JOB
   agentbox watch [--stream lifecycle|events|logs|metrics] [--job JOB] [--duration D] ID
                                         one line per event while it happens (logs: the job's output)
+  agentbox top [--once] [--interval SECONDS] [--json]
+                                        a live table of the fleet: state, runtime, CPU %, memory,
+                                        pids, disk, TTL left (prints once when not on a terminal)
   agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
                                         (a progress bar on stderr when it is a terminal)
   agentbox shell [--user root] [--cwd DIR] [--env K=V]... ID [-- CMD...]

@@ -120,12 +120,13 @@ func (s *session) loop() string {
 	if err != nil {
 		t.Fatalf("tools/list: %v", err)
 	}
+	// The exact set is mcpserver's TestToolsList; here the served list has the loop's tools.
 	listed := map[string]bool{}
 	for _, tl := range tools.Tools {
 		listed[tl.Name] = true
 	}
 	for _, name := range []string{"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_destroy", "sandbox_extend",
-		"exec", "file_write", "file_read", "file_list", "health", "watch", "watch_fleet"} {
+		"exec", "file_write", "file_read", "file_list", "health", "watch", "watch_fleet", "sandbox_metrics"} {
 		if !listed[name] {
 			t.Fatalf("tools/list lacks %s (%d tools)", name, len(tools.Tools))
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -21,6 +22,7 @@ type controlPlane struct {
 	svc   *sandbox.Service
 	store *sqlite.Store
 	lock  *statedir.Lock
+	prom  *api.Prometheus // the service's Observer, served at GET /metrics
 }
 
 func (cp *controlPlane) Close() {
@@ -113,7 +115,9 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 		diskBudget = int64(float64(base) * over)
 	}
 	stateDir := cfg.StateDir
+	prom := api.NewPrometheus()
 	svc, err := sandbox.NewService(st, rts, sandbox.Config{
+		Observer:       prom,
 		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
 		MaxSandboxes: cfg.MaxSandboxes, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget, DiskBudgetMB: diskBudget,
 		Overcommit: over, MemoryReserveMB: max(256, memTotal/20), DiskReserveMB: min(diskTotal/10, 4096),
@@ -134,7 +138,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	ok = true
-	return &controlPlane{svc: svc, store: st, lock: lock}, nil
+	return &controlPlane{svc: svc, store: st, lock: lock, prom: prom}, nil
 }
 
 // runtimeFlavors are the runtimes every server registers, the default first.

@@ -204,29 +204,29 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	// The fleet's sample is the slow part: it runs while the store is read.
+	sbs, err := c.svc.List(ctx, sandbox.ListFilter{})
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(descSandboxes, err)
+		return
+	}
+	type key struct{ state, runtime string }
+	counts := map[key]int{}
+	for _, sb := range sbs {
+		counts[key{string(sb.State), sb.Runtime}]++
+	}
+	for k, n := range counts {
+		gauge(descSandboxes, float64(n), k.state, k.runtime)
+	}
+	// The running ones' samples are the slow part: they run while the store is read again.
 	type fleetResult struct {
 		m   sandbox.FleetMetrics
 		err error
 	}
 	fleetCh := make(chan fleetResult, 1)
 	go func() {
-		m, err := c.svc.FleetMetrics(ctx)
+		m, err := c.svc.SampleSandboxes(ctx, sbs)
 		fleetCh <- fleetResult{m, err}
 	}()
-
-	if sbs, err := c.svc.List(ctx, sandbox.ListFilter{}); err == nil {
-		type key struct{ state, runtime string }
-		counts := map[key]int{}
-		for _, sb := range sbs {
-			counts[key{string(sb.State), sb.Runtime}]++
-		}
-		for k, n := range counts {
-			gauge(descSandboxes, float64(n), k.state, k.runtime)
-		}
-	} else {
-		ch <- prometheus.NewInvalidMetric(descSandboxes, err)
-	}
 	if cp, err := c.svc.Capacity(ctx); err == nil {
 		gauge(descCapSandboxesUsed, float64(cp.Live))
 		gauge(descCapSandboxesLimit, float64(cp.MaxSandboxes))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -161,10 +162,20 @@ type FleetMetrics struct {
 
 // FleetMetrics samples every running sandbox.
 func (s *Service) FleetMetrics(ctx context.Context) (FleetMetrics, error) {
-	began := time.Now()
 	sbs, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateRunning}, Limit: MaxList})
 	if err != nil {
 		return FleetMetrics{}, err
+	}
+	return s.SampleSandboxes(ctx, sbs)
+}
+
+// SampleSandboxes is FleetMetrics of the running sandboxes among sbs (records the caller has
+// just listed; at most MaxList are sampled).
+func (s *Service) SampleSandboxes(ctx context.Context, sbs []Sandbox) (FleetMetrics, error) {
+	began := time.Now()
+	sbs = slices.DeleteFunc(slices.Clone(sbs), func(sb Sandbox) bool { return sb.State != StateRunning })
+	if len(sbs) > MaxList {
+		sbs = sbs[:MaxList]
 	}
 	out := FleetMetrics{Sandboxes: make([]SandboxMetrics, 0, len(sbs))}
 	var mu sync.Mutex

@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,9 +86,6 @@ func (r *Runtime) Metrics(ctx context.Context, id string) (runtime.Metrics, erro
 	if err := ctx.Err(); err != nil {
 		return runtime.Metrics{}, err
 	}
-	if _, err := os.Stat(r.sandboxDir(id)); err != nil {
-		return runtime.Metrics{}, errcode.New(errcode.SandboxNotFound, "sandbox %s has no host resources on runtime %s", id, r.name)
-	}
 	h, err := r.hierarchies()
 	if err != nil {
 		return runtime.Metrics{}, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot find the cgroup hierarchies of this host")
@@ -102,13 +99,25 @@ func (r *Runtime) Metrics(ctx context.Context, id string) (runtime.Metrics, erro
 		}
 		m.Unsupported = append(m.Unsupported, group)
 	}
-	if cpu, err := readCPU(h, rel); err == nil {
+	// The limits are set at create and never change: read once per sandbox.
+	var lim sandboxLimits
+	v, cached := r.limits.Load(id)
+	if cached {
+		lim = v.(sandboxLimits)
+	}
+	fr := new(fileReader)
+	if cpu, err := readCPU(fr, h, rel, !cached); err == nil {
+		if cached {
+			cpu.LimitCores = lim.cpuCores
+		}
 		m.CPU = &cpu
 	} else {
 		note("cpu", err)
 	}
-	if mem, err := readMemory(h, rel); err == nil {
-		if r.flavor == FlavorGVisor && mem.LimitBytes > 0 {
+	if mem, err := readMemory(fr, h, rel, !cached); err == nil {
+		if cached {
+			mem.LimitBytes = lim.memoryBytes
+		} else if r.flavor == FlavorGVisor && mem.LimitBytes > 0 {
 			// The cgroup's limit is memory_mb plus the OOM guard's slack; the sandbox's limit,
 			// what its kernel shows and the guard enforces, is the threshold.
 			if t, err := readInt64(filepath.Join(r.sandboxDir(id), oomThresholdFile)); err == nil && t > 0 {
@@ -119,31 +128,94 @@ func (r *Runtime) Metrics(ctx context.Context, id string) (runtime.Metrics, erro
 	} else {
 		note("memory", err)
 	}
-	if p, err := readPids(h, rel); err == nil {
+	if p, err := readPids(fr, h, rel, !cached); err == nil {
+		if cached {
+			p.Limit = lim.pids
+		}
 		m.Pids = &p
 	} else {
 		note("pids", err)
 	}
-	if d, err := diskUsage(filepath.Join(r.sandboxDir(id), diskMountName)); err == nil {
+	if d, err := r.diskUsage(id); err == nil {
 		m.Disk = &d
 	} else {
 		note("disk", err)
 	}
 	if m.CPU == nil && m.Memory == nil && m.Pids == nil {
+		r.limits.Delete(id)
+		if _, err := os.Stat(r.sandboxDir(id)); err != nil {
+			return runtime.Metrics{}, errcode.New(errcode.SandboxNotFound, "sandbox %s has no host resources on runtime %s", id, r.name)
+		}
 		if len(errs) > 0 {
 			// The cgroups are gone: the sandbox is not running.
 			return runtime.Metrics{}, errcode.New(errcode.SandboxNotRunning, "sandbox %s is not running (it has no cgroups)", id)
 		}
 		return runtime.Metrics{}, errcode.New(errcode.UnsupportedOp, "runtime %s cannot read the cgroups of sandbox %s on this host", r.name, id)
 	}
+	if !cached && m.CPU != nil && m.Memory != nil && m.Pids != nil {
+		r.limits.Store(id, sandboxLimits{cpuCores: m.CPU.LimitCores, memoryBytes: m.Memory.LimitBytes, pids: m.Pids.Limit})
+	}
 	return m, nil
 }
 
-func readCPU(h cgroupHierarchies, rel string) (runtime.CPUMetrics, error) {
+// fileReader reads small cgroup files with open, read and close alone (os.ReadFile adds a
+// stat, the poller's registration and an allocation per file: a scrape reads a dozen files per
+// sandbox). Its buffer holds the largest file read, memory.stat.
+type fileReader struct{ buf [16 << 10]byte }
+
+func (fr *fileReader) read(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	n := 0
+	for n < len(fr.buf) {
+		m, err := unix.Read(fd, fr.buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return fr.buf[:n], nil
+}
+
+func (fr *fileReader) int64(path string) (int64, error) {
+	b, err := fr.read(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+}
+
+// keyed reads a cgroup flat-keyed file and returns the values of keys (missing: absent).
+func (fr *fileReader) keyed(path string, keys ...string) (map[string]int64, error) {
+	b, err := fr.read(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseKeyed(b, keys...), nil
+}
+
+// sandboxLimits are a sandbox's limits as Metrics reports them, cached per sandbox.
+type sandboxLimits struct {
+	cpuCores    float64
+	memoryBytes int64
+	pids        int64
+}
+
+// The read* functions read a group's usage, and its limit with withLimit.
+func readCPU(fr *fileReader, h cgroupHierarchies, rel string, withLimit bool) (runtime.CPUMetrics, error) {
 	var c runtime.CPUMetrics
 	if h.v2 {
 		dir := filepath.Join(h.cpu, rel)
-		stat, err := readKeyed(filepath.Join(dir, "cpu.stat"))
+		stat, err := fr.keyed(filepath.Join(dir, "cpu.stat"), "usage_usec")
 		if err != nil {
 			return c, err
 		}
@@ -152,7 +224,10 @@ func readCPU(h cgroupHierarchies, rel string) (runtime.CPUMetrics, error) {
 			return c, errors.New("cpu.stat has no usage_usec")
 		}
 		c.UsageSeconds = float64(usec) / 1e6
-		b, err := os.ReadFile(filepath.Join(dir, "cpu.max"))
+		if !withLimit {
+			return c, nil
+		}
+		b, err := fr.read(filepath.Join(dir, "cpu.max"))
 		if err == nil {
 			c.LimitCores = parseCPUMax(string(b))
 		}
@@ -161,14 +236,14 @@ func readCPU(h cgroupHierarchies, rel string) (runtime.CPUMetrics, error) {
 	if h.cpuacct == "" {
 		return c, errors.New("no cpuacct hierarchy")
 	}
-	ns, err := readInt64(filepath.Join(h.cpuacct, rel, "cpuacct.usage"))
+	ns, err := fr.int64(filepath.Join(h.cpuacct, rel, "cpuacct.usage"))
 	if err != nil {
 		return c, err
 	}
 	c.UsageSeconds = float64(ns) / 1e9
-	if h.cpu != "" {
-		quota, qerr := readInt64(filepath.Join(h.cpu, rel, "cpu.cfs_quota_us"))
-		period, perr := readInt64(filepath.Join(h.cpu, rel, "cpu.cfs_period_us"))
+	if withLimit && h.cpu != "" {
+		quota, qerr := fr.int64(filepath.Join(h.cpu, rel, "cpu.cfs_quota_us"))
+		period, perr := fr.int64(filepath.Join(h.cpu, rel, "cpu.cfs_period_us"))
 		if qerr == nil && perr == nil && quota > 0 && period > 0 {
 			c.LimitCores = float64(quota) / float64(period)
 		}
@@ -194,7 +269,7 @@ func parseCPUMax(s string) float64 {
 // unlimitedBytes: v1 reports "no limit" as the largest page-aligned int64.
 const unlimitedBytes = 1 << 62
 
-func readMemory(h cgroupHierarchies, rel string) (runtime.MemoryMetrics, error) {
+func readMemory(fr *fileReader, h cgroupHierarchies, rel string, withLimit bool) (runtime.MemoryMetrics, error) {
 	var m runtime.MemoryMetrics
 	if h.memory == "" {
 		return m, errors.New("no memory hierarchy")
@@ -204,19 +279,20 @@ func readMemory(h cgroupHierarchies, rel string) (runtime.MemoryMetrics, error) 
 	if h.v2 {
 		usageFile, limitFile, inactive, cache = "memory.current", "memory.max", "inactive_file", "file"
 	}
-	usage, err := readInt64(filepath.Join(dir, usageFile))
+	usage, err := fr.int64(filepath.Join(dir, usageFile))
 	if err != nil {
 		return m, err
 	}
-	stat, err := readKeyed(filepath.Join(dir, "memory.stat"))
+	stat, err := fr.keyed(filepath.Join(dir, "memory.stat"), inactive, cache)
 	if err != nil {
 		return m, err
 	}
 	// As docker stats: the working set leaves out page cache the kernel can drop at once.
 	m.UsedBytes = max(0, usage-stat[inactive])
 	m.CacheBytes = stat[cache]
-	if b, err := os.ReadFile(filepath.Join(dir, limitFile)); err == nil {
-		if s := strings.TrimSpace(string(b)); s != "max" {
+	if !withLimit {
+	} else if b, err := fr.read(filepath.Join(dir, limitFile)); err == nil {
+		if s := string(bytes.TrimSpace(b)); s != "max" {
 			if n, err := strconv.ParseInt(s, 10, 64); err == nil && n < unlimitedBytes {
 				m.LimitBytes = n
 			}
@@ -226,67 +302,76 @@ func readMemory(h cgroupHierarchies, rel string) (runtime.MemoryMetrics, error) 
 	if h.v2 {
 		events = "memory.events"
 	}
-	if ev, err := readKeyed(filepath.Join(dir, events)); err == nil {
+	if ev, err := fr.keyed(filepath.Join(dir, events), "oom_kill"); err == nil {
 		m.OOMEvents = ev["oom_kill"]
 	}
 	return m, nil
 }
 
-func readPids(h cgroupHierarchies, rel string) (runtime.PidsMetrics, error) {
+func readPids(fr *fileReader, h cgroupHierarchies, rel string, withLimit bool) (runtime.PidsMetrics, error) {
 	var p runtime.PidsMetrics
 	if h.pids == "" {
 		return p, errors.New("no pids hierarchy")
 	}
 	dir := filepath.Join(h.pids, rel)
-	cur, err := readInt64(filepath.Join(dir, "pids.current"))
+	cur, err := fr.int64(filepath.Join(dir, "pids.current"))
 	if err != nil {
 		return p, err
 	}
 	p.Current = cur
-	if b, err := os.ReadFile(filepath.Join(dir, "pids.max")); err == nil {
-		if s := strings.TrimSpace(string(b)); s != "max" {
+	if !withLimit {
+	} else if b, err := fr.read(filepath.Join(dir, "pids.max")); err == nil {
+		if s := string(bytes.TrimSpace(b)); s != "max" {
 			p.Limit, _ = strconv.ParseInt(s, 10, 64)
 		}
 	}
 	return p, nil
 }
 
-// readKeyed reads a cgroup flat-keyed file ("key value" per line); values that are not
-// integers are left out.
-func readKeyed(path string) (map[string]int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return parseKeyed(b), nil
-}
-
-func parseKeyed(b []byte) map[string]int64 {
-	out := map[string]int64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
+// parseKeyed parses a cgroup flat-keyed file ("key value" per line), keeping keys (all when
+// none are given); values that are not integers are left out.
+func parseKeyed(b []byte, keys ...string) map[string]int64 {
+	out := make(map[string]int64, len(keys))
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte{' '})
 		if !ok {
 			continue
 		}
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
+		if len(keys) > 0 && !slices.Contains(keys, string(k)) {
+			continue
+		}
+		if n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+			out[string(k)] = n
 		}
 	}
 	return out
 }
 
 // diskUsage is statfs of the sandbox's mounted disk. A directory that is not a mount point
-// (the disk is not mounted) is an error: statfs would describe the host's file system.
-func diskUsage(mnt string) (runtime.DiskMetrics, error) {
-	var st, parent unix.Stat_t
+// (the disk is not mounted) is an error: statfs would describe the host's file system. Every
+// sandbox's directory is on the file system of Root's sandboxes/, whose device is read once.
+func (r *Runtime) diskUsage(id string) (runtime.DiskMetrics, error) {
+	mnt := filepath.Join(r.sandboxDir(id), diskMountName)
+	r.rootDevOnce.Do(func() {
+		var st unix.Stat_t
+		if r.rootDevErr = unix.Stat(filepath.Join(r.root, "sandboxes"), &st); r.rootDevErr == nil {
+			r.rootDev = st.Dev
+		}
+	})
+	if r.rootDevErr != nil {
+		return runtime.DiskMetrics{}, r.rootDevErr
+	}
+	var st unix.Stat_t
 	if err := unix.Stat(mnt, &st); err != nil {
 		return runtime.DiskMetrics{}, err
 	}
-	if err := unix.Stat(filepath.Dir(mnt), &parent); err != nil {
-		return runtime.DiskMetrics{}, err
-	}
-	if st.Dev == parent.Dev {
+	if st.Dev == r.rootDev {
 		return runtime.DiskMetrics{}, fmt.Errorf("%s is not mounted", mnt)
 	}
 	var sf unix.Statfs_t
@@ -297,9 +382,14 @@ func diskUsage(mnt string) (runtime.DiskMetrics, error) {
 	return runtime.DiskMetrics{UsedBytes: int64(sf.Blocks-sf.Bfree) * bs, TotalBytes: int64(sf.Blocks) * bs}, nil
 }
 
-// hierarchy state lives on Runtime (runtime_linux.go holds the struct); kept here.
+// hierState is Metrics' state on Runtime: the hierarchies, the sandboxes' cached limits
+// (dropped by Delete) and the device of Root's sandboxes/.
 type hierState struct {
-	hierOnce sync.Once
-	hier     cgroupHierarchies
-	hierErr  error
+	hierOnce    sync.Once
+	hier        cgroupHierarchies
+	hierErr     error
+	limits      sync.Map // sandbox id → sandboxLimits
+	rootDevOnce sync.Once
+	rootDev     uint64
+	rootDevErr  error
 }

@@ -2,6 +2,8 @@ package oci
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -40,6 +42,11 @@ func TestParseCgroupFiles(t *testing.T) {
 func TestRuncMetrics(t *testing.T) {
 	t.Parallel()
 	testMetrics(t, newRunc(t))
+}
+
+func TestCrunMetrics(t *testing.T) {
+	t.Parallel()
+	testMetrics(t, newFlavor(t, FlavorCrun))
 }
 
 func TestGVisorMetrics(t *testing.T) {
@@ -162,4 +169,94 @@ func testMetrics(t *testing.T, rt *Runtime) {
 	if _, err := rt.Metrics(ctx, "sb-../x"); !errcode.Is(err, errcode.InvalidArgument) {
 		t.Errorf("metrics of a malformed id: %v", err)
 	}
+}
+
+// BenchmarkRuncMetrics is the cost of one sample (a scrape of N sandboxes takes N of them, 16
+// at a time).
+func BenchmarkRuncMetrics(b *testing.B) {
+	rt := newRunc(b)
+	id := runtimetest.NewID()
+	runtimetest.Start(b, rt, runtimetest.DefaultSpec(id))
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := rt.Metrics(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestReadCgroupLayouts reads a cgroup v2 and a v1 layout written as plain files (the file
+// formats of the kernel's cgroup documentation): this host has one mode, the code reads three.
+func TestReadCgroupLayouts(t *testing.T) {
+	write := func(dir string, files map[string]string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const rel = "/agentbox/sb-0123456789ab"
+	want := func(mode string, h cgroupHierarchies, cpu runtime.CPUMetrics, mem runtime.MemoryMetrics, pids runtime.PidsMetrics) {
+		t.Helper()
+		fr := new(fileReader)
+		c, err := readCPU(fr, h, rel, true)
+		if err != nil || c != cpu {
+			t.Errorf("%s cpu: %+v %v, want %+v", mode, c, err, cpu)
+		}
+		m, err := readMemory(fr, h, rel, true)
+		if err != nil || m != mem {
+			t.Errorf("%s memory: %+v %v, want %+v", mode, m, err, mem)
+		}
+		p, err := readPids(fr, h, rel, true)
+		if err != nil || p != pids {
+			t.Errorf("%s pids: %+v %v, want %+v", mode, p, err, pids)
+		}
+		// Without limits, only usage is read.
+		if c, _ := readCPU(fr, h, rel, false); c.LimitCores != 0 || c.UsageSeconds != cpu.UsageSeconds {
+			t.Errorf("%s cpu without limit: %+v", mode, c)
+		}
+	}
+
+	v2 := t.TempDir()
+	write(filepath.Join(v2, rel), map[string]string{
+		"cpu.stat":       "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnr_periods 0\n",
+		"cpu.max":        "150000 100000\n",
+		"memory.current": "104857600\n",
+		"memory.stat":    "anon 73400320\nfile 31457280\nkernel 1048576\nactive_file 10485760\ninactive_file 20971520\n",
+		"memory.max":     "268435456\n",
+		"memory.events":  "low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\noom_group_kill 0\n",
+		"pids.current":   "12\n",
+		"pids.max":       "max\n",
+	})
+	want("v2", hierarchiesFrom(hostinfo.CgroupV2, []hostinfo.CgroupMount{{Path: v2, Version: 2}}),
+		runtime.CPUMetrics{UsageSeconds: 2.5, LimitCores: 1.5},
+		runtime.MemoryMetrics{UsedBytes: 104857600 - 20971520, LimitBytes: 268435456, CacheBytes: 31457280, OOMEvents: 2},
+		runtime.PidsMetrics{Current: 12})
+
+	v1 := t.TempDir()
+	mounts := []hostinfo.CgroupMount{
+		{Path: filepath.Join(v1, "cpu,cpuacct"), Version: 1, Options: []string{"cpu", "cpuacct"}},
+		{Path: filepath.Join(v1, "memory"), Version: 1, Options: []string{"memory"}},
+		{Path: filepath.Join(v1, "pids"), Version: 1, Options: []string{"pids"}},
+		{Path: filepath.Join(v1, "unified"), Version: 2},
+	}
+	write(filepath.Join(v1, "cpu,cpuacct", rel), map[string]string{
+		"cpuacct.usage": "750000000\n", "cpu.cfs_quota_us": "-1\n", "cpu.cfs_period_us": "100000\n"})
+	write(filepath.Join(v1, "memory", rel), map[string]string{
+		"memory.usage_in_bytes": "52428800\n",
+		"memory.stat":           "cache 8388608\nrss 41943040\ninactive_file 4194304\ntotal_cache 8388608\ntotal_rss 41943040\ntotal_inactive_file 4194304\n",
+		"memory.limit_in_bytes": "9223372036854771712\n",
+		"memory.oom_control":    "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+	})
+	write(filepath.Join(v1, "pids", rel), map[string]string{"pids.current": "3\n", "pids.max": "64\n"})
+	want("hybrid", hierarchiesFrom(hostinfo.CgroupHybrid, mounts),
+		runtime.CPUMetrics{UsageSeconds: 0.75},
+		runtime.MemoryMetrics{UsedBytes: 52428800 - 4194304, CacheBytes: 8388608, OOMEvents: 1},
+		runtime.PidsMetrics{Current: 3, Limit: 64})
 }

@@ -510,6 +510,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	r.unguardMemory(id)
+	r.limits.Delete(id) // Metrics' cache
 	dir := r.sandboxDir(id)
 	pid := readPid(filepath.Join(dir, "init.pid"))
 	if r.binary != "" {
