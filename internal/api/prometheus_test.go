@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -133,7 +134,7 @@ func TestPrometheus(t *testing.T) {
 	prom := api.NewPrometheus()
 	svc := runcService(t, sandbox.Config{Observer: prom, MaxSandboxes: 10, CPUBudget: 8, MemoryBudgetMB: 8192})
 	const token = "prom-test-token"
-	h := api.New(svc, api.Options{Token: token, Prometheus: prom})
+	h := api.New(svc, api.Options{Token: token, Prometheus: prom, Jobs: svc})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	defer h.Close()
@@ -173,6 +174,13 @@ func TestPrometheus(t *testing.T) {
 		if err != nil || m.SandboxID != id || m.CPU == nil || m.Memory == nil || m.Pids == nil || m.Disk == nil {
 			t.Fatalf("REST metrics of %s: %+v %v", id, m, err)
 		}
+	}
+	job, err := c.StartJob(ctx, b.ID, api.ExecRequest{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := c.WaitJob(ctx, b.ID, job.ID, 30*time.Second); err != nil || j.State != sandbox.JobExited {
+		t.Fatalf("job: %+v %v", j, err)
 	}
 	if _, err := c.Metrics(ctx, "sb-000000000000"); !errcode.Is(err, errcode.SandboxNotFound) {
 		t.Errorf("metrics of an unknown sandbox: %v", err)
@@ -214,6 +222,7 @@ func TestPrometheus(t *testing.T) {
 	check("agentbox_sandbox_create_duration_seconds", map[string]string{"runtime": "runc", "outcome": "ok"}, is(2))
 	check("agentbox_exec_duration_seconds", map[string]string{"runtime": "runc", "outcome": "ok"}, is(2))
 	check("agentbox_sandboxes", map[string]string{"state": "running", "runtime": "runc"}, is(2))
+	check("agentbox_jobs", map[string]string{"state": "exited"}, is(1))
 	check("agentbox_capacity_sandboxes_used", nil, is(2))
 	check("agentbox_capacity_sandboxes_limit", nil, is(10))
 	check("agentbox_capacity_cpu_cores_limit", nil, is(8))

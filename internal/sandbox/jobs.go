@@ -751,3 +751,20 @@ func (s *Service) reattachJobs(ctx context.Context, sandboxID string) {
 		s.watchJob(sandboxID, j.ID)
 	}
 }
+
+// JobsByState counts job records by state, for the server's metrics.
+func (s *Service) JobsByState(ctx context.Context) (map[string]int, error) {
+	js, err := s.jobStore()
+	if err != nil {
+		return nil, err
+	}
+	counts, err := js.CountJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(counts))
+	for st, n := range counts {
+		out[string(st)] = n
+	}
+	return out, nil
+}

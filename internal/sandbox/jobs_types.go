@@ -162,6 +162,8 @@ type JobStore interface {
 	UpdateJob(ctx context.Context, j Job, ev Event) error
 	// PruneJobs deletes finished jobs updated before the given time and returns how many.
 	PruneJobs(ctx context.Context, before time.Time) (int, error)
+	// CountJobs returns how many job records are in each state (states with none are absent).
+	CountJobs(ctx context.Context) (map[JobState]int, error)
 }
 
 var jobIDPattern = regexp.MustCompile(`^job-[0-9a-f]{12}$`)

@@ -274,3 +274,25 @@ func scanJob(r rowScanner) (sandbox.Job, error) {
 	j.StartedAt, j.UpdatedAt = fromMillis(started), fromMillis(updated)
 	return j, nil
 }
+
+// CountJobs returns how many job records are in each state.
+func (s *Store) CountJobs(ctx context.Context) (map[sandbox.JobState]int, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT state, COUNT(*) FROM jobs GROUP BY state`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[sandbox.JobState]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: count jobs: %w", err)
+		}
+		out[sandbox.JobState(st)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
+	}
+	return out, nil
+}

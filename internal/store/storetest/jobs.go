@@ -25,6 +25,7 @@ var jobTests = []struct {
 	{"JobActiveBoundConcurrent", testJobActiveBoundConcurrent},
 	{"JobRecordsBounded", testJobRecordsBounded},
 	{"JobPrune", testJobPrune},
+	{"JobCountByState", testJobCountByState},
 }
 
 func newJob(sb sandbox.Sandbox, at time.Time) sandbox.Job {
@@ -325,5 +326,26 @@ func testJobPrune(t *testing.T, s store.Store) {
 	}
 	if _, err := s.GetJob(t.Context(), gone.ID, gj.ID); !errcode.Is(err, errcode.JobNotFound) {
 		t.Errorf("a pruned sandbox's job: %v, want JOB_NOT_FOUND", err)
+	}
+}
+
+func testJobCountByState(t *testing.T, s store.Store) {
+	if got, err := s.CountJobs(t.Context()); err != nil || len(got) != 0 {
+		t.Fatalf("CountJobs of an empty store = %v, %v; want none", got, err)
+	}
+	sb := mustCreate(t, s, newSandbox(1, sandbox.StateRunning, base(), nil))
+	for i := range 3 {
+		j := mustCreateJob(t, s, newJob(sb, base().Add(time.Duration(i)*time.Millisecond)))
+		if i == 0 {
+			j.Version++
+			j.State = sandbox.JobExited
+			if err := s.UpdateJob(t.Context(), j, sandbox.Event{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := s.CountJobs(t.Context())
+	if err != nil || got[sandbox.JobStarting] != 2 || got[sandbox.JobExited] != 1 || len(got) != 2 {
+		t.Fatalf("CountJobs = %v, %v; want 2 starting, 1 exited", got, err)
 	}
 }
