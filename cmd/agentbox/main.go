@@ -82,9 +82,10 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
                                         pids, disk, TTL left (prints once when not on a terminal)
   agentbox cp SRC DST                   copy a file in or out: ./f ID:/workspace/f, ID:/path ./f
                                         (a progress bar on stderr when it is a terminal)
-  agentbox shell [--user root] [--cwd DIR] [--env K=V]... ID [-- CMD...]
+  agentbox shell [--user root] [--cwd DIR] [--env K=V]... [--detach] ID [-- CMD...]
                                         an interactive terminal (default: the login shell);
-                                        exits with the command's exit code
+                                        exits with the command's exit code; --detach runs CMD as a
+                                        detached job instead and prints its id
   agentbox version
 
 Internal:

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -19,7 +20,8 @@ import (
 // cmdShell opens an interactive terminal in a sandbox: the local terminal in raw mode, its size
 // followed, and the process's exit code the remote command's.
 func cmdShell(args []string) int {
-	c := newClientCmd("shell", "agentbox shell [--user root] [--cwd DIR] [--env K=V]... ID [-- CMD...]")
+	c := newClientCmd("shell", "agentbox shell [--user root] [--cwd DIR] [--env K=V]... [--detach] ID [-- CMD...]")
+	detach := c.fs.Bool("detach", false, "run CMD as a detached job instead (no terminal): it outlives this command; prints the job id")
 	user := c.fs.String("user", "", `run as "root" instead of the sandbox's default user`)
 	cwd := c.fs.String("cwd", "", "working directory inside the sandbox (default /workspace)")
 	env := kvFlag{}
@@ -34,6 +36,17 @@ func cmdShell(args []string) int {
 				return 2
 			}
 			argv = pos[2:]
+		}
+		if *detach {
+			if len(argv) == 0 {
+				fmt.Fprintln(os.Stderr, "agentbox shell --detach needs a command after --: a detached job has no terminal to hold a login shell")
+				return 2
+			}
+			code := startJob(ctx, cl, c.json, id, api.ExecRequest{Command: argv, Cwd: *cwd, User: *user, Env: env})
+			if code == 0 && !c.json {
+				fmt.Fprintf(os.Stderr, "detached; follow it with: agentbox logs -f %s JOB\n", id)
+			}
+			return code
 		}
 		ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP) // the local terminal went away
 		defer stop()

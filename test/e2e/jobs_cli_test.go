@@ -48,6 +48,22 @@ func TestJobCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, job) || !strings.Contains(out, bg) {
 		t.Fatalf("job ls: %d %q", code, out)
 	}
+	// shell --detach makes the command a job: it outlives the CLI, with no terminal.
+	out, errOut, code = s.cli("", "shell", "--detach", sb.ID, "--", "sh", "-c", "sleep 0.5; echo detached-ok")
+	det := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(det, "job-") || !strings.Contains(errOut, "logs -f") {
+		t.Fatalf("shell --detach: %d %q %q", code, out, errOut)
+	}
+	out, _, code = s.cli("", "job", "wait", sb.ID, det)
+	if code != 0 || !strings.Contains(out, "exited") {
+		t.Fatalf("job wait on the detached shell command: %d %q", code, out)
+	}
+	if out, _, code = s.cli("", "logs", sb.ID, det); code != 0 || out != "detached-ok\n" {
+		t.Fatalf("logs of the detached shell command: %d %q", code, out)
+	}
+	if _, errOut, code = s.cli("", "shell", "--detach", sb.ID); code != 2 || !strings.Contains(errOut, "needs a command") {
+		t.Fatalf("shell --detach without a command: %d %q", code, errOut)
+	}
 	_, errOut, code = s.cli("", "job", "ls", "--limit", "1001", sb.ID)
 	if code != 1 || !strings.Contains(errOut, "INVALID_ARGUMENT") || !strings.Contains(errOut, "limit") {
 		t.Fatalf("job ls --limit 1001: %d %q", code, errOut)
