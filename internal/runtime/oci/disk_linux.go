@@ -53,8 +53,9 @@ const (
 	maxDiskTemplates = 8
 	// diskTemplateVersion names templates made with mkfsArgs and diskDirs; change it with them.
 	diskTemplateVersion = "v2"
-	// loopRelease bounds how long Delete waits for a detached loop device to let go of its file.
-	loopRelease = 2 * time.Second
+	// loopRelease bounds how long Delete waits for a detached loop device to let go of its file
+	// (a lazily unmounted disk on a loaded host can hold it for seconds).
+	loopRelease = 10 * time.Second
 	// mountFlags are the host mount's flags; the binds into the sandbox repeat nosuid, nodev.
 	mountFlags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOATIME
 	// mountData: never zero inode tables in the background (it would allocate the whole
