@@ -286,7 +286,7 @@ func benchFleet(ctx context.Context, c *client.Client, sandboxes, watchers, seco
 	stats = append(stats, r)
 	stats = append(stats, Stat{Name: "fleet: bench process CPU over the window (in-process server)", Unit: "%", N: 1,
 		P50: f.ServerCPUPercent, P99: f.ServerCPUPercent, Mean: f.ServerCPUPercent,
-		Floor: fmt.Sprintf("of one core, %.0f s; host busy %.0f%% of %d cores; load %s → %s", f.WindowSeconds, f.HostBusyPercent, goruntime.NumCPU(), f.LoadBefore, f.LoadAfter)})
+		Floor: fmt.Sprintf("of one core, %.0f s (last job started at %.0f s); host busy %.0f%% of %d cores; load %s → %s", f.WindowSeconds, f.StartSeconds, f.HostBusyPercent, goruntime.NumCPU(), f.LoadBefore, f.LoadAfter)})
 	return f, stats
 }
 

@@ -1,7 +1,8 @@
 // Command bench measures agentbox on this host: create → first exec and the exec round trip on
 // runc, crun and gVisor side by side (in turns, in one run), destroy, the memory of an idle
-// sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle. It prints
-// a table and writes JSON results.
+// sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle; job_start
+// beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
+// (jobs.go). It prints a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
