@@ -1,7 +1,8 @@
 // Command bench measures agentbox on this host: create → first exec and the exec round trip on
 // runc, crun and gVisor side by side (in turns, in one run), destroy, the memory of an idle
-// sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle. It prints
-// a table and writes JSON results.
+// sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle; job_start
+// beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
+// (jobs.go). It prints a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
@@ -59,6 +60,8 @@ type Results struct {
 	// Skipped are runtimes not measured, with the reason.
 	Skipped map[string]string `json:"skipped,omitempty"`
 	Stats   []Stat            `json:"stats"`
+	// Fleet is the fleet run's detail (lines per watcher, CPU, load).
+	Fleet *Fleet `json:"fleet,omitempty"`
 }
 
 func summarize(name, unit string, xs []float64) Stat {
@@ -95,6 +98,12 @@ func main() {
 	scrapeLive := flag.Int("scrape-sandboxes", 200, "live runc sandboxes while GET /metrics is timed (0 skips the metrics figures)")
 	nScrapes := flag.Int("scrapes", 30, "timed scrapes of GET /metrics")
 	metricsOnly := flag.Bool("metrics-only", false, "measure only the metrics figures")
+	nJobStarts := flag.Int("job-starts", 200, "timed job_start calls (`true`) on a warm runc sandbox, each beside an exec of `true` (0 skips)")
+	fleetN := flag.Int("fleet-sandboxes", 200, "sandboxes in the fleet run, each running one job that prints a line every 100 ms (0 skips)")
+	fleetSecs := flag.Int("fleet-seconds", 20, "how long each fleet job prints lines")
+	fleetWatchers := flag.Int("fleet-watchers", 20, "watchers in the fleet run, each following the logs streams of its share of the sandboxes")
+	fleetPar := flag.Int("fleet-create-parallel", 6, "parallel creates (and job starts, destroys) in the fleet run")
+	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		log.Fatal("bench needs root (real sandboxes): sudo make bench")
@@ -152,7 +161,7 @@ func main() {
 	defer removeCgroupParents(parents)
 	res.Runtime = res.Runtimes[0].Version
 	prom := api.NewPrometheus()
-	svc, err := sandbox.NewService(st, rts, sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30)}, nil)
+	svc, err := sandbox.NewService(st, rts, sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30)}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -180,6 +189,17 @@ func main() {
 		warm[name] = sb.ID
 	}
 
+	if *jobsOnly {
+		res.Stats, res.Fleet = benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
 	if *metricsOnly {
 		stats := benchMetrics(ctx, c, "http://"+ln.Addr().String(), token, warm["runc"], *scrapeLive, *nScrapes)
 		for _, s := range stats {
@@ -297,6 +317,9 @@ func main() {
 	for _, id := range idle {
 		c.Destroy(ctx, id)
 	}
+	// job_start latency and the fleet of watched jobs.
+	jobStats, fleet := benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}
@@ -324,19 +347,28 @@ func main() {
 		}
 		fmt.Println()
 	}
+	printStats(res.Stats)
+	writeResults(res, *out)
+}
+
+// printStats prints the table of every figure.
+func printStats(stats []Stat) {
 	fmt.Printf("\n%-52s %6s %10s %10s %10s  %s\n", "measure", "n", "p50", "p99", "mean", "floor")
-	for _, s := range res.Stats {
+	for _, s := range stats {
 		name := s.Name
 		if s.Runtime != "" {
 			name = s.Runtime + ": " + name
 		}
 		fmt.Printf("%-52s %6d %7.2f %-2s %7.2f %-2s %7.2f %-2s  %s\n", name, s.N, s.P50, s.Unit, s.P99, s.Unit, s.Mean, s.Unit, s.Floor)
 	}
+}
+
+func writeResults(res Results, out string) {
 	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("\nwrote %s\n", *out)
+	fmt.Printf("\nwrote %s\n", out)
 }
 
 // removeCgroupParents removes the bench's (empty) cgroup parents from every hierarchy.
