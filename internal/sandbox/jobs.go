@@ -465,26 +465,35 @@ func (s *Service) sandboxEnding(ctx context.Context, sb Sandbox, to State, reaso
 	}
 }
 
+// activeJob returns a job and its sandbox's agent to ask about it or, when there is no one to
+// ask (the job has ended, or its sandbox is gone and the record was settled), the job as it
+// stands with done set.
+func (s *Service) activeJob(ctx context.Context, sandboxID, jobID string) (j Job, sb Sandbox, gc *guest.Client, done bool, err error) {
+	if j, err = s.job(ctx, sandboxID, jobID); err != nil {
+		return Job{}, sb, nil, true, err
+	}
+	if !j.State.Active() {
+		return present(j), sb, nil, true, nil
+	}
+	if sb, gc, err = s.running(ctx, sandboxID); err != nil {
+		if errcode.Is(err, errcode.SandboxNotRunning) {
+			j, err = s.settleGone(ctx, j, sb)
+			return present(j), sb, nil, true, err
+		}
+		return Job{}, sb, nil, true, err
+	}
+	return j, sb, gc, false, nil
+}
+
 // WaitJob waits up to timeout (0..1 h) for a job to end and returns its status; a wait that
 // times out is not an error: it returns the job running.
 func (s *Service) WaitJob(ctx context.Context, sandboxID, jobID string, timeout time.Duration) (Job, error) {
 	if timeout < 0 || timeout > MaxJobWait {
 		return Job{}, errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 0 and %d; got %g", int(MaxJobWait/time.Second), timeout.Seconds())
 	}
-	j, err := s.job(ctx, sandboxID, jobID)
-	if err != nil {
-		return Job{}, err
-	}
-	if !j.State.Active() {
-		return present(j), nil
-	}
-	sb, gc, err := s.running(ctx, sandboxID)
-	if err != nil {
-		if errcode.Is(err, errcode.SandboxNotRunning) {
-			j, err = s.settleGone(ctx, j, sb)
-			return present(j), err
-		}
-		return Job{}, err
+	j, sb, gc, done, err := s.activeJob(ctx, sandboxID, jobID)
+	if done || err != nil {
+		return j, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
 	defer cancel()
@@ -513,20 +522,9 @@ func (s *Service) CancelJob(ctx context.Context, sandboxID, jobID string, grace 
 	if g < 0 || g > MaxCancelGrace {
 		return Job{}, errcode.New(errcode.InvalidArgument, "grace_seconds must be between 0 and %d; got %g", int(MaxCancelGrace/time.Second), g.Seconds())
 	}
-	j, err := s.job(ctx, sandboxID, jobID)
-	if err != nil {
-		return Job{}, err
-	}
-	if !j.State.Active() {
-		return present(j), nil
-	}
-	sb, gc, err := s.running(ctx, sandboxID)
-	if err != nil {
-		if errcode.Is(err, errcode.SandboxNotRunning) {
-			j, err = s.settleGone(ctx, j, sb)
-			return present(j), err
-		}
-		return Job{}, err
+	j, sb, gc, done, err := s.activeJob(ctx, sandboxID, jobID)
+	if done || err != nil {
+		return j, err
 	}
 	// The cancel finishes even if the caller goes.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g+30*time.Second)
