@@ -1,0 +1,85 @@
+package sandbox_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/oci"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/testenv"
+)
+
+// newGVisorEnv is newEnv on gVisor (runsc) instead of runc.
+func newGVisorEnv(t *testing.T, cfg sandbox.Config) *env {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Fatalf("runsc is not installed (make deps installs it): %v", err)
+	}
+	cfg.DefaultRuntime = "gvisor"
+	return newEnvWrapped(t, cfg, func(runtime.Runtime) runtime.Runtime {
+		root := testenv.ShortTempDir(t, "abgv")
+		rt, err := oci.New(context.Background(), oci.Config{Name: "gvisor", Flavor: oci.FlavorGVisor, Root: root,
+			GuestBinary: testenv.Binary(t), CgroupParent: "abt-" + filepath.Base(root), Subreaper: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caps := rt.Capabilities(); !caps.Available {
+			t.Fatalf("gVisor unavailable: %s", caps.Reason)
+		}
+		return rt
+	})
+}
+
+// waitJobEnd waits (at most a minute) for job jobID of sandbox sb to end.
+func (e *env) waitJobEnd(t *testing.T, sb, jobID string) sandbox.Job {
+	t.Helper()
+	j, err := e.svc.WaitJob(context.Background(), sb, jobID, time.Minute)
+	if err != nil {
+		t.Fatalf("wait %s: %v", jobID, err)
+	}
+	if j.State.Active() {
+		t.Fatalf("job %s still %s after a minute", jobID, j.State)
+	}
+	return j
+}
+
+func (e *env) startJob(t *testing.T, sb string, argv ...string) sandbox.Job {
+	t.Helper()
+	j, err := e.svc.StartJob(context.Background(), sb, sandbox.JobStartRequest{Argv: argv})
+	if err != nil {
+		t.Fatalf("start %v: %v", argv, err)
+	}
+	return j
+}
+
+// testJobOOM: a job allocating 512 MiB in a sandbox of memMB (64 or 128) ends killed, SIGKILL, oom_killed
+// (record and reply), and the sandbox runs on; a job that SIGKILLs itself is not an OOM kill.
+func testJobOOM(t *testing.T, e *env, memMB int64) {
+	sb := e.create(t, sandbox.CreateRequest{MemoryMB: memMB})
+	j := e.startJob(t, sb.ID, "python3", "-c", "b = bytearray(512 << 20); print(len(b))")
+	j = e.waitJobEnd(t, sb.ID, j.ID)
+	if j.State != sandbox.JobKilled || j.Signal != "SIGKILL" || !j.OOMKilled || j.Success {
+		t.Fatalf("allocating 512 MiB under a %d MiB limit: %+v (want killed, SIGKILL, oom_killed)", memMB, j)
+	}
+	if r, err := e.svc.JobStatus(context.Background(), sb.ID, j.ID); err != nil || !r.OOMKilled || r.State != sandbox.JobKilled {
+		t.Errorf("job_status after the OOM kill: %+v, %v", r, err)
+	}
+	self := e.waitJobEnd(t, sb.ID, e.startJob(t, sb.ID, "sh", "-c", "kill -9 $$").ID)
+	if self.State != sandbox.JobKilled || self.Signal != "SIGKILL" || self.OOMKilled {
+		t.Errorf("a job that SIGKILLs itself: %+v (want killed, SIGKILL, not oom_killed)", self)
+	}
+	if r := e.exec(t, sb.ID, argv("echo", "alive")); r.Stdout != "alive\n" {
+		t.Fatalf("sandbox not alive after the OOM kill: %+v", r)
+	}
+}
+
+func TestJobOOMKilled(t *testing.T) { testJobOOM(t, newEnv(t, sandbox.Config{}), 64) }
+
+// TestJobOOMKilledGVisor: the same on gVisor, where the host's OOM guard does the kill. 128 MiB:
+// gVisor bounds a sandbox's processes by memory_mb/8, and 64 MiB leaves a job too few.
+func TestJobOOMKilledGVisor(t *testing.T) { testJobOOM(t, newGVisorEnv(t, sandbox.Config{}), 128) }
