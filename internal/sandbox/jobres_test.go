@@ -83,3 +83,56 @@ func TestJobOOMKilled(t *testing.T) { testJobOOM(t, newEnv(t, sandbox.Config{}),
 // TestJobOOMKilledGVisor: the same on gVisor, where the host's OOM guard does the kill. 128 MiB:
 // gVisor bounds a sandbox's processes by memory_mb/8, and 64 MiB leaves a job too few.
 func TestJobOOMKilledGVisor(t *testing.T) { testJobOOM(t, newGVisorEnv(t, sandbox.Config{}), 128) }
+
+// TestJobCPUSeconds: on a real runc sandbox, a job whose child burns 2 s of CPU reports its
+// CPU time while it runs (job_status, job_list) and at least 0.5 s once it ended (the reply
+// and the stored record); an idle sleep reports less than 0.2 s.
+func TestJobCPUSeconds(t *testing.T) {
+	e := newEnv(t, sandbox.Config{})
+	ctx := context.Background()
+	sb := e.create(t, sandbox.CreateRequest{})
+	// The burner is sh's child: the running samples find it by the job's process group, the
+	// end's rusage through sh's wait.
+	burn := e.startJob(t, sb.ID, "sh", "-c", `python3 -c "import time
+while time.process_time() < 2.0: pass"; echo done`)
+	idle := e.startJob(t, sb.ID, "sleep", "1")
+	seen := 0.0
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		j, err := e.svc.JobStatus(ctx, sb.ID, burn.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State != sandbox.JobRunning {
+			break
+		}
+		if j.CPUSeconds < seen {
+			t.Errorf("cpu_seconds went down while running: %g after %g", j.CPUSeconds, seen)
+		}
+		seen = j.CPUSeconds
+		if seen >= 0.3 {
+			l, err := e.svc.ListJobs(ctx, sb.ID, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, lj := range l.Jobs {
+				if lj.ID == burn.ID && lj.State == sandbox.JobRunning && lj.CPUSeconds < seen {
+					t.Errorf("job_list's cpu_seconds %g for the running burner, less than job_status's %g", lj.CPUSeconds, seen)
+				}
+			}
+			break
+		}
+	}
+	if seen < 0.3 {
+		t.Errorf("the running burner's cpu_seconds never reached 0.3 (last %g)", seen)
+	}
+	end := e.waitJobEnd(t, sb.ID, burn.ID)
+	if end.State != sandbox.JobExited || end.CPUSeconds < 1.5 || end.CPUSeconds > 30 {
+		t.Errorf("burner ended %s with cpu_seconds %g; want exited, about 2", end.State, end.CPUSeconds)
+	}
+	if rec, err := e.st.GetJob(ctx, sb.ID, burn.ID); err != nil || rec.CPUSeconds != end.CPUSeconds {
+		t.Errorf("stored record: cpu_seconds %g, %v; want %g", rec.CPUSeconds, err, end.CPUSeconds)
+	}
+	if j := e.waitJobEnd(t, sb.ID, idle.ID); j.State != sandbox.JobExited || j.CPUSeconds >= 0.2 {
+		t.Errorf("sleep 1 ended %s with cpu_seconds %g; want exited, under 0.2", j.State, j.CPUSeconds)
+	}
+}
