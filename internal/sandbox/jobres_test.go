@@ -122,6 +122,11 @@ while time.process_time() < 2.0: pass"; echo done`)
 			break
 		}
 	}
+	// The fleet's sample says how many jobs each sandbox runs, from one store query.
+	fleet, err := e.svc.FleetMetrics(ctx)
+	if err != nil || len(fleet.Sandboxes) != 1 || fleet.Sandboxes[0].RunningJobs == nil || *fleet.Sandboxes[0].RunningJobs < 1 {
+		t.Errorf("FleetMetrics running jobs: %+v, %v; want 1 or 2 (the burner, and the sleep unless it ended)", fleet, err)
+	}
 	if seen < 0.3 {
 		t.Errorf("the running burner's cpu_seconds never reached 0.3 (last %g)", seen)
 	}

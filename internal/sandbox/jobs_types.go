@@ -169,6 +169,9 @@ type JobStore interface {
 	PruneJobs(ctx context.Context, before time.Time) (int, error)
 	// CountJobs returns how many job records are in each state (states with none are absent).
 	CountJobs(ctx context.Context) (map[JobState]int, error)
+	// ActiveJobsBySandbox returns how many starting or running job records each sandbox has
+	// (sandboxes with none are absent), in one query.
+	ActiveJobsBySandbox(ctx context.Context) (map[string]int, error)
 }
 
 var jobIDPattern = regexp.MustCompile(`^job-[0-9a-f]{12}$`)

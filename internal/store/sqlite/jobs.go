@@ -296,3 +296,25 @@ func (s *Store) CountJobs(ctx context.Context) (map[sandbox.JobState]int, error)
 	}
 	return out, nil
 }
+
+// ActiveJobsBySandbox returns how many starting or running job records each sandbox has.
+func (s *Store) ActiveJobsBySandbox(ctx context.Context) (map[string]int, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT sandbox_id, COUNT(*) FROM jobs WHERE state IN (?, ?) GROUP BY sandbox_id`, activeJobStates()...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count active jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: count active jobs: %w", err)
+		}
+		out[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: count active jobs: %w", err)
+	}
+	return out, nil
+}

@@ -348,4 +348,17 @@ func testJobCountByState(t *testing.T, s store.Store) {
 	if err != nil || got[sandbox.JobStarting] != 2 || got[sandbox.JobExited] != 1 || len(got) != 2 {
 		t.Fatalf("CountJobs = %v, %v; want 2 starting, 1 exited", got, err)
 	}
+	// ActiveJobsBySandbox: the starting and running ones, per sandbox; one with none is absent.
+	other := mustCreate(t, s, newSandbox(2, sandbox.StateRunning, base(), nil))
+	oj := mustCreateJob(t, s, newJob(other, base()))
+	oj.Version++
+	oj.State = sandbox.JobRunning
+	if err := s.UpdateJob(t.Context(), oj, sandbox.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, newSandbox(3, sandbox.StateRunning, base(), nil))
+	active, err := s.ActiveJobsBySandbox(t.Context())
+	if err != nil || len(active) != 2 || active[sb.ID] != 2 || active[other.ID] != 1 {
+		t.Fatalf("ActiveJobsBySandbox = %v, %v; want %s: 2, %s: 1", active, err, sb.ID, other.ID)
+	}
 }
