@@ -84,11 +84,13 @@ func TestJobOOMKilled(t *testing.T) { testJobOOM(t, newEnv(t, sandbox.Config{}),
 // gVisor bounds a sandbox's processes by memory_mb/8, and 64 MiB leaves a job too few.
 func TestJobOOMKilledGVisor(t *testing.T) { testJobOOM(t, newGVisorEnv(t, sandbox.Config{}), 128) }
 
-// TestJobCPUSeconds: on a real runc sandbox, a job whose child burns 2 s of CPU reports its
+// TestJobCPUSeconds: on a real runc sandbox (and gVisor: TestJobCPUSecondsGVisor), a job whose child burns 2 s of CPU reports its
 // CPU time while it runs (job_status, job_list) and at least 0.5 s once it ended (the reply
 // and the stored record); an idle sleep reports less than 0.2 s.
-func TestJobCPUSeconds(t *testing.T) {
-	e := newEnv(t, sandbox.Config{})
+func TestJobCPUSeconds(t *testing.T)       { testJobCPU(t, newEnv(t, sandbox.Config{})) }
+func TestJobCPUSecondsGVisor(t *testing.T) { testJobCPU(t, newGVisorEnv(t, sandbox.Config{})) }
+
+func testJobCPU(t *testing.T, e *env) {
 	ctx := context.Background()
 	sb := e.create(t, sandbox.CreateRequest{})
 	// The burner is sh's child: the running samples find it by the job's process group, the
