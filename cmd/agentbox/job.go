@@ -77,10 +77,10 @@ func jobList(args []string) int {
 			return 0
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tSTATE\tEXIT\tSTARTED\tLOG\tCOMMAND")
+		fmt.Fprintln(tw, "JOB\tSTATE\tEXIT\tSTARTED\tLOG\tCPU\tCOMMAND")
 		for _, j := range l.Jobs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", j.ID, j.State, exitText(j), j.StartedAt.Local().Format(time.DateTime),
-				j.LogBytes, truncateCmd(strings.Join(j.Argv, " ")))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2fs\t%s\n", j.ID, j.State, exitText(j), j.StartedAt.Local().Format(time.DateTime),
+				j.LogBytes, j.CPUSeconds, truncateCmd(strings.Join(j.Argv, " ")))
 		}
 		tw.Flush()
 		if l.Omitted > 0 {
@@ -124,7 +124,7 @@ func printJob(j sandbox.Job, asJSON bool) {
 		printJSON(j)
 		return
 	}
-	fmt.Printf("%s %s %s\n", j.ID, j.State, exitText(j))
+	fmt.Printf("%s %s %s cpu %.2fs\n", j.ID, j.State, exitText(j), j.CPUSeconds)
 	fmt.Fprintln(os.Stderr, j.Message)
 }
 

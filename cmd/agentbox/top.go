@@ -105,9 +105,9 @@ func renderTop(w io.Writer, sbs []sandbox.Sandbox, fleet sandbox.FleetMetrics, n
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SANDBOX\tSTATE\tRUNTIME\tCPU %\tMEM USAGE / LIMIT\tMEM %\tPIDS\tDISK USED / SIZE\tTTL LEFT")
+	fmt.Fprintln(tw, "SANDBOX\tSTATE\tRUNTIME\tCPU %\tMEM USAGE / LIMIT\tMEM %\tPIDS\tJOBS\tDISK USED / SIZE\tTTL LEFT")
 	for _, sb := range sbs {
-		cpu, mem, memPct, pids, disk := "-", "-", "-", "-", "-"
+		cpu, mem, memPct, pids, jobs, disk := "-", "-", "-", "-", "-", "-"
 		if m, ok := byID[sb.ID]; ok {
 			if m.CPUPercent != nil {
 				cpu = fmt.Sprintf("%.1f%%", *m.CPUPercent)
@@ -121,6 +121,9 @@ func renderTop(w io.Writer, sbs []sandbox.Sandbox, fleet sandbox.FleetMetrics, n
 			if m.Pids != nil {
 				pids = fmt.Sprint(m.Pids.Current)
 			}
+			if m.RunningJobs != nil {
+				jobs = fmt.Sprint(*m.RunningJobs)
+			}
 			if m.Disk != nil {
 				disk = tableBytes(m.Disk.UsedBytes) + " / " + limitBytes(m.Disk.TotalBytes)
 			}
@@ -129,7 +132,7 @@ func renderTop(w io.Writer, sbs []sandbox.Sandbox, fleet sandbox.FleetMetrics, n
 		if sb.State.Live() {
 			ttl = ttlLeft(sb.ExpiresAt.Sub(now))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Runtime, cpu, mem, memPct, pids, disk, ttl)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Runtime, cpu, mem, memPct, pids, jobs, disk, ttl)
 	}
 	tw.Flush()
 }

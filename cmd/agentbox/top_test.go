@@ -19,13 +19,13 @@ import (
 
 func TestRenderTop(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	pct, mem := 42.5, 25.0
+	pct, mem, jobs := 42.5, 25.0, 3
 	sbs := []sandbox.Sandbox{
 		{ID: "sb-bbbbbbbbbbbb", State: sandbox.StateFailed, Runtime: "runc", ExpiresAt: now.Add(time.Hour)},
 		{ID: "sb-aaaaaaaaaaaa", State: sandbox.StateRunning, Runtime: "gvisor", ExpiresAt: now.Add(90*time.Minute + 5*time.Second)},
 	}
 	fleet := sandbox.FleetMetrics{TookSeconds: 0.012, Sandboxes: []sandbox.SandboxMetrics{{
-		SandboxID: "sb-aaaaaaaaaaaa", CPUPercent: &pct, MemoryPercent: &mem,
+		SandboxID: "sb-aaaaaaaaaaaa", CPUPercent: &pct, MemoryPercent: &mem, RunningJobs: &jobs,
 		Metrics: runtime.Metrics{Memory: &runtime.MemoryMetrics{UsedBytes: 64 << 20, LimitBytes: 256 << 20},
 			Pids: &runtime.PidsMetrics{Current: 7}, Disk: &runtime.DiskMetrics{UsedBytes: 3 << 30, TotalBytes: 0}},
 	}}}
@@ -38,7 +38,7 @@ func TestRenderTop(t *testing.T) {
 	if f := strings.Fields(lines[1]); f[0] != "SANDBOX" || f[len(f)-1] != "LEFT" {
 		t.Errorf("header %q", lines[1])
 	}
-	want := []string{"sb-aaaaaaaaaaaa", "running", "gvisor", "42.5%", "64.0MiB", "/", "256.0MiB", "25.0%", "7", "3.00GiB", "/", "unlimited", "1h30m05s"}
+	want := []string{"sb-aaaaaaaaaaaa", "running", "gvisor", "42.5%", "64.0MiB", "/", "256.0MiB", "25.0%", "7", "3", "3.00GiB", "/", "unlimited", "1h30m05s"}
 	if f := strings.Fields(lines[2]); strings.Join(f, " ") != strings.Join(want, " ") {
 		t.Errorf("running row %q, want %q", f, want)
 	}

@@ -130,6 +130,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 			return sandbox.Headroom{MemoryAvailableMB: mem, DiskFreeMB: free}, err
 		},
 		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
+		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox,
 	}, log)
 	if err != nil {
 		return nil, err

@@ -71,13 +71,21 @@ type Config struct {
 	// MaxFileBytes bounds one file upload or download through the REST API; 0 = the API's
 	// default (1 GiB). JSON bodies have a fixed bound (api.MaxJSONBody).
 	MaxFileBytes int64
+	// JobRetention is how long finished jobs' records are kept (DefaultJobRetention, 7 days).
+	JobRetention time.Duration
+	// MaxJobsPerSandbox bounds the running jobs of one sandbox (sandbox.DefaultMaxJobs, 64,
+	// which is also the agent's own bound).
+	MaxJobsPerSandbox int
 }
+
+// DefaultJobRetention is how long finished jobs' records are kept by default.
+const DefaultJobRetention = 7 * 24 * time.Hour
 
 // Default returns the configuration with every default filled from the environment and host.
 func Default() Config {
 	c := Config{Version: Version, Listen: DefaultListen, DefaultRuntime: sandbox.DefaultRuntime,
 		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes, CgroupParent: "agentbox",
-		Overcommit: DefaultOvercommit}
+		Overcommit: DefaultOvercommit, JobRetention: DefaultJobRetention, MaxJobsPerSandbox: sandbox.DefaultMaxJobs}
 	c.StateDir = DefaultStateDir()
 	c.TokenFile = DefaultTokenFile()
 	c.Token = os.Getenv("AGENTBOX_TOKEN")
@@ -138,6 +146,12 @@ func (c *Config) Validate() error {
 	}
 	if c.UIDPoolBase != 0 && (c.UIDPoolBase < 65536 || c.UIDPoolBase > 1<<32-1<<16) {
 		errs = append(errs, fmt.Sprintf("uid pool base %d must be between 65536 and %d (0 = the default, %d)", c.UIDPoolBase, int64(1<<32-1<<16), sandbox.DefaultIDPoolBase))
+	}
+	if c.JobRetention < time.Minute {
+		errs = append(errs, fmt.Sprintf("job retention %v must be at least 1m (how long finished job records are kept; default %v)", c.JobRetention, DefaultJobRetention))
+	}
+	if c.MaxJobsPerSandbox < 1 || c.MaxJobsPerSandbox > sandbox.DefaultMaxJobs {
+		errs = append(errs, fmt.Sprintf("max jobs per sandbox %d must be between 1 and %d (the agent's own bound)", c.MaxJobsPerSandbox, sandbox.DefaultMaxJobs))
 	}
 	if len(errs) > 0 {
 		return errcode.New(errcode.InvalidArgument, "invalid configuration: %s", strings.Join(errs, "; "))

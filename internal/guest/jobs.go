@@ -79,6 +79,12 @@ type JobInfo struct {
 	LogBytes int64 `json:"log_bytes"`
 	// LogTruncated: writing the output failed (the disk is full); the job ran on, unlogged.
 	LogTruncated bool `json:"log_truncated,omitempty"`
+	// CPUSeconds is the job's CPU time, user + system, in seconds: while it runs, the sum over
+	// its live processes (its process group and exec tag, as a cancel finds them) of their own
+	// and their waited-for children's times from /proc/<pid>/stat; once it ended, the rusage
+	// of its main process and the descendants it waited for (wait4), or the last sample if
+	// that was more.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 }
 
 // JobList is the reply of GET /v1/jobs: at most MaxJobList jobs, newest first.
@@ -153,6 +159,9 @@ func validJobInfo(j *JobInfo) error {
 	}
 	if j.LogBytes < 0 {
 		return errors.New("negative log_bytes")
+	}
+	if !(j.CPUSeconds >= 0 && j.CPUSeconds < 1e12) { // NaN fails too
+		return fmt.Errorf("cpu_seconds %g out of range", j.CPUSeconds)
 	}
 	if len(j.Signal) > 16 || strings.IndexFunc(j.Signal, func(c rune) bool { return (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '+' }) >= 0 {
 		return fmt.Errorf("bad signal name %q", cleanText(j.Signal, 32))

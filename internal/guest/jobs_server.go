@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -70,7 +71,33 @@ type job struct {
 
 	mu    sync.Mutex
 	final *JobInfo // set once, before done is closed
+
+	// pid and tree find the job's processes for CPU samples (pid 0: none, it never started);
+	// set before the job is added, never changed. cpuNanos is the largest sample so far.
+	pid      int
+	tree     processTree
+	cpuNanos atomic.Int64
 }
+
+// sampleCPU samples the CPU time of the job's live processes and returns the largest sample
+// so far (a process that ended without being waited for takes its time with it; the job's
+// time never goes down).
+func (j *job) sampleCPU() time.Duration {
+	if j.pid > 0 {
+		if n, ok := jobCPU(j.pid, j.tree.tag, j.tree.since); ok {
+			for {
+				old := j.cpuNanos.Load()
+				if int64(n) <= old || j.cpuNanos.CompareAndSwap(old, int64(n)) {
+					break
+				}
+			}
+		}
+	}
+	return time.Duration(j.cpuNanos.Load())
+}
+
+// cpuSeconds is d in seconds, to the millisecond.
+func cpuSeconds(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
 
 // initJobs sets up the jobs of a Run and loads the finished jobs a previous agent recorded.
 func (s *server) initJobs(cfg ServerConfig) error {
@@ -181,11 +208,14 @@ func (m *jobManager) get(id string) (*job, error) {
 // info is the job's status now.
 func (j *job) info() JobInfo {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.final != nil {
-		return *j.final
+	fin := j.final
+	j.mu.Unlock()
+	if fin != nil {
+		return *fin
 	}
-	return JobInfo{JobID: j.id, Argv: j.argv, State: JobRunning, StartedAt: j.started, LogBytes: j.logBytes.Load(), LogTruncated: j.trunc.Load()}
+	cpu := j.sampleCPU() // outside the lock: it reads /proc
+	return JobInfo{JobID: j.id, Argv: j.argv, State: JobRunning, StartedAt: j.started, LogBytes: j.logBytes.Load(), LogTruncated: j.trunc.Load(),
+		CPUSeconds: cpuSeconds(cpu)}
 }
 
 func (s *server) handleJobStart(w http.ResponseWriter, r *http.Request) {
@@ -291,7 +321,8 @@ func (s *server) startJob(id string, sp *execSpec) (*job, error) {
 		attr.Sys.Credential = cred
 	}
 	oomBefore := memcgOOMKills()
-	pid, waitCh, err := s.reaper.start(sp.path, sp.argv, attr)
+	ru := new(unix.Rusage)
+	pid, waitCh, err := s.reaper.startRusage(sp.path, sp.argv, attr, ru)
 	_, _, _ = null.Close(), outW.Close(), errW.Close()
 	if err != nil {
 		_, _ = outR.Close(), errR.Close()
@@ -309,11 +340,12 @@ func (s *server) startJob(id string, sp *execSpec) (*job, error) {
 		return j, nil
 	}
 	started = true
+	j.pid, j.tree = pid, tree
 	s.addJob(j)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		s.runJob(j, pid, tree, waitCh, outR, errR, oomBefore)
+		s.runJob(j, pid, tree, waitCh, ru, outR, errR, oomBefore)
 	}()
 	return j, nil
 }
@@ -428,7 +460,7 @@ func (j *job) pump(f *os.File, stream string) {
 
 // runJob logs the job's output until it ends, by itself, by a cancel or by the agent's end,
 // then records how it ended.
-func (s *server) runJob(j *job, pid int, tree processTree, waitCh <-chan unix.WaitStatus, outR, errR *os.File, oomBefore int64) {
+func (s *server) runJob(j *job, pid int, tree processTree, waitCh <-chan unix.WaitStatus, ru *unix.Rusage, outR, errR *os.File, oomBefore int64) {
 	defer s.reaper.tags.release(tree.tag)
 	var wg sync.WaitGroup
 	wg.Go(func() { j.pump(outR, "stdout") })
@@ -445,13 +477,17 @@ func (s *server) runJob(j *job, pid int, tree processTree, waitCh <-chan unix.Wa
 		ws = s.killTree(pid, tree, waitCh)
 	}
 	guarded := s.takeOOMMark(tree.tag, pid)
+	// The reaper wrote *ru before it delivered the status (zero only when a kill gave up
+	// waiting for it): the job's CPU time is that or the last sample, whichever is more.
+	got := s.reaper.rusage(ru)
+	cpu := max(time.Duration(got.Utime.Nano()+got.Stime.Nano()), time.Duration(j.cpuNanos.Load()))
 	deadline := time.Now().Add(jobDrainGrace)
 	_ = outR.SetReadDeadline(deadline)
 	_ = errR.SetReadDeadline(deadline)
 	wg.Wait()
 	_, _ = outR.Close(), errR.Close()
 
-	var fin JobInfo
+	fin := JobInfo{CPUSeconds: cpuSeconds(cpu)}
 	switch {
 	case ws.Exited():
 		code := ws.ExitStatus()

@@ -1,8 +1,10 @@
 package guest
 
 import (
+	"bytes"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,4 +34,53 @@ func signalTagged(tag uint32, since uint64, sig unix.Signal) int {
 		}
 	}
 	return n
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux ABI (and in
+// gVisor's /proc).
+const clockTicks = 100
+
+// jobCPU sums the CPU time (utime, stime, and cutime, cstime: the children they waited for) of
+// the live processes of a job whose main process is pid: its process group, and with a tag the
+// processes carrying it (started at or after since, descending from this process), as a cancel
+// finds them. ok is false when /proc cannot be read.
+func jobCPU(pid int, tag uint32, since uint64) (time.Duration, bool) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, false
+	}
+	self := os.Getpid()
+	want := []byte(strconv.FormatUint(uint64(tag), 10))
+	var ticks uint64
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == self {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		// After "pid (comm)": pgrp is field 5, utime..cstime 14–17, starttime 22 of proc(5).
+		f := bytes.Fields(b[i+1:])
+		if len(f) < 20 {
+			continue
+		}
+		pgrp, _ := strconv.Atoi(string(f[2]))
+		if pgrp != pid {
+			start, err := strconv.ParseUint(string(f[19]), 10, 64)
+			if tag == 0 || err != nil || start < since || !hasGroup(p, want) || !descends(p, self) {
+				continue
+			}
+		}
+		for _, x := range f[11:15] {
+			n, _ := strconv.ParseUint(string(x), 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, true
 }

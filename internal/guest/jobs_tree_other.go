@@ -2,6 +2,12 @@
 
 package guest
 
-import "golang.org/x/sys/unix"
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 func signalTagged(uint32, uint64, unix.Signal) int { return 0 }
+
+func jobCPU(int, uint32, uint64) (time.Duration, bool) { return 0, false }

@@ -22,7 +22,7 @@ type reaper struct {
 	// delivered, so a child that exits at once cannot be reaped before its waiter exists, and a
 	// reused pid cannot receive a stale status.
 	mu      sync.Mutex
-	waiters map[int]chan unix.WaitStatus
+	waiters map[int]waiter
 	// tags are the exec tags of the commands in flight: process-wide like the reaper, since
 	// every agent in a process (tests run several) sees the same processes.
 	tags execTags
@@ -31,10 +31,17 @@ type reaper struct {
 	own bool
 }
 
+// waiter is who registered for a child's exit: its status goes on ch, and its rusage (its own
+// and that of the descendants it waited for) into *ru first when ru is not nil.
+type waiter struct {
+	ch chan unix.WaitStatus
+	ru *unix.Rusage
+}
+
 // ownChildrenReaper returns a reaper for an embedded agent: it collects the exit status of
 // each child it starts, and nothing else.
 func ownChildrenReaper(log *slog.Logger) *reaper {
-	return &reaper{log: log, waiters: map[int]chan unix.WaitStatus{}, own: true}
+	return &reaper{log: log, waiters: map[int]waiter{}, own: true}
 }
 
 var (
@@ -56,7 +63,7 @@ func startReaper(log *slog.Logger) *reaper {
 				log.Warn("guest: cannot become a child subreaper; orphans will not be reaped here", "err", err)
 			}
 		}
-		r := &reaper{log: log, waiters: map[int]chan unix.WaitStatus{}}
+		r := &reaper{log: log, waiters: map[int]waiter{}}
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, unix.SIGCHLD)
 		go r.loop(sigs)
@@ -82,7 +89,8 @@ func (r *reaper) reapAll() {
 	for {
 		r.mu.Lock()
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|waitAllFlag, nil)
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|waitAllFlag, &ru)
 		if err == unix.EINTR {
 			r.mu.Unlock()
 			continue
@@ -91,9 +99,12 @@ func (r *reaper) reapAll() {
 			r.mu.Unlock()
 			return
 		}
-		if ch, ok := r.waiters[pid]; ok {
+		if w, ok := r.waiters[pid]; ok {
 			delete(r.waiters, pid)
-			ch <- ws // buffered: never blocks
+			if w.ru != nil {
+				*w.ru = ru
+			}
+			w.ch <- ws // buffered: never blocks
 		}
 		r.mu.Unlock()
 	}
@@ -102,6 +113,13 @@ func (r *reaper) reapAll() {
 // start starts a child and registers for its exit status, which the returned channel delivers
 // exactly once. The *os.Process is released at once: the pid is all the caller uses.
 func (r *reaper) start(name string, argv []string, attr *os.ProcAttr) (int, <-chan unix.WaitStatus, error) {
+	return r.startRusage(name, argv, attr, nil)
+}
+
+// startRusage is start that also writes the child's rusage into *ru (when not nil), under
+// r.mu, before its status is delivered: once the status is received, r.rusage(ru) has the CPU
+// time of the child and of the descendants it waited for (zero if it was not collected yet).
+func (r *reaper) startRusage(name string, argv []string, attr *os.ProcAttr, ru *unix.Rusage) (int, <-chan unix.WaitStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, err := os.StartProcess(name, argv, attr)
@@ -114,16 +132,29 @@ func (r *reaper) start(name string, argv []string, attr *os.ProcAttr) (int, <-ch
 	if r.own {
 		go func() {
 			var ws unix.WaitStatus
+			var got unix.Rusage
 			for {
-				_, err := unix.Wait4(pid, &ws, 0, nil)
+				_, err := unix.Wait4(pid, &ws, 0, &got)
 				if err != unix.EINTR {
 					break
 				}
+			}
+			if ru != nil {
+				r.mu.Lock()
+				*ru = got
+				r.mu.Unlock()
 			}
 			ch <- ws
 		}()
 		return pid, ch, nil
 	}
-	r.waiters[pid] = ch
+	r.waiters[pid] = waiter{ch: ch, ru: ru}
 	return pid, ch, nil
+}
+
+// rusage reads *ru, which the reaper may be writing, under r.mu.
+func (r *reaper) rusage(ru *unix.Rusage) unix.Rusage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return *ru
 }

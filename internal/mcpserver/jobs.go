@@ -86,6 +86,7 @@ type JobOut struct {
 	FinishedAt   *time.Time `json:"finished_at,omitempty" jsonschema:"When it ended (RFC 3339)."`
 	LogBytes     int64      `json:"log_bytes" jsonschema:"Bytes of output so far (stdout and stderr)."`
 	LogTruncated bool       `json:"log_truncated,omitempty" jsonschema:"The log stopped being written (the sandbox's disk filled); the job itself was not stopped by it."`
+	CPUSeconds   float64    `json:"cpu_seconds" jsonschema:"CPU time (user + system) the job has used, in seconds: while it runs, that of its processes so far; once it ended, its whole tree's."`
 	Error        string     `json:"error,omitempty" jsonschema:"Why it failed to start, was canceled by the sandbox's end, or is unknown."`
 	EnvNames     []string   `json:"env_names,omitempty" jsonschema:"Names of the environment variables given."`
 	Cwd          string     `json:"cwd,omitempty" jsonschema:"Working directory given."`
@@ -95,7 +96,7 @@ type JobOut struct {
 func jobOut(j sandbox.Job) JobOut {
 	return JobOut{JobID: j.ID, SandboxID: j.SandboxID, State: string(j.State), Success: j.Success, Message: j.Message,
 		Argv: nonNil(j.Argv), ExitCode: j.ExitCode, Signal: j.Signal, OOMKilled: j.OOMKilled, StartedAt: j.StartedAt,
-		FinishedAt: j.FinishedAt, LogBytes: j.LogBytes, LogTruncated: j.LogTruncated, Error: j.Error,
+		FinishedAt: j.FinishedAt, LogBytes: j.LogBytes, LogTruncated: j.LogTruncated, CPUSeconds: j.CPUSeconds, Error: j.Error,
 		EnvNames: j.EnvNames, Cwd: j.Cwd, User: j.User}
 }
 
@@ -161,7 +162,7 @@ Reply: {jobs: [{job_id, state, exit_code, started_at, finished_at, argv, …}], 
 		Name:  "job_status",
 		Title: "A job's status",
 		Description: `Get a job's status. Arguments: sandbox_id, job_id.
-Reply: {job_id, state, success, message, exit_code, signal, oom_killed, started_at, finished_at, log_bytes, log_truncated, …}. state is running, exited (exit_code), killed (signal; oom_killed when the memory limit did it), canceled, failed (never started) or unknown (the sandbox was lost: the outcome is not known — never treat it as success). It answers after the sandbox is gone too.
+Reply: {job_id, state, success, message, exit_code, signal, oom_killed, started_at, finished_at, log_bytes, log_truncated, cpu_seconds, …}. state is running, exited (exit_code), killed (signal; oom_killed when the memory limit did it), canceled, failed (never started) or unknown (the sandbox was lost: the outcome is not known — never treat it as success). It answers after the sandbox is gone too.
 ` + errorsDoc(errNotFound, jobErrs, errInvalid),
 		Annotations: &mcp.ToolAnnotations{Title: "A job's status", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, nil, s.jobStatus)

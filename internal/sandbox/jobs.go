@@ -144,6 +144,9 @@ func applyInfo(j *Job, info guest.JobInfo) {
 		j.StartedAt = info.StartedAt.UTC().Truncate(time.Millisecond)
 	}
 	j.ExitCode, j.Signal, j.OOMKilled = info.ExitCode, info.Signal, info.OOMKilled
+	if info.CPUSeconds > j.CPUSeconds {
+		j.CPUSeconds = info.CPUSeconds
+	}
 	if info.FinishedAt != nil {
 		t := info.FinishedAt.UTC().Truncate(time.Millisecond)
 		j.FinishedAt = &t
@@ -344,6 +347,8 @@ func (s *Service) refreshJob(ctx context.Context, j Job) (Job, error) {
 func (s *Service) follow(ctx context.Context, gc *guest.Client, j Job, info guest.JobInfo) (Job, error) {
 	if info.State == "running" {
 		if j.State == JobRunning && j.LogBytes == info.LogBytes && j.LogTruncated == info.LogTruncated {
+			// Only its CPU time moved: the reply has it, the record is not rewritten for it.
+			j.CPUSeconds = max(j.CPUSeconds, info.CPUSeconds)
 			return j, nil
 		}
 		was := j.State

@@ -60,6 +60,11 @@ type Job struct {
 	// being written (the sandbox's disk filled), not the job.
 	LogBytes     int64 `json:"log_bytes"`
 	LogTruncated bool  `json:"log_truncated,omitempty"`
+	// CPUSeconds is the job's CPU time (user + system) in seconds: while it runs, that of its
+	// live processes (and the children they waited for) as the agent last sampled it; once it
+	// ended, the rusage of its tree (its main process and the descendants waited for), or the
+	// last sample if that was more.
+	CPUSeconds float64 `json:"cpu_seconds"`
 	// Error says why a job failed to start, was canceled by the sandbox's end, or is unknown.
 	Error string `json:"error,omitempty"`
 	// Success is true only for a job that exited with code 0 (never for unknown).
@@ -164,6 +169,9 @@ type JobStore interface {
 	PruneJobs(ctx context.Context, before time.Time) (int, error)
 	// CountJobs returns how many job records are in each state (states with none are absent).
 	CountJobs(ctx context.Context) (map[JobState]int, error)
+	// ActiveJobsBySandbox returns how many starting or running job records each sandbox has
+	// (sandboxes with none are absent), in one query.
+	ActiveJobsBySandbox(ctx context.Context) (map[string]int, error)
 }
 
 var jobIDPattern = regexp.MustCompile(`^job-[0-9a-f]{12}$`)

@@ -13,7 +13,7 @@ import (
 )
 
 const jobColumns = `id, sandbox_id, argv, env_names, cwd, user_name, state, exit_code, signal, oom_killed,
-	started_at, finished_at, log_bytes, log_truncated, tail, error_msg, created_at, updated_at, version`
+	started_at, finished_at, log_bytes, log_truncated, tail, error_msg, created_at, updated_at, version, cpu_seconds`
 
 // activeJobStates are the states of jobs that may still run, as query args.
 func activeJobStates() []any { return []any{string(sandbox.JobStarting), string(sandbox.JobRunning)} }
@@ -58,7 +58,7 @@ func jobArgs(j sandbox.Job) ([]any, error) {
 	}
 	return []any{j.ID, j.SandboxID, string(argv), string(env), j.Cwd, j.User, string(j.State), exit, j.Signal,
 		j.OOMKilled, millis(j.StartedAt), finished, j.LogBytes, j.LogTruncated, tail, j.Error,
-		millis(j.UpdatedAt), millis(j.UpdatedAt), j.Version}, nil
+		millis(j.UpdatedAt), millis(j.UpdatedAt), j.Version, j.CPUSeconds}, nil
 }
 
 // CreateJob inserts j if its sandbox exists and has fewer than maxActive starting or running
@@ -93,7 +93,7 @@ func (s *Store) CreateJob(ctx context.Context, j sandbox.Job, maxActive int) err
 				return errcode.New(errcode.JobLimitExceeded, "sandbox %s has %d running jobs, the most it may", j.SandboxID, n).With("limit", maxActive)
 			}
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		_, err = tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 		if isPrimaryKeyViolation(err) {
 			return errcode.Wrap(errcode.Conflict, err, "job %s already exists", j.ID)
 		}
@@ -176,13 +176,13 @@ func (s *Store) UpdateJob(ctx context.Context, j sandbox.Job, ev sandbox.Event) 
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		// args: id, sandbox_id, argv, env, cwd, user, state, exit, signal, oom, started,
-		// finished, log_bytes, truncated, tail, error, created (unused), updated, version.
+		// finished, log_bytes, truncated, tail, error, created (unused), updated, version, cpu.
 		res, err := tx.ExecContext(ctx, `UPDATE jobs SET argv = ?, env_names = ?, cwd = ?, user_name = ?, state = ?,
 			exit_code = ?, signal = ?, oom_killed = ?, started_at = ?, finished_at = ?, log_bytes = ?,
-			log_truncated = ?, tail = ?, error_msg = ?, updated_at = ?, version = ?
+			log_truncated = ?, tail = ?, error_msg = ?, updated_at = ?, version = ?, cpu_seconds = ?
 			WHERE id = ? AND sandbox_id = ? AND version = ?`,
 			args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9], args[10], args[11],
-			args[12], args[13], args[14], args[15], args[17], args[18], j.ID, j.SandboxID, j.Version-1)
+			args[12], args[13], args[14], args[15], args[17], args[18], args[19], j.ID, j.SandboxID, j.Version-1)
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
@@ -246,7 +246,7 @@ func scanJob(r rowScanner) (sandbox.Job, error) {
 	var exit, finished sql.NullInt64
 	var started, created, updated int64
 	err := r.Scan(&j.ID, &j.SandboxID, &argv, &env, &j.Cwd, &j.User, &state, &exit, &j.Signal, &j.OOMKilled,
-		&started, &finished, &j.LogBytes, &j.LogTruncated, &j.Tail, &j.Error, &created, &updated, &j.Version)
+		&started, &finished, &j.LogBytes, &j.LogTruncated, &j.Tail, &j.Error, &created, &updated, &j.Version, &j.CPUSeconds)
 	if err != nil {
 		return sandbox.Job{}, err
 	}
@@ -293,6 +293,28 @@ func (s *Store) CountJobs(ctx context.Context) (map[sandbox.JobState]int, error)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
+	}
+	return out, nil
+}
+
+// ActiveJobsBySandbox returns how many starting or running job records each sandbox has.
+func (s *Store) ActiveJobsBySandbox(ctx context.Context) (map[string]int, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT sandbox_id, COUNT(*) FROM jobs WHERE state IN (?, ?) GROUP BY sandbox_id`, activeJobStates()...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count active jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: count active jobs: %w", err)
+		}
+		out[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: count active jobs: %w", err)
 	}
 	return out, nil
 }

@@ -57,7 +57,7 @@ func checkJob(t *testing.T, want, got sandbox.Job) {
 		!slices.Equal(got.EnvNames, want.EnvNames) || got.Cwd != want.Cwd || got.User != want.User ||
 		got.State != want.State || got.Signal != want.Signal || got.OOMKilled != want.OOMKilled ||
 		got.LogBytes != want.LogBytes || got.LogTruncated != want.LogTruncated || got.Error != want.Error ||
-		got.Version != want.Version || !bytes.Equal(got.Tail, want.Tail) {
+		got.Version != want.Version || !bytes.Equal(got.Tail, want.Tail) || got.CPUSeconds != want.CPUSeconds {
 		t.Errorf("job = %+v\nwant %+v", got, want)
 	}
 	if (got.ExitCode == nil) != (want.ExitCode == nil) || got.ExitCode != nil && *got.ExitCode != *want.ExitCode {
@@ -84,7 +84,7 @@ func testJobRoundTrip(t *testing.T, s store.Store) {
 	j.ExitCode = &code
 	fin := base().Add(time.Minute)
 	j.FinishedAt, j.UpdatedAt = &fin, fin
-	j.LogBytes, j.LogTruncated, j.Error = 1<<30, true, "why"
+	j.LogBytes, j.LogTruncated, j.Error, j.CPUSeconds = 1<<30, true, "why", 1234.567
 	j.Tail = bytes.Repeat([]byte{0, 0xff, '\n'}, sandbox.TailBytes/3)
 	if err := s.UpdateJob(t.Context(), j, sandbox.Event{}); err != nil {
 		t.Fatalf("UpdateJob: %v", err)
@@ -347,5 +347,18 @@ func testJobCountByState(t *testing.T, s store.Store) {
 	got, err := s.CountJobs(t.Context())
 	if err != nil || got[sandbox.JobStarting] != 2 || got[sandbox.JobExited] != 1 || len(got) != 2 {
 		t.Fatalf("CountJobs = %v, %v; want 2 starting, 1 exited", got, err)
+	}
+	// ActiveJobsBySandbox: the starting and running ones, per sandbox; one with none is absent.
+	other := mustCreate(t, s, newSandbox(2, sandbox.StateRunning, base(), nil))
+	oj := mustCreateJob(t, s, newJob(other, base()))
+	oj.Version++
+	oj.State = sandbox.JobRunning
+	if err := s.UpdateJob(t.Context(), oj, sandbox.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, newSandbox(3, sandbox.StateRunning, base(), nil))
+	active, err := s.ActiveJobsBySandbox(t.Context())
+	if err != nil || len(active) != 2 || active[sb.ID] != 2 || active[other.ID] != 1 {
+		t.Fatalf("ActiveJobsBySandbox = %v, %v; want %s: 2, %s: 1", active, err, sb.ID, other.ID)
 	}
 }

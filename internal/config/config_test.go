@@ -1,0 +1,40 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// TestJobSettings: the defaults are 7 days and 64; out-of-range values are refused with
+// INVALID_ARGUMENT naming the setting and its range.
+func TestJobSettings(t *testing.T) {
+	c := config.Default()
+	if c.JobRetention != 7*24*time.Hour || c.MaxJobsPerSandbox != sandbox.DefaultMaxJobs {
+		t.Fatalf("defaults: retention %v, max jobs %d", c.JobRetention, c.MaxJobsPerSandbox)
+	}
+	c.StateDir = "/var/lib/agentbox-test"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	for _, tc := range []struct {
+		set  func(*config.Config)
+		want string
+	}{
+		{func(c *config.Config) { c.MaxJobsPerSandbox = 0 }, "max jobs per sandbox 0 must be between 1 and 64"},
+		{func(c *config.Config) { c.MaxJobsPerSandbox = 65 }, "max jobs per sandbox 65 must be between 1 and 64"},
+		{func(c *config.Config) { c.JobRetention = 0 }, "job retention 0s must be at least 1m"},
+		{func(c *config.Config) { c.JobRetention = -time.Hour }, "job retention -1h0m0s must be at least 1m"},
+	} {
+		c := c
+		tc.set(&c)
+		err := c.Validate()
+		if e, ok := errcode.As(err); !ok || e.Code != errcode.InvalidArgument || !strings.Contains(e.Message, tc.want) {
+			t.Errorf("Validate = %v; want INVALID_ARGUMENT with %q", err, tc.want)
+		}
+	}
+}
