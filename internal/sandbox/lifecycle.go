@@ -124,7 +124,8 @@ func (s *Service) step(ctx context.Context, id string, orphaned bool) error {
 	case StateCreating:
 		err = s.abandonCreate(ctx, sb, orphaned)
 	case StateStopping:
-		_, err = s.finishDestroy(ctx, sb)
+		// The stop's own reason is on its stopping event; the loop only finishes it.
+		_, err = s.finishDestroy(ctx, sb, "destroy finished by the control loop")
 	default: // expired
 		_, err = s.stopAndDestroy(ctx, sb, "ttl expired")
 	}
@@ -177,12 +178,12 @@ func (s *Service) stopAndDestroy(ctx context.Context, sb Sandbox, reason string)
 			return sb, err
 		}
 	}
-	return s.finishDestroy(ctx, sb)
+	return s.finishDestroy(ctx, sb, reason)
 }
 
 // finishDestroy deletes a stopping sandbox's host resources, frees its id range and records it
-// destroyed. On failure the record stays stopping, which the control loop retries.
-func (s *Service) finishDestroy(ctx context.Context, sb Sandbox) (Sandbox, error) {
+// destroyed with reason. On failure the record stays stopping, which the control loop retries.
+func (s *Service) finishDestroy(ctx context.Context, sb Sandbox, reason string) (Sandbox, error) {
 	s.dropGuest(sb.ID)
 	rt, err := s.runtimeOf(sb)
 	if err != nil {
@@ -192,15 +193,6 @@ func (s *Service) finishDestroy(ctx context.Context, sb Sandbox) (Sandbox, error
 		return sb, fmt.Errorf("delete host resources: %w", err)
 	}
 	s.releaseIDRange(ctx, sb.ID)
-	reason := "destroy finished"
-	if ev, err := s.store.ListEvents(ctx, EventFilter{SandboxID: sb.ID, Limit: MaxList}); err == nil {
-		for i := len(ev) - 1; i >= 0; i-- {
-			if ev[i].To == StateStopping && ev[i].Type == "state" {
-				reason = ev[i].Reason
-				break
-			}
-		}
-	}
 	return s.transition(ctx, sb, StateDestroyed, reason, "")
 }
 
