@@ -439,9 +439,7 @@ func (r *Runtime) Agent(ctx context.Context, id string) (runtime.Dialer, error) 
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
+	sb := r.get(id)
 	if sb == nil {
 		return nil, errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
 	}
@@ -465,9 +463,7 @@ func (r *Runtime) Adopt(ctx context.Context, id string, h runtime.Handle) error 
 	if err := checkID(id); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
+	sb := r.get(id)
 	if sb == nil {
 		return errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
 	}
@@ -480,10 +476,15 @@ func (r *Runtime) Adopt(ctx context.Context, id string, h runtime.Handle) error 
 	return nil
 }
 
-func (r *Runtime) stateNoFault(id string) (runtime.Status, error) {
+// get returns sandbox id, or nil.
+func (r *Runtime) get(id string) *sandbox {
 	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	return r.sandboxes[id]
+}
+
+func (r *Runtime) stateNoFault(id string) (runtime.Status, error) {
+	sb := r.get(id)
 	if sb == nil {
 		return runtime.StatusAbsent, nil
 	}
@@ -506,9 +507,7 @@ func (r *Runtime) Wait(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
+	sb := r.get(id)
 	if sb == nil {
 		return nil
 	}
