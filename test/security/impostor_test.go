@@ -416,9 +416,12 @@ func impostorAttacks() []attack {
 					}
 				}
 				// The CLI, as a user would run it: what it prints of an error goes to stderr (the real
-				// agent, through a kept connection, would echo the argument on stdout).
+				// agent, through a kept connection, would echo the argument on stdout). The command
+				// takes a second on the real agent, so that the 12 CLI processes, which start one by
+				// one, hold more connections at once than the server keeps idle and some calls dial
+				// anew (and meet the impostor, or the peer check).
 				im.fanout("the CLI's exec", func() error {
-					_, stderr, exit := a.s.cli(context.Background(), "exec", a.id, "--", "echo", "impostor-forge-AUTH_FAILED")
+					_, stderr, exit := a.s.cli(context.Background(), "exec", a.id, "--", "sh", "-c", "sleep 1; echo impostor-forge-AUTH_FAILED")
 					if strings.Contains(stderr, "AUTH_FAILED") && !strings.Contains(stderr, "unexpected error code") {
 						a.t.Errorf("HOLE: the CLI shows the forged AUTH_FAILED: %s", stderr)
 					}
