@@ -139,7 +139,10 @@ while time.process_time() < 2.0: pass"; echo done`)
 	if rec, err := e.st.GetJob(ctx, sb.ID, burn.ID); err != nil || rec.CPUSeconds != end.CPUSeconds {
 		t.Errorf("stored record: cpu_seconds %g, %v; want %g", rec.CPUSeconds, err, end.CPUSeconds)
 	}
-	if j := e.waitJobEnd(t, sb.ID, idle.ID); j.State != sandbox.JobExited || j.CPUSeconds >= 0.2 {
-		t.Errorf("sleep 1 ended %s with cpu_seconds %g; want exited, under 0.2", j.State, j.CPUSeconds)
+	// A sleeping job costs only its start-up: under gVisor on a loaded host
+	// loading the binary alone was measured at 0.22 s, so the bound is half a
+	// second and a quarter of what the burner used.
+	if j := e.waitJobEnd(t, sb.ID, idle.ID); j.State != sandbox.JobExited || j.CPUSeconds >= 0.5 || j.CPUSeconds >= end.CPUSeconds/4 {
+		t.Errorf("sleep 1 ended %s with cpu_seconds %g; want exited, under 0.5 and under a quarter of the burner's %g", j.State, j.CPUSeconds, end.CPUSeconds)
 	}
 }
