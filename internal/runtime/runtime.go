@@ -94,10 +94,28 @@ type Spec struct {
 	// Network is the sandbox's network mode, one of the runtime's Capabilities.NetworkModes;
 	// "" means NetworkNone. A runtime refuses any other with INVALID_ARGUMENT (CheckNetwork).
 	Network string
+	// CABundle is, for NetworkEgress, the PEM bundle the sandbox trusts (the host's roots and
+	// agentbox's egress CA), put read-only at CABundlePath; nil: none.
+	CABundle []byte
 }
 
 // NetworkNone is the network mode of a sandbox with a loopback interface and nothing else.
 const NetworkNone = "none"
+
+// NetworkEgress is the network mode of a sandbox whose egress goes through its agent to
+// agentbox's egress proxy: loopback only, /etc/resolv.conf naming 127.0.0.1, CABundle at
+// CABundlePath, and, where the runtime declares HardeningTransparentEgress, every IPv4
+// address routed to the sandbox's loopback (set up by the host before the sandbox's
+// processes start), so that the agent's listeners on 0.0.0.0:80 and :443 receive
+// connections to any address with their original destination as the local address.
+const NetworkEgress = "egress"
+
+// CABundlePath is where a NetworkEgress sandbox finds its CA bundle.
+const CABundlePath = "/etc/agentbox/ca-bundle.pem"
+
+// HardeningTransparentEgress is the Capabilities.Hardening entry of a runtime that gives
+// NetworkEgress sandboxes the transparent path.
+const HardeningTransparentEgress = "transparent_egress"
 
 // CheckNetwork returns nil if mode ("" meaning NetworkNone) is one of supported, else an
 // INVALID_ARGUMENT error naming the supported modes (details: supported_network_modes).

@@ -157,6 +157,10 @@ type CreateRequest struct {
 	// IdempotencyKey makes a retried create return the sandbox the first one made: keys are
 	// scoped to the caller's owner (WithOwner) and kept as long as the sandbox's record.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Network is "none" (the default) or an egress policy (network.go).
+	Network *Network `json:"network,omitempty"`
+	// Secrets are swapped in at the egress proxy, never put in the sandbox (network.go).
+	Secrets map[string]SecretSpec `json:"secrets,omitempty"`
 }
 
 // ExecRequest runs a command in a sandbox.
