@@ -598,3 +598,33 @@ func BenchmarkInterceptRequest(b *testing.B) {
 }
 
 var _ = errcode.InvalidArgument
+
+// BenchmarkDirectRequest is BenchmarkInterceptRequest's baseline: the same client and upstream
+// with no interceptor between them.
+func BenchmarkDirectRequest(b *testing.B) {
+	e := newEnv(b, secretsAB(false), false)
+	e.handler.Store(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(e.upCA.CertPEM())
+	addr := e.up.Listener.Addr().String()
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		},
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+	}
+	e.trs = append(e.trs, tr)
+	c := &http.Client{Transport: tr}
+	req, _ := http.NewRequest("GET", "https://api.example.com/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	for b.Loop() {
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+}
