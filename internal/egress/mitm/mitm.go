@@ -183,12 +183,12 @@ func (s *session) serve(ctx context.Context) error {
 		req, err := http.ReadRequest(s.cbr)
 		if err != nil {
 			switch {
-			case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) ||
-				errors.Is(err, syscall.ECONNRESET):
-				return nil // the sandbox closed, or kept the connection idle too long
 			case s.clim.N <= 0:
 				s.reply(http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("agentbox egress: the request header is over %d KiB", MaxHeaderBytes>>10))
 				return errors.New("egress: request header over 64 KiB")
+			case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) ||
+				errors.Is(err, syscall.ECONNRESET):
+				return nil // the sandbox closed, or kept the connection idle too long
 			case errors.Is(err, io.ErrUnexpectedEOF):
 				return nil
 			default:

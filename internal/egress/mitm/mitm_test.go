@@ -1,6 +1,7 @@
 package mitm
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -627,4 +628,61 @@ func BenchmarkDirectRequest(b *testing.B) {
 		resp.Body.Close()
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+}
+
+func TestInterceptUpgradeAndHeaderBound(t *testing.T) {
+	e := newEnv(t, secretsAB(false), false)
+	e.setVar("TEST_OPENAI", "sk-ws")
+	e.handler.Store(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" || r.Header.Get("Authorization") != "Bearer sk-ws" {
+			w.WriteHeader(400)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		line, _ := brw.ReadString('\n')
+		io.WriteString(c, "echo: "+line)
+	}))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(e.ca.CertPEM())
+	addr := e.listen("api.example.com")
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "api.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /realtime HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: echo\r\nConnection: Upgrade\r\nAuthorization: Bearer %s\r\n\r\n", phA)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	io.WriteString(conn, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+		t.Fatalf("after the upgrade: %q %v", line, err)
+	}
+	if calls := e.rec.take(); len(calls) != 1 || !calls[0].Replaced || calls[0].Path != "/realtime" {
+		t.Fatalf("calls %+v", calls)
+	}
+
+	// a request header over 64 KiB is refused with 431 and never reaches upstream
+	c2, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "api.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetDeadline(time.Now().Add(10 * time.Second))
+	go fmt.Fprintf(c2, "GET / HTTP/1.1\r\nHost: api.example.com\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", MaxHeaderBytes+1024))
+	resp, err = http.ReadResponse(bufio.NewReader(c2), nil)
+	if err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("big header: %v %v", resp, err)
+	}
+	if len(e.takeSeen()) != 0 {
+		t.Fatal("the big header reached upstream")
+	}
 }
