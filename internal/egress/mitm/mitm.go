@@ -110,6 +110,9 @@ func (i *Interceptor) Wants(t *egress.Target, host string) bool {
 // written to c.
 func (i *Interceptor) Intercept(ctx context.Context, t *egress.Target, c net.Conn, host string, port int, useTLS bool,
 	dial func(context.Context) (net.Conn, error)) (out, in int64, err error) {
+	if t == nil {
+		t = &egress.Target{}
+	}
 	cc := &countConn{Conn: c}
 	defer func() { out, in = cc.r.Load(), cc.w.Load() }()
 	s := &session{i: i, t: t, host: NormalizeHost(host), port: port, tls: useTLS, dial: dial}

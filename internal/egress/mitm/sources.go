@@ -254,7 +254,10 @@ func validHost(h string) error {
 	if _, err := netip.ParseAddr(h); err == nil {
 		return nil
 	}
-	name := strings.TrimPrefix(h, "*.")
+	name, wild := strings.CutPrefix(h, "*.")
+	if wild && !strings.Contains(name, ".") {
+		return fmt.Errorf("is a wildcard over a whole top-level domain; name at least two labels after *. (*.example.com)")
+	}
 	if len(name) == 0 || len(name) > 253 {
 		return fmt.Errorf("must be a host name (1-253 characters), a *.wildcard of one, or an IP address")
 	}
