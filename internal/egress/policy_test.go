@@ -103,9 +103,9 @@ func TestDecide(t *testing.T) {
 	}{
 		{"pypi.org", 443, true, "pypi.org"},
 		{"PYPI.ORG.", 80, true, "pypi.org"},
-		{"pypi.org", 8080, false, ""},     // default ports only
-		{"www.pypi.org", 443, false, ""},  // exact name only
-		{"github.com", 443, false, ""},    // wildcard: not the apex
+		{"pypi.org", 8080, false, ""},    // default ports only
+		{"www.pypi.org", 443, false, ""}, // exact name only
+		{"github.com", 443, false, ""},   // wildcard: not the apex
 		{"api.github.com", 443, true, "*.github.com"},
 		{"a.b.github.com", 80, true, "*.github.com"},
 		{"xgithub.com", 443, false, ""},

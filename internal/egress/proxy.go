@@ -592,12 +592,14 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	resp.Close = !keep
 	werr := resp.Write(c)
 	resp.Body.Close()
+	grace := time.NewTimer(time.Second)
+	defer grace.Stop()
 	select {
 	case err := <-wdone:
 		if err != nil {
 			keep = false
 		}
-	default:
+	case <-grace.C:
 		// The upstream answered before the request body was sent: this connection cannot
 		// serve another request.
 		up.Close()

@@ -514,6 +514,11 @@ func TestTransparentTLS(t *testing.T) {
 		t.Fatal("a ClientHello without SNI got through")
 	}
 	recs := e.rec.wait(t, 3)
+	for i, r := range recs {
+		if r.Host == "tls.test" {
+			recs[0], recs[i] = recs[i], recs[0]
+		}
+	}
 	if recs[0].Decision != Allowed || recs[0].Kind != KindTransparent || recs[0].Host != "tls.test" || recs[0].BytesIn == 0 {
 		t.Fatalf("allowed record = %+v", recs[0])
 	}
