@@ -177,7 +177,13 @@ func splice(ctx context.Context, sandbox net.Conn, up net.Conn) (out, in int64) 
 		closeWrite(up)
 		outDone <- n
 	}()
-	in, _ = io.Copy(sandbox, up)
+	// Write to the sandbox's connection itself (a TCP connection can then take the bytes
+	// with splice(2)); only its reads replay what was peeked or buffered.
+	var dst io.Writer = sandbox
+	if bc, ok := sandbox.(*bufConn); ok {
+		dst = bc.Conn
+	}
+	in, _ = io.Copy(dst, up)
 	if closeWrite(sandbox) != nil {
 		up.Close()
 	}
