@@ -166,6 +166,13 @@ var networkModes = []string{runtime.NetworkNone, runtime.NetworkEgress}
 // CABundleFile is the name, in a sandbox's directory, of the CA bundle of an egress sandbox.
 const CABundleFile = "ca-bundle.pem"
 
+// CABundlePath is where the CA bundle of egress sandbox id is on the host (a fake sandbox's
+// commands see it there, not at runtime.CABundlePath); nothing is there for another mode or
+// an empty Spec.CABundle.
+func (r *Runtime) CABundlePath(id string) string {
+	return filepath.Join(r.sandboxDir(id), CABundleFile)
+}
+
 // SetFault installs f, called at the start of every operation; a non-nil return makes that
 // call fail with it before it does anything. f may block (e.g. until ctx is done) to simulate
 // a hung runtime or a caller that hangs up mid-create. nil removes it. id is "" for OpList.
