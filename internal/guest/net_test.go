@@ -425,3 +425,39 @@ func (a *agent) rawUpgrade(t *testing.T, path, proto string, body any) (int, gue
 	_ = json.Unmarshal(data, &eb)
 	return resp.StatusCode, eb
 }
+
+// TestNetSessionPendingBounds: with no session up, at most 256 connections wait (the rest are
+// closed at once), and those that wait are closed after 10 s.
+func TestNetSessionPendingBounds(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	s := openSession(t, a, noDNS)
+	_ = s.Close()
+	time.Sleep(100 * time.Millisecond)
+	const n = 300
+	closedAt := make(chan time.Duration, n)
+	start := time.Now()
+	for range n {
+		c := dialTCP(t, s.Reply.ProxyAddr)
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			_, _ = c.Read(make([]byte, 1))
+			closedAt <- time.Since(start)
+		}()
+	}
+	early, late := 0, 0
+	for range n {
+		d := <-closedAt
+		switch {
+		case d < 3*time.Second:
+			early++
+		case d >= 9*time.Second && d < 20*time.Second:
+			late++
+		default:
+			t.Errorf("a connection closed after %s", d)
+		}
+	}
+	if early != n-256 || late != 256 {
+		t.Fatalf("%d closed at once, %d after the 10 s wait; want %d and 256", early, late, n-256)
+	}
+}
