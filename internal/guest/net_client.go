@@ -41,6 +41,14 @@ type NetStream struct {
 	Header NetStreamHeader
 }
 
+// CloseWrite half-closes the stream: the sandbox's side reads EOF and may still send.
+func (s *NetStream) CloseWrite() error {
+	if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return s.Conn.Close()
+}
+
 // maxHeaderReaders bounds the streams whose header is being read at once.
 const maxHeaderReaders = 256
 

@@ -105,7 +105,7 @@ func echoHalfClose(t *testing.T, c net.Conn, size int) {
 // echo copies st back to itself and half-closes it at the end.
 func echo(st *guest.NetStream) {
 	_, _ = io.Copy(st, st)
-	_ = st.Conn.(interface{ CloseWrite() error }).CloseWrite()
+	_ = st.CloseWrite()
 }
 
 func TestNetSessionProxyEcho(t *testing.T) {
