@@ -209,7 +209,7 @@ func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSes
 		return nil, ctx.Err()
 	}
 	lr.unlimit()
-	sess, err := yamux.Server(&bufConn{Conn: conn, br: br}, yamuxConfig(io.Discard))
+	sess, err := yamux.Server(&yamuxConn{Conn: conn, r: &bufConn{Conn: conn, br: br}}, yamuxConfig(io.Discard))
 	if err != nil {
 		_ = conn.Close()
 		return nil, errcode.Wrap(errcode.Internal, err, "cannot start the egress session: %v", err)

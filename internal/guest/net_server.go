@@ -526,7 +526,7 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
-	sess, err := yamux.Client(&bufConn{Conn: conn, br: br}, yamuxConfig(s.net.yamuxLog))
+	sess, err := yamux.Client(&yamuxConn{Conn: conn, r: &bufConn{Conn: conn, br: br}}, yamuxConfig(s.net.yamuxLog))
 	if err != nil {
 		s.log.Warn("guest: cannot start the net session", "err", err)
 		_ = conn.Close()
