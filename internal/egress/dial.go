@@ -147,22 +147,23 @@ func (g *guard) opened(a netip.Addr) bool {
 	return false
 }
 
-// addrClass names why a may not be dialed ("" when it may): a never-reachable class or the
-// host's own address, unless a range the server opened holds it.
+// addrClass names why a may not be dialed ("" when it may): the host's own address (always:
+// the server's own ports listen there, so no --egress-allow-cidr opens it), or a
+// never-reachable class unless a range the server opened holds it. Loopback is a class of its
+// own, not counted among the host's addresses, so that a lab can open 127.0.0.0/8 on purpose.
 func (g *guard) addrClass(a netip.Addr) string {
 	a = a.Unmap().WithZone("")
+	if !a.IsLoopback() {
+		for _, h := range g.hostAddrs() {
+			if h.Unmap().WithZone("") == a {
+				return "the host's own address"
+			}
+		}
+	}
 	if g.opened(a) {
 		return ""
 	}
-	if c := ClassOf(a); c != "" {
-		return c
-	}
-	for _, h := range g.hostAddrs() {
-		if h.Unmap().WithZone("") == a {
-			return "the host's own address"
-		}
-	}
-	return ""
+	return ClassOf(a)
 }
 
 // checked is the outcome of the check of one destination.

@@ -355,6 +355,27 @@ func TestNeverReachableRefusedEvenWithAllowStar(t *testing.T) {
 	}
 }
 
+// An --egress-allow-cidr range that holds one of the host's own (non-loopback) addresses does
+// not open that address: the server's own ports listen there.
+func TestOpenedRangeNeverOpensHostAddress(t *testing.T) {
+	e := newEnv(t, []string{"10.9.0.0/16:8080", "*.test:8080"}, func(c *Config) {
+		c.AllowCIDRs = []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}
+		c.HostAddrs = func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("10.9.0.1")} }
+	})
+	e.res.set("self.test", "10.9.0.1")
+	e.res.set("lab.test", "10.9.0.2")
+	for _, host := range []string{"10.9.0.1", "self.test"} {
+		if ck := e.p.check(e.ctx, e.pol.Load(), host, 8080); ck.ok() || !strings.Contains(ck.reason, "the host's own address") {
+			t.Errorf("%s in an opened range: %+v; want refused as the host's own address", host, ck)
+		}
+	}
+	for _, host := range []string{"10.9.0.2", "lab.test"} {
+		if ck := e.p.check(e.ctx, e.pol.Load(), host, 8080); !ck.ok() {
+			t.Errorf("%s in an opened range: %+v; want allowed", host, ck)
+		}
+	}
+}
+
 func TestRebindingResolverAnswersPublicThenPrivate(t *testing.T) {
 	ln := newCountingListener(t)
 	port := portOf(t, ln.Addr().String())
