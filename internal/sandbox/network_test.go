@@ -576,3 +576,42 @@ func TestExposures(t *testing.T) {
 	_, err = noURL.svc.Expose(t.Context(), other.ID, port, false)
 	wantCode(t, err, errcode.UnsupportedOp, "preview URLs are served by agentbox serve")
 }
+
+// TestEgressRunc is the control plane's path on a real runc sandbox: the create opens the
+// session, commands reach an allowed host by name through HTTP_PROXY (curl, unchanged), a
+// refused one gets the 403, and nothing of the host's network is reachable directly.
+func TestEgressRunc(t *testing.T) {
+	cfg := netConfig(nil)
+	cfg.Egress.ProxyPort, cfg.Egress.DNSPort = 0, 0 // 3128 and 53 in the sandbox's own netns
+	e := newEnv(t, cfg)
+	port := upstream(t)
+	sb, err := e.svc.Create(t.Context(), sandbox.CreateRequest{Network: policy(fmt.Sprintf("allowed.test:%d", port))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(argv ...string) sandbox.ExecResult {
+		t.Helper()
+		res, err := e.svc.Exec(t.Context(), sb.ID, sandbox.ExecRequest{Argv: argv, Timeout: 30 * time.Second}, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", argv, err)
+		}
+		return res
+	}
+	if res := run("curl", "-sS", "--max-time", "10", fmt.Sprintf("http://allowed.test:%d/", port)); res.ExitCode != 0 || res.Stdout != "hello from upstream" {
+		t.Errorf("curl to the allowed host: exit %d, %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	res := run("curl", "-sS", "--max-time", "10", fmt.Sprintf("http://other.test:%d/", port))
+	if !strings.Contains(res.Stdout, "other.test") || !strings.Contains(res.Stdout, "refused") {
+		t.Errorf("curl to a refused host: exit %d, %q %q; want the proxy's 403 body", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if res := run("curl", "-sS", "--noproxy", "*", "--max-time", "5", fmt.Sprintf("http://127.0.0.1:%d/", port)); res.ExitCode == 0 {
+		t.Errorf("the host's loopback was reachable without the proxy: %q", res.Stdout)
+	}
+	if err := e.svc.FlushNetRecords(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.svc.Connections(t.Context(), sb.ID, 0, 0)
+	if err != nil || len(list.Connections) < 2 {
+		t.Errorf("connections = %+v, %v", list, err)
+	}
+}
