@@ -41,8 +41,7 @@ const (
 )
 
 // PreviewHost parses a preview URL's Host ("3000-sb-0123456789ab.localhost", with or without
-// ":port"). match is true when hostport has the preview shape ({label}.localhost with a
-// "-" in the label); ok is true when it also names a valid sandbox id and a port 1–65535.
+// ":port"). match is true when hostport has the preview shape ({digits}-{…}.localhost); ok is true when it also names a valid sandbox id and a port 1–65535.
 func PreviewHost(hostport string) (id string, port int, match, ok bool) {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
@@ -54,7 +53,7 @@ func PreviewHost(hostport string) (id string, port int, match, ok bool) {
 		return "", 0, false, false
 	}
 	ps, id, found := strings.Cut(label, "-")
-	if !found {
+	if !found || ps == "" || strings.Trim(ps, "+0123456789") != "" {
 		return "", 0, false, false
 	}
 	n, err := strconv.Atoi(ps)
