@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -117,4 +118,14 @@ func (b *Backend) Exposures(ctx context.Context, id string) ([]sandbox.Exposure,
 	}
 	l, err := b.c.Exposures(ctx, id)
 	return l, b.unreachable(err)
+}
+
+// Network returns a sandbox's network as its record writes it: "none" or {"allow", "deny"}
+// (null from a server without the network feature).
+func (c *Client) Network(ctx context.Context, id string) (json.RawMessage, error) {
+	var rec struct {
+		Network json.RawMessage `json:"network"`
+	}
+	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, ""), nil, nil, &rec)
+	return rec.Network, err
 }
