@@ -19,8 +19,10 @@ func TestNetworkRequestChecks(t *testing.T) {
 		method, path, body string
 		says               []string
 	}{
-		{"POST", "/v1/sandboxes", `{"network": 5}`, []string{`"network"`}},
-		{"POST", "/v1/sandboxes", `{"network": ["pypi.org"]}`, []string{`"network"`}},
+		{"POST", "/v1/sandboxes", `{"network": 5}`, []string{`network must be "none" or`}},
+		{"POST", "/v1/sandboxes", `{"network": ["pypi.org"]}`, []string{`network must be "none" or`}},
+		{"POST", "/v1/sandboxes", `{"network": "all"}`, []string{`network must be "none" or`, `"all"`}},
+		{"POST", "/v1/sandboxes", `{"network": {"allow": [], "block": []}}`, []string{`network must be "none" or`, "block"}},
 		{"POST", "/v1/sandboxes", `{"secrets": {"K": "env:K"}}`, []string{`"secrets`}},
 		{"PATCH", sb + "/network", `{"allow": "pypi.org"}`, []string{`"allow" must be an array`}},
 		{"PATCH", sb + "/network", `{"allow": [], "block": []}`, []string{`unknown field "block"`}},
