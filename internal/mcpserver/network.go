@@ -182,8 +182,8 @@ func (s *Server) sandboxNetworkUpdate(ctx context.Context, _ *mcp.CallToolReques
 	if err != nil {
 		return NetworkOut{}, "", err
 	}
-	if c, err := egress.ParsePolicy(p); err == nil {
-		p = c.Policy()
+	if sb.Network.Policy != nil {
+		p = *sb.Network.Policy
 	}
 	out := NetworkOut{SandboxID: sb.ID, State: string(sb.State), Network: PolicyIn{Allow: nonNil(p.Allow), Deny: nonNil(p.Deny)}}
 	return out, fmt.Sprintf("%s now allows [%s] and denies [%s]; the next connection sees it.", sb.ID, strings.Join(p.Allow, ", "), strings.Join(p.Deny, ", ")), nil

@@ -171,12 +171,16 @@ type SandboxInfo struct {
 	ExpiresAt        time.Time         `json:"expires_at" jsonschema:"When the sandbox is destroyed unless extended (RFC 3339)."`
 	ExpiresInSeconds int64             `json:"expires_in_seconds" jsonschema:"Seconds until expiry; 0 once it has ended."`
 	Reason           string            `json:"reason,omitempty" jsonschema:"Why a finished sandbox ended (destroyed on request, ttl expired, failed or lost)."`
+	Network          *PolicyIn         `json:"network,omitempty" jsonschema:"The sandbox's egress policy; absent: network none (no network at all)."`
 }
 
 func (s *Server) info(sb sandbox.Sandbox) SandboxInfo {
 	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, Runtime: sb.Runtime,
 		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, EnvNames: sb.EnvVarNames(),
 		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error}
+	if p := sb.Network.Policy; p != nil {
+		in.Network = &PolicyIn{Allow: nonNil(p.Allow), Deny: nonNil(p.Deny)}
+	}
 	if !finished(sb.State) {
 		in.ExpiresInSeconds = max(0, int64(time.Until(sb.ExpiresAt).Seconds()))
 	}
