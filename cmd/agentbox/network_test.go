@@ -2,10 +2,10 @@ package main
 
 import (
 	"slices"
-
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"strings"
 	"testing"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // TestParseSecret: --secret NAME=env:VAR@host1,host2 (or file:/path@host); every malformed
