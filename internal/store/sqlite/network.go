@@ -13,7 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// encodeNetwork returns the network and secrets columns of sb: '' for none.
+// encodeNetwork returns the network and secrets columns of sb: ” for none.
 func encodeNetwork(sb sandbox.Sandbox) (network, secrets string, err error) {
 	if sb.Network.Policy != nil {
 		b, err := json.Marshal(sb.Network)
