@@ -37,19 +37,19 @@ import (
 
 // Lab is one test internet. Its methods are safe for concurrent use.
 type Lab struct {
-	t       testing.TB
-	n       int    // 10.203.n.0/24
-	ns      string // ip netns name
-	hostIf  string // veth end in the root netns
-	labIf   string // veth end in the lab netns
-	nsFile  *os.File
-	dir     string
-	caFile  string
-	caPool  *x509.CertPool
+	t         testing.TB
+	n         int    // 10.203.n.0/24
+	ns        string // ip netns name
+	hostIf    string // veth end in the root netns
+	labIf     string // veth end in the lab netns
+	nsFile    *os.File
+	dir       string
+	caFile    string
+	caPool    *x509.CertPool
 	tlsConfig *tls.Config
-	repoDir string
-	trap    []net.Listener
-	port    int // the trap port: the lab serves HTTP on it too
+	repoDir   string
+	trap      []net.Listener
+	port      int // the trap port: the lab serves HTTP on it too
 
 	closers []func()
 
