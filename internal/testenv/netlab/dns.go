@@ -17,8 +17,9 @@ const (
 	EvilLoopback = "evil-loopback.lab"
 	// EvilMetadata resolves to the cloud metadata address 169.254.169.254.
 	EvilMetadata = "evil-metadata.lab"
-	// Rebind resolves to the lab's address RebindFirst on its first answer (after ResetRebind)
-	// and to 127.0.0.1 on every later one.
+	// Rebind resolves to the lab's address RebindFirst on its first A answer (after
+	// ResetRebind) and to 127.0.0.1 on every later one; so does every "rebind-X.lab", each
+	// name with its own count (tests sharing a lab use a name each).
 	Rebind = "rebind.lab"
 )
 
@@ -103,17 +104,20 @@ func (l *Lab) answer(msg []byte, network string) []byte {
 	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired, RecursionAvailable: true}
 	var addr [4]byte
 	found := true
+	ttl := uint32(5)
 	switch {
 	case name == EvilLoopback:
 		addr = [4]byte{127, 0, 0, 1}
 	case name == EvilMetadata:
 		addr = [4]byte{169, 254, 169, 254}
-	case name == Rebind:
+	case name == Rebind || strings.HasPrefix(name, "rebind-") && strings.HasSuffix(name, ".lab"):
 		l.mu.Lock()
-		first := l.rebinds == 0
-		l.rebinds++
+		first := l.rebinds[name] == 0
+		if q.Type == dnsmessage.TypeA && len(l.rebinds) < maxQueries {
+			l.rebinds[name]++
+		}
 		l.mu.Unlock()
-		addr = [4]byte{127, 0, 0, 1}
+		addr, ttl = [4]byte{127, 0, 0, 1}, 0 // never cached
 		if first {
 			addr = l.Addr(RebindFirst).As4()
 		}
@@ -133,7 +137,7 @@ func (l *Lab) answer(msg []byte, network string) []byte {
 	b.Question(q)
 	b.StartAnswers()
 	if found && q.Type == dnsmessage.TypeA && q.Class == dnsmessage.ClassINET {
-		b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}, dnsmessage.AResource{A: addr})
+		b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: ttl}, dnsmessage.AResource{A: addr})
 	}
 	out, err := b.Finish()
 	if err != nil {

@@ -55,7 +55,7 @@ type Lab struct {
 
 	mu       sync.Mutex
 	queries  []Query
-	rebinds  int
+	rebinds  map[string]int
 	recorded map[string][]http.Header
 	trapHits atomic.Int64
 }
@@ -74,6 +74,8 @@ var names = map[string]int{
 	"git.lab":  4,
 	"pypi.lab": 5,
 	"alt.lab":  6,
+	// blocked.lab is a real lab host that no test policy allows.
+	"blocked.lab": 2,
 }
 
 // RebindFirst is the octet rebind.lab resolves to on its first answer (127.0.0.1 afterwards).
@@ -105,7 +107,7 @@ func New(t testing.TB) *Lab {
 			t.Fatalf("%s is not installed: run `sudo make deps`", bin)
 		}
 	}
-	l := &Lab{t: t, recorded: map[string][]http.Header{}}
+	l := &Lab{t: t, recorded: map[string][]http.Header{}, rebinds: map[string]int{}}
 	t.Cleanup(l.close)
 	l.dir = t.TempDir()
 	if err := os.Chmod(l.dir, 0o755); err != nil {
@@ -267,7 +269,7 @@ func (l *Lab) Queries() []Query {
 // ResetRebind makes rebind.lab's next answer the first one again.
 func (l *Lab) ResetRebind() {
 	l.mu.Lock()
-	l.rebinds = 0
+	l.rebinds = map[string]int{}
 	l.mu.Unlock()
 }
 
