@@ -51,12 +51,18 @@ type Server struct {
 // stops it with SIGTERM (the test fails if it does not stop).
 func StartServer(t testing.TB, stateDir, token string, extra ...string) *Server {
 	t.Helper()
+	return StartServerEnv(t, stateDir, token, nil, extra...)
+}
+
+// StartServerEnv is StartServer with env (KEY=VALUE) added to the server's environment.
+func StartServerEnv(t testing.TB, stateDir, token string, env []string, extra ...string) *Server {
+	t.Helper()
 	s := &Server{t: t, Bin: Binary(t), StateDir: stateDir, Token: token, Logs: &SyncBuffer{}, done: make(chan struct{})}
 	os.Remove(config.ServerInfoPath(stateDir))
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir,
 		"--cgroup-parent", "abtest-" + filepath.Base(stateDir)}, extra...)
 	s.cmd = exec.Command(s.Bin, args...)
-	s.cmd.Env = append(os.Environ(), "AGENTBOX_TOKEN="+token)
+	s.cmd.Env = append(append(os.Environ(), env...), "AGENTBOX_TOKEN="+token)
 	s.cmd.Stderr = s.Logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -36,6 +36,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/testenv/netlab"
 )
 
 // defaultParallel is how many attacks run at once unless -test.parallel says otherwise. Most
@@ -113,6 +114,8 @@ type server struct {
 	logs      *syncBuffer
 	c         *client.Client
 	inherited *os.File // passed to the server as fds 3 and 200
+	lab       *netlab.Lab
+	egress    bool // the server runs with the lab's egress flags (egressFlags)
 
 	idsMu sync.Mutex
 	ids   []string // every sandbox the suite created, for the final leak check
@@ -151,6 +154,7 @@ func newServerFixture(t *testing.T) *server {
 		t.Fatal(err)
 	}
 	s.c = client.New("http://unset", s.token)
+	s.lab = netlab.New(t) // before the cleanup below: the server stops before the lab goes
 	t.Cleanup(func() {
 		s.stop()
 		s.inherited.Close()
@@ -166,6 +170,9 @@ func (s *server) start() {
 	s.cmd = exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", s.stateDir,
 		"--cgroup-parent", s.parent, "--uid-pool-base", strconv.FormatInt(s.poolBase, 10),
 		"--cpu-budget", "1000", "--memory-budget-mb", "1000000", "--disk-budget-mb", "1000000", "--max-sandboxes", "100")
+	if flags := egressFlags(s.bin, s.lab); flags != nil {
+		s.cmd.Args, s.egress = append(s.cmd.Args, flags...), true
+	}
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "AGENTBOX_") {

@@ -40,7 +40,7 @@ var knownHoles = map[string]string{}
 
 func allAttacks() []attack {
 	var all []attack
-	for _, group := range [][]attack{secretAttacks(), pathAttacks(), fsAttacks(), privAttacks(), netAttacks(), resourceAttacks(), lifecycleAttacks(), impostorAttacks()} {
+	for _, group := range [][]attack{secretAttacks(), pathAttacks(), fsAttacks(), privAttacks(), netAttacks(), resourceAttacks(), lifecycleAttacks(), impostorAttacks(), egressAttacks()} {
 		all = append(all, group...)
 	}
 	return all

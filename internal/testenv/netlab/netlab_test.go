@@ -1,0 +1,219 @@
+package netlab
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestLab: every server of the lab answers from the host's namespace, at the right address,
+// and the lab leaves nothing behind.
+func TestLab(t *testing.T) {
+	var ns, link string
+	t.Run("servers", func(t *testing.T) {
+		l := New(t)
+		ns, link = l.ns, l.hostIf
+		c := l.Client()
+		get := func(url string) (string, http.Header) {
+			t.Helper()
+			resp, err := c.Get(url)
+			if err != nil {
+				t.Fatalf("GET %s: %v", url, err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("GET %s: %s %s", url, resp.Status, b)
+			}
+			return string(b), resp.Header
+		}
+		if body, h := get("http://good.lab/hello"); body != Hello || !strings.HasPrefix(h.Get("X-Lab-Local-Addr"), l.HostOf("good.lab").String()+":") {
+			t.Errorf("hello: %q local %q", body, h.Get("X-Lab-Local-Addr"))
+		}
+		if body, h := get("https://tls.lab/hello"); body != Hello || !strings.HasPrefix(h.Get("X-Lab-Local-Addr"), l.HostOf("tls.lab").String()+":443") {
+			t.Errorf("https hello: %q local %q", body, h.Get("X-Lab-Local-Addr"))
+		}
+		if body, _ := get("http://good.lab/bytes?n=1000000"); len(body) != 1000000 {
+			t.Errorf("bytes: %d", len(body))
+		}
+		req, _ := http.NewRequest("GET", "https://tls.lab/echo-headers?tag=t1", nil)
+		req.Header.Set("X-Probe", "p1")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hdr http.Header
+		json.NewDecoder(resp.Body).Decode(&hdr)
+		resp.Body.Close()
+		if hdr.Get("X-Probe") != "p1" || hdr.Get("Host") != "tls.lab" {
+			t.Errorf("echo-headers: %v", hdr)
+		}
+		if r := l.Recorded("t1"); len(r) != 1 || r[0].Get("X-Probe") != "p1" {
+			t.Errorf("recorded: %v", r)
+		}
+		if body, _ := get("https://tls.lab/echo-headers?tag=t2&quiet=1"); body != "recorded\n" || len(l.Recorded("t2")) != 1 {
+			t.Errorf("quiet echo: %q", body)
+		}
+		// The trap port is served by the lab and trapped on the host.
+		if body, _ := get("http://" + net.JoinHostPort(l.Addr(RebindFirst).String(), itoa(l.TrapPort())) + "/hello"); body != Hello {
+			t.Errorf("trap port on the lab: %q", body)
+		}
+		if l.TrapHits() != 0 {
+			t.Fatalf("trap hit before any trap connection")
+		}
+		for _, a := range []string{"127.0.0.1", l.HostAddr().String()} {
+			cn, err := net.Dial("tcp", net.JoinHostPort(a, itoa(l.TrapPort())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cn.Close()
+		}
+		waitFor(t, func() bool { return l.TrapHits() == 2 }, "trap hits")
+
+		// WebSocket echo.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, "wss://tls.lab/ws", &websocket.DialOptions{HTTPClient: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws.Write(ctx, websocket.MessageText, []byte("ping"))
+		if _, m, err := ws.Read(ctx); err != nil || string(m) != "ping" {
+			t.Errorf("ws echo: %q %v", m, err)
+		}
+		ws.Close(websocket.StatusNormalClosure, "")
+
+		// DNS.
+		for name, want := range map[string]string{"good.lab": l.Addr(2).String(), "tls.lab": l.Addr(3).String(),
+			"git.lab": l.Addr(4).String(), "pypi.lab": l.Addr(5).String(), EvilLoopback: "127.0.0.1", EvilMetadata: "169.254.169.254"} {
+			ips, err := l.Resolve(name)
+			if err != nil || len(ips) != 1 || ips[0].String() != want {
+				t.Errorf("resolve %s: %v %v, want %s", name, ips, err, want)
+			}
+		}
+		l.ResetRebind()
+		var seq []string
+		for range 3 {
+			ips, err := l.Resolve(Rebind)
+			if err != nil || len(ips) != 1 {
+				t.Fatalf("rebind: %v %v", ips, err)
+			}
+			seq = append(seq, ips[0].String())
+		}
+		if seq[0] != l.Addr(RebindFirst).String() || seq[1] != "127.0.0.1" || seq[2] != "127.0.0.1" {
+			t.Errorf("rebind answers %v", seq)
+		}
+		if _, err := l.Resolve("nope.lab"); err == nil {
+			t.Errorf("nope.lab resolved")
+		}
+		var sawTCP bool
+		for _, q := range l.Queries() {
+			sawTCP = sawTCP || q.Net == "tcp"
+		}
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", l.DNSAddr())
+		}}
+		if ips, err := r.LookupHost(context.Background(), "git.lab"); err != nil || len(ips) != 1 || ips[0] != l.Addr(4).String() {
+			t.Errorf("resolve over TCP: %v %v", ips, err)
+		}
+		for _, q := range l.Queries() {
+			sawTCP = sawTCP || q.Net == "tcp"
+		}
+		if !sawTCP {
+			t.Errorf("no TCP query logged: %v", l.Queries())
+		}
+
+		// git clone over smart HTTP.
+		dst := filepath.Join(t.TempDir(), "clone")
+		cmd := exec.Command("git", "clone", "-q", "http://"+l.Addr(4).String()+RepoPath, dst)
+		cmd.Env = append(noProxyEnv(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git clone: %v %s", err, out)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dst, RepoFile)); string(b) != RepoContent {
+			t.Errorf("cloned %s: %q", RepoFile, b)
+		}
+
+		// pip download from the index (pip only downloads; nothing is installed).
+		pip := "/usr/bin/python3"
+		dl := t.TempDir()
+		cmd = exec.Command(pip, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--no-cache-dir",
+			"--index-url", "http://"+l.Addr(5).String()+"/simple/", "--trusted-host", l.Addr(5).String(), "-d", dl, PkgName)
+		cmd.Env = append(noProxyEnv(), "PIP_CONFIG_FILE=/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("pip download: %v %s", err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dl, wheelName)); err != nil {
+			t.Errorf("pip download left no %s", wheelName)
+		}
+	})
+	if ns == "" {
+		return
+	}
+	if _, err := os.Stat("/run/netns/" + ns); err == nil {
+		t.Errorf("namespace %s left", ns)
+	}
+	if _, err := net.InterfaceByName(link); err == nil {
+		t.Errorf("link %s left", link)
+	}
+}
+
+// TestLabsInParallel: two labs at once get distinct subnets and both serve.
+func TestLabsInParallel(t *testing.T) {
+	var wg sync.WaitGroup
+	labs := make([]*Lab, 2)
+	for i := range labs {
+		wg.Add(1)
+		go func() { defer wg.Done(); labs[i] = New(t) }()
+	}
+	wg.Wait()
+	if labs[0] == nil || labs[1] == nil {
+		t.FailNow()
+	}
+	if labs[0].N() == labs[1].N() {
+		t.Fatalf("two labs on 10.203.%d", labs[0].N())
+	}
+	for _, l := range labs {
+		resp, err := l.Client().Get("http://good.lab/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}
+
+func noProxyEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasSuffix(strings.ToLower(k), "_proxy") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
