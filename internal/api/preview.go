@@ -171,9 +171,10 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request, id string, port
 		}
 		return
 	}
-	if inQuery && fromQuery != "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+	if inQuery && fromQuery != "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Header.Get("Upgrade") == "" {
 		// Trade the token in the URL for a cookie of this host only, and drop it from the
-		// address bar (and from any later Referer).
+		// address bar (and from any later Referer). A WebSocket handshake cannot follow a
+		// redirect, so it is served with the query's token (taken off the URL above).
 		http.SetCookie(w, &http.Cookie{Name: PreviewCookie, Value: fromQuery, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		loc := (&url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}).RequestURI()
 		w.Header().Set("Cache-Control", "no-store")

@@ -400,8 +400,25 @@ func (n *netEnv) preview(t *testing.T, sb sandbox.Sandbox) {
 	if st, body := get("?agentbox_token=wrong-"+exp.AccessToken, nil); st == 200 || strings.Contains(body, page) {
 		t.Errorf("private preview with a wrong token: %d %q", st, body)
 	}
-	if st, body := get("?agentbox_token="+exp.AccessToken, nil); st != 200 || !strings.Contains(body, page) {
-		t.Errorf("private preview with its access token: %d %q", st, body)
+	// The access token in the URL is traded for a host-only cookie (302 to the URL without it),
+	// which then opens the page.
+	req := previewReq(t, exp.URL+"?agentbox_token="+exp.AccessToken, nil)
+	req.Host = u.Host
+	resp, err := previewClient(n.s.URL).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "agentbox_preview" {
+			cookie = c
+		}
+	}
+	if resp.StatusCode != http.StatusFound || cookie == nil || strings.Contains(resp.Header.Get("Location"), "agentbox_token") {
+		t.Errorf("private preview with its access token: %d, cookie %v, Location %q; want 302 to the URL without the token, with a cookie", resp.StatusCode, cookie, resp.Header.Get("Location"))
+	} else if st, body := get("", map[string]string{"Cookie": "agentbox_preview=" + cookie.Value}); st != 200 || !strings.Contains(body, page) {
+		t.Errorf("private preview with the cookie: %d %q", st, body)
 	}
 	if st, body := get("", map[string]string{"Authorization": "Bearer " + token}); st != 200 || !strings.Contains(body, page) {
 		t.Errorf("private preview with the server's token: %d %q", st, body)
