@@ -62,6 +62,8 @@ type Results struct {
 	Stats   []Stat            `json:"stats"`
 	// Fleet is the fleet run's detail (lines per watcher, CPU, load).
 	Fleet *Fleet `json:"fleet,omitempty"`
+	// Network is the concurrent-connections figure's detail (network.go).
+	Network *NetConcurrency `json:"network,omitempty"`
 }
 
 func summarize(name, unit string, xs []float64) Stat {
@@ -104,7 +106,12 @@ func main() {
 	fleetWatchers := flag.Int("fleet-watchers", 20, "watchers in the fleet run, each following the logs streams of its share of the sandboxes")
 	fleetPar := flag.Int("fleet-create-parallel", 6, "parallel creates (and job starts, destroys) in the fleet run")
 	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
+	netf := networkFlags()
 	flag.Parse()
+	if *netf.labServe != "" {
+		serveLab(*netf.labServe) // the lab's server, re-executed in its network namespace (lab.go)
+		return
+	}
 	if os.Geteuid() != 0 {
 		log.Fatal("bench needs root (real sandboxes): sudo make bench")
 	}
@@ -161,7 +168,11 @@ func main() {
 	defer removeCgroupParents(parents)
 	res.Runtime = res.Runtimes[0].Version
 	prom := api.NewPrometheus()
-	svc, err := sandbox.NewService(st, rts, sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30)}, nil)
+	svcCfg := sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30, *netf.sandboxes+30)}
+	if err := wireEgress(&svcCfg); err != nil { // the network figures' egress proxy (network.go)
+		log.Fatal(err)
+	}
+	svc, err := sandbox.NewService(st, rts, svcCfg, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -191,6 +202,17 @@ func main() {
 
 	if *jobsOnly {
 		res.Stats, res.Fleet = benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
+	if *netf.only {
+		runNetwork(ctx, c, &res, netf)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
@@ -320,6 +342,7 @@ func main() {
 	// job_start latency and the fleet of watched jobs.
 	jobStats, fleet := benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
+	runNetwork(ctx, c, &res, netf) // issue 12's figures (network.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}
