@@ -32,6 +32,9 @@ var (
 	// processes or memory, or the job's id taken.
 	jobCodes      = append(slices.Clip(baseCodes), errcode.JobNotFound)
 	jobStartCodes = append(slices.Clip(baseCodes), errcode.JobLimitExceeded, errcode.CapacityUnavailable, errcode.Conflict)
+	// netCodes: the net session (a listener's port in use, a second session with another
+	// configuration) and POST /v1/tcp (nothing listens on the port).
+	netCodes = append(slices.Clip(baseCodes), errcode.Conflict)
 )
 
 // agentError turns an agent's error body into the error the host passes on: a code the

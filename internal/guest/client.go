@@ -22,6 +22,9 @@ import (
 // every read ends when the caller's context does.
 type Client struct {
 	hc *http.Client
+	// dial opens a connection of its own for the upgraded endpoints that hand the caller the
+	// raw connection (net_client.go).
+	dial Dialer
 }
 
 // Dialer opens a byte stream to the agent.
@@ -36,7 +39,7 @@ func NewClient(dial Dialer) *Client {
 		DisableCompression:     true,
 		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
-	return &Client{hc: &http.Client{Transport: tr}}
+	return &Client{hc: &http.Client{Transport: tr}, dial: dial}
 }
 
 // NewUnixClient returns a client for an agent listening on a unix socket. It never follows a

@@ -45,6 +45,8 @@ type server struct {
 	oomKilled sync.Map
 	// jobs are the detached jobs (jobs_server.go).
 	jobs *jobManager
+	// net holds the egress listeners and session (net_server.go).
+	net *netAgent
 }
 
 // Run serves the guest protocol on cfg.Socket until ctx is done, then shuts down gracefully:
@@ -91,12 +93,13 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser, env: cfg.Env}
+	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser, env: cfg.Env, net: newNetAgent(log)}
 	if err := s.initJobs(cfg); err != nil {
 		_ = ln.Close()
 		return err
 	}
 	defer s.stopJobs()
+	defer s.net.close()
 
 	// baseCtx is the parent of every request context: cancelling it kills the commands still
 	// running when the shutdown grace period is over.
@@ -128,6 +131,7 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 	cancelBase()
 	_ = srv.Close()
 	<-served
+	s.net.close()
 	_ = os.Remove(cfg.Socket)
 	return nil
 }
@@ -172,6 +176,10 @@ func (s *server) routes() http.Handler {
 	s.jobRoutes(mux, p)
 	// Interactive terminals (pty*.go): the connection switches to PTY frames.
 	mux.HandleFunc("POST "+p+"/pty", s.handlePTY)
+	// Egress session and inbound connections (net_server.go): the connection switches to
+	// yamux, or to the raw bytes of a connection to the sandbox's loopback.
+	mux.HandleFunc("POST "+p+"/net/session", s.handleNetSession)
+	mux.HandleFunc("POST "+p+"/tcp", s.handleDialPort)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, errcode.New(errcode.UnsupportedOp, "the agent has no endpoint %s %s", r.Method, r.URL.Path))
 	})

@@ -51,8 +51,12 @@ type Capabilities struct {
 	CgroupMode string `json:"cgroup_mode,omitempty"`
 	// Images the runtime can run ("host" today).
 	Images []string `json:"images"`
-	// Network modes the runtime can give a sandbox ("none" today).
+	// Network modes the runtime can give a sandbox (NetworkNone, NetworkEgress).
 	NetworkModes []string `json:"network_modes"`
+	// TransparentEgressReason says why a runtime that gives NetworkEgress sandboxes the
+	// transparent path elsewhere (runc, crun) does not on this host (Hardening then lacks
+	// HardeningTransparentEgress; the proxy path still works); "" otherwise.
+	TransparentEgressReason string `json:"transparent_egress_reason,omitempty"`
 	// Hardening lists what the runtime enforces on every sandbox, machine-readably.
 	Hardening []string `json:"hardening,omitempty"`
 	// UserNamespaces is whether the runtime gives each sandbox a user namespace mapping its ids
@@ -112,6 +116,18 @@ const NetworkEgress = "egress"
 
 // CABundlePath is where a NetworkEgress sandbox finds its CA bundle.
 const CABundlePath = "/etc/agentbox/ca-bundle.pem"
+
+// MaxCABundleBytes bounds Spec.CABundle (a host's roots are a few hundred KiB).
+const MaxCABundleBytes = 4 << 20
+
+// CheckCABundle returns nil if a Spec.CABundle of this size is accepted, else INVALID_ARGUMENT
+// naming the bound. A bundle is used only in mode NetworkEgress; other modes ignore it.
+func CheckCABundle(b []byte) error {
+	if len(b) > MaxCABundleBytes {
+		return errcode.New(errcode.InvalidArgument, "ca_bundle is %d bytes; it must be at most %d bytes", len(b), MaxCABundleBytes)
+	}
+	return nil
+}
 
 // HardeningTransparentEgress is the Capabilities.Hardening entry of a runtime that gives
 // NetworkEgress sandboxes the transparent path.

@@ -193,6 +193,11 @@ func (s *Service) finishDestroy(ctx context.Context, sb Sandbox, reason string) 
 		return sb, fmt.Errorf("delete host resources: %w", err)
 	}
 	s.releaseIDRange(ctx, sb.ID)
+	if ns, ok := s.store.(NetStore); ok {
+		if err := ns.DeleteExposures(ctx, sb.ID); err != nil {
+			return sb, fmt.Errorf("delete preview URLs: %w", err)
+		}
+	}
 	return s.transition(ctx, sb, StateDestroyed, reason, "")
 }
 
@@ -252,6 +257,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (
 		s.log.Info("reconcile: adopted", "sandbox_id", sb.ID)
 		s.watch(rt, sb.ID)
 		s.reattachJobs(ctx, sb.ID)
+		s.startNet(sb, rt, nil) // an egress sandbox's session, reopened in the background
 		if s.unsettled(sb, now, false) {
 			return true, s.step(ctx, sb.ID, false)
 		}

@@ -6,6 +6,7 @@ package sandbox
 import (
 	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
@@ -91,6 +92,13 @@ type Sandbox struct {
 	// Handle is the runtime's opaque reference to the sandbox (runtime.Handle), persisted so
 	// that a restarted server can adopt it. It is not part of any reply.
 	Handle string `json:"-"`
+	// Network is "none" or the sandbox's egress policy (network.go); UpdateNetwork changes it.
+	Network Network `json:"network"`
+	// Secrets are the sandbox's secrets: names, placeholders and references ("env:VAR"),
+	// never values. Not part of any reply: replies carry SecretNames.
+	Secrets []egress.Secret `json:"-"`
+	// SecretNames are Secrets' names, sorted; MarshalJSON fills them.
+	SecretNames []string `json:"secret_names,omitempty"`
 	// Version increases on every update (optimistic concurrency).
 	Version int64 `json:"version"`
 }

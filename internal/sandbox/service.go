@@ -69,6 +69,11 @@ type Config struct {
 	JobRetention time.Duration
 	// Observer is told how long creates and execs take (metrics.go); nil: nobody.
 	Observer Observer
+	// Egress configures sandboxes' networks (network.go); zero: every sandbox has network none.
+	Egress EgressConfig
+	// PreviewURL returns the preview URL of a sandbox's exposed port (Expose); nil: preview
+	// URLs are not served (agentbox serve sets it).
+	PreviewURL func(id string, port int) string
 }
 
 func (c *Config) setDefaults() {
@@ -214,6 +219,7 @@ type Service struct {
 	retries retries
 	jobs    jobTracker // watches of running jobs (jobs.go)
 	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
+	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.
@@ -250,8 +256,19 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 	}
 	s := &Service{store: st, local: h, cfg: cfg, log: log, now: cfg.Now,
 		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus(),
-		retries: retries{m: map[string]retry{}}, cpu: cpuSamples{bound: cfg.MaxSandboxes}}
+		retries: retries{m: map[string]retry{}}, cpu: cpuSamples{bound: cfg.MaxSandboxes},
+		net: netState{m: map[string]*netSandbox{}}}
 	s.bg, s.stop = context.WithCancel(context.Background())
+	if cfg.Egress.NewProxy != nil {
+		p, err := cfg.Egress.NewProxy(s)
+		if err != nil {
+			s.stop()
+			return nil, fmt.Errorf("egress proxy: %w", err)
+		}
+		s.net.proxy, s.net.rec = p, newRecordQueue()
+		s.wg.Add(1)
+		go s.flushRecords()
+	}
 	return s, nil
 }
 
@@ -405,6 +422,10 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	if err != nil {
 		return Sandbox{}, err
 	}
+	plan, err := s.validateNetwork(&req, rt)
+	if err != nil {
+		return Sandbox{}, err
+	}
 	if len(req.IdempotencyKey) > MaxIdempotencyKey || strings.ContainsFunc(req.IdempotencyKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return Sandbox{}, errcode.New(errcode.InvalidArgument, "idempotency_key must be at most %d characters without control characters", MaxIdempotencyKey)
 	}
@@ -415,6 +436,10 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 		DiskMB: req.DiskMB, PidsLimit: s.cfg.PidsLimit, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
 		Owner: OwnerFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
+	}
+	if plan != nil {
+		p := normalPolicy(plan.policy.Policy())
+		sb.Network, sb.Secrets = Network{Policy: &p}, plan.secrets
 	}
 	// From here on nothing depends on the caller staying: a record, once written, is driven to
 	// running or failed, and a caller that hangs up never leaves a half-made sandbox.
@@ -428,11 +453,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	}
 	if prior.ID != "" {
 		unlock()
-		return s.sameCreate(ctx, prior, sb)
+		return s.sameCreate(ctx, prior, sb, req)
 	}
 	defer unlock()
 	s.log.Info("sandbox creating", "sandbox_id", sb.ID, "runtime", sb.Runtime)
-	handle, err := s.bringUp(wctx, rt, sb, idmap)
+	handle, sess, err := s.bringUp(wctx, rt, sb, idmap)
 	if err != nil {
 		s.log.Warn("sandbox create failed", "sandbox_id", sb.ID, "err", err)
 		if derr := rt.Delete(wctx, sb.ID); derr != nil {
@@ -452,16 +477,21 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	out, err := s.transition(wctx, sb, StateRunning, "agent ready", "")
 	if err == nil {
 		s.watch(rt, sb.ID)
+		if sess != nil {
+			s.startNet(out, rt, sess)
+		}
+	} else if sess != nil {
+		sess.Close()
 	}
 	return out, err
 }
 
 // sameCreate answers a create whose idempotency key its owner already used: the sandbox that
 // key made, once its create is over, if the request is the same.
-func (s *Service) sameCreate(ctx context.Context, prior, asked Sandbox) (Sandbox, error) {
+func (s *Service) sameCreate(ctx context.Context, prior, asked Sandbox, req CreateRequest) (Sandbox, error) {
 	same := prior.Image == asked.Image && prior.Runtime == asked.Runtime && prior.CPU == asked.CPU &&
 		prior.MemoryMB == asked.MemoryMB && prior.DiskMB == asked.DiskMB &&
-		maps.Equal(prior.Env, asked.Env) && maps.Equal(prior.Labels, asked.Labels)
+		maps.Equal(prior.Env, asked.Env) && maps.Equal(prior.Labels, asked.Labels) && sameNetwork(prior, req)
 	if !same {
 		return Sandbox{}, errcode.New(errcode.Conflict, "idempotency_key %q was used for a different create (sandbox %s); use a new key for a different request", truncate(asked.IdempotencyKey, 64), prior.ID).
 			With("sandbox_id", prior.ID)
@@ -543,16 +573,23 @@ func (s *Service) allocateIDRange(ctx context.Context, sb Sandbox) (int64, error
 	return 0, err
 }
 
-func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) (runtime.Handle, error) {
+// bringUp starts sb and waits for its agent; for an egress sandbox it opens its network
+// session too, which it returns.
+func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) (runtime.Handle, *guest.NetSession, error) {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
 		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap}
+	if sb.Network.Policy != nil {
+		spec.Network, spec.CABundle = runtime.NetworkEgress, s.cfg.Egress.CABundle
+		spec.Env = s.cfg.Egress.egressEnv(sb.Secrets)
+		maps.Copy(spec.Env, sb.Env) // validateNetwork refused any name both set
+	}
 	handle, err := runtime.CreateAndStart(ctx, rt, spec)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	dial, err := rt.Agent(ctx, sb.ID)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	gc := guest.NewClient(guest.Dialer(dial))
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
@@ -560,12 +597,19 @@ func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, i
 	cancel()
 	if err != nil {
 		gc.Close()
-		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its agent did not answer within %s", sb.ID, s.cfg.ReadyTimeout)
+		return "", nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its agent did not answer within %s", sb.ID, s.cfg.ReadyTimeout)
+	}
+	var sess *guest.NetSession
+	if sb.Network.Policy != nil {
+		if sess, err = s.openNet(ctx, rt, sb, gc); err != nil {
+			gc.Close()
+			return "", nil, err
+		}
 	}
 	s.guestsMu.Lock()
 	s.guests[sb.ID] = gc
 	s.guestsMu.Unlock()
-	return handle, nil
+	return handle, sess, nil
 }
 
 // transition moves sb to state `to`, recording an event; it returns the updated record.
@@ -669,6 +713,7 @@ func (s *Service) destroy(ctx context.Context, id, reason string) (Sandbox, erro
 
 func (s *Service) dropGuest(id string) {
 	s.cpu.drop(id)
+	s.stopNet(id)
 	s.guestsMu.Lock()
 	if gc := s.guests[id]; gc != nil {
 		gc.Close()

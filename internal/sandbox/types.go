@@ -147,10 +147,26 @@ func (sb Sandbox) EnvVarNames() []string {
 	return names
 }
 
+// SecretVarNames returns the names of the sandbox's secrets, sorted: its Secrets' names, or
+// SecretNames when the record came from a reply.
+func (sb Sandbox) SecretVarNames() []string {
+	if len(sb.Secrets) == 0 {
+		return sb.SecretNames
+	}
+	names := make([]string, 0, len(sb.Secrets))
+	for _, sc := range sb.Secrets {
+		names = append(names, sc.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // MarshalJSON writes the record as every reply carries it: env_names (sorted) instead of the
-// environment's values, which may hold credentials.
+// environment's values, which may hold credentials, and secret_names instead of the secrets
+// (their placeholders are only in the sandbox's environment).
 func (sb Sandbox) MarshalJSON() ([]byte, error) {
 	type fields Sandbox // without this method
 	sb.EnvNames = sb.EnvVarNames()
+	sb.SecretNames = sb.SecretVarNames()
 	return json.Marshal(fields(sb))
 }

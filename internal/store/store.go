@@ -10,5 +10,6 @@ type Store interface {
 	sandbox.Store
 	sandbox.Pruner
 	sandbox.JobStore
+	sandbox.NetStore
 	Close() error
 }

@@ -154,8 +154,23 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 		Version:      "fake",
 		Isolation:    runtime.IsolationProcess,
 		Images:       []string{"host"},
-		NetworkModes: []string{runtime.NetworkNone},
+		NetworkModes: slices.Clone(networkModes),
 	}
+}
+
+// networkModes are the fake's network modes. Egress only writes the CA bundle into the
+// sandbox's directory (CABundleFile): commands run on the host's network, so nothing is
+// isolated (no transparent path, no resolv.conf of its own).
+var networkModes = []string{runtime.NetworkNone, runtime.NetworkEgress}
+
+// CABundleFile is the name, in a sandbox's directory, of the CA bundle of an egress sandbox.
+const CABundleFile = "ca-bundle.pem"
+
+// CABundlePath is where the CA bundle of egress sandbox id is on the host (a fake sandbox's
+// commands see it there, not at runtime.CABundlePath); nothing is there for another mode or
+// an empty Spec.CABundle.
+func (r *Runtime) CABundlePath(id string) string {
+	return filepath.Join(r.sandboxDir(id), CABundleFile)
 }
 
 // SetFault installs f, called at the start of every operation; a non-nil return makes that
@@ -218,7 +233,10 @@ func validateSpec(spec runtime.Spec) error {
 			return errcode.New(errcode.InvalidArgument, "env %q is invalid", k)
 		}
 	}
-	return runtime.CheckNetwork(spec.Network, []string{runtime.NetworkNone})
+	if err := runtime.CheckNetwork(spec.Network, networkModes); err != nil {
+		return err
+	}
+	return runtime.CheckCABundle(spec.CABundle)
 }
 
 // Create makes the sandbox's directory; its agent starts with Start.
@@ -262,6 +280,12 @@ func (r *Runtime) create(spec runtime.Spec) (*sandbox, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o700); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the directory of sandbox %s", spec.ID)
+	}
+	if spec.Network == runtime.NetworkEgress && len(spec.CABundle) > 0 {
+		if err := os.WriteFile(filepath.Join(dir, CABundleFile), spec.CABundle, 0o444); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the CA bundle of sandbox %s", spec.ID)
+		}
 	}
 	r.gen++
 	sb := &sandbox{id: spec.ID, dir: dir, handle: runtime.Handle("fake:" + strconv.FormatUint(r.gen, 10)),

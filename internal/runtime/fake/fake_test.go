@@ -3,10 +3,12 @@
 package fake_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,8 +46,43 @@ func TestCapabilities(t *testing.T) {
 	rt := newFake(t)
 	c := rt.Capabilities()
 	if !c.Available || c.Isolation != runtime.IsolationProcess || c.UserNamespaces || c.TakesIDRange() ||
-		len(c.Images) != 1 || c.Images[0] != "host" || len(c.NetworkModes) != 1 || c.NetworkModes[0] != "none" || len(c.Hardening) != 0 {
+		len(c.Images) != 1 || c.Images[0] != "host" || !slices.Equal(c.NetworkModes, []string{"none", "egress"}) || len(c.Hardening) != 0 {
 		t.Fatalf("capabilities %+v", c)
+	}
+}
+
+// TestEgressCABundle: an egress sandbox's CA bundle is in its directory, read-only; a none
+// sandbox gets none; delete removes it with the directory.
+func TestEgressCABundle(t *testing.T) {
+	rt := newFake(t)
+	ctx := context.Background()
+	spec := runtimetest.EgressSpec(runtimetest.NewID())
+	if _, err := rt.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	p := rt.CABundlePath(spec.ID)
+	b, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(b, spec.CABundle) {
+		t.Fatalf("CA bundle %q %v, want %q", b, err, spec.CABundle)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o444 {
+		t.Errorf("CA bundle mode: %v %v", fi.Mode(), err)
+	}
+	none := runtimetest.DefaultSpec(runtimetest.NewID())
+	none.CABundle = spec.CABundle // ignored outside egress
+	if _, err := rt.Create(ctx, none); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(rt.CABundlePath(none.ID)); !os.IsNotExist(err) {
+		t.Errorf("a none sandbox got a CA bundle: %v", err)
+	}
+	for _, id := range []string{spec.ID, none.ID} {
+		if err := rt.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := rt.Resources(); len(res) != 0 {
+		t.Fatalf("left: %v", res)
 	}
 }
 

@@ -282,17 +282,14 @@ func (r *Runtime) probeGVisor(ctx context.Context) string {
 }
 
 // createFlags are the OCI runtime's flags for creating sandbox spec, before the create (or run)
-// command: gVisor's --network from spec.Network (validated: none). runc and crun take the
-// network from the spec (a network namespace of its own, loopback only).
+// command: gVisor's --network=none for both modes (none and egress: netstack's loopback, where
+// the agent's listeners serve the proxy path). runc and crun take the network from the spec (a
+// network namespace of its own, loopback only, or the egress one by path).
 func (r *Runtime) createFlags(spec runtime.Spec) []string {
 	if r.flavor != FlavorGVisor {
 		return nil
 	}
-	mode := spec.Network
-	if mode == "" {
-		mode = runtime.NetworkNone
-	}
-	return []string{"--network=" + mode}
+	return []string{"--network=none"}
 }
 
 // adjustSpec applies the flavour's differences to one sandbox's spec input.

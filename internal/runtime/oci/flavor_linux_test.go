@@ -103,7 +103,7 @@ func TestFlavorCapabilities(t *testing.T) {
 			t.Parallel()
 			rt := newFlavor(t, tc.flavor)
 			c := rt.Capabilities()
-			if c.Name != string(tc.flavor) || c.Version == "" || c.Isolation != tc.isolation || !slices.Equal(c.NetworkModes, []string{"none"}) {
+			if c.Name != string(tc.flavor) || c.Version == "" || c.Isolation != tc.isolation || !slices.Equal(c.NetworkModes, []string{"none", "egress"}) {
 				t.Errorf("capabilities %+v", c)
 			}
 			for _, h := range tc.hardening {

@@ -66,7 +66,8 @@ var etcFiles = map[string]string{
 		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 	"group": "root:x:0:\ntty:x:5:\nagent:x:1000:\nnogroup:x:65534:\n",
 	"hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-	// Sandboxes have no network; an empty resolv.conf says so and leaks nothing of the host.
+	// Sandboxes of network none have no network; an empty resolv.conf says so and leaks nothing
+	// of the host (an egress sandbox has its own, bound over it).
 	"resolv.conf":   "# agentbox: this sandbox has no network\n",
 	"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
 }
@@ -77,6 +78,10 @@ var etcFiles = map[string]string{
 func ensureRootfs(rootfsDir, hostRoot string, layout hostLayout) (string, error) {
 	final := filepath.Join(rootfsDir, ImageHost)
 	if _, err := os.Stat(final); err == nil {
+		// A rootfs made before /etc/agentbox (egress sandboxes' CA bundle) existed gets it.
+		if err := os.Mkdir(filepath.Join(final, "etc/agentbox"), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
 		return final, nil
 	}
 	if err := os.MkdirAll(rootfsDir, 0o700); err != nil {
@@ -125,7 +130,7 @@ func buildRootfs(dir, hostRoot string, layout hostLayout) error {
 		{"usr", 0o755}, {"proc", 0o555}, {"sys", 0o555}, {"dev", 0o755}, {"tmp", os.ModeSticky | 0o777},
 		{"workspace", 0o755}, {"home", 0o755}, {"home/agent", 0o755}, {"root", 0o700},
 		{"run", 0o755}, {".agentbox", 0o755}, {".agentbox/run", 0o700},
-		{"etc", 0o755}, {"etc/ssl", 0o755}, {"etc/ssl/certs", 0o755}, {"etc/alternatives", 0o755},
+		{"etc", 0o755}, {"etc/agentbox", 0o755}, {"etc/ssl", 0o755}, {"etc/ssl/certs", 0o755}, {"etc/alternatives", 0o755},
 	}
 	for _, b := range layout.Binds {
 		dirs = append(dirs, struct {

@@ -50,6 +50,8 @@ type Runtime struct {
 	cgroupParent string
 	reap         bool
 	disks        *diskTemplates // formatted disk images, one per size (disk_linux.go)
+	// transparent: egress sandboxes get the runtime's own network namespace (netns_linux.go).
+	transparent bool
 
 	// Per flavour (flavor_linux.go).
 	globalArgs []string // before every command: --root and the flavour's flags
@@ -141,6 +143,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return r, nil
 	}
 	r.caps.Hardening = append(r.flavorHardening(), r.usernsHardeningEntries()...)
+	if r.flavor != FlavorGVisor {
+		if reason := probeEgressNetns(); reason != "" {
+			r.caps.TransparentEgressReason = "cannot make a network namespace for the transparent egress path (egress sandboxes get the proxy path only): " + reason
+			r.log.Warn("no transparent egress path", "reason", reason)
+		} else {
+			r.transparent = true
+			r.caps.Hardening = append(r.caps.Hardening, runtime.HardeningTransparentEgress)
+		}
+	}
 	r.caps.Available = true
 	return r, nil
 }
@@ -256,7 +267,7 @@ func (r *Runtime) ensureLayout() (string, error) {
 	if r.rootfs != "" {
 		return r.rootfs, nil
 	}
-	for _, d := range []string{r.root, r.stateDir(), filepath.Join(r.root, "sandboxes"), filepath.Join(r.root, "rootfs")} {
+	for _, d := range []string{r.root, r.stateDir(), filepath.Join(r.root, "sandboxes"), filepath.Join(r.root, "rootfs"), r.netnsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the %s runtime's directories on the host; the server log has the cause", r.name)
 		}
@@ -300,12 +311,58 @@ func validateSpec(spec runtime.Spec) error {
 	if err := validateEnv(spec.Env); err != nil {
 		return errcode.New(errcode.InvalidArgument, "%s", err.Error())
 	}
-	return runtime.CheckNetwork(spec.Network, networkModes)
+	if err := runtime.CheckNetwork(spec.Network, networkModes); err != nil {
+		return err
+	}
+	return runtime.CheckCABundle(spec.CABundle)
 }
 
 // networkModes are the network modes every flavour gives a sandbox: none (a network namespace
-// with loopback only; gVisor: runsc --network=none, per sandbox).
-var networkModes = []string{runtime.NetworkNone}
+// with loopback only; gVisor: runsc --network=none, per sandbox) and egress (the same, with
+// /etc/resolv.conf naming 127.0.0.1, the CA bundle at runtime.CABundlePath and, on runc and
+// crun where the host allows, the transparent path: netns_linux.go).
+var networkModes = []string{runtime.NetworkNone, runtime.NetworkEgress}
+
+// egressResolvConf is an egress sandbox's /etc/resolv.conf: the agent answers DNS on
+// 127.0.0.1:53 (UDP and TCP).
+const egressResolvConf = "nameserver 127.0.0.1\noptions ndots:0 attempts:2 timeout:2\n"
+
+// Files of an egress sandbox in its bundle, bound read-only into it.
+const (
+	resolvConfName = "resolv.conf"
+	// caDirName holds ca-bundle.pem, bound at /etc/agentbox (path.Dir(runtime.CABundlePath)).
+	caDirName = "etc-agentbox"
+)
+
+// prepareEgress writes an egress sandbox's resolv.conf and CA bundle into its bundle dir and,
+// with the transparent path, makes its network namespace; it fills in's fields for them.
+func (r *Runtime) prepareEgress(spec runtime.Spec, dir string, in *specInput) error {
+	if spec.Network != runtime.NetworkEgress {
+		return nil
+	}
+	resolv := filepath.Join(dir, resolvConfName)
+	if err := os.WriteFile(resolv, []byte(egressResolvConf), 0o644); err != nil {
+		return fmt.Errorf("write resolv.conf: %w", err)
+	}
+	in.ResolvConf = resolv
+	if len(spec.CABundle) > 0 {
+		caDir := filepath.Join(dir, caDirName)
+		if err := os.Mkdir(caDir, 0o755); err != nil {
+			return fmt.Errorf("make the CA bundle's directory: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(caDir, filepath.Base(runtime.CABundlePath)), spec.CABundle, 0o444); err != nil {
+			return fmt.Errorf("write the CA bundle: %w", err)
+		}
+		in.CADir = caDir
+	}
+	if r.transparent {
+		if err := makeEgressNetns(r.netnsPath(spec.ID)); err != nil {
+			return fmt.Errorf("make the network namespace: %w", err)
+		}
+		in.NetNSPath = r.netnsPath(spec.ID)
+	}
+	return nil
+}
 
 // Create writes the bundle and creates the container; its init (the agent) waits for Start.
 // Image "" means "host". On failure nothing of the sandbox is left behind. The Handle names the
@@ -372,6 +429,9 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		Seccomp: r.seccomp,
 	}
 	in.UIDMappings, in.GIDMappings = r.flavor.idMappings(spec.IDMap)
+	if err := r.prepareEgress(spec, dir, &in); err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the egress network of sandbox %s; the server log has the cause", id)
+	}
 	r.adjustSpec(&in)
 	s := buildSpec(in)
 	// After the directories (and the disk holding them) exist: the sandbox's users own them.
@@ -541,6 +601,9 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.removeDisk(ctx, id); err != nil {
 		return err
 	}
+	if err := netnsRemove(r.netnsPath(id)); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot remove the network namespace of sandbox %s", id)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot remove the bundle of sandbox %s", id)
 	}
@@ -585,7 +648,8 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.Status, error) 
 }
 
 // List returns every id with any host resource: a container the OCI runtime knows, a bundle
-// directory, a cgroup under any hierarchy, a mount or a loop device of its disk.
+// directory, a cgroup under any hierarchy, a mount or a loop device of its disk, a network
+// namespace file.
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	if r.binary != "" {
@@ -617,6 +681,13 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 				seen[e.Name()] = true
 			}
 		}
+	}
+	nsFiles, err := os.ReadDir(r.netnsDir())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot list the sandboxes' network namespaces")
+	}
+	for _, e := range nsFiles {
+		seen[e.Name()] = true
 	}
 	holders, err := r.diskHolders()
 	if err != nil {

@@ -19,6 +19,8 @@ const (
 	guestRunDir     = "/.agentbox/run"
 	guestSocketPath = "/.agentbox/run/agent.sock"
 	workspaceDir    = "/workspace"
+	// agentboxEtcDir holds runtime.CABundlePath (a mount point in the shared rootfs).
+	agentboxEtcDir = "/etc/agentbox"
 	agentHome       = "/home/agent"
 	// rootHome is root's home, writable for `user: "root"` commands (package managers' caches
 	// and configuration) and closed to the agent user.
@@ -99,6 +101,15 @@ type specInput struct {
 	OOMScoreAdj int
 	// HostBinds are bound read-only, nosuid, nodev (/usr, real /bin-style dirs, etc/ssl/certs…).
 	HostBinds []bindMount
+	// NetNSPath, when set, is the network namespace the sandbox joins (the egress one the
+	// runtime made, owned by the host's user namespace): /sys is then an empty read-only tmpfs,
+	// since sysfs cannot be mounted without privilege over the namespace's owner (and the
+	// host's /sys is never bound instead).
+	NetNSPath string
+	// ResolvConf and CADir, when set, are bound read-only at /etc/resolv.conf and /etc/agentbox
+	// (network egress).
+	ResolvConf string
+	CADir      string
 	// NoCgroupFS leaves /sys/fs/cgroup empty (gVisor: runsc mounts its own cgroupfs controllers
 	// read-write under the read-only mount, whatever the spec asks).
 	NoCgroupFS bool
@@ -248,6 +259,22 @@ func buildSpec(in specInput) *specs.Spec {
 			Seccomp:           in.Seccomp,
 		},
 	}
+	if in.NetNSPath != "" {
+		for i, ns := range s.Linux.Namespaces {
+			if ns.Type == specs.NetworkNamespace {
+				s.Linux.Namespaces[i].Path = in.NetNSPath
+			}
+		}
+		for i, m := range s.Mounts {
+			if m.Destination == "/sys" {
+				// Writable while the runtime makes the /sys/fs/cgroup mount point in it, then
+				// read-only (ReadonlyPaths); nothing else is ever in it.
+				s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "tmpfs", Source: "tmpfs",
+					Options: []string{"nosuid", "noexec", "nodev", "mode=555", "size=16k", "nr_inodes=64"}}
+			}
+		}
+		s.Linux.ReadonlyPaths = append([]string{"/sys"}, s.Linux.ReadonlyPaths...)
+	}
 	if in.NoCgroupFS {
 		s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/sys/fs/cgroup" })
 	}
@@ -270,6 +297,14 @@ func buildSpec(in specInput) *specs.Spec {
 		specs.Mount{Destination: agentHome, Type: "bind", Source: path.Join(disk, "home"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		specs.Mount{Destination: rootHome, Type: "bind", Source: path.Join(disk, "root"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	)
+	if in.ResolvConf != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: in.ResolvConf,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
+	if in.CADir != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: agentboxEtcDir, Type: "bind", Source: in.CADir,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	if len(in.UIDMappings) > 0 {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		s.Linux.UIDMappings = in.UIDMappings

@@ -131,6 +131,7 @@ func Run(t *testing.T, rt runtime.Runtime, kill Killer) {
 	caps := rt.Capabilities()
 	t.Run("Hostname", func(t *testing.T) { t.Parallel(); testHostname(t, rt) })
 	t.Run("NetworkLoopbackOnly", func(t *testing.T) { t.Parallel(); testNetwork(t, rt) })
+	t.Run("NetworkEgressHost", func(t *testing.T) { t.Parallel(); testEgressHost(t, rt) })
 	t.Run("UserNamespace", func(t *testing.T) {
 		t.Parallel()
 		if !caps.UserNamespaces {
@@ -167,6 +168,7 @@ func RunContract(t *testing.T, rt runtime.Runtime, kill Killer) {
 	t.Run("Adopt", func(t *testing.T) { t.Parallel(); testAdopt(t, rt, kill) })
 	t.Run("Handle", func(t *testing.T) { t.Parallel(); testHandle(t, rt) })
 	t.Run("NetworkModes", func(t *testing.T) { t.Parallel(); testNetworkModes(t, rt) })
+	t.Run("NetworkEgress", func(t *testing.T) { t.Parallel(); testEgressContract(t, rt) })
 	t.Run("DisksMiB", func(t *testing.T) { t.Parallel(); testDisksMiB(t, rt) })
 }
 
@@ -414,5 +416,9 @@ func testNetwork(t *testing.T, rt runtime.Runtime) {
 	}
 	if res := Exec(t, c, "python3", "-c", selfScript); strings.TrimSpace(res.Stdout) != "ping" {
 		t.Errorf("the sandbox's own loopback does not work: %+v", res)
+	}
+	// Network none has no AnyIP route: an address outside is unreachable.
+	if res := Exec(t, c, "python3", "-c", unreachScript); strings.TrimSpace(res.Stdout) != "failed ENETUNREACH" {
+		t.Errorf("network none connecting to 203.0.113.7:443: %+v", res)
 	}
 }

@@ -22,7 +22,8 @@ const defaultLimit = 1000
 
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, state, image, runtime, isolation, cpu, memory_mb, disk_mb, pids_limit,
-	env, labels, created_at, updated_at, expires_at, error_msg, version, owner, idempotency_key, node, handle`
+	env, labels, created_at, updated_at, expires_at, error_msg, version, owner, idempotency_key, node, handle,
+	network, secrets`
 
 // CreateSandbox inserts sb (whose Version must be 1) and, if ev.To is set, its first event, in
 // one transaction. An existing id, or an idempotency key its owner already used, is a CONFLICT.
@@ -99,11 +100,16 @@ func insertSandbox(ctx context.Context, tx *sql.Tx, sb sandbox.Sandbox, ev sandb
 	if err != nil {
 		return err
 	}
+	network, secrets, err := encodeNetwork(sb)
+	if err != nil {
+		return err
+	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB,
 		sb.DiskMB, sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
-		millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Owner, sb.IdempotencyKey, sb.Node, sb.Handle)
+		millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Owner, sb.IdempotencyKey, sb.Node, sb.Handle,
+		network, secrets)
 	if isPrimaryKeyViolation(err) {
 		return errcode.Wrap(errcode.Conflict, err, "sandbox %s already exists", sb.ID)
 	}
@@ -203,14 +209,19 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbo
 	if err != nil {
 		return opErr("update sandbox", sb.ID, err)
 	}
+	network, secrets, err := encodeNetwork(sb)
+	if err != nil {
+		return opErr("update sandbox", sb.ID, err)
+	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, image = ?, runtime = ?,
 			isolation = ?, cpu = ?, memory_mb = ?, disk_mb = ?, pids_limit = ?, env = ?, labels = ?,
-			created_at = ?, updated_at = ?, expires_at = ?, error_msg = ?, version = ?, node = ?, handle = ?
+			created_at = ?, updated_at = ?, expires_at = ?, error_msg = ?, version = ?, node = ?, handle = ?,
+			network = ?, secrets = ?
 			WHERE id = ? AND version = ?`,
 			string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB,
 			sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
-			millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Node, sb.Handle, sb.ID, sb.Version-1)
+			millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Node, sb.Handle, network, secrets, sb.ID, sb.Version-1)
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
@@ -280,7 +291,7 @@ func (s *Store) ListEvents(ctx context.Context, filter sandbox.EventFilter) ([]s
 }
 
 // PruneSandboxes deletes the sandboxes in a non-live state whose updated_at is before the
-// given time, with their labels, events, jobs and any id range still recorded for them, and returns
+// given time, with their labels, events, jobs, network records, preview URLs and any id range still recorded for them, and returns
 // how many sandboxes it deleted.
 func (s *Store) PruneSandboxes(ctx context.Context, before time.Time) (int, error) {
 	live := liveStates()
@@ -296,6 +307,11 @@ func (s *Store) PruneSandboxes(ctx context.Context, before time.Time) (int, erro
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE sandbox_id IN (`+match+`)`, args...); err != nil {
 			return fmt.Errorf("delete jobs: %w", err)
+		}
+		for _, table := range []string{"connections", "secret_calls", "exposures"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE sandbox_id IN (`+match+`)`, args...); err != nil {
+				return fmt.Errorf("delete %s: %w", table, err)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM id_ranges WHERE sandbox_id IN (`+match+`)`, args...); err != nil {
 			return fmt.Errorf("delete id ranges: %w", err)
@@ -389,11 +405,11 @@ type rowScanner interface {
 
 func scanSandbox(r rowScanner) (sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
-	var state, env, labels string
+	var state, env, labels, network, secrets string
 	var created, updated, expires int64
 	err := r.Scan(&sb.ID, &state, &sb.Image, &sb.Runtime, &sb.Isolation, &sb.CPU, &sb.MemoryMB,
 		&sb.DiskMB, &sb.PidsLimit, &env, &labels, &created, &updated, &expires, &sb.Error, &sb.Version,
-		&sb.Owner, &sb.IdempotencyKey, &sb.Node, &sb.Handle)
+		&sb.Owner, &sb.IdempotencyKey, &sb.Node, &sb.Handle, &network, &secrets)
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
@@ -404,6 +420,9 @@ func scanSandbox(r rowScanner) (sandbox.Sandbox, error) {
 	}
 	if sb.Labels, err = decodeMap(labels); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("decode labels of %s: %w", sb.ID, err)
+	}
+	if err := decodeNetwork(&sb, network, secrets); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("decode network of %s: %w", sb.ID, err)
 	}
 	return sb, nil
 }

@@ -1,0 +1,212 @@
+package sandbox
+
+// The records of what the egress proxy did (egress.Recorder, implemented by the Service):
+// a bounded queue that never blocks the proxy, written to the store in batches by one
+// goroutine. When the queue is full a record is dropped and counted, and the count is logged
+// at most once a minute.
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/egress"
+)
+
+// Bounds of the records' queue.
+const (
+	// RecordQueue is how many records wait for the store at most.
+	RecordQueue = 8192
+	// recordBatch is how many records one store transaction writes at most.
+	recordBatch = 256
+	// recordFlushEvery is how long a record waits for its batch at most.
+	recordFlushEvery = 100 * time.Millisecond
+	dropLogEvery     = time.Minute
+)
+
+// netRecord is one queued record: a connection, a secret call or an event.
+type netRecord struct {
+	conn *egress.Connection
+	call *egress.SecretCall
+	ev   *Event
+}
+
+type recordQueue struct {
+	q            chan netRecord
+	dropped      atomic.Int64 // since the last log line
+	droppedTotal atomic.Int64
+	lastLog      atomic.Int64 // unix nanoseconds of the last log line about drops
+	flushes      chan chan struct{}
+}
+
+func newRecordQueue() *recordQueue {
+	return &recordQueue{q: make(chan netRecord, RecordQueue), flushes: make(chan chan struct{})}
+}
+
+var _ egress.Recorder = (*Service)(nil)
+
+// RecordConnection queues c for the store (egress.Recorder); it never blocks. A denied
+// proxy or transparent connection also becomes an "egress_denied" event of the sandbox, at
+// most deniedEventsPerSecond a second.
+func (s *Service) RecordConnection(c egress.Connection) {
+	if s.net.rec == nil {
+		return
+	}
+	c.Seq = 0
+	if c.Time.IsZero() {
+		c.Time = s.now()
+	}
+	s.enqueue(netRecord{conn: &c})
+	if c.Decision != egress.Denied || c.Kind == egress.KindDNS {
+		return
+	}
+	n := s.netOf(c.SandboxID)
+	if n == nil || !n.allowEvent(s.now()) {
+		return
+	}
+	reason := fmt.Sprintf("%s:%d refused", c.Host, c.Port)
+	if c.Rule != "" {
+		reason += " (rule " + c.Rule + ")"
+	}
+	if c.Reason != "" {
+		reason += ": " + c.Reason
+	}
+	at := s.now().UTC().Truncate(time.Millisecond)
+	s.enqueue(netRecord{ev: &Event{SandboxID: c.SandboxID, Type: "egress_denied", From: StateRunning, To: StateRunning,
+		At: at, Reason: truncate(reason, 1024)}})
+}
+
+// RecordSecretCall queues c for the store (egress.Recorder); it never blocks.
+func (s *Service) RecordSecretCall(c egress.SecretCall) {
+	if s.net.rec == nil {
+		return
+	}
+	c.Seq = 0
+	if c.Time.IsZero() {
+		c.Time = s.now()
+	}
+	s.enqueue(netRecord{call: &c})
+}
+
+func (s *Service) enqueue(r netRecord) {
+	rq := s.net.rec
+	select {
+	case rq.q <- r:
+		return
+	default:
+	}
+	rq.dropped.Add(1)
+	rq.droppedTotal.Add(1)
+	now := time.Now().UnixNano()
+	last := rq.lastLog.Load()
+	if now-last >= int64(dropLogEvery) && rq.lastLog.CompareAndSwap(last, now) {
+		s.log.Warn("egress records dropped: the store falls behind the proxy", "dropped", rq.dropped.Swap(0), "queue", RecordQueue)
+	}
+}
+
+// flushRecords writes the queue to the store until the service closes, then writes what is
+// left.
+func (s *Service) flushRecords() {
+	defer s.wg.Done()
+	rq := s.net.rec
+	tick := time.NewTicker(recordFlushEvery)
+	defer tick.Stop()
+	batch := make([]netRecord, 0, recordBatch)
+	write := func(ctx context.Context) {
+		if len(batch) > 0 {
+			s.writeRecords(ctx, batch)
+			batch = batch[:0]
+		}
+	}
+	for {
+		select {
+		case r := <-rq.q:
+			if batch = append(batch, r); len(batch) >= recordBatch {
+				write(s.bg)
+			}
+		case <-tick.C:
+			write(s.bg)
+		case done := <-rq.flushes:
+			for len(rq.q) > 0 && len(batch) < RecordQueue {
+				batch = append(batch, <-rq.q)
+				if len(batch) >= recordBatch {
+					write(s.bg)
+				}
+			}
+			write(s.bg)
+			close(done)
+		case <-s.bg.Done():
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			for n := len(rq.q); n > 0; n-- {
+				batch = append(batch, <-rq.q)
+				if len(batch) >= recordBatch {
+					write(ctx)
+				}
+			}
+			write(ctx)
+			cancel()
+			return
+		}
+	}
+}
+
+// writeRecords writes one batch in one store transaction.
+func (s *Service) writeRecords(ctx context.Context, batch []netRecord) {
+	ns, err := s.netStore()
+	if err != nil {
+		return
+	}
+	var conns []egress.Connection
+	var calls []egress.SecretCall
+	var evs []Event
+	for _, r := range batch {
+		switch {
+		case r.conn != nil:
+			conns = append(conns, *r.conn)
+		case r.call != nil:
+			calls = append(calls, *r.call)
+		case r.ev != nil:
+			evs = append(evs, *r.ev)
+		}
+	}
+	if err := ns.AppendNetRecords(ctx, conns, calls, evs, MaxNetRecords); err != nil {
+		s.net.rec.droppedTotal.Add(int64(len(batch)))
+		s.log.Warn("egress records not written", "records", len(batch), "err", err)
+		return
+	}
+	if len(evs) > 0 {
+		s.bus.publish()
+	}
+}
+
+// flushNetRecords writes every record queued so far before it returns (for tests:
+// export_test.go).
+func (s *Service) flushNetRecords(ctx context.Context) error {
+	if s.net.rec == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	select {
+	case s.net.rec.flushes <- done:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.bg.Done():
+		return s.bg.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// DroppedNetRecords returns how many egress records were dropped since the service started
+// (the queue was full, or the store refused a batch).
+func (s *Service) DroppedNetRecords() int64 {
+	if s.net.rec == nil {
+		return 0
+	}
+	return s.net.rec.droppedTotal.Load()
+}

@@ -1,0 +1,301 @@
+package sandbox
+
+// The host side of every running egress sandbox's network: one session per sandbox with its
+// agent (guest.Client.NetSession; the host dials it, nothing in the sandbox can dial the host),
+// whose streams — the sandbox's connections to its proxy, DNS and transparent listeners — are
+// each handed to the egress proxy with the sandbox's Target. The session opens in create
+// before the sandbox is reported running, and at Reconcile for the sandboxes a restarted
+// server adopts; while the sandbox runs, a broken session is reopened with backoff.
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// Bounds of a sandbox's network session.
+const (
+	netBackoffMin = 100 * time.Millisecond
+	netBackoffMax = 5 * time.Second
+	// maxNetStreams bounds the streams of one sandbox served at once; past it the session's
+	// Accept waits (the agent holds new local connections meanwhile).
+	maxNetStreams = 1024
+	// deniedEventsPerSecond bounds a sandbox's "egress_denied" events; the rest are only in
+	// its connection records.
+	deniedEventsPerSecond = 5
+)
+
+// netState is the service's part for networks: the proxy and each egress sandbox's session.
+type netState struct {
+	proxy EgressProxy
+	rec   *recordQueue // nil without a proxy
+
+	mu sync.Mutex
+	m  map[string]*netSandbox
+}
+
+// netSandbox is one running egress sandbox's network on the host.
+type netSandbox struct {
+	id     string
+	policy atomic.Pointer[egress.Compiled]
+	target *egress.Target
+	req    guest.NetSessionRequest
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{} // maxNetStreams
+
+	mu      sync.Mutex
+	up      bool
+	reply   guest.NetSessionReply
+	changed chan struct{} // closed and replaced when up changes
+
+	evMu     sync.Mutex
+	evWindow time.Time
+	evCount  int
+}
+
+func (n *netSandbox) setUp(up bool, reply guest.NetSessionReply) {
+	n.mu.Lock()
+	n.up, n.reply = up, reply
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// allowEvent reports whether another "egress_denied" event fits this second's budget.
+func (n *netSandbox) allowEvent(now time.Time) bool {
+	n.evMu.Lock()
+	defer n.evMu.Unlock()
+	if now.Sub(n.evWindow) >= time.Second || now.Before(n.evWindow) {
+		n.evWindow, n.evCount = now, 0
+	}
+	if n.evCount >= deniedEventsPerSecond {
+		return false
+	}
+	n.evCount++
+	return true
+}
+
+func (s *Service) netOf(id string) *netSandbox {
+	s.net.mu.Lock()
+	defer s.net.mu.Unlock()
+	return s.net.m[id]
+}
+
+// netRequest is the session request for a sandbox of runtime rt.
+func (s *Service) netRequest(rt runtime.Runtime) guest.NetSessionRequest {
+	req := guest.NetSessionRequest{ProxyPort: s.cfg.Egress.proxyPort(), DNSPort: s.cfg.Egress.dnsPort()}
+	if slices.Contains(rt.Capabilities().Hardening, runtime.HardeningTransparentEgress) {
+		req.TransparentPorts = s.cfg.Egress.TransparentPorts
+		if req.TransparentPorts == nil {
+			req.TransparentPorts = []int{80, 443}
+		}
+	}
+	return req
+}
+
+// openNet opens sb's first session, in create, once its agent answers.
+func (s *Service) openNet(ctx context.Context, rt runtime.Runtime, sb Sandbox, gc *guest.Client) (*guest.NetSession, error) {
+	sess, err := gc.NetSession(ctx, s.netRequest(rt))
+	if err != nil {
+		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its network session did not open: %s", sb.ID, errcode.Message(err))
+	}
+	return sess, nil
+}
+
+// startNet keeps sb's network session up while sb runs, starting with sess (nil: open one).
+func (s *Service) startNet(sb Sandbox, rt runtime.Runtime, sess *guest.NetSession) {
+	if s.net.proxy == nil || sb.Network.Policy == nil {
+		if sess != nil {
+			sess.Close()
+		}
+		return
+	}
+	compiled, err := egress.ParsePolicy(*sb.Network.Policy)
+	if err != nil {
+		// The stored policy was valid when it was stored; a newer build refusing it must not
+		// open the sandbox to anything.
+		s.log.Error("sandbox's stored network policy is refused; its egress stays closed", "sandbox_id", sb.ID, "err", err)
+		if sess != nil {
+			sess.Close()
+		}
+		return
+	}
+	n := &netSandbox{id: sb.ID, req: s.netRequest(rt), slots: make(chan struct{}, maxNetStreams), changed: make(chan struct{})}
+	n.policy.Store(compiled)
+	n.target = &egress.Target{SandboxID: sb.ID, Policy: n.policy.Load, Secrets: sb.Secrets}
+	n.ctx, n.cancel = context.WithCancel(s.bg)
+	s.net.mu.Lock()
+	if old := s.net.m[sb.ID]; old != nil {
+		old.cancel()
+	}
+	s.net.m[sb.ID] = n
+	s.net.mu.Unlock()
+	s.wg.Add(1)
+	go s.netLoop(n, sess)
+}
+
+// stopNet ends sandbox id's session and its streams (they finish in the background; Close
+// waits for them).
+func (s *Service) stopNet(id string) {
+	s.net.mu.Lock()
+	n := s.net.m[id]
+	delete(s.net.m, id)
+	s.net.mu.Unlock()
+	if n != nil {
+		n.cancel()
+	}
+}
+
+// forgetNet removes n if it is still id's.
+func (s *Service) forgetNet(n *netSandbox) {
+	s.net.mu.Lock()
+	if s.net.m[n.id] == n {
+		delete(s.net.m, n.id)
+	}
+	s.net.mu.Unlock()
+	n.cancel()
+}
+
+// setNetPolicy makes compiled the policy of the next connection of sandbox id.
+func (s *Service) setNetPolicy(id string, compiled *egress.Compiled) {
+	if n := s.netOf(id); n != nil {
+		n.policy.Store(compiled)
+	}
+}
+
+// netLoop serves n's sessions until n is stopped or its sandbox no longer runs.
+func (s *Service) netLoop(n *netSandbox, sess *guest.NetSession) {
+	defer s.wg.Done()
+	defer n.cancel()
+	backoff := netBackoffMin
+	failures := 0
+	for {
+		if sess != nil {
+			began := time.Now()
+			s.serveSession(n, sess)
+			if n.ctx.Err() != nil {
+				return
+			}
+			if time.Since(began) >= time.Second {
+				backoff = netBackoffMin
+			}
+			s.log.Info("sandbox network session ended; reopening", "sandbox_id", n.id)
+			sess = nil
+			if !sleepCtx(n.ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, netBackoffMax)
+		}
+		if n.ctx.Err() != nil {
+			return
+		}
+		_, gc, err := s.running(n.ctx, n.id)
+		if c := errcode.Of(err); c == errcode.SandboxNotRunning || c == errcode.SandboxNotFound {
+			s.forgetNet(n)
+			return
+		}
+		if err == nil {
+			sess, err = gc.NetSession(n.ctx, n.req)
+		}
+		if err != nil {
+			if n.ctx.Err() != nil {
+				return
+			}
+			if failures++; failures == 1 || failures%60 == 0 {
+				s.log.Warn("sandbox network session did not open; retrying", "sandbox_id", n.id, "attempt", failures, "err", err)
+			}
+			sess = nil
+			if !sleepCtx(n.ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, netBackoffMax)
+			continue
+		}
+		failures = 0
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// serveSession hands each stream of sess to the proxy until sess ends, then closes it.
+func (s *Service) serveSession(n *netSandbox, sess *guest.NetSession) {
+	stop := context.AfterFunc(n.ctx, func() { sess.Close() })
+	defer stop()
+	defer sess.Close()
+	n.setUp(true, sess.Reply)
+	defer n.setUp(false, guest.NetSessionReply{})
+	for {
+		st, err := sess.Accept()
+		if err != nil {
+			return
+		}
+		kind := egress.Kind(st.Header.Kind)
+		var dst netip.AddrPort
+		switch kind {
+		case egress.KindProxy, egress.KindDNS:
+		case egress.KindTransparent:
+			if dst, err = netip.ParseAddrPort(st.Header.Dst); err != nil {
+				s.log.Warn("sandbox agent sent a transparent stream without a destination", "sandbox_id", n.id, "dst", truncate(st.Header.Dst, 64))
+				st.Close()
+				continue
+			}
+		default:
+			s.log.Warn("sandbox agent sent a stream of unknown kind", "sandbox_id", n.id, "kind", truncate(st.Header.Kind, 32))
+			st.Close()
+			continue
+		}
+		select {
+		case n.slots <- struct{}{}:
+		case <-n.ctx.Done():
+			st.Close()
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-n.slots }()
+			s.net.proxy.Serve(n.ctx, n.target, st, kind, dst)
+		}()
+	}
+}
+
+// netSessionReply waits until sandbox id's session is up and returns where its listeners are
+// (for tests: export_test.go).
+func (s *Service) netSessionReply(ctx context.Context, id string) (guest.NetSessionReply, error) {
+	for {
+		n := s.netOf(id)
+		if n == nil || n.ctx.Err() != nil {
+			return guest.NetSessionReply{}, errcode.New(errcode.SandboxNotRunning, "sandbox %s has no network session", id)
+		}
+		n.mu.Lock()
+		up, reply, ch := n.up, n.reply, n.changed
+		n.mu.Unlock()
+		if up {
+			return reply, nil
+		}
+		select {
+		case <-ctx.Done():
+			return guest.NetSessionReply{}, ctx.Err()
+		case <-ch:
+		case <-n.ctx.Done():
+		}
+	}
+}
