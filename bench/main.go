@@ -169,9 +169,7 @@ func main() {
 	res.Runtime = res.Runtimes[0].Version
 	prom := api.NewPrometheus()
 	svcCfg := sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30, *netf.sandboxes+30)}
-	if err := wireEgress(&svcCfg); err != nil { // the network figures' egress proxy (network.go)
-		log.Fatal(err)
-	}
+	svcCfg.Egress = egressConfig() // the network figures' egress proxy (network.go)
 	svc, err := sandbox.NewService(st, rts, svcCfg, nil)
 	if err != nil {
 		log.Fatal(err)

@@ -79,10 +79,18 @@ type NetConcurrency struct {
 	GoroutinesPost int     `json:"server_goroutines_after"`
 }
 
-// newEgressProxy is the egress proxy the bench's service uses, as cmd/agentbox/wire.go makes
-// it, with the lab's range opened (what --egress-allow-cidr 10.205.0.0/24 does).
-func newEgressProxy() (*egress.Proxy, error) {
-	return egress.New(egress.Config{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix(labRange)}})
+// egressConfig is the bench service's egress, as cmd/agentbox/wire.go makes it: the proxy with
+// the lab's range opened (what --egress-allow-cidr 10.205.0.0/24 does), the service as its
+// recorder, and the host's roots as the sandboxes' CA bundle (so that a create carries the
+// bundle it carries in production; the bench swaps no secrets, so no agentbox CA is added).
+func egressConfig() sandbox.EgressConfig {
+	roots, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	return sandbox.EgressConfig{
+		NewProxy: func(rec egress.Recorder) (sandbox.EgressProxy, error) {
+			return egress.New(egress.Config{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix(labRange)}, Recorder: rec})
+		},
+		CABundle: roots,
+	}
 }
 
 // networkPolicy is the policy of the bench's egress sandboxes: the lab's range, by CIDR (the
@@ -200,8 +208,8 @@ func benchGet(ctx context.Context, c *client.Client, id string, n, mib int) ([]S
 		}
 		direct = append(direct, float64(mib)/secs)
 	}
-	floor := summarizeRate(fmt.Sprintf("floor: the same GET from the host, no proxy"), "MiB/s", direct)
-	s := summarizeRate(fmt.Sprintf("HTTP GET of %d MiB from the lab host through the egress proxy (curl in the sandbox)", mib), "MiB/s", proxied)
+	floor := summarizeRate("floor: the same GET from the host, no proxy", "MiB/s", direct)
+	s := summarizeRate(fmt.Sprintf("HTTP GET %d MiB through the egress proxy", mib), "MiB/s", proxied)
 	s.Floor = fmt.Sprintf("no proxy p50 %.0f MiB/s; %.0f%% of it; target ≥ 80%%", floor.P50, 100*s.P50/floor.P50)
 	s.Runtime, floor.Runtime = "runc", "runc"
 	return []Stat{s, floor}, nil
@@ -339,12 +347,12 @@ func benchConnOverhead(ctx context.Context, c *client.Client, id string, n int, 
 			xs[m] = append(xs[m], v...)
 		}
 	}
-	floor := summarize("floor: connect + GET /hello from the host, direct", "ms", xs["direct"])
+	floor := summarize("floor: conn + GET /hello from host, direct", "ms", xs["direct"])
 	floor.Runtime = "runc"
 	names := map[string]string{
-		"proxy":       "connect + GET /hello through the HTTP proxy (absolute-form), in the sandbox",
-		"connect":     "connect + CONNECT + GET /hello through the HTTP proxy, in the sandbox",
-		"transparent": "connect + GET /hello on the transparent path, in the sandbox",
+		"proxy":       "conn + GET /hello via proxy (absolute-form)",
+		"connect":     "conn + CONNECT + GET /hello via proxy",
+		"transparent": "conn + GET /hello, transparent path",
 	}
 	var stats []Stat
 	for _, m := range modes[1:] {
@@ -576,21 +584,11 @@ func benchNetCreate(ctx context.Context, c *client.Client, n int) ([]Stat, error
 			}
 		}
 	}
-	floor := summarize("floor: "+measureCreate+", no network, same loop", "ms", without)
-	s := summarize(measureCreate+", with a network policy", "ms", with)
+	floor := summarize("floor: create → first exec, no network", "ms", without)
+	s := summarize("create → first exec, with a network policy", "ms", with)
 	s.Floor = fmt.Sprintf("without p50 %.1f ms; +%.1f ms; target ≤ +5 ms", floor.P50, s.P50-floor.P50)
 	s.Runtime, floor.Runtime = "runc", "runc"
 	return []Stat{s, floor}, nil
-}
-
-// wireEgress gives the service the egress proxy, as cmd/agentbox/wire.go does.
-func wireEgress(cfg *sandbox.Config) error {
-	p, err := newEgressProxy()
-	if err != nil {
-		return fmt.Errorf("egress: %w", err)
-	}
-	_ = p // TODO(merge ctlnet): cfg.Egress = p
-	return nil
 }
 
 // runNetwork runs benchNetwork on runc and puts its figures, or why it skipped, in res. A
@@ -605,7 +603,7 @@ func runNetwork(ctx context.Context, c *client.Client, res *Results, f netFlags)
 	stats, conc, skip, err := benchNetwork(ctx, c, caps, f)
 	res.Stats, res.Network = append(res.Stats, stats...), conc
 	if conc != nil {
-		s := Stat{Name: fmt.Sprintf("%d connections open at once across %d egress sandboxes", conc.Sandboxes*conc.ConnectionsPerSandbox, conc.Sandboxes),
+		s := Stat{Name: fmt.Sprintf("%d conns open at once, %d egress sandboxes", conc.Sandboxes*conc.ConnectionsPerSandbox, conc.Sandboxes),
 			Runtime: "runc", Unit: "errors", N: conc.Completed + conc.Errors, P50: float64(conc.Errors), P99: float64(conc.Errors), Mean: float64(conc.Errors)}
 		s.Floor = fmt.Sprintf("lab peak %d open; server RSS %.0f → %.0f → %.0f MiB (heap %.0f → %.0f → %.0f); target 0 errors, bounded memory",
 			conc.LabPeak, conc.RSSBeforeMiB, conc.RSSPeakMiB, conc.RSSAfterMiB, conc.HeapBeforeMiB, conc.HeapPeakMiB, conc.HeapAfterMiB)
