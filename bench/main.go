@@ -1,6 +1,7 @@
 // Command bench measures agentbox on this host: create → first exec and the exec round trip on
 // runc, crun and gVisor side by side (in turns, in one run), destroy, the memory of an idle
-// sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle; job_start
+// sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle; runc's
+// create → first exec at the runtime with network none and egress in turns (egresscreate.go); job_start
 // beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
 // (jobs.go). It prints a table and writes JSON results.
 //
@@ -253,6 +254,8 @@ func main() {
 			ids = append(ids, sb.ID)
 		}
 	}
+	// What network egress adds to a runc create, at the runtime (egresscreate.go).
+	res.Stats = append(res.Stats, benchEgressCreate(ctx, rts[0], *nCreate)...)
 	execs := map[string][]float64{}
 	for i := 0; i < *nExec; i++ {
 		for _, name := range names {

@@ -84,6 +84,9 @@ func cmdDoctor(args []string) int {
 			fmt.Printf("%s %-16s %s\n", mark, c.Name, c.Detail)
 			if c.Runtime != nil && c.Runtime.Available {
 				fmt.Printf("     %-16s hardening: %s\n", "", strings.Join(c.Runtime.Hardening, " "))
+				if r := c.Runtime.TransparentEgressReason; r != "" {
+					fmt.Printf("     %-16s no transparent egress: %s\n", "", r)
+				}
 			}
 			if c.Fix != "" {
 				fmt.Printf("     %-16s fix: %s\n", "", c.Fix)

@@ -1,12 +1,17 @@
 package oci
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 )
 
 // TestEgressNetns: the namespace makeEgressNetns pins has lo up, the AnyIP route in the local
@@ -74,5 +79,137 @@ func TestEgressNetns(t *testing.T) {
 	}
 	if err := netnsRemove(p); err != nil {
 		t.Errorf("remove of an unmounted file: %v", err)
+	}
+}
+
+// TestRuncEgressCgroups and TestCrunEgressCgroups: in an egress sandbox (whose /sys is a tmpfs,
+// not sysfs) the sandbox's cgroups still work: the host's metrics, and the agent's OOM report,
+// which reads the memory cgroup under /sys/fs/cgroup inside.
+func TestRuncEgressCgroups(t *testing.T) {
+	t.Parallel()
+	testEgressCgroups(t, newRunc(t))
+}
+
+func TestCrunEgressCgroups(t *testing.T) {
+	t.Parallel()
+	testEgressCgroups(t, newFlavor(t, FlavorCrun))
+}
+
+func testEgressCgroups(t *testing.T, rt *Runtime) {
+	if !slices.Contains(rt.Capabilities().Hardening, runtime.HardeningTransparentEgress) {
+		t.Fatalf("%s lacks the transparent path on this host: %s", rt.Name(), rt.Capabilities().TransparentEgressReason)
+	}
+	spec := runtimetest.EgressSpec(runtimetest.NewID())
+	spec.MemoryMB, spec.PidsLimit = 64, 64
+	c := runtimetest.Start(t, rt, spec)
+	m := sampleMetrics(t, rt, spec.ID)
+	if m.Memory.LimitBytes != 64<<20 || m.Pids.Limit != 64 || m.Pids.Current < 1 {
+		t.Errorf("metrics of an egress sandbox: %+v %+v", *m.Memory, *m.Pids)
+	}
+	res := runtimetest.Exec(t, c, "python3", "-c", "b = bytearray(512 << 20); print(len(b))")
+	if res.Signal != "SIGKILL" || !res.OOMKilled {
+		t.Fatalf("allocating 512 MiB under a 64 MiB limit: %v (want SIGKILL, oom_killed)", res)
+	}
+	if m := sampleMetrics(t, rt, spec.ID); m.Memory.OOMEvents < 1 {
+		t.Errorf("oom events after an OOM kill: %+v", *m.Memory)
+	}
+	if res := runtimetest.Exec(t, c, "echo", "alive"); res.Stdout != "alive\n" {
+		t.Errorf("after the OOM kill: %v", res)
+	}
+}
+
+// TestRuncDeleteOrphanNetns: a network namespace file left alone (a create or delete that
+// crashed) makes List report its id, and Delete unmounts and removes it; an egress sandbox's
+// Delete leaves no namespace mount (testenv.Leaks-style: nothing in mountinfo names the id).
+func TestRuncDeleteOrphanNetns(t *testing.T) {
+	t.Parallel()
+	rt := newRunc(t)
+	ctx := context.Background()
+	if _, err := rt.ensureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	id := runtimetest.NewID()
+	if err := makeEgressNetns(rt.netnsPath(id)); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := rt.List(ctx); err != nil || !slices.Contains(ids, id) {
+		t.Fatalf("List with an orphaned netns of %s: %v %v", id, ids, err)
+	}
+	if err := rt.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := rt.List(ctx); err != nil || slices.Contains(ids, id) {
+		t.Fatalf("List after Delete: %v %v", ids, err)
+	}
+	// A live egress sandbox: its namespace is pinned while it runs, gone after Delete.
+	spec := runtimetest.EgressSpec(runtimetest.NewID())
+	if _, err := rt.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if !strings.Contains(string(mi), rt.netnsPath(spec.ID)+" ") {
+		t.Errorf("the egress sandbox's namespace is not mounted at %s", rt.netnsPath(spec.ID))
+	}
+	if err := rt.Delete(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), spec.ID) {
+		t.Errorf("a mount naming %s is left after Delete", spec.ID)
+	}
+	if _, err := os.Stat(rt.netnsPath(spec.ID)); !os.IsNotExist(err) {
+		t.Errorf("the namespace file is left: %v", err)
+	}
+}
+
+// TestRuncEgressCreateLatency measures create → first exec with network none and egress in
+// turns (so both see the same load) and logs the medians and the median of the paired
+// differences; egress's own network namespace, resolv.conf and CA bundle are to cost ≤ 5 ms
+// (issue 12; the namespace's creation moves from runc to the runtime rather than adding one).
+// It fails only past max(25 ms, a tenth of a create): a regression no shared machine's noise
+// explains.
+func TestRuncEgressCreateLatency(t *testing.T) {
+	rt := newRunc(t)
+	ctx := context.Background()
+	runtimetest.Start(t, rt, runtimetest.DefaultSpec(runtimetest.NewID())) // rootfs and template
+	const n = 21
+	ca := make([]byte, 200<<10) // a host's roots and agentbox's CA
+	times := map[string][]time.Duration{}
+	for range n {
+		for _, mode := range []string{runtime.NetworkNone, runtime.NetworkEgress} {
+			spec := runtimetest.DefaultSpec(runtimetest.NewID())
+			spec.Network = mode
+			if mode == runtime.NetworkEgress {
+				spec.CABundle = ca
+			}
+			t0 := time.Now()
+			if _, err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
+				t.Fatal(err)
+			}
+			c := runtimetest.Client(t, rt, spec.ID)
+			rctx, cancel := context.WithTimeout(ctx, runtimetest.ReadyTimeout)
+			err := c.WaitReady(rctx)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := runtimetest.Exec(t, c, "true"); res.ExitCode != 0 {
+				t.Fatal(res)
+			}
+			times[mode] = append(times[mode], time.Since(t0))
+			c.Close()
+			if err := rt.Delete(ctx, spec.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	med := func(d []time.Duration) time.Duration { s := slices.Clone(d); slices.Sort(s); return s[len(s)/2] }
+	var diffs []time.Duration
+	for i := range n {
+		diffs = append(diffs, times[runtime.NetworkEgress][i]-times[runtime.NetworkNone][i])
+	}
+	none, egress, diff := med(times[runtime.NetworkNone]), med(times[runtime.NetworkEgress]), med(diffs)
+	t.Logf("median of %d create → first exec: network none %v, egress %v; median paired difference %v", n, none, egress, diff)
+	if diff > max(25*time.Millisecond, none/10) {
+		t.Errorf("egress adds %v to a create of %v (target ≤ 5 ms)", diff, none)
 	}
 }

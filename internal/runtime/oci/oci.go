@@ -11,8 +11,11 @@
 //	bin/agentbox           the guest binary every sandbox binds (userns_linux.go)
 //	rootfs/host/           the shared read-only root of image "host", prepared once
 //	disk-templates/        one formatted ext4 image per disk size, copied by every create
+//	netns/<id>             network egress on runc and crun: the sandbox's network namespace,
+//	                       bind-mounted (netns_linux.go)
 //	sandboxes/<id>/        config.json, init.pid, disk.img (the sandbox's disk: sparse ext4 of
-//	                       disk_mb MiB on a loop device), run -> disk/run
+//	                       disk_mb MiB on a loop device), run -> disk/run; network egress:
+//	                       resolv.conf, etc-agentbox/ca-bundle.pem
 //	sandboxes/<id>/disk/   the disk's mount: run/ (at /.agentbox/run; agent.sock), workspace/,
 //	                       home/, root/ (at /root), guest.log (the agent's stdout and stderr);
 //	                       see disk_linux.go

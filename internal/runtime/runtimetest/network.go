@@ -2,6 +2,7 @@ package runtimetest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -91,7 +92,7 @@ d.bind(("127.0.0.1", 53))
 d.listen(1)
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.bind(("127.0.0.1", 53))
-l.settimeout(30)
+l.settimeout(20)
 a, peer = l.accept()
 print("accepted %s:%d" % a.getsockname())
 `
@@ -99,7 +100,7 @@ print("accepted %s:%d" % a.getsockname())
 // dialScript (the agent user) connects to 203.0.113.7:443 (retrying while nothing listens
 // yet), sends UDP to 8.8.8.8:53 and connects to [2001:db8::1]:443.
 const dialScript = `import socket, time, errno
-deadline = time.time() + 25
+deadline = time.time() + 15
 while True:
     try:
         c = socket.create_connection(("203.0.113.7", 443), timeout=3)
@@ -158,10 +159,7 @@ func needPython(t testing.TB, c *guest.Client) {
 
 // testEgressHost (host): inside an egress sandbox /etc/resolv.conf names 127.0.0.1, the CA
 // bundle is at runtime.CABundlePath, readable by the agent user and writable by nobody, and
-// root binds 127.0.0.1:53 and :3128. On a runtime declaring transparent_egress: a connection
-// to any IPv4 address:443 lands on a listener on 0.0.0.0:443 with the original destination as
-// its local address, UDP to anywhere is refused or unanswered, IPv6 anywhere is unreachable,
-// and root inside cannot change routes or addresses.
+// root binds 127.0.0.1:53 (UDP and TCP) and :3128, as the agent does on every runtime.
 func testEgressHost(t *testing.T, rt runtime.Runtime) {
 	spec := EgressSpec(NewID())
 	c := Start(t, rt, spec)
@@ -184,11 +182,30 @@ func testEgressHost(t *testing.T, rt runtime.Runtime) {
 	if res := execAs(t, c, "root", "python3", "-c", bindScript); strings.TrimSpace(res.Stdout) != "bound" {
 		t.Errorf("root binding 127.0.0.1:53 and :3128: %+v", res)
 	}
+}
+
+// declaresTransparent reports whether the runtime declares HardeningTransparentEgress.
+func declaresTransparent(caps runtime.Capabilities) bool {
+	return slices.Contains(caps.Hardening, runtime.HardeningTransparentEgress)
+}
+
+// testEgressTransparent (host, runtimes declaring transparent_egress): in an egress sandbox a
+// connection from the agent user to any IPv4 address:443 lands on root's listener on
+// 0.0.0.0:443 with the original destination as its local address; UDP to anywhere is refused
+// or unanswered; IPv6 anywhere is unreachable; root inside cannot change routes, addresses or
+// links; /sys is an empty read-only tmpfs (no sysfs: the namespace is not the sandbox's),
+// with the sandbox's cgroups still at /sys/fs/cgroup.
+func testEgressTransparent(t *testing.T, rt runtime.Runtime) {
 	caps := rt.Capabilities()
-	if !strings.Contains(" "+strings.Join(caps.Hardening, " ")+" ", " "+runtime.HardeningTransparentEgress+" ") {
-		t.Logf("runtime %s does not declare %s (%s): the transparent cases are skipped", rt.Name(), runtime.HardeningTransparentEgress, caps.TransparentEgressReason)
-		return
+	if !declaresTransparent(caps) {
+		reason := caps.TransparentEgressReason
+		if reason == "" {
+			reason = "its hardening does not list it"
+		}
+		t.Skipf("runtime %s gives egress sandboxes no transparent path: %s", rt.Name(), reason)
 	}
+	c := Start(t, rt, EgressSpec(NewID()))
+	needPython(t, c)
 	var wg sync.WaitGroup
 	var listened Result
 	wg.Add(1)
@@ -224,5 +241,15 @@ func testEgressHost(t *testing.T, rt runtime.Runtime) {
 	}
 	if res := Exec(t, c, "python3", "-c", unreachScript); strings.TrimSpace(res.Stdout) != "failed ECONNREFUSED" {
 		t.Errorf("after the listener exited, 203.0.113.7:443: %+v", res)
+	}
+	if res := Exec(t, c, "sh", "-c", "grep ' /sys ' /proc/self/mountinfo; ls -A /sys"); !strings.Contains(res.Stdout, " - tmpfs ") ||
+		!strings.Contains(res.Stdout, " ro,") || !strings.HasSuffix(res.Stdout, "\nfs\n") {
+		t.Errorf("/sys of an egress sandbox, want an empty read-only tmpfs holding fs/cgroup: %+v", res)
+	}
+	if res := execAs(t, c, "root", "sh", "-c", "mkdir /sys/x || touch /sys/x || exit 3"); res.ExitCode != 3 {
+		t.Errorf("root writing to /sys: %+v", res)
+	}
+	if res := Exec(t, c, "sh", "-c", "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max"); strings.TrimSpace(res.Stdout) != "256" {
+		t.Errorf("the sandbox's pids.max under /sys/fs/cgroup: %+v", res)
 	}
 }

@@ -99,6 +99,11 @@ type Result struct {
 	Stdout, Stderr string
 }
 
+// String is the outcome as a failing test prints it: exit, signal, output as text.
+func (r Result) String() string {
+	return fmt.Sprintf("exit %d signal %q timed_out %v stdout %q stderr %q", r.ExitCode, r.Signal, r.TimedOut, r.Stdout, r.Stderr)
+}
+
 func wantState(t testing.TB, rt runtime.Runtime, id string, want runtime.Status) {
 	t.Helper()
 	got, err := rt.State(context.Background(), id)
@@ -132,6 +137,7 @@ func Run(t *testing.T, rt runtime.Runtime, kill Killer) {
 	t.Run("Hostname", func(t *testing.T) { t.Parallel(); testHostname(t, rt) })
 	t.Run("NetworkLoopbackOnly", func(t *testing.T) { t.Parallel(); testNetwork(t, rt) })
 	t.Run("NetworkEgressHost", func(t *testing.T) { t.Parallel(); testEgressHost(t, rt) })
+	t.Run("NetworkEgressTransparent", func(t *testing.T) { t.Parallel(); testEgressTransparent(t, rt) })
 	t.Run("UserNamespace", func(t *testing.T) {
 		t.Parallel()
 		if !caps.UserNamespaces {
