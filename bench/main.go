@@ -3,7 +3,8 @@
 // sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle; runc's
 // create → first exec at the runtime with network none and egress in turns (egresscreate.go); job_start
 // beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
-// (jobs.go). It prints a table and writes JSON results.
+// (jobs.go); the network figures of issue 12 against a lab host in its own network namespace
+// (network.go, lab.go). It prints a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
@@ -212,6 +213,9 @@ func main() {
 	}
 	if *netf.only {
 		runNetwork(ctx, c, &res, netf)
+		if res.Skipped["network"] == "" && *netf.creates > 0 { // the same create at the runtime alone
+			res.Stats = append(res.Stats, benchEgressCreate(ctx, rts[0], *netf.creates)...)
+		}
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
