@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/runtime"
 )
 
 // TestMain serves the lab when the test binary is re-executed as the lab's server.
@@ -122,9 +125,15 @@ func TestLab(t *testing.T) {
 	if len(early) > 0 {
 		t.Error("the barrier let requests through before the armed count was open")
 	}
+	// A handler counts itself done just after its last byte, which the client may have read.
 	var st labStats
-	if err := labGet(hc, l.URL()+"/stats", &st); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if err := labGet(hc, l.URL()+"/stats", &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Active == 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if st.Peak != 5 || st.ReleasedBy != "count" || st.Served != before.Served+5 || st.Active != 0 {
 		t.Fatalf("stats after the barrier: %+v", st)
@@ -153,5 +162,15 @@ func TestLab(t *testing.T) {
 		if string(b) == "hello\n" {
 			t.Fatal("the lab still answers after Close")
 		}
+	}
+}
+
+// TestEgressUnavailable: the network figures skip, with the reason, on a runc without egress.
+func TestEgressUnavailable(t *testing.T) {
+	if why := egressUnavailable(runtime.Capabilities{NetworkModes: []string{"none"}}); !strings.Contains(why, `no "egress" network mode (network modes: none)`) {
+		t.Fatalf("without egress: %q", why)
+	}
+	if why := egressUnavailable(runtime.Capabilities{NetworkModes: []string{"none", "egress"}}); why != "" {
+		t.Fatalf("with egress: %q", why)
 	}
 }

@@ -67,16 +67,20 @@ type NetConcurrency struct {
 	ErrorSamples  []string `json:"error_samples,omitempty"`
 	Seconds       float64  `json:"seconds"`
 	// The server process is the bench (it serves in-process): RSS and Go heap in use, and
-	// goroutines, before the sandboxes connect, at the peak, and 5 s after the last closed.
-	RSSBeforeMiB   float64 `json:"server_rss_before_mib"`
-	RSSPeakMiB     float64 `json:"server_rss_peak_mib"`
-	RSSAfterMiB    float64 `json:"server_rss_after_mib"`
-	HeapBeforeMiB  float64 `json:"server_heap_before_mib"`
-	HeapPeakMiB    float64 `json:"server_heap_peak_mib"`
-	HeapAfterMiB   float64 `json:"server_heap_after_mib"`
-	GoroutinesPeak int     `json:"server_goroutines_peak"`
-	GoroutinesPre  int     `json:"server_goroutines_before"`
-	GoroutinesPost int     `json:"server_goroutines_after"`
+	// goroutines, before the sandboxes connect, at the peak, and 5 s after the last closed
+	// (the 50 sandboxes still running, their sessions idle); and the heap and goroutines once
+	// the sandboxes are destroyed (the Go runtime keeps the RSS it grew).
+	RSSBeforeMiB        float64 `json:"server_rss_before_mib"`
+	RSSPeakMiB          float64 `json:"server_rss_peak_mib"`
+	RSSAfterMiB         float64 `json:"server_rss_after_mib"`
+	HeapBeforeMiB       float64 `json:"server_heap_before_mib"`
+	HeapPeakMiB         float64 `json:"server_heap_peak_mib"`
+	HeapAfterMiB        float64 `json:"server_heap_after_mib"`
+	GoroutinesPeak      int     `json:"server_goroutines_peak"`
+	GoroutinesPre       int     `json:"server_goroutines_before"`
+	GoroutinesPost      int     `json:"server_goroutines_after"`
+	HeapDestroyedMiB    float64 `json:"server_heap_after_destroy_mib"`
+	GoroutinesDestroyed int     `json:"server_goroutines_after_destroy"`
 }
 
 // egressConfig is the bench service's egress, as cmd/agentbox/wire.go makes it: the proxy with
@@ -434,7 +438,7 @@ func benchConcurrent(ctx context.Context, c *client.Client, l *lab, sandboxes, p
 	const size, paceMS = 1 << 20, 2000
 	nc := &NetConcurrency{Sandboxes: sandboxes, ConnectionsPerSandbox: per, BytesPerConnection: size}
 	ids := make([]string, sandboxes)
-	defer func() {
+	destroy := func() {
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 6)
 		for _, id := range ids {
@@ -449,7 +453,9 @@ func benchConcurrent(ctx context.Context, c *client.Client, l *lab, sandboxes, p
 			}()
 		}
 		wg.Wait()
-	}()
+		clear(ids)
+	}
+	defer destroy()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var createErr error
@@ -540,6 +546,10 @@ func benchConcurrent(ctx context.Context, c *client.Client, l *lab, sandboxes, p
 	<-sampled
 	goruntime.GC()
 	nc.RSSAfterMiB, nc.HeapAfterMiB, nc.GoroutinesPost = procRSS(), heapMiB(), goruntime.NumGoroutine()
+	destroy()
+	time.Sleep(time.Second)
+	goruntime.GC()
+	nc.HeapDestroyedMiB, nc.GoroutinesDestroyed = heapMiB(), goruntime.NumGoroutine()
 	return nc, nil
 }
 
@@ -605,8 +615,8 @@ func runNetwork(ctx context.Context, c *client.Client, res *Results, f netFlags)
 	if conc != nil {
 		s := Stat{Name: fmt.Sprintf("%d conns open at once, %d egress sandboxes", conc.Sandboxes*conc.ConnectionsPerSandbox, conc.Sandboxes),
 			Runtime: "runc", Unit: "errors", N: conc.Completed + conc.Errors, P50: float64(conc.Errors), P99: float64(conc.Errors), Mean: float64(conc.Errors)}
-		s.Floor = fmt.Sprintf("lab peak %d open; server RSS %.0f → %.0f → %.0f MiB (heap %.0f → %.0f → %.0f); target 0 errors, bounded memory",
-			conc.LabPeak, conc.RSSBeforeMiB, conc.RSSPeakMiB, conc.RSSAfterMiB, conc.HeapBeforeMiB, conc.HeapPeakMiB, conc.HeapAfterMiB)
+		s.Floor = fmt.Sprintf("lab peak %d open; server RSS %.0f → %.0f → %.0f MiB (heap %.0f → %.0f → %.0f, %.0f destroyed); target 0 errors, bounded memory",
+			conc.LabPeak, conc.RSSBeforeMiB, conc.RSSPeakMiB, conc.RSSAfterMiB, conc.HeapBeforeMiB, conc.HeapPeakMiB, conc.HeapAfterMiB, conc.HeapDestroyedMiB)
 		res.Stats = append(res.Stats, s)
 	}
 	if err != nil {
