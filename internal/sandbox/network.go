@@ -276,9 +276,9 @@ func (s *Service) validateNetwork(req *CreateRequest, rt runtime.Runtime) (*netP
 	if s.net.proxy == nil {
 		return nil, errcode.New(errcode.UnsupportedOp, "network: this server has no egress proxy, so sandboxes can only have network \"none\"")
 	}
-	compiled, err := egress.ParsePolicy(*req.Network.Policy)
+	compiled, err := egress.ParsePolicy(*req.Network.Policy) // its errors name network.allow[i]
 	if err != nil {
-		return nil, prefixed("network.", err)
+		return nil, err
 	}
 	if err := runtime.CheckNetwork(runtime.NetworkEgress, rt.Capabilities().NetworkModes); err != nil {
 		return nil, prefixed(fmt.Sprintf("network: runtime %s cannot give a sandbox a network policy: ", rt.Name()), err)

@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentAppendsPagingReaderSeesEvery", testConcurrentAppendsPagingReader},
 	}
 	tests = append(tests, jobTests...)
+	tests = append(tests, netTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
