@@ -18,7 +18,7 @@ const (
 	// ResolveTimeout bounds one name resolution.
 	ResolveTimeout = 5 * time.Second
 	// MaxAddrs bounds the addresses of one name that are checked, dialed or answered.
-	MaxAddrs = 16
+	MaxAddrs     = 16
 	hostAddrsTTL = 5 * time.Second
 )
 

@@ -125,6 +125,9 @@ func parseRule(e string) (rule, error) {
 	if len(e) > MaxEntryLen {
 		return rule{}, entryError(fmt.Sprintf("is %d bytes long; an entry is at most %d", len(e), MaxEntryLen))
 	}
+	if strings.Contains(e, "://") || strings.ContainsAny(e, " \t?#@") {
+		return rule{}, notAnEntry
+	}
 	hostPart, port, err := splitEntryPort(e)
 	if err != nil {
 		return rule{}, err

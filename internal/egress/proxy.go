@@ -160,26 +160,43 @@ func closeWrite(c net.Conn) error {
 	return c.Close()
 }
 
-// splice copies both ways until both are done (or ctx ends, which closes both); a side
-// that ends half-closes the other's write side when it can. It returns the bytes each way.
+// spliceLinger bounds how long the sandbox's side may keep sending after the upstream's
+// side ended.
+const spliceLinger = 5 * time.Second
+
+// splice copies both ways until both are done (or ctx ends, which closes both). When the
+// sandbox's side ends first its end is passed on (a half-close) and the upstream's answer
+// still flows; when the upstream's side ends, the sandbox's write side is closed and the
+// connection ends within spliceLinger. It returns the bytes each way.
 func splice(ctx context.Context, sandbox net.Conn, up net.Conn) (out, in int64) {
 	stop := context.AfterFunc(ctx, func() { up.Close(); sandbox.Close() })
 	defer stop()
-	var wg sync.WaitGroup
-	var outN atomic.Int64
-	wg.Add(1)
+	outDone := make(chan int64, 1)
 	go func() {
-		defer wg.Done()
 		n, _ := io.Copy(up, sandbox)
-		outN.Store(n)
 		closeWrite(up)
+		outDone <- n
 	}()
-	in, _ = io.Copy(sandbox, up)
+	// Write to the sandbox's connection itself (a TCP connection can then take the bytes
+	// with splice(2)); only its reads replay what was peeked or buffered.
+	var dst io.Writer = sandbox
+	if bc, ok := sandbox.(*bufConn); ok {
+		dst = bc.Conn
+	}
+	in, _ = io.Copy(dst, up)
 	if closeWrite(sandbox) != nil {
 		up.Close()
 	}
-	wg.Wait()
-	return outN.Load(), in
+	t := time.NewTimer(spliceLinger)
+	defer t.Stop()
+	select {
+	case out = <-outDone:
+	case <-t.C:
+		up.Close()
+		sandbox.Close()
+		out = <-outDone
+	}
+	return out, in
 }
 
 // ---- the HTTP proxy ----
@@ -581,12 +598,14 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	resp.Close = !keep
 	werr := resp.Write(c)
 	resp.Body.Close()
+	grace := time.NewTimer(time.Second)
+	defer grace.Stop()
 	select {
 	case err := <-wdone:
 		if err != nil {
 			keep = false
 		}
-	default:
+	case <-grace.C:
 		// The upstream answered before the request body was sent: this connection cannot
 		// serve another request.
 		up.Close()
