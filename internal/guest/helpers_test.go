@@ -39,7 +39,7 @@ func startAgent(t *testing.T) *agent {
 }
 
 // startAgentWith is startAgent with a given workdir and a default user for commands.
-func startAgentWith(t *testing.T, workdir string, user *guest.User) *agent {
+func startAgentWith(t testing.TB, workdir string, user *guest.User) *agent {
 	t.Helper()
 	sockDir, err := os.MkdirTemp("", "ag")
 	if err != nil {
@@ -88,7 +88,7 @@ func startAgentWith(t *testing.T, workdir string, user *guest.User) *agent {
 
 // testWriter sends the agent's warnings to the test log. Writes after the test ended are
 // dropped (t.Log would panic).
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	defer func() { _ = recover() }()

@@ -41,6 +41,14 @@ type NetStream struct {
 	Header NetStreamHeader
 }
 
+// CloseWrite half-closes the stream: the sandbox's side reads EOF and may still send.
+func (s *NetStream) CloseWrite() error {
+	if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return s.Conn.Close()
+}
+
 // maxHeaderReaders bounds the streams whose header is being read at once.
 const maxHeaderReaders = 256
 
@@ -201,7 +209,7 @@ func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSes
 		return nil, ctx.Err()
 	}
 	lr.unlimit()
-	sess, err := yamux.Server(&bufConn{Conn: conn, br: br}, yamuxConfig(io.Discard))
+	sess, err := yamux.Server(&yamuxConn{Conn: conn, r: &bufConn{Conn: conn, br: br}}, yamuxConfig(io.Discard))
 	if err != nil {
 		_ = conn.Close()
 		return nil, errcode.Wrap(errcode.Internal, err, "cannot start the egress session: %v", err)

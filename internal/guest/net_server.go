@@ -526,7 +526,7 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
-	sess, err := yamux.Client(&bufConn{Conn: conn, br: br}, yamuxConfig(s.net.yamuxLog))
+	sess, err := yamux.Client(&yamuxConn{Conn: conn, r: &bufConn{Conn: conn, br: br}}, yamuxConfig(s.net.yamuxLog))
 	if err != nil {
 		s.log.Warn("guest: cannot start the net session", "err", err)
 		_ = conn.Close()
@@ -536,9 +536,11 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 		_ = sess.Close()
 		return
 	}
+	// Not r.Context(): net/http may cancel it once the connection is taken over (a client's
+	// half-close reads as the connection's end). The agent's end is a.quit.
 	select {
 	case <-sess.CloseChan():
-	case <-r.Context().Done():
+	case <-s.net.quit:
 	}
 	_ = sess.Close()
 	s.net.clearSession(sess)
@@ -575,9 +577,17 @@ func (s *server) handleDialPort(w http.ResponseWriter, r *http.Request) {
 		_ = target.Close()
 		return
 	}
-	// The agent's end ends both.
-	stop := context.AfterFunc(r.Context(), func() { abortConn(conn); abortConn(target) })
-	defer stop()
+	// The agent's end ends both (not r.Context(): see handleNetSession).
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-s.net.quit:
+			abortConn(conn)
+			abortConn(target)
+		case <-stop:
+		}
+	}()
 	splice(conn, br, target)
 }
 
