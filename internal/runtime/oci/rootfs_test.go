@@ -106,3 +106,28 @@ func TestEnsureRootfsConcurrent(t *testing.T) {
 		t.Fatalf("second call: %q %v", p, err)
 	}
 }
+
+// TestEnsureRootfsEtcAgentbox: the rootfs has /etc/agentbox (the CA bundle's mount point), and
+// a rootfs made before it existed gets it on the next ensureRootfs.
+func TestEnsureRootfsEtcAgentbox(t *testing.T) {
+	t.Parallel()
+	host := fakeHost(t)
+	dir := filepath.Join(t.TempDir(), "rootfs")
+	p, err := ensureRootfs(dir, host, probeHostLayout(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(p, "etc/agentbox")
+	if fi, err := os.Stat(ca); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("%s: %v %v", ca, fi, err)
+	}
+	if err := os.Remove(ca); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ensureRootfs(dir, host, probeHostLayout(host)); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(ca); err != nil || !fi.IsDir() {
+		t.Fatalf("an older rootfs did not get %s: %v", ca, err)
+	}
+}

@@ -21,7 +21,7 @@ const (
 	workspaceDir    = "/workspace"
 	// agentboxEtcDir holds runtime.CABundlePath (a mount point in the shared rootfs).
 	agentboxEtcDir = "/etc/agentbox"
-	agentHome       = "/home/agent"
+	agentHome      = "/home/agent"
 	// rootHome is root's home, writable for `user: "root"` commands (package managers' caches
 	// and configuration) and closed to the agent user.
 	rootHome = "/root"

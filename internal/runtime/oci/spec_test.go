@@ -391,3 +391,52 @@ func TestValidID(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecEgress: with NetNSPath the spec joins that network namespace, /sys is a small tmpfs
+// made read-only (no sysfs, never the host's /sys) and /sys/fs/cgroup stays; resolv.conf and the
+// CA directory are bound read-only. Without them the spec is network none's.
+func TestSpecEgress(t *testing.T) {
+	in := testInput()
+	none := buildSpec(in)
+	in.NetNSPath, in.ResolvConf, in.CADir = "/r/netns/sb-0123456789ab", "/r/sandboxes/sb-0123456789ab/resolv.conf", "/r/sandboxes/sb-0123456789ab/etc-agentbox"
+	s := buildSpec(in)
+	var netns *specs.LinuxNamespace
+	for i, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			netns = &s.Linux.Namespaces[i]
+		}
+	}
+	if netns == nil || netns.Path != in.NetNSPath {
+		t.Fatalf("network namespace %+v, want path %s", netns, in.NetNSPath)
+	}
+	mount := func(s *specs.Spec, dst string) *specs.Mount {
+		for i, m := range s.Mounts {
+			if m.Destination == dst {
+				return &s.Mounts[i]
+			}
+		}
+		return nil
+	}
+	if m := mount(s, "/sys"); m == nil || m.Type != "tmpfs" || m.Source == "/sys" || !slices.Contains(m.Options, "size=16k") {
+		t.Errorf("/sys: %+v", m)
+	}
+	if !slices.Contains(s.Linux.ReadonlyPaths, "/sys") {
+		t.Errorf("readonly paths %v lack /sys", s.Linux.ReadonlyPaths)
+	}
+	if m := mount(s, "/sys/fs/cgroup"); m == nil || m.Type != "cgroup" {
+		t.Errorf("/sys/fs/cgroup: %+v", m)
+	}
+	for dst, src := range map[string]string{"/etc/resolv.conf": in.ResolvConf, "/etc/agentbox": in.CADir} {
+		if m := mount(s, dst); m == nil || m.Source != src || m.Type != "bind" || !slices.Contains(m.Options, "ro") {
+			t.Errorf("%s: %+v", dst, m)
+		}
+	}
+	if m := mount(none, "/sys"); m == nil || m.Type != "sysfs" || mount(none, "/etc/resolv.conf") != nil || mount(none, "/etc/agentbox") != nil {
+		t.Errorf("network none's spec changed: /sys %+v", m)
+	}
+	for _, ns := range none.Linux.Namespaces {
+		if ns.Path != "" {
+			t.Errorf("network none joins %+v", ns)
+		}
+	}
+}
