@@ -32,6 +32,9 @@ func run(args []string) int {
 		"logs":  cmdLogs,
 		"shell": cmdShell, // interactive terminal (shell.go)
 		"top":   cmdTop,   // metrics (issue 11)
+		// network (issue 12, network.go)
+		"network": cmdNetwork, "connections": cmdConnections, "secret-calls": cmdSecretCalls,
+		"expose": cmdExpose, "unexpose": cmdUnexpose,
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -59,7 +62,10 @@ MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
 Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server / --token):
   agentbox sandbox create [--image I] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N]
                           [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K]
-                                        prints the new id
+                          [--allow-host H]... [--deny-host H]... [--egress]
+                          [--secret NAME=env:VAR@host1,host2]... (or NAME=file:/path@host)
+                                        prints the new id; --allow-host gives it a network policy
+                                        (default: no network at all)
   agentbox sandbox ls [--json] [--state S] [--label K=V]
   agentbox sandbox get [--json] ID
   agentbox sandbox rm ID...
@@ -86,6 +92,14 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
                                         an interactive terminal (default: the login shell);
                                         exits with the command's exit code; --detach runs CMD as a
                                         detached job instead and prints its id
+  agentbox network set ID [--allow H]... [--deny H]...   replace a sandbox's egress policy (live)
+  agentbox network show [--json] ID     its policy and preview URLs
+  agentbox connections [--after N] [--limit N] [--json] ID
+                                        its connections: TIME KIND HOST PORT DECISION RULE OUT IN MS
+  agentbox secret-calls [--after N] [--limit N] [--json] ID   requests that carried a secret
+  agentbox expose [--public] ID PORT    a preview URL for a server in the sandbox (prints the URL
+                                        and, when private, the URL with its access token)
+  agentbox unexpose ID PORT
   agentbox version
 
 Internal:

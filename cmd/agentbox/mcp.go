@@ -37,6 +37,7 @@ func cmdMCP(args []string) int {
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (in-process control plane only)")
 	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime (in-process control plane only)")
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once (in-process control plane only)")
+	registerEgressFlags(fs, &cfg) // network (issue 12; in-process control plane only)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -104,7 +105,7 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 	} else if b != nil {
 		return use(b, url)
 	}
-	cp, err := buildControlPlane(ctx, cfg, log)
+	cp, err := buildControlPlane(ctx, cfg, log, nil) // no HTTP server: no preview URLs
 	if errors.Is(err, statedir.ErrLocked) {
 		// Another process holds the state dir: a server still starting, or another stdio
 		// session. Give a starting server a moment to publish its address.

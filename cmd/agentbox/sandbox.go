@@ -29,7 +29,7 @@ func cmdSandbox(args []string) int {
 }
 
 func sandboxCreate(args []string) int {
-	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K]")
+	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]...")
 	var req sandbox.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
 	c.fs.StringVar(&req.Image, "image", "", "image (default host)")
@@ -42,7 +42,10 @@ func sandboxCreate(args []string) int {
 	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
 	c.fs.Var(labels, "label", "label K=V (repeatable)")
 	c.fs.StringVar(&req.IdempotencyKey, "idempotency-key", "", "a key that makes retrying safe: a create with a key this caller already used returns that sandbox instead of a new one")
+	var nw networkFlags // network (issue 12, network.go)
+	nw.register(c)
 	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {
+		nw.apply(&req)
 		if len(env) > 0 {
 			req.Env = env
 		}

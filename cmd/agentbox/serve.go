@@ -36,6 +36,7 @@ func cmdServe(args []string) int {
 	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, fmt.Sprintf("first host uid of the pool sandboxes' user-namespace ranges (%d ids each) come from (default %d)", sandbox.IDRangeSize, sandbox.DefaultIDPoolBase))
 	fs.DurationVar(&cfg.JobRetention, "job-retention", cfg.JobRetention, "how long finished job records are kept")
 	fs.IntVar(&cfg.MaxJobsPerSandbox, "max-jobs-per-sandbox", cfg.MaxJobsPerSandbox, fmt.Sprintf("most running jobs in one sandbox (1–%d)", sandbox.DefaultMaxJobs))
+	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -69,7 +70,8 @@ func cmdServe(args []string) int {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	cp, err := buildControlPlane(ctx, cfg, log)
+	previews := &previewURLs{} // network (issue 12): http://{port}-{id}.localhost:{server port}/
+	cp, err := buildControlPlane(ctx, cfg, log, previews.URL)
 	if err != nil {
 		return fail(err)
 	}
@@ -79,6 +81,7 @@ func cmdServe(args []string) int {
 	if err != nil {
 		return fail(fmt.Errorf("listen on %s: %w", cfg.Listen, err))
 	}
+	previews.setAddr(ln.Addr())
 	url := "http://" + ln.Addr().String()
 	if err := config.WriteServerInfo(cfg.StateDir, config.ServerInfo{URL: url, PID: os.Getpid()}); err != nil {
 		log.Warn("cannot publish server address", "err", err)

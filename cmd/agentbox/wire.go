@@ -41,8 +41,9 @@ func reservedIDs() []sandbox.IDRange {
 }
 
 // buildControlPlane takes the state-dir lock, opens the store, probes the runtimes, builds the
-// service and reconciles it with the host. The caller closes the result.
-func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger) (*controlPlane, error) {
+// service and reconciles it with the host. previewURL makes preview URLs (nil: the process
+// serves none). The caller closes the result.
+func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger, previewURL func(id string, port int) string) (*controlPlane, error) {
 	lock, err := statedir.Acquire(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -115,6 +116,10 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 		diskBudget = int64(float64(base) * over)
 	}
 	stateDir := cfg.StateDir
+	eg, err := egressConfig(cfg, log) // network (issue 12, egress.go)
+	if err != nil {
+		return nil, err
+	}
 	prom := api.NewPrometheus()
 	svc, err := sandbox.NewService(st, rts, sandbox.Config{
 		Observer:       prom,
@@ -131,6 +136,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 		},
 		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
 		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox,
+		Egress: eg, PreviewURL: previewURL,
 	}, log)
 	if err != nil {
 		return nil, err

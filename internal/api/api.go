@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,8 @@ type Options struct {
 	// by route pattern; Jobs adds agentbox_jobs (prometheus.go).
 	Prometheus *Prometheus
 	Jobs       JobCounter
+	// Preview serves preview URLs ({port}-{id}.localhost; preview.go); nil: the service.
+	Preview PreviewBackend
 }
 
 // Server is the REST API.
@@ -55,7 +58,8 @@ type Server struct {
 	owner string        // the authenticated caller's identity (one token: one owner)
 	done  chan struct{} // closed by Close: long polls return
 	once  sync.Once
-	hub   *watch.Hub // watch streams (SSE)
+	hub   *watch.Hub             // watch streams (SSE)
+	proxy *httputil.ReverseProxy // preview URLs (preview.go)
 }
 
 // TokenOwner is the owner recorded for callers that present token: "token:" and the first 12
@@ -79,6 +83,9 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
 	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(svc)})
+	if b := s.previewBackend(); b != nil {
+		s.proxy = s.newPreviewProxy(b)
+	}
 	s.routes()
 	return s
 }
@@ -115,6 +122,13 @@ func (s *Server) routes() {
 	// metrics (issue 11): per-sandbox and fleet samples, Prometheus.
 	m.HandleFunc("GET /v1/sandboxes/{id}/metrics", s.sandboxMetrics)
 	m.HandleFunc("GET /v1/fleet/metrics", s.fleetMetrics)
+	// network (issue 12, network.go; preview URLs: preview.go)
+	m.HandleFunc("PATCH /v1/sandboxes/{id}/network", s.updateNetwork)
+	m.HandleFunc("GET /v1/sandboxes/{id}/connections", s.listConnections)
+	m.HandleFunc("GET /v1/sandboxes/{id}/secret-calls", s.listSecretCalls)
+	m.HandleFunc("POST /v1/sandboxes/{id}/expose", s.expose)
+	m.HandleFunc("GET /v1/sandboxes/{id}/expose", s.listExposures)
+	m.HandleFunc("DELETE /v1/sandboxes/{id}/expose/{port}", s.unexpose)
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))
@@ -159,6 +173,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 			writeError(w, errcode.New(errcode.Internal, "internal error; see the server log"), 0)
 		}
 	}()
+	// Preview URLs ({port}-{id}.localhost) go to the sandbox, never to the routes below.
+	if id, port, match, ok := PreviewHost(r.Host); match {
+		if route != nil {
+			*route = "preview"
+		}
+		if !ok {
+			previewError(w, http.StatusNotFound, fmt.Sprintf("agentbox preview: %q is not a preview URL: they look like http://3000-sb-0123456789ab.localhost:PORT/ (port 1–65535, then the sandbox id)", r.Host))
+			return
+		}
+		s.preview(w, r, id, port)
+		return
+	}
 	if !s.opts.AllowAnyHost && !LoopbackHost(r.Host) {
 		writeError(w, errcode.New(errcode.AuthFailed, "Host %q is not a loopback name; agentbox answers only requests addressed to 127.0.0.1, [::1] or localhost", r.Host), http.StatusForbidden)
 		return
@@ -271,6 +297,9 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 			return errcode.New(errcode.InvalidArgument, "field %q must be %s, not a JSON %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
 		case errors.As(err, &se):
 			return errcode.New(errcode.InvalidArgument, "request body is not valid JSON (at byte %d): %v", se.Offset, err)
+		case isTyped(err):
+			// A field's own decoder (sandbox.Network) refused it, naming it and what it must be.
+			return err
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
 			return errcode.New(errcode.InvalidArgument, "%s; remove it (see docs/ARCHITECTURE.md for the accepted fields)", strings.TrimPrefix(err.Error(), "json: "))
 		}
@@ -280,6 +309,11 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return errcode.New(errcode.InvalidArgument, "request body has data after the JSON object")
 	}
 	return nil
+}
+
+func isTyped(err error) bool {
+	_, ok := errcode.As(err)
+	return ok
 }
 
 func jsonKind(k string) string {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,6 +77,20 @@ type Config struct {
 	// MaxJobsPerSandbox bounds the running jobs of one sandbox (sandbox.DefaultMaxJobs, 64,
 	// which is also the agent's own bound).
 	MaxJobsPerSandbox int
+	// Network (issue 12). EgressAllowCIDRs open never-reachable ranges (private, loopback…)
+	// to sandboxes whose policy allows them, for labs and tests (--egress-allow-cidr).
+	EgressAllowCIDRs []string
+	// SecretEnv are the server's environment variables (names or globs such as OPENAI_*) a
+	// sandbox's secret may read (--secret-env); SecretDirs the directories whose files it may
+	// read (--secret-dir). Anything else is refused.
+	SecretEnv  []string
+	SecretDirs []string
+	// EgressDNS is the DNS server (host:port) that resolves the names sandboxes reach; ""
+	// the host's resolver. For tests (--egress-dns).
+	EgressDNS string
+	// EgressUpstreamCA is a PEM file of extra roots trusted for upstreams whose TLS the
+	// egress proxy terminates (secrets); for tests (--egress-upstream-ca).
+	EgressUpstreamCA string
 }
 
 // DefaultJobRetention is how long finished jobs' records are kept by default.
@@ -152,6 +167,24 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxJobsPerSandbox < 1 || c.MaxJobsPerSandbox > sandbox.DefaultMaxJobs {
 		errs = append(errs, fmt.Sprintf("max jobs per sandbox %d must be between 1 and %d (the agent's own bound)", c.MaxJobsPerSandbox, sandbox.DefaultMaxJobs))
+	}
+	for _, c := range c.EgressAllowCIDRs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			errs = append(errs, fmt.Sprintf("--egress-allow-cidr %q must be a CIDR such as 10.200.0.0/16", c))
+		}
+	}
+	for _, d := range c.SecretDirs {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Sprintf("--secret-dir %q must be an absolute path", d))
+		}
+	}
+	if c.EgressDNS != "" {
+		if _, err := netip.ParseAddrPort(c.EgressDNS); err != nil {
+			errs = append(errs, fmt.Sprintf("--egress-dns %q must be ip:port, such as 10.200.0.53:53", c.EgressDNS))
+		}
+	}
+	if c.EgressUpstreamCA != "" && !filepath.IsAbs(c.EgressUpstreamCA) {
+		errs = append(errs, fmt.Sprintf("--egress-upstream-ca %q must be an absolute path", c.EgressUpstreamCA))
 	}
 	if len(errs) > 0 {
 		return errcode.New(errcode.InvalidArgument, "invalid configuration: %s", strings.Join(errs, "; "))

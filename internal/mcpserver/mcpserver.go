@@ -49,6 +49,8 @@ type Backend interface {
 	JobBackend
 	// Metrics samples a running sandbox's resource use (sandbox_metrics).
 	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
+	// network (issue 12, network.go)
+	NetworkBackend
 }
 
 // Bounds of the MCP surface (the REST API streams larger files).
@@ -123,7 +125,7 @@ func (s *Server) Close() {
 	}
 }
 
-const instructions = `agentbox gives you disposable Linux sandboxes (containers with no network) to run commands and handle files in, isolated from the user's machine.
+const instructions = `agentbox gives you disposable Linux sandboxes (containers with no network unless created with a network policy) to run commands and handle files in, isolated from the user's machine.
 The loop: sandbox_create → exec / file_write / file_read / file_list with its sandbox_id → sandbox_destroy when done.
 Sandboxes expire after ttl_seconds (default 30 minutes); sandbox_extend keeps one alive. Destroy what you no longer need: capacity is shared.
 Errors come back as {"error": {"code", "message"}}; the message says what to change. A command that exits non-zero is a normal result, not an error.`

@@ -18,8 +18,9 @@ import (
 )
 
 var allTools = []string{"exec", "file_list", "file_read", "file_write", "health",
-	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait", "sandbox_create",
-	"sandbox_destroy", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics", "watch", "watch_fleet"}
+	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
+	"sandbox_connections", "sandbox_create", "sandbox_destroy", "sandbox_expose", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics",
+	"sandbox_network_update", "sandbox_secret_calls", "sandbox_unexpose", "watch", "watch_fleet"}
 
 // TestToolsList: every tool is listed with a description, an input schema and an output schema;
 // the argument names clients rely on are there.
@@ -52,14 +53,20 @@ func TestToolsList(t *testing.T) {
 			return s
 		}
 		wantArgs := map[string][]string{
-			"sandbox_create":  {"image", "runtime", "cpu", "memory_mb", "disk_mb", "ttl_seconds", "env", "labels", "requirements"},
-			"sandbox_get":     {"sandbox_id"},
-			"sandbox_destroy": {"sandbox_id"},
-			"sandbox_extend":  {"sandbox_id", "ttl_seconds"},
-			"exec":            {"sandbox_id", "command", "env", "cwd", "stdin", "timeout_seconds"},
-			"file_write":      {"sandbox_id", "path", "content", "content_base64", "mode"},
-			"file_read":       {"sandbox_id", "path", "offset", "length"},
-			"file_list":       {"sandbox_id", "path"},
+			"sandbox_create": {"image", "runtime", "cpu", "memory_mb", "disk_mb", "ttl_seconds", "env", "labels", "requirements", "network", "secrets"},
+			// network (issue 12)
+			"sandbox_network_update": {"sandbox_id", "allow", "deny"},
+			"sandbox_connections":    {"sandbox_id", "after", "limit"},
+			"sandbox_secret_calls":   {"sandbox_id", "after", "limit"},
+			"sandbox_expose":         {"sandbox_id", "port", "public"},
+			"sandbox_unexpose":       {"sandbox_id", "port"},
+			"sandbox_get":            {"sandbox_id"},
+			"sandbox_destroy":        {"sandbox_id"},
+			"sandbox_extend":         {"sandbox_id", "ttl_seconds"},
+			"exec":                   {"sandbox_id", "command", "env", "cwd", "stdin", "timeout_seconds"},
+			"file_write":             {"sandbox_id", "path", "content", "content_base64", "mode"},
+			"file_read":              {"sandbox_id", "path", "offset", "length"},
+			"file_list":              {"sandbox_id", "path"},
 		}
 		wantOut := map[string][]string{
 			"sandbox_create": {"sandbox_id", "state"},
@@ -67,6 +74,10 @@ func TestToolsList(t *testing.T) {
 			"file_read":      {"size"},
 			"health":         {"runtimes", "capacity", "version"},
 			"sandbox_list":   {"sandboxes", "count"},
+			// network (issue 12)
+			"sandbox_connections":  {"sandbox_id", "connections", "next"},
+			"sandbox_secret_calls": {"sandbox_id", "calls", "next"},
+			"sandbox_expose":       {"url", "port", "public", "access_token"},
 		}
 		for name, tl := range c.tools {
 			if len(tl.Description) < 100 {

@@ -180,6 +180,9 @@ func invalid(tool string, root *jsonschema.Schema, obj map[string]any, verr erro
 		return errcode.New(errcode.InvalidArgument, "%s: argument %q must be %s, not %s%s", tool, path, describe(s), kindOf(v), about(s))
 	case strings.HasPrefix(msg, "minItems: ") && s.MinItems != nil:
 		return errcode.New(errcode.InvalidArgument, "%s: argument %q must not be empty: give %s with at least %d element(s)%s", tool, path, describe(s), *s.MinItems, about(s))
+	case strings.HasPrefix(msg, "oneOf: ") || strings.HasPrefix(msg, "anyOf: "):
+		// The validator prints the alternatives' schemas; say what they accept instead.
+		return errcode.New(errcode.InvalidArgument, "%s: argument %q must be %s; got %s%s", tool, orWhole(tool, path), describe(s), kindOf(v), about(s))
 	case strings.HasPrefix(msg, "enum: "):
 		return errcode.New(errcode.InvalidArgument, "%s: argument %q must be one of %s; got %s", tool, path, enumList(s.Enum), kindOf(v))
 	}
@@ -252,6 +255,13 @@ func firstRefused(s *jsonschema.Schema, n int, at func(int) any) int {
 func describe(s *jsonschema.Schema) string {
 	if s == nil {
 		return "a JSON value"
+	}
+	if alts := append(slices.Clone(s.OneOf), s.AnyOf...); s.Type == "" && len(alts) > 0 {
+		var parts []string
+		for _, a := range alts {
+			parts = append(parts, describe(a))
+		}
+		return strings.Join(parts, " or ")
 	}
 	var what string
 	switch s.Type {

@@ -88,8 +88,9 @@ func (s *Server) addTools() {
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",
 		Description: `Create a fresh, isolated Linux sandbox and return it running. Call this first; pass the returned sandbox_id to every other tool.
-The sandbox has the host's tools read-only (sh, coreutils, git, python3, …), a writable /workspace (the default working directory) and /home/agent, a /tmp, and NO network: nothing can be downloaded inside it (bring files in with file_write).
+The sandbox has the host's tools read-only (sh, coreutils, git, python3, …), a writable /workspace (the default working directory) and /home/agent, a /tmp, and by default NO network: nothing can be downloaded inside it (bring files in with file_write) unless you pass network.
 All arguments are optional: image (default "host"), runtime, cpu (cores, default 1), memory_mb (default 512), disk_mb, ttl_seconds (lifetime, default 1800 = 30 min, at most the server's max TTL, usually 86400), env (variables for every command), labels, requirements ({"isolation": "process"|"kernel"|"vm", "network": "none"}: minimum guarantees; the call fails rather than fall back to weaker isolation).
+network: "none" (default) or {"allow": ["pypi.org", "files.pythonhosted.org", "*.github.com"], "deny": [...]}: only those hosts are reachable (HTTP_PROXY is set for every command, so pip, npm, git and curl work); a refused request gets a 403 whose body names the rule, and sandbox_network_update changes the policy live (only on sandboxes created with a policy, even an empty allow list). secrets: {"NAME": {"from": "env:VAR" or "file:/path", "hosts": ["api.example.com"], "body": false}}: the sandbox sees NAME=<placeholder>; the real value is swapped in by agentbox's proxy on requests to those hosts only (the server must allow the source: --secret-env, --secret-dir).
 Reply: {sandbox_id, state: "running", image, runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, …}.
 Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend adds time. Call sandbox_destroy when done.
 ` + errorsDoc("CAPACITY_UNAVAILABLE (the server is full: destroy sandboxes you no longer need, or wait for others to finish, then retry)",
@@ -97,6 +98,7 @@ Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend
 		Annotations: &mcp.ToolAnnotations{Title: "Create a sandbox", DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 	}, func(in *jsonschema.Schema) {
 		in.Properties["requirements"].Properties["isolation"].Enum = []any{"process", "kernel", "vm"}
+		tweakCreateNetwork(in) // network (issue 12)
 	}, s.sandboxCreate)
 
 	addTool(s, &mcp.Tool{
@@ -141,6 +143,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 	s.addWatchTools() // watch, watch_fleet (watch.go)
 	s.addFileTools()
 	s.addJobTools()
+	s.addNetworkTools() // network (issue 12): sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose, sandbox_unexpose
 
 	addTool(s, &mcp.Tool{
 		Name:  "health",
@@ -168,12 +171,16 @@ type SandboxInfo struct {
 	ExpiresAt        time.Time         `json:"expires_at" jsonschema:"When the sandbox is destroyed unless extended (RFC 3339)."`
 	ExpiresInSeconds int64             `json:"expires_in_seconds" jsonschema:"Seconds until expiry; 0 once it has ended."`
 	Reason           string            `json:"reason,omitempty" jsonschema:"Why a finished sandbox ended (destroyed on request, ttl expired, failed or lost)."`
+	Network          *PolicyIn         `json:"network,omitempty" jsonschema:"The sandbox's egress policy; absent: network none (no network at all)."`
 }
 
 func (s *Server) info(sb sandbox.Sandbox) SandboxInfo {
 	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, Runtime: sb.Runtime,
 		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, EnvNames: sb.EnvVarNames(),
 		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error}
+	if p := sb.Network.Policy; p != nil {
+		in.Network = &PolicyIn{Allow: nonNil(p.Allow), Deny: nonNil(p.Deny)}
+	}
 	if !finished(sb.State) {
 		in.ExpiresInSeconds = max(0, int64(time.Until(sb.ExpiresAt).Seconds()))
 	}
@@ -222,6 +229,9 @@ type CreateIn struct {
 	Labels         map[string]string `json:"labels,omitempty" jsonschema:"Free-form labels to recognise the sandbox by."`
 	Requirements   *Requirements     `json:"requirements,omitempty" jsonschema:"Minimum guarantees (isolation, network); the call fails if no runtime meets them."`
 	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"A key of your choice (at most 256 bytes) that makes retrying safe: a create with a key this client already used returns the sandbox the first one made instead of a second one."`
+	// network (issue 12, network.go): the published schema is networkSchema's oneOf.
+	Network any                 `json:"network,omitempty"`
+	Secrets map[string]SecretIn `json:"secrets,omitempty" jsonschema:"Secrets by environment variable name: {\"OPENAI_API_KEY\": {\"from\": \"env:OPENAI_API_KEY\", \"hosts\": [\"api.openai.com\"]}}. The sandbox sees NAME=<placeholder>; agentbox's proxy swaps in the real value only on requests to the secret's hosts (which the network policy must allow). The value never enters the sandbox."`
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, in CreateIn) (SandboxInfo, string, error) {
@@ -234,6 +244,11 @@ func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, i
 	if in.Requirements != nil {
 		req.Requirements = sandbox.Requirements{Isolation: in.Requirements.Isolation, Network: in.Requirements.Network}
 	}
+	nw, err := networkArg(in.Network) // network (issue 12)
+	if err != nil {
+		return SandboxInfo{}, "", err
+	}
+	req.Network, req.Secrets = nw, secretsArg(in.Secrets)
 	owner, session := s.ownerOf(ctx, call.Session)
 	sb, err := s.b.Create(sandbox.WithOwner(ctx, owner), req)
 	if err != nil {

@@ -1,0 +1,131 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Network (issue 12): egress policy, connection and secret-swap records, preview URLs.
+
+func sandboxPath(id, rest string) string { return "/v1/sandboxes/" + url.PathEscape(id) + rest }
+
+func pageQuery(after int64, limit int) url.Values {
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	return q
+}
+
+// UpdateNetwork replaces a sandbox's egress policy (PATCH /v1/sandboxes/{id}/network).
+func (c *Client) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error) {
+	var sb sandbox.Sandbox
+	err := c.doJSON(ctx, http.MethodPatch, sandboxPath(id, "/network"), nil, p, &sb)
+	return sb, err
+}
+
+// Connections pages a sandbox's connection records (after 0: the newest limit).
+func (c *Client) Connections(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
+	var l sandbox.ConnectionList
+	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/connections"), pageQuery(after, limit), nil, &l)
+	return l, err
+}
+
+// SecretCalls pages a sandbox's secret swaps.
+func (c *Client) SecretCalls(ctx context.Context, id string, after int64, limit int) (sandbox.SecretCallList, error) {
+	var l sandbox.SecretCallList
+	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/secret-calls"), pageQuery(after, limit), nil, &l)
+	return l, err
+}
+
+// Expose makes a port of the sandbox a preview URL.
+func (c *Client) Expose(ctx context.Context, id string, port int, public bool) (sandbox.Exposure, error) {
+	var e sandbox.Exposure
+	err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/expose"), nil, api.ExposeRequest{Port: port, Public: public}, &e)
+	return e, err
+}
+
+// Unexpose removes a preview URL.
+func (c *Client) Unexpose(ctx context.Context, id string, port int) error {
+	return c.doJSON(ctx, http.MethodDelete, sandboxPath(id, "/expose/"+strconv.Itoa(port)), nil, nil, nil)
+}
+
+// Exposures lists a sandbox's preview URLs.
+func (c *Client) Exposures(ctx context.Context, id string) ([]sandbox.Exposure, error) {
+	var l api.ExposureList
+	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/expose"), nil, nil, &l)
+	return l.Exposures, err
+}
+
+// UpdateNetwork replaces a sandbox's egress policy.
+func (b *Backend) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	sb, err := b.c.UpdateNetwork(ctx, id, p)
+	return sb, b.unreachable(err)
+}
+
+// Connections pages a sandbox's connection records.
+func (b *Backend) Connections(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
+	if err := checkID(id); err != nil {
+		return sandbox.ConnectionList{}, err
+	}
+	l, err := b.c.Connections(ctx, id, after, limit)
+	return l, b.unreachable(err)
+}
+
+// SecretCalls pages a sandbox's secret swaps.
+func (b *Backend) SecretCalls(ctx context.Context, id string, after int64, limit int) (sandbox.SecretCallList, error) {
+	if err := checkID(id); err != nil {
+		return sandbox.SecretCallList{}, err
+	}
+	l, err := b.c.SecretCalls(ctx, id, after, limit)
+	return l, b.unreachable(err)
+}
+
+// Expose makes a port of the sandbox a preview URL.
+func (b *Backend) Expose(ctx context.Context, id string, port int, public bool) (sandbox.Exposure, error) {
+	if err := checkID(id); err != nil {
+		return sandbox.Exposure{}, err
+	}
+	e, err := b.c.Expose(ctx, id, port, public)
+	return e, b.unreachable(err)
+}
+
+// Unexpose removes a preview URL.
+func (b *Backend) Unexpose(ctx context.Context, id string, port int) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return b.unreachable(b.c.Unexpose(ctx, id, port))
+}
+
+// Exposures lists a sandbox's preview URLs.
+func (b *Backend) Exposures(ctx context.Context, id string) ([]sandbox.Exposure, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	l, err := b.c.Exposures(ctx, id)
+	return l, b.unreachable(err)
+}
+
+// Network returns a sandbox's network as its record writes it: "none" or {"allow", "deny"}
+// (null from a server without the network feature).
+func (c *Client) Network(ctx context.Context, id string) (json.RawMessage, error) {
+	var rec struct {
+		Network json.RawMessage `json:"network"`
+	}
+	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, ""), nil, nil, &rec)
+	return rec.Network, err
+}
