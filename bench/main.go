@@ -171,7 +171,9 @@ func main() {
 	res.Runtime = res.Runtimes[0].Version
 	prom := api.NewPrometheus()
 	svcCfg := sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30, *netf.sandboxes+30)}
-	svcCfg.Egress = egressConfig() // the network figures' egress proxy (network.go)
+	if svcCfg.Egress, err = egressConfig(dir); err != nil { // the network figures' egress (network.go)
+		log.Fatal(err)
+	}
 	svc, err := sandbox.NewService(st, rts, svcCfg, nil)
 	if err != nil {
 		log.Fatal(err)

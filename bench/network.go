@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"sort"
@@ -23,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -83,18 +86,29 @@ type NetConcurrency struct {
 	GoroutinesDestroyed int     `json:"server_goroutines_after_destroy"`
 }
 
-// egressConfig is the bench service's egress, as cmd/agentbox/wire.go makes it: the proxy with
-// the lab's range opened (what --egress-allow-cidr 10.205.0.0/24 does), the service as its
-// recorder, and the host's roots as the sandboxes' CA bundle (so that a create carries the
-// bundle it carries in production; the bench swaps no secrets, so no agentbox CA is added).
-func egressConfig() sandbox.EgressConfig {
-	roots, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
-	return sandbox.EgressConfig{
-		NewProxy: func(rec egress.Recorder) (sandbox.EgressProxy, error) {
-			return egress.New(egress.Config{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix(labRange)}, Recorder: rec})
-		},
-		CABundle: roots,
+// egressConfig is the bench service's egress as cmd/agentbox/egress.go makes it: a per-server CA
+// in dir, the sandboxes' CA bundle (the host's roots and that CA), the egress proxy with the
+// secret interceptor, the service as recorder, and the lab's range opened (what
+// --egress-allow-cidr 10.205.0.0/24 does). The bench allows no secret sources.
+func egressConfig(dir string) (sandbox.EgressConfig, error) {
+	ca, err := mitm.LoadOrCreateCA(filepath.Join(dir, "egress"))
+	if err != nil {
+		return sandbox.EgressConfig{}, fmt.Errorf("egress CA: %w", err)
 	}
+	bundle, err := mitm.CABundle(ca, "")
+	if err != nil {
+		return sandbox.EgressConfig{}, err
+	}
+	src := mitm.Sources{}
+	return sandbox.EgressConfig{
+		CABundle:          bundle,
+		CheckSecretSource: src.Check,
+		NewProxy: func(rec egress.Recorder) (sandbox.EgressProxy, error) {
+			return egress.New(egress.Config{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix(labRange)}, Recorder: rec,
+				Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Interceptor: mitm.New(mitm.Config{CA: ca, Sources: src, Recorder: rec})})
+		},
+	}, nil
 }
 
 // networkPolicy is the policy of the bench's egress sandboxes: the lab's range, by CIDR (the
