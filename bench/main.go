@@ -1,9 +1,10 @@
 // Command bench measures agentbox on this host: create → first exec and the exec round trip on
 // runc, crun and gVisor side by side (in turns, in one run), destroy, the memory of an idle
 // sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle; runc's
-// create → first exec at the runtime with network none and egress in turns (network.go); job_start
+// create → first exec at the runtime with network none and egress in turns (egresscreate.go); job_start
 // beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
-// (jobs.go). It prints a table and writes JSON results.
+// (jobs.go); the network figures of issue 12 against a lab host in its own network namespace
+// (network.go, lab.go). It prints a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
@@ -63,6 +64,8 @@ type Results struct {
 	Stats   []Stat            `json:"stats"`
 	// Fleet is the fleet run's detail (lines per watcher, CPU, load).
 	Fleet *Fleet `json:"fleet,omitempty"`
+	// Network is the concurrent-connections figure's detail (network.go).
+	Network *NetConcurrency `json:"network,omitempty"`
 }
 
 func summarize(name, unit string, xs []float64) Stat {
@@ -105,7 +108,12 @@ func main() {
 	fleetWatchers := flag.Int("fleet-watchers", 20, "watchers in the fleet run, each following the logs streams of its share of the sandboxes")
 	fleetPar := flag.Int("fleet-create-parallel", 6, "parallel creates (and job starts, destroys) in the fleet run")
 	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
+	netf := networkFlags()
 	flag.Parse()
+	if *netf.labServe != "" {
+		serveLab(*netf.labServe) // the lab's server, re-executed in its network namespace (lab.go)
+		return
+	}
 	if os.Geteuid() != 0 {
 		log.Fatal("bench needs root (real sandboxes): sudo make bench")
 	}
@@ -162,7 +170,11 @@ func main() {
 	defer removeCgroupParents(parents)
 	res.Runtime = res.Runtimes[0].Version
 	prom := api.NewPrometheus()
-	svc, err := sandbox.NewService(st, rts, sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30)}, nil)
+	svcCfg := sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30, *netf.sandboxes+30)}
+	if svcCfg.Egress, err = egressConfig(dir); err != nil { // the network figures' egress (network.go)
+		log.Fatal(err)
+	}
+	svc, err := sandbox.NewService(st, rts, svcCfg, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -192,6 +204,20 @@ func main() {
 
 	if *jobsOnly {
 		res.Stats, res.Fleet = benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
+	if *netf.only {
+		runNetwork(ctx, c, &res, netf)
+		if res.Skipped["network"] == "" && *netf.creates > 0 { // the same create at the runtime alone
+			res.Stats = append(res.Stats, benchEgressCreate(ctx, rts[0], *netf.creates)...)
+		}
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
@@ -234,7 +260,7 @@ func main() {
 			ids = append(ids, sb.ID)
 		}
 	}
-	// What network egress adds to a runc create, at the runtime (network.go).
+	// What network egress adds to a runc create, at the runtime (egresscreate.go).
 	res.Stats = append(res.Stats, benchEgressCreate(ctx, rts[0], *nCreate)...)
 	execs := map[string][]float64{}
 	for i := 0; i < *nExec; i++ {
@@ -323,6 +349,7 @@ func main() {
 	// job_start latency and the fleet of watched jobs.
 	jobStats, fleet := benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
+	runNetwork(ctx, c, &res, netf) // issue 12's figures (network.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}
