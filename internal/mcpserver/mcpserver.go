@@ -96,7 +96,10 @@ func New(b Backend, opts Options) *Server {
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner()}
 	s.watch = newWatcher(s)
-	wopts := watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: watch.MetricsOf(b), Connections: b.Connections}
+	wopts := watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: watch.MetricsOf(b),
+		Connections: func(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
+			return b.Connections(ctx, id, after, limit)
+		}}
 	if w, ok := b.(interface {
 		ConnectionsChanged(id string) (<-chan struct{}, func())
 	}); ok {

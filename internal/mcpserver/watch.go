@@ -278,3 +278,6 @@ func writeBatch(b *strings.Builder, evs []WatchMessage, omitted int) {
 		fmt.Fprintf(b, "[%d more messages not included: the result is bounded; call with a progressToken to get every message]\n", omitted)
 	}
 }
+
+// Watchers returns how many watch streams (watch, watch_fleet) are in progress.
+func (s *Server) Watchers() int { return s.hub.Watchers() }
