@@ -174,7 +174,7 @@ func TestConnectionsStream(t *testing.T) {
 func TestConnectionsStreamResumeAndRefusals(t *testing.T) {
 	src := newMemSource()
 	conns := newMemConns()
-	conns.add(idA, 4) // idA's seqs: 1, 3, 5, 7 (the next is 9)
+	conns.add(idA, 4)                                              // idA's seqs: 1, 3, 5, 7 (the next is 9)
 	h := watch.NewHub(src, watch.Options{Connections: conns.page}) // no wake: the 1 s poll
 	defer h.Close()
 

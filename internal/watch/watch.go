@@ -35,15 +35,15 @@ var Streams = []string{StreamLifecycle, StreamEvents, StreamLogs, StreamMetrics,
 
 // Message kinds.
 const (
-	KindState     = "state"     // lifecycle: the sandbox's state (the first is a snapshot)
-	KindEvent     = "event"     // events: one recorded event
-	KindLogs      = "logs"      // logs: a chunk of the job's output
-	KindMetrics   = "metrics"   // metrics: one sample
+	KindState   = "state"   // lifecycle: the sandbox's state (the first is a snapshot)
+	KindEvent   = "event"   // events: one recorded event
+	KindLogs    = "logs"    // logs: a chunk of the job's output
+	KindMetrics = "metrics" // metrics: one sample
 	// KindConnection is one connection record (connections).
 	KindConnection = "connection"
-	KindMissed     = "missed" // the watcher fell behind and lost (connections: skipped) Missed items
-	KindHeartbeat = "heartbeat" // nothing happened (only when Request.Heartbeat is set)
-	KindEnd       = "end"       // the stream ended; Reason says why
+	KindMissed     = "missed"    // the watcher fell behind and lost (connections: skipped) Missed items
+	KindHeartbeat  = "heartbeat" // nothing happened (only when Request.Heartbeat is set)
+	KindEnd        = "end"       // the stream ended; Reason says why
 )
 
 // End reasons.
