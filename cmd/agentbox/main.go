@@ -81,7 +81,7 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox job wait [--timeout SECONDS] ID JOB    exit code: the job's (3: still running)
   agentbox job cancel [--grace SECONDS] ID JOB
   agentbox logs [-f] [--tail N] [--stream all|stdout|stderr] ID JOB
-  agentbox watch [--stream lifecycle|events|logs|metrics] [--job JOB] [--duration D] ID
+  agentbox watch [--stream lifecycle|events|logs|metrics|connections] [--job JOB] [--duration D] ID
                                         one line per event while it happens (logs: the job's output)
   agentbox top [--once] [--interval SECONDS] [--json]
                                         a live table of the fleet: state, runtime, CPU %, memory,

@@ -18,10 +18,10 @@ import (
 const watchRetries = 5
 
 func cmdWatch(args []string) int {
-	c := newClientCmd("watch", "agentbox watch [--stream lifecycle|events|logs|metrics] [--job JOB] [--duration D] [--interval SECONDS] [--json] ID")
+	c := newClientCmd("watch", "agentbox watch [--stream lifecycle|events|logs|metrics|connections] [--job JOB] [--duration D] [--interval SECONDS] [--json] ID")
 	var o client.WatchOptions
 	var dur string
-	c.fs.StringVar(&o.Stream, "stream", "lifecycle", "lifecycle (state transitions), events (every recorded event), logs (a job's output; needs --job) or metrics")
+	c.fs.StringVar(&o.Stream, "stream", "lifecycle", "lifecycle (state transitions), events (every recorded event), logs (a job's output; needs --job), metrics or connections (each network connection record)")
 	c.fs.StringVar(&o.JobID, "job", "", "the job whose output to follow (--stream logs)")
 	c.fs.StringVar(&dur, "duration", "", "stop after this long: seconds or a duration such as 10m (default 60s, 1s to 1h)")
 	c.fs.Int64Var(&o.IntervalSeconds, "interval", 0, "seconds between metrics samples (default 2, 1 to 60)")
@@ -63,9 +63,10 @@ func cmdWatch(args []string) int {
 			if err == nil || ctx.Err() != nil {
 				return 0
 			}
-			// A dropped events stream resumes where it stopped (Last-Event-ID): nothing is lost.
+			// A dropped events (or connections) stream resumes where it stopped (Last-Event-ID):
+			// nothing is lost.
 			var ec *errcode.Error
-			if o.Stream != "events" || errors.As(err, &ec) || attempt >= watchRetries || (!deadline.IsZero() && time.Until(deadline) < time.Second) {
+			if (o.Stream != "events" && o.Stream != "connections") || errors.As(err, &ec) || attempt >= watchRetries || (!deadline.IsZero() && time.Until(deadline) < time.Second) {
 				return fail(err)
 			}
 			fmt.Fprintf(os.Stderr, "agentbox watch: %v; reconnecting\n", err)

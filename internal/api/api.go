@@ -82,7 +82,8 @@ func New(svc *sandbox.Service, opts Options) *Server {
 		opts.MaxFileBytes = 1 << 30
 	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
-	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(svc)})
+	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(svc),
+		Connections: svc.Connections, ConnectionsWake: svc.ConnectionsChanged})
 	if b := s.previewBackend(); b != nil {
 		s.proxy = s.newPreviewProxy(b)
 	}

@@ -238,7 +238,7 @@ func TestWatchBounds(t *testing.T) {
 		{"stream=bogus", "", "stream must be one of lifecycle, events, logs, metrics"},
 		{"stream=logs", "", "stream logs needs job_id"},
 		{"stream=events", "x", "Last-Event-ID must be an event seq"},
-		{"stream=metrics", "5", "only for streams events and lifecycle"},
+		{"stream=metrics", "5", "only for streams events, lifecycle and connections"},
 		{"stream=events", "999999", "is past sandbox"},
 	} {
 		req, _ := http.NewRequest("GET", f.url+"/v1/sandboxes/"+sb.ID+"/watch?"+tc.q, nil)

@@ -96,7 +96,16 @@ func New(b Backend, opts Options) *Server {
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner()}
 	s.watch = newWatcher(s)
-	s.hub = watch.NewHub(b, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: watch.MetricsOf(b)})
+	wopts := watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: watch.MetricsOf(b),
+		Connections: func(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
+			return b.Connections(ctx, id, after, limit)
+		}}
+	if w, ok := b.(interface {
+		ConnectionsChanged(id string) (<-chan struct{}, func())
+	}); ok {
+		wopts.ConnectionsWake = w.ConnectionsChanged // in process: woken as records are written
+	}
+	s.hub = watch.NewHub(b, wopts)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentbox", Title: "agentbox sandboxes", Version: version.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		// The SDK logs every session at info; keep only its warnings and errors.

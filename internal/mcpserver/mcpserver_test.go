@@ -367,7 +367,7 @@ func TestBadCalls(t *testing.T) {
 		{"sandbox_extend", obj{"sandbox_id": id, "ttl_seconds": -5}, "INVALID_ARGUMENT", []string{"ttl_seconds"}},
 		{"sandbox_create", obj{"memory_mb": -1}, "INVALID_ARGUMENT", []string{"memory_mb"}},
 		{"sandbox_create", obj{"requirements": obj{"isolation": "vm"}}, "RUNTIME_UNAVAILABLE", []string{"no vm runtime", "runc"}},
-		{"sandbox_create", obj{"requirements": obj{"network": "host"}}, "RUNTIME_UNAVAILABLE", []string{"network"}},
+		{"sandbox_create", obj{"requirements": obj{"network": "host"}}, "INVALID_ARGUMENT", []string{"requirements.network", "none", "egress"}},
 		{"sandbox_create", obj{"requirements": obj{"isolation": "strong"}}, "INVALID_ARGUMENT", []string{`"requirements.isolation" must be one of`}},
 		{"sandbox_create", obj{"runtime": "nope"}, "RUNTIME_UNAVAILABLE", []string{"runc"}},
 		{"file_write", obj{"sandbox_id": id, "path": "x"}, "INVALID_ARGUMENT", []string{"content"}},

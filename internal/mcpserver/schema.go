@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // Schemas are derived from the Go types of each tool's input and output (the `jsonschema` tag is
@@ -23,12 +25,35 @@ import (
 
 // schemaFor infers the schema of T and normalises it.
 func schemaFor[T any]() *jsonschema.Schema {
-	s, err := jsonschema.For[T](&jsonschema.ForOptions{})
+	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: typeSchemas})
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: schema for %T: %v", *new(T), err)) // a programming error, caught by every test
 	}
 	normalize(s)
 	return s
+}
+
+// typeSchemas are the schemas of types whose JSON is not what their Go fields would say.
+var typeSchemas = map[reflect.Type]*jsonschema.Schema{
+	// sandbox.Network marshals as "none" or {"allow": [...], "deny": [...]} (not {"Policy": …}).
+	reflect.TypeFor[sandbox.Network](): networkOutSchema(),
+}
+
+// networkOutSchema is a sandbox's network as replies write it.
+func networkOutSchema() *jsonschema.Schema {
+	list := func(d string) *jsonschema.Schema {
+		return &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string"}, Description: d}
+	}
+	return &jsonschema.Schema{
+		Description: `The sandbox's network: "none" (no network at all), or its egress policy {"allow": [...], "deny": [...]}.`,
+		OneOf: []*jsonschema.Schema{
+			{Type: "string", Enum: []any{"none"}},
+			{Type: "object", Properties: map[string]*jsonschema.Schema{
+				"allow": list("The hosts the sandbox may reach (names, *. wildcards, :port, CIDRs)."),
+				"deny":  list("The hosts refused even when allow matches."),
+			}, Required: []string{"allow", "deny"}, PropertyOrder: []string{"allow", "deny"}, AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}}},
+		},
+	}
 }
 
 // normalize drops "null" from type unions, recursively.

@@ -89,7 +89,7 @@ func (s *Server) addTools() {
 		Title: "Create a sandbox",
 		Description: `Create a fresh, isolated Linux sandbox and return it running. Call this first; pass the returned sandbox_id to every other tool.
 The sandbox has the host's tools read-only (sh, coreutils, git, python3, …), a writable /workspace (the default working directory) and /home/agent, a /tmp, and by default NO network: nothing can be downloaded inside it (bring files in with file_write) unless you pass network.
-All arguments are optional: image (default "host"), runtime, cpu (cores, default 1), memory_mb (default 512), disk_mb, ttl_seconds (lifetime, default 1800 = 30 min, at most the server's max TTL, usually 86400), env (variables for every command), labels, requirements ({"isolation": "process"|"kernel"|"vm", "network": "none"}: minimum guarantees; the call fails rather than fall back to weaker isolation).
+All arguments are optional: image (default "host"), runtime, cpu (cores, default 1), memory_mb (default 512), disk_mb, ttl_seconds (lifetime, default 1800 = 30 min, at most the server's max TTL, usually 86400), env (variables for every command), labels, requirements ({"isolation": "process"|"kernel"|"vm", "network": "none"|"egress"}: minimum guarantees; the call fails rather than fall back to weaker isolation; a network policy picks a runtime offering egress by itself).
 network: "none" (default) or {"allow": ["pypi.org", "files.pythonhosted.org", "*.github.com"], "deny": [...]}: only those hosts are reachable (HTTP_PROXY is set for every command, so pip, npm, git and curl work); a refused request gets a 403 whose body names the rule, and sandbox_network_update changes the policy live (only on sandboxes created with a policy, even an empty allow list). secrets: {"NAME": {"from": "env:VAR" or "file:/path", "hosts": ["api.example.com"], "body": false}}: the sandbox sees NAME=<placeholder>; the real value is swapped in by agentbox's proxy on requests to those hosts only (the server must allow the source: --secret-env, --secret-dir).
 Reply: {sandbox_id, state: "running", image, runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, …}.
 Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend adds time. Call sandbox_destroy when done.
@@ -98,6 +98,7 @@ Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend
 		Annotations: &mcp.ToolAnnotations{Title: "Create a sandbox", DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 	}, func(in *jsonschema.Schema) {
 		in.Properties["requirements"].Properties["isolation"].Enum = []any{"process", "kernel", "vm"}
+		in.Properties["requirements"].Properties["network"].Enum = []any{"none", "egress"}
 		tweakCreateNetwork(in) // network (issue 12)
 	}, s.sandboxCreate)
 
@@ -214,7 +215,7 @@ func finished(st sandbox.State) bool {
 // Requirements are minimum guarantees a sandbox must have.
 type Requirements struct {
 	Isolation string `json:"isolation,omitempty" jsonschema:"Minimum isolation: process (namespaces and cgroups on the host kernel), kernel (a separate kernel such as gVisor) or vm (a virtual machine). Creation fails rather than fall back to weaker isolation."`
-	Network   string `json:"network,omitempty" jsonschema:"Network mode the sandbox needs; only none is offered today."`
+	Network   string `json:"network,omitempty" jsonschema:"Network mode the sandbox needs: egress (a runtime that can carry a network policy; a create with network {allow: [...]} needs it anyway) or none (any runtime)."`
 }
 
 // CreateIn are sandbox_create's arguments.

@@ -10,6 +10,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/watch"
 )
@@ -29,7 +30,7 @@ const (
 // WatchIn are watch's arguments.
 type WatchIn struct {
 	SandboxID       string `json:"sandbox_id" jsonschema:"The sandbox's id, e.g. sb-0123456789ab."`
-	Stream          string `json:"stream,omitempty" jsonschema:"What to watch: lifecycle (state transitions; the default), events (every recorded event: transitions, extends, errors), logs (one job's output as it is written; needs job_id) or metrics (a sample every interval_seconds)."`
+	Stream          string `json:"stream,omitempty" jsonschema:"What to watch: lifecycle (state transitions; the default), events (every recorded event: transitions, extends, errors), logs (one job's output as it is written; needs job_id) metrics (a sample every interval_seconds) or connections (each new network connection record: host, port, decision, rule, reason, bytes)."`
 	JobID           string `json:"job_id,omitempty" jsonschema:"The job whose output to follow (stream logs only)."`
 	DurationSeconds int64  `json:"duration_seconds,omitempty" jsonschema:"Stop watching after this many seconds; default 60, 1 to 3600."`
 	IntervalSeconds int64  `json:"interval_seconds,omitempty" jsonschema:"Seconds between metrics samples; default 2, 1 to 60."`
@@ -46,12 +47,14 @@ type WatchFleetIn struct {
 // WatchMessage is one message of a stream, as a tool result carries it.
 type WatchMessage struct {
 	SandboxID string `json:"sandbox_id" jsonschema:"The sandbox the message is about."`
-	Kind      string `json:"kind" jsonschema:"state, event, logs, metrics, missed (the watcher fell behind and lost events) or end."`
+	Kind      string `json:"kind" jsonschema:"state, event, logs, metrics, connection, missed (the watcher fell behind and lost events, or skipped connection records) or end."`
 	Seq       int64  `json:"seq,omitempty" jsonschema:"The event's sequence number."`
 	At        string `json:"at" jsonschema:"When it happened (RFC 3339)."`
 	State     string `json:"state,omitempty" jsonschema:"The sandbox's state."`
 	Text      string `json:"text" jsonschema:"The message as one line of text (logs: the output, as UTF-8 text)."`
 	Metrics   any    `json:"metrics,omitempty" jsonschema:"The sample (metrics)."`
+	// Connection is the record (connections; Seq is its seq).
+	Connection *egress.Connection `json:"connection,omitempty" jsonschema:"The connection record (stream connections): seq, time, kind, host, port, addr, decision, rule, reason, bytes_out, bytes_in, duration_ms, intercepted."`
 }
 
 // WatchOut is watch's reply: what the watch saw.
@@ -80,7 +83,7 @@ type WatchFleetOut struct {
 	EventsTruncated bool           `json:"events_truncated,omitempty" jsonschema:"True when events was cut."`
 }
 
-const watchStreamsDoc = `stream: lifecycle (default: the sandbox's state, then every transition), events (every recorded event: transitions, extends, errors), logs (a job's output as written; needs job_id), metrics (a sample every interval_seconds, default 2, 1 to 60)`
+const watchStreamsDoc = `stream: lifecycle (default: the sandbox's state, then every transition), events (every recorded event: transitions, extends, errors), logs (a job's output as written; needs job_id), metrics (a sample every interval_seconds, default 2, 1 to 60), connections (each network connection record written from now on, once, in order: kind, host:port, decision, rule, reason, bytes; more than 1000 at once skips to the newest 100 with a missed message saying how many were skipped — page them with sandbox_connections)`
 
 func (s *Server) addWatchTools() {
 	addTool(s, &mcp.Tool{
@@ -93,7 +96,7 @@ missed > 0 means the watcher fell behind and lost that many events (a "missed" m
 ` + errorsDoc(errNotFound, errInvalid, "UNSUPPORTED_OPERATION (this server cannot serve that stream)"),
 		Annotations: &mcp.ToolAnnotations{Title: "Watch a sandbox live", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, func(in *jsonschema.Schema) {
-		in.Properties["stream"].Enum = []any{watch.StreamLifecycle, watch.StreamEvents, watch.StreamLogs, watch.StreamMetrics}
+		in.Properties["stream"].Enum = []any{watch.StreamLifecycle, watch.StreamEvents, watch.StreamLogs, watch.StreamMetrics, watch.StreamConnections}
 	}, s.watchOne)
 
 	addTool(s, &mcp.Tool{
@@ -163,6 +166,7 @@ func (k *sink) emit(m watch.Message) error {
 func toolMessage(m watch.Message) WatchMessage {
 	wm := WatchMessage{SandboxID: m.SandboxID, Kind: m.Kind, Seq: m.Seq, At: m.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
 		State: string(m.State), Text: m.Text(maxLogText)}
+	wm.Connection = m.Connection
 	if m.Kind == watch.KindMetrics {
 		var v any
 		if json.Unmarshal(m.Metrics, &v) == nil {
@@ -274,3 +278,6 @@ func writeBatch(b *strings.Builder, evs []WatchMessage, omitted int) {
 		fmt.Fprintf(b, "[%d more messages not included: the result is bounded; call with a progressToken to get every message]\n", omitted)
 	}
 }
+
+// Watchers returns how many watch streams (watch, watch_fleet) are in progress.
+func (s *Server) Watchers() int { return s.hub.Watchers() }

@@ -178,6 +178,13 @@ func (s *Service) writeRecords(ctx context.Context, batch []netRecord) {
 	if len(evs) > 0 {
 		s.bus.publish()
 	}
+	if len(conns) > 0 {
+		ids := map[string]bool{}
+		for _, c := range conns {
+			ids[c.SandboxID] = true
+		}
+		s.recWake.wake(ids) // live watchers of these sandboxes' connections (netwake.go)
+	}
 }
 
 // flushNetRecords writes every record queued so far before it returns (for tests:

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -18,7 +19,9 @@ type Requirements struct {
 	// kernel between the code and the host: gVisor) or "vm" (a hardware virtual machine). A
 	// runtime that gives less is never chosen.
 	Isolation string `json:"isolation,omitempty"`
-	// Network is the network mode the sandbox needs; "none" is the only one offered today.
+	// Network is the network mode the sandbox needs: "egress" (a runtime that can give a
+	// sandbox a network policy: runtime.NetworkEgress) or "none" (every runtime). A create with
+	// a network policy needs "egress" without saying so.
 	Network string `json:"network,omitempty"`
 }
 
@@ -34,24 +37,70 @@ var isolationRank = map[runtime.Isolation]int{
 // default runtime; else the default runtime if it satisfies them, or the available runtime
 // with the weakest sufficient isolation (then by name). It never picks a weaker runtime:
 // when none satisfies the requirements, it fails with RUNTIME_UNAVAILABLE saying why.
+//
+// The network mode needed (requirements.network "egress", or a network policy) narrows the
+// choice to runtimes that offer it: without a runtime asked for, the default runtime if it
+// offers it, else the one with the weakest sufficient isolation that does.
 func (s *Service) pickRuntime(req *CreateRequest) (runtime.Runtime, error) {
-	rt, err := s.pickByIsolation(req)
+	mode, err := neededNetwork(req)
 	if err != nil {
 		return nil, err
 	}
-	if n := req.Requirements.Network; n != "" && !slices.Contains(rt.Capabilities().NetworkModes, n) {
-		return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %s offers network modes %s, not %q; sandboxes have no network today",
-			rt.Name(), strings.Join(rt.Capabilities().NetworkModes, ", "), truncate(n, 64))
+	rt, err := s.pickByIsolation(req, mode)
+	if err != nil {
+		return nil, err
+	}
+	if mode != "" && !slices.Contains(rt.Capabilities().NetworkModes, mode) {
+		why := "requirements.network is egress"
+		if req.Requirements.Network != runtime.NetworkEgress {
+			why = "the sandbox has a network policy"
+		}
+		return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %s offers network modes %s, not %s, and %s; %s",
+			rt.Name(), strings.Join(rt.Capabilities().NetworkModes, ", "), mode, why, s.networkHint(mode))
 	}
 	return rt, nil
 }
 
-func (s *Service) pickByIsolation(req *CreateRequest) (runtime.Runtime, error) {
+// neededNetwork is the network mode a create needs of its runtime: "egress" when
+// requirements.network says so or the create has a network policy, else "" (every runtime
+// gives "none").
+func neededNetwork(req *CreateRequest) (string, error) {
+	switch req.Requirements.Network {
+	case "", runtime.NetworkNone:
+	case runtime.NetworkEgress:
+		return runtime.NetworkEgress, nil
+	default:
+		return "", errcode.New(errcode.InvalidArgument, "requirements.network %q must be one of none, egress", truncate(req.Requirements.Network, 64))
+	}
+	if req.Network != nil && req.Network.Policy != nil {
+		return runtime.NetworkEgress, nil
+	}
+	return "", nil
+}
+
+// networkHint says which runtimes offer a network mode, for an error message.
+func (s *Service) networkHint(mode string) string {
+	var names []string
+	for _, c := range s.Runtimes() {
+		if c.Available && slices.Contains(c.NetworkModes, mode) {
+			names = append(names, c.Name)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Sprintf("no runtime on this server offers network mode %s (create with network \"none\")", mode)
+	}
+	return fmt.Sprintf("ask for runtime %s, or omit runtime to let the server choose", strings.Join(names, " or "))
+}
+
+func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runtime, error) {
 	want := runtime.Isolation(req.Requirements.Isolation)
 	if want != "" && isolationRank[want] == 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "requirements.isolation %q must be one of process, kernel, vm", truncate(string(want), 64))
 	}
-	if req.Runtime != "" || want == "" {
+	offers := func(c runtime.Capabilities) bool { return mode == "" || slices.Contains(c.NetworkModes, mode) }
+	if def, ok := s.local.runtimes[s.cfg.DefaultRuntime]; req.Runtime == "" && want == "" && ok && !offers(def.Capabilities()) {
+		// The default runtime cannot give the network needed: choose among those that can.
+	} else if req.Runtime != "" || want == "" {
 		if req.Runtime == "" {
 			req.Runtime = s.cfg.DefaultRuntime
 		}
@@ -70,7 +119,7 @@ func (s *Service) pickByIsolation(req *CreateRequest) (runtime.Runtime, error) {
 		return rt, nil
 	}
 	if rt, ok := s.local.runtimes[s.cfg.DefaultRuntime]; ok {
-		if c := rt.Capabilities(); c.Available && isolationRank[c.Isolation] >= isolationRank[want] {
+		if c := rt.Capabilities(); c.Available && isolationRank[c.Isolation] >= isolationRank[want] && offers(c) {
 			req.Runtime = rt.Name()
 			return rt, nil
 		}
@@ -78,7 +127,7 @@ func (s *Service) pickByIsolation(req *CreateRequest) (runtime.Runtime, error) {
 	var fits []runtime.Capabilities
 	var unusable []string
 	for _, c := range s.Runtimes() {
-		if isolationRank[c.Isolation] < isolationRank[want] {
+		if isolationRank[c.Isolation] < isolationRank[want] || !offers(c) {
 			continue
 		}
 		if !c.Available {
@@ -88,6 +137,14 @@ func (s *Service) pickByIsolation(req *CreateRequest) (runtime.Runtime, error) {
 		fits = append(fits, c)
 	}
 	if len(fits) == 0 {
+		if mode != "" {
+			msg := fmt.Sprintf("no usable runtime with %s isolation or stronger offers network mode %s (the sandbox has a network policy or requirements.network %s); %s",
+				cmp.Or(string(want), "process"), mode, mode, s.networkHint(mode))
+			if len(unusable) > 0 {
+				msg += "; unusable here: " + strings.Join(unusable, "; ")
+			}
+			return nil, errcode.New(errcode.RuntimeUnavailable, "%s", msg).With("network", mode)
+		}
 		if len(unusable) == 0 {
 			if want == runtime.IsolationVM {
 				return nil, errcode.New(errcode.RuntimeUnavailable, "no vm runtime on this host; runtimes here: %s", s.isolationList()).With("required_isolation", string(want))

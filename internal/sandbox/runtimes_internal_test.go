@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
@@ -92,6 +93,70 @@ func TestPickRuntime(t *testing.T) {
 		}
 		if !strings.HasPrefix(desc, tc.want) {
 			t.Errorf("%s/%q/%q: %s\n\twant %s…", tc.service, tc.runtime, tc.isolation, desc, tc.want)
+		}
+	}
+}
+
+// TestPickRuntimeNetwork: requirements.network "egress" or a network policy narrows the choice
+// to runtimes offering mode egress; "none" accepts any; a runtime asked for that cannot is
+// refused naming those that can.
+func TestPickRuntimeNetwork(t *testing.T) {
+	t.Parallel()
+	rt := func(name string, iso runtime.Isolation, reason string, modes ...string) runtime.Runtime {
+		return declaredRuntime{runtime.Capabilities{Name: name, Isolation: iso, Available: reason == "", Reason: reason, Images: []string{"host"}, NetworkModes: modes}}
+	}
+	none, egr := runtime.NetworkNone, runtime.NetworkEgress
+	services := map[string][]runtime.Runtime{
+		"runc-none":   {rt("runc", "process", "", none), rt("crun", "process", "", none, egr), rt("gvisor", "kernel", "", none, egr)},
+		"only-gvisor": {rt("runc", "process", "", none), rt("gvisor", "kernel", "", none, egr)},
+		"nowhere":     {rt("runc", "process", "", none), rt("gvisor", "kernel", "", none)},
+		"broken":      {rt("runc", "process", "", none), rt("gvisor", "kernel", "runsc not found", none, egr)},
+		"all":         {rt("runc", "process", "", none, egr), rt("gvisor", "kernel", "", none, egr)},
+	}
+	pol := &Network{Policy: &egress.Policy{Allow: []string{"example.com"}}}
+	for _, tc := range []struct {
+		service, runtime, isolation, network string
+		policy                               bool
+		want                                 string
+	}{
+		{"runc-none", "", "", "", false, "runc"},
+		{"runc-none", "", "", "none", false, "runc"},
+		{"runc-none", "", "", "none", true, "crun"}, // a policy needs egress whatever requirements say
+		{"runc-none", "", "", "egress", false, "crun"},
+		{"runc-none", "", "", "", true, "crun"},
+		{"runc-none", "", "kernel", "egress", false, "gvisor"},
+		{"runc-none", "gvisor", "", "", true, "gvisor"},
+		{"runc-none", "runc", "", "", true, "RUNTIME_UNAVAILABLE runtime runc offers network modes none, not egress, and the sandbox has a network policy; ask for runtime crun or gvisor"},
+		{"runc-none", "runc", "", "egress", false, "RUNTIME_UNAVAILABLE runtime runc offers network modes none, not egress, and requirements.network is egress"},
+		{"runc-none", "", "", "Egress", false, "INVALID_ARGUMENT requirements.network \"Egress\" must be one of none, egress"},
+		{"runc-none", "", "", "bridge", true, "INVALID_ARGUMENT requirements.network"},
+		{"only-gvisor", "", "", "", true, "gvisor"},
+		{"only-gvisor", "", "process", "egress", false, "gvisor"},
+		{"nowhere", "", "", "egress", false, "RUNTIME_UNAVAILABLE no usable runtime with process isolation or stronger offers network mode egress"},
+		{"nowhere", "", "", "", true, "RUNTIME_UNAVAILABLE no usable runtime with process isolation or stronger offers network mode egress (the sandbox has a network policy or requirements.network egress); no runtime on this server offers network mode egress"},
+		{"broken", "", "", "", true, "RUNTIME_UNAVAILABLE no usable runtime with process isolation or stronger offers network mode egress (the sandbox has a network policy or requirements.network egress); no runtime on this server offers network mode egress (create with network \"none\"); unusable here: gvisor: runsc not found"},
+		{"all", "", "", "egress", false, "runc"},
+		{"all", "", "kernel", "", true, "gvisor"},
+	} {
+		cfg := Config{}
+		cfg.setDefaults()
+		s := &Service{local: &host{runtimes: map[string]runtime.Runtime{}}, cfg: cfg}
+		for _, r := range services[tc.service] {
+			s.local.runtimes[r.Name()] = r
+		}
+		req := CreateRequest{Runtime: tc.runtime, Requirements: Requirements{Isolation: tc.isolation, Network: tc.network}}
+		if tc.policy {
+			req.Network = pol
+		}
+		got, err := s.pickRuntime(&req)
+		desc := ""
+		if err != nil {
+			desc = string(errcode.Of(err)) + " " + errcode.Message(err)
+		} else {
+			desc = got.Name()
+		}
+		if !strings.HasPrefix(desc, tc.want) {
+			t.Errorf("%s/%q/%q/network %q/policy %v: %s\n\twant %s…", tc.service, tc.runtime, tc.isolation, tc.network, tc.policy, desc, tc.want)
 		}
 	}
 }

@@ -220,6 +220,7 @@ type Service struct {
 	jobs    jobTracker // watches of running jobs (jobs.go)
 	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
+	recWake recordWake // wakes watchers of connection records (netwake.go)
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -29,6 +30,11 @@ type Options struct {
 	JobLogs JobLogPager
 	// Metrics serves the metrics stream; nil makes it UNSUPPORTED_OPERATION.
 	Metrics MetricsSource
+	// Connections serves the connections stream; nil makes it UNSUPPORTED_OPERATION.
+	Connections ConnectionPager
+	// ConnectionsWake, if set, wakes a connections stream as soon as its sandbox's records are
+	// written; without it (or besides it) the stream looks every second.
+	ConnectionsWake ConnectionWake
 	// Buffer is each watcher's buffer (0 = Buffer).
 	Buffer int
 }
@@ -215,6 +221,8 @@ func (h *Hub) Watch(ctx context.Context, req Request, emit func(Message) error) 
 		return Summary{}, errcode.New(errcode.UnsupportedOp, "stream logs is not available on this server yet (it needs detached jobs); use stream lifecycle or events")
 	case req.Stream == StreamMetrics && h.opts.Metrics == nil:
 		return Summary{}, errcode.New(errcode.UnsupportedOp, "stream metrics is not available on this server yet (it needs per-sandbox metrics); use stream lifecycle or events")
+	case req.Stream == StreamConnections && h.opts.Connections == nil:
+		return Summary{}, errcode.New(errcode.UnsupportedOp, "stream connections is not available on this server; page sandbox_connections (GET /v1/sandboxes/{id}/connections) with after instead")
 	}
 	if err := h.start(ctx); err != nil {
 		return Summary{}, err
@@ -237,10 +245,15 @@ func (h *Hub) Watch(ctx context.Context, req Request, emit func(Message) error) 
 	if w.cursor, err = h.lastSeq(ctx, req.SandboxID); err != nil {
 		return Summary{}, err
 	}
-	if req.AfterSeq > w.cursor {
+	if req.Stream == StreamConnections {
+		if err := w.startConns(ctx); err != nil {
+			return Summary{}, err
+		}
+		defer w.releaseWake()
+	} else if req.AfterSeq > w.cursor {
 		return Summary{}, errcode.New(errcode.InvalidArgument, "the resume cursor (Last-Event-ID) %d is past sandbox %s's last event %d; resume from an id this stream sent", req.AfterSeq, req.SandboxID, w.cursor)
 	}
-	if req.AfterSeq > 0 {
+	if req.AfterSeq > 0 && req.Stream != StreamConnections {
 		w.cursor = req.AfterSeq
 	}
 	if req.Ready != nil {
@@ -281,6 +294,10 @@ type watcher struct {
 
 	logOffset int64
 	logDone   bool
+
+	connCursor  int64           // last connection record delivered (connections)
+	connWake    <-chan struct{} // closed when the sandbox's records are next written
+	connRelease func()
 }
 
 var (
@@ -317,6 +334,10 @@ func (w *watcher) run(ctx context.Context) error {
 		t := time.NewTicker(logPoll)
 		defer t.Stop()
 		tick = t.C
+	case StreamConnections:
+		t := time.NewTicker(connPoll)
+		defer t.Stop()
+		tick = t.C
 	}
 	var hb <-chan time.Time
 	if w.req.Heartbeat > 0 {
@@ -335,6 +356,10 @@ func (w *watcher) run(ctx context.Context) error {
 		case ev := <-w.s.ch:
 			err = w.handle(ctx, ev)
 		case <-w.s.wake:
+		case <-w.connWake:
+			w.releaseWake()
+			w.armWake() // before reading: a write in between wakes the next round
+			err = w.poll(ctx)
 		case <-tick:
 			err = w.poll(ctx)
 		case <-hb:
@@ -384,7 +409,7 @@ func (w *watcher) begin(ctx context.Context) error {
 				return err
 			}
 		}
-	case StreamLogs, StreamMetrics:
+	case StreamLogs, StreamMetrics, StreamConnections:
 		if err := w.poll(ctx); err != nil {
 			return err
 		}
@@ -449,7 +474,9 @@ func (w *watcher) handle(ctx context.Context, ev sandbox.Event) error {
 		return nil
 	}
 	w.cursor = ev.Seq
-	w.sum.LastSeq = ev.Seq
+	if w.req.Stream != StreamConnections {
+		w.sum.LastSeq = ev.Seq // a connections stream's is its last record's (sendConn)
+	}
 	isState := ev.Type == "state" && ev.To != ""
 	if isState {
 		w.state = ev.To
@@ -469,6 +496,11 @@ func (w *watcher) handle(ctx context.Context, ev sandbox.Event) error {
 		if ev.Type == "job" || isState {
 			err = w.poll(ctx)
 		}
+	case StreamConnections:
+		// A refused connection's event is written with its record: the record is there now.
+		if ev.Type == "egress_denied" || isState {
+			err = w.poll(ctx)
+		}
 	}
 	if err != nil {
 		return err
@@ -476,6 +508,9 @@ func (w *watcher) handle(ctx context.Context, ev sandbox.Event) error {
 	if isState && !w.state.Live() {
 		if w.req.Stream == StreamLogs && !w.logDone {
 			_ = w.poll(ctx) // the last of the output, if the agent still answers
+		}
+		if w.req.Stream == StreamConnections {
+			_ = w.poll(ctx) // the last records written
 		}
 		return w.end(EndSandbox)
 	}
@@ -501,6 +536,8 @@ func (w *watcher) poll(ctx context.Context) error {
 			return err
 		}
 		return w.send(Message{Kind: KindMetrics, State: w.state, Metrics: b})
+	case StreamConnections:
+		return w.pollConns(ctx)
 	case StreamLogs:
 		for !w.logDone {
 			c, err := w.h.opts.JobLogs(ctx, w.req.SandboxID, w.req.JobID, w.logOffset, MaxLogChunk)
@@ -523,6 +560,130 @@ func (w *watcher) poll(ctx context.Context) error {
 				}
 				return nil
 			}
+		}
+	}
+	return nil
+}
+
+// startConns fixes where a connections stream starts: after the resume cursor, or after the
+// sandbox's newest record (only new records are delivered), and arms the wake.
+func (w *watcher) startConns(ctx context.Context) error {
+	w.armWake() // before reading the head: a record written in between wakes the stream
+	head, err := w.h.opts.Connections(ctx, w.req.SandboxID, 0, 1)
+	if err != nil {
+		w.releaseWake()
+		return err
+	}
+	if w.req.AfterSeq > head.Next {
+		w.releaseWake()
+		return errcode.New(errcode.InvalidArgument, "the resume cursor (Last-Event-ID) %d is past sandbox %s's newest connection record %d; resume from an id this stream sent", w.req.AfterSeq, w.req.SandboxID, head.Next)
+	}
+	w.connCursor = head.Next
+	if w.req.AfterSeq > 0 {
+		w.connCursor = w.req.AfterSeq
+	}
+	return nil
+}
+
+func (w *watcher) armWake() {
+	if w.h.opts.ConnectionsWake != nil && w.connWake == nil {
+		w.connWake, w.connRelease = w.h.opts.ConnectionsWake(w.req.SandboxID)
+	}
+}
+
+func (w *watcher) releaseWake() {
+	if w.connRelease != nil {
+		w.connRelease()
+	}
+	w.connWake, w.connRelease = nil, nil
+}
+
+// pollConns delivers the records written after the cursor, ConnPage at a time, at most
+// MaxConnBacklog of them; a watcher with more waiting has fallen behind and skips to the newest
+// page (skipConns).
+func (w *watcher) pollConns(ctx context.Context) error {
+	for delivered := 0; ; {
+		if delivered >= MaxConnBacklog {
+			return w.skipConns(ctx)
+		}
+		l, err := w.h.opts.Connections(ctx, w.req.SandboxID, w.connCursor, ConnPage)
+		if err != nil {
+			return w.connErr(ctx, err)
+		}
+		for i := range l.Connections {
+			if err := w.sendConn(l.Connections[i]); err != nil {
+				return err
+			}
+		}
+		delivered += len(l.Connections)
+		if len(l.Connections) < ConnPage {
+			return nil
+		}
+	}
+}
+
+// connErr: a sandbox record gone (pruned) or a watch ending is not the stream's error.
+func (w *watcher) connErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errcode.Of(err) == errcode.SandboxNotFound {
+		return w.end(EndSandbox)
+	}
+	return err
+}
+
+func (w *watcher) sendConn(c egress.Connection) error {
+	if c.Seq <= w.connCursor {
+		return nil
+	}
+	w.connCursor, w.sum.LastSeq = c.Seq, c.Seq
+	return w.send(Message{Kind: KindConnection, Seq: c.Seq, At: c.Time, State: w.state, Connection: &c})
+}
+
+// skipConns moves a watcher that fell behind to the sandbox's newest ConnPage records: it counts
+// the records it skips (reading them by cursor, at most the sandbox's kept records), says so in
+// a missed message, then delivers the newest page.
+func (w *watcher) skipConns(ctx context.Context) error {
+	newest, err := w.h.opts.Connections(ctx, w.req.SandboxID, 0, ConnPage)
+	if err != nil {
+		return w.connErr(ctx, err)
+	}
+	if len(newest.Connections) == 0 || newest.Connections[0].Seq <= w.connCursor {
+		return w.pollConns(ctx) // caught up meanwhile (cannot recurse again: under a page waits)
+	}
+	first, before := newest.Connections[0].Seq, w.connCursor
+	var skipped int64
+	cursor := w.connCursor
+	for range sandbox.MaxNetRecords/sandbox.MaxNetList + 1 {
+		l, err := w.h.opts.Connections(ctx, w.req.SandboxID, cursor, sandbox.MaxNetList)
+		if err != nil {
+			return w.connErr(ctx, err)
+		}
+		done := len(l.Connections) < sandbox.MaxNetList
+		for _, c := range l.Connections {
+			if c.Seq >= first {
+				done = true
+				break
+			}
+			skipped++
+			cursor = c.Seq
+		}
+		if done {
+			break
+		}
+	}
+	w.connCursor = first - 1
+	if skipped > 0 {
+		w.sum.Missed += skipped
+		if err := w.send(Message{Kind: KindMissed, Missed: skipped, State: w.state,
+			Reason: fmt.Sprintf("the watcher fell behind (more than %d records at once): %d connection records after seq %d were skipped; page them with sandbox_connections after=%d", MaxConnBacklog, skipped, before, before)}); err != nil {
+			return err
+		}
+	}
+	for i := range newest.Connections {
+		if err := w.sendConn(newest.Connections[i]); err != nil {
+			return err
 		}
 	}
 	return nil

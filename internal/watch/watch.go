@@ -1,6 +1,7 @@
 // Package watch turns the control plane's event bus into live streams of one sandbox: its state
 // transitions (lifecycle), every recorded event (events), one job's output as it is written
-// (logs) and periodic resource samples (metrics). A Hub holds one subscription to the bus and fans
+// (logs), periodic resource samples (metrics) and its network connections as the egress proxy
+// records them (connections). A Hub holds one subscription to the bus and fans
 // each event out to its watchers through bounded buffers: a watcher that falls behind never slows
 // the bus or another watcher; it catches up from the store by cursor, or, if that fails, is told
 // in a "missed" message how many events it lost. It is shared by the REST (SSE) and MCP surfaces.
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -23,20 +25,25 @@ const (
 	StreamEvents    = "events"
 	StreamLogs      = "logs"
 	StreamMetrics   = "metrics"
+	// StreamConnections delivers each new connection record of the sandbox (egress.Connection),
+	// once, in order.
+	StreamConnections = "connections"
 )
 
 // Streams lists every stream name.
-var Streams = []string{StreamLifecycle, StreamEvents, StreamLogs, StreamMetrics}
+var Streams = []string{StreamLifecycle, StreamEvents, StreamLogs, StreamMetrics, StreamConnections}
 
 // Message kinds.
 const (
-	KindState     = "state"     // lifecycle: the sandbox's state (the first is a snapshot)
-	KindEvent     = "event"     // events: one recorded event
-	KindLogs      = "logs"      // logs: a chunk of the job's output
-	KindMetrics   = "metrics"   // metrics: one sample
-	KindMissed    = "missed"    // the watcher fell behind and lost Missed events
-	KindHeartbeat = "heartbeat" // nothing happened (only when Request.Heartbeat is set)
-	KindEnd       = "end"       // the stream ended; Reason says why
+	KindState   = "state"   // lifecycle: the sandbox's state (the first is a snapshot)
+	KindEvent   = "event"   // events: one recorded event
+	KindLogs    = "logs"    // logs: a chunk of the job's output
+	KindMetrics = "metrics" // metrics: one sample
+	// KindConnection is one connection record (connections).
+	KindConnection = "connection"
+	KindMissed     = "missed"    // the watcher fell behind and lost (connections: skipped) Missed items
+	KindHeartbeat  = "heartbeat" // nothing happened (only when Request.Heartbeat is set)
+	KindEnd        = "end"       // the stream ended; Reason says why
 )
 
 // End reasons.
@@ -59,6 +66,15 @@ const (
 	MaxLogChunk = 64 << 10
 	// logPoll is how often a logs stream looks for new output when no event woke it.
 	logPoll = 200 * time.Millisecond
+	// ConnPage is how many connection records one read of a connections stream takes.
+	ConnPage = 100
+	// MaxConnBacklog is how many connection records a connections stream delivers per wake: a
+	// watcher with more waiting has fallen behind; it skips to the newest ConnPage records and
+	// is told how many it skipped in a missed message.
+	MaxConnBacklog = 1000
+	// connPoll is how often a connections stream looks for new records when nothing woke it
+	// (records written by another process, or a Source without a wake).
+	connPoll = time.Second
 )
 
 // Message is one item of a stream.
@@ -80,7 +96,9 @@ type Message struct {
 	Offset int64  `json:"offset,omitempty"`
 	// Metrics is one sample (metrics).
 	Metrics json.RawMessage `json:"metrics,omitempty"`
-	// Missed is how many events the watcher lost (missed).
+	// Connection is one connection record (connections); Seq is its seq.
+	Connection *egress.Connection `json:"connection,omitempty"`
+	// Missed is how many events the watcher lost (missed; connections: records skipped).
 	Missed int64 `json:"missed,omitempty"`
 	// Reason says why the stream ended (end), or why a sandbox changed state.
 	Reason string `json:"reason,omitempty"`
@@ -97,7 +115,9 @@ type Request struct {
 	IntervalSeconds int64
 	// AfterSeq resumes an events or lifecycle stream after this event (SSE Last-Event-ID): every
 	// event (transition) of the sandbox with a greater sequence number is delivered, none lost
-	// across a reconnect, and a resumed lifecycle stream sends no new snapshot.
+	// across a reconnect, and a resumed lifecycle stream sends no new snapshot. For a connections
+	// stream it is a connection record's seq: the records after it are delivered. Without it, a
+	// connections stream starts with the records written after the watch began.
 	AfterSeq int64
 	// Heartbeat, if set, emits a heartbeat message after this long without another message.
 	Heartbeat time.Duration
@@ -114,13 +134,13 @@ func (r *Request) Validate() error {
 	switch r.Stream {
 	case "":
 		r.Stream = StreamLifecycle
-	case StreamLifecycle, StreamEvents, StreamMetrics:
+	case StreamLifecycle, StreamEvents, StreamMetrics, StreamConnections:
 	case StreamLogs:
 		if r.JobID == "" {
 			return errcode.New(errcode.InvalidArgument, "stream logs needs job_id (from job_start or job_list)")
 		}
 	default:
-		return errcode.New(errcode.InvalidArgument, "stream must be one of lifecycle, events, logs, metrics; got %q", r.Stream)
+		return errcode.New(errcode.InvalidArgument, "stream must be one of lifecycle, events, logs, metrics, connections; got %q", r.Stream)
 	}
 	if r.JobID != "" && r.Stream != StreamLogs {
 		return errcode.New(errcode.InvalidArgument, "job_id is only for stream logs; got stream %q", r.Stream)
@@ -140,8 +160,8 @@ func (r *Request) Validate() error {
 	if r.AfterSeq < 0 {
 		return errcode.New(errcode.InvalidArgument, "the resume cursor (Last-Event-ID) must be a non-negative event seq; got %d", r.AfterSeq)
 	}
-	if r.AfterSeq > 0 && r.Stream != StreamEvents && r.Stream != StreamLifecycle {
-		return errcode.New(errcode.InvalidArgument, "resuming (Last-Event-ID) is only for streams events and lifecycle; got stream %q", r.Stream)
+	if r.AfterSeq > 0 && r.Stream != StreamEvents && r.Stream != StreamLifecycle && r.Stream != StreamConnections {
+		return errcode.New(errcode.InvalidArgument, "resuming (Last-Event-ID) is only for streams events, lifecycle and connections; got stream %q", r.Stream)
 	}
 	return nil
 }
@@ -181,6 +201,14 @@ type JobLogChunk struct {
 // still running.
 type JobLogPager func(ctx context.Context, sandboxID, jobID string, offset, max int64) (JobLogChunk, error)
 
+// ConnectionPager pages a sandbox's connection records after a cursor (sandbox.Service.Connections).
+type ConnectionPager func(ctx context.Context, sandboxID string, after int64, limit int) (sandbox.ConnectionList, error)
+
+// ConnectionWake returns a channel closed when connection records of a sandbox are next
+// written, and a release to call when the caller stops waiting
+// (sandbox.Service.ConnectionsChanged).
+type ConnectionWake func(sandboxID string) (<-chan struct{}, func())
+
 // MetricsSource takes one sample of a sandbox's metrics (any JSON-encodable value).
 type MetricsSource func(ctx context.Context, sandboxID string) (any, error)
 
@@ -214,8 +242,26 @@ func (m Message) Text(maxLog int) string {
 		fmt.Fprintf(&b, " %s @%d: %s%s", m.JobID, m.Offset, strings.ToValidUTF8(string(data), "\uFFFD"), cut)
 	case KindMetrics:
 		fmt.Fprintf(&b, " %s", m.Metrics)
+	case KindConnection:
+		if c := m.Connection; c != nil {
+			fmt.Fprintf(&b, " %s %s:%d %s", c.Kind, c.Host, c.Port, c.Decision)
+			if c.Rule != "" {
+				fmt.Fprintf(&b, " (rule %s)", c.Rule)
+			}
+			if c.Addr != "" {
+				fmt.Fprintf(&b, " via %s", c.Addr)
+			}
+			fmt.Fprintf(&b, " out %d in %d %dms", c.BytesOut, c.BytesIn, c.DurationMS)
+			if c.Reason != "" {
+				fmt.Fprintf(&b, ": %s", c.Reason)
+			}
+		}
 	case KindMissed:
-		fmt.Fprintf(&b, " %d events", m.Missed)
+		what := "events"
+		if m.Stream == StreamConnections {
+			what = "connection records skipped"
+		}
+		fmt.Fprintf(&b, " %d %s", m.Missed, what)
 	case KindEnd:
 		fmt.Fprintf(&b, " (state %s)", m.State)
 	}

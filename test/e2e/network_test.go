@@ -800,8 +800,16 @@ func (n *netEnv) connectionsRecorded(t *testing.T, sb sandbox.Sandbox) {
 }
 
 // restart kills the server with SIGKILL and starts it again: the egress sandbox's session
-// reopens and its network works without the sandbox being restarted.
+// reopens and its network works without the sandbox being restarted; what was recorded before
+// the kill converges (crashState): its exposure, its updated policy, its connection records.
 func (n *netEnv) restart(t *testing.T, sb sandbox.Sandbox) {
+	// The convergence of what was recorded before the kill is the control plane's (the store,
+	// reconcile, the agent's session), the same whatever the runtime: checked on runc only.
+	var cs *crashState
+	if n.rt == "runc" {
+		c := n.beforeCrash(t, sb)
+		cs = &c
+	}
 	n.s.kill()
 	n.mu.Lock()
 	n.oldLogs += n.s.Logs.String()
@@ -820,6 +828,176 @@ func (n *netEnv) restart(t *testing.T, sb sandbox.Sandbox) {
 	}
 	if r := n.sh(t, sb.ID, `cat /tmp/marker`); r.Stdout != "before\n" {
 		t.Errorf("the sandbox did not survive the restart as it was: %q", r.Stdout)
+	}
+	if cs != nil {
+		n.afterCrash(t, sb, *cs)
+	}
+}
+
+// crashState is what the server had recorded when it was killed.
+type crashState struct {
+	previewURL, accessToken string
+	seqs                    []int64 // the egress sandbox's connection records
+	other                   sandbox.Sandbox
+	otherURL                string
+}
+
+// beforeCrash records state whose reply came before the kill: a private exposure of a server in
+// the egress sandbox, a policy change (blocked.lab allowed, alt.lab denied), connection records
+// (listed, so written), and a second egress sandbox with a record and a public exposure that is
+// destroyed after the restart.
+func (n *netEnv) beforeCrash(t *testing.T, sb sandbox.Sandbox) crashState {
+	ctx := context.Background()
+	var cs crashState
+	if _, err := n.s.client().WriteFile(ctx, sb.ID, "/tmp/preview.py", 0o644, strings.NewReader(previewServer)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.s.client().StartJob(ctx, sb.ID, api.ExecRequest{Command: []string{"python3", "/tmp/preview.py", "8001"}}); err != nil {
+		t.Fatalf("start the preview server: %v", err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if r := n.py(t, sb.ID, `import socket; socket.create_connection(("127.0.0.1", 8001), timeout=1); print("up")`); r.Stdout == "up\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the preview server in the egress sandbox never listened")
+		}
+	}
+	st, b := n.rest("POST", "/v1/sandboxes/"+sb.ID+"/expose", map[string]any{"port": 8001})
+	var exp sandbox.Exposure
+	if err := json.Unmarshal(b, &exp); st/100 != 2 || err != nil || exp.AccessToken == "" {
+		t.Fatalf("expose: %d %s", st, b)
+	}
+	cs.previewURL, cs.accessToken = exp.URL, exp.AccessToken
+	added := append(slices.Clone(n.allow), "blocked.lab")
+	if st, b := n.rest("PATCH", "/v1/sandboxes/"+sb.ID+"/network", map[string]any{"allow": added, "deny": []string{"alt.lab"}}); st != 200 {
+		t.Fatalf("PATCH network: %d %s", st, b)
+	}
+	if r := n.sh(t, sb.ID, curlScript("http://blocked.lab/hello")); r.Stdout != "200\n"+netlab.Hello {
+		t.Fatalf("blocked.lab after allowing it: %q", r.Stdout)
+	}
+	last := n.findConn(t, sb.ID, "blocked.lab", 80, egress.Allowed) // listed: written
+	for _, c := range n.connections(t, sb.ID) {
+		cs.seqs = append(cs.seqs, c.Seq)
+	}
+	if !slices.Contains(cs.seqs, last.Seq) {
+		t.Fatalf("the newest records %v lack blocked.lab's %d", cs.seqs, last.Seq)
+	}
+	cs.other = n.create(map[string]any{"network": map[string]any{"allow": []string{"good.lab"}}})
+	if r := n.sh(t, cs.other.ID, curlScript("http://good.lab/hello")); r.Stdout != "200\n"+netlab.Hello {
+		t.Fatalf("good.lab from the second egress sandbox: %q", r.Stdout)
+	}
+	n.findConn(t, cs.other.ID, "good.lab", 80, egress.Allowed)
+	st, b = n.rest("POST", "/v1/sandboxes/"+cs.other.ID+"/expose", map[string]any{"port": 8002, "public": true})
+	if err := json.Unmarshal(b, &exp); st/100 != 2 || err != nil {
+		t.Fatalf("expose: %d %s", st, b)
+	}
+	cs.otherURL = exp.URL
+	return cs
+}
+
+// afterCrash checks that the state recorded before the kill is what the restarted server
+// serves and enforces, and that a sandbox destroyed now leaves no exposure behind.
+func (n *netEnv) afterCrash(t *testing.T, sb sandbox.Sandbox, cs crashState) {
+	// The exposure serves its page with its access token (traded for the cookie).
+	u, err := url.Parse(cs.previewURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := previewReq(t, cs.previewURL+"?agentbox_token="+cs.accessToken, nil)
+	req.Host = u.Host
+	resp, err := previewClient(n.s.URL).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var cookie string
+	for _, c := range resp.Cookies() {
+		if c.Name == "agentbox_preview" {
+			cookie = c.Value
+		}
+	}
+	if resp.StatusCode != http.StatusFound || cookie == "" {
+		t.Errorf("the exposure made before the kill, with its access token: %d (cookie %q), want 302 with a cookie", resp.StatusCode, cookie)
+	} else {
+		resp, err := previewClient(n.s.URL).Do(previewReq(t, cs.previewURL, map[string]string{"Cookie": "agentbox_preview=" + cookie}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "netlab preview page") {
+			t.Errorf("the exposure made before the kill: %d %q", resp.StatusCode, body)
+		}
+	}
+	if resp, err := previewClient(n.s.URL).Do(previewReq(t, cs.previewURL, nil)); err != nil || resp.StatusCode == 200 {
+		t.Errorf("the private exposure without a token after the restart: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// The policy set before the kill is the one enforced.
+	if r := n.sh(t, sb.ID, curlScript("http://blocked.lab/hello")); r.Stdout != "200\n"+netlab.Hello {
+		t.Errorf("blocked.lab (allowed before the kill) after the restart: %q", r.Stdout)
+	}
+	if r := n.sh(t, sb.ID, curlScript("http://alt.lab/hello")); !strings.HasPrefix(r.Stdout, "403\n") || !strings.Contains(r.Stdout, "alt.lab") {
+		t.Errorf("alt.lab (denied before the kill) after the restart: %q", r.Stdout)
+	}
+	if st, b := n.rest("PATCH", "/v1/sandboxes/"+sb.ID+"/network", map[string]any{"allow": n.allow, "deny": []string{}}); st != 200 {
+		t.Fatalf("PATCH network back: %d %s", st, b)
+	}
+
+	// The records listed before the kill are still there, and new ones come after them.
+	n.findConn(t, sb.ID, "alt.lab", 80, egress.Denied)
+	var seqs []int64
+	for _, c := range n.connections(t, sb.ID) {
+		seqs = append(seqs, c.Seq)
+	}
+	maxBefore := slices.Max(cs.seqs)
+	for _, s := range cs.seqs {
+		if !slices.Contains(seqs, s) {
+			t.Errorf("record %d, listed before the kill, is gone after the restart (now %v)", s, seqs)
+		}
+	}
+	var newer int
+	for i, s := range seqs {
+		if i > 0 && s <= seqs[i-1] {
+			t.Errorf("records out of order after the restart: %v", seqs)
+		}
+		if s > maxBefore {
+			newer++
+		}
+	}
+	if newer == 0 {
+		t.Errorf("no record after the restart has a seq above %d (the newest before the kill): %v", maxBefore, seqs)
+	}
+
+	// A sandbox destroyed after the restart leaves no exposure: its preview URL is 404, its
+	// exposures list empty; its records stay readable as history until its record is pruned.
+	get := func(u string) int {
+		resp, err := previewClient(n.s.URL).Do(previewReq(t, u, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get(cs.otherURL); st != http.StatusBadGateway {
+		t.Errorf("the second sandbox's public exposure (nothing listening) after the restart: %d, want 502", st)
+	}
+	if st, b := n.rest("DELETE", "/v1/sandboxes/"+cs.other.ID, nil); st/100 != 2 {
+		t.Fatalf("destroy: %d %s", st, b)
+	}
+	if st := get(cs.otherURL); st != http.StatusNotFound {
+		t.Errorf("the destroyed sandbox's preview URL: %d, want 404", st)
+	}
+	if st, b := n.rest("GET", "/v1/sandboxes/"+cs.other.ID+"/expose", nil); st != 200 || !strings.Contains(string(b), `"exposures":[]`) {
+		t.Errorf("the destroyed sandbox's exposures: %d %s, want none", st, b)
+	}
+	before := n.connections(t, cs.other.ID)
+	time.Sleep(300 * time.Millisecond) // a flush period and more: nothing new is written for it
+	if after := n.connections(t, cs.other.ID); len(after) != len(before) || len(after) == 0 {
+		t.Errorf("the destroyed sandbox's records: %d before, %d after (want the same history, nothing added)", len(before), len(after))
 	}
 }
 

@@ -17,11 +17,12 @@ import (
 
 // WatchOptions are a watch's parameters (zero values take the server's defaults).
 type WatchOptions struct {
-	Stream          string // lifecycle (default), events, logs, metrics
+	Stream          string // lifecycle (default), events, logs, metrics, connections
 	JobID           string // logs
 	DurationSeconds int64  // 1..3600 (0 = 60)
 	IntervalSeconds int64  // metrics, 1..60 (0 = 2)
-	// LastEventID resumes an events stream after this event seq (sent as Last-Event-ID).
+	// LastEventID resumes an events or lifecycle stream after this event seq, a connections
+	// stream after this connection record seq (sent as Last-Event-ID).
 	LastEventID int64
 	// OnOpen, if set, is called once the server accepted the watch (its response headers
 	// arrived): every event recorded after that is part of the stream.
