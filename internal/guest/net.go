@@ -199,4 +199,3 @@ func readLineMax(br *bufio.Reader, max int) ([]byte, error) {
 }
 
 var errLineTooLong = errors.New("line too long")
-
