@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -596,8 +597,13 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	}
 	removeHop(resp.Header)
 	resp.Close = !keep
-	werr := resp.Write(c)
-	resp.Body.Close()
+	var werr error
+	if spliceBody(req, resp) {
+		werr = p.writeSpliced(c, resp, ubr, raw, up)
+	} else {
+		werr = resp.Write(c)
+		resp.Body.Close()
+	}
 	grace := time.NewTimer(time.Second)
 	defer grace.Stop()
 	select {
@@ -619,6 +625,61 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	rec.BytesOut, rec.BytesIn = up.out.Load(), up.in.Load()
 	p.record(rec, start)
 	return keep && !resp.Close
+}
+
+// spliceMin is the smallest response body moved with splice(2) (a pipe's cost pays off).
+const spliceMin = 256 << 10
+
+// spliceBody reports whether resp's body can be sent with writeSpliced: a plain body of a
+// known length, large enough.
+func spliceBody(req *http.Request, resp *http.Response) bool {
+	return req.Method != http.MethodHead && resp.ContentLength >= spliceMin && len(resp.TransferEncoding) == 0 &&
+		len(resp.Trailer) == 0 && !resp.Uncompressed && resp.StatusCode >= 200 &&
+		resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified
+}
+
+// writeSpliced writes resp's header to c, then its body: what ubr holds of it, then the rest
+// straight from the upstream connection raw with splice(2) (exactly the body's length; the
+// bytes are counted on up). Where splice cannot be used the rest is copied.
+func (p *Proxy) writeSpliced(c net.Conn, resp *http.Response, ubr *bufio.Reader, raw net.Conn, up *countConn) error {
+	h := resp.Header.Clone()
+	for _, k := range []string{"Content-Length", "Transfer-Encoding", "Connection"} {
+		h.Del(k)
+	}
+	var b bytes.Buffer
+	text := strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode)+" ")
+	if text == "" {
+		text = http.StatusText(resp.StatusCode)
+	}
+	fmt.Fprintf(&b, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, text)
+	if err := h.Write(&b); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "Content-Length: %d\r\n", resp.ContentLength)
+	if resp.Close {
+		b.WriteString("Connection: close\r\n")
+	}
+	b.WriteString("\r\n")
+	n := resp.ContentLength
+	if k := min(int64(ubr.Buffered()), n); k > 0 { // the body's first bytes, read with the header
+		head, _ := ubr.Peek(int(k))
+		b.Write(head)
+		ubr.Discard(int(k))
+		n -= k
+	}
+	if _, err := c.Write(b.Bytes()); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	m, ok, err := spliceN(c, raw, n)
+	up.in.Add(m)
+	if ok {
+		return err
+	}
+	_, err = io.CopyN(c, up, n)
+	return err
 }
 
 // lazyDialer dials host:port (checked under the policy of the moment) on demand.

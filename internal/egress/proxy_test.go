@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -724,5 +725,55 @@ func TestNewRejectsBadCIDR(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	if _, err := e.p.DialGuarded(e.ctx, e.pol.Load(), "x.test", 443); !errors.As(err, &re) || re.Reason != "no allow rule matches" {
 		t.Fatalf("DialGuarded = %v", err)
+	}
+}
+
+// TestPlainHTTPForwardLargeBodySpliced: a large body of known length is forwarded exactly
+// (splice(2) past the header), bytes the upstream sends past it never reach the sandbox, the
+// connection serves the next request, and the record counts the bytes.
+func TestPlainHTTPForwardLargeBodySpliced(t *testing.T) {
+	body := make([]byte, 3<<20+17)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				http.ReadRequest(bufio.NewReader(c))
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Up: 1\r\n\r\n", len(body))
+				c.Write(body)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra") // past the body
+			}()
+		}
+	}()
+	port := portOf(t, ln.Addr().String())
+	e := newEnv(t, []string{"big.test:" + strconv.Itoa(port)}, nil)
+	e.res.set("big.test", "127.0.0.1")
+	c := e.start(KindProxy, netip.AddrPort{})
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		fmt.Fprintf(c, "GET http://big.test:%d/ HTTP/1.1\r\nHost: big.test\r\n\r\n", port)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("X-Up") != "1" || resp.ContentLength != int64(len(body)) || !bytes.Equal(got, body) {
+			t.Fatalf("response %d: %d, %d of %d bytes, equal %v, %v", i, resp.StatusCode, len(got), len(body), bytes.Equal(got, body), err)
+		}
+	}
+	recs := e.rec.wait(t, 2)
+	if recs[0].BytesIn < int64(len(body)) || recs[0].Decision != Allowed {
+		t.Fatalf("record %+v", recs[0])
 	}
 }

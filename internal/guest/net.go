@@ -3,6 +3,7 @@ package guest
 import (
 	"bufio"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -10,19 +11,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
 	"github.com/agentbox/agentbox/internal/errcode"
 )
 
-// The network half of the guest protocol (skeleton: the guest engineer fills in net_server*.go
-// and net_client.go; these types are the contract).
+// The network half of the guest protocol.
 //
 // Egress: the host opens POST /v1/net/session with "Upgrade: agentbox-net/1" and a
 // NetSessionRequest body; the agent answers 101 with a NetSessionReply as one JSON line
-// (≤ 4 KiB) and both sides then speak yamux over the connection (host: yamux server; agent:
-// yamux client, which opens one stream per local connection). Every stream starts with one
-// NetStreamHeader as a JSON line (≤ 4 KiB), then raw bytes both ways.
+// (≤ 4 KiB), which carries the session's random token. That connection stays the session's
+// control channel: the agent writes one byte on it for each local connection that finds no
+// parked connection waiting, and the session ends when it closes. The host keeps a few
+// connections parked: POST /v1/net/accept with "Upgrade: agentbox-netconn/1" and the token
+// (a stale token is CONFLICT), answered 101 and then nothing until the agent hands that
+// connection a local one: a frame of a 2-byte big-endian length and a NetStreamHeader (JSON,
+// ≤ 4 KiB), then the raw bytes both ways. Each relayed connection is thus a unix connection of
+// its own, which both ends copy to and from TCP with splice(2); the host dials them all (the
+// sandbox never dials the host).
 //
 // Inbound (preview URLs): POST /v1/tcp with "Upgrade: agentbox-tcp/1" and a DialPortRequest
 // body; the agent connects to the port on the sandbox's loopback and answers 101, or a JSON
@@ -30,11 +34,12 @@ import (
 
 // NetProtocol and TCPProtocol are the Upgrade tokens.
 const (
-	NetProtocol = "agentbox-net/1"
-	TCPProtocol = "agentbox-tcp/1"
+	NetProtocol     = "agentbox-net/1"
+	NetConnProtocol = "agentbox-netconn/1"
+	TCPProtocol     = "agentbox-tcp/1"
 )
 
-// MaxNetHeader bounds a NetSessionReply line and a NetStreamHeader line.
+// MaxNetHeader bounds a NetSessionReply line and a NetStreamHeader frame.
 const MaxNetHeader = 4 << 10
 
 // NetSessionRequest configures the sandbox's listeners. The agent binds them on the first
@@ -57,9 +62,17 @@ type NetSessionReply struct {
 	ProxyAddr   string   `json:"proxy_addr"`
 	DNSAddr     string   `json:"dns_addr,omitempty"`
 	Transparent []string `json:"transparent,omitempty"`
+	// Token names the session in POST /v1/net/accept: 32 random hex digits, new each session.
+	Token string `json:"token"`
 }
 
-// NetStreamHeader opens every stream the agent opens in a session.
+// NetAcceptRequest is the body of POST /v1/net/accept: a parked connection of the session
+// whose token it carries.
+type NetAcceptRequest struct {
+	Token string `json:"token"`
+}
+
+// NetStreamHeader opens every connection the agent hands the host (after its 2-byte length).
 type NetStreamHeader struct {
 	// Kind is "proxy", "transparent" or "dns" (egress.Kind's values).
 	Kind string `json:"kind"`
@@ -79,12 +92,15 @@ type DialPortRequest struct {
 const (
 	// MaxTransparentPorts bounds NetSessionRequest.TransparentPorts.
 	MaxTransparentPorts = 8
-	// netStreamWindow is the most a stream's receiver buffers (yamux's window): large enough
-	// that one stream runs at the connection's speed (the default 256 KiB caps a stream at
-	// window/RTT), small enough that every stream of a busy sandbox fits in memory. Measured
-	// (BenchmarkNetSessionThroughput): 1 MiB as fast as 2 or 4 MiB, 16 MiB several times slower.
-	netStreamWindow = 1 << 20
-	// netHeaderWait bounds the wait for a stream's header line.
+	// netParkedIdle is how many connections the host keeps parked at the agent while nothing
+	// asks for more; netParkedMax bounds them (parked or being dialed) in a burst, when the
+	// agent asks for one more per local connection that found none waiting.
+	netParkedIdle = 4
+	netParkedMax  = 64
+	// netParkedTrim: parked connections past netParkedIdle are closed by the agent once no
+	// connection asked for one for this long.
+	netParkedTrim = 30 * time.Second
+	// netHeaderWait bounds the wait for the rest of a stream's header once its first byte came.
 	netHeaderWait = 10 * time.Second
 )
 
@@ -121,56 +137,25 @@ func checkDialPort(port int) error {
 // netKinds are the kinds of stream an agent opens.
 var netKinds = []string{"proxy", "transparent", "dns"}
 
-// yamuxConfig is the configuration of both ends of a session: keepalive on, a stream window
-// of netStreamWindow, yamux's own log lines to logw.
-func yamuxConfig(logw io.Writer) *yamux.Config {
-	c := yamux.DefaultConfig()
-	c.AcceptBacklog = 256
-	c.EnableKeepAlive = true
-	c.KeepAliveInterval = 15 * time.Second
-	c.ConnectionWriteTimeout = 30 * time.Second
-	c.MaxStreamWindowSize = netStreamWindow
-	c.StreamOpenTimeout = 30 * time.Second
-	c.LogOutput = logw
-	return c
-}
-
-// closeWrite ends c's writing half: a FIN for TCP and unix connections and for a yamux
-// stream (whose Close is a half-close: reads go on until the peer's FIN).
+// closeWrite ends c's writing half: a FIN for TCP and unix connections.
 func closeWrite(c net.Conn) error {
-	switch v := c.(type) {
-	case interface{ CloseWrite() error }:
+	if v, ok := c.(interface{ CloseWrite() error }); ok {
 		return v.CloseWrite()
-	case *yamux.Stream:
-		return v.Close()
 	}
 	return c.Close()
 }
 
-// abortConn ends c at once, waking its blocked reads and writes (a yamux stream's Close alone
-// would leave its reader waiting for the peer).
-func abortConn(c net.Conn) {
-	if st, ok := c.(*yamux.Stream); ok {
-		_ = st.SetDeadline(time.Now())
-	}
-	_ = c.Close()
-}
-
-// readerOnly and writerOnly hide ReadFrom/WriteTo so a copy uses splice's own buffer.
-type readerOnly struct{ io.Reader }
-type writerOnly struct{ io.Writer }
-
 // splice copies both ways between a and b (ar reads a; nil: a itself) until both directions
 // end: a direction that ends cleanly half-closes its destination, one that fails ends both.
-// Both are closed when it returns.
+// Both are closed when it returns. Between a TCP and a unix connection io.Copy moves the bytes
+// with splice(2) (TCPConn.ReadFrom and WriteTo), never through user space.
 func splice(a net.Conn, ar io.Reader, b net.Conn) {
 	if ar == nil {
 		ar = a
 	}
-	abort := sync.OnceFunc(func() { abortConn(a); abortConn(b) })
+	abort := sync.OnceFunc(func() { _ = a.Close(); _ = b.Close() })
 	one := func(dst net.Conn, src io.Reader) {
-		buf := make([]byte, 64<<10)
-		if _, err := io.CopyBuffer(writerOnly{dst}, readerOnly{src}, buf); err != nil {
+		if _, err := io.Copy(dst, src); err != nil {
 			abort()
 			return
 		}
@@ -184,6 +169,13 @@ func splice(a net.Conn, ar io.Reader, b net.Conn) {
 	<-done
 	_ = a.Close()
 	_ = b.Close()
+}
+
+// appendStreamHeader appends h as a frame: its 2-byte big-endian length, then its JSON.
+func appendStreamHeader(buf []byte, h NetStreamHeader) []byte {
+	line, _ := json.Marshal(h)
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(line)))
+	return append(buf, line...)
 }
 
 // readLineMax reads one line of at most max bytes (newline excluded) from br.
@@ -207,29 +199,3 @@ func readLineMax(br *bufio.Reader, max int) ([]byte, error) {
 }
 
 var errLineTooLong = errors.New("line too long")
-
-// yamuxConn is the connection under a yamux session: it sends a data frame's 12-byte header
-// and its body in one write (yamux's send loop writes them one after the other, two
-// syscalls), halving the writes of a bulk transfer. Every other frame is written at once.
-type yamuxConn struct {
-	net.Conn
-	r   io.Reader
-	hdr []byte // a data frame's header waiting for its body
-}
-
-func (c *yamuxConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-func (c *yamuxConn) Write(p []byte) (int, error) {
-	if c.hdr != nil {
-		bufs := net.Buffers{c.hdr, p}
-		c.hdr = nil
-		n, err := bufs.WriteTo(c.Conn)
-		return max(0, int(n)-12), err
-	}
-	// A data frame (version 0, type 0) with a body: hold the header for the body's write.
-	if len(p) == 12 && p[0] == 0 && p[1] == 0 && binary.BigEndian.Uint32(p[8:]) > 0 {
-		c.hdr = slices.Clone(p)
-		return len(p), nil
-	}
-	return c.Conn.Write(p)
-}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,108 +18,225 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
 	"github.com/agentbox/agentbox/internal/errcode"
 )
 
-// NetSession is the host's side of a sandbox's egress session: a yamux session (the host is
-// its server) over one upgraded connection to the agent, on which the agent opens a stream per
-// connection made inside the sandbox.
+// NetSession is the host's side of a sandbox's egress session: a control connection to the
+// agent (its end ends the session; the agent writes a byte on it whenever a connection inside
+// the sandbox finds no parked connection) and the connections the host parks at the agent
+// (POST /v1/net/accept with the session's token), each of which the agent hands one
+// connection made inside the sandbox. The host keeps netParkedIdle of them parked, dials a
+// replacement for each one handed over and one more for each byte of demand, at most
+// netParkedMax parked or being dialed at once.
 type NetSession struct {
 	Reply NetSessionReply
 
-	sess  *yamux.Session
+	c     *Client
+	ctl   net.Conn
 	ready chan *NetStream
+	done  chan struct{}
+	ctx   context.Context // ends with the session
+	stop  context.CancelFunc
+	once  sync.Once
 	wg    sync.WaitGroup
 	bad   atomic.Int64
+
+	mu      sync.Mutex
+	parkers int // dialing or parked
+	want    int // demand not yet answered with a dial
+	conns   map[net.Conn]struct{}
 }
 
-// NetStream is one connection from inside the sandbox. Its Conn's CloseWrite half-closes the
-// stream (the sandbox's side reads EOF and may still send); Close ends it.
+// NetStream is one connection from inside the sandbox. Conn is the connection to the agent
+// itself (a *net.UnixConn unless the agent sent the first bytes with its header): copying it to
+// or from a TCP connection with io.Copy splices. CloseWrite half-closes it (the sandbox's side
+// reads EOF and may still send); Close ends it.
 type NetStream struct {
 	net.Conn
 	Header NetStreamHeader
 }
 
 // CloseWrite half-closes the stream: the sandbox's side reads EOF and may still send.
-func (s *NetStream) CloseWrite() error {
-	if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return s.Conn.Close()
-}
+func (s *NetStream) CloseWrite() error { return closeWrite(s.Conn) }
 
-// maxHeaderReaders bounds the streams whose header is being read at once.
-const maxHeaderReaders = 256
-
-// Accept returns the next stream the agent opened, with its header read (bounded by
-// MaxNetHeader, within 10 s; a stream whose header is late, oversized or not one of the
-// protocol's is closed and skipped); it fails with SANDBOX_NOT_RUNNING once the session is
-// closed or broken.
+// Accept returns the next stream the agent handed over, with its header read (bounded by
+// MaxNetHeader, within 10 s of its first byte; a stream whose header is late, oversized or not
+// one of the protocol's is closed and skipped); it fails with SANDBOX_NOT_RUNNING once the
+// session is closed or broken.
 func (s *NetSession) Accept() (*NetStream, error) {
 	select {
 	case st := <-s.ready:
 		return st, nil
-	case <-s.sess.CloseChan():
+	case <-s.done:
 		return nil, errcode.New(errcode.SandboxNotRunning, "the sandbox's egress session ended (the sandbox stopped, or the session was closed or replaced)")
 	}
 }
 
-// Close ends the session and every stream of it, and waits for its goroutines.
+// Close ends the session and its parked connections, and waits for its goroutines. Streams
+// already returned by Accept are the caller's.
 func (s *NetSession) Close() error {
-	err := s.sess.Close()
+	s.end()
 	s.wg.Wait()
-	return err
+	return nil
+}
+
+func (s *NetSession) end() {
+	s.once.Do(func() {
+		close(s.done)
+		s.stop()
+		_ = s.ctl.Close()
+		s.mu.Lock()
+		for c := range s.conns {
+			_ = c.Close()
+		}
+		s.conns = nil
+		s.mu.Unlock()
+	})
 }
 
 // Done is closed when the session ends.
-func (s *NetSession) Done() <-chan struct{} { return s.sess.CloseChan() }
+func (s *NetSession) Done() <-chan struct{} { return s.done }
 
 // BadStreams counts the streams skipped for a bad header.
 func (s *NetSession) BadStreams() int64 { return s.bad.Load() }
 
-// acceptLoop accepts the agent's streams and reads each one's header in a goroutine of its
-// own (at most maxHeaderReaders at once), handing the good ones to Accept.
-func (s *NetSession) acceptLoop() {
+// track adds (or, with add false, removes) a parked connection closed by end; false: ended.
+func (s *NetSession) track(c net.Conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		return false
+	}
+	if add {
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+	return true
+}
+
+// control reads the agent's demand bytes until the control connection ends, which ends the
+// session.
+func (s *NetSession) control(r io.Reader) {
 	defer s.wg.Done()
-	sem := make(chan struct{}, maxHeaderReaders)
+	defer s.end()
+	buf := make([]byte, 64)
 	for {
-		st, err := s.sess.AcceptStream()
+		n, err := r.Read(buf)
+		if n > 0 {
+			s.mu.Lock()
+			s.want = min(s.want+n, maxLiveConnsHost)
+			s.mu.Unlock()
+			s.spawn(false)
+		}
 		if err != nil {
 			return
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-s.sess.CloseChan():
-			_ = st.Close()
-			return
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer func() { <-sem }()
-			ns, err := readStreamHeader(st)
-			if err != nil {
-				s.bad.Add(1)
-				abortConn(st)
-				return
-			}
-			select {
-			case s.ready <- ns:
-			case <-s.sess.CloseChan():
-				abortConn(st)
-			}
-		}()
 	}
 }
 
-// readStreamHeader reads and checks a stream's header line.
-func readStreamHeader(st *yamux.Stream) (*NetStream, error) {
-	_ = st.SetReadDeadline(time.Now().Add(netHeaderWait))
-	br := bufio.NewReaderSize(st, MaxNetHeader+1)
-	line, err := readLineMax(br, MaxNetHeader)
+// maxLiveConnsHost bounds the demand the host remembers (the agent relays at most 4,096).
+const maxLiveConnsHost = 4096
+
+// spawn starts parkers: up to netParkedIdle, and one per unanswered demand up to netParkedMax.
+// after is set when a parker just ended (its connection handed over or lost).
+func (s *NetSession) spawn(after bool) {
+	s.mu.Lock()
+	if after {
+		s.parkers--
+	}
+	n := 0
+	for s.conns != nil && s.parkers < netParkedMax {
+		if s.parkers < netParkedIdle {
+		} else if s.want > 0 {
+			s.want--
+		} else {
+			break
+		}
+		s.parkers++
+		n++
+	}
+	s.wg.Add(n)
+	s.mu.Unlock()
+	for range n {
+		go s.park()
+	}
+}
+
+// park dials one connection, parks it at the agent and hands the stream it carries to
+// Accept; a connection the agent closes before a header, or one it never accepted, is
+// replaced only after a pause (an agent that keeps closing them cannot make the host spin).
+func (s *NetSession) park() {
+	defer s.wg.Done()
+	pause := false
+	defer func() {
+		if pause {
+			select {
+			case <-s.done:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		s.spawn(true)
+	}()
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	conn, br, lr, stopUp, err := s.c.upgradeBuf(ctx, "/net/accept", NetConnProtocol, NetAcceptRequest{Token: s.Reply.Token}, netCodes, 1<<10, true)
 	if err != nil {
+		cancel()
+		pause = true
+		return
+	}
+	ok := stopUp()
+	cancel()
+	if !ok || !s.track(conn, true) {
+		_ = conn.Close()
+		return
+	}
+	lr.unlimit()
+	st, err := readStreamFrame(conn, br)
+	s.track(conn, false)
+	if err != nil {
+		if !errors.Is(err, errNoFrame) {
+			s.bad.Add(1)
+		} else {
+			pause = true
+		}
+		_ = conn.Close()
+		return
+	}
+	select {
+	case s.ready <- st:
+	case <-s.done:
+		_ = conn.Close()
+	}
+}
+
+var errNoFrame = errors.New("closed before a stream header")
+
+// readStreamFrame reads a stream's header frame: its 2-byte length (waiting as long as the
+// connection stays parked), then the header, within netHeaderWait. What br holds past the
+// frame (bytes the agent sent with it) is read first by the stream.
+func readStreamFrame(conn net.Conn, br *bufio.Reader) (*NetStream, error) {
+	// Read from the connection itself while br holds nothing, so nothing past the frame is read.
+	r := func() io.Reader {
+		if br.Buffered() > 0 {
+			return br
+		}
+		return conn
+	}
+	var l [2]byte
+	if _, err := io.ReadFull(r(), l[:1]); err != nil {
+		return nil, errNoFrame
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(netHeaderWait))
+	if _, err := io.ReadFull(r(), l[1:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint16(l[:]))
+	if n > MaxNetHeader {
+		return nil, errLineTooLong
+	}
+	line := make([]byte, n)
+	if _, err := io.ReadFull(r(), line); err != nil {
 		return nil, err
 	}
 	var h NetStreamHeader
@@ -128,8 +246,11 @@ func readStreamHeader(st *yamux.Stream) (*NetStream, error) {
 	if err := validStreamHeader(&h); err != nil {
 		return nil, err
 	}
-	_ = st.SetReadDeadline(time.Time{})
-	return &NetStream{Conn: &streamConn{Stream: st, br: br}, Header: h}, nil
+	_ = conn.SetReadDeadline(time.Time{})
+	if br.Buffered() > 0 {
+		return &NetStream{Conn: &bufConn{Conn: conn, br: br}, Header: h}, nil
+	}
+	return &NetStream{Conn: conn, Header: h}, nil
 }
 
 func validStreamHeader(h *NetStreamHeader) error {
@@ -151,37 +272,15 @@ func validStreamHeader(h *NetStreamHeader) error {
 	return nil
 }
 
-// streamConn is a stream whose first bytes (read with its header) are in br.
-type streamConn struct {
-	*yamux.Stream
-	br *bufio.Reader
-}
-
-func (c *streamConn) Read(p []byte) (int, error) {
-	if c.br != nil && c.br.Buffered() > 0 {
-		return c.br.Read(p)
-	}
-	return c.Stream.Read(p)
-}
-
-// CloseWrite half-closes the stream: the sandbox's side reads EOF.
-func (c *streamConn) CloseWrite() error { return c.Stream.Close() }
-
-// Close ends the stream: pending reads and writes fail at once.
-func (c *streamConn) Close() error {
-	_ = c.Stream.SetDeadline(time.Now())
-	return c.Stream.Close()
-}
-
 // NetSession opens the sandbox's egress session: the agent binds (on the first session) or
 // checks (on a later one, which replaces the current one) the listeners req asks for. ctx
-// bounds the dial and the upgrade only; the session lasts until Close or until the connection
-// breaks.
+// bounds the dial and the upgrade only; the session lasts until Close or until the control
+// connection breaks.
 func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSession, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	conn, br, lr, stop, err := c.upgrade(ctx, "/net/session", NetProtocol, req, netCodes)
+	conn, br, lr, stop, err := c.upgradeBuf(ctx, "/net/session", NetProtocol, req, netCodes, MaxNetHeader+1, false)
 	if err != nil {
 		return nil, err
 	}
@@ -209,14 +308,11 @@ func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSes
 		return nil, ctx.Err()
 	}
 	lr.unlimit()
-	sess, err := yamux.Server(&yamuxConn{Conn: conn, r: &bufConn{Conn: conn, br: br}}, yamuxConfig(io.Discard))
-	if err != nil {
-		_ = conn.Close()
-		return nil, errcode.Wrap(errcode.Internal, err, "cannot start the egress session: %v", err)
-	}
-	s := &NetSession{Reply: reply, sess: sess, ready: make(chan *NetStream)}
+	s := &NetSession{Reply: reply, c: c, ctl: conn, ready: make(chan *NetStream), done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.wg.Add(1)
-	go s.acceptLoop()
+	go s.control(&bufConn{Conn: conn, br: br})
+	s.spawn(false)
 	return s, nil
 }
 
@@ -224,6 +320,9 @@ func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSes
 func validNetReply(r *NetSessionReply, req NetSessionRequest) error {
 	if _, err := netip.ParseAddrPort(r.ProxyAddr); err != nil {
 		return fmt.Errorf("bad proxy_addr %q", cleanText(r.ProxyAddr, 64))
+	}
+	if len(r.Token) != 32 || strings.Trim(r.Token, "0123456789abcdef") != "" {
+		return fmt.Errorf("bad token %q (32 hex digits)", cleanText(r.Token, 64))
 	}
 	if (r.DNSAddr == "") != (req.DNSPort == -1) {
 		return fmt.Errorf("dns_addr %q for dns_port %d", cleanText(r.DNSAddr, 64), req.DNSPort)
@@ -270,6 +369,16 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 // read what it reads bounded) and stop, which detaches ctx from the connection (false: ctx
 // ended and closed it).
 func (c *Client) upgrade(ctx context.Context, path, proto string, body any, codes []errcode.Code) (net.Conn, *bufio.Reader, *limitedConnReader, func() bool, error) {
+	return c.upgradeBuf(ctx, path, proto, body, codes, 32<<10, false)
+}
+
+// netConn101 is the agent's whole answer to a good POST /v1/net/accept.
+var netConn101 = []byte("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + NetConnProtocol + "\r\n\r\n")
+
+// upgradeBuf is upgrade with a reader of bufSize bytes. With exact101, the reply is first read
+// as exactly netConn101's bytes: when they are those, nothing past them was read (br holds
+// nothing); otherwise they are parsed as any reply.
+func (c *Client) upgradeBuf(ctx context.Context, path, proto string, body any, codes []errcode.Code, bufSize int, exact101 bool) (net.Conn, *bufio.Reader, *limitedConnReader, func() bool, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, nil, nil, nil, errcode.Wrap(errcode.InvalidArgument, err, "cannot encode request")
@@ -301,7 +410,17 @@ func (c *Client) upgrade(ctx context.Context, path, proto string, body any, code
 		return fail(errcode.Wrap(errcode.SandboxNotRunning, err, "the sandbox's agent is not reachable"))
 	}
 	lr := &limitedConnReader{r: conn, left: maxHeaderBytes + maxErrorReply + 4<<10}
-	br := bufio.NewReaderSize(lr, 32<<10)
+	var br *bufio.Reader
+	if exact101 {
+		got := make([]byte, len(netConn101))
+		n, _ := io.ReadFull(lr, got)
+		if n == len(got) && bytes.Equal(got, netConn101) {
+			return conn, bufio.NewReaderSize(lr, bufSize), lr, stop, nil
+		}
+		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(got[:n]), lr), bufSize)
+	} else {
+		br = bufio.NewReaderSize(lr, bufSize)
+	}
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		if lr.left <= 0 {
@@ -365,4 +484,23 @@ func (c *bufConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return errors.New("the connection to the agent cannot be half-closed")
+}
+
+// WriteTo writes what br holds, then copies the connection itself (so a TCP destination
+// splices from it).
+func (c *bufConn) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	if c.br != nil {
+		if b := c.br.Buffered(); b > 0 {
+			p, _ := c.br.Peek(b)
+			m, err := w.Write(p)
+			_, _ = c.br.Discard(m)
+			n += int64(m)
+			if err != nil {
+				return n, err
+			}
+		}
+	}
+	m, err := io.Copy(w, c.Conn)
+	return n + m, err
 }

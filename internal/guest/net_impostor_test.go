@@ -5,14 +5,13 @@ package guest_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/yamux"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
@@ -52,46 +51,70 @@ func TestImpostorNetReplyOversized(t *testing.T) {
 	wantOversized(t, err)
 }
 
-// TestImpostorNetStreamHeaders: streams whose header is oversized, of an unknown kind, or with
-// a bad address are closed and skipped; the good one after them is delivered.
+// frame is a stream header frame: the 2-byte length of h, then h.
+func frame(h string) []byte {
+	return append([]byte{byte(len(h) >> 8), byte(len(h))}, h...)
+}
+
+// TestImpostorNetStreamHeaders: parked connections whose header is oversized, of an unknown
+// kind, with a bad address, or cut short are closed and counted; the good one after them is
+// delivered with the bytes that came with its header; a stale token is refused.
 func TestImpostorNetStreamHeaders(t *testing.T) {
 	t.Parallel()
+	const token = "0123456789abcdef0123456789abcdef"
+	bad := [][]byte{
+		append([]byte{0x20, 0x00}, strings.Repeat("x", 5000)...), // 8 KiB announced
+		frame(`{"kind":"exfil"}`),
+		frame(`{"kind":"transparent"}`),
+		frame(`{"kind":"proxy","dst":"not-an-address"}`),
+		frame(`not json`),
+		frame(`{"kind":"proxy"`)[:6], // cut short
+	}
+	next := make(chan []byte, len(bad)+1)
+	for _, b := range bad {
+		next <- b
+	}
+	next <- append(frame(`{"kind":"proxy","src":"127.0.0.1:5"}`), "hello"...)
 	done := make(chan struct{})
+	stale := make(chan struct{}, 1)
 	im := startImpostor(t, func(im *impostor, w http.ResponseWriter, r *http.Request) {
-		conn, brw := hijack101(t, w, r, guest.NetProtocol)
-		if conn == nil {
-			return
-		}
-		defer conn.Close()
-		_, _ = conn.Write([]byte(`{"proxy_addr":"127.0.0.1:3128"}` + "\n"))
-		cfg := yamux.DefaultConfig()
-		cfg.LogOutput = io.Discard
-		sess, err := yamux.Client(struct {
-			io.Reader
-			io.WriteCloser
-		}{brw.Reader, conn}, cfg)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer sess.Close()
-		for _, h := range []string{
-			strings.Repeat("x", 5000) + "\n",
-			`{"kind":"exfil"}` + "\n",
-			`{"kind":"transparent"}` + "\n",
-			`{"kind":"proxy","dst":"not-an-address"}` + "\n",
-			`{"kind":"proxy","src":"127.0.0.1:5"}` + "\nhello",
-		} {
-			st, err := sess.OpenStream()
-			if err != nil {
-				t.Error(err)
+		switch r.URL.Path {
+		case "/v1/net/session":
+			conn, _ := hijack101(t, w, r, guest.NetProtocol)
+			if conn == nil {
 				return
 			}
-			_, _ = st.Write([]byte(h))
-		}
-		select {
-		case <-sess.CloseChan():
-		case <-done:
+			defer conn.Close()
+			_, _ = conn.Write([]byte(`{"proxy_addr":"127.0.0.1:3128","token":"` + token + `"}` + "\n"))
+			<-done
+		case "/v1/net/accept":
+			var req guest.NetAcceptRequest
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			if req.Token != token {
+				select {
+				case stale <- struct{}{}:
+				default:
+				}
+				w.WriteHeader(http.StatusConflict)
+				return
+			}
+			conn, _ := hijack101(t, w, r, guest.NetConnProtocol)
+			if conn == nil {
+				return
+			}
+			select {
+			case b := <-next:
+				_, _ = conn.Write(b)
+				if len(b) < 10 { // cut short: the host waits for the rest until it gives up
+					time.Sleep(100 * time.Millisecond)
+					conn.Close()
+					return
+				}
+				<-done
+				conn.Close()
+			case <-done:
+				conn.Close()
+			}
 		}
 	})
 	defer close(done)
@@ -109,12 +132,33 @@ func TestImpostorNetStreamHeaders(t *testing.T) {
 		t.Fatalf("read %q, %v", buf, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for s.BadStreams() != 4 && time.Now().Before(deadline) {
+	for s.BadStreams() != int64(len(bad)) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := s.BadStreams(); n != 4 {
-		t.Fatalf("%d streams skipped, want 4", n)
+	if n := s.BadStreams(); n != int64(len(bad)) {
+		t.Fatalf("%d streams skipped, want %d", n, len(bad))
 	}
+	select {
+	case <-stale:
+		t.Fatal("the host sent a token other than the session's")
+	default:
+	}
+}
+
+// TestImpostorNetBadToken: a session reply without a proper token is refused.
+func TestImpostorNetBadToken(t *testing.T) {
+	t.Parallel()
+	im := startImpostor(t, func(im *impostor, w http.ResponseWriter, r *http.Request) {
+		conn, _ := hijack101(t, w, r, guest.NetProtocol)
+		if conn == nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = conn.Write([]byte(`{"proxy_addr":"127.0.0.1:3128","token":"../../x"}` + "\n"))
+		time.Sleep(time.Second)
+	})
+	_, err := im.c.NetSession(ctxT(t, 10*time.Second), guest.NetSessionRequest{DNSPort: -1})
+	wantCode(t, err, errcode.Internal, "token")
 }
 
 // TestImpostorNetForgedCodes: codes the net endpoints never send become INTERNAL, as the

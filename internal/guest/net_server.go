@@ -5,7 +5,10 @@ package guest
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -19,8 +22,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/hashicorp/yamux"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 )
@@ -56,7 +57,7 @@ type netAgent struct {
 	reply           NetSessionReply
 	lns             []net.Listener
 	udp             *net.UDPConn
-	cur             *yamux.Session
+	cur             *agentSession
 	// changed is closed (and replaced) whenever cur changes.
 	changed chan struct{}
 	closed  bool
@@ -68,13 +69,94 @@ type netAgent struct {
 	dnsSem   chan struct{}
 	fullLog  rateLimit
 	acceptLg rateLimit
-	yamuxLog io.Writer
 }
 
 func newNetAgent(log *slog.Logger) *netAgent {
-	a := &netAgent{log: log, changed: make(chan struct{}), quit: make(chan struct{}), dnsSem: make(chan struct{}, maxDNSInFlight)}
-	a.yamuxLog = &slogWriter{log: log, msg: "guest: net session"}
-	return a
+	return &netAgent{log: log, changed: make(chan struct{}), quit: make(chan struct{}), dnsSem: make(chan struct{}, maxDNSInFlight)}
+}
+
+// agentSession is a net session on the agent's side: its control connection, its token and
+// the connections the host parked for it.
+type agentSession struct {
+	token  string
+	ctl    net.Conn
+	parked chan net.Conn // at most netParkedMax
+	done   chan struct{}
+	once   sync.Once
+	ctlMu  sync.Mutex
+	// lastWant is when a connection last found no parked connection (unix nanoseconds).
+	lastWant atomic.Int64
+}
+
+func newAgentSession(ctl net.Conn) *agentSession {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return &agentSession{token: hex.EncodeToString(b[:]), ctl: ctl, parked: make(chan net.Conn, netParkedMax), done: make(chan struct{})}
+}
+
+// close ends the session: its control connection and its parked connections.
+func (s *agentSession) close() {
+	s.once.Do(func() {
+		close(s.done)
+		_ = s.ctl.Close()
+		s.drain(0)
+	})
+}
+
+func (s *agentSession) isDone() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// drain closes parked connections until at most keep are left.
+func (s *agentSession) drain(keep int) {
+	for len(s.parked) > keep {
+		select {
+		case c := <-s.parked:
+			_ = c.Close()
+		default:
+			return
+		}
+	}
+}
+
+// park keeps c for a local connection; false: the session ended or holds netParkedMax.
+func (s *agentSession) park(c net.Conn) bool {
+	if s.isDone() {
+		return false
+	}
+	select {
+	case s.parked <- c:
+	default:
+		return false
+	}
+	if s.isDone() { // ended meanwhile: what close drained before c came is drained here
+		s.drain(0)
+	}
+	return true
+}
+
+// want asks the host for one more parked connection (one byte on the control connection).
+func (s *agentSession) want() {
+	s.lastWant.Store(time.Now().UnixNano())
+	s.ctlMu.Lock()
+	defer s.ctlMu.Unlock()
+	_ = s.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := s.ctl.Write([]byte{1}); err != nil {
+		s.close()
+	}
+}
+
+// trim closes the parked connections past netParkedIdle once none was asked for in
+// netParkedTrim.
+func (s *agentSession) trim() {
+	if time.Since(time.Unix(0, s.lastWant.Load())) >= netParkedTrim {
+		s.drain(netParkedIdle)
+	}
 }
 
 // rateLimit lets something happen at most once a second.
@@ -84,20 +166,6 @@ func (r *rateLimit) allow() bool {
 	now := time.Now().UnixNano()
 	last := r.last.Load()
 	return now-last >= int64(time.Second) && r.last.CompareAndSwap(last, now)
-}
-
-// slogWriter logs yamux's lines at debug level, at most one a second.
-type slogWriter struct {
-	log *slog.Logger
-	msg string
-	rl  rateLimit
-}
-
-func (w *slogWriter) Write(p []byte) (int, error) {
-	if w.rl.allow() {
-		w.log.Debug(w.msg, "yamux", strings.TrimSpace(cutTo(string(p), 512)))
-	}
-	return len(p), nil
 }
 
 // goTracked runs f in a goroutine that close waits for; false: the agent is closing.
@@ -136,7 +204,7 @@ func (a *netAgent) close() {
 			_ = a.udp.Close()
 		}
 		if a.cur != nil {
-			_ = a.cur.Close()
+			a.cur.close()
 		}
 	}
 	a.mu.Unlock()
@@ -262,7 +330,7 @@ func bindError(err error, what string, port int) error {
 }
 
 // setSession makes sess the current session; the previous one is closed.
-func (a *netAgent) setSession(sess *yamux.Session) bool {
+func (a *netAgent) setSession(sess *agentSession) bool {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -274,14 +342,14 @@ func (a *netAgent) setSession(sess *yamux.Session) bool {
 	a.changed = make(chan struct{})
 	a.mu.Unlock()
 	if old != nil {
-		_ = old.Close()
+		old.close()
 		a.log.Info("guest: a new net session replaced the previous one")
 	}
 	return true
 }
 
 // clearSession forgets sess if it is still the current session.
-func (a *netAgent) clearSession(sess *yamux.Session) {
+func (a *netAgent) clearSession(sess *agentSession) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cur == sess {
@@ -291,15 +359,26 @@ func (a *netAgent) clearSession(sess *yamux.Session) {
 	}
 }
 
+// session is the current session if its token is token, else nil.
+func (a *netAgent) session(token string) *agentSession {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cur == nil || subtle.ConstantTimeCompare([]byte(a.cur.token), []byte(token)) != 1 {
+		return nil
+	}
+	return a.cur
+}
+
 var (
 	errNoSession   = errors.New("no net session")
 	errTooMany     = errors.New("too many connections wait for a net session")
 	errAgentClosed = errors.New("the agent is closing")
 )
 
-// open opens a stream on the current session, waiting for one until deadline; pending counts
-// the wait against maxPendingConns.
-func (a *netAgent) open(deadline time.Time, pending bool) (*yamux.Stream, error) {
+// take takes a parked connection of the current session, asking the host for one more when
+// none is waiting, and waiting (for one, or for a session when none is up) until deadline;
+// pending counts a wait with no session against maxPendingConns.
+func (a *netAgent) take(deadline time.Time, pending bool) (net.Conn, error) {
 	counted := false
 	defer func() {
 		if counted {
@@ -316,13 +395,25 @@ func (a *netAgent) open(deadline time.Time, pending bool) (*yamux.Stream, error)
 		a.mu.Lock()
 		sess, changed := a.cur, a.changed
 		a.mu.Unlock()
-		if sess != nil && !sess.IsClosed() {
-			st, err := sess.OpenStream()
-			if err == nil {
-				return st, nil
+		if sess != nil && !sess.isDone() {
+			select {
+			case c := <-sess.parked:
+				return c, nil
+			default:
 			}
-			if !sess.IsClosed() {
-				return nil, err
+			sess.want()
+			if timer == nil {
+				timer = time.NewTimer(time.Until(deadline))
+			}
+			select {
+			case c := <-sess.parked:
+				return c, nil
+			case <-sess.done:
+				continue
+			case <-timer.C:
+				return nil, errNoSession
+			case <-a.quit:
+				return nil, errAgentClosed
 			}
 		}
 		if pending && !counted {
@@ -382,26 +473,31 @@ func (a *netAgent) acceptLoop(ln net.Listener, kind string) {
 	}
 }
 
-// relay opens a stream for c (waiting for a session if none is up) and splices them.
+// relay hands c to a parked connection (waiting for one, or for a session if none is up):
+// the header frame, then the bytes both ways. A parked connection that fails the header's
+// write (the host dropped it) is replaced by the next, until the wait's deadline.
 func (a *netAgent) relay(c net.Conn, kind string) {
-	st, err := a.open(time.Now().Add(pendingWait), true)
-	if err != nil {
-		_ = c.Close()
-		return
-	}
 	h := NetStreamHeader{Kind: kind, Src: c.RemoteAddr().String()}
 	if kind == "transparent" {
 		h.Dst = c.LocalAddr().String()
 	}
-	line, _ := json.Marshal(h)
-	_ = st.SetWriteDeadline(time.Now().Add(pendingWait))
-	if _, err := st.Write(append(line, '\n')); err != nil {
-		abortConn(st)
-		_ = c.Close()
+	frame := appendStreamHeader(nil, h)
+	deadline := time.Now().Add(pendingWait)
+	for {
+		pc, err := a.take(deadline, true)
+		if err != nil {
+			_ = c.Close()
+			return
+		}
+		_ = pc.SetWriteDeadline(time.Now().Add(pendingWait))
+		if _, err := pc.Write(frame); err != nil {
+			_ = pc.Close()
+			continue
+		}
+		_ = pc.SetWriteDeadline(time.Time{})
+		splice(c, nil, pc)
 		return
 	}
-	_ = st.SetWriteDeadline(time.Time{})
-	splice(c, nil, st)
 }
 
 // dnsLoop relays each UDP query as a stream of kind dns.
@@ -446,19 +542,23 @@ func (a *netAgent) dnsLoop(udp *net.UDPConn) {
 // reply within dnsWait.
 func (a *netAgent) dnsQuery(q []byte) ([]byte, error) {
 	deadline := time.Now().Add(dnsWait)
-	st, err := a.open(deadline, false)
-	if err != nil {
-		return nil, err
+	msg := appendStreamHeader(make([]byte, 0, 64+len(q)), NetStreamHeader{Kind: "dns"})
+	msg = append(binary.BigEndian.AppendUint16(msg, uint16(len(q))), q...)
+	var st net.Conn
+	for {
+		c, err := a.take(deadline, false)
+		if err != nil {
+			return nil, err
+		}
+		_ = c.SetDeadline(deadline)
+		if _, err := c.Write(msg); err != nil {
+			_ = c.Close()
+			continue
+		}
+		st = c
+		break
 	}
-	defer abortConn(st)
-	_ = st.SetDeadline(deadline)
-	line, _ := json.Marshal(NetStreamHeader{Kind: "dns"})
-	msg := make([]byte, 0, len(line)+1+2+len(q))
-	msg = append(append(line, '\n'), byte(len(q)>>8), byte(len(q)))
-	msg = append(msg, q...)
-	if _, err := st.Write(msg); err != nil {
-		return nil, err
-	}
+	defer st.Close()
 	var l [2]byte
 	if _, err := io.ReadFull(st, l[:]); err != nil {
 		return nil, err
@@ -488,9 +588,9 @@ func (s *server) switchProtocols(w http.ResponseWriter, proto string) (net.Conn,
 	return conn, brw.Reader, true
 }
 
-// handleNetSession binds (or checks) the egress listeners, switches the connection to yamux
-// (the agent is the client: it opens the streams) and serves the session until it ends or
-// another replaces it.
+// handleNetSession binds (or checks) the egress listeners, answers with the session's token
+// and keeps the connection as the session's control channel until it ends or another session
+// replaces it.
 func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), NetProtocol) {
 		s.writeError(w, errcode.New(errcode.InvalidArgument, "POST /v1/net/session needs \"Connection: Upgrade\" and \"Upgrade: %s\"", NetProtocol))
@@ -519,6 +619,8 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	sess := newAgentSession(conn)
+	reply.Token = sess.token
 	line, _ := json.Marshal(reply)
 	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	if _, err := conn.Write(append(line, '\n')); err != nil {
@@ -526,24 +628,63 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
-	sess, err := yamux.Client(&yamuxConn{Conn: conn, r: &bufConn{Conn: conn, br: br}}, yamuxConfig(s.net.yamuxLog))
+	if !s.net.setSession(sess) {
+		sess.close()
+		return
+	}
+	// Not r.Context(): net/http may cancel it once the connection is taken over. The session
+	// ends when the host closes the connection, when another replaces it (which closes it)
+	// or when the agent closes. The host sends nothing on it; what it sends is discarded.
+	buf := make([]byte, 64)
+	for !sess.isDone() {
+		_ = conn.SetReadDeadline(time.Now().Add(netParkedTrim / 3))
+		if _, err := br.Read(buf); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				sess.trim()
+				continue
+			}
+			break
+		}
+	}
+	sess.close()
+	s.net.clearSession(sess)
+}
+
+// handleNetAccept parks the connection in the session whose token it carries, for the next
+// local connection.
+func (s *server) handleNetAccept(w http.ResponseWriter, r *http.Request) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), NetConnProtocol) {
+		s.writeError(w, errcode.New(errcode.InvalidArgument, "POST /v1/net/accept needs \"Connection: Upgrade\" and \"Upgrade: %s\"", NetConnProtocol))
+		return
+	}
+	var req NetAcceptRequest
+	if err := decodeJSON(w, r, MaxNetHeader, &req); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	sess := s.net.session(req.Token)
+	if sess == nil {
+		s.writeError(w, errcode.New(errcode.Conflict, "no net session has this token: it ended or a newer session replaced it"))
+		return
+	}
+	// The 101 is written by hand, always the same bytes (netConn101), so that the host reads
+	// exactly it and nothing of the frame that may follow at once.
+	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		s.log.Warn("guest: cannot start the net session", "err", err)
+		s.log.Warn("guest: cannot take over the connection", "proto", NetConnProtocol, "err", err)
+		return
+	}
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	// The host sends nothing before the agent's frame: anything buffered breaks the protocol.
+	if _, err := conn.Write(netConn101); err != nil || brw.Reader.Buffered() > 0 {
 		_ = conn.Close()
 		return
 	}
-	if !s.net.setSession(sess) {
-		_ = sess.Close()
-		return
+	_ = conn.SetDeadline(time.Time{})
+	if !sess.park(conn) {
+		_ = conn.Close()
 	}
-	// Not r.Context(): net/http may cancel it once the connection is taken over (a client's
-	// half-close reads as the connection's end). The agent's end is a.quit.
-	select {
-	case <-sess.CloseChan():
-	case <-s.net.quit:
-	}
-	_ = sess.Close()
-	s.net.clearSession(sess)
 }
 
 // handleDialPort connects to a port on the sandbox's loopback and splices the upgraded
@@ -583,8 +724,8 @@ func (s *server) handleDialPort(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		select {
 		case <-s.net.quit:
-			abortConn(conn)
-			abortConn(target)
+			_ = conn.Close()
+			_ = target.Close()
 		case <-stop:
 		}
 	}()

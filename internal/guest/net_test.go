@@ -461,3 +461,93 @@ func TestNetSessionPendingBounds(t *testing.T) {
 		t.Fatalf("%d closed at once, %d after the 10 s wait; want %d and 256", early, late, n-256)
 	}
 }
+
+// postAccept sends POST /v1/net/accept with token on a connection of its own and returns the
+// reply's status line.
+func postAccept(t *testing.T, socket, token string) string {
+	t.Helper()
+	c, err := net.DialTimeout("unix", socket, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"token":"` + token + `"}`
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(c, "POST /v1/net/accept HTTP/1.1\r\nHost: agent\r\nConnection: Upgrade\r\nUpgrade: "+guest.NetConnProtocol+
+		"\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	buf := make([]byte, 256)
+	n, _ := c.Read(buf)
+	line, _, _ := strings.Cut(string(buf[:n]), "\r\n")
+	return line
+}
+
+// TestNetAcceptToken: a parked connection is accepted only with the current session's token:
+// a made-up one and the token of a session a newer one replaced are CONFLICT.
+func TestNetAcceptToken(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	s1 := openSession(t, a, noDNS)
+	if got := postAccept(t, a.socket, s1.Reply.Token); !strings.Contains(got, " 101 ") {
+		t.Fatalf("the current token: %q, want 101", got)
+	}
+	if got := postAccept(t, a.socket, strings.Repeat("0", 32)); !strings.Contains(got, " 409 ") {
+		t.Fatalf("a made-up token: %q, want 409", got)
+	}
+	s2 := openSession(t, a, noDNS)
+	if s2.Reply.Token == s1.Reply.Token {
+		t.Fatal("two sessions share a token")
+	}
+	if got := postAccept(t, a.socket, s1.Reply.Token); !strings.Contains(got, " 409 ") {
+		t.Fatalf("the replaced session's token: %q, want 409", got)
+	}
+}
+
+// TestNetStreamRaw: a stream is the unix connection to the agent itself (the egress proxy
+// copies it to TCP with splice), and a burst of connections larger than the parked pool is
+// served, each with its own bytes.
+func TestNetStreamRaw(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	s := openSession(t, a, noDNS)
+	const n = 100
+	go func() {
+		for {
+			st, err := s.Accept()
+			if err != nil {
+				return
+			}
+			if _, ok := st.Conn.(*net.UnixConn); !ok {
+				t.Errorf("stream conn is %T, want *net.UnixConn", st.Conn)
+			}
+			go echo(st)
+		}
+	}()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			c, err := net.DialTimeout("tcp", s.Reply.ProxyAddr, 5*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			msg := "conn " + strconv.Itoa(i)
+			if _, err := io.WriteString(c, msg); err != nil {
+				errs <- err
+				return
+			}
+			_ = c.(*net.TCPConn).CloseWrite()
+			got, err := io.ReadAll(c)
+			if err == nil && string(got) != msg {
+				err = errors.New("echo " + strconv.Quote(string(got)) + ", want " + strconv.Quote(msg))
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

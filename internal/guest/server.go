@@ -177,8 +177,10 @@ func (s *server) routes() http.Handler {
 	// Interactive terminals (pty*.go): the connection switches to PTY frames.
 	mux.HandleFunc("POST "+p+"/pty", s.handlePTY)
 	// Egress session and inbound connections (net_server.go): the connection switches to
-	// yamux, or to the raw bytes of a connection to the sandbox's loopback.
+	// its control channel, to a parked connection, or to the raw bytes of a connection to the
+	// sandbox's loopback.
 	mux.HandleFunc("POST "+p+"/net/session", s.handleNetSession)
+	mux.HandleFunc("POST "+p+"/net/accept", s.handleNetAccept)
 	mux.HandleFunc("POST "+p+"/tcp", s.handleDialPort)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, errcode.New(errcode.UnsupportedOp, "the agent has no endpoint %s %s", r.Method, r.URL.Path))

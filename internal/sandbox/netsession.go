@@ -272,7 +272,9 @@ func (s *Service) serveSession(n *netSandbox, sess *guest.NetSession) {
 		go func() {
 			defer s.wg.Done()
 			defer func() { <-n.slots }()
-			s.net.proxy.Serve(n.ctx, n.target, st, kind, dst)
+			// The connection itself, not the NetStream around it: the proxy's copies between it
+			// and TCP then splice.
+			s.net.proxy.Serve(n.ctx, n.target, st.Conn, kind, dst)
 		}()
 	}
 }
