@@ -8,6 +8,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,9 @@ func (s *Service) RecordConnection(c egress.Connection) {
 	if c.Time.IsZero() {
 		c.Time = s.now()
 	}
+	if c.Decision == egress.Denied && c.Kind != egress.KindDNS {
+		c.Reason = withAllowHint(c)
+	}
 	s.enqueue(netRecord{conn: &c})
 	if c.Decision != egress.Denied || c.Kind == egress.KindDNS {
 		return
@@ -75,6 +79,23 @@ func (s *Service) RecordConnection(c egress.Connection) {
 	at := s.now().UTC().Truncate(time.Millisecond)
 	s.enqueue(netRecord{ev: &Event{SandboxID: c.SandboxID, Type: "egress_denied", From: StateRunning, To: StateRunning,
 		At: at, Reason: truncate(reason, 1024)}})
+}
+
+// withAllowHint is a policy refusal's reason with how to lift it, as the proxy's 403 says it,
+// so that a refused CONNECT or transparent connection (which gets no 403 body) tells the agent
+// the same in its record and event. A never-reachable address gets no hint: no policy opens it.
+func withAllowHint(c egress.Connection) string {
+	if c.Host == "" || strings.Contains(c.Reason, "never reachable") || strings.Contains(c.Reason, "sandbox_network_update") {
+		return c.Reason
+	}
+	hint := fmt.Sprintf("to allow it, add %q to the policy's allow list with sandbox_network_update (REST PATCH /v1/sandboxes/%s/network, CLI agentbox network set)", c.Host, c.SandboxID)
+	if c.Rule != "" {
+		hint = fmt.Sprintf("remove or narrow that deny rule with sandbox_network_update (REST PATCH /v1/sandboxes/%s/network, CLI agentbox network set)", c.SandboxID)
+	}
+	if c.Reason == "" {
+		return hint
+	}
+	return c.Reason + "; " + hint
 }
 
 // RecordSecretCall queues c for the store (egress.Recorder); it never blocks.

@@ -286,8 +286,15 @@ func TestEgressEndToEnd(t *testing.T) {
 	if allowed != 1 || denied != 2 || list.Next != list.Connections[len(list.Connections)-1].Seq {
 		t.Errorf("connections = %+v: want 1 allowed, 2 denied", list)
 	}
-	if evs := e.eventsOf(t, sb.ID, "egress_denied"); len(evs) == 0 || !strings.Contains(evs[0].Reason, "other.test") {
-		t.Errorf("egress_denied events = %+v", evs)
+	if evs := e.eventsOf(t, sb.ID, "egress_denied"); len(evs) == 0 || !strings.Contains(evs[0].Reason, "other.test") ||
+		!strings.Contains(evs[0].Reason, "sandbox_network_update") {
+		t.Errorf("egress_denied events = %+v; want the host and how to allow it", evs)
+	}
+	// A refused connection's record says how to lift the refusal, as the 403 body does.
+	for _, c := range list.Connections {
+		if c.Decision == egress.Denied && !strings.Contains(c.Reason, `add "`+c.Host+`" to the policy's allow list with sandbox_network_update`) {
+			t.Errorf("denied record %+v: its reason does not say how to allow it", c)
+		}
 	}
 
 	// A live change applies to the next connection.
