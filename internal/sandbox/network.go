@@ -460,60 +460,56 @@ func checkPage(id string, after int64, limit int) (int, error) {
 	return limit, nil
 }
 
+// pageRecords reads one page of a sandbox's records with list (ListConnections or
+// ListSecretCalls) after checking the cursor, the limit and the sandbox; it returns the page
+// (never nil), the cursor of the next page and how many older records were left out.
+func pageRecords[T any](ctx context.Context, s *Service, id string, after int64, limit int,
+	list func(NetStore, context.Context, string, int64, int) ([]T, int64, error), seq func(T) int64) ([]T, int64, int64, error) {
+	limit, err := checkPage(id, after, limit)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	ns, err := s.netStore()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if _, err := s.store.GetSandbox(ctx, id); err != nil {
+		return nil, 0, 0, err
+	}
+	page, omitted, err := list(ns, ctx, id, after, limit)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	next := after
+	if n := len(page); n > 0 {
+		next = seq(page[n-1])
+	}
+	if page == nil {
+		page = []T{}
+	}
+	return page, next, omitted, nil
+}
+
 // Connections pages a sandbox's connection records: after a cursor (ascending), or without one
 // (after 0) the newest limit (1–1000, 0: 100) in ascending order, with how many older ones
 // were left out.
 func (s *Service) Connections(ctx context.Context, id string, after int64, limit int) (ConnectionList, error) {
-	limit, err := checkPage(id, after, limit)
+	page, next, omitted, err := pageRecords(ctx, s, id, after, limit, NetStore.ListConnections,
+		func(c egress.Connection) int64 { return c.Seq })
 	if err != nil {
 		return ConnectionList{}, err
 	}
-	ns, err := s.netStore()
-	if err != nil {
-		return ConnectionList{}, err
-	}
-	if _, err := s.store.GetSandbox(ctx, id); err != nil {
-		return ConnectionList{}, err
-	}
-	list, omitted, err := ns.ListConnections(ctx, id, after, limit)
-	if err != nil {
-		return ConnectionList{}, err
-	}
-	out := ConnectionList{SandboxID: id, Connections: list, Next: after, Omitted: omitted}
-	if out.Connections == nil {
-		out.Connections = []egress.Connection{}
-	}
-	if n := len(list); n > 0 {
-		out.Next = list[n-1].Seq
-	}
-	return out, nil
+	return ConnectionList{SandboxID: id, Connections: page, Next: next, Omitted: omitted}, nil
 }
 
 // SecretCalls pages a sandbox's secret swaps like Connections.
 func (s *Service) SecretCalls(ctx context.Context, id string, after int64, limit int) (SecretCallList, error) {
-	limit, err := checkPage(id, after, limit)
+	page, next, omitted, err := pageRecords(ctx, s, id, after, limit, NetStore.ListSecretCalls,
+		func(c egress.SecretCall) int64 { return c.Seq })
 	if err != nil {
 		return SecretCallList{}, err
 	}
-	ns, err := s.netStore()
-	if err != nil {
-		return SecretCallList{}, err
-	}
-	if _, err := s.store.GetSandbox(ctx, id); err != nil {
-		return SecretCallList{}, err
-	}
-	list, omitted, err := ns.ListSecretCalls(ctx, id, after, limit)
-	if err != nil {
-		return SecretCallList{}, err
-	}
-	out := SecretCallList{SandboxID: id, Calls: list, Next: after, Omitted: omitted}
-	if out.Calls == nil {
-		out.Calls = []egress.SecretCall{}
-	}
-	if n := len(list); n > 0 {
-		out.Next = list[n-1].Seq
-	}
-	return out, nil
+	return SecretCallList{SandboxID: id, Calls: page, Next: next, Omitted: omitted}, nil
 }
 
 func checkPort(port int) error {
