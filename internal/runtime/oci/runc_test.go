@@ -133,7 +133,7 @@ func TestRuncCapabilities(t *testing.T) {
 	t.Parallel()
 	rt := newRunc(t)
 	c := rt.Capabilities()
-	if c.Name != "runc" || c.Version == "" || c.Isolation != runtime.IsolationProcess || !slices.Equal(c.NetworkModes, []string{"none"}) {
+	if c.Name != "runc" || c.Version == "" || c.Isolation != runtime.IsolationProcess || !slices.Equal(c.NetworkModes, []string{runtime.NetworkNone, runtime.NetworkEgress}) {
 		t.Errorf("capabilities %+v", c)
 	}
 	if mode, _ := hostinfo.CgroupMode(); c.CgroupMode != mode {
@@ -143,6 +143,10 @@ func TestRuncCapabilities(t *testing.T) {
 		if !slices.Contains(c.Hardening, h) {
 			t.Errorf("hardening %v lacks %s", c.Hardening, h)
 		}
+	}
+	// The transparent path is declared exactly when the host could build its network namespace.
+	if has := slices.Contains(c.Hardening, runtime.HardeningTransparentEgress); has != (c.TransparentEgressReason == "") {
+		t.Errorf("hardening lists transparent_egress %v, but the reason it is missing is %q", has, c.TransparentEgressReason)
 	}
 }
 
