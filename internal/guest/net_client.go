@@ -40,6 +40,7 @@ type NetSession struct {
 	once  sync.Once
 	wg    sync.WaitGroup
 	bad   atomic.Int64
+	start atomic.Pointer[func(*NetStream) func()]
 
 	mu      sync.Mutex
 	parkers int // dialing or parked
@@ -71,6 +72,15 @@ func (s *NetSession) Accept() (*NetStream, error) {
 		return nil, errcode.New(errcode.SandboxNotRunning, "the sandbox's egress session ended (the sandbox stopped, or the session was closed or replaced)")
 	}
 }
+
+// Handle makes the session hand each later stream to start in the goroutine that read its
+// header, instead of to Accept (no handoff between goroutines on a connection's way in).
+// start runs while that goroutine still counts among the session's (Close waits for it, and
+// the connection's replacement is dialed only once start returns), so it may wait — for a
+// slot, or until Done — but must return promptly; the func it returns (nil: start closed the
+// stream) then runs outside the session's count and owns the stream. Streams already waiting
+// for Accept stay there.
+func (s *NetSession) Handle(start func(*NetStream) func()) { s.start.Store(&start) }
 
 // Close ends the session and its parked connections, and waits for its goroutines. Streams
 // already returned by Accept are the caller's.
@@ -159,14 +169,19 @@ func (s *NetSession) spawn(after bool) {
 	s.wg.Add(n)
 	s.mu.Unlock()
 	for range n {
-		go s.park()
+		go func() {
+			if run := s.park(); run != nil {
+				run()
+			}
+		}()
 	}
 }
 
 // park dials one connection, parks it at the agent and hands the stream it carries to
 // Accept; a connection the agent closes before a header, or one it never accepted, is
 // replaced only after a pause (an agent that keeps closing them cannot make the host spin).
-func (s *NetSession) park() {
+// With a Handle, it returns what serves the stream, run once park is no longer counted.
+func (s *NetSession) park() (run func()) {
 	defer s.wg.Done()
 	pause := false
 	defer func() {
@@ -183,13 +198,13 @@ func (s *NetSession) park() {
 	if err != nil {
 		cancel()
 		pause = true
-		return
+		return nil
 	}
 	ok := stopUp()
 	cancel()
 	if !ok || !s.track(conn, true) {
 		_ = conn.Close()
-		return
+		return nil
 	}
 	lr.unlimit()
 	st, err := readStreamFrame(conn, br)
@@ -201,13 +216,17 @@ func (s *NetSession) park() {
 			pause = true
 		}
 		_ = conn.Close()
-		return
+		return nil
+	}
+	if start := s.start.Load(); start != nil {
+		return (*start)(st)
 	}
 	select {
 	case s.ready <- st:
 	case <-s.done:
 		_ = conn.Close()
 	}
+	return nil
 }
 
 var errNoFrame = errors.New("closed before a stream header")

@@ -235,47 +235,64 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// serveSession hands each stream of sess to the proxy until sess ends, then closes it.
+// serveSession hands each stream of sess to the proxy until sess ends, then closes it. A
+// stream is served in the goroutine that read its header (NetSession.Handle); the Accept loop
+// only serves those that came before Handle.
 func (s *Service) serveSession(n *netSandbox, sess *guest.NetSession) {
 	stop := context.AfterFunc(n.ctx, func() { sess.Close() })
 	defer stop()
 	defer sess.Close()
 	n.setUp(true, sess.Reply)
 	defer n.setUp(false, guest.NetSessionReply{})
+	sess.Handle(func(st *guest.NetStream) func() { return s.startStream(n, sess, st) })
 	for {
 		st, err := sess.Accept()
 		if err != nil {
 			return
 		}
-		kind := egress.Kind(st.Header.Kind)
-		var dst netip.AddrPort
-		switch kind {
-		case egress.KindProxy, egress.KindDNS:
-		case egress.KindTransparent:
-			if dst, err = netip.ParseAddrPort(st.Header.Dst); err != nil {
-				s.log.Warn("sandbox agent sent a transparent stream without a destination", "sandbox_id", n.id, "dst", truncate(st.Header.Dst, 64))
-				st.Close()
-				continue
-			}
-		default:
-			s.log.Warn("sandbox agent sent a stream of unknown kind", "sandbox_id", n.id, "kind", truncate(st.Header.Kind, 32))
-			st.Close()
-			continue
+		if run := s.startStream(n, sess, st); run != nil {
+			go run()
 		}
-		select {
-		case n.slots <- struct{}{}:
-		case <-n.ctx.Done():
+	}
+}
+
+// startStream checks st's header and takes one of n's slots (waiting while maxNetStreams are
+// served, until sess or n ends); it returns what serves st, or nil when st was closed. It
+// runs while a goroutine of the service (serveSession's, or one sess counts and Close waits
+// for, inside serveSession) still holds the service's WaitGroup, so its Add is safe.
+func (s *Service) startStream(n *netSandbox, sess *guest.NetSession, st *guest.NetStream) func() {
+	kind := egress.Kind(st.Header.Kind)
+	var dst netip.AddrPort
+	switch kind {
+	case egress.KindProxy, egress.KindDNS:
+	case egress.KindTransparent:
+		var err error
+		if dst, err = netip.ParseAddrPort(st.Header.Dst); err != nil {
+			s.log.Warn("sandbox agent sent a transparent stream without a destination", "sandbox_id", n.id, "dst", truncate(st.Header.Dst, 64))
 			st.Close()
-			return
+			return nil
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer func() { <-n.slots }()
-			// The connection itself, not the NetStream around it: the proxy's copies between it
-			// and TCP then splice.
-			s.net.proxy.Serve(n.ctx, n.target, st.Conn, kind, dst)
-		}()
+	default:
+		s.log.Warn("sandbox agent sent a stream of unknown kind", "sandbox_id", n.id, "kind", truncate(st.Header.Kind, 32))
+		st.Close()
+		return nil
+	}
+	select {
+	case n.slots <- struct{}{}:
+	case <-n.ctx.Done():
+		st.Close()
+		return nil
+	case <-sess.Done():
+		st.Close()
+		return nil
+	}
+	s.wg.Add(1)
+	return func() {
+		defer s.wg.Done()
+		defer func() { <-n.slots }()
+		// The connection itself, not the NetStream around it: the proxy's copies between it
+		// and TCP then splice.
+		s.net.proxy.Serve(n.ctx, n.target, st.Conn, kind, dst)
 	}
 }
 
