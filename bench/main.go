@@ -71,6 +71,9 @@ type Results struct {
 
 func summarize(name, unit string, xs []float64) Stat {
 	s := append([]float64(nil), xs...)
+	if len(s) == 0 {
+		return Stat{Name: name, Unit: unit}
+	}
 	sort.Float64s(s)
 	var sum float64
 	for _, x := range s {
