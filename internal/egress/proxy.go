@@ -477,21 +477,22 @@ func removeHop(h http.Header) {
 	}
 }
 
-// countConn counts the bytes written to and read from a connection.
-type countConn struct {
+// CountingConn counts the bytes read from (In) and written to (Out) a connection; the proxy and
+// its interceptor record them.
+type CountingConn struct {
 	net.Conn
-	out, in atomic.Int64
+	Out, In atomic.Int64
 }
 
-func (c *countConn) Read(p []byte) (int, error) {
+func (c *CountingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	c.in.Add(int64(n))
+	c.In.Add(int64(n))
 	return n, err
 }
 
-func (c *countConn) Write(p []byte) (int, error) {
+func (c *CountingConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	c.out.Add(int64(n))
+	c.Out.Add(int64(n))
 	return n, err
 }
 
@@ -549,7 +550,7 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 		return keep
 	}
 	rec.Addr = ap.String()
-	up := &countConn{Conn: raw}
+	up := &CountingConn{Conn: raw}
 	stop := context.AfterFunc(ctx, func() { up.Close() })
 	defer stop()
 	defer up.Close()
@@ -588,7 +589,7 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 			keep = false
 		}
 		writePlain(c, http.StatusBadGateway, nil, "agentbox egress: "+rec.Reason+"\n")
-		rec.BytesOut, rec.BytesIn = up.out.Load(), up.in.Load()
+		rec.BytesOut, rec.BytesIn = up.Out.Load(), up.In.Load()
 		p.record(rec, start)
 		return false
 	}
@@ -622,7 +623,7 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	if werr != nil {
 		keep = false
 	}
-	rec.BytesOut, rec.BytesIn = up.out.Load(), up.in.Load()
+	rec.BytesOut, rec.BytesIn = up.Out.Load(), up.In.Load()
 	p.record(rec, start)
 	return keep && !resp.Close
 }
@@ -641,7 +642,7 @@ func spliceBody(req *http.Request, resp *http.Response) bool {
 // writeSpliced writes resp's header to c, then its body: what ubr holds of it, then the rest
 // straight from the upstream connection raw with splice(2) (exactly the body's length; the
 // bytes are counted on up). Where splice cannot be used the rest is copied.
-func (p *Proxy) writeSpliced(c net.Conn, resp *http.Response, ubr *bufio.Reader, raw net.Conn, up *countConn) error {
+func (p *Proxy) writeSpliced(c net.Conn, resp *http.Response, ubr *bufio.Reader, raw net.Conn, up *CountingConn) error {
 	h := resp.Header.Clone()
 	for _, k := range []string{"Content-Length", "Transfer-Encoding", "Connection"} {
 		h.Del(k)
@@ -674,7 +675,7 @@ func (p *Proxy) writeSpliced(c net.Conn, resp *http.Response, ubr *bufio.Reader,
 		return nil
 	}
 	m, ok, err := spliceN(c, raw, n)
-	up.in.Add(m)
+	up.In.Add(m)
 	if ok {
 		return err
 	}

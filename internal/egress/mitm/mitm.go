@@ -25,7 +25,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,8 +112,8 @@ func (i *Interceptor) Intercept(ctx context.Context, t *egress.Target, c net.Con
 	if t == nil {
 		t = &egress.Target{}
 	}
-	cc := &countConn{Conn: c}
-	defer func() { out, in = cc.r.Load(), cc.w.Load() }()
+	cc := &egress.CountingConn{Conn: c}
+	defer func() { out, in = cc.In.Load(), cc.Out.Load() }()
 	s := &session{i: i, t: t, host: NormalizeHost(host), port: port, tls: useTLS, dial: dial}
 	stop := context.AfterFunc(ctx, func() { c.Close(); s.closeUpstream() })
 	defer stop()
@@ -566,24 +565,6 @@ func (s *session) scrub(err error) error {
 // errMessage is err's caller-safe message (Sources' errors are typed and name the source,
 // never the value).
 func errMessage(err error) string { return errcode.Message(err) }
-
-// countConn counts the bytes read from and written to a connection.
-type countConn struct {
-	net.Conn
-	r, w atomic.Int64
-}
-
-func (c *countConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.r.Add(int64(n))
-	return n, err
-}
-
-func (c *countConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.w.Add(int64(n))
-	return n, err
-}
 
 // flushBeforeRead flushes dst whenever reading from r would wait for the network (src has
 // nothing buffered), so a streamed body (server-sent events, say) reaches the other side as
