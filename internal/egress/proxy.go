@@ -380,20 +380,26 @@ func (p *Proxy) serveConnect(ctx context.Context, t *Target, c net.Conn, br *buf
 		p.record(rec, start)
 		return false
 	}
-	sc := &bufConn{Conn: c, r: br}
-	if ic := p.cfg.Interceptor; ic != nil && ic.Wants(t, ck.host) {
-		dial := p.dialOnce(t, ck.host, port, up)
-		out, in, err := ic.Intercept(ctx, t, sc, ck.host, port, true, dial.dial)
+	p.relay(ctx, t, &bufConn{Conn: c, r: br}, up, ck.host, port, true, true, &rec)
+	p.record(rec, start)
+	return false
+}
+
+// relay carries an allowed connection of the sandbox (sc) to its checked upstream (up): through
+// the Interceptor when a secret of t names host (and may, when named), else spliced both ways;
+// the bytes and the interception's end go on rec.
+func (p *Proxy) relay(ctx context.Context, t *Target, sc net.Conn, up net.Conn, host string, port int, tls, named bool, rec *Connection) {
+	if ic := p.cfg.Interceptor; ic != nil && named && ic.Wants(t, host) {
+		dial := p.dialOnce(t, host, port, up)
+		out, in, err := ic.Intercept(ctx, t, sc, host, port, tls, dial.dial)
 		dial.close()
 		rec.Intercepted, rec.BytesOut, rec.BytesIn = true, out, in
 		if err != nil && ctx.Err() == nil {
 			rec.Reason = clip(rec.Reason+"; interception ended: "+err.Error(), 500)
 		}
-	} else {
-		rec.BytesOut, rec.BytesIn = splice(ctx, sc, up)
+		return
 	}
-	p.record(rec, start)
-	return false
+	rec.BytesOut, rec.BytesIn = splice(ctx, sc, up)
 }
 
 // onceDialer hands an Interceptor the connection already made first, then new guarded

@@ -163,16 +163,6 @@ func (p *Proxy) serveTransparent(ctx context.Context, t *Target, c net.Conn, ori
 	}
 	rec.Addr = ap.String()
 	sc := &bufConn{Conn: c, r: io.MultiReader(bytes.NewReader(peek.buf.Bytes()), c)}
-	if ic := p.cfg.Interceptor; ic != nil && name != "" && ic.Wants(t, ck.host) {
-		dial := p.dialOnce(t, ck.host, port, up)
-		out, in, err := ic.Intercept(ctx, t, sc, ck.host, port, isTLS, dial.dial)
-		dial.close()
-		rec.Intercepted, rec.BytesOut, rec.BytesIn = true, out, in
-		if err != nil && ctx.Err() == nil {
-			rec.Reason = clip(rec.Reason+"; interception ended: "+err.Error(), 500)
-		}
-	} else {
-		rec.BytesOut, rec.BytesIn = splice(ctx, sc, up)
-	}
+	p.relay(ctx, t, sc, up, ck.host, port, isTLS, name != "", &rec)
 	p.record(rec, start)
 }
