@@ -19,3 +19,5 @@ func takeSocket(fd int, h NetStreamHeader) (*net.TCPConn, error) {
 }
 
 func closeFD(int) {}
+
+func isPlainTCP(int) bool { return false }

@@ -3,6 +3,7 @@
 package guest_test
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"os"
@@ -46,6 +47,22 @@ func TestNetFDHandoff(t *testing.T) {
 		go echo(st)
 		echoHalfClose(t, c, 8<<20)
 	}
+	// A client asking for MPTCP: if the listener accepts it as MPTCP (not TCP), the agent
+	// relays it rather than handing over a socket the host refuses; either way it works.
+	var d net.Dialer
+	d.SetMultipathTCP(true)
+	mc, err := d.Dial("tcp4", s.Reply.ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	st := acceptOne(t, s)
+	if _, relayed := st.Conn.(*net.UnixConn); relayed == st.Header.FD {
+		t.Fatalf("MPTCP client: conn %T with header %+v", st.Conn, st.Header)
+	}
+	t.Logf("an MPTCP client's connection was handed over: %v", st.Header.FD)
+	go echo(st)
+	echoHalfClose(t, mc, 1<<20)
 }
 
 // objID names an open file description's object (what /proc/self/fd/N refers to).
@@ -179,6 +196,31 @@ func TestImpostorNetFDHostile(t *testing.T) {
 		func() ([]byte, []int, func()) {
 			return hdr(`{"kind":"proxy","fd":true}`), nil, func() {}
 		},
+		one("mptcp socket", `{"kind":"proxy","fd":true}`, func() (int, func()) {
+			var lc net.ListenConfig
+			lc.SetMultipathTCP(true)
+			l, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			var d net.Dialer
+			d.SetMultipathTCP(true)
+			c, err := d.Dial("tcp4", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := l.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, _ := sc.(*net.TCPConn).File()
+			sc.Close()
+			if p, _ := unix.GetsockoptInt(int(f.Fd()), unix.SOL_SOCKET, unix.SO_PROTOCOL); p != unix.IPPROTO_MPTCP {
+				t.Errorf("an MPTCP connection's accepted socket has protocol %d, want %d (IPPROTO_MPTCP): this kernel cannot test that case", p, unix.IPPROTO_MPTCP)
+			}
+			return int(f.Fd()), func() { f.Close(); c.Close() }
+		}),
 		one("mismatched dst", `{"kind":"transparent","dst":"127.0.0.9:443","fd":true}`, tcpFD),
 	}
 	next := make(chan sendFn, len(bad)+1)

@@ -112,3 +112,10 @@ func sockaddrPort(sa unix.Sockaddr) netip.AddrPort {
 
 
 func closeFD(fd int) { _ = unix.Close(fd) }
+
+// isPlainTCP reports whether fd is a TCP socket (SO_PROTOCOL IPPROTO_TCP), what the host
+// takes; an MPTCP connection (a client that asked for it) is relayed instead.
+func isPlainTCP(fd int) bool {
+	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
+	return err == nil && v == unix.IPPROTO_TCP
+}

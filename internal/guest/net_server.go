@@ -533,6 +533,11 @@ func (a *netAgent) handOver(c net.Conn, h NetStreamHeader, pc net.Conn) handResu
 	if err != nil {
 		return handNotTCP
 	}
+	plain := false
+	_ = raw.Control(func(fd uintptr) { plain = isPlainTCP(int(fd)) })
+	if !plain { // MPTCP (a client that asked for it), or off Linux: the host takes plain TCP only
+		return handNotTCP
+	}
 	h.FD = true
 	frame := appendStreamHeader(nil, h)
 	_ = uc.SetWriteDeadline(time.Now().Add(pendingWait))
