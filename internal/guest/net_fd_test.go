@@ -227,13 +227,11 @@ func TestImpostorNetFDHostile(t *testing.T) {
 	for _, b := range bad {
 		next <- b
 	}
-	var goodPeer net.Conn
-	var goodLocal string
+	goodCh := make(chan net.Conn, 1)
 	next <- func() ([]byte, []int, func()) {
 		f, peer := tcpPair()
-		goodPeer = peer
-		goodLocal = peer.RemoteAddr().String()
-		return hdr(`{"kind":"transparent","dst":"` + goodLocal + `","fd":true}`), []int{int(f.Fd())}, func() { f.Close() }
+		goodCh <- peer
+		return hdr(`{"kind":"transparent","dst":"` + peer.RemoteAddr().String() + `","fd":true}`), []int{int(f.Fd())}, func() { f.Close() }
 	}
 	done := make(chan struct{})
 	im := startImpostor(t, func(im *impostor, w http.ResponseWriter, r *http.Request) {
@@ -275,6 +273,8 @@ func TestImpostorNetFDHostile(t *testing.T) {
 	}
 	defer func() { close(done); s.Close() }()
 	st := acceptOne(t, s)
+	goodPeer := <-goodCh
+	goodLocal := goodPeer.RemoteAddr().String()
 	tcp, ok := st.Conn.(*net.TCPConn)
 	if !ok || !st.Header.FD || tcp.LocalAddr().String() != goodLocal {
 		t.Fatalf("delivered %T %+v (local %v), want a *net.TCPConn on %s", st.Conn, st.Header, st.Conn.LocalAddr(), goodLocal)
