@@ -26,7 +26,9 @@ import (
 // connection a local one: a frame of a 2-byte big-endian length and a NetStreamHeader (JSON,
 // ≤ 4 KiB), then the raw bytes both ways. Each relayed connection is thus a unix connection of
 // its own, which both ends copy to and from TCP with splice(2); the host dials them all (the
-// sandbox never dials the host).
+// sandbox never dials the host). In a session opened with PassFDs (runc, crun) the agent
+// instead sends the accepted TCP socket itself with the header (SCM_RIGHTS, "fd": true) and
+// relays nothing; the host checks it (readStreamFrame, takeSocket) and serves it directly.
 //
 // Inbound (preview URLs): POST /v1/tcp with "Upgrade: agentbox-tcp/1" and a DialPortRequest
 // body; the agent connects to the port on the sandbox's loopback and answers 101, or a JSON
