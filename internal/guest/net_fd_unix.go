@@ -110,7 +110,6 @@ func sockaddrPort(sa unix.Sockaddr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-
 func closeFD(fd int) { _ = unix.Close(fd) }
 
 // isPlainTCP reports whether fd is a TCP socket (SO_PROTOCOL IPPROTO_TCP), what the host
