@@ -26,7 +26,9 @@ import (
 // connection a local one: a frame of a 2-byte big-endian length and a NetStreamHeader (JSON,
 // ≤ 4 KiB), then the raw bytes both ways. Each relayed connection is thus a unix connection of
 // its own, which both ends copy to and from TCP with splice(2); the host dials them all (the
-// sandbox never dials the host).
+// sandbox never dials the host). In a session opened with PassFDs (runc, crun) the agent
+// instead sends the accepted TCP socket itself with the header (SCM_RIGHTS, "fd": true) and
+// relays nothing; the host checks it (readStreamFrame, takeSocket) and serves it directly.
 //
 // Inbound (preview URLs): POST /v1/tcp with "Upgrade: agentbox-tcp/1" and a DialPortRequest
 // body; the agent connects to the port on the sandbox's loopback and answers 101, or a JSON
@@ -55,6 +57,12 @@ type NetSessionRequest struct {
 	// address (80, 443), where the runtime routes every IPv4 address to the sandbox's
 	// loopback (runtime hardening "transparent_egress"); empty: none.
 	TransparentPorts []int `json:"transparent_ports,omitempty"`
+	// PassFDs asks the agent to hand each accepted TCP connection's socket itself to the
+	// host (SCM_RIGHTS with the stream's header, NetStreamHeader.FD) instead of relaying its
+	// bytes. The host sets it where the agent's sockets are host kernel sockets (runtime
+	// isolation "process": runc, crun), never under gVisor, whose sockets are its own. Not
+	// part of the listeners' configuration: each session says it anew.
+	PassFDs bool `json:"pass_fds,omitempty"`
 }
 
 // NetSessionReply says where the listeners are.
@@ -81,6 +89,10 @@ type NetStreamHeader struct {
 	Dst string `json:"dst,omitempty"`
 	// Src is the local peer's address inside the sandbox ("127.0.0.1:40000"), for logs.
 	Src string `json:"src,omitempty"`
+	// FD says the frame came with the accepted socket's file descriptor (SCM_RIGHTS, in the
+	// same sendmsg): the host serves that socket itself and the parked connection carries
+	// nothing more. Only in a session opened with PassFDs.
+	FD bool `json:"fd,omitempty"`
 }
 
 // DialPortRequest is the body of POST /v1/tcp.

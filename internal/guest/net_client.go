@@ -40,7 +40,9 @@ type NetSession struct {
 	once  sync.Once
 	wg    sync.WaitGroup
 	bad   atomic.Int64
-	start atomic.Pointer[func(*NetStream) func()]
+	// passFDs: the session was opened with NetSessionRequest.PassFDs.
+	passFDs bool
+	start   atomic.Pointer[func(*NetStream) func()]
 
 	mu      sync.Mutex
 	parkers int // dialing or parked
@@ -207,7 +209,7 @@ func (s *NetSession) park() (run func()) {
 		return nil
 	}
 	lr.unlimit()
-	st, err := readStreamFrame(conn, br)
+	st, err := readStreamFrame(conn, br, s.passFDs)
 	s.track(conn, false)
 	if err != nil {
 		if !errors.Is(err, errNoFrame) {
@@ -233,8 +235,12 @@ var errNoFrame = errors.New("closed before a stream header")
 
 // readStreamFrame reads a stream's header frame: its 2-byte length (waiting as long as the
 // connection stays parked), then the header, within netHeaderWait. What br holds past the
-// frame (bytes the agent sent with it) is read first by the stream.
-func readStreamFrame(conn net.Conn, br *bufio.Reader) (*NetStream, error) {
+// frame (bytes the agent sent with it) is read first by the stream. With wantFD (a session
+// opened with PassFDs), the first byte is read with its ancillary data: a socket the agent
+// handed over with a header saying "fd" is checked (takeSocket) and becomes the stream's
+// connection, and the parked connection is closed. Any descriptor the frame did not announce,
+// or more than one, is closed at once and the stream refused.
+func readStreamFrame(conn net.Conn, br *bufio.Reader, wantFD bool) (_ *NetStream, err error) {
 	// Read from the connection itself while br holds nothing, so nothing past the frame is read.
 	r := func() io.Reader {
 		if br.Buffered() > 0 {
@@ -242,8 +248,20 @@ func readStreamFrame(conn net.Conn, br *bufio.Reader) (*NetStream, error) {
 		}
 		return conn
 	}
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+	}()
 	var l [2]byte
-	if _, err := io.ReadFull(r(), l[:1]); err != nil {
+	if uc, ok := conn.(*net.UnixConn); ok && wantFD && br.Buffered() == 0 {
+		got, err := readFirstWithRights(uc, l[:1])
+		fds = got
+		if err != nil {
+			return nil, err
+		}
+	} else if _, err := io.ReadFull(r(), l[:1]); err != nil {
 		return nil, errNoFrame
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(netHeaderWait))
@@ -264,6 +282,27 @@ func readStreamFrame(conn net.Conn, br *bufio.Reader) (*NetStream, error) {
 	}
 	if err := validStreamHeader(&h); err != nil {
 		return nil, err
+	}
+	switch {
+	case h.FD && !wantFD:
+		return nil, errors.New("a handed-over socket in a session that did not ask for them")
+	case h.FD && len(fds) != 1:
+		return nil, fmt.Errorf("a header saying fd came with %d descriptors", len(fds))
+	case !h.FD && len(fds) > 0:
+		return nil, fmt.Errorf("%d descriptors the header did not announce", len(fds))
+	}
+	if h.FD {
+		if br.Buffered() > 0 {
+			return nil, errors.New("bytes after a handed-over socket's header")
+		}
+		fd := fds[0]
+		fds = nil
+		tc, err := takeSocket(fd, h)
+		if err != nil {
+			return nil, err
+		}
+		_ = conn.Close()
+		return &NetStream{Conn: tc, Header: h}, nil
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	if br.Buffered() > 0 {
@@ -327,7 +366,7 @@ func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSes
 		return nil, ctx.Err()
 	}
 	lr.unlimit()
-	s := &NetSession{Reply: reply, c: c, ctl: conn, ready: make(chan *NetStream), done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	s := &NetSession{Reply: reply, passFDs: req.PassFDs, c: c, ctl: conn, ready: make(chan *NetStream), done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.control(&bufConn{Conn: conn, br: br})

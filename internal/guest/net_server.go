@@ -86,6 +86,8 @@ type agentSession struct {
 	ctlMu  sync.Mutex
 	// lastWant is when a connection last found no parked connection (unix nanoseconds).
 	lastWant atomic.Int64
+	// passFDs: hand accepted sockets over (NetSessionRequest.PassFDs), until a send fails.
+	passFDs atomic.Bool
 }
 
 func newAgentSession(ctl net.Conn) *agentSession {
@@ -378,7 +380,7 @@ var (
 // take takes a parked connection of the current session, asking the host for one more when
 // none is waiting, and waiting (for one, or for a session when none is up) until deadline;
 // pending counts a wait with no session against maxPendingConns.
-func (a *netAgent) take(deadline time.Time, pending bool) (net.Conn, error) {
+func (a *netAgent) take(deadline time.Time, pending bool) (net.Conn, *agentSession, error) {
 	counted := false
 	defer func() {
 		if counted {
@@ -398,7 +400,7 @@ func (a *netAgent) take(deadline time.Time, pending bool) (net.Conn, error) {
 		if sess != nil && !sess.isDone() {
 			select {
 			case c := <-sess.parked:
-				return c, nil
+				return c, sess, nil
 			default:
 			}
 			sess.want()
@@ -407,19 +409,19 @@ func (a *netAgent) take(deadline time.Time, pending bool) (net.Conn, error) {
 			}
 			select {
 			case c := <-sess.parked:
-				return c, nil
+				return c, sess, nil
 			case <-sess.done:
 				continue
 			case <-timer.C:
-				return nil, errNoSession
+				return nil, nil, errNoSession
 			case <-a.quit:
-				return nil, errAgentClosed
+				return nil, nil, errAgentClosed
 			}
 		}
 		if pending && !counted {
 			if a.pending.Add(1) > maxPendingConns {
 				a.pending.Add(-1)
-				return nil, errTooMany
+				return nil, nil, errTooMany
 			}
 			counted = true
 		}
@@ -429,9 +431,9 @@ func (a *netAgent) take(deadline time.Time, pending bool) (net.Conn, error) {
 		select {
 		case <-changed:
 		case <-timer.C:
-			return nil, errNoSession
+			return nil, nil, errNoSession
 		case <-a.quit:
-			return nil, errAgentClosed
+			return nil, nil, errAgentClosed
 		}
 	}
 }
@@ -484,10 +486,20 @@ func (a *netAgent) relay(c net.Conn, kind string) {
 	frame := appendStreamHeader(nil, h)
 	deadline := time.Now().Add(pendingWait)
 	for {
-		pc, err := a.take(deadline, true)
+		pc, sess, err := a.take(deadline, true)
 		if err != nil {
 			_ = c.Close()
 			return
+		}
+		if sess != nil && sess.passFDs.Load() {
+			switch a.handOver(c, h, pc) {
+			case handedOver:
+				_ = c.Close()
+				return
+			case handFailed: // pc may hold half a frame: the next one relays
+				sess.passFDs.Store(false)
+				continue
+			}
 		}
 		_ = pc.SetWriteDeadline(time.Now().Add(pendingWait))
 		if _, err := pc.Write(frame); err != nil {
@@ -498,6 +510,52 @@ func (a *netAgent) relay(c net.Conn, kind string) {
 		splice(c, nil, pc)
 		return
 	}
+}
+
+type handResult int
+
+const (
+	handedOver handResult = iota
+	handFailed            // the send failed: pc is closed and hands over nothing more
+	handNotTCP            // c is not a TCP socket over a unix connection: relay it
+)
+
+// handOver sends c's socket to the host over pc with h (FD set) in one sendmsg (SCM_RIGHTS),
+// then closes pc: the host serves the socket itself and the agent relays nothing. The caller
+// closes its own copy of c.
+func (a *netAgent) handOver(c net.Conn, h NetStreamHeader, pc net.Conn) handResult {
+	tc, ok1 := c.(*net.TCPConn)
+	uc, ok2 := pc.(*net.UnixConn)
+	if !ok1 || !ok2 {
+		return handNotTCP
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return handNotTCP
+	}
+	plain := false
+	_ = raw.Control(func(fd uintptr) { plain = isPlainTCP(int(fd)) })
+	if !plain { // MPTCP (a client that asked for it), or off Linux: the host takes plain TCP only
+		return handNotTCP
+	}
+	h.FD = true
+	frame := appendStreamHeader(nil, h)
+	_ = uc.SetWriteDeadline(time.Now().Add(pendingWait))
+	var n int
+	var sendErr error
+	if err := raw.Control(func(fd uintptr) {
+		n, _, sendErr = uc.WriteMsgUnix(frame, syscall.UnixRights(int(fd)), nil)
+	}); err != nil {
+		sendErr = err
+	}
+	_ = uc.Close()
+	if sendErr != nil || n != len(frame) {
+		if a.fullLog.allow() {
+			a.log.Warn("guest: cannot hand a connection's socket to the host; relaying its bytes instead", "err", sendErr)
+		}
+		return handFailed
+	}
+	return handedOver
 }
 
 // dnsLoop relays each UDP query as a stream of kind dns.
@@ -546,7 +604,7 @@ func (a *netAgent) dnsQuery(q []byte) ([]byte, error) {
 	msg = append(binary.BigEndian.AppendUint16(msg, uint16(len(q))), q...)
 	var st net.Conn
 	for {
-		c, err := a.take(deadline, false)
+		c, _, err := a.take(deadline, false)
 		if err != nil {
 			return nil, err
 		}
@@ -620,6 +678,7 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess := newAgentSession(conn)
+	sess.passFDs.Store(req.PassFDs)
 	reply.Token = sess.token
 	line, _ := json.Marshal(reply)
 	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))

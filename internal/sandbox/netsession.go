@@ -93,6 +93,10 @@ func (s *Service) netOf(id string) *netSandbox {
 // netRequest is the session request for a sandbox of runtime rt.
 func (s *Service) netRequest(rt runtime.Runtime) guest.NetSessionRequest {
 	req := guest.NetSessionRequest{ProxyPort: s.cfg.Egress.proxyPort(), DNSPort: s.cfg.Egress.dnsPort()}
+	// Process isolation (runc, crun): the agent's sockets are host kernel sockets, so it hands
+	// each one over (SCM_RIGHTS) and the proxy serves it with no relay in between; gVisor's
+	// sockets live in its own kernel, so its agent relays the bytes.
+	req.PassFDs = rt.Capabilities().Isolation == runtime.IsolationProcess
 	if slices.Contains(rt.Capabilities().Hardening, runtime.HardeningTransparentEgress) {
 		req.TransparentPorts = s.cfg.Egress.TransparentPorts
 		if req.TransparentPorts == nil {
@@ -291,7 +295,9 @@ func (s *Service) startStream(n *netSandbox, sess *guest.NetSession, st *guest.N
 		defer s.wg.Done()
 		defer func() { <-n.slots }()
 		// The connection itself, not the NetStream around it: the proxy's copies between it
-		// and TCP then splice.
+		// and TCP then splice. A handed-over socket (st.Header.FD) is the sandbox's own TCP
+		// socket, which the proxy splices straight to the upstream; it holds this slot, so
+		// maxNetStreams bounds them as it bounds relayed streams.
 		s.net.proxy.Serve(n.ctx, n.target, st.Conn, kind, dst)
 	}
 }

@@ -1,0 +1,313 @@
+//go:build linux
+
+package guest_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/guest"
+)
+
+// TestNetFDHandoff: in a session opened with PassFDs the agent hands the accepted socket
+// itself to the host: the stream's Conn is a *net.TCPConn whose local address is the
+// listener's (the original destination for a transparent one) and whose peer is the local
+// client, it carries bytes both ways with half-closes, and the agent relays nothing (its
+// parked connection is closed).
+func TestNetFDHandoff(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	s := openSession(t, a, guest.NetSessionRequest{DNSPort: -1, TransparentPorts: []int{0}, PassFDs: true})
+	_, port, _ := net.SplitHostPort(s.Reply.Transparent[0])
+	for _, tc := range []struct{ kind, addr string }{
+		{"proxy", s.Reply.ProxyAddr},
+		{"transparent", "127.0.0.7:" + port},
+	} {
+		c := dialTCP(t, tc.addr)
+		st := acceptOne(t, s)
+		tcp, ok := st.Conn.(*net.TCPConn)
+		if !ok {
+			t.Fatalf("%s: stream conn is %T, want *net.TCPConn", tc.kind, st.Conn)
+		}
+		if !st.Header.FD || st.Header.Kind != tc.kind || tcp.LocalAddr().String() != tc.addr || tcp.RemoteAddr().String() != c.LocalAddr().String() {
+			t.Fatalf("%s: header %+v, local %s, remote %s; want fd, local %s, remote %s", tc.kind, st.Header, tcp.LocalAddr(), tcp.RemoteAddr(), tc.addr, c.LocalAddr())
+		}
+		if tc.kind == "transparent" && st.Header.Dst != tc.addr {
+			t.Fatalf("transparent dst %q, want %q", st.Header.Dst, tc.addr)
+		}
+		go echo(st)
+		echoHalfClose(t, c, 8<<20)
+	}
+	// A client asking for MPTCP: if the listener accepts it as MPTCP (not TCP), the agent
+	// relays it rather than handing over a socket the host refuses; either way it works.
+	var d net.Dialer
+	d.SetMultipathTCP(true)
+	mc, err := d.Dial("tcp4", s.Reply.ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	st := acceptOne(t, s)
+	if _, relayed := st.Conn.(*net.UnixConn); relayed == st.Header.FD {
+		t.Fatalf("MPTCP client: conn %T with header %+v", st.Conn, st.Header)
+	}
+	t.Logf("an MPTCP client's connection was handed over: %v", st.Header.FD)
+	go echo(st)
+	echoHalfClose(t, mc, 1<<20)
+}
+
+// objID names an open file description's object (what /proc/self/fd/N refers to).
+type objID struct{ dev, ino uint64 }
+
+func fdObj(t *testing.T, fd int) objID {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return objID{st.Dev, st.Ino}
+}
+
+// openObjs lists the objects of every descriptor this process holds.
+func openObjs() map[objID]string {
+	m := map[objID]string{}
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		var st unix.Stat_t
+		p := filepath.Join("/proc/self/fd", e.Name())
+		if unix.Stat(p, &st) == nil {
+			l, _ := os.Readlink(p)
+			m[objID{st.Dev, st.Ino}] = l
+		}
+	}
+	return m
+}
+
+// TestImpostorNetFDHostile: a hostile agent in a PassFDs session handing over a pipe, a file,
+// a unix socket, a UDP or listening socket, two sockets, a socket with a header not saying
+// fd, a header saying fd with none, or a transparent socket whose local address is not the
+// header's dst: each stream is refused and counted, and none of those descriptors is left open
+// in the host; the good one after them arrives as a *net.TCPConn carrying bytes both ways.
+func TestImpostorNetFDHostile(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var peersMu sync.Mutex
+	var peers []net.Conn
+	defer func() {
+		for _, p := range peers {
+			p.Close()
+		}
+	}()
+	// tcpPair returns a connected TCP socket's descriptor (the accepted end; the caller closes
+	// it) and keeps its peer open.
+	var pairMu sync.Mutex // one dial and its accept at a time: each pair is its own
+	tcpPair := func() (*os.File, net.Conn) {
+		pairMu.Lock()
+		defer pairMu.Unlock()
+		c, err := net.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			t.Error(err)
+			return nil, nil
+		}
+		peersMu.Lock()
+		peers = append(peers, c)
+		peersMu.Unlock()
+		sc, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+			return nil, nil
+		}
+		f, _ := sc.(*net.TCPConn).File()
+		sc.Close()
+		return f, c
+	}
+	var hostileMu sync.Mutex
+	hostile := map[objID]string{}
+	note := func(name string, fds ...int) {
+		hostileMu.Lock()
+		defer hostileMu.Unlock()
+		for _, fd := range fds {
+			hostile[fdObj(t, fd)] = name
+		}
+	}
+	hdr := func(h string) []byte { return frame(h) }
+	type sendFn func() (msg []byte, fds []int, closeAll func())
+	one := func(name, h string, mk func() (int, func())) sendFn {
+		return func() ([]byte, []int, func()) {
+			fd, cl := mk()
+			note(name, fd)
+			return hdr(h), []int{fd}, cl
+		}
+	}
+	pipeFD := func() (int, func()) {
+		r, w, _ := os.Pipe()
+		return int(r.Fd()), func() { r.Close(); w.Close() }
+	}
+	fileFD := func() (int, func()) {
+		f, _ := os.CreateTemp(t.TempDir(), "x")
+		return int(f.Fd()), func() { f.Close() }
+	}
+	unixFD := func() (int, func()) {
+		p, _ := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		return p[0], func() { unix.Close(p[0]); unix.Close(p[1]) }
+	}
+	udpFD := func() (int, func()) {
+		c, _ := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		f, _ := c.File()
+		c.Close()
+		return int(f.Fd()), func() { f.Close() }
+	}
+	listenFD := func() (int, func()) {
+		l, _ := net.Listen("tcp4", "127.0.0.1:0")
+		f, _ := l.(*net.TCPListener).File()
+		l.Close()
+		return int(f.Fd()), func() { f.Close() }
+	}
+	tcpFD := func() (int, func()) {
+		f, _ := tcpPair()
+		return int(f.Fd()), func() { f.Close() }
+	}
+	bad := []sendFn{
+		one("pipe", `{"kind":"proxy","fd":true}`, pipeFD),
+		one("file", `{"kind":"proxy","fd":true}`, fileFD),
+		one("unix socket", `{"kind":"proxy","fd":true}`, unixFD),
+		one("udp socket", `{"kind":"proxy","fd":true}`, udpFD),
+		one("listening socket", `{"kind":"proxy","fd":true}`, listenFD),
+		one("unannounced socket", `{"kind":"proxy"}`, tcpFD),
+		func() ([]byte, []int, func()) {
+			a, ca := tcpFD()
+			b, cb := tcpFD()
+			note("two sockets", a, b)
+			return hdr(`{"kind":"proxy","fd":true}`), []int{a, b}, func() { ca(); cb() }
+		},
+		func() ([]byte, []int, func()) {
+			return hdr(`{"kind":"proxy","fd":true}`), nil, func() {}
+		},
+		one("mptcp socket", `{"kind":"proxy","fd":true}`, func() (int, func()) {
+			var lc net.ListenConfig
+			lc.SetMultipathTCP(true)
+			l, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			var d net.Dialer
+			d.SetMultipathTCP(true)
+			c, err := d.Dial("tcp4", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := l.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, _ := sc.(*net.TCPConn).File()
+			sc.Close()
+			if p, _ := unix.GetsockoptInt(int(f.Fd()), unix.SOL_SOCKET, unix.SO_PROTOCOL); p != unix.IPPROTO_MPTCP {
+				t.Errorf("an MPTCP connection's accepted socket has protocol %d, want %d (IPPROTO_MPTCP): this kernel cannot test that case", p, unix.IPPROTO_MPTCP)
+			}
+			return int(f.Fd()), func() { f.Close(); c.Close() }
+		}),
+		one("mismatched dst", `{"kind":"transparent","dst":"127.0.0.9:443","fd":true}`, tcpFD),
+	}
+	next := make(chan sendFn, len(bad)+1)
+	for _, b := range bad {
+		next <- b
+	}
+	goodCh := make(chan net.Conn, 1)
+	next <- func() ([]byte, []int, func()) {
+		f, peer := tcpPair()
+		goodCh <- peer
+		return hdr(`{"kind":"transparent","dst":"` + peer.RemoteAddr().String() + `","fd":true}`), []int{int(f.Fd())}, func() { f.Close() }
+	}
+	done := make(chan struct{})
+	im := startImpostor(t, func(im *impostor, w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/net/session":
+			conn, _ := hijack101(t, w, r, guest.NetProtocol)
+			if conn == nil {
+				return
+			}
+			defer conn.Close()
+			_, _ = conn.Write([]byte(`{"proxy_addr":"127.0.0.1:3128","token":"` + token + `"}` + "\n"))
+			<-done
+		case "/v1/net/accept":
+			conn, _ := hijack101(t, w, r, guest.NetConnProtocol)
+			if conn == nil {
+				return
+			}
+			defer conn.Close()
+			select {
+			case send := <-next:
+				msg, fds, closeAll := send()
+				var oob []byte
+				if len(fds) > 0 {
+					oob = unix.UnixRights(fds...)
+				}
+				if _, _, err := conn.(*net.UnixConn).WriteMsgUnix(msg, oob, nil); err != nil {
+					t.Errorf("sendmsg: %v", err)
+				}
+				closeAll() // the impostor's copies: only the host's can remain
+				_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, _ = conn.Read(make([]byte, 1)) // until the host closes it
+			case <-done:
+			}
+		}
+	})
+	s, err := im.c.NetSession(ctxT(t, 10*time.Second), guest.NetSessionRequest{DNSPort: -1, PassFDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { close(done); s.Close() }()
+	st := acceptOne(t, s)
+	goodPeer := <-goodCh
+	goodLocal := goodPeer.RemoteAddr().String()
+	tcp, ok := st.Conn.(*net.TCPConn)
+	if !ok || !st.Header.FD || tcp.LocalAddr().String() != goodLocal {
+		t.Fatalf("delivered %T %+v (local %v), want a *net.TCPConn on %s", st.Conn, st.Header, st.Conn.LocalAddr(), goodLocal)
+	}
+	go echo(st)
+	echoHalfClose(t, goodPeer, 1<<20)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.BadStreams() != int64(len(bad)) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.BadStreams(); n != int64(len(bad)) {
+		t.Fatalf("%d streams refused, want %d", n, len(bad))
+	}
+	var left []string
+	for time.Now().Before(deadline) {
+		left = left[:0]
+		open := openObjs()
+		hostileMu.Lock()
+		for id, name := range hostile {
+			if l, ok := open[id]; ok {
+				left = append(left, name+" ("+l+")")
+			}
+		}
+		hostileMu.Unlock()
+		if len(left) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Fatalf("descriptors of refused streams still open in the host: %s", strings.Join(left, ", "))
+	}
+	if len(hostile) != len(bad) { // eight streams with one descriptor each, one with two, one with none
+		t.Fatalf("%d hostile descriptors noted, want %d: %v", len(hostile), len(bad), hostile)
+	}
+}
