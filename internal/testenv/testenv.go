@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/moby/sys/mountinfo"
 )
@@ -91,6 +92,20 @@ func ShortTempDir(t testing.TB, prefix string) string {
 		os.RemoveAll(dir)
 	})
 	return dir
+}
+
+// LeaksAfter is Leaks, asked again every 100 ms for up to wait while it finds something: a
+// short-lived command that merely names the sandbox (a `runsc state` the control loop started
+// just before the destroy) is gone by then, while a leak stays.
+func LeaksAfter(wait time.Duration, needles ...string) []string {
+	deadline := time.Now().Add(wait)
+	for {
+		found := Leaks(needles...)
+		if len(found) == 0 || time.Now().After(deadline) {
+			return found
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Leaks returns host resources that mention any of needles: mounts in /proc/self/mountinfo,

@@ -321,7 +321,7 @@ func (a *arena) newSandbox(req sandbox.CreateRequest) sandbox.Sandbox {
 			t.Errorf("destroy %s: %v", sb.ID, err)
 			return
 		}
-		if leaks := testenv.Leaks(sb.ID); len(leaks) > 0 {
+		if leaks := testenv.LeaksAfter(5*time.Second, sb.ID); len(leaks) > 0 {
 			t.Errorf("after destroying %s the host still holds:\n%s", sb.ID, strings.Join(leaks, "\n"))
 		}
 		if _, err := os.Stat(filepath.Join(a.s.stateDir, "runtimes", a.rt, "sandboxes", sb.ID)); err == nil {
