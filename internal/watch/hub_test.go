@@ -159,10 +159,12 @@ func TestStalledWatcherToldWhatItMissed(t *testing.T) {
 		src.add(idA, "extend", sandbox.StateRunning)
 	}
 	src.add(idB, "extend", sandbox.StateRunning) // another sandbox's: not this watcher's
-	time.Sleep(100 * time.Millisecond)           // the hub has handed out all 51
+	time.Sleep(300 * time.Millisecond)           // the hub has handed out all 51
 	src.failing.Store(true)
 	close(release)
-	time.Sleep(100 * time.Millisecond)
+	// The store fails while the released watcher catches up (1 s: under a loaded CI host
+	// 100 ms was once too short, and the catch-up read came after the failure ended).
+	time.Sleep(time.Second)
 	src.failing.Store(false)
 	src.add(idA, "state", sandbox.StateDestroyed)
 	s := <-slowSum
