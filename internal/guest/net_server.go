@@ -680,17 +680,20 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 	sess := newAgentSession(conn)
 	sess.passFDs.Store(req.PassFDs)
 	reply.Token = sess.token
-	line, _ := json.Marshal(reply)
-	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := conn.Write(append(line, '\n')); err != nil {
-		_ = conn.Close()
-		return
-	}
-	_ = conn.SetWriteDeadline(time.Time{})
+	// The session is current before the host learns its token: a POST /v1/net/accept that
+	// follows the reply at once must find it.
 	if !s.net.setSession(sess) {
 		sess.close()
 		return
 	}
+	line, _ := json.Marshal(reply)
+	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write(append(line, '\n')); err != nil {
+		sess.close()
+		s.net.clearSession(sess)
+		return
+	}
+	_ = conn.SetWriteDeadline(time.Time{})
 	// Not r.Context(): net/http may cancel it once the connection is taken over. The session
 	// ends when the host closes the connection, when another replaces it (which closes it)
 	// or when the agent closes. The host sends nothing on it; what it sends is discarded.
