@@ -28,12 +28,18 @@ const (
 	JobNotFound Code = "JOB_NOT_FOUND"
 	// JobLimitExceeded: the sandbox already runs as many jobs as it may.
 	JobLimitExceeded Code = "JOB_LIMIT_EXCEEDED"
+	// ImageNotFound: the image is not in the cache (and was not to be pulled), or the registry
+	// has no such repository, tag or digest.
+	ImageNotFound Code = "IMAGE_NOT_FOUND"
+	// ImagePullFailed: the registry could not be reached, refused the credentials, or sent
+	// something that failed verification (details.reason says which).
+	ImagePullFailed Code = "IMAGE_PULL_FAILED"
 )
 
 // Codes lists every code, for documentation and tests.
 var Codes = []Code{SandboxNotFound, SandboxNotRunning, CapacityUnavailable, CommandTimeout,
 	OutputLimitExceeded, FileTooLarge, FileNotFound, UnsupportedOp, RuntimeUnavailable, AuthFailed,
-	InvalidArgument, Conflict, Internal, JobNotFound, JobLimitExceeded}
+	InvalidArgument, Conflict, Internal, JobNotFound, JobLimitExceeded, ImageNotFound, ImagePullFailed}
 
 // Error is a typed error. Message is safe to show to the caller; Cause is internal detail.
 type Error struct {

@@ -5,12 +5,14 @@ import "net/http"
 // HTTPStatus is the status code every HTTP edge (REST API, guest protocol) uses for code.
 func HTTPStatus(code Code) int {
 	switch code {
-	case SandboxNotFound, FileNotFound, JobNotFound:
+	case SandboxNotFound, FileNotFound, JobNotFound, ImageNotFound:
 		return http.StatusNotFound
 	case SandboxNotRunning, Conflict:
 		return http.StatusConflict
 	case CapacityUnavailable, RuntimeUnavailable:
 		return http.StatusServiceUnavailable
+	case ImagePullFailed:
+		return http.StatusBadGateway
 	case CommandTimeout:
 		return http.StatusGatewayTimeout
 	case OutputLimitExceeded, FileTooLarge:

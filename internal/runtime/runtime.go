@@ -49,7 +49,8 @@ type Capabilities struct {
 	Isolation Isolation `json:"isolation"`
 	// CgroupMode is "v1", "hybrid" or "v2".
 	CgroupMode string `json:"cgroup_mode,omitempty"`
-	// Images the runtime can run ("host" today).
+	// Images the runtime can run: "host", and ImageOCI when it takes Spec.Rootfs (an OCI
+	// image's unpacked layers).
 	Images []string `json:"images"`
 	// Network modes the runtime can give a sandbox (NetworkNone, NetworkEgress).
 	NetworkModes []string `json:"network_modes"`
@@ -101,6 +102,50 @@ type Spec struct {
 	// CABundle is, for NetworkEgress, the PEM bundle the sandbox trusts (the host's roots and
 	// agentbox's egress CA), put read-only at CABundlePath; nil: none.
 	CABundle []byte
+	// Rootfs is, for an OCI image (Image is then its reference), the image's unpacked layers;
+	// nil for the "host" image. Either way the root is writable: a per-sandbox layer on the
+	// sandbox's disk over the shared read-only layers.
+	Rootfs *Rootfs
+}
+
+// ImageOCI is the Capabilities.Images entry of a runtime that takes Spec.Rootfs.
+const ImageOCI = "oci"
+
+// Rootfs is an OCI image's root file system as the runtime mounts it.
+type Rootfs struct {
+	// Layers are host directories of unpacked layers, lowest first, in overlayfs's format
+	// (whiteouts are 0:0 character devices, opaque directories carry trusted.overlay.opaque).
+	// Their files carry the image's own ids (0..65535 on the host): the runtime shows them to
+	// the sandbox as its own ids without changing them. They are shared and never written.
+	Layers []string
+	// User runs commands that name none: "" (root), a name in the image's /etc/passwd, a uid,
+	// or uid:gid (the image config's User).
+	User string
+	// Workdir is the default working directory ("": /workspace).
+	Workdir string
+}
+
+// MaxRootfsLayers bounds Rootfs.Layers (overlayfs stacks at most 500; images rarely pass 50).
+const MaxRootfsLayers = 128
+
+// WritableLayer is a sandbox's writable root layer as found on the host: an overlayfs upper
+// directory on the sandbox's disk.
+type WritableLayer struct {
+	// Dir is the upper directory (whiteouts as 0:0 character devices, trusted.overlay.opaque).
+	Dir string
+	// IDMap is the id range its files carry on the host: a file of uid base+n is n in the
+	// sandbox (Count 0: ids are as in the sandbox).
+	IDMap IDMap
+	// Exclude are paths in the sandbox that agentbox made or bound in (mount points, the
+	// agent's files): never part of a commit.
+	Exclude []string
+}
+
+// Committer is implemented by a runtime whose sandboxes' writable layers the host can read
+// (runc, crun, gVisor: all on the sandbox's disk). The layer is live: a caller that needs a
+// consistent copy reads it while the sandbox's processes are frozen or stopped.
+type Committer interface {
+	WritableLayer(ctx context.Context, id string) (WritableLayer, error)
 }
 
 // NetworkNone is the network mode of a sandbox with a loopback interface and nothing else.
