@@ -166,6 +166,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, s.saveLocked()
 }
 
+// Dir is the cache's directory.
+func (s *Store) Dir() string { return s.dir }
+
 func (s *Store) path(el ...string) string { return filepath.Join(append([]string{s.dir}, el...)...) }
 
 func (s *Store) layerDir(diffID string) string {
@@ -579,7 +582,7 @@ func (s *Store) Prune(ctx context.Context, all bool) (PruneReport, error) {
 	rep := PruneReport{Removed: []string{}, BudgetBytes: s.opts.BudgetBytes}
 	if inUse != nil {
 		for dg, rec := range s.idx.Images {
-			if inUse[dg] > 0 || s.leases[dg] > 0 || (!all && len(rec.Names) > 0) {
+			if inUse[dg] > 0 || s.leases[dg] > 0 || s.pins[dg] > 0 || (!all && len(rec.Names) > 0) {
 				continue
 			}
 			rep.Removed = append(rep.Removed, nameOf(rec))
@@ -614,7 +617,7 @@ func (s *Store) budgetLocked(inUse map[string]int) []string {
 	}
 	cands := make([]*imageRec, 0, len(s.idx.Images))
 	for dg, rec := range s.idx.Images {
-		if inUse[dg] == 0 && s.leases[dg] == 0 {
+		if inUse[dg] == 0 && s.leases[dg] == 0 && s.pins[dg] == 0 {
 			cands = append(cands, rec)
 		}
 	}
