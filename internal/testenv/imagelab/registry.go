@@ -21,9 +21,9 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 )
 
 // Registry is an OCI registry served on 127.0.0.1.
