@@ -257,6 +257,9 @@ func TestLayerFormat(t *testing.T) {
 		imagelab.File{Name: "etc/x", Type: '0', Body: "x", Mode: 0o640, UID: 1000, GID: 1001,
 			Xattrs: map[string]string{"user.note": "hi", "trusted.evil": "x", "security.selinux": "system_u:object_r:etc_t:s0"}},
 		imagelab.File{Name: "bigid", Body: "x", UID: 200000, GID: 300000},
+		imagelab.Dir("usr/lib", 0o755),
+		imagelab.Symlink("lib64", "usr/lib"),
+		imagelab.Reg("lib64/libx.so", "through a symlink inside the layer", 0o644),
 	)
 	reg.Push(t, "lab/fmt:1", img)
 	s := open(t, t.TempDir(), image.Options{})
@@ -311,6 +314,9 @@ func TestLayerFormat(t *testing.T) {
 	}
 	if unix.Lstat(filepath.Join(top, "bigid"), &st); st.Uid != image.ClampedID || st.Gid != image.ClampedID {
 		t.Fatalf("bigid: %d:%d; want clamped to %d", st.Uid, st.Gid, image.ClampedID)
+	}
+	if b, err := os.ReadFile(filepath.Join(top, "usr/lib/libx.so")); err != nil || string(b) != "through a symlink inside the layer" {
+		t.Fatalf("a name through a symlink inside the layer: %q %v", b, err)
 	}
 	if fi, err := os.Lstat(filepath.Join(top, "usr/local/bin/tool")); err != nil || fi.ModTime().UTC() != imagelab.Epoch {
 		t.Fatalf("mtime %v %v", fi.ModTime(), err)

@@ -183,7 +183,8 @@ func (u *unpacker) parent(name string) (*os.File, string, error) {
 	} else if err := u.root.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
-	f, err := u.root.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	// A symlink inside the layer is followed (as tar does); os.Root refuses one leading out.
+	f, err := u.root.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, "", err
 	}
