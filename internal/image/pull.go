@@ -9,7 +9,6 @@ import (
 	"hash"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +25,9 @@ const (
 	MaxTrailingBytes = 1 << 20
 	// ProgressInterval is the least time between two progress reports of one layer.
 	ProgressInterval = 250 * time.Millisecond
+	// LayerStallTimeout: a layer download that receives nothing for this long is abandoned
+	// (IMAGE_PULL_FAILED, reason unreachable).
+	LayerStallTimeout = 60 * time.Second
 )
 
 // ReasonInvalidImage: the manifest or config is malformed (details.reason).
@@ -304,11 +306,15 @@ type srcReader struct {
 	err    error
 	n, max int64
 	last   time.Time
+	stall  *time.Timer
 	report func(n int64)
 }
 
 func (r *srcReader) Read(p []byte) (int, error) {
 	n, err := r.r.Read(p)
+	if n > 0 {
+		r.stall.Reset(LayerStallTimeout)
+	}
 	r.n += int64(n)
 	if r.n > r.max {
 		return n, tooLarge("the layer is more than its manifest's %d bytes", r.max)
@@ -331,6 +337,8 @@ func (s *Store) unpackLayer(ctx context.Context, ref string, vl v1.Layer, l Laye
 	defer rc.Close()
 	stop := context.AfterFunc(ctx, func() { rc.Close() })
 	defer stop()
+	stall := time.AfterFunc(LayerStallTimeout, func() { rc.Close() })
+	defer stall.Stop()
 
 	blob, err := os.CreateTemp(s.path("tmp"), "blob-")
 	if err != nil {
@@ -348,7 +356,7 @@ func (s *Store) unpackLayer(ctx context.Context, ref string, vl v1.Layer, l Laye
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return 0, err
 	}
-	src := &srcReader{r: rc, max: l.Size, report: func(n int64) {
+	src := &srcReader{r: rc, max: l.Size, stall: stall, report: func(n int64) {
 		report(Progress{Ref: ref, Layer: l.Digest, Phase: "downloading", Done: n, Total: l.Size})
 	}}
 	bh := sha256.New()
@@ -434,5 +442,3 @@ func (s *Store) installLayer(blobTmp, dirTmp string, l Layer, stats unpackStats)
 	}
 	return nil
 }
-
-var _ = slices.Contains[[]string]

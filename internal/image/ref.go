@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"net/netip"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -105,9 +107,24 @@ func (k staticKeychain) Resolve(res authn.Resource) (authn.Authenticator, error)
 	return authn.Anonymous, nil
 }
 
+// Bounds of a registry exchange (a whole pull is bounded by its caller's context and, per
+// layer, LayerStallTimeout).
+const (
+	RegistryDialTimeout   = 10 * time.Second
+	RegistryHeaderTimeout = 60 * time.Second
+)
+
+var registryTransport = func() http.RoundTripper {
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: RegistryDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = RegistryDialTimeout
+	t.ResponseHeaderTimeout = RegistryHeaderTimeout
+	return t
+}()
+
 func (s *Store) remoteOpts(ctx context.Context) []remote.Option {
 	return []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(s.keychain),
-		remote.WithPlatform(s.platform), remote.WithUserAgent("agentbox")}
+		remote.WithPlatform(s.platform), remote.WithUserAgent("agentbox"), remote.WithTransport(registryTransport)}
 }
 
 // pullError types an error of a registry exchange.

@@ -3,7 +3,6 @@ package image
 import (
 	"archive/tar"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -351,5 +350,3 @@ func (s *Store) pickPlatform(idx v1.ImageIndex) (v1.Image, error) {
 	}
 	return nil, errcode.New(errcode.ImagePullFailed, "the index has no %s image", s.platform.String()).With("reason", ReasonNoPlatform)
 }
-
-var _ = errors.New

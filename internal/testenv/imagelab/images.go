@@ -19,7 +19,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
 )
 
@@ -384,5 +383,3 @@ func RandomImage(layers int, layerBytes, fileBytes int64, seed uint64) (v1.Image
 	cf.OS, cf.Architecture = "linux", "amd64"
 	return mutate.ConfigFile(out, cf)
 }
-
-var _ = types.OCIManifestSchema1
