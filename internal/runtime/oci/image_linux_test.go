@@ -315,3 +315,40 @@ func TestImageRootfsInvalid(t *testing.T) {
 		t.Errorf("an OCI image without layers: %v", err)
 	}
 }
+
+// TestImageRootfsCrashConverges: a sandbox whose container is gone (a crash between Delete's
+// steps, or during create) but whose root and lowers are still mounted is listed, and Delete
+// removes it all.
+func TestImageRootfsCrashConverges(t *testing.T) {
+	t.Parallel()
+	rt := newRunc(t)
+	layers := buildTestLayers(t, filepath.Join(rt.root, "layers"))
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec.Image, spec.IDMap, spec.Rootfs = "test/busybox:1", runtimetest.TestIDMap(), &runtime.Rootfs{Layers: layers}
+	c := runtimetest.Start(t, rt, spec)
+	runtimetest.Exec(t, c, "true")
+	ctx := context.Background()
+	if _, err := rt.command(ctx, "delete", "--force", spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	// What is left: the overlay, its lowers, the disk, no container and no spec.
+	if err := os.Remove(filepath.Join(rt.sandboxDir(spec.ID), "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	if leaks := testenv.Leaks(spec.ID); len(leaks) == 0 {
+		t.Fatal("testenv.Leaks sees no mount of the sandbox")
+	}
+	ids, err := rt.List(ctx)
+	if err != nil || !containsStr(ids, spec.ID) {
+		t.Fatalf("List %v %v: the sandbox holding mounts is not listed", ids, err)
+	}
+	if err := rt.Delete(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Delete(ctx, spec.ID); err != nil {
+		t.Fatalf("second Delete: %v", err)
+	}
+	if leaks := testenv.Leaks(spec.ID); len(leaks) > 0 {
+		t.Errorf("after Delete: %v", leaks)
+	}
+}
