@@ -60,8 +60,8 @@ func usernsFDMapping(uidIn, uidOut, gidIn, gidOut, count uint32) (int, error) {
 	}
 	pr.Close()
 	fd, openErr := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	pw.Close() // cat sees EOF and exits
-	_ = cmd.Wait()
+	pw.Close()    // cat sees EOF and exits
+	go cmd.Wait() // reaped in the background: cat's exit takes milliseconds nobody waits for
 	if openErr != nil {
 		return -1, fmt.Errorf("open the user namespace: %w", openErr)
 	}

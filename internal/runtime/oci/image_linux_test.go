@@ -59,7 +59,7 @@ func euidBinary(t *testing.T) string {
 }
 
 // busyboxApplets are linked to /bin/busybox in the test image.
-var busyboxApplets = []string{"sh", "id", "ls", "stat", "cat", "echo", "test", "mkdir", "cp", "dd", "touch", "pwd", "env", "rm", "sync"}
+var busyboxApplets = []string{"sh", "id", "ls", "stat", "cat", "echo", "test", "mkdir", "cp", "dd", "touch", "pwd", "env", "rm", "sync", "true"}
 
 // buildTestLayers makes a two-layer image in overlayfs format under dir (0700): layer 0 has
 // busybox, its applets, /etc/passwd, /etc/hidden and /etc/opq/a; layer 1 whites out

@@ -40,6 +40,9 @@ type overlayConfig struct {
 	Lowers []string
 	// LowerMap id-maps every lower (through it a file of host uid n is base+n); Count 0: none.
 	LowerMap runtime.IDMap
+	// Userns, when above 0, is an open user namespace of LowerMap's mapping (the caller made
+	// it ahead, in parallel with other work); else mountOverlay makes one.
+	Userns int
 	// Upper and Work are the writable layer's directories (Work empty, on Upper's mount).
 	Upper, Work string
 	// Target is the mount point.
@@ -87,7 +90,9 @@ func mountOverlayOnce(o overlayConfig, byFD bool) (err error) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	userns := -1
-	if o.LowerMap.Count > 0 {
+	if o.LowerMap.Count > 0 && o.Userns > 0 {
+		userns = o.Userns
+	} else if o.LowerMap.Count > 0 {
 		// One user namespace for every lower of this mount: the sandbox's own mapping.
 		if userns, err = usernsFDMapping(0, o.LowerMap.UIDBase, 0, o.LowerMap.GIDBase, o.LowerMap.Count); err != nil {
 			return err

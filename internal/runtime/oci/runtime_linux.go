@@ -426,6 +426,8 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		return "", err
 	}
 	id, dir := spec.ID, r.sandboxDir(spec.ID)
+	userns := r.startUserns(spec.IDMap)
+	defer userns.close()
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return "", errcode.New(errcode.Conflict, "sandbox %s already exists in runtime %s; delete it first", id, r.name)
@@ -484,7 +486,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		viewBinds(s, dir)
 	}
 	if r.overlay {
-		if err := r.mountSandboxRootfs(dir, lowers, spec.IDMap, s); err != nil {
+		if err := r.mountSandboxRootfs(dir, lowers, spec.IDMap, userns, s); err != nil {
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot mount the root file system of sandbox %s; the server log has the cause", id)
 		}
 	}
