@@ -72,7 +72,7 @@ func validateRootfs(rf *runtime.Rootfs) error {
 // mountSandboxRootfs mounts sandbox dir's root at dir/rootfs over lowers, makes the mount
 // points s binds that the image lacks, and records the writable layer. The disk (and, under
 // gVisor with an id range, its view) must be mounted.
-func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, m runtime.IDMap, userns *usernsAhead, s *specs.Spec) error {
+func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, skeleton bool, m runtime.IDMap, userns *usernsAhead, s *specs.Spec) error {
 	disk := filepath.Join(dir, diskMountName)
 	layerDir := filepath.Join(disk, diskRootfsDir)
 	upper, work := filepath.Join(layerDir, "upper"), filepath.Join(layerDir, "work")
@@ -108,7 +108,8 @@ func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, m runtime.IDMa
 	if err := mountOverlay(o); err != nil {
 		return err
 	}
-	exclude, err := makeMountPoints(o.Target, s, owner)
+	// The skeleton of image host has every mount point (buildRootfs): only list them.
+	exclude, err := makeMountPoints(o.Target, s, owner, !skeleton)
 	if err != nil {
 		return err
 	}
@@ -159,21 +160,25 @@ func (u *usernsAhead) close() {
 // makeMountPoints creates in the merged root at target the mount points of s that are missing
 // (a directory, or an empty file for a file bind), owned by the sandbox's root (owner's base),
 // and returns every mount destination: what agentbox puts in the root, never an image's own.
+// Without create it only lists them.
 // Paths resolve inside target (os.Root): an image's symlink cannot lead them out of it. A mount
 // point that cannot be made there (an image's symlink pointing out of its root) is left to the
 // OCI runtime, which resolves it inside the root too.
-func makeMountPoints(target string, s *specs.Spec, owner runtime.IDMap) ([]string, error) {
-	root, err := os.OpenRoot(target)
-	if err != nil {
-		return nil, err
+func makeMountPoints(target string, s *specs.Spec, owner runtime.IDMap, create bool) ([]string, error) {
+	var root *os.Root
+	if create {
+		var err error
+		if root, err = os.OpenRoot(target); err != nil {
+			return nil, err
+		}
+		defer root.Close()
 	}
-	defer root.Close()
 	var exclude []string
 	for _, mnt := range s.Mounts {
 		dst := path.Clean(mnt.Destination)
 		exclude = append(exclude, dst)
 		rel := strings.TrimPrefix(dst, "/")
-		if rel == "" {
+		if rel == "" || root == nil {
 			continue
 		}
 		if _, err := root.Lstat(rel); err == nil {

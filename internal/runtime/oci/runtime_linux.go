@@ -486,7 +486,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		viewBinds(s, dir)
 	}
 	if r.overlay {
-		if err := r.mountSandboxRootfs(dir, lowers, spec.IDMap, userns, s); err != nil {
+		if err := r.mountSandboxRootfs(dir, lowers, spec.Rootfs == nil, spec.IDMap, userns, s); err != nil {
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot mount the root file system of sandbox %s; the server log has the cause", id)
 		}
 	}
