@@ -16,14 +16,14 @@ func cmdGuest(args []string) int {
 	fs := flag.NewFlagSet("guest", flag.ContinueOnError)
 	socket := fs.String("socket", "/.agentbox/run/agent.sock", "unix socket to listen on")
 	workdir := fs.String("workdir", guest.DefaultWorkdir, "default working directory")
-	user := fs.String("user", "agent", `user that runs commands naming none, and owns files the agent creates, when the agent runs as root ("" = the agent itself)`)
+	user := fs.String("user", "agent", `user that runs commands naming none, and owns files the agent creates, when the agent runs as root: a name, a uid or uid:gid (also NAME:GROUP); "" = the agent itself`)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	var defaultUser *guest.User
 	if *user != "" && os.Geteuid() == 0 {
-		u, err := guest.LookupUser(*user)
+		u, err := guest.ParseUser(*user)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "agentbox guest:", err)
 			return 1

@@ -56,3 +56,26 @@ func TestExecTags(t *testing.T) {
 		t.Fatalf("after a release got %d, want %d", got, all[10])
 	}
 }
+
+func TestParseUser(t *testing.T) {
+	t.Parallel()
+	passwd := "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1001:node:/home/node:/bin/sh\n"
+	group := "root:x:0:\nstaff:x:50:\n"
+	for spec, want := range map[string]User{
+		"node":       {Name: "node", UID: 1000, GID: 1001, Home: "/home/node"},
+		"1000":       {Name: "node", UID: 1000, GID: 1001, Home: "/home/node"},
+		"4242":       {Name: "4242", UID: 4242, GID: 4242, Home: "/"},
+		"4242:7":     {Name: "4242", UID: 4242, GID: 7, Home: "/"},
+		"node:staff": {Name: "node", UID: 1000, GID: 50, Home: "/home/node"},
+		"0:0":        {Name: "root", UID: 0, GID: 0, Home: "/root"},
+	} {
+		if u, err := parseUser(spec, passwd, group); err != nil || u != want {
+			t.Errorf("%q: %+v %v, want %+v", spec, u, err, want)
+		}
+	}
+	for _, spec := range []string{"", ":", "ghost", "node:", "node:ghosts", "70000", "1:70000"} {
+		if u, err := parseUser(spec, passwd, group); err == nil {
+			t.Errorf("%q: %+v, want an error", spec, u)
+		}
+	}
+}

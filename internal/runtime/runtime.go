@@ -52,6 +52,9 @@ type Capabilities struct {
 	// Images the runtime can run: "host", and ImageOCI when it takes Spec.Rootfs (an OCI
 	// image's unpacked layers).
 	Images []string `json:"images"`
+	// OCIImageReason says why a runtime that could take ImageOCI does not on this host (no
+	// overlayfs with id-mapped lower layers, say); "" otherwise. `agentbox doctor` shows it.
+	OCIImageReason string `json:"oci_image_reason,omitempty"`
 	// Network modes the runtime can give a sandbox (NetworkNone, NetworkEgress).
 	NetworkModes []string `json:"network_modes"`
 	// TransparentEgressReason says why a runtime that gives NetworkEgress sandboxes the

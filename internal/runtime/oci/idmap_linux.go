@@ -31,6 +31,12 @@ const idmapHardening = "userns:per-sandbox-id-range(files:idmapped-disk)"
 // disk's base+n reads as n. A short-lived child process (cat, blocked on a pipe) holds the
 // namespace while it is opened; the namespace lives on in the fd.
 func usernsFD(m runtime.IDMap) (int, error) {
+	return usernsFDMapping(m.UIDBase, 0, m.GIDBase, 0, m.Count)
+}
+
+// usernsFDMapping returns an open user namespace whose ids uidIn.. (gidIn..) are host ids
+// uidOut.. (gidOut..), count of each.
+func usernsFDMapping(uidIn, uidOut, gidIn, gidOut, count uint32) (int, error) {
 	cat, err := exec.LookPath("cat")
 	if err != nil {
 		return -1, err
@@ -44,8 +50,8 @@ func usernsFD(m runtime.IDMap) (int, error) {
 	cmd.Stdin = pr
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(m.UIDBase), HostID: 0, Size: int(m.Count)}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(m.GIDBase), HostID: 0, Size: int(m.Count)}},
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uidIn), HostID: int(uidOut), Size: int(count)}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gidIn), HostID: int(gidOut), Size: int(count)}},
 		Pdeathsig:   syscall.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {
@@ -54,8 +60,8 @@ func usernsFD(m runtime.IDMap) (int, error) {
 	}
 	pr.Close()
 	fd, openErr := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	pw.Close() // cat sees EOF and exits
-	_ = cmd.Wait()
+	pw.Close()    // cat sees EOF and exits
+	go cmd.Wait() // reaped in the background: cat's exit takes milliseconds nobody waits for
 	if openErr != nil {
 		return -1, fmt.Errorf("open the user namespace: %w", openErr)
 	}

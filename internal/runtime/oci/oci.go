@@ -9,7 +9,8 @@
 //
 //	state/                 the OCI runtime's --root
 //	bin/agentbox           the guest binary every sandbox binds (userns_linux.go)
-//	rootfs/host/           the shared read-only root of image "host", prepared once
+//	rootfs/host/           the shared read-only skeleton of image "host", prepared once: the
+//	                       lower layer of its sandboxes' root overlays
 //	disk-templates/        one formatted ext4 image per disk size, copied by every create
 //	netns/<id>             network egress on runc and crun: the sandbox's network namespace,
 //	                       bind-mounted (netns_linux.go)
@@ -18,7 +19,11 @@
 //	                       resolv.conf, etc-agentbox/ca-bundle.pem
 //	sandboxes/<id>/disk/   the disk's mount: run/ (at /.agentbox/run; agent.sock), workspace/,
 //	                       home/, root/ (at /root), guest.log (the agent's stdout and stderr);
+//	                       rootfs/upper and rootfs/work (the root's writable layer);
 //	                       see disk_linux.go
+//	sandboxes/<id>/rootfs  the sandbox's root: an overlay of its image's layers under
+//	                       disk/rootfs/upper (rootfs_linux.go, overlay_linux.go); lower/N the
+//	                       id-mapped lowers attached for it; rootfs.json its writable layer
 //
 // Root, bin/, rootfs/ and sandboxes/ are 0711: in a user namespace the sandbox's root, an
 // unprivileged host user, must search them (userns_linux.go). The sandbox's run/ and root/

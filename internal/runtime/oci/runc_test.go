@@ -139,7 +139,7 @@ func TestRuncCapabilities(t *testing.T) {
 	if mode, _ := hostinfo.CgroupMode(); c.CgroupMode != mode {
 		t.Errorf("cgroup mode %q, host %q", c.CgroupMode, mode)
 	}
-	for _, h := range []string{"readonly-rootfs", "no-new-privileges", "masked-paths", "netns:loopback-only", "cgroup:memory,cpu,pids"} {
+	for _, h := range []string{overlayHardening, "no-new-privileges(image-host)", "masked-paths", "netns:loopback-only", "cgroup:memory,cpu,pids"} {
 		if !slices.Contains(c.Hardening, h) {
 			t.Errorf("hardening %v lacks %s", c.Hardening, h)
 		}
@@ -376,10 +376,26 @@ func TestRuncFilesystem(t *testing.T) {
 	rt := newRunc(t)
 	id := runtimetest.NewID()
 	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
-	for _, p := range []string{"/usr/x", "/etc/x", "/x", "/.agentbox/agentbox"} {
-		if res := runtimetest.Exec(t, c, "touch", p); res.ExitCode == 0 {
-			t.Errorf("touch %s succeeded on the read-only root", p)
+	for _, p := range []string{"/usr/x", "/.agentbox/agentbox"} {
+		if res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"touch", p}, User: "root", TimeoutMs: 60000}); res.ExitCode == 0 {
+			t.Errorf("touch %s succeeded on a read-only bind", p)
 		}
+	}
+	// The root is writable by the sandbox's root: its writable layer is on the sandbox's disk.
+	for _, p := range []string{"/etc/x", "/x"} {
+		if res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"touch", p}, User: "root", TimeoutMs: 60000}); res.ExitCode != 0 {
+			t.Errorf("touch %s as root: %+v", p, res)
+		}
+		if res := runtimetest.Exec(t, c, "touch", p+"-agent"); res.ExitCode == 0 {
+			t.Errorf("touch %s-agent succeeded as the agent user", p)
+		}
+	}
+	upper := filepath.Join(rt.sandboxDir(id), diskMountName, diskRootfsDir, "upper")
+	if _, err := os.Stat(filepath.Join(upper, "etc", "x")); err != nil {
+		t.Errorf("/etc/x not in the writable layer: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(rt.rootfs, "etc", "x")); err == nil {
+		t.Errorf("/etc/x landed in the shared rootfs")
 	}
 	for _, p := range []string{"/workspace/x", "/tmp/x", "/home/agent/x"} {
 		if res := runtimetest.Exec(t, c, "touch", p); res.ExitCode != 0 {

@@ -52,6 +52,10 @@ type Runtime struct {
 	disks        *diskTemplates // formatted disk images, one per size (disk_linux.go)
 	// transparent: egress sandboxes get the runtime's own network namespace (netns_linux.go).
 	transparent bool
+	// overlay: every sandbox's root is its own overlay with a writable layer on its disk
+	// (rootfs_linux.go), and OCI images run; else caps.OCIImageReason says why not and image
+	// host keeps the shared read-only root.
+	overlay bool
 
 	// Per flavour (flavor_linux.go).
 	globalArgs []string // before every command: --root and the flavour's flags
@@ -81,6 +85,7 @@ var (
 	_ runtime.Waiter        = (*Runtime)(nil)
 	_ runtime.DiskAccounter = (*Runtime)(nil)
 	_ runtime.Closer        = (*Runtime)(nil)
+	_ runtime.Committer     = (*Runtime)(nil)
 )
 
 // New probes the host and the OCI runtime. It fails only for an invalid Config; a runtime
@@ -143,6 +148,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return r, nil
 	}
 	r.caps.Hardening = append(r.flavorHardening(), r.usernsHardeningEntries()...)
+	if reason := r.probeOverlay(); reason != "" {
+		r.caps.OCIImageReason = reason
+		r.log.Warn("no overlay roots on this host: image host keeps a read-only root and OCI images cannot run", "reason", reason)
+		r.caps.Hardening = slices.DeleteFunc(r.caps.Hardening, func(h string) bool { return h == overlayHardening })
+		r.caps.Hardening = append(r.caps.Hardening, "readonly-rootfs")
+	} else {
+		r.overlay = true
+		r.caps.Images = append(r.caps.Images, runtime.ImageOCI)
+	}
 	if r.flavor != FlavorGVisor {
 		if reason := probeEgressNetns(); reason != "" {
 			r.caps.TransparentEgressReason = "cannot make a network namespace for the transparent egress path (egress sandboxes get the proxy path only): " + reason
@@ -235,6 +249,7 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 	c := r.caps
 	c.NetworkModes = append([]string(nil), r.caps.NetworkModes...)
 	c.Hardening = append([]string(nil), r.caps.Hardening...)
+	c.Images = append([]string(nil), r.caps.Images...)
 	return c
 }
 
@@ -289,12 +304,22 @@ func (r *Runtime) ensureLayout() (string, error) {
 	return rootfs, nil
 }
 
-func validateSpec(spec runtime.Spec) error {
+func (r *Runtime) validateSpec(spec runtime.Spec) error {
 	if err := checkID(spec.ID); err != nil {
 		return err
 	}
-	if spec.Image != "" && spec.Image != ImageHost {
-		return errcode.New(errcode.InvalidArgument, "image %q is not supported; supported images: %s", spec.Image, ImageHost).With("supported_images", []string{ImageHost})
+	switch {
+	case spec.Rootfs != nil && !r.overlay:
+		return errcode.New(errcode.InvalidArgument, "runtime %s cannot run OCI images on this host (%s); supported images: %s", r.name, r.caps.OCIImageReason, ImageHost).With("supported_images", []string{ImageHost})
+	case spec.Rootfs != nil:
+		if spec.Image == "" || spec.Image == ImageHost {
+			return errcode.New(errcode.InvalidArgument, "image %q cannot have rootfs layers: name the OCI image they come from", spec.Image)
+		}
+		if err := validateRootfs(spec.Rootfs); err != nil {
+			return err
+		}
+	case spec.Image != "" && spec.Image != ImageHost:
+		return errcode.New(errcode.InvalidArgument, "image %q has no rootfs layers; supported images: %s, or an OCI image's layers", spec.Image, ImageHost).With("supported_images", r.caps.Images)
 	}
 	if spec.CPU < 0 || spec.CPU > 1024 {
 		return errcode.New(errcode.InvalidArgument, "cpu %g must be between 0 (unlimited) and 1024 cores", spec.CPU)
@@ -380,7 +405,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	if err := r.checkAvailable(); err != nil {
 		return "", err
 	}
-	if err := validateSpec(spec); err != nil {
+	if err := r.validateSpec(spec); err != nil {
 		return "", err
 	}
 	if err := r.checkIDMap(spec.IDMap); err != nil {
@@ -401,6 +426,8 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		return "", err
 	}
 	id, dir := spec.ID, r.sandboxDir(spec.ID)
+	userns := r.startUserns(spec.IDMap)
+	defer userns.close()
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return "", errcode.New(errcode.Conflict, "sandbox %s already exists in runtime %s; delete it first", id, r.name)
@@ -428,6 +455,15 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		HostRlimits: r.hostRlimits, Swap: r.swap, OOMScoreAdj: r.oomScoreAdj, HostBinds: r.layout.Binds,
 		Seccomp: r.seccomp,
 	}
+	lowers := []string{rootfs}
+	if r.overlay {
+		in.Rootfs, in.WritableRoot = filepath.Join(dir, rootfsMountName), true
+	}
+	if spec.Rootfs != nil {
+		lowers = spec.Rootfs.Layers
+		in.OCIImage, in.GuestUser, in.GuestWorkdir = true, spec.Rootfs.User, spec.Rootfs.Workdir
+		in.HostBinds = nil // the image's own /usr
+	}
 	in.UIDMappings, in.GIDMappings = r.flavor.idMappings(spec.IDMap)
 	if err := r.prepareEgress(spec, dir, &in); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the egress network of sandbox %s; the server log has the cause", id)
@@ -448,6 +484,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s an id-mapped view of its disk", id)
 		}
 		viewBinds(s, dir)
+	}
+	if r.overlay {
+		if err := r.mountSandboxRootfs(dir, lowers, spec.Rootfs == nil, spec.IDMap, userns, s); err != nil {
+			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot mount the root file system of sandbox %s; the server log has the cause", id)
+		}
 	}
 	data, err := json.Marshal(s)
 	if err != nil {
@@ -597,6 +638,10 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	r.reapHelpers(ctx, id)
 	if err := r.removeCgroups(ctx, id); err != nil {
 		return err
+	}
+	// The root's overlay and its lowers go before the disk that holds its upper layer.
+	if err := unmountRootfs(dir); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot unmount the root file system of sandbox %s; retry", id)
 	}
 	if err := r.removeDisk(ctx, id); err != nil {
 		return err

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -70,10 +71,13 @@ var (
 
 // hardening names what buildSpec enforces, for Capabilities.Hardening.
 var hardening = []string{
-	"readonly-rootfs", "no-new-privileges", "caps:minimal", "masked-paths", "readonly-paths",
+	overlayHardening, "no-new-privileges(image-host)", "caps:minimal", "masked-paths", "readonly-paths",
 	"netns:loopback-only", "cgroup:memory,cpu,pids", "devices:default-deny", "rlimits:clamped",
 	"nosuid-binds", "disk:ext4-image", "rlimits:fsize",
 }
+
+// overlayHardening: every sandbox's root is an overlay whose only writable layer is on its disk.
+const overlayHardening = "rootfs:overlay(writable-layer-on-disk)"
 
 // bindMount is a host path bound read-only into every sandbox at the same path.
 type bindMount struct {
@@ -110,6 +114,15 @@ type specInput struct {
 	// (network egress).
 	ResolvConf string
 	CADir      string
+	// WritableRoot: Rootfs is the sandbox's own overlay (rootfs_linux.go), not the shared
+	// read-only skeleton.
+	WritableRoot bool
+	// OCIImage: the root is an OCI image's (Spec.Rootfs). Its setuid binaries must work
+	// inside, so its processes may gain privileges (no no_new_privs), and GuestUser and
+	// GuestWorkdir are the image's.
+	OCIImage     bool
+	GuestUser    string
+	GuestWorkdir string
 	// NoCgroupFS leaves /sys/fs/cgroup empty (gVisor: runsc mounts its own cgroupfs controllers
 	// read-write under the read-only mount, whatever the spec asks).
 	NoCgroupFS bool
@@ -216,7 +229,7 @@ func buildSpec(in specInput) *specs.Spec {
 	s := &specs.Spec{
 		Version:  ociVersion,
 		Hostname: in.ID,
-		Root:     &specs.Root{Path: in.Rootfs, Readonly: true},
+		Root:     &specs.Root{Path: in.Rootfs, Readonly: !in.WritableRoot},
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0, Umask: ptr(uint32(0o022))},
 			Args: []string{guestBinaryPath, "guest", "--socket", guestSocketPath},
@@ -258,6 +271,23 @@ func buildSpec(in specInput) *specs.Spec {
 			ReadonlyPaths:     append([]string(nil), readonlyPaths...),
 			Seccomp:           in.Seccomp,
 		},
+	}
+	if in.OCIImage {
+		workdir := in.GuestWorkdir
+		if workdir == "" {
+			workdir = workspaceDir
+		}
+		s.Process.Args = append(s.Process.Args, "--user", in.GuestUser, "--workdir", workdir)
+		s.Process.NoNewPrivileges = false
+		if _, ok := in.Env["HOME"]; !ok {
+			// Commands run as root unless the image names a user (whose home the agent sets).
+			env := maps.Clone(in.Env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			env["HOME"] = rootHome
+			s.Process.Env = buildEnv(env)
+		}
 	}
 	if in.NetNSPath != "" {
 		for i, ns := range s.Linux.Namespaces {

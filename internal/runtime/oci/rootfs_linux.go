@@ -1,0 +1,267 @@
+package oci
+
+// The root file system of one sandbox: an overlay (overlay_linux.go) mounted by the host at
+// sandboxes/<id>/rootfs, whose writable layer is disk/rootfs/upper on the sandbox's own disk
+// (so it counts against disk_mb) and whose lower layers are the image's: the shared skeleton
+// rootfs/host for image "host" (the host's /usr and friends stay read-only binds over it), or
+// the unpacked layers of an OCI image (Spec.Rootfs).
+//
+// Owners. Under runc and crun the lowers are id-mapped clones through the sandbox's own
+// mapping: a layer file of host uid n reads as base+n, which is n in the sandbox's user
+// namespace; the upper holds base+n files as the sandbox writes them. Under gVisor the lowers
+// are raw (the sentry shows the ids its gofer reports) and the upper is reached through the
+// disk's id-mapped view, so that its files are base+n on the disk there too.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// rootfsRecordName is the sandbox's writable layer as WritableLayer reports it, in its dir.
+const rootfsRecordName = "rootfs.json"
+
+// rootfsRecord is what WritableLayer needs of a sandbox after a restart.
+type rootfsRecord struct {
+	Upper   string        `json:"upper"`
+	IDMap   runtime.IDMap `json:"idmap"`
+	Exclude []string      `json:"exclude"`
+}
+
+// validateRootfs checks an OCI image's Spec.Rootfs: 1..MaxRootfsLayers absolute paths of
+// existing directories.
+func validateRootfs(rf *runtime.Rootfs) error {
+	if rf == nil {
+		return nil
+	}
+	if n := len(rf.Layers); n < 1 || n > runtime.MaxRootfsLayers {
+		return errcode.New(errcode.InvalidArgument, "rootfs layers: %d given; an image needs between 1 and %d layers", n, runtime.MaxRootfsLayers)
+	}
+	for i, l := range rf.Layers {
+		if !filepath.IsAbs(l) || filepath.Clean(l) != l || strings.ContainsAny(l, ",:\x00") {
+			return errcode.New(errcode.InvalidArgument, "rootfs layer %d %q must be a clean absolute path without ',' or ':'", i, l)
+		}
+		fi, err := os.Stat(l)
+		if err != nil || !fi.IsDir() {
+			return errcode.New(errcode.InvalidArgument, "rootfs layer %d %q is not an existing directory", i, l)
+		}
+	}
+	if strings.ContainsRune(rf.User, 0) || strings.ContainsRune(rf.Workdir, 0) {
+		return errcode.New(errcode.InvalidArgument, "rootfs user and workdir must not contain NUL")
+	}
+	if rf.Workdir != "" && !path.IsAbs(rf.Workdir) {
+		return errcode.New(errcode.InvalidArgument, "rootfs workdir %q must be an absolute path", rf.Workdir)
+	}
+	return nil
+}
+
+// mountSandboxRootfs mounts sandbox dir's root at dir/rootfs over lowers, makes the mount
+// points s binds that the image lacks, and records the writable layer. The disk (and, under
+// gVisor with an id range, its view) must be mounted.
+func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, skeleton bool, m runtime.IDMap, userns *usernsAhead, s *specs.Spec) error {
+	disk := filepath.Join(dir, diskMountName)
+	layerDir := filepath.Join(disk, diskRootfsDir)
+	upper, work := filepath.Join(layerDir, "upper"), filepath.Join(layerDir, "work")
+	for _, d := range []string{layerDir, upper, work} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	// The sandbox's root owns them (through the disk's view, under gVisor, they are root's);
+	// the upper's root is the merged root's, 0755.
+	for _, d := range []string{layerDir, upper, work} {
+		if err := os.Lchown(d, int(m.UIDBase), int(m.GIDBase)); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(upper, 0o755); err != nil {
+		return err
+	}
+	o := overlayConfig{Lowers: lowers, Upper: upper, Work: work, Target: filepath.Join(dir, rootfsMountName), AttachDir: filepath.Join(dir, lowerDirName)}
+	owner := m // who the sandbox's root is through the overlay (host ids)
+	if r.flavor.mapsIDs() {
+		o.LowerMap = m
+		fd, err := userns.get()
+		if err != nil {
+			return err
+		}
+		o.Userns = fd
+	} else if m.Count > 0 {
+		view := filepath.Join(dir, viewMountName, diskRootfsDir)
+		o.Upper, o.Work = filepath.Join(view, "upper"), filepath.Join(view, "work")
+		owner = runtime.IDMap{} // through the view, base reads as 0
+	}
+	if err := mountOverlay(o); err != nil {
+		return err
+	}
+	// The skeleton of image host has every mount point (buildRootfs): only list them.
+	exclude, err := makeMountPoints(o.Target, s, owner, !skeleton)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(rootfsRecord{Upper: upper, IDMap: m, Exclude: exclude})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, rootfsRecordName), b, 0o600)
+}
+
+// usernsAhead is the user namespace of a sandbox's lowers, made in the background while create
+// does other work (making one costs a process: about 15 ms on a loaded host).
+type usernsAhead struct {
+	done chan struct{}
+	fd   int
+	err  error
+}
+
+// startUserns starts making the user namespace of m's mapping; nil when there is none to make.
+func (r *Runtime) startUserns(m runtime.IDMap) *usernsAhead {
+	if !r.overlay || !r.flavor.mapsIDs() || m.Count == 0 {
+		return nil
+	}
+	u := &usernsAhead{done: make(chan struct{}), fd: -1}
+	go func() {
+		defer close(u.done)
+		u.fd, u.err = usernsFDMapping(0, m.UIDBase, 0, m.GIDBase, m.Count)
+	}()
+	return u
+}
+
+// get waits for the namespace: its fd (-1 for a nil u), owned by u.
+func (u *usernsAhead) get() (int, error) {
+	if u == nil {
+		return -1, nil
+	}
+	<-u.done
+	return u.fd, u.err
+}
+
+// close waits for the namespace and closes it.
+func (u *usernsAhead) close() {
+	if fd, err := u.get(); err == nil && fd > 0 {
+		unix.Close(fd)
+	}
+}
+
+// makeMountPoints creates in the merged root at target the mount points of s that are missing
+// (a directory, or an empty file for a file bind), owned by the sandbox's root (owner's base),
+// and returns every mount destination: what agentbox puts in the root, never an image's own.
+// Without create it only lists them.
+// Paths resolve inside target (os.Root): an image's symlink cannot lead them out of it. A mount
+// point that cannot be made there (an image's symlink pointing out of its root) is left to the
+// OCI runtime, which resolves it inside the root too.
+func makeMountPoints(target string, s *specs.Spec, owner runtime.IDMap, create bool) ([]string, error) {
+	var root *os.Root
+	if create {
+		var err error
+		if root, err = os.OpenRoot(target); err != nil {
+			return nil, err
+		}
+		defer root.Close()
+	}
+	var exclude []string
+	for _, mnt := range s.Mounts {
+		dst := path.Clean(mnt.Destination)
+		exclude = append(exclude, dst)
+		rel := strings.TrimPrefix(dst, "/")
+		if rel == "" || root == nil {
+			continue
+		}
+		if _, err := root.Lstat(rel); err == nil {
+			continue
+		}
+		isFile := false
+		if mnt.Type == "bind" {
+			if fi, err := os.Stat(mnt.Source); err == nil && !fi.IsDir() {
+				isFile = true
+			}
+		}
+		if err := makeOwned(root, rel, isFile, owner); err != nil {
+			return nil, fmt.Errorf("make the mount point %s in the sandbox's root: %w", dst, err)
+		}
+	}
+	exclude = append(exclude, guestDir)
+	slices.Sort(exclude)
+	return slices.Compact(exclude), nil
+}
+
+// makeOwned makes rel (and its missing parents) in root, each new one owned by owner's base.
+func makeOwned(root *os.Root, rel string, isFile bool, owner runtime.IDMap) error {
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		if _, err := root.Lstat(p); err == nil {
+			continue
+		}
+		var err error
+		if i == len(parts)-1 && isFile {
+			var f *os.File
+			if f, err = root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+				err = f.Close()
+			}
+		} else {
+			err = root.Mkdir(p, 0o755)
+		}
+		if err != nil {
+			return err
+		}
+		if owner.Count > 0 {
+			if err := root.Lchown(p, int(owner.UIDBase), int(owner.GIDBase)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// WritableLayer returns sandbox id's writable root layer: disk/rootfs/upper on its disk, the
+// id range its files carry, and the paths agentbox put in the root (runtime.Committer).
+func (r *Runtime) WritableLayer(ctx context.Context, id string) (runtime.WritableLayer, error) {
+	if err := checkID(id); err != nil {
+		return runtime.WritableLayer{}, err
+	}
+	b, err := os.ReadFile(filepath.Join(r.sandboxDir(id), rootfsRecordName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return runtime.WritableLayer{}, errcode.New(errcode.SandboxNotFound, "sandbox %s has no writable root layer in runtime %s", id, r.name)
+	}
+	if err != nil {
+		return runtime.WritableLayer{}, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot read the writable layer of sandbox %s", id)
+	}
+	var rec rootfsRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return runtime.WritableLayer{}, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot read the writable layer of sandbox %s", id)
+	}
+	if !r.rootfsMounted(id) {
+		return runtime.WritableLayer{}, errcode.New(errcode.SandboxNotRunning, "the root of sandbox %s is not mounted", id)
+	}
+	return runtime.WritableLayer{Dir: rec.Upper, IDMap: rec.IDMap, Exclude: rec.Exclude}, nil
+}
+
+// rootfsMounted reports whether sandbox id's merged root is mounted.
+func (r *Runtime) rootfsMounted(id string) bool {
+	target := filepath.Join(r.sandboxDir(id), rootfsMountName)
+	mps, err := mountPoints()
+	if err != nil {
+		return false
+	}
+	for _, d := range r.sandboxesDirs() {
+		if slices.Contains(mps, filepath.Join(d, id, rootfsMountName)) {
+			return true
+		}
+	}
+	return slices.Contains(mps, target)
+}
