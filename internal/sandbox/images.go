@@ -383,3 +383,73 @@ func (s *Service) Commit(ctx context.Context, id, name string) (image.Image, err
 	}
 	return one[0], nil
 }
+
+// MaxProgressPending bounds the distinct layers a ProgressQueue holds between takes.
+const MaxProgressPending = 256
+
+// ProgressQueue carries an image operation's progress from its callback (which must not block)
+// to a consumer that may be slow (an HTTP stream, MCP notifications, a terminal): it keeps only
+// the newest Progress of each layer not yet taken, in order of first arrival, so memory is
+// bounded by the number of layers and a slow consumer sees fewer, newer reports, never stale
+// ones. It is safe for concurrent use.
+type ProgressQueue struct {
+	mu      sync.Mutex
+	pending map[string]int // layer → index in order
+	order   []image.Progress
+	wake    chan struct{}
+	dropped int
+}
+
+// NewProgressQueue returns an empty queue.
+func NewProgressQueue() *ProgressQueue {
+	return &ProgressQueue{pending: map[string]int{}, wake: make(chan struct{}, 1)}
+}
+
+// Put records p (an image.ProgressFunc); it never blocks.
+func (q *ProgressQueue) Put(p image.Progress) {
+	q.mu.Lock()
+	if i, ok := q.pending[p.Layer]; ok {
+		q.order[i] = p
+	} else if len(q.order) < MaxProgressPending {
+		q.pending[p.Layer] = len(q.order)
+		q.order = append(q.order, p)
+	} else {
+		q.dropped++
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Ready is signalled after a Put.
+func (q *ProgressQueue) Ready() <-chan struct{} { return q.wake }
+
+// Take returns what is pending, oldest layer first, and empties the queue.
+func (q *ProgressQueue) Take() []image.Progress {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.order
+	q.order = nil
+	clear(q.pending)
+	return out
+}
+
+// Pump calls send with every report Put until stop is closed, then with what is left, and
+// returns; send runs on the caller's goroutine only (never concurrently with itself).
+func (q *ProgressQueue) Pump(stop <-chan struct{}, send func(image.Progress)) {
+	for {
+		select {
+		case <-q.wake:
+			for _, p := range q.Take() {
+				send(p)
+			}
+		case <-stop:
+			for _, p := range q.Take() {
+				send(p)
+			}
+			return
+		}
+	}
+}

@@ -36,6 +36,11 @@ func New(baseURL, token string) *Client {
 func (c *Client) BaseURL() string { return c.base }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
+	return c.doAccept(ctx, method, path, q, body, ctype, "")
+}
+
+// doAccept is do with an Accept header ("" for none).
+func (c *Client) doAccept(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype, accept string) (*http.Response, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -49,6 +54,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
