@@ -25,6 +25,8 @@ const NDJSON = "application/x-ndjson"
 type ImageList struct {
 	Images []image.Image `json:"images"`
 	Count  int           `json:"count"`
+	// Usage is the cache's size and budget (absent if the cache could not say).
+	Usage *image.Usage `json:"usage,omitempty"`
 }
 
 // PullRequest is the body of POST /v1/images/pull.
@@ -140,7 +142,11 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 	if imgs == nil {
 		imgs = []image.Image{}
 	}
-	writeJSON(w, http.StatusOK, ImageList{Images: imgs, Count: len(imgs)})
+	out := ImageList{Images: imgs, Count: len(imgs)}
+	if u, err := s.svc.ImageUsage(r.Context()); err == nil {
+		out.Usage = &u
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) inspectImage(w http.ResponseWriter, r *http.Request) {

@@ -26,6 +26,18 @@ func (c *Client) ListImages(ctx context.Context) ([]image.Image, error) {
 	return out.Images, err
 }
 
+// ImageUsage returns the server's image cache size and budget.
+func (c *Client) ImageUsage(ctx context.Context) (image.Usage, error) {
+	var out api.ImageList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/images", nil, nil, &out); err != nil {
+		return image.Usage{}, err
+	}
+	if out.Usage == nil {
+		return image.Usage{}, errcode.New(errcode.UnsupportedOp, "the server did not report its image cache's usage")
+	}
+	return *out.Usage, nil
+}
+
 // InspectImage returns one cached image by reference or digest.
 func (c *Client) InspectImage(ctx context.Context, ref string) (image.Image, error) {
 	var out image.Image
