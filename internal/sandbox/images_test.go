@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -461,4 +462,45 @@ func imageChild(t *testing.T) {
 	}
 	time.Sleep(time.Minute)
 	t.Fatal("not killed")
+}
+
+// TestCreateImageConcurrent: 20 concurrent creates of an image not yet cached: one pull (the
+// cache's singleflight; the fake serialises), every record pins the same digest, no lease is
+// left, and ImagesInUse counts 20, then 0 once they are destroyed.
+func TestCreateImageConcurrent(t *testing.T) {
+	e, c := newImageEnv(t)
+	c.AddRemote("busybox:1", image.Config{})
+	const n = 20
+	var wg sync.WaitGroup
+	sbs := make([]sandbox.Sandbox, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { sbs[i], errs[i] = e.svc.Create(t.Context(), sandbox.CreateRequest{Image: "busybox:1"}) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		if sbs[i].ImageDigest != sbs[0].ImageDigest || sbs[i].ImageDigest == "" {
+			t.Fatalf("create %d pinned %q, create 0 %q", i, sbs[i].ImageDigest, sbs[0].ImageDigest)
+		}
+	}
+	if c.Pulls() != 1 || c.Leases() != 0 {
+		t.Fatalf("pulls %d (want 1), leases %d (want 0)", c.Pulls(), c.Leases())
+	}
+	if used, err := e.svc.ImagesInUse(t.Context()); err != nil || !maps.Equal(used, map[string]int{sbs[0].ImageDigest: n}) {
+		t.Fatalf("ImagesInUse = %v %v", used, err)
+	}
+	for _, sb := range sbs {
+		if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if used, err := e.svc.ImagesInUse(t.Context()); err != nil || len(used) != 0 {
+		t.Fatalf("ImagesInUse after destroying them = %v %v", used, err)
+	}
+	if r := e.rt.Resources(); len(r) != 0 {
+		t.Fatalf("runtime resources left: %v", r)
+	}
 }
