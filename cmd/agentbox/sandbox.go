@@ -53,7 +53,13 @@ func sandboxCreate(args []string) int {
 		if len(labels) > 0 {
 			req.Labels = labels
 		}
+		// Images (issue 13): a pull the create needs shows its bars on a terminal.
+		v := newProgressView(os.Stderr, c.json)
+		if v.tty && req.Image != "" && req.Image != "host" {
+			ctx = sandbox.WithPullProgress(ctx, v.report)
+		}
 		sb, err := cl.Create(ctx, req)
+		v.finish(err == nil)
 		if err != nil {
 			return fail(err)
 		}

@@ -214,6 +214,35 @@ func TestImagesREST(t *testing.T) {
 	}
 }
 
+// TestCreateWithPullProgress: a create that pulls its image streams the pull's progress as NDJSON
+// frames when asked (the Go client with sandbox.WithPullProgress), then the sandbox; without
+// progress it is one 201 reply.
+func TestCreateWithPullProgress(t *testing.T) {
+	s := newImageServer(t, api.Options{})
+	s.cache.AddRemote("node:22", image.Config{})
+	s.cache.AddRemote("node:23", image.Config{})
+	var mu sync.Mutex
+	var got []image.Progress
+	ctx := sandbox.WithPullProgress(t.Context(), func(p image.Progress) { mu.Lock(); got = append(got, p); mu.Unlock() })
+	sb, err := s.c.Create(ctx, sandbox.CreateRequest{Image: "node:22"})
+	if err != nil || sb.ImageDigest == "" || sb.State != sandbox.StateRunning {
+		t.Fatalf("create: %+v %v", sb, err)
+	}
+	mu.Lock()
+	n := len(got)
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("no progress reported for a create that pulled")
+	}
+	if _, err := s.c.Create(ctx, sandbox.CreateRequest{Image: "nosuch:1"}); errcode.Of(err) != errcode.ImageNotFound {
+		t.Fatalf("streamed create of an absent image: %v", err)
+	}
+	r := s.post(t, "/v1/sandboxes", "", "application/json", []byte(`{"image":"node:23"}`))
+	if r.StatusCode != http.StatusCreated {
+		t.Fatalf("create without progress: %s", r.Status)
+	}
+}
+
 // TestImagesImportBounded: an import within the bound adds the image; a body over it is
 // FILE_TOO_LARGE (by Content-Length, and when streamed without one).
 func TestImagesImportBounded(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -135,29 +136,49 @@ func shortDigest(d string) string {
 	return d
 }
 
-func (s *Server) imagePull(ctx context.Context, req *mcp.CallToolRequest, in ImagePullIn) (ImageInfo, string, error) {
-	var progress image.ProgressFunc
-	stop, pumped := make(chan struct{}), make(chan struct{})
-	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
-		q := sandbox.NewProgressQueue()
-		progress = q.Put
-		n := 0
-		go func() {
-			defer close(pumped)
-			q.Pump(stop, func(p image.Progress) {
-				n++ // progress must increase: the count of reports, the bytes in the message
-				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(n), Message: progressLine(p)})
-				if err != nil && ctx.Err() == nil {
-					s.log.Debug("progress notification failed", "err", err)
-				}
-			})
-		}()
-	} else {
-		close(pumped)
+// progressNotifier forwards an image operation's progress as notifications/progress when the
+// call carries a progress token (else progress is nil): progress counts the reports (it only
+// grows), the message says which layer, its phase and bytes. stop sends what is pending and
+// returns once every notification is sent.
+func (s *Server) progressNotifier(ctx context.Context, req *mcp.CallToolRequest) (progress image.ProgressFunc, stop func()) {
+	tok := req.Params.GetProgressToken()
+	if tok == nil || req.Session == nil {
+		return nil, func() {}
 	}
+	q := sandbox.NewProgressQueue()
+	done, pumped := make(chan struct{}), make(chan struct{})
+	n := 0
+	go func() {
+		defer close(pumped)
+		q.Pump(done, func(p image.Progress) {
+			n++
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(n), Message: progressLine(p)})
+			if err != nil && ctx.Err() == nil {
+				s.log.Debug("progress notification failed", "err", err)
+			}
+		})
+	}()
+	var once sync.Once
+	return q.Put, func() { once.Do(func() { close(done); <-pumped }) }
+}
+
+// pullProgress makes *ctx carry the call's progress notifier for a create of image ref (an OCI
+// image may be pulled); the returned func ends it.
+func (s *Server) pullProgress(ctx *context.Context, req *mcp.CallToolRequest, ref string) func() {
+	if ref == "" || ref == image.Host {
+		return func() {}
+	}
+	p, stop := s.progressNotifier(*ctx, req)
+	if p != nil {
+		*ctx = sandbox.WithPullProgress(*ctx, p)
+	}
+	return stop
+}
+
+func (s *Server) imagePull(ctx context.Context, req *mcp.CallToolRequest, in ImagePullIn) (ImageInfo, string, error) {
+	progress, stop := s.progressNotifier(ctx, req)
 	img, err := s.b.PullImage(ctx, in.Ref, progress)
-	close(stop)
-	<-pumped // every notification is sent before the result
+	stop() // every notification is sent before the result
 	if err != nil {
 		return ImageInfo{}, "", err
 	}

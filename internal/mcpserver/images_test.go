@@ -70,6 +70,16 @@ func TestImageTools(t *testing.T) {
 	c.fails("image_pull", obj{"ref": "nosuch:1"}, "IMAGE_NOT_FOUND")
 	c.fails("image_pull", obj{}, "INVALID_ARGUMENT")
 
+	// A create that pulls reports the pull with a progress token.
+	cache.AddRemote("node:22", image.Config{})
+	before := len(c.progressMessages())
+	if res := c.callCtx(t.Context(), "sandbox_create", obj{"image": "node:22"}, "create-1"); res.IsError {
+		t.Fatalf("sandbox_create with a token: %s", text(res))
+	}
+	if after := c.progressMessages(); len(after) == before || !strings.Contains(after[len(after)-1], "done") {
+		t.Fatalf("progress of a create that pulled: %q", after[before:])
+	}
+
 	var sb mcpserver.SandboxInfo
 	c.ok("sandbox_create", obj{"image": "python:3.12-slim"}, &sb)
 	if sb.Image != "python:3.12-slim" || sb.ImageDigest == "" || sb.ImageDigest == pulled.Digest { // the second pull re-pinned the tag
@@ -77,14 +87,14 @@ func TestImageTools(t *testing.T) {
 	}
 	var list mcpserver.ImageListOut
 	c.ok("image_list", nil, &list)
-	if list.Count != 2 {
+	if list.Count != 3 {
 		t.Fatalf("image_list: %+v", list)
 	}
 	inUse := 0
 	for _, im := range list.Images {
 		inUse += im.InUse
 	}
-	if inUse != 1 {
+	if inUse != 2 {
 		t.Fatalf("image_list in_use total %d, want 1: %+v", inUse, list)
 	}
 

@@ -254,7 +254,9 @@ func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, i
 	}
 	req.Network, req.Secrets = nw, secretsArg(in.Secrets)
 	owner, session := s.ownerOf(ctx, call.Session)
+	stop := s.pullProgress(&ctx, call, req.Image) // images (issue 13, images.go)
 	sb, err := s.b.Create(sandbox.WithOwner(ctx, owner), req)
+	stop()
 	if err != nil {
 		return SandboxInfo{}, "", err
 	}

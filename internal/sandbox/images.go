@@ -95,6 +95,20 @@ func (s *Service) images() (image.Cache, error) {
 	return s.cfg.Images, nil
 }
 
+type pullProgressKey struct{}
+
+// WithPullProgress returns ctx carrying f: a Create on it that pulls its image reports the
+// pull's progress to f (which must not block; a ProgressQueue's Put does not).
+func WithPullProgress(ctx context.Context, f image.ProgressFunc) context.Context {
+	return context.WithValue(ctx, pullProgressKey{}, f)
+}
+
+// PullProgressFrom returns the ProgressFunc WithPullProgress put in ctx, or nil.
+func PullProgressFrom(ctx context.Context) image.ProgressFunc {
+	f, _ := ctx.Value(pullProgressKey{}).(image.ProgressFunc)
+	return f
+}
+
 // pinnedImage is an image resolved for a create: held by a lease until the sandbox's record
 // names its digest.
 type pinnedImage struct {
@@ -118,7 +132,7 @@ func (s *Service) resolveImage(ctx context.Context, ref string) (_ *pinnedImage,
 	if err != nil {
 		return nil, err
 	}
-	img, lease, err := c.Resolve(ctx, ref, nil)
+	img, lease, err := c.Resolve(ctx, ref, PullProgressFrom(ctx))
 	if err != nil {
 		return nil, imageErr(err, "image %q could not be resolved", truncate(ref, 128))
 	}

@@ -114,6 +114,11 @@ func (c *Client) Health(ctx context.Context) error {
 // Create creates a sandbox.
 func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
+	if p := sandbox.PullProgressFrom(ctx); p != nil && req.Image != "" && req.Image != "host" {
+		// The pull's progress (sandbox.WithPullProgress) as the server streams it.
+		err := c.imageOp(ctx, http.MethodPost, "/v1/sandboxes", req, nil, "", p, &sb)
+		return sb, err
+	}
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &sb)
 	return sb, err
 }

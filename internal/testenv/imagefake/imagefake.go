@@ -166,7 +166,8 @@ func (l *lease) Release() {
 	})
 }
 
-// Resolve returns the cached image or "pulls" a remote one; else IMAGE_NOT_FOUND.
+// Resolve returns the cached image or "pulls" a remote one (reporting each layer to progress);
+// else IMAGE_NOT_FOUND.
 func (c *Cache) Resolve(ctx context.Context, ref string, progress image.ProgressFunc) (*image.Image, image.Lease, error) {
 	if err := c.check("resolve", ref); err != nil {
 		return nil, nil, err
@@ -185,6 +186,12 @@ func (c *Cache) Resolve(ctx context.Context, ref string, progress image.Progress
 			return nil, nil, err
 		}
 		img = c.images[img.Digest]
+		if progress != nil {
+			for _, l := range img.Layers {
+				progress(image.Progress{Ref: ref, Layer: l.Digest, Phase: "downloading", Done: 1, Total: 2})
+				progress(image.Progress{Ref: ref, Layer: l.Digest, Phase: "done", Done: 2, Total: 2})
+			}
+		}
 	}
 	c.leases++
 	cp := *img
