@@ -265,6 +265,8 @@ func (s *Server) importImages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := &importBody{r: r.Body, left: limit, max: limit}
+	// A streamed reply starts before the body is read: HTTP/1.1 needs full duplex for that.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	s.withProgress(w, r, http.StatusCreated, func(p image.ProgressFunc) (any, error) {
 		imgs, err := s.svc.ImportImages(r.Context(), body, p)
 		if body.over {

@@ -263,6 +263,22 @@ func TestImagesImportBounded(t *testing.T) {
 	if list, _ := s.c.ListImages(t.Context()); len(list) != 1 {
 		t.Fatalf("images after the refused imports: %+v", list)
 	}
+	// A large body streamed while the reply streams progress (full duplex).
+	big := newImageServer(t, api.Options{MaxImportBytes: 64 << 20})
+	pr, pw = ioPipe()
+	go func() {
+		chunk := make([]byte, 1<<20)
+		for range 16 {
+			if _, err := pw.Write(chunk); err != nil {
+				break
+			}
+		}
+		pw.Close()
+	}()
+	imgs, err = big.c.ImportImages(t.Context(), pr, func(image.Progress) {})
+	if err != nil || len(imgs) != 1 || imgs[0].Ref != "imported:16777216" {
+		t.Fatalf("streamed 16 MiB import: %+v %v", imgs, err)
+	}
 }
 
 // TestImagesWithoutCache: a server without a cache answers UNSUPPORTED_OPERATION, typed.

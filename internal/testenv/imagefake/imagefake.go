@@ -318,9 +318,20 @@ func (c *Cache) Import(ctx context.Context, r io.Reader, progress image.Progress
 	if err := c.check("import", ""); err != nil {
 		return nil, err
 	}
-	n, err := io.Copy(io.Discard, io.LimitReader(r, MaxImportBytes+1))
-	if err != nil {
-		return nil, err
+	// Read in 1 MiB steps, reporting each (as a real import reports while it reads).
+	var n int64
+	for {
+		m, err := io.CopyN(io.Discard, io.LimitReader(r, MaxImportBytes+1-n), 1<<20)
+		n += m
+		if progress != nil && m > 0 {
+			progress(image.Progress{Phase: "reading", Done: n})
+		}
+		if err == io.EOF || n > MaxImportBytes {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if n > MaxImportBytes {
 		return nil, errcode.New(errcode.FileTooLarge, "the tarball is over %d bytes", MaxImportBytes)
