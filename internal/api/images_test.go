@@ -241,6 +241,9 @@ func TestCreateWithPullProgress(t *testing.T) {
 	if r.StatusCode != http.StatusCreated {
 		t.Fatalf("create without progress: %s", r.Status)
 	}
+	if r := s.post(t, "/v1/sandboxes", api.NDJSON, "application/json", []byte(`{"image":"Bad Ref"}`)); r.StatusCode != http.StatusBadRequest {
+		t.Fatalf("streamed create of a bad reference: %s, want 400 before any stream", r.Status)
+	}
 }
 
 // TestImagesImportBounded: an import within the bound adds the image; a body over it is
