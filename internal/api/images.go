@@ -169,7 +169,7 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if _, err := s.svc.ImageUsage(r.Context()); errcode.Of(err) == errcode.UnsupportedOp {
+	if err := s.svc.CheckImages(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -260,7 +260,7 @@ func (s *Server) importImages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errcode.New(errcode.FileTooLarge, "the import body is %d bytes; the server takes at most %d", r.ContentLength, limit).With("limit", limit))
 		return
 	}
-	if _, err := s.svc.ImageUsage(r.Context()); errcode.Of(err) == errcode.UnsupportedOp {
+	if err := s.svc.CheckImages(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -294,6 +294,10 @@ func (s *Server) pushImage(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Name == "" {
 		s.fail(w, r, errcode.New(errcode.InvalidArgument, "name is required: the cached image to push (a reference or digest)"))
+		return
+	}
+	if err := s.svc.CheckImages(); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	s.withProgress(w, r, http.StatusOK, func(p image.ProgressFunc) (any, error) {

@@ -87,6 +87,13 @@ func imageKind(ref string) string {
 	return runtime.ImageOCI
 }
 
+// CheckImages returns nil if the server has an image cache, else UNSUPPORTED_OPERATION saying
+// so (for a surface to refuse before it commits to a streamed reply).
+func (s *Service) CheckImages() error {
+	_, err := s.images()
+	return err
+}
+
 // images returns the cache, or UNSUPPORTED_OPERATION when the server has none.
 func (s *Service) images() (image.Cache, error) {
 	if s.cfg.Images == nil {
