@@ -67,6 +67,8 @@ func cmdDoctor(args []string) int {
 	add(check{Name: "host", OK: true, Detail: fmt.Sprintf("%d cores, %d MiB memory", info.NumCPU, info.MemTotalMiB)})
 	add(check{Name: "rlimits", OK: info.HardRlimits.NOFILE >= 1024, Detail: fmt.Sprintf("hard NOFILE %d, NPROC %d (sandbox limits are clamped to these)", info.HardRlimits.NOFILE, info.HardRlimits.NPROC)})
 	add(diskCheck(*stateDir))
+	add(overlayCheck(runs)) // images (issue 13, images.go)
+	add(imageCacheCheck(*stateDir))
 	for _, c := range runs {
 		add(c)
 	}

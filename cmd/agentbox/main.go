@@ -35,6 +35,7 @@ func run(args []string) int {
 		// network (issue 12, network.go)
 		"network": cmdNetwork, "connections": cmdConnections, "secret-calls": cmdSecretCalls,
 		"expose": cmdExpose, "unexpose": cmdUnexpose,
+		"image": cmdImage, // images (issue 13, images.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -60,7 +61,7 @@ MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
                                         control plane in-process. HTTP: serve's /mcp (and /sse)
 
 Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server / --token):
-  agentbox sandbox create [--image I] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N]
+  agentbox sandbox create [--image REF] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N]
                           [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K]
                           [--allow-host H]... [--deny-host H]... [--egress]
                           [--secret NAME=env:VAR@host1,host2]... (or NAME=file:/path@host)
@@ -71,6 +72,8 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox sandbox rm ID...
   agentbox sandbox extend --ttl SECONDS ID
   agentbox sandbox events [--json] ID
+  agentbox sandbox commit ID NAME[:TAG] turn the sandbox's root changes into a local image (a
+                                        template: create --image NAME:TAG)
   agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
   agentbox exec --background ... ID -- ARGV...   start it as a detached job; prints the job id
   agentbox job start [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
@@ -100,6 +103,13 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox expose [--public] ID PORT    a preview URL for a server in the sandbox (prints the URL
                                         and, when private, the URL with its access token)
   agentbox unexpose ID PORT
+  agentbox image pull REF               pull an OCI image (a bar per layer on a terminal)
+  agentbox image ls [--json]            the cached images: size, layers, sandboxes using them
+  agentbox image inspect REF|DIGEST     one image as JSON
+  agentbox image rm [--force] REF...    untag (and delete when unnamed and unused)
+  agentbox image prune [--all]          remove what no live sandbox uses
+  agentbox image import FILE.tar        a ` + "`docker save`" + ` or OCI-layout tarball (- for stdin)
+  agentbox image push NAME REF          push a cached (e.g. committed) image to a registry
   agentbox version
 
 Internal:

@@ -38,6 +38,7 @@ func cmdMCP(args []string) int {
 	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime (in-process control plane only)")
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once (in-process control plane only)")
 	registerEgressFlags(fs, &cfg) // network (issue 12; in-process control plane only)
+	registerImageFlags(fs, &cfg)  // images (issue 13, images.go; in-process control plane only)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2

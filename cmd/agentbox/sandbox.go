@@ -14,17 +14,18 @@ import (
 
 func cmdSandbox(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, "usage: agentbox sandbox create|ls|get|rm|extend|events ...\n")
+		fmt.Fprint(os.Stderr, "usage: agentbox sandbox create|ls|get|rm|extend|events|commit ...\n")
 		return 2
 	}
 	sub := map[string]func([]string) int{
 		"create": sandboxCreate, "ls": sandboxList, "list": sandboxList, "get": sandboxGet,
 		"rm": sandboxRm, "destroy": sandboxRm, "extend": sandboxExtend, "events": sandboxEvents,
+		"commit": sandboxCommit, // images (issue 13, images.go)
 	}
 	if f, ok := sub[args[0]]; ok {
 		return f(args[1:])
 	}
-	fmt.Fprintf(os.Stderr, "agentbox sandbox: unknown subcommand %q (create, ls, get, rm, extend, events)\n", args[0])
+	fmt.Fprintf(os.Stderr, "agentbox sandbox: unknown subcommand %q (create, ls, get, rm, extend, events, commit)\n", args[0])
 	return 2
 }
 
@@ -32,7 +33,7 @@ func sandboxCreate(args []string) int {
 	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]...")
 	var req sandbox.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
-	c.fs.StringVar(&req.Image, "image", "", "image (default host)")
+	c.fs.StringVar(&req.Image, "image", "", "image: host (the default: the host's /usr) or an OCI image reference (python:3.12-slim, ghcr.io/org/img:tag, name@sha256:…, a committed NAME:TAG), pulled by the server if not cached")
 	c.fs.StringVar(&req.Runtime, "runtime", "", "runtime: runc, crun or gvisor (default: the server's, or one that gives --isolation)")
 	c.fs.StringVar(&req.Requirements.Isolation, "isolation", "", "the weakest isolation acceptable: process (runc, crun) or kernel (gvisor); never less")
 	c.fs.Float64Var(&req.CPU, "cpu", 0, "cpu cores, fractions allowed (default 1)")
@@ -52,7 +53,13 @@ func sandboxCreate(args []string) int {
 		if len(labels) > 0 {
 			req.Labels = labels
 		}
+		// Images (issue 13): a pull the create needs shows its bars on a terminal.
+		v := newProgressView(os.Stderr, c.json)
+		if v.tty && req.Image != "" && req.Image != "host" {
+			ctx = sandbox.WithPullProgress(ctx, v.report)
+		}
 		sb, err := cl.Create(ctx, req)
+		v.finish(err == nil)
 		if err != nil {
 			return fail(err)
 		}
@@ -115,8 +122,12 @@ func sandboxGet(args []string) int {
 			return 0
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		img := sb.Image
+		if sb.ImageDigest != "" {
+			img += " (" + sb.ImageDigest + ")"
+		}
 		fmt.Fprintf(tw, "id\t%s\nstate\t%s\nimage\t%s\nruntime\t%s (%s isolation)\ncpu\t%g\nmemory\t%d MiB\ndisk\t%d MiB\npids\t%d\ncreated\t%s\nexpires\t%s\n",
-			sb.ID, sb.State, sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB, sb.PidsLimit,
+			sb.ID, sb.State, img, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB, sb.PidsLimit,
 			sb.CreatedAt.Local().Format(time.RFC3339), sb.ExpiresAt.Local().Format(time.RFC3339))
 		if len(sb.Hardening) > 0 {
 			fmt.Fprintf(tw, "hardening\t%s\n", strings.Join(sb.Hardening, " "))

@@ -37,6 +37,7 @@ func cmdServe(args []string) int {
 	fs.DurationVar(&cfg.JobRetention, "job-retention", cfg.JobRetention, "how long finished job records are kept")
 	fs.IntVar(&cfg.MaxJobsPerSandbox, "max-jobs-per-sandbox", cfg.MaxJobsPerSandbox, fmt.Sprintf("most running jobs in one sandbox (1–%d)", sandbox.DefaultMaxJobs))
 	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
+	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -19,14 +21,18 @@ import (
 
 // controlPlane is everything a server process owns.
 type controlPlane struct {
-	svc   *sandbox.Service
-	store *sqlite.Store
-	lock  *statedir.Lock
-	prom  *api.Prometheus // the service's Observer, served at GET /metrics
+	svc    *sandbox.Service
+	store  *sqlite.Store
+	images *image.Store // the image cache (issue 13)
+	lock   *statedir.Lock
+	prom   *api.Prometheus // the service's Observer, served at GET /metrics
 }
 
 func (cp *controlPlane) Close() {
 	cp.svc.Close()
+	if c, ok := any(cp.images).(io.Closer); ok {
+		c.Close()
+	}
 	cp.store.Close()
 	cp.lock.Release()
 }
@@ -120,6 +126,15 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
+	images, err := openImages(cfg, log, st.ImagesInUse) // images (issue 13, images.go)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if c, isCloser := any(images).(io.Closer); !ok && isCloser {
+			c.Close()
+		}
+	}()
 	prom := api.NewPrometheus()
 	svc, err := sandbox.NewService(st, rts, sandbox.Config{
 		Observer:       prom,
@@ -137,6 +152,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
 		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox,
 		Egress: eg, PreviewURL: previewURL,
+		Images: images,
 	}, log)
 	if err != nil {
 		return nil, err
@@ -145,7 +161,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	ok = true
-	return &controlPlane{svc: svc, store: st, lock: lock, prom: prom}, nil
+	return &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom}, nil
 }
 
 // runtimeFlavors are the runtimes every server registers, the default first.

@@ -47,6 +47,8 @@ type Options struct {
 	Jobs       JobCounter
 	// Preview serves preview URLs ({port}-{id}.localhost; preview.go); nil: the service.
 	Preview PreviewBackend
+	// MaxImportBytes bounds the body of POST /v1/images/import; 0: DefaultMaxImportBytes.
+	MaxImportBytes int64
 }
 
 // Server is the REST API.
@@ -130,6 +132,15 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/sandboxes/{id}/expose", s.expose)
 	m.HandleFunc("GET /v1/sandboxes/{id}/expose", s.listExposures)
 	m.HandleFunc("DELETE /v1/sandboxes/{id}/expose/{port}", s.unexpose)
+	// images (issue 13, images.go)
+	m.HandleFunc("GET /v1/images", s.listImages)
+	m.HandleFunc("GET /v1/images/inspect", s.inspectImage)
+	m.HandleFunc("POST /v1/images/pull", s.pullImage)
+	m.HandleFunc("DELETE /v1/images", s.removeImage)
+	m.HandleFunc("POST /v1/images/prune", s.pruneImages)
+	m.HandleFunc("POST /v1/images/import", s.importImages)
+	m.HandleFunc("POST /v1/images/push", s.pushImage)
+	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))

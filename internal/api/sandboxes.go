@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -27,6 +28,23 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		req.IdempotencyKey = h
+	}
+	if wantsNDJSON(r) && req.Image != "" && req.Image != "host" {
+		// Images (issue 13): the pull's progress as NDJSON frames, then the sandbox. A
+		// malformed reference is refused before the stream, as a plain error.
+		if err := sandbox.CheckImageRef("image", req.Image); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.withProgress(w, r, http.StatusCreated, func(p image.ProgressFunc) (any, error) {
+			sb, err := s.svc.Create(sandbox.WithPullProgress(r.Context(), p), req)
+			if err != nil {
+				return nil, err
+			}
+			s.withHardening(&sb)
+			return sb, nil
+		})
+		return
 	}
 	sb, err := s.svc.Create(r.Context(), req)
 	if err != nil {

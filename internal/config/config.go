@@ -91,6 +91,15 @@ type Config struct {
 	// EgressUpstreamCA is a PEM file of extra roots trusted for upstreams whose TLS the
 	// egress proxy terminates (secrets); for tests (--egress-upstream-ca).
 	EgressUpstreamCA string
+	// Images (issue 13). ImageCacheMB bounds the image cache (<state>/images); 0: 10% of the
+	// state dir's file system, at most 20 GiB (--image-cache-mb). RegistryAuth are
+	// host=user:password credentials (--registry-auth), RegistryAuthFile a file of them, one a
+	// line (--registry-auth-file); InsecureRegistries are hosts reached over plain HTTP
+	// (--insecure-registry).
+	ImageCacheMB       int64
+	RegistryAuth       []string
+	RegistryAuthFile   string
+	InsecureRegistries []string
 }
 
 // DefaultJobRetention is how long finished jobs' records are kept by default.

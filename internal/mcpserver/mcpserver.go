@@ -51,6 +51,8 @@ type Backend interface {
 	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
 	// network (issue 12, network.go)
 	NetworkBackend
+	// images (issue 13, images.go)
+	ImageBackend
 }
 
 // Bounds of the MCP surface (the REST API streams larger files).

@@ -18,8 +18,9 @@ import (
 )
 
 var allTools = []string{"exec", "file_list", "file_read", "file_write", "health",
+	"image_list", "image_pull", // images (issue 13)
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
-	"sandbox_connections", "sandbox_create", "sandbox_destroy", "sandbox_expose", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics",
+	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy", "sandbox_expose", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics",
 	"sandbox_network_update", "sandbox_secret_calls", "sandbox_unexpose", "watch", "watch_fleet"}
 
 // TestToolsList: every tool is listed with a description, an input schema and an output schema;
@@ -60,13 +61,16 @@ func TestToolsList(t *testing.T) {
 			"sandbox_secret_calls":   {"sandbox_id", "after", "limit"},
 			"sandbox_expose":         {"sandbox_id", "port", "public"},
 			"sandbox_unexpose":       {"sandbox_id", "port"},
-			"sandbox_get":            {"sandbox_id"},
-			"sandbox_destroy":        {"sandbox_id"},
-			"sandbox_extend":         {"sandbox_id", "ttl_seconds"},
-			"exec":                   {"sandbox_id", "command", "env", "cwd", "stdin", "timeout_seconds"},
-			"file_write":             {"sandbox_id", "path", "content", "content_base64", "mode"},
-			"file_read":              {"sandbox_id", "path", "offset", "length"},
-			"file_list":              {"sandbox_id", "path"},
+			// images (issue 13)
+			"image_pull":      {"ref"},
+			"sandbox_commit":  {"sandbox_id", "name"},
+			"sandbox_get":     {"sandbox_id"},
+			"sandbox_destroy": {"sandbox_id"},
+			"sandbox_extend":  {"sandbox_id", "ttl_seconds"},
+			"exec":            {"sandbox_id", "command", "env", "cwd", "stdin", "timeout_seconds"},
+			"file_write":      {"sandbox_id", "path", "content", "content_base64", "mode"},
+			"file_read":       {"sandbox_id", "path", "offset", "length"},
+			"file_list":       {"sandbox_id", "path"},
 		}
 		wantOut := map[string][]string{
 			"sandbox_create": {"sandbox_id", "state"},
@@ -78,6 +82,10 @@ func TestToolsList(t *testing.T) {
 			"sandbox_connections":  {"sandbox_id", "connections", "next"},
 			"sandbox_secret_calls": {"sandbox_id", "calls", "next"},
 			"sandbox_expose":       {"url", "port", "public", "access_token"},
+			// images (issue 13)
+			"image_list":     {"images", "count"},
+			"image_pull":     {"ref", "digest", "layers", "in_use"},
+			"sandbox_commit": {"sandbox_id", "image"},
 		}
 		for name, tl := range c.tools {
 			if len(tl.Description) < 100 {

@@ -84,17 +84,19 @@ func errorsDoc(items ...string) string {
 
 func (s *Server) addTools() {
 	s.addMetricsTools() // metrics (issue 11): sandbox_metrics
+	s.addImageTools()   // images (issue 13): image_list, image_pull, sandbox_commit
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",
 		Description: `Create a fresh, isolated Linux sandbox and return it running. Call this first; pass the returned sandbox_id to every other tool.
 The sandbox has the host's tools read-only (sh, coreutils, git, python3, …), a writable /workspace (the default working directory) and /home/agent, a /tmp, and by default NO network: nothing can be downloaded inside it (bring files in with file_write) unless you pass network.
-All arguments are optional: image (default "host"), runtime, cpu (cores, default 1), memory_mb (default 512), disk_mb, ttl_seconds (lifetime, default 1800 = 30 min, at most the server's max TTL, usually 86400), env (variables for every command), labels, requirements ({"isolation": "process"|"kernel"|"vm", "network": "none"|"egress"}: minimum guarantees; the call fails rather than fall back to weaker isolation; a network policy picks a runtime offering egress by itself).
+All arguments are optional: image (default "host": the host's own /usr; or any OCI image reference as Docker users write it: "python:3.12-slim", "node:22", "ghcr.io/org/img:tag", "name@sha256:…", or a name sandbox_commit made; pulled if not cached, see image_list and image_pull; the sandbox's root is then the image's, writable, with its Env, WorkingDir and User), runtime, cpu (cores, default 1), memory_mb (default 512), disk_mb, ttl_seconds (lifetime, default 1800 = 30 min, at most the server's max TTL, usually 86400), env (variables for every command), labels, requirements ({"isolation": "process"|"kernel"|"vm", "network": "none"|"egress"}: minimum guarantees; the call fails rather than fall back to weaker isolation; a network policy picks a runtime offering egress by itself).
 network: "none" (default) or {"allow": ["pypi.org", "files.pythonhosted.org", "*.github.com"], "deny": [...]}: only those hosts are reachable (HTTP_PROXY is set for every command, so pip, npm, git and curl work); a refused request gets a 403 whose body names the rule, and sandbox_network_update changes the policy live (only on sandboxes created with a policy, even an empty allow list). secrets: {"NAME": {"from": "env:VAR" or "file:/path", "hosts": ["api.example.com"], "body": false}}: the sandbox sees NAME=<placeholder>; the real value is swapped in by agentbox's proxy on requests to those hosts only (the server must allow the source: --secret-env, --secret-dir).
-Reply: {sandbox_id, state: "running", image, runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, …}.
+Reply: {sandbox_id, state: "running", image, image_digest (OCI images), runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, …}.
 Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend adds time. Call sandbox_destroy when done.
 ` + errorsDoc("CAPACITY_UNAVAILABLE (the server is full: destroy sandboxes you no longer need, or wait for others to finish, then retry)",
-			"RUNTIME_UNAVAILABLE (this server cannot provide the runtime or requirements asked for: stop, or ask for less)", errInvalid),
+			"RUNTIME_UNAVAILABLE (this server cannot provide the runtime or requirements asked for: stop, or ask for less)",
+			"IMAGE_NOT_FOUND (no such image in the registry or cache: check the reference)", "IMAGE_PULL_FAILED (the registry could not be reached or refused: retry later)", errInvalid),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a sandbox", DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 	}, func(in *jsonschema.Schema) {
 		in.Properties["requirements"].Properties["isolation"].Enum = []any{"process", "kernel", "vm"}
@@ -160,7 +162,8 @@ Use it before creating sandboxes with special requirements, or when sandbox_crea
 type SandboxInfo struct {
 	SandboxID        string            `json:"sandbox_id" jsonschema:"The sandbox's id (sb- and 12 hex digits); pass it as sandbox_id to the other tools."`
 	State            string            `json:"state" jsonschema:"creating, running, stopping, destroyed, failed or lost. Only running accepts exec and file tools."`
-	Image            string            `json:"image" jsonschema:"Root filesystem image."`
+	Image            string            `json:"image" jsonschema:"Root filesystem image: host or the OCI image reference it was created with."`
+	ImageDigest      string            `json:"image_digest,omitempty" jsonschema:"For an OCI image, the digest the sandbox is pinned to (sha256:…)."`
 	Runtime          string            `json:"runtime" jsonschema:"Runtime that runs the sandbox."`
 	Isolation        string            `json:"isolation" jsonschema:"Isolation level: process, kernel or vm."`
 	CPU              float64           `json:"cpu" jsonschema:"CPU limit in cores."`
@@ -176,7 +179,7 @@ type SandboxInfo struct {
 }
 
 func (s *Server) info(sb sandbox.Sandbox) SandboxInfo {
-	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, Runtime: sb.Runtime,
+	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
 		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, EnvNames: sb.EnvVarNames(),
 		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error}
 	if p := sb.Network.Policy; p != nil {
@@ -220,7 +223,7 @@ type Requirements struct {
 
 // CreateIn are sandbox_create's arguments.
 type CreateIn struct {
-	Image          string            `json:"image,omitempty" jsonschema:"Root filesystem image; default host (the host's /usr, read-only)."`
+	Image          string            `json:"image,omitempty" jsonschema:"Root filesystem image: host (the default: the host's /usr) or an OCI image reference (python:3.12-slim, ghcr.io/org/img:tag, name@sha256:<64 hex>, or a name sandbox_commit made), pulled if not cached. The root is writable either way."`
 	Runtime        string            `json:"runtime,omitempty" jsonschema:"Runtime by name (see health); default the server's default runtime."`
 	CPU            float64           `json:"cpu,omitempty" jsonschema:"CPU limit in cores, fractions allowed (0.01 to 1024); default 1. The sandbox starts under this limit: below 0.1 a create takes seconds."`
 	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"Memory limit in MiB; default 512."`
@@ -251,7 +254,9 @@ func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, i
 	}
 	req.Network, req.Secrets = nw, secretsArg(in.Secrets)
 	owner, session := s.ownerOf(ctx, call.Session)
+	stop := s.pullProgress(&ctx, call, req.Image) // images (issue 13, images.go)
 	sb, err := s.b.Create(sandbox.WithOwner(ctx, owner), req)
+	stop()
 	if err != nil {
 		return SandboxInfo{}, "", err
 	}

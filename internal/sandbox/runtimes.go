@@ -97,7 +97,10 @@ func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runt
 	if want != "" && isolationRank[want] == 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "requirements.isolation %q must be one of process, kernel, vm", truncate(string(want), 64))
 	}
-	offers := func(c runtime.Capabilities) bool { return mode == "" || slices.Contains(c.NetworkModes, mode) }
+	kind := imageKind(req.Image)
+	offers := func(c runtime.Capabilities) bool {
+		return (mode == "" || slices.Contains(c.NetworkModes, mode)) && slices.Contains(c.Images, kind)
+	}
 	if def, ok := s.local.runtimes[s.cfg.DefaultRuntime]; req.Runtime == "" && want == "" && ok && !offers(def.Capabilities()) {
 		// The default runtime cannot give the network needed: choose among those that can.
 	} else if req.Runtime != "" || want == "" {
@@ -137,6 +140,17 @@ func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runt
 		fits = append(fits, c)
 	}
 	if len(fits) == 0 {
+		if kind == runtime.ImageOCI {
+			msg := fmt.Sprintf("no usable runtime with %s isolation or stronger runs OCI images (image %q)", cmp.Or(string(want), "process"), truncate(req.Image, 128))
+			if mode != "" {
+				msg += " and offers network mode " + mode
+			}
+			msg += "; " + s.imageHint()
+			if len(unusable) > 0 {
+				msg += "; unusable here: " + strings.Join(unusable, "; ")
+			}
+			return nil, errcode.New(errcode.RuntimeUnavailable, "%s", msg).With("image", req.Image)
+		}
 		if mode != "" {
 			msg := fmt.Sprintf("no usable runtime with %s isolation or stronger offers network mode %s (the sandbox has a network policy or requirements.network %s); %s",
 				cmp.Or(string(want), "process"), mode, mode, s.networkHint(mode))
@@ -156,6 +170,20 @@ func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runt
 	sort.SliceStable(fits, func(i, j int) bool { return isolationRank[fits[i].Isolation] < isolationRank[fits[j].Isolation] })
 	req.Runtime = fits[0].Name
 	return s.local.runtimes[fits[0].Name], nil
+}
+
+// imageHint says which runtimes run OCI images, for an error message.
+func (s *Service) imageHint() string {
+	var names []string
+	for _, c := range s.Runtimes() {
+		if c.Available && slices.Contains(c.Images, runtime.ImageOCI) {
+			names = append(names, c.Name)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Sprintf("no runtime on this server runs OCI images (create with image %q)", "host")
+	}
+	return fmt.Sprintf("ask for runtime %s, or omit runtime to let the server choose", strings.Join(names, " or "))
 }
 
 // satisfiersHint says which runtimes satisfy an isolation requirement, for an error message.

@@ -61,15 +61,18 @@ func (s State) Valid() bool {
 
 // Sandbox is the durable record of one sandbox.
 type Sandbox struct {
-	ID        string  `json:"sandbox_id"`
-	State     State   `json:"state"`
-	Image     string  `json:"image"`
-	Runtime   string  `json:"runtime"`
-	Isolation string  `json:"isolation"`
-	CPU       float64 `json:"cpu"`
-	MemoryMB  int64   `json:"memory_mb"`
-	DiskMB    int64   `json:"disk_mb"`
-	PidsLimit int64   `json:"pids_limit"`
+	ID    string `json:"sandbox_id"`
+	State State  `json:"state"`
+	Image string `json:"image"`
+	// ImageDigest is the manifest digest of the OCI image the sandbox was created from, pinned
+	// at create (a tag that moves later does not change it); "" for the host image.
+	ImageDigest string  `json:"image_digest,omitempty"`
+	Runtime     string  `json:"runtime"`
+	Isolation   string  `json:"isolation"`
+	CPU         float64 `json:"cpu"`
+	MemoryMB    int64   `json:"memory_mb"`
+	DiskMB      int64   `json:"disk_mb"`
+	PidsLimit   int64   `json:"pids_limit"`
 	// Env is never part of a reply (values may be credentials): replies carry EnvNames.
 	Env map[string]string `json:"-"`
 	// EnvNames are Env's names, sorted; MarshalJSON fills them.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -74,6 +75,9 @@ type Config struct {
 	// PreviewURL returns the preview URL of a sandbox's exposed port (Expose); nil: preview
 	// URLs are not served (agentbox serve sets it).
 	PreviewURL func(id string, port int) string
+	// Images is the OCI image cache sandboxes' images come from (images.go); nil: only the
+	// "host" image.
+	Images image.Cache
 }
 
 func (c *Config) setDefaults() {
@@ -326,12 +330,24 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 	if req.Image == "" {
 		req.Image = s.cfg.DefaultImage
 	}
+	if req.Image != image.Host {
+		if err := CheckImageRef("image", req.Image); err != nil {
+			return nil, err
+		}
+		if s.cfg.Images == nil {
+			return nil, errcode.New(errcode.InvalidArgument, "image %q: this server has no image cache, so only image %q is available", truncate(req.Image, 128), image.Host)
+		}
+	}
 	rt, err := s.pickRuntime(req)
 	if err != nil {
 		return nil, err
 	}
 	caps := rt.Capabilities()
-	if !slices.Contains(caps.Images, req.Image) {
+	if kind := imageKind(req.Image); !slices.Contains(caps.Images, kind) {
+		if kind == runtime.ImageOCI {
+			return nil, errcode.New(errcode.InvalidArgument, "image %q is an OCI image, which runtime %s does not run (it runs: %s); %s",
+				truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "), s.imageHint())
+		}
 		return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on runtime %s; available images: %s", truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "))
 	}
 	switch {
@@ -430,6 +446,15 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	if len(req.IdempotencyKey) > MaxIdempotencyKey || strings.ContainsFunc(req.IdempotencyKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return Sandbox{}, errcode.New(errcode.InvalidArgument, "idempotency_key must be at most %d characters without control characters", MaxIdempotencyKey)
 	}
+	var pinned *pinnedImage
+	if req.Image != image.Host {
+		// Before the record: a pull that fails (or a caller that hangs up during it) leaves
+		// nothing. The lease keeps the image until the record names its digest.
+		if pinned, err = s.resolveImage(ctx, req.Image); err != nil {
+			return Sandbox{}, err
+		}
+		defer pinned.release()
+	}
 	now := s.now().UTC().Truncate(time.Millisecond) // the store keeps milliseconds
 	sb := Sandbox{
 		ID: NewID(), State: StateCreating, Image: req.Image, Runtime: req.Runtime,
@@ -437,6 +462,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 		DiskMB: req.DiskMB, PidsLimit: s.cfg.PidsLimit, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
 		Owner: OwnerFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
+	}
+	if pinned != nil {
+		sb.ImageDigest = pinned.img.Digest
 	}
 	if plan != nil {
 		p := normalPolicy(plan.policy.Policy())
@@ -448,6 +476,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	defer cancel()
 	unlock := s.lock(sb.ID)
 	prior, idmap, err := s.admit(wctx, sb, rt)
+	pinned.release() // the record (if any) pins the digest now
 	if err != nil {
 		unlock()
 		return Sandbox{}, err
@@ -458,7 +487,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	}
 	defer unlock()
 	s.log.Info("sandbox creating", "sandbox_id", sb.ID, "runtime", sb.Runtime)
-	handle, sess, err := s.bringUp(wctx, rt, sb, idmap)
+	handle, sess, err := s.bringUp(wctx, rt, sb, idmap, pinned)
 	if err != nil {
 		s.log.Warn("sandbox create failed", "sandbox_id", sb.ID, "err", err)
 		if derr := rt.Delete(wctx, sb.ID); derr != nil {
@@ -576,14 +605,18 @@ func (s *Service) allocateIDRange(ctx context.Context, sb Sandbox) (int64, error
 
 // bringUp starts sb and waits for its agent; for an egress sandbox it opens its network
 // session too, which it returns.
-func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap) (runtime.Handle, *guest.NetSession, error) {
+func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap, img *pinnedImage) (runtime.Handle, *guest.NetSession, error) {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
 		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap}
+	var imgEnv, egressEnv map[string]string
+	if img != nil {
+		spec.Rootfs, imgEnv = img.rootfs, img.env
+	}
 	if sb.Network.Policy != nil {
 		spec.Network, spec.CABundle = runtime.NetworkEgress, s.cfg.Egress.CABundle
-		spec.Env = s.cfg.Egress.egressEnv(sb.Secrets)
-		maps.Copy(spec.Env, sb.Env) // validateNetwork refused any name both set
+		egressEnv = s.cfg.Egress.egressEnv(sb.Secrets) // validateNetwork refused any name sb.Env also sets
 	}
+	spec.Env = specEnv(imgEnv, egressEnv, sb.Env)
 	handle, err := runtime.CreateAndStart(ctx, rt, spec)
 	if err != nil {
 		return "", nil, err

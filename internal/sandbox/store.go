@@ -43,6 +43,10 @@ type Store interface {
 	ReleaseIDRange(ctx context.Context, sandboxID string) error
 	// ListIDRanges returns every held range, lowest base first.
 	ListIDRanges(ctx context.Context) ([]IDRange, error)
+
+	// ImagesInUse returns the image digests (Sandbox.ImageDigest) of live sandboxes, each with
+	// how many live sandboxes pin it; the host image ("") is never in it.
+	ImagesInUse(ctx context.Context) (map[string]int, error)
 }
 
 // Pruner is the optional part of a Store that bounds its growth.

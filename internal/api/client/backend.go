@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -259,3 +260,24 @@ func (b *Backend) Runtimes() []runtime.Capabilities {
 
 // String describes the server, for logs and health.
 func (b *Backend) String() string { return fmt.Sprintf("agentbox serve at %s", b.c.base) }
+
+// ListImages lists the server's cached images.
+func (b *Backend) ListImages(ctx context.Context) ([]image.Image, error) {
+	imgs, err := b.c.ListImages(ctx)
+	return imgs, b.unreachable(err)
+}
+
+// PullImage pulls ref on the server, reporting progress (if non-nil).
+func (b *Backend) PullImage(ctx context.Context, ref string, progress image.ProgressFunc) (image.Image, error) {
+	img, err := b.c.PullImage(ctx, ref, progress)
+	return img, b.unreachable(err)
+}
+
+// Commit commits sandbox id as the image name.
+func (b *Backend) Commit(ctx context.Context, id, name string) (image.Image, error) {
+	if err := checkID(id); err != nil {
+		return image.Image{}, err
+	}
+	img, err := b.c.Commit(ctx, id, name)
+	return img, b.unreachable(err)
+}

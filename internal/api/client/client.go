@@ -36,6 +36,11 @@ func New(baseURL, token string) *Client {
 func (c *Client) BaseURL() string { return c.base }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
+	return c.doAccept(ctx, method, path, q, body, ctype, "")
+}
+
+// doAccept is do with an Accept header ("" for none).
+func (c *Client) doAccept(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype, accept string) (*http.Response, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -49,6 +54,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -106,6 +114,11 @@ func (c *Client) Health(ctx context.Context) error {
 // Create creates a sandbox.
 func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
+	if p := sandbox.PullProgressFrom(ctx); p != nil && req.Image != "" && req.Image != "host" {
+		// The pull's progress (sandbox.WithPullProgress) as the server streams it.
+		err := c.imageOp(ctx, http.MethodPost, "/v1/sandboxes", req, nil, "", p, &sb)
+		return sb, err
+	}
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &sb)
 	return sb, err
 }

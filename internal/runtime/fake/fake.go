@@ -10,12 +10,16 @@
 // Capabilities declare (isolation "process", no hardening). It needs no root and runs in
 // `go test -short`.
 //
+// An OCI image's Spec.Rootfs is taken and recorded (Rootfs, RootfsFile), not mounted: commands
+// still see the host. WritableLayer (runtime.Committer) is a directory of the sandbox's own.
+//
 // For the control plane's tests it adds fault injection (SetFault), a crash (Kill), and what a
 // leak assertion needs (Resources, Calls).
 package fake
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -55,6 +59,7 @@ const (
 	OpAdopt   Op = "adopt"
 	OpWait    Op = "wait"
 	OpMetrics Op = "metrics"
+	OpLayer   Op = "writable_layer"
 )
 
 // Config configures a fake Runtime.
@@ -109,6 +114,7 @@ var (
 	_ runtime.DiskAccounter = (*Runtime)(nil)
 	_ runtime.Closer        = (*Runtime)(nil)
 	_ runtime.MetricsReader = (*Runtime)(nil)
+	_ runtime.Committer     = (*Runtime)(nil)
 )
 
 // maxSocketPath is the longest unix socket path.
@@ -153,7 +159,7 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 		Available:    true,
 		Version:      "fake",
 		Isolation:    runtime.IsolationProcess,
-		Images:       []string{"host"},
+		Images:       []string{"host", runtime.ImageOCI},
 		NetworkModes: slices.Clone(networkModes),
 	}
 }
@@ -219,8 +225,18 @@ func validateSpec(spec runtime.Spec) error {
 	if err := checkID(spec.ID); err != nil {
 		return err
 	}
-	if spec.Image != "" && spec.Image != "host" {
-		return errcode.New(errcode.InvalidArgument, "image %q is not supported; supported images: host", spec.Image).With("supported_images", []string{"host"})
+	if (spec.Image == "" || spec.Image == "host") != (spec.Rootfs == nil) {
+		return errcode.New(errcode.InvalidArgument, "image %q with rootfs %v: the host image takes no rootfs and an OCI image needs one", spec.Image, spec.Rootfs != nil)
+	}
+	if spec.Rootfs != nil {
+		if len(spec.Rootfs.Layers) == 0 || len(spec.Rootfs.Layers) > runtime.MaxRootfsLayers {
+			return errcode.New(errcode.InvalidArgument, "rootfs has %d layers; it needs 1 to %d", len(spec.Rootfs.Layers), runtime.MaxRootfsLayers)
+		}
+		for _, l := range spec.Rootfs.Layers {
+			if !filepath.IsAbs(l) {
+				return errcode.New(errcode.InvalidArgument, "rootfs layer %q is not an absolute path", l)
+			}
+		}
 	}
 	if spec.CPU < 0 || spec.MemoryMB < 0 || spec.DiskMB < 0 || spec.PidsLimit < 0 {
 		return errcode.New(errcode.InvalidArgument, "cpu, memory_mb, disk_mb and pids_limit must not be negative")
@@ -280,6 +296,12 @@ func (r *Runtime) create(spec runtime.Spec) (*sandbox, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o700); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the directory of sandbox %s", spec.ID)
+	}
+	if spec.Rootfs != nil {
+		if err := writeRootfs(dir, spec.Rootfs); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the rootfs of sandbox %s", spec.ID)
+		}
 	}
 	if spec.Network == runtime.NetworkEgress && len(spec.CABundle) > 0 {
 		if err := os.WriteFile(filepath.Join(dir, CABundleFile), spec.CABundle, 0o444); err != nil {
@@ -635,4 +657,60 @@ func (r *Runtime) Shutdown(ctx context.Context) error {
 		errs = append(errs, os.RemoveAll(r.dir))
 	}
 	return errors.Join(errs...)
+}
+
+// RootfsFile is the name, in a sandbox's directory, of the JSON record of its Spec.Rootfs (an
+// OCI image's layers, user and workdir): the fake mounts nothing, so its tests read what it
+// was given here. UpperDir is its writable layer's directory (WritableLayer), empty at create.
+const (
+	RootfsFile = "rootfs.json"
+	UpperDir   = "upper"
+)
+
+func writeRootfs(dir string, rfs *runtime.Rootfs) error {
+	b, err := json.Marshal(rfs)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(dir, UpperDir), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, RootfsFile), b, 0o644)
+}
+
+// Rootfs returns the Spec.Rootfs sandbox id was created with (nil for the host image or an
+// unknown sandbox).
+func (r *Runtime) Rootfs(id string) *runtime.Rootfs {
+	if checkID(id) != nil {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(r.sandboxDir(id), RootfsFile))
+	if err != nil {
+		return nil
+	}
+	var rfs runtime.Rootfs
+	if json.Unmarshal(b, &rfs) != nil {
+		return nil
+	}
+	return &rfs
+}
+
+// WritableLayer returns the sandbox's upper directory (Dir/<id>/upper): a plain directory the
+// fake's commands do not write (they run in the workspace), which tests fill themselves. The
+// ids are as they are (IDMap Count 0). A sandbox of the host image has none: UNSUPPORTED_OPERATION.
+func (r *Runtime) WritableLayer(ctx context.Context, id string) (runtime.WritableLayer, error) {
+	if err := r.begin(ctx, OpLayer, id); err != nil {
+		return runtime.WritableLayer{}, err
+	}
+	if err := checkID(id); err != nil {
+		return runtime.WritableLayer{}, err
+	}
+	if r.get(id) == nil {
+		return runtime.WritableLayer{}, errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
+	}
+	dir := filepath.Join(r.sandboxDir(id), UpperDir)
+	if _, err := os.Stat(dir); err != nil {
+		return runtime.WritableLayer{}, errcode.New(errcode.UnsupportedOp, "sandbox %s has no writable layer in the fake runtime (it runs the host image)", id)
+	}
+	return runtime.WritableLayer{Dir: dir, Exclude: []string{"/.agentbox", "/workspace", "/tmp"}}, nil
 }

@@ -46,7 +46,7 @@ func TestCapabilities(t *testing.T) {
 	rt := newFake(t)
 	c := rt.Capabilities()
 	if !c.Available || c.Isolation != runtime.IsolationProcess || c.UserNamespaces || c.TakesIDRange() ||
-		len(c.Images) != 1 || c.Images[0] != "host" || !slices.Equal(c.NetworkModes, []string{"none", "egress"}) || len(c.Hardening) != 0 {
+		!slices.Equal(c.Images, []string{"host", runtime.ImageOCI}) || !slices.Equal(c.NetworkModes, []string{"none", "egress"}) || len(c.Hardening) != 0 {
 		t.Fatalf("capabilities %+v", c)
 	}
 }

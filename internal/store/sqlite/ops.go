@@ -23,7 +23,7 @@ const defaultLimit = 1000
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, state, image, runtime, isolation, cpu, memory_mb, disk_mb, pids_limit,
 	env, labels, created_at, updated_at, expires_at, error_msg, version, owner, idempotency_key, node, handle,
-	network, secrets`
+	network, secrets, image_digest`
 
 // CreateSandbox inserts sb (whose Version must be 1) and, if ev.To is set, its first event, in
 // one transaction. An existing id, or an idempotency key its owner already used, is a CONFLICT.
@@ -105,11 +105,11 @@ func insertSandbox(ctx context.Context, tx *sql.Tx, sb sandbox.Sandbox, ev sandb
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB,
 		sb.DiskMB, sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
 		millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Owner, sb.IdempotencyKey, sb.Node, sb.Handle,
-		network, secrets)
+		network, secrets, sb.ImageDigest)
 	if isPrimaryKeyViolation(err) {
 		return errcode.Wrap(errcode.Conflict, err, "sandbox %s already exists", sb.ID)
 	}
@@ -198,6 +198,31 @@ func (s *Store) CountLive(ctx context.Context) (sandbox.Usage, error) {
 	return u, nil
 }
 
+// ImagesInUse returns the image digests that live sandboxes' records pin, with how many live
+// sandboxes pin each (at most one row per distinct digest: bounded by the live bound).
+func (s *Store) ImagesInUse(ctx context.Context) (map[string]int, error) {
+	live := liveStates()
+	rows, err := s.read.QueryContext(ctx, `SELECT image_digest, COUNT(*) FROM sandboxes
+		WHERE image_digest <> '' AND state IN (`+placeholders(len(live))+`) GROUP BY image_digest`, live...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: images in use: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var d string
+		var n int
+		if err := rows.Scan(&d, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: images in use: %w", err)
+		}
+		out[d] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: images in use: %w", err)
+	}
+	return out, nil
+}
+
 // UpdateSandbox writes every field of sb if the stored version is sb.Version-1, and appends ev
 // if ev.To is set, in one transaction. A version mismatch is a CONFLICT and changes nothing;
 // an unknown id is SANDBOX_NOT_FOUND.
@@ -217,11 +242,11 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbo
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, image = ?, runtime = ?,
 			isolation = ?, cpu = ?, memory_mb = ?, disk_mb = ?, pids_limit = ?, env = ?, labels = ?,
 			created_at = ?, updated_at = ?, expires_at = ?, error_msg = ?, version = ?, node = ?, handle = ?,
-			network = ?, secrets = ?
+			network = ?, secrets = ?, image_digest = ?
 			WHERE id = ? AND version = ?`,
 			string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB,
 			sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
-			millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Node, sb.Handle, network, secrets, sb.ID, sb.Version-1)
+			millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Node, sb.Handle, network, secrets, sb.ImageDigest, sb.ID, sb.Version-1)
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
@@ -409,7 +434,7 @@ func scanSandbox(r rowScanner) (sandbox.Sandbox, error) {
 	var created, updated, expires int64
 	err := r.Scan(&sb.ID, &state, &sb.Image, &sb.Runtime, &sb.Isolation, &sb.CPU, &sb.MemoryMB,
 		&sb.DiskMB, &sb.PidsLimit, &env, &labels, &created, &updated, &expires, &sb.Error, &sb.Version,
-		&sb.Owner, &sb.IdempotencyKey, &sb.Node, &sb.Handle, &network, &secrets)
+		&sb.Owner, &sb.IdempotencyKey, &sb.Node, &sb.Handle, &network, &secrets, &sb.ImageDigest)
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}

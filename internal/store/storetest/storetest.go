@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	tests = append(tests, jobTests...)
 	tests = append(tests, netTests...)
+	tests = append(tests, imageTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -77,21 +78,23 @@ func base() time.Time { return time.Date(2025, 3, 14, 15, 9, 26, 535_000_000, zo
 // newSandbox returns a fully populated version-1 record; n makes its fields distinct.
 func newSandbox(n int, state sandbox.State, created time.Time, labels map[string]string) sandbox.Sandbox {
 	return sandbox.Sandbox{
-		ID:        sandbox.NewID(),
-		State:     state,
-		Image:     fmt.Sprintf("registry.example/agent:%d", n),
-		Runtime:   "runc",
-		Isolation: "container",
-		CPU:       0.25 * float64(n+1),
-		MemoryMB:  int64(256 * (n + 1)),
-		DiskMB:    int64(1024 * (n + 1)),
-		PidsLimit: int64(100 + n),
-		Env:       map[string]string{"N": fmt.Sprint(n)},
-		Labels:    labels,
-		CreatedAt: created,
-		UpdatedAt: created,
-		ExpiresAt: created.Add(time.Hour),
-		Version:   1,
+		ID:    sandbox.NewID(),
+		State: state,
+		Image: fmt.Sprintf("registry.example/agent:%d", n),
+		// ImageDigest pins the image (the n-th of 3 digests, so several records share one).
+		ImageDigest: fmt.Sprintf("sha256:%064x", n%3+1),
+		Runtime:     "runc",
+		Isolation:   "container",
+		CPU:         0.25 * float64(n+1),
+		MemoryMB:    int64(256 * (n + 1)),
+		DiskMB:      int64(1024 * (n + 1)),
+		PidsLimit:   int64(100 + n),
+		Env:         map[string]string{"N": fmt.Sprint(n)},
+		Labels:      labels,
+		CreatedAt:   created,
+		UpdatedAt:   created,
+		ExpiresAt:   created.Add(time.Hour),
+		Version:     1,
 	}
 }
 
@@ -179,6 +182,9 @@ func checkSandbox(t *testing.T, want, got sandbox.Sandbox) {
 	if got.Image != want.Image || got.Runtime != want.Runtime || got.Isolation != want.Isolation {
 		t.Errorf("%s: Image/Runtime/Isolation = %q/%q/%q, want %q/%q/%q", want.ID,
 			got.Image, got.Runtime, got.Isolation, want.Image, want.Runtime, want.Isolation)
+	}
+	if got.ImageDigest != want.ImageDigest {
+		t.Errorf("%s: ImageDigest = %q, want %q", want.ID, got.ImageDigest, want.ImageDigest)
 	}
 	if got.CPU != want.CPU {
 		t.Errorf("%s: CPU = %v, want %v", want.ID, got.CPU, want.CPU)
