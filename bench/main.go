@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
@@ -113,6 +114,7 @@ func main() {
 	fleetPar := flag.Int("fleet-create-parallel", 6, "parallel creates (and job starts, destroys) in the fleet run")
 	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
 	netf := networkFlags()
+	imf := imagesFlags()
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
 	if *cpuprof != "" {
@@ -189,6 +191,11 @@ func main() {
 	if svcCfg.Egress, err = egressConfig(dir); err != nil { // the network figures' egress (network.go)
 		log.Fatal(err)
 	}
+	imgs, err := image.Open(filepath.Join(dir, "images"), image.Options{InUse: st.ImagesInUse})
+	if err != nil {
+		log.Fatal(err)
+	}
+	svcCfg.Images = imgs
 	svc, err := sandbox.NewService(st, rts, svcCfg, nil)
 	if err != nil {
 		log.Fatal(err)
@@ -219,6 +226,17 @@ func main() {
 
 	if *jobsOnly {
 		res.Stats, res.Fleet = benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
+	if *imf.only {
+		runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
@@ -365,6 +383,7 @@ func main() {
 	jobStats, fleet := benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
 	runNetwork(ctx, c, &res, netf) // issue 12's figures (network.go)
+	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // issue 13's figures (images.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}
