@@ -382,7 +382,7 @@ func main() {
 	// job_start latency and the fleet of watched jobs.
 	jobStats, fleet := benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
-	runNetwork(ctx, c, &res, netf) // issue 12's figures (network.go)
+	runNetwork(ctx, c, &res, netf)                                // issue 12's figures (network.go)
 	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // issue 13's figures (images.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
