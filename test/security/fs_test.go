@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 func fsAttacks() []attack {
@@ -11,21 +13,34 @@ func fsAttacks() []attack {
 		{
 			name: "fs-write-root",
 			does: "as the agent user and as root, creates files and directories in /, /usr, /usr/bin, /etc, /bin, /lib and /.agentbox, and remounts / read-write",
-			want: "every write fails (read-only file system or permission denied); on the host, /usr, /usr/bin and /etc hold no new entry and the shared rootfs directory is unchanged",
+			want: "as the agent user every write fails; as root, writes land only in the sandbox's own writable layer (/, /etc, /.agentbox; on an image also its /usr, /bin, /lib) while the host image's /usr, /usr/bin, /bin and /lib (the host's, bound read-only) refuse them; the remount fails; on the host, /usr, /usr/bin and /etc hold no new entry, the shared rootfs directory is unchanged, and what root wrote is in the sandbox's upper directory on its disk, owned by its id range",
 			run: func(a *arena) {
 				name := "absec-" + randHex(6)
 				rootfs := filepath.Join(a.s.stateDir, "runtimes", a.rt, "rootfs", "host")
 				before := dirEntries(a.t, rootfs)
+				dirs := []string{"/", "/usr", "/usr/bin", "/etc", "/bin", "/lib", "/.agentbox"}
 				var script []string
-				for _, d := range []string{"/", "/usr", "/usr/bin", "/etc", "/bin", "/lib", "/.agentbox"} {
+				for _, d := range dirs {
 					script = append(script, "touch "+d+"/"+name+" 2>/dev/null && echo WROTE "+d, "mkdir "+d+"/"+name+"-d 2>/dev/null && echo MKDIR "+d)
 				}
-				script = append(script, "mount -o remount,rw / 2>/dev/null && echo REMOUNTED", "touch /"+name+"-2 2>/dev/null && echo WROTE-AFTER-REMOUNT", "true")
-				for _, u := range users {
-					res := a.execIn(a.id, apiExec(u, "sh", "-c", strings.Join(script, "; ")))
-					if strings.TrimSpace(res.Stdout) != "" {
-						a.t.Errorf("as %s: %s", userName(u), res.Stdout)
+				script = append(script, "mount -o remount,rw / 2>/dev/null && echo REMOUNTED", "true")
+				if out := strings.TrimSpace(a.execIn(a.id, apiExec("", "sh", "-c", strings.Join(script, "; "))).Stdout); out != "" {
+					a.t.Errorf("as agent: %s", out)
+				}
+				var want []string
+				for _, d := range dirs {
+					if a.image == "" && (d == "/usr" || d == "/usr/bin" || d == "/bin" || d == "/lib") {
+						continue // the host's, bound read-only
 					}
+					want = append(want, "WROTE "+d, "MKDIR "+d)
+				}
+				got := strings.Fields(strings.ReplaceAll(a.execIn(a.id, apiExec("root", "sh", "-c", strings.Join(script, "; "))).Stdout, "\n", " "))
+				var pairs []string
+				for i := 0; i+1 < len(got); i += 2 {
+					pairs = append(pairs, got[i]+" "+got[i+1])
+				}
+				if strings.Join(pairs, ",") != strings.Join(want, ",") {
+					a.t.Errorf("as root: wrote %v, want exactly %v", pairs, want)
 				}
 				for _, p := range []string{"/usr/" + name, "/usr/bin/" + name, "/etc/" + name, "/" + name, "/usr/" + name + "-d", "/etc/" + name + "-d"} {
 					if _, err := os.Lstat(p); err == nil {
@@ -35,6 +50,13 @@ func fsAttacks() []attack {
 				}
 				if after := dirEntries(a.t, rootfs); strings.Join(after, ",") != strings.Join(before, ",") {
 					a.t.Errorf("HOLE: the shared rootfs changed: %v -> %v", before, after)
+				}
+				var st unix.Stat_t
+				upper := filepath.Join(a.sandboxDir(a.id), "disk", "rootfs", "upper", "etc", name)
+				if err := unix.Lstat(upper, &st); err != nil {
+					a.t.Errorf("root's /etc/%s is not in the sandbox's writable layer: %v", name, err)
+				} else if st.Uid < 65536 {
+					a.t.Errorf("root's /etc/%s is host uid %d on the sandbox's disk, want its range", name, st.Uid)
 				}
 			},
 		},

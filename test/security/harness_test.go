@@ -293,8 +293,10 @@ type arena struct {
 	t  *testing.T
 	s  *server
 	rt string
-	sb sandbox.Sandbox
-	id string
+	// image is the image of the arena's sandboxes ("": host).
+	image string
+	sb    sandbox.Sandbox
+	id    string
 }
 
 func (a *arena) gvisor() bool { return a.rt == "gvisor" }
@@ -305,6 +307,9 @@ func (a *arena) newSandbox(req sandbox.CreateRequest) sandbox.Sandbox {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	if req.Image == "" {
+		req.Image = a.image
+	}
 	sb, err := a.s.c.Create(ctx, createFor(a.rt, req))
 	if err != nil {
 		a.t.Fatalf("create on %s: %v", a.rt, err)

@@ -79,8 +79,10 @@ func TestAttacks(t *testing.T) {
 		}
 	}()
 	all := allAttacks()
-	runOne := func(t *testing.T, atk attack, rt string) {
-		if why, ok := knownHoles[atk.name+"/"+rt]; ok {
+	arenas := attackArenas(t, s)
+	runOne := func(t *testing.T, atk attack, ar arenaKind) {
+		rt := ar.rt
+		if why, ok := knownHoles[atk.name+"/"+ar.name]; ok {
 			t.Skipf("KNOWN HOLE, not fixed (issue 4 stays open until it is): %s", why)
 		}
 		t.Logf("does: %s", atk.does)
@@ -88,7 +90,7 @@ func TestAttacks(t *testing.T) {
 		if rt == "gvisor" && atk.gvisor != "" {
 			t.Logf("gvisor: %s", atk.gvisor)
 		}
-		a := &arena{t: t, s: s, rt: rt}
+		a := &arena{t: t, s: s, rt: rt, image: ar.image}
 		if !atk.noSandbox {
 			a.sb = a.newSandbox(atk.create)
 			a.id = a.sb.ID
@@ -100,8 +102,8 @@ func TestAttacks(t *testing.T) {
 			if !atk.serial {
 				continue
 			}
-			for _, rt := range runtimes {
-				t.Run(atk.name+"/"+rt, func(t *testing.T) { runOne(t, atk, rt) })
+			for _, ar := range arenas {
+				t.Run(atk.name+"/"+ar.name, func(t *testing.T) { runOne(t, atk, ar) })
 			}
 		}
 	})
@@ -110,10 +112,10 @@ func TestAttacks(t *testing.T) {
 			if atk.serial {
 				continue
 			}
-			for _, rt := range runtimes {
-				t.Run(atk.name+"/"+rt, func(t *testing.T) {
+			for _, ar := range arenas {
+				t.Run(atk.name+"/"+ar.name, func(t *testing.T) {
 					t.Parallel()
-					runOne(t, atk, rt)
+					runOne(t, atk, ar)
 				})
 			}
 		}
