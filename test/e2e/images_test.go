@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,6 +121,40 @@ func TestImages(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// A minimal image without a shell (as distroless ones are): argv exec and the files API
+	// work; asking for a shell says what is missing.
+	bb, err := os.ReadFile(imagelab.BusyboxPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Push(t, "e2e/minimal:1", imagelab.Single(t, imagelab.LayerTar(imagelab.Dir("app", 0o755),
+		imagelab.Reg("app/busybox", string(bb), 0o755), imagelab.Dir("data", 0o755), imagelab.Reg("data/file.txt", "in the image\n", 0o644))))
+	minimal, err := c.Create(ctx, sandbox.CreateRequest{Image: reg.Ref("e2e/minimal:1")})
+	if err != nil {
+		t.Fatalf("create from a shell-less image: %v", err)
+	}
+	ids = append(ids, minimal.ID)
+	if got := mustExec(t, c, minimal.ID, "/app/busybox", "echo", "argv works"); got != "argv works\n" {
+		t.Errorf("argv exec in a shell-less image: %q", got)
+	}
+	if rc, _, err := c.ReadFile(ctx, minimal.ID, "/data/file.txt", 0, 0); err != nil {
+		t.Errorf("files API in a shell-less image: %v", err)
+	} else {
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(b) != "in the image\n" {
+			t.Errorf("files API in a shell-less image read %q", b)
+		}
+	}
+	if res, err := c.Exec(ctx, minimal.ID, api.ExecRequest{Command: []string{"sh", "-c", "true"}}, nil); err == nil && res.ExitCode == 0 {
+		t.Errorf("sh ran in an image without one: %+v", res)
+	} else {
+		t.Logf("sh in a shell-less image: %v %+v", err, res)
+	}
+	if _, err := c.Destroy(ctx, minimal.ID); err != nil {
+		t.Fatal(err)
 	}
 
 	// docker save → import → create.
