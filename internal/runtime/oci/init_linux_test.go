@@ -226,7 +226,10 @@ while True:
     c, _ = s.accept()
     with open(run + "/imp.log", "a") as f:
         f.write("conn\n")
-    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    try:  # the host closes a refused connection at once: a broken pipe must not end the impostor
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    except OSError:
+        pass
     c.close()
 `
 
