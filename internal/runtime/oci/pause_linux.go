@@ -3,6 +3,9 @@ package oci
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -62,4 +65,22 @@ func (r *Runtime) rawStatus(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	return st.Status, nil
+}
+
+// frozen reports whether sandbox id's cgroup is frozen (runc and crun pause): its v1
+// freezer.state, or cgroup.freeze on v2. A file read, cheap enough for every Stop.
+func (r *Runtime) frozen(id string) bool {
+	if r.flavor == FlavorGVisor {
+		return false // runsc pause stops the sentry's tasks, not the cgroup
+	}
+	for _, mnt := range r.cgroupMounts {
+		dir := filepath.Join(mnt, cgroupPath(r.cgroupParent, id))
+		if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
+			return strings.TrimSpace(string(b)) != "THAWED"
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze")); err == nil {
+			return strings.TrimSpace(string(b)) == "1"
+		}
+	}
+	return false
 }

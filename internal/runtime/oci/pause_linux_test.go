@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+	"github.com/agentbox/agentbox/internal/testenv"
 )
 
 // TestPause: Pause freezes a sandbox whose shell keeps appending to a file of its writable
@@ -156,16 +157,32 @@ func testPause(t *testing.T, rt *Runtime) {
 // TestPauseDeletePaused: a paused sandbox is deleted without a Resume, leaving nothing.
 func TestPauseDeletePaused(t *testing.T) {
 	t.Parallel()
-	rt := newRunc(t)
-	spec := runtimetest.DefaultSpec(runtimetest.NewID())
-	runtimetest.Start(t, rt, spec)
-	if err := rt.Pause(context.Background(), spec.ID); err != nil {
-		t.Fatal(err)
+	for _, f := range []Flavor{FlavorRunc, FlavorCrun, FlavorGVisor} {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			rt := newFlavor(t, f)
+			spec := runtimetest.DefaultSpec(runtimetest.NewID())
+			runtimetest.Start(t, rt, spec)
+			if err := rt.Pause(context.Background(), spec.ID); err != nil {
+				t.Fatal(err)
+			}
+			began := time.Now()
+			if err := rt.Delete(context.Background(), spec.ID); err != nil {
+				t.Fatalf("Delete of a paused sandbox: %v", err)
+			}
+			took := time.Since(began)
+			t.Logf("%s: Delete of a paused sandbox took %s", f, took)
+			if took > stopTimeout/2 {
+				t.Errorf("Delete of a paused sandbox took %s: its SIGKILL waited for a thaw", took)
+			}
+			if leaks := testenv.Leaks(spec.ID); len(leaks) > 0 {
+				t.Errorf("after Delete: %v", leaks)
+			}
+			if ids, _ := rt.List(context.Background()); containsStr(ids, spec.ID) {
+				t.Errorf("%s still listed", spec.ID)
+			}
+		})
 	}
-	if err := rt.Delete(context.Background(), spec.ID); err != nil {
-		t.Fatalf("Delete of a paused sandbox: %v", err)
-	}
-	assertNoTrace(t, rt, spec.ID)
 }
 
 // freezerState reads the sandbox's v1 freezer.state, or on cgroup v2 "FROZEN"/"THAWED" from
