@@ -72,6 +72,11 @@ func (s *Store) Commit(ctx context.Context, base *Image, layer runtime.WritableL
 	if err := bw.Flush(); err != nil {
 		return nil, err
 	}
+	if f := LayerReadFrom(ctx); f != nil {
+		if err := f(); err != nil {
+			return nil, err
+		}
+	}
 	size, err := blob.Seek(0, io.SeekCurrent)
 	if err != nil {
 		return nil, err
@@ -147,6 +152,23 @@ func (s *Store) Commit(ctx context.Context, base *Image, layer runtime.WritableL
 	return s.addImage(ctx, img, r.name, []string{r.name}, nil, func(rec *imageRec) {
 		rec.Committed, rec.Parent = true, parent.Digest
 	})
+}
+
+type layerReadKey struct{}
+
+// WithLayerRead returns ctx carrying f: a Commit on it calls f once it has read the writable
+// layer, before it builds and unpacks the image, and fails with f's error if f returns one.
+// The sandbox service resumes the sandbox it paused for the commit there, so that the sandbox
+// stays paused for the read of its layer only.
+func WithLayerRead(ctx context.Context, f func() error) context.Context {
+	return context.WithValue(ctx, layerReadKey{}, f)
+}
+
+// LayerReadFrom returns the function WithLayerRead put in ctx, or nil (for other Cache
+// implementations to call as Store.Commit does).
+func LayerReadFrom(ctx context.Context) func() error {
+	f, _ := ctx.Value(layerReadKey{}).(func() error)
+	return f
 }
 
 // writeLayerTar writes the tar of a writable layer (overlayfs upper directory).
@@ -258,7 +280,7 @@ func writeLayerTar(ctx context.Context, w io.Writer, layer runtime.WritableLayer
 			if err := tw.WriteHeader(h); err != nil {
 				return err
 			}
-			n, err := io.CopyBuffer(tw, io.LimitReader(f, st.Size), buf)
+			n, err := io.CopyBuffer(tw, &ctxReader{ctx, io.LimitReader(f, st.Size)}, buf)
 			if err == nil && n != st.Size {
 				err = fmt.Errorf("%s shrank while committed", rel)
 			}

@@ -2,7 +2,8 @@
 // (OCI runtimes now; microVMs and Kubernetes later). A Runtime does lifecycle only; everything
 // inside a sandbox goes through the guest agent, which a Runtime tells the control plane how to
 // reach (Agent: a Dialer; the guest package speaks the protocol over it). Optional interfaces
-// (Runner, Adopter, Waiter, DiskAccounter, MetricsReader, Closer) add what only some runtimes do.
+// (Runner, Adopter, Waiter, DiskAccounter, MetricsReader, Committer, Pauser, Closer) add what
+// only some runtimes do.
 // runtimetest holds the suite every implementation must pass; fake is an in-process runtime
 // without containers for the control plane's tests.
 package runtime
@@ -146,9 +147,24 @@ type WritableLayer struct {
 
 // Committer is implemented by a runtime whose sandboxes' writable layers the host can read
 // (runc, crun, gVisor: all on the sandbox's disk). The layer is live: a caller that needs a
-// consistent copy reads it while the sandbox's processes are frozen or stopped.
+// consistent copy reads it while the sandbox's processes are frozen (Pauser) or stopped.
 type Committer interface {
 	WritableLayer(ctx context.Context, id string) (WritableLayer, error)
+}
+
+// Pauser is implemented by a runtime that can freeze every process of a sandbox and thaw them
+// again (runc and crun through the cgroup freezer, gVisor by stopping its sentry's tasks). A
+// commit pauses the sandbox while it reads the writable layer, so that no file is caught
+// half-written. While a sandbox is paused its agent is frozen too: nothing may call the agent
+// between Pause and Resume (the call would hang until Resume).
+type Pauser interface {
+	// Pause freezes sandbox id's processes and returns once they are frozen: every write they
+	// made before is visible to the host's reads of the sandbox's files. Pausing a paused
+	// sandbox is nil. An unknown sandbox is SANDBOX_NOT_FOUND, a stopped one SANDBOX_NOT_RUNNING.
+	Pause(ctx context.Context, id string) error
+	// Resume thaws what Pause froze; resuming a sandbox that is not paused is nil. An unknown
+	// sandbox is SANDBOX_NOT_FOUND.
+	Resume(ctx context.Context, id string) error
 }
 
 // NetworkNone is the network mode of a sandbox with a loopback interface and nothing else.

@@ -11,7 +11,9 @@
 // `go test -short`.
 //
 // An OCI image's Spec.Rootfs is taken and recorded (Rootfs, RootfsFile), not mounted: commands
-// still see the host. WritableLayer (runtime.Committer) is a directory of the sandbox's own.
+// still see the host. WritableLayer (runtime.Committer) is a directory of the sandbox's own. Pause and Resume
+// (runtime.Pauser) freeze nothing: they set a flag tests read (Paused), and a dial of a paused
+// sandbox's agent fails and is counted (PausedDials), where a real agent would not answer.
 //
 // For the control plane's tests it adds fault injection (SetFault), a crash (Kill), and what a
 // leak assertion needs (Resources, Calls).
@@ -60,6 +62,8 @@ const (
 	OpWait    Op = "wait"
 	OpMetrics Op = "metrics"
 	OpLayer   Op = "writable_layer"
+	OpPause   Op = "pause"
+	OpResume  Op = "resume"
 )
 
 // Config configures a fake Runtime.
@@ -85,6 +89,8 @@ type Runtime struct {
 	fault     func(ctx context.Context, op Op, id string) error
 	calls     map[Op]int
 	gen       uint64 // the last sandbox's generation: its Handle
+	// pausedDials counts dials of a paused sandbox's agent (PausedDials).
+	pausedDials int
 }
 
 // sandbox is one fake sandbox. Its fields are guarded by Runtime.mu, but for the channels.
@@ -102,6 +108,8 @@ type sandbox struct {
 	// sandbox was stopped or deleted before it started.
 	exited   chan struct{}
 	exitOnce sync.Once
+	// paused is set by Pause and cleared by Resume (the fake freezes nothing).
+	paused bool
 }
 
 func (s *sandbox) markExited() { s.exitOnce.Do(func() { close(s.exited) }) }
@@ -115,6 +123,7 @@ var (
 	_ runtime.Closer        = (*Runtime)(nil)
 	_ runtime.MetricsReader = (*Runtime)(nil)
 	_ runtime.Committer     = (*Runtime)(nil)
+	_ runtime.Pauser        = (*Runtime)(nil)
 )
 
 // maxSocketPath is the longest unix socket path.
@@ -491,6 +500,17 @@ func (r *Runtime) Agent(ctx context.Context, id string) (runtime.Dialer, error) 
 	}
 	sock, self := r.socketPath(id), int32(os.Getpid())
 	return func(ctx context.Context) (net.Conn, error) {
+		r.mu.Lock()
+		paused := sb.paused
+		if paused {
+			r.pausedDials++
+		}
+		r.mu.Unlock()
+		if paused {
+			// A real runtime's agent is frozen and would not answer: fail the dial instead of
+			// hanging, and count it for tests (PausedDials).
+			return nil, errcode.New(errcode.SandboxNotRunning, "sandbox %s is paused: its agent cannot answer until it is resumed", id)
+		}
 		return guest.DialUnix(ctx, sock, func(c unix.Ucred) error {
 			if c.Pid == self {
 				return nil
@@ -713,4 +733,50 @@ func (r *Runtime) WritableLayer(ctx context.Context, id string) (runtime.Writabl
 		return runtime.WritableLayer{}, errcode.New(errcode.UnsupportedOp, "sandbox %s has no writable layer in the fake runtime (it runs the host image)", id)
 	}
 	return runtime.WritableLayer{Dir: dir, Exclude: []string{"/.agentbox", "/workspace", "/tmp"}}, nil
+}
+
+// Pause marks a running sandbox paused (runtime.Pauser); pausing a paused one is nil. An
+// unknown sandbox is SANDBOX_NOT_FOUND, one not running SANDBOX_NOT_RUNNING.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	return r.setPaused(ctx, OpPause, id, true)
+}
+
+// Resume clears the mark Pause set; resuming a sandbox that is not paused is nil.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	return r.setPaused(ctx, OpResume, id, false)
+}
+
+func (r *Runtime) setPaused(ctx context.Context, op Op, id string, paused bool) error {
+	if err := r.begin(ctx, op, id); err != nil {
+		return err
+	}
+	if err := checkID(id); err != nil {
+		return err
+	}
+	sb := r.get(id)
+	if sb == nil {
+		return errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
+	}
+	if st, _ := r.stateNoFault(id); paused && st != runtime.StatusRunning {
+		return errcode.New(errcode.SandboxNotRunning, "sandbox %s of runtime %s is %s, not running", id, r.name, st)
+	}
+	r.mu.Lock()
+	sb.paused = paused
+	r.mu.Unlock()
+	return nil
+}
+
+// Paused reports whether sandbox id is paused (Pause without a Resume since).
+func (r *Runtime) Paused(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb := r.sandboxes[id]
+	return sb != nil && sb.paused
+}
+
+// PausedDials is how many times a paused sandbox's agent was dialled.
+func (r *Runtime) PausedDials() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pausedDials
 }

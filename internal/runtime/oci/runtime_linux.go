@@ -586,6 +586,12 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 		}
 		return r.classify(err, "stop", id)
 	}
+	if r.frozen(id) {
+		// A paused sandbox's tasks take the SIGKILL only once thawed (crun does not thaw it).
+		if _, err := r.command(ctx, "resume", id); err != nil {
+			r.log.Warn("resume a paused sandbox to stop it", "sandbox_id", id, "err", err)
+		}
+	}
 	pid := readPid(filepath.Join(r.sandboxDir(id), "init.pid"))
 	if pid <= 0 {
 		return nil

@@ -363,7 +363,7 @@ func (c *Cache) Push(ctx context.Context, name, ref string, progress image.Progr
 }
 
 // Commit adds an image of base's layers plus one, named name, recording the call and the
-// files found in layer.Dir.
+// files found in layer.Dir; like image.Store it calls image.LayerReadFrom(ctx) after the read.
 func (c *Cache) Commit(ctx context.Context, base *image.Image, layer runtime.WritableLayer, name string, cfg *image.Config) (*image.Image, error) {
 	if err := c.check("commit", name); err != nil {
 		return nil, err
@@ -375,6 +375,11 @@ func (c *Cache) Commit(ctx context.Context, base *image.Image, layer runtime.Wri
 	}
 	for _, e := range ents {
 		files = append(files, e.Name())
+	}
+	if f := image.LayerReadFrom(ctx); f != nil {
+		if err := f(); err != nil {
+			return nil, err
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

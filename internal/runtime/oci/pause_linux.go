@@ -1,0 +1,86 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+var _ runtime.Pauser = (*Runtime)(nil)
+
+// Pause freezes every process of sandbox id (runtime.Pauser): `runc pause` and `crun pause`
+// freeze the sandbox's cgroup (the v1 freezer here, cgroup.freeze on v2) and return once every
+// task is frozen; `runsc pause` stops every task of gVisor's sentry. Pausing a paused sandbox is
+// nil.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	return r.pauseOrResume(ctx, id, "pause", "paused")
+}
+
+// Resume thaws what Pause froze (runtime.Pauser); resuming a running sandbox is nil.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	return r.pauseOrResume(ctx, id, "resume", "running")
+}
+
+// pauseOrResume runs the OCI runtime's op; if it fails because the container already is in
+// the state op leads to, that is success.
+func (r *Runtime) pauseOrResume(ctx context.Context, id, op, want string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := r.checkAvailable(); err != nil {
+		return err
+	}
+	if !r.stateExists(id) {
+		return errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
+	}
+	start := time.Now()
+	_, err := r.command(ctx, op, id)
+	if err != nil {
+		if st, serr := r.rawStatus(ctx, id); serr == nil && st == want {
+			return nil
+		}
+		return r.classify(err, op, id)
+	}
+	r.log.Debug("sandbox "+op+"d", "sandbox_id", id, "took", time.Since(start))
+	return nil
+}
+
+// rawStatus is the OCI runtime's own word for the container's status (created, running, paused,
+// stopped).
+func (r *Runtime) rawStatus(ctx context.Context, id string) (string, error) {
+	out, err := r.command(ctx, "state", id)
+	if err != nil {
+		return "", err
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", err
+	}
+	return st.Status, nil
+}
+
+// frozen reports whether sandbox id's cgroup is frozen (runc and crun pause): its v1
+// freezer.state, or cgroup.freeze on v2. A file read, cheap enough for every Stop.
+func (r *Runtime) frozen(id string) bool {
+	if r.flavor == FlavorGVisor {
+		return false // runsc pause stops the sentry's tasks, not the cgroup
+	}
+	for _, mnt := range r.cgroupMounts {
+		dir := filepath.Join(mnt, cgroupPath(r.cgroupParent, id))
+		if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
+			return strings.TrimSpace(string(b)) != "THAWED"
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze")); err == nil {
+			return strings.TrimSpace(string(b)) == "1"
+		}
+	}
+	return false
+}
