@@ -1,7 +1,9 @@
 package security
 
 import (
+	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -13,15 +15,19 @@ func fsAttacks() []attack {
 		{
 			name: "fs-write-root",
 			does: "as the agent user and as root, creates files and directories in /, /usr, /usr/bin, /etc, /bin, /lib and /.agentbox, and remounts / read-write",
-			want: "as the agent user every write fails; as root, writes land only in the sandbox's own writable layer (/, /etc, /.agentbox; on an image also its /usr, /bin, /lib) while the host image's /usr, /usr/bin, /bin and /lib (the host's, bound read-only) refuse them; the remount fails; on the host, /usr, /usr/bin and /etc hold no new entry, the shared rootfs directory is unchanged, and what root wrote is in the sandbox's upper directory on its disk, owned by its id range",
+			want: "as the agent user every write fails; as root every write succeeds and lands only in the sandbox's own writable layers on its disk (on image host, /usr and the host's other directories are each an overlay of their own over the host's, with its upper on the disk; on an image, the image's /usr), owned by its id range; the remount fails; on the host, /usr, /usr/bin, /bin, /lib and /etc hold no new entry and the shared rootfs directory is unchanged",
 			run: func(a *arena) {
 				name := "absec-" + randHex(6)
 				rootfs := filepath.Join(a.s.stateDir, "runtimes", a.rt, "rootfs", "host")
 				before := dirEntries(a.t, rootfs)
 				dirs := []string{"/", "/usr", "/usr/bin", "/etc", "/bin", "/lib", "/.agentbox"}
+				// A name per directory: on a merged-/usr host /bin is /usr/bin.
+				names := map[string]string{}
 				var script []string
-				for _, d := range dirs {
-					script = append(script, "touch "+d+"/"+name+" 2>/dev/null && echo WROTE "+d, "mkdir "+d+"/"+name+"-d 2>/dev/null && echo MKDIR "+d)
+				for i, d := range dirs {
+					names[d] = fmt.Sprintf("%s-%d", name, i)
+					p := path.Join(d, names[d])
+					script = append(script, "touch "+p+" 2>/dev/null && echo WROTE "+d, "mkdir "+p+"-d 2>/dev/null && echo MKDIR "+d)
 				}
 				script = append(script, "mount -o remount,rw / 2>/dev/null && echo REMOUNTED", "true")
 				if out := strings.TrimSpace(a.execIn(a.id, apiExec("", "sh", "-c", strings.Join(script, "; "))).Stdout); out != "" {
@@ -29,9 +35,6 @@ func fsAttacks() []attack {
 				}
 				var want []string
 				for _, d := range dirs {
-					if a.image == "" && (d == "/usr" || d == "/usr/bin" || d == "/bin" || d == "/lib") {
-						continue // the host's, bound read-only
-					}
 					want = append(want, "WROTE "+d, "MKDIR "+d)
 				}
 				got := strings.Fields(strings.ReplaceAll(a.execIn(a.id, apiExec("root", "sh", "-c", strings.Join(script, "; "))).Stdout, "\n", " "))
@@ -42,21 +45,36 @@ func fsAttacks() []attack {
 				if strings.Join(pairs, ",") != strings.Join(want, ",") {
 					a.t.Errorf("as root: wrote %v, want exactly %v", pairs, want)
 				}
-				for _, p := range []string{"/usr/" + name, "/usr/bin/" + name, "/etc/" + name, "/" + name, "/usr/" + name + "-d", "/etc/" + name + "-d"} {
-					if _, err := os.Lstat(p); err == nil {
-						os.RemoveAll(p)
-						a.t.Errorf("HOLE: %s appeared on the host", p)
+				for _, d := range dirs {
+					for _, p := range []string{path.Join(d, names[d]), path.Join(d, names[d]) + "-d"} {
+						if _, err := os.Lstat(p); err == nil {
+							os.RemoveAll(p)
+							a.t.Errorf("HOLE: %s appeared on the host", p)
+						}
 					}
 				}
 				if after := dirEntries(a.t, rootfs); strings.Join(after, ",") != strings.Join(before, ",") {
 					a.t.Errorf("HOLE: the shared rootfs changed: %v -> %v", before, after)
 				}
-				var st unix.Stat_t
-				upper := filepath.Join(a.sandboxDir(a.id), "disk", "rootfs", "upper", "etc", name)
-				if err := unix.Lstat(upper, &st); err != nil {
-					a.t.Errorf("root's /etc/%s is not in the sandbox's writable layer: %v", name, err)
-				} else if st.Uid < 65536 {
-					a.t.Errorf("root's /etc/%s is host uid %d on the sandbox's disk, want its range", name, st.Uid)
+				// Where root's writes are on the sandbox's disk: the root's upper, or on image
+				// host the upper of /usr's own overlay.
+				disk := filepath.Join(a.sandboxDir(a.id), "disk", "rootfs")
+				uppers := map[string]string{
+					"/etc":     filepath.Join(disk, "upper", "etc", names["/etc"]),
+					"/usr":     filepath.Join(disk, "upper", "usr", names["/usr"]),
+					"/usr/bin": filepath.Join(disk, "upper", "usr", "bin", names["/usr/bin"]),
+				}
+				if a.image == "" {
+					uppers["/usr"] = filepath.Join(disk, "binds", "usr", "upper", names["/usr"])
+					uppers["/usr/bin"] = filepath.Join(disk, "binds", "usr", "upper", "bin", names["/usr/bin"])
+				}
+				for d, upper := range uppers {
+					var st unix.Stat_t
+					if err := unix.Lstat(upper, &st); err != nil {
+						a.t.Errorf("root's %s/%s is not in the sandbox's writable layer: %v", d, names[d], err)
+					} else if st.Uid < 65536 {
+						a.t.Errorf("root's %s/%s is host uid %d on the sandbox's disk, want its range", d, names[d], st.Uid)
+					}
 				}
 			},
 		},

@@ -32,6 +32,10 @@ const (
 	lowerDirName = "lower"
 	// diskRootfsDir is the writable layer's directory on the disk: upper/ and work/ in it.
 	diskRootfsDir = "rootfs"
+	// bindsDirName holds, in the sandbox's dir, the merged overlays of image host's host
+	// directories (binds/usr, binds/etc-ssl-certs…), and, in diskRootfsDir, their writable
+	// layers (rootfs/binds/usr/upper and work…).
+	bindsDirName = "binds"
 )
 
 // overlayConfig is one overlay mount.
@@ -47,8 +51,12 @@ type overlayConfig struct {
 	Upper, Work string
 	// Target is the mount point.
 	Target string
-	// AttachDir is where lowers are attached when the kernel takes no descriptor for them.
-	AttachDir string
+	// AttachDir is where lowers are attached when the kernel takes no descriptor for them,
+	// as AttachPrefix followed by the layer's index.
+	AttachDir, AttachPrefix string
+	// NoSuid mounts the overlay nosuid (the host's directories of image host: their setuid
+	// binaries read as the sandbox's root through the id map, and must never run as it).
+	NoSuid bool
 }
 
 // lowersByFD is whether overlayfs here takes id-mapped lowers by descriptor: 0 unknown, 1 yes,
@@ -128,7 +136,7 @@ func mountOverlayOnce(o overlayConfig, byFD bool) (err error) {
 			}
 			continue
 		}
-		p := filepath.Join(o.AttachDir, strconv.Itoa(i))
+		p := filepath.Join(o.AttachDir, o.AttachPrefix+strconv.Itoa(i))
 		err = attachTree(tree, p)
 		unix.Close(tree)
 		if err != nil {
@@ -149,7 +157,11 @@ func mountOverlayOnce(o overlayConfig, byFD bool) (err error) {
 	}
 	// nodev: the layers' whiteouts are 0:0 character devices, and no device of an image may
 	// be opened through its root. Not nosuid: setuid binaries of an image work inside.
-	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV)
+	attrs := unix.MOUNT_ATTR_NODEV
+	if o.NoSuid {
+		attrs |= unix.MOUNT_ATTR_NOSUID
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, attrs)
 	if err != nil {
 		return fail("fsmount the overlay", err)
 	}
@@ -207,10 +219,16 @@ func fsLog(fsfd int) string {
 	return strings.Join(msgs, "; ")
 }
 
-// unmountRootfs unmounts the sandbox's merged root, then its attached lowers. Absent mounts are
-// fine; a busy one is detached (the kernel frees it when its last user goes).
+// unmountRootfs unmounts the sandbox's merged root and the overlays of image host's host
+// directories (dir/binds/*), then their attached lowers. Absent mounts are fine; a busy one is
+// detached (the kernel frees it when its last user goes).
 func unmountRootfs(dir string) error {
 	targets := []string{filepath.Join(dir, rootfsMountName)}
+	if ents, err := os.ReadDir(filepath.Join(dir, bindsDirName)); err == nil {
+		for _, e := range ents {
+			targets = append(targets, filepath.Join(dir, bindsDirName, e.Name()))
+		}
+	}
 	if ents, err := os.ReadDir(filepath.Join(dir, lowerDirName)); err == nil {
 		for _, e := range ents {
 			targets = append(targets, filepath.Join(dir, lowerDirName, e.Name()))

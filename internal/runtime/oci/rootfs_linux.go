@@ -3,8 +3,10 @@ package oci
 // The root file system of one sandbox: an overlay (overlay_linux.go) mounted by the host at
 // sandboxes/<id>/rootfs, whose writable layer is disk/rootfs/upper on the sandbox's own disk
 // (so it counts against disk_mb) and whose lower layers are the image's: the shared skeleton
-// rootfs/host for image "host" (the host's /usr and friends stay read-only binds over it), or
-// the unpacked layers of an OCI image (Spec.Rootfs).
+// rootfs/host for image "host", or the unpacked layers of an OCI image (Spec.Rootfs). Image
+// host's host directories (/usr, real /bin-style dirs, /etc/ssl/certs, /etc/alternatives) are
+// each an overlay of their own at sandboxes/<id>/binds/<name> (lower: the host's directory;
+// upper: disk/rootfs/binds/<name>/upper), bound read-write over the root.
 //
 // Owners. Under runc and crun the lowers are id-mapped clones through the sandbox's own
 // mapping: a layer file of host uid n reads as base+n, which is n in the sandbox's user
@@ -69,10 +71,11 @@ func validateRootfs(rf *runtime.Rootfs) error {
 	return nil
 }
 
-// mountSandboxRootfs mounts sandbox dir's root at dir/rootfs over lowers, makes the mount
-// points s binds that the image lacks, and records the writable layer. The disk (and, under
-// gVisor with an id range, its view) must be mounted.
-func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, skeleton bool, m runtime.IDMap, userns *usernsAhead, s *specs.Spec) error {
+// mountSandboxRootfs mounts sandbox dir's root at dir/rootfs over lowers and, for image host,
+// an overlay of each of hostBinds (hostBindOverlays), makes the mount points s binds that the
+// image lacks, and records the writable layer. The disk (and, under gVisor with an id range,
+// its view) must be mounted.
+func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, hostBinds []bindMount, skeleton bool, m runtime.IDMap, userns *usernsAhead, s *specs.Spec) error {
 	disk := filepath.Join(dir, diskMountName)
 	layerDir := filepath.Join(disk, diskRootfsDir)
 	upper, work := filepath.Join(layerDir, "upper"), filepath.Join(layerDir, "work")
@@ -108,6 +111,9 @@ func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, skeleton bool,
 	if err := mountOverlay(o); err != nil {
 		return err
 	}
+	if err := mountHostBindOverlays(dir, hostBinds, m, o.LowerMap, o.Userns, !r.flavor.mapsIDs() && m.Count > 0); err != nil {
+		return err
+	}
 	// The skeleton of image host has every mount point (buildRootfs): only list them.
 	exclude, err := makeMountPoints(o.Target, s, owner, !skeleton)
 	if err != nil {
@@ -118,6 +124,106 @@ func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, skeleton bool,
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, rootfsRecordName), b, 0o600)
+}
+
+// hostBindName is the name of host directory dst's overlay in the sandbox's binds/ directory
+// and on its disk: usr, bin, etc-ssl-certs…
+func hostBindName(dst string) string {
+	return strings.ReplaceAll(strings.Trim(path.Clean(dst), "/"), "/", "-")
+}
+
+// hostBindOverlays is what image host's sandbox dir binds instead of the host's directories
+// binds: each its own overlay at dir/binds/<name>, bound read-write (mountHostBindOverlays).
+func hostBindOverlays(dir string, binds []bindMount) []bindMount {
+	out := make([]bindMount, 0, len(binds))
+	for _, b := range binds {
+		out = append(out, bindMount{Source: filepath.Join(dir, bindsDirName, hostBindName(b.Destination)), Destination: b.Destination, Writable: true})
+	}
+	return out
+}
+
+// mountHostBindOverlays mounts, for each host directory of binds, an overlay at
+// dir/binds/<name> whose lower is the host directory (id-mapped through lowerMap and userns
+// when lowerMap has a count, raw otherwise) and whose upper and work are
+// disk/rootfs/binds/<name>/{upper,work} on the sandbox's disk (through its id-mapped view with
+// viewUpper, gVisor): what the sandbox's root writes to /usr lands on its own disk, never in
+// the host's /usr. The upper's root takes the host directory's mode and (mapped) owner, so the
+// merged directory looks like the host's. The overlays are nosuid.
+func mountHostBindOverlays(dir string, binds []bindMount, m, lowerMap runtime.IDMap, userns int, viewUpper bool) error {
+	if len(binds) == 0 {
+		return nil
+	}
+	disk := filepath.Join(dir, diskMountName, diskRootfsDir, bindsDirName)
+	if err := os.Mkdir(disk, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := os.Lchown(disk, int(m.UIDBase), int(m.GIDBase)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(dir, bindsDirName), 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	for _, b := range binds {
+		src, err := filepath.EvalSymlinks(b.Source)
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(src, &st); err != nil {
+			return fmt.Errorf("stat %s: %w", src, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return fmt.Errorf("host bind %s is not a directory", src)
+		}
+		name := hostBindName(b.Destination)
+		layer := filepath.Join(disk, name)
+		upper, work := filepath.Join(layer, "upper"), filepath.Join(layer, "work")
+		for _, d := range []string{layer, upper, work} {
+			if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+		}
+		uid, gid := m.UIDBase, m.GIDBase
+		if m.Count > 0 && st.Uid < m.Count && st.Gid < m.Count {
+			uid, gid = m.UIDBase+st.Uid, m.GIDBase+st.Gid
+		}
+		for _, d := range []string{layer, work} {
+			if err := os.Lchown(d, int(m.UIDBase), int(m.GIDBase)); err != nil {
+				return err
+			}
+		}
+		if err := os.Lchown(upper, int(uid), int(gid)); err != nil {
+			return err
+		}
+		if err := os.Chmod(upper, os.FileMode(st.Mode&0o777)|modeBits(st.Mode)); err != nil {
+			return err
+		}
+		o := overlayConfig{Lowers: []string{src}, LowerMap: lowerMap, Userns: userns, Upper: upper, Work: work,
+			Target: filepath.Join(dir, bindsDirName, name), AttachDir: filepath.Join(dir, lowerDirName), AttachPrefix: name + "-", NoSuid: true}
+		if viewUpper {
+			view := filepath.Join(dir, viewMountName, diskRootfsDir, bindsDirName, name)
+			o.Upper, o.Work = filepath.Join(view, "upper"), filepath.Join(view, "work")
+		}
+		if err := mountOverlay(o); err != nil {
+			return fmt.Errorf("overlay of the host's %s: %w", b.Destination, err)
+		}
+	}
+	return nil
+}
+
+// modeBits are the sticky, setgid and setuid bits of a stat mode as an os.FileMode.
+func modeBits(mode uint32) os.FileMode {
+	var fm os.FileMode
+	if mode&unix.S_ISVTX != 0 {
+		fm |= os.ModeSticky
+	}
+	if mode&unix.S_ISGID != 0 {
+		fm |= os.ModeSetgid
+	}
+	if mode&unix.S_ISUID != 0 {
+		fm |= os.ModeSetuid
+	}
+	return fm
 }
 
 // usernsAhead is the user namespace of a sandbox's lowers, made in the background while create

@@ -376,13 +376,12 @@ func TestRuncFilesystem(t *testing.T) {
 	rt := newRunc(t)
 	id := runtimetest.NewID()
 	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
-	for _, p := range []string{"/usr/x", "/.agentbox/agentbox"} {
-		if res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"touch", p}, User: "root", TimeoutMs: 60000}); res.ExitCode == 0 {
-			t.Errorf("touch %s succeeded on a read-only bind", p)
-		}
+	if res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"touch", guestBinaryPath}, User: "root", TimeoutMs: 60000}); res.ExitCode == 0 {
+		t.Errorf("touch %s succeeded on a read-only bind", guestBinaryPath)
 	}
-	// The root is writable by the sandbox's root: its writable layer is on the sandbox's disk.
-	for _, p := range []string{"/etc/x", "/x"} {
+	// The root (and /usr, an overlay of its own) is writable by the sandbox's root: its
+	// writable layers are on the sandbox's disk.
+	for _, p := range []string{"/etc/x", "/x", "/usr/x"} {
 		if res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"touch", p}, User: "root", TimeoutMs: 60000}); res.ExitCode != 0 {
 			t.Errorf("touch %s as root: %+v", p, res)
 		}
@@ -396,6 +395,12 @@ func TestRuncFilesystem(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(rt.rootfs, "etc", "x")); err == nil {
 		t.Errorf("/etc/x landed in the shared rootfs")
+	}
+	if _, err := os.Stat(filepath.Join(rt.sandboxDir(id), diskMountName, diskRootfsDir, bindsDirName, "usr", "upper", "x")); err != nil {
+		t.Errorf("/usr/x not in the sandbox's layer of /usr: %v", err)
+	}
+	if _, err := os.Lstat("/usr/x"); err == nil {
+		t.Errorf("HOLE: /usr/x landed in the host's /usr")
 	}
 	for _, p := range []string{"/workspace/x", "/tmp/x", "/home/agent/x"} {
 		if res := runtimetest.Exec(t, c, "touch", p); res.ExitCode != 0 {

@@ -455,14 +455,16 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		HostRlimits: r.hostRlimits, Swap: r.swap, OOMScoreAdj: r.oomScoreAdj, HostBinds: r.layout.Binds,
 		Seccomp: r.seccomp,
 	}
-	lowers := []string{rootfs}
+	lowers, hostBinds := []string{rootfs}, r.layout.Binds
+	if spec.Rootfs != nil {
+		lowers, hostBinds = spec.Rootfs.Layers, nil // the image's own /usr
+		in.OCIImage, in.GuestUser, in.GuestWorkdir = true, spec.Rootfs.User, spec.Rootfs.Workdir
+		in.HostBinds = nil
+	}
 	if r.overlay {
 		in.Rootfs, in.WritableRoot = filepath.Join(dir, rootfsMountName), true
-	}
-	if spec.Rootfs != nil {
-		lowers = spec.Rootfs.Layers
-		in.OCIImage, in.GuestUser, in.GuestWorkdir = true, spec.Rootfs.User, spec.Rootfs.Workdir
-		in.HostBinds = nil // the image's own /usr
+		// Image host's /usr and friends: each an overlay of its own, writable by the sandbox's root.
+		in.HostBinds = hostBindOverlays(dir, hostBinds)
 	}
 	in.UIDMappings, in.GIDMappings = r.flavor.idMappings(spec.IDMap)
 	if err := r.prepareEgress(spec, dir, &in); err != nil {
@@ -486,7 +488,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		viewBinds(s, dir)
 	}
 	if r.overlay {
-		if err := r.mountSandboxRootfs(dir, lowers, spec.Rootfs == nil, spec.IDMap, userns, s); err != nil {
+		if err := r.mountSandboxRootfs(dir, lowers, hostBinds, spec.Rootfs == nil, spec.IDMap, userns, s); err != nil {
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot mount the root file system of sandbox %s; the server log has the cause", id)
 		}
 	}

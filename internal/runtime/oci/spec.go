@@ -79,9 +79,11 @@ var hardening = []string{
 // overlayHardening: every sandbox's root is an overlay whose only writable layer is on its disk.
 const overlayHardening = "rootfs:overlay(writable-layer-on-disk)"
 
-// bindMount is a host path bound read-only into every sandbox at the same path.
+// bindMount is a host path bound read-only into every sandbox at the same path, or, Writable,
+// the sandbox's own overlay of it (rootfs_linux.go: hostBindOverlays) bound read-write.
 type bindMount struct {
 	Source, Destination string
+	Writable            bool
 }
 
 // specInput is everything buildSpec needs; it does no I/O.
@@ -103,7 +105,8 @@ type specInput struct {
 	Swap bool
 	// OOMScoreAdj is the agent's oom_score_adj (agentOOMScoreAdj where the host allows it).
 	OOMScoreAdj int
-	// HostBinds are bound read-only, nosuid, nodev (/usr, real /bin-style dirs, etc/ssl/certs…).
+	// HostBinds are bound nosuid, nodev and read-only unless Writable (/usr, real /bin-style
+	// dirs, etc/ssl/certs…).
 	HostBinds []bindMount
 	// NetNSPath, when set, is the network namespace the sandbox joins (the egress one the
 	// runtime made, owned by the host's user namespace): /sys is then an empty read-only tmpfs,
@@ -315,8 +318,11 @@ func buildSpec(in specInput) *specs.Spec {
 		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_FSIZE", Hard: fsize, Soft: fsize})
 	}
 	for _, b := range in.HostBinds {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: b.Destination, Type: "bind", Source: b.Source,
-			Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		opts := []string{"rbind", "ro", "nosuid", "nodev"}
+		if b.Writable {
+			opts = []string{"rbind", "rw", "nosuid", "nodev"}
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: b.Destination, Type: "bind", Source: b.Source, Options: opts})
 	}
 	dir := in.SandboxDir
 	disk := path.Join(dir, diskMountName) // every writable bind is on the sandbox's disk

@@ -20,7 +20,8 @@ func testInput() specInput {
 		HostRlimits: hostinfo.Rlimits{NOFILE: 20000, NPROC: 96365},
 		Swap:        true,
 		OOMScoreAdj: -998,
-		HostBinds:   []bindMount{{"/usr", "/usr"}, {"/etc/ssl/certs", "/etc/ssl/certs"}},
+		HostBinds: []bindMount{{Source: "/r/sandboxes/sb-0123456789ab/binds/usr", Destination: "/usr", Writable: true},
+			{Source: "/etc/ssl/certs", Destination: "/etc/ssl/certs"}},
 	}
 }
 
@@ -144,7 +145,7 @@ func TestSpecMounts(t *testing.T) {
 		{"/sys", "sysfs", "sysfs", []string{"ro", "nosuid", "noexec", "nodev"}},
 		{"/sys/fs/cgroup", "cgroup", "cgroup", []string{"ro"}},
 		{"/tmp", "tmpfs", "tmpfs", []string{"nosuid", "nodev", "size=128m"}},
-		{"/usr", "bind", "/usr", []string{"rbind", "ro", "nosuid", "nodev"}},
+		{"/usr", "bind", "/r/sandboxes/sb-0123456789ab/binds/usr", []string{"rbind", "rw", "nosuid", "nodev"}},
 		{"/etc/ssl/certs", "bind", "/etc/ssl/certs", []string{"rbind", "ro", "nosuid", "nodev"}},
 		{"/.agentbox/agentbox", "bind", "/opt/agentbox", []string{"ro"}},
 		{"/.agentbox/run", "bind", "/r/sandboxes/sb-0123456789ab/disk/run", []string{"rw", "nosuid", "nodev"}},
@@ -164,6 +165,9 @@ func TestSpecMounts(t *testing.T) {
 			if !slices.Contains(m.Options, o) {
 				t.Errorf("%s: options %v lack %s", tc.dest, m.Options, o)
 			}
+		}
+		if slices.Contains(tc.opts, "rw") && slices.Contains(m.Options, "ro") {
+			t.Errorf("%s: options %v of a writable bind have ro", tc.dest, m.Options)
 		}
 	}
 	// Mount order: a mount's parent comes first.
