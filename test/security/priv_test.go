@@ -498,7 +498,7 @@ hold()
 		{
 			name: "priv-setuid-binary",
 			does: "as root, makes setuid-root copies of /bin/dash in /workspace, /home/agent, /tmp and /dev/shm and sets a file capability (security.capability) on a copy of python3; as the agent user runs them (dash -p) and calls setuid(0)",
-			want: "the agent user stays uid 1000 (effective too) everywhere; setting the file capability fails; on the host the sandbox's disk is mounted nosuid (a host user gains nothing from the file)",
+			want: "the agent user stays uid 1000 (effective too) everywhere; setting the file capability fails; on the host the sandbox's disk is mounted nosuid, and a setuid file root puts in the sandbox's writable root gives a host user (nobody, 1000) nothing: the sandbox's directory is closed to them or the root is nosuid there",
 			run: func(a *arena) {
 				a.root(`for d in /workspace /home/agent /tmp /dev/shm; do for b in /bin/dash:rootsh /usr/bin/python3:rootpy; do cp ${b%%:*} $d/${b#*:} 2>/dev/null && chown 0:0 $d/${b#*:} && chmod 4755 $d/${b#*:}; done; done; cp /usr/bin/python3 /workspace/py; true`)
 				cap := a.pyAs("root", `
@@ -525,6 +525,19 @@ python3 -c 'import os; os.setuid(0)' 2>/dev/null && echo SETUID0; true`)
 				disk := filepath.Join(a.sandboxDir(a.id), "disk")
 				if opts := hostMountOptions(disk); !strings.Contains(opts, "nosuid") {
 					a.t.Errorf("HOLE: the sandbox's disk is mounted on the host at %s without nosuid (%q): the setuid file works for host users", disk, opts)
+				}
+				// A setuid-root file in the sandbox's writable root (where setuid may work
+				// inside an image), run by host users through the host's view of that root.
+				a.root(`cp /usr/bin/python3 /rootpy && chown 0:0 /rootpy && chmod 4755 /rootpy; true`)
+				merged := filepath.Join(a.sandboxDir(a.id), "rootfs", "rootpy")
+				if _, err := os.Stat(merged); err != nil {
+					a.t.Fatalf("the setuid copy is not in the sandbox's root seen from the host (the attack did not happen): %v", err)
+				}
+				for _, uid := range []uint32{65534, 1000} {
+					out, ok := asHostUser(uid, uid, merged, "-c", "import os; print(os.geteuid())")
+					if ok && strings.TrimSpace(out) != strconv.Itoa(int(uid)) {
+						a.t.Errorf("HOLE: host uid %d ran the sandbox's setuid file %s as euid %s", uid, merged, strings.TrimSpace(out))
+					}
 				}
 			},
 		},

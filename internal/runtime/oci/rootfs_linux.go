@@ -94,7 +94,12 @@ func (r *Runtime) mountSandboxRootfs(dir string, lowers []string, hostBinds []bi
 	if err := os.Chmod(upper, 0o755); err != nil {
 		return err
 	}
-	o := overlayConfig{Lowers: lowers, Upper: upper, Work: work, Target: filepath.Join(dir, rootfsMountName), AttachDir: filepath.Join(dir, lowerDirName)}
+	// Not nosuid where the sandbox has a user namespace: an image's setuid binaries work inside
+	// (up to the sandbox's own root), and no host user reaches the merged root (the sandbox's
+	// directory is its root's, 0700: closeSandboxDir). gVisor honours no setuid bit inside, and
+	// its lowers carry the image's own ids (a setuid-root file is host root's): nosuid.
+	o := overlayConfig{Lowers: lowers, Upper: upper, Work: work, Target: filepath.Join(dir, rootfsMountName), AttachDir: filepath.Join(dir, lowerDirName),
+		NoSuid: !r.flavor.mapsIDs()}
 	owner := m // who the sandbox's root is through the overlay (host ids)
 	if r.flavor.mapsIDs() {
 		o.LowerMap = m

@@ -443,6 +443,9 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 			}
 		}
 	}()
+	if err := r.closeSandboxDir(dir, spec.IDMap); err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot close the directory of sandbox %s to other host users", id)
+	}
 	if err := r.makeDisk(ctx, dir, diskMB); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the %d MiB disk of sandbox %s", diskMB, id)
 	}
@@ -757,4 +760,23 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(ids)
 	return ids, nil
+}
+
+// closeSandboxDir makes the sandbox's directory its root's alone (0700, owned by the range's
+// base, or host root without a range) where the runtime maps ids: the merged root overlay under
+// it is not nosuid (an image's setuid binaries work inside), so no other host user may reach
+// it. runc's and crun's init, the sandbox's root, still resolves the bundle's paths through it;
+// host root passes any mode. gVisor's sandbox directory stays 0711 (its root overlay is nosuid).
+func (r *Runtime) closeSandboxDir(dir string, m runtime.IDMap) error {
+	if !r.flavor.mapsIDs() {
+		return nil
+	}
+	uid, gid := 0, 0
+	if m.Count > 0 {
+		uid, gid = int(m.UIDBase), int(m.GIDBase)
+	}
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
 }
