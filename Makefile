@@ -78,7 +78,16 @@ test: deps deps-mcp vet build
 test-unit:
 	$(GO) test -count=1 -short ./...
 
+# bench also installs podman: the image-pull figure is measured beside `podman pull` of the same image.
+BENCH_PKGS := podman
+
 bench: deps build
+	@missing=""; for p in $(BENCH_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "run as root (sudo make bench) to install:$$missing" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 	$(GO) run ./bench -out bench/results.json
 
 clean:
