@@ -193,7 +193,8 @@ func TestExecRoundTrip(t *testing.T) {
 			}
 		})
 	}
-	// The root filesystem is read-only; /workspace, /tmp and /home/agent are writable.
+	// The agent user cannot write the root (only root can, into the sandbox's own layer);
+	// /workspace, /tmp and /home/agent are its.
 	res := e.exec(t, sb.ID, argv("sh", "-c", "touch /usr/x 2>/dev/null && echo rw-root; for d in /workspace /tmp /home/agent; do touch $d/f && echo ok; done"))
 	if res.Stdout != "ok\nok\nok\n" {
 		t.Errorf("writable paths: %q %q", res.Stdout, res.Stderr)
