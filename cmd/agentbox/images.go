@@ -159,11 +159,7 @@ func imagePull(args []string) int {
 		if err != nil {
 			return fail(err)
 		}
-		if c.json {
-			printJSON(img)
-		} else {
-			fmt.Printf("%s %s\n", img.Ref, img.Digest)
-		}
+		c.printImage(img)
 		return 0
 	})
 }
@@ -298,11 +294,7 @@ func sandboxCommit(args []string) int {
 		if err != nil {
 			return fail(err)
 		}
-		if c.json {
-			printJSON(img)
-		} else {
-			fmt.Printf("%s %s\n", img.Ref, img.Digest)
-		}
+		c.printImage(img)
 		return 0
 	})
 }
@@ -517,4 +509,14 @@ func imageCacheCheck(stateDir string) check {
 	c.Detail = fmt.Sprintf("%s of %s budget, %d images, %d layers in %s", humanBytes(u.Bytes), humanBytes(u.BudgetBytes), u.Images, u.Layers, dir)
 	c.Fix = fixIf(!c.OK, "agentbox image prune, or raise --image-cache-mb")
 	return c
+}
+
+// printImage prints what a pull or a commit made: the image as JSON with --json, else its
+// reference and digest.
+func (c *clientCmd) printImage(img image.Image) {
+	if c.json {
+		printJSON(img)
+		return
+	}
+	fmt.Printf("%s %s\n", img.Ref, img.Digest)
 }
