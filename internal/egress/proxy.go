@@ -380,7 +380,11 @@ func (p *Proxy) serveConnect(ctx context.Context, t *Target, c net.Conn, br *buf
 		p.record(rec, start)
 		return false
 	}
-	p.relay(ctx, t, &bufConn{Conn: c, r: br}, up, ck.host, port, true, true, &rec)
+	var sc net.Conn = c
+	if br.Buffered() > 0 { // bytes sent before the 200: read them first
+		sc = &bufConn{Conn: c, r: br}
+	}
+	p.relay(ctx, t, sc, up, ck.host, port, true, true, &rec)
 	p.record(rec, start)
 	return false
 }
@@ -567,7 +571,16 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	}
 	req.Close = true // one upstream connection per request
 	wdone := make(chan error, 1)
-	go func() { wdone <- req.Write(up) }()
+	if req.Body == nil || req.Body == http.NoBody {
+		// Nothing to stream: the line and headers (at most MaxRequestHeader) are written here
+		// in one write rather than by a goroutine of their own, within IdleTimeout.
+		up.SetWriteDeadline(time.Now().Add(IdleTimeout))
+		err := req.Write(up)
+		up.SetWriteDeadline(time.Time{})
+		wdone <- err
+	} else {
+		go func() { wdone <- req.Write(up) }()
+	}
 	ulr := &io.LimitedReader{R: up, N: MaxRequestHeader}
 	ubr := bufio.NewReaderSize(ulr, 16<<10)
 	var resp *http.Response
@@ -580,7 +593,7 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 		ulr.N = math.MaxInt64
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			removeHop(resp.Header)
-			resp.Write(c)
+			writeResponse(c, resp)
 			continue
 		}
 		break
@@ -607,8 +620,11 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	var werr error
 	if spliceBody(req, resp) {
 		werr = p.writeSpliced(c, resp, ubr, raw, up)
+	} else if bodyBuffered(req, resp, ubr) {
+		werr = writeResponse(c, resp)
+		resp.Body.Close()
 	} else {
-		werr = resp.Write(c)
+		werr = resp.Write(c) // a body still arriving goes on as it comes
 		resp.Body.Close()
 	}
 	grace := time.NewTimer(time.Second)
@@ -632,6 +648,35 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	rec.BytesOut, rec.BytesIn = up.Out.Load(), up.In.Load()
 	p.record(rec, start)
 	return keep && !resp.Close
+}
+
+// respWriters are the buffers whole responses are written through: Response.Write writes its
+// status line and each header's parts separately, and unbuffered each would be a segment of
+// its own to the sandbox (TCP_NODELAY), waking its reader for a fraction of the header.
+var respWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
+
+// bodyBuffered reports whether resp's body (of a known length, no transfer coding) was read
+// whole with its header, so that writing it waits for nothing.
+func bodyBuffered(req *http.Request, resp *http.Response, ubr *bufio.Reader) bool {
+	if req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+		return true
+	}
+	return resp.ContentLength >= 0 && resp.ContentLength <= int64(ubr.Buffered()) &&
+		len(resp.TransferEncoding) == 0 && len(resp.Trailer) == 0 && !resp.Uncompressed
+}
+
+// writeResponse writes resp, whose body waits for nothing (a 1xx, or bodyBuffered), to c
+// through a pooled buffer: in one write when it fits 16 KiB.
+func writeResponse(c io.Writer, resp *http.Response) error {
+	bw := respWriters.Get().(*bufio.Writer)
+	bw.Reset(c)
+	err := resp.Write(bw)
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	bw.Reset(nil)
+	respWriters.Put(bw)
+	return err
 }
 
 // spliceMin is the smallest response body moved with splice(2) (a pipe's cost pays off).

@@ -777,3 +777,72 @@ func TestPlainHTTPForwardLargeBodySpliced(t *testing.T) {
 		t.Fatalf("record %+v", recs[0])
 	}
 }
+
+// countingConn counts the writes to the sandbox's side.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int32
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// A small response read whole with its header reaches the sandbox in one write (not a segment
+// per header part), and a body still arriving is passed on as it comes, not held in a buffer.
+func TestPlainHTTPForwardOneWriteAndStreaming(t *testing.T) {
+	next := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" {
+			io.WriteString(w, "first\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-next:
+			case <-time.After(10 * time.Second):
+			}
+			io.WriteString(w, "second\n")
+			return
+		}
+		w.Header().Set("X-One", "1")
+		w.Header().Set("X-Two", "2")
+		io.WriteString(w, "hello\n")
+	}))
+	defer srv.Close()
+	port := portOf(t, srv.Listener.Addr().String())
+	e := newEnv(t, []string{"web.test:" + strconv.Itoa(port)}, nil)
+	e.res.set("web.test", "127.0.0.1")
+
+	cl, sv := tcpPair(t)
+	defer cl.Close()
+	cc := &countingConn{Conn: sv}
+	done := make(chan struct{})
+	go func() { defer close(done); e.p.Serve(e.ctx, e.target, cc, KindProxy, netip.AddrPort{}) }()
+	defer func() { cl.Close(); <-done }()
+	cl.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(cl)
+	fmt.Fprintf(cl, "GET http://web.test:%d/hello HTTP/1.1\r\nHost: web.test:%d\r\n\r\n", port, port)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "hello\n" || resp.Header.Get("X-Two") != "2" {
+		t.Fatalf("got %d %q %v", resp.StatusCode, b, resp.Header)
+	}
+	if n := cc.writes.Load(); n != 1 {
+		t.Fatalf("the response took %d writes to the sandbox, want 1", n)
+	}
+
+	fmt.Fprintf(cl, "GET http://web.test:%d/stream HTTP/1.1\r\nHost: web.test:%d\r\n\r\n", port, port)
+	cl.SetReadDeadline(time.Now().Add(5 * time.Second)) // the upstream holds the rest 10 s
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	close(next)
+	if err != nil || line != "first\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+}
