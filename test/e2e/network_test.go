@@ -23,6 +23,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -1017,10 +1019,23 @@ func (n *netEnv) secretNowhere(t *testing.T, sb sandbox.Sandbox) {
 	}
 	// Host side: the sandbox's dir (disk image included), the whole state dir (store: db, wal,
 	// shm), the server's log, the replies.
+	// The overlays of a sandbox's root and their lower layers are skipped: they show the image's
+	// layers and the host's /usr (gigabytes); what the sandbox wrote there is in its writable
+	// layer, on its disk, which is searched (mounted, and as its image file).
 	roots := []string{n.dir}
 	for _, root := range roots {
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || !d.Type().IsRegular() {
+			if err != nil {
+				return nil
+			}
+			if d.IsDir() {
+				var st unix.Statfs_t
+				if d.Name() == "lower" || (unix.Statfs(p, &st) == nil && st.Type == unix.OVERLAYFS_SUPER_MAGIC) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !d.Type().IsRegular() {
 				return nil
 			}
 			if hit := fileContains(p, values); hit != "" {
