@@ -151,6 +151,9 @@ func (r *Runtime) Adopt(ctx context.Context, id string, h runtime.Handle) error 
 	if !ref.alive() {
 		return errcode.New(errcode.SandboxNotRunning, "sandbox %s of runtime %s has stopped: its init process has exited; destroy it", id, r.name)
 	}
+	if err := r.resumeIfPaused(ctx, id); err != nil {
+		return err
+	}
 	r.guardMemory(id)
 	return nil
 }

@@ -39,16 +39,43 @@ func (r *Runtime) pauseOrResume(ctx context.Context, id, op, want string) error 
 	if !r.stateExists(id) {
 		return errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
 	}
+	// The marker says a pause may be in force: a server killed before its Resume leaves it, and
+	// Adopt resumes such a sandbox (nothing but a commit pauses one).
+	marker := filepath.Join(r.sandboxDir(id), pausedMarker)
+	if op == "pause" {
+		if err := os.WriteFile(marker, nil, 0o600); err != nil {
+			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot mark sandbox %s paused", id)
+		}
+	}
 	start := time.Now()
 	_, err := r.command(ctx, op, id)
 	if err != nil {
 		if st, serr := r.rawStatus(ctx, id); serr == nil && st == want {
-			return nil
+			err = nil
+		} else {
+			return r.classify(err, op, id)
 		}
-		return r.classify(err, op, id)
+	}
+	if op == "resume" {
+		_ = os.Remove(marker)
 	}
 	r.log.Debug("sandbox "+op+"d", "sandbox_id", id, "took", time.Since(start))
 	return nil
+}
+
+// pausedMarker, in a sandbox's directory, is written before a Pause and removed after its
+// Resume.
+const pausedMarker = "paused"
+
+// resumeIfPaused resumes sandbox id if a Pause may still be in force (its marker is there): a
+// server killed during a commit leaves the sandbox frozen, and the restarted server's Adopt
+// thaws it.
+func (r *Runtime) resumeIfPaused(ctx context.Context, id string) error {
+	if _, err := os.Stat(filepath.Join(r.sandboxDir(id), pausedMarker)); err != nil {
+		return nil
+	}
+	r.log.Warn("sandbox was left paused (a commit's server died); resuming it", "sandbox_id", id)
+	return r.Resume(ctx, id)
 }
 
 // rawStatus is the OCI runtime's own word for the container's status (created, running, paused,

@@ -281,3 +281,41 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// TestPauseAdoptResumes: a sandbox left paused (the server died during a commit, between Pause
+// and Resume) is resumed by the restarted server's Adopt: its agent answers again.
+func TestPauseAdoptResumes(t *testing.T) {
+	t.Parallel()
+	for _, f := range []Flavor{FlavorRunc, FlavorGVisor} {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			rt := newFlavor(t, f)
+			spec := runtimetest.DefaultSpec(runtimetest.NewID())
+			runtimetest.Start(t, rt, spec)
+			ctx := context.Background()
+			if err := rt.Pause(ctx, spec.ID); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := rt.rawStatus(ctx, spec.ID); err != nil || st != "paused" {
+				t.Fatalf("after Pause the runtime says %q %v", st, err)
+			}
+			if err := rt.Adopt(ctx, spec.ID, ""); err != nil {
+				t.Fatalf("Adopt of a paused sandbox: %v", err)
+			}
+			if st, err := rt.rawStatus(ctx, spec.ID); err != nil || st != "running" {
+				t.Fatalf("after Adopt the runtime says %q %v, want running", st, err)
+			}
+			dial, err := rt.Agent(ctx, spec.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := guest.NewClient(guest.Dialer(dial))
+			defer c.Close()
+			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if h, err := c.Health(hctx); err != nil || !h.OK {
+				t.Fatalf("the agent after Adopt: %+v %v", h, err)
+			}
+		})
+	}
+}
