@@ -334,7 +334,9 @@ func TestWatcherThatNeverReadsDoesNotSlowExec(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // let the raw requests be read and registered
 	loaded := floodWhileTiming()
 	t.Logf("exec p50 on another sandbox during %d events: %s without watchers, %s with 3 watchers that never read and a reading one", flood, base, loaded)
-	if loaded > 2*base+10*time.Millisecond {
+	// A watcher that blocked the control plane would hold exec for seconds; the bound leaves
+	// room for make test's other packages on the same two cores (33 ms against 11 seen in CI).
+	if loaded > 4*base+25*time.Millisecond {
 		t.Errorf("exec p50 %s with stalled watchers, %s without: the watchers slow the control plane", loaded, base)
 	}
 	waitFor(t, 20*time.Second, "the reading watcher to get every event", func() bool {
