@@ -59,6 +59,10 @@ func violations(pkgs []pkg) []string {
 			forbid(p, p.Deps, "the control plane declares the Store it needs and knows no adapter",
 				module+"internal/store", module+"internal/api", module+"internal/mcpserver")
 		}
+		if under(path, module+"internal/runs") {
+			forbid(p, p.Deps, "the run service declares the Store it needs and knows no adapter",
+				module+"internal/store", module+"internal/api", module+"internal/mcpserver")
+		}
 		if under(path, module+"internal/egress") {
 			forbid(p, p.Deps, "the egress proxy knows no sandbox record, store, runtime or adapter: the control plane hands it a Target",
 				module+"internal/sandbox", module+"internal/store", module+"internal/runtime", module+"internal/guest",

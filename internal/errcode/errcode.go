@@ -34,12 +34,16 @@ const (
 	// ImagePullFailed: the registry could not be reached, refused the credentials, or sent
 	// something that failed verification (details.reason says which).
 	ImagePullFailed Code = "IMAGE_PULL_FAILED"
+	// RunNotFound: no run (or batch) of that id.
+	RunNotFound Code = "RUN_NOT_FOUND"
+	// LinkExpired: a signed artifact URL past its expiry, or an artifact no longer kept.
+	LinkExpired Code = "LINK_EXPIRED"
 )
 
 // Codes lists every code, for documentation and tests.
 var Codes = []Code{SandboxNotFound, SandboxNotRunning, CapacityUnavailable, CommandTimeout,
 	OutputLimitExceeded, FileTooLarge, FileNotFound, UnsupportedOp, RuntimeUnavailable, AuthFailed,
-	InvalidArgument, Conflict, Internal, JobNotFound, JobLimitExceeded, ImageNotFound, ImagePullFailed}
+	InvalidArgument, Conflict, Internal, JobNotFound, JobLimitExceeded, ImageNotFound, ImagePullFailed, RunNotFound, LinkExpired}
 
 // Error is a typed error. Message is safe to show to the caller; Cause is internal detail.
 type Error struct {

@@ -5,7 +5,7 @@ import "net/http"
 // HTTPStatus is the status code every HTTP edge (REST API, guest protocol) uses for code.
 func HTTPStatus(code Code) int {
 	switch code {
-	case SandboxNotFound, FileNotFound, JobNotFound, ImageNotFound:
+	case SandboxNotFound, FileNotFound, JobNotFound, ImageNotFound, RunNotFound:
 		return http.StatusNotFound
 	case SandboxNotRunning, Conflict:
 		return http.StatusConflict
@@ -23,6 +23,8 @@ func HTTPStatus(code Code) int {
 		return http.StatusUnauthorized
 	case InvalidArgument:
 		return http.StatusBadRequest
+	case LinkExpired:
+		return http.StatusGone
 	case JobLimitExceeded:
 		return http.StatusTooManyRequests
 	}
