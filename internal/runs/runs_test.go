@@ -535,3 +535,78 @@ func TestResume(t *testing.T) {
 	}
 	e.wait(t, r2.ID)
 }
+
+// A phase cut before its job id was recorded is interrupted and the run errored (never re-run);
+// a sandbox phase cut mid-create is redone (the create is idempotent by the run's id).
+func TestResumeFromRecord(t *testing.T) {
+	e := newEnv(t, runs.Config{})
+	e.stopSvc()
+	ctx := t.Context()
+	mark := filepath.Join(t.TempDir(), "ran")
+	a, err := e.svc.Start(ctx, runs.Spec{Dir: e.dir(t, "cut"), Command: []string{"touch", mark}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.svc.Start(ctx, runs.Spec{Dir: e.dir(t, "cut2"), Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	// a: claimed, its sandbox phase done without a sandbox (as if none was needed), and its
+	// command recorded running with no job.
+	ra, ok, err := e.st.ClaimRun(ctx, a.ID, 0, now, runs.Event{RunID: a.ID, Time: now, From: runs.Queued, To: runs.Preparing, Reason: "test"})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	for i := range ra.Phases {
+		switch ra.Phases[i].Name {
+		case runs.PhaseSandbox:
+			ra.Phases[i].State = runs.PhaseSucceeded
+		case runs.PhaseCommand:
+			ra.Phases[i].State, ra.Phases[i].StartedAt = runs.PhaseRunning, &now
+		}
+	}
+	ra.State = runs.Running
+	ra.Version++
+	if err := e.st.UpdateRun(ctx, ra); err != nil {
+		t.Fatal(err)
+	}
+	// b: its sandbox phase running (the server stopped inside Create).
+	rb, ok, err := e.st.ClaimRun(ctx, b.ID, 0, now, runs.Event{RunID: b.ID, Time: now, From: runs.Queued, To: runs.Preparing, Reason: "test"})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	rb.Phases[0].State, rb.Phases[0].StartedAt = runs.PhaseRunning, &now
+	rb.Version++
+	if err := e.st.UpdateRun(ctx, rb); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	ra = e.wait(t, a.ID)
+	if p := phase(t, ra, runs.PhaseCommand); ra.State != runs.Errored || p.State != runs.PhaseInterrupted || !strings.Contains(ra.Reason, "interrupted") {
+		t.Errorf("cut run = %s (%s), command %+v", ra.State, ra.Reason, p)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Errorf("the interrupted command was run again")
+	}
+	if rb = e.wait(t, b.ID); rb.State != runs.Succeeded || rb.SandboxID == "" {
+		t.Errorf("run resumed in its sandbox phase = %s (%s)", rb.State, rb.Reason)
+	}
+}
+
+// The run's sandbox gone while a phase runs: the run is errored, never succeeded.
+func TestSandboxLost(t *testing.T) {
+	e := newEnv(t, runs.Config{})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "lost"), Command: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = waitPhase(t, e, r.ID, runs.PhaseCommand)
+	if _, err := e.sbs.Destroy(t.Context(), r.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if r.State != runs.Errored || r.Success {
+		t.Errorf("run whose sandbox went = %s (%s) %+v", r.State, r.Reason, phase(t, r, runs.PhaseCommand))
+	}
+}
