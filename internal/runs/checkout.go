@@ -214,7 +214,7 @@ func (x *exe) uploadBundle(p, phase string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	dst := "/tmp/.agentbox-run-" + phase + ".bundle"
+	dst := "/tmp/.agentbox-" + x.r.ID + "-" + phase + ".bundle"
 	if _, err := x.s.sb.WriteFile(ctx, x.r.SandboxID, dst, 0o600, f); err != nil {
 		return "", fmt.Errorf("uploading the bundle: %w", err)
 	}
