@@ -247,7 +247,8 @@ func (x *exe) outcome() (State, string) {
 			if p.Name == PhaseCollect || p.Name == PhaseCleanup {
 				continue
 			}
-			if p.ExitCode == nil && p.Error != "" && p.Name != PhaseCheckout && p.Name != PhaseAgentCheckout {
+			// A phase whose command never started (no job) failed on agentbox's side.
+			if p.ExitCode == nil && p.JobID == "" && p.Signal == "" && p.Name != PhaseCheckout && p.Name != PhaseAgentCheckout {
 				return Errored, fmt.Sprintf("phase %s could not be run: %s", p.Name, p.Error)
 			}
 			failed = append(failed, p.Name+describeExit(p))
@@ -420,9 +421,7 @@ func (x *exe) createSandbox(i int) error {
 	if res.ExitCode != 0 {
 		return x.failPhase(i, fmt.Sprintf("making dir %s: mkdir exited %d: %s", sp.Dir, res.ExitCode, trunc(res.Stderr, 512)))
 	}
-	zero := 0
-	x.endPhase(i, PhaseSucceeded, &zero, "")
-	x.r.Phases[i].ExitCode = nil
+	x.endPhase(i, PhaseSucceeded, nil, "")
 	return x.donePhase(i)
 }
 
@@ -478,9 +477,7 @@ func (x *exe) filesPhase(i int) error {
 			return x.failPhase(i, fmt.Sprintf("writing %s: %v", p, err))
 		}
 	}
-	zero := 0
-	x.endPhase(i, PhaseSucceeded, &zero, "")
-	x.r.Phases[i].ExitCode = nil
+	x.endPhase(i, PhaseSucceeded, nil, "")
 	return x.donePhase(i)
 }
 

@@ -692,3 +692,39 @@ func TestArtifactGone(t *testing.T) {
 		t.Errorf("Logs of removed blobs: %v", err)
 	}
 }
+
+// Over the blob budget the oldest settled runs' blobs go first (their artifacts LINK_EXPIRED).
+func TestBlobBudget(t *testing.T) {
+	e := newEnv(t, runs.Config{ArtifactBudgetBytes: 30000})
+	spec := runs.Spec{Command: []string{"sh", "-c", "head -c 20000 /dev/zero > a.bin"}, Artifacts: []string{"a.bin"}}
+	spec.Dir = e.dir(t, "budget1")
+	a, err := e.svc.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, a.ID)
+	if _, _, err := e.svc.OpenArtifact(t.Context(), a.ID, "a.bin"); err != nil {
+		t.Fatalf("first run's artifact within the budget: %v", err)
+	}
+	spec.Dir = e.dir(t, "budget2")
+	b, err := e.svc.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, b.ID)
+	var gerr error
+	for i := 0; i < 50; i++ { // the trim follows the settle
+		if _, _, gerr = e.svc.OpenArtifact(t.Context(), a.ID, "a.bin"); errcode.Is(gerr, errcode.LinkExpired) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !errcode.Is(gerr, errcode.LinkExpired) {
+		t.Errorf("oldest run's artifact over the budget: %v", gerr)
+	}
+	rc, _, err := e.svc.OpenArtifact(t.Context(), b.ID, "a.bin")
+	if err != nil {
+		t.Fatalf("newest run's artifact: %v", err)
+	}
+	rc.Close()
+}
