@@ -391,8 +391,9 @@ func (x *exe) createSandbox(i int) error {
 	if remaining < time.Minute {
 		remaining = time.Minute
 	}
+	ttl := min(remaining+ttlSlack, sandbox.DefaultMaxTTL) // the server's default bound of a TTL
 	req := sandbox.CreateRequest{Image: sp.Image, Runtime: sp.Runtime, CPU: sp.CPU, MemoryMB: sp.MemoryMB,
-		DiskMB: sp.DiskMB, TTLSeconds: int64((remaining + ttlSlack) / time.Second), Env: sp.Env, Labels: labels,
+		DiskMB: sp.DiskMB, TTLSeconds: int64(ttl / time.Second), Env: sp.Env, Labels: labels,
 		Requirements: sp.Requirements, IdempotencyKey: x.r.ID, Secrets: x.createSecrets(), Network: x.createNetwork()}
 	cctx, cancel := context.WithTimeout(x.owned(x.ctx), 10*time.Minute)
 	sb, err := x.s.sb.Create(cctx, req)

@@ -728,3 +728,35 @@ func TestBlobBudget(t *testing.T) {
 	}
 	rc.Close()
 }
+
+// Settled runs past Retention go with their blobs (at start, then hourly); a run's whole
+// timeout of 24 h still gets a sandbox (its TTL capped at the server's maximum).
+func TestRetentionPrune(t *testing.T) {
+	e := newEnv(t, runs.Config{Retention: 50 * time.Millisecond})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "prune"), Command: []string{"echo", "hi"}, TimeoutSeconds: 24 * 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r = e.wait(t, r.ID); r.State != runs.Succeeded {
+		t.Fatalf("run %s (%s)", r.State, r.Reason)
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.Dir, "blobs", r.ID)); err != nil {
+		t.Fatalf("blobs before the prune: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	e.stopSvc()
+	e.start(t) // prunes at start
+	var gerr error
+	for i := 0; i < 50; i++ {
+		if _, gerr = e.svc.Get(t.Context(), r.ID); errcode.Is(gerr, errcode.RunNotFound) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !errcode.Is(gerr, errcode.RunNotFound) {
+		t.Fatalf("run past retention: %v", gerr)
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.Dir, "blobs", r.ID)); err == nil {
+		t.Errorf("its blobs are still there")
+	}
+}
