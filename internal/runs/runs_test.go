@@ -756,7 +756,15 @@ func TestRetentionPrune(t *testing.T) {
 	if !errcode.Is(gerr, errcode.RunNotFound) {
 		t.Fatalf("run past retention: %v", gerr)
 	}
-	if _, err := os.Stat(filepath.Join(e.cfg.Dir, "blobs", r.ID)); err == nil {
+	// The record goes first, then its blobs.
+	var serr error
+	for i := 0; i < 50; i++ {
+		if _, serr = os.Stat(filepath.Join(e.cfg.Dir, "blobs", r.ID)); serr != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if serr == nil {
 		t.Errorf("its blobs are still there")
 	}
 }
