@@ -539,7 +539,7 @@ func TestFileCheckout(t *testing.T) {
 func TestResume(t *testing.T) {
 	e := newEnv(t, runs.Config{})
 	d := e.dir(t, "resume")
-	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: d, Command: []string{"sh", "-c", "sleep 3; echo finished; exit 7"}})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: d, Command: []string{"sh", "-c", "sleep 5; echo finished; exit 7"}})
 	if err != nil {
 		t.Fatal(err)
 	}
