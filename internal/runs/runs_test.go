@@ -223,7 +223,7 @@ func TestValidation(t *testing.T) {
 		{"spec.validation_commands[0]", runs.Spec{Command: []string{"true"}, ValidationCommands: [][]string{{}}}},
 		{"spec.artifacts[0]", runs.Spec{Command: []string{"true"}, Artifacts: []string{"/etc/passwd"}}},
 		{"spec.network", runs.Spec{Command: []string{"true"}, Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{"bad host!"}}}}},
-		{"spec.env", runs.Spec{Command: []string{"true"}, Env: map[string]string{"GIT_CONFIG_COUNT": "1"}}},
+		{"spec.env", runs.Spec{Command: []string{"true"}, Env: map[string]string{"1BAD": "1"}}},
 		{"spec.repo_secret", runs.Spec{Command: []string{"true"}, RepoURL: "https://example.com/r.git", RepoSecret: "TOKEN"}},
 	}
 	for _, c := range cases {
