@@ -150,6 +150,11 @@ func specPath(key string) ([]string, reflect.Type, error) {
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}
+		if reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+			// Its JSON form is its own (network: "none" or an object): no path into it.
+			return nil, nil, errcode.New(errcode.InvalidArgument,
+				"axes[%q]: %s has its own JSON form; make the axis %q and give whole values", key, strings.Join(segs[:i], "."), strings.Join(segs[:i], "."))
+		}
 		switch t.Kind() {
 		case reflect.Struct:
 			f, ok := jsonField(t, seg)
@@ -170,6 +175,8 @@ func specPath(key string) ([]string, reflect.Type, error) {
 	}
 	return segs, t, nil
 }
+
+var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
 // jsonField finds the field of struct t whose JSON name is name (fields tagged "-" excluded).
 func jsonField(t reflect.Type, name string) (reflect.Type, bool) {
