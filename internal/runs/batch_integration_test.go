@@ -452,3 +452,43 @@ func TestAgentCompare(t *testing.T) {
 		t.Fatal("the comparison names a winner")
 	}
 }
+
+// TestCancelBatch: canceling a batch cancels its running and queued runs; it settles canceled.
+func TestCancelBatch(t *testing.T) {
+	e := newFakeRunEnv(t)
+	spec := mustJSON(t, runs.Spec{Command: []string{"sleep", "30"}, Dir: t.TempDir()})
+	b, err := e.svc.StartBatch(t.Context(), runs.BatchRequest{Runs: []json.RawMessage{spec, spec, spec}, MaxParallel: 1,
+		Labels: map[string]string{"suite": "cancel"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the first run to hold its slot (running its command).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		g, err := e.svc.GetBatch(t.Context(), b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Counts[runs.Running] == 1 {
+			if g.Counts[runs.Queued] != 2 {
+				t.Fatalf("max_parallel 1: %v", g.Counts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no run started: %v", g.Counts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	if _, err := e.svc.CancelBatch(t.Context(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	b = waitBatch(t, e, b.ID)
+	if b.Counts[runs.Canceled] != 3 || time.Since(start) > 20*time.Second || b.Labels["suite"] != "cancel" {
+		t.Fatalf("after cancel: %v in %v, labels %v", b.Counts, time.Since(start), b.Labels)
+	}
+	if _, err := e.svc.WaitBatch(t.Context(), b.ID, 2*runs.MaxWait); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Fatalf("wait past the bound: %v", err)
+	}
+}
