@@ -252,6 +252,9 @@ func TestBatchRefusals(t *testing.T) {
 	if _, err := e.svc.GetBatch(t.Context(), "batch-000000000000"); !errcode.Is(err, errcode.RunNotFound) {
 		t.Fatalf("unknown batch: %v", err)
 	}
+	if _, err := e.svc.GetBatch(t.Context(), "../x"); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Fatalf("unknown batch: %v", err)
+	}
 }
 
 // TestMatrix2x2: a 2×2 matrix runs its four cells and reports them as a table by axis values.
