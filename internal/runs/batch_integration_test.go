@@ -495,3 +495,23 @@ func TestCancelBatch(t *testing.T) {
 		t.Fatalf("wait past the bound: %v", err)
 	}
 }
+
+// TestBatchIdempotent: a batch resubmitted with its idempotency key is the same batch, with no
+// second set of runs.
+func TestBatchIdempotent(t *testing.T) {
+	e := newFakeRunEnv(t)
+	req := runs.BatchRequest{Runs: []json.RawMessage{mustJSON(t, runs.Spec{Command: []string{"true"}, Dir: t.TempDir()})}, IdempotencyKey: "k1"}
+	a, err := e.svc.StartBatch(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.svc.StartBatch(t.Context(), req)
+	if err != nil || b.ID != a.ID || len(b.Runs) != 1 || b.Runs[0].RunID != a.Runs[0].RunID {
+		t.Fatalf("resubmitted: %+v %v (first %s)", b, err, a.ID)
+	}
+	rl, err := e.st.ListRuns(t.Context(), runs.Filter{Limit: 10})
+	if err != nil || len(rl.Runs) != 1 {
+		t.Fatalf("%d runs recorded, want 1 (%v)", len(rl.Runs), err)
+	}
+	waitBatch(t, e, a.ID)
+}
