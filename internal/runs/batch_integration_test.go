@@ -454,6 +454,36 @@ func TestAgentCompare(t *testing.T) {
 	if strings.Contains(strings.ToLower(string(raw)), "winner") {
 		t.Fatal("the comparison names a winner")
 	}
+
+	// agent_test: one side, an agent_command override (the task on stdin and in OMP_TASK and
+	// AGENT_TASK, not in argv), the build skipped with ["true"] (still recorded), the sandbox kept.
+	override := []string{"sh", "-c", `printf '%s|%s|' "$OMP_TASK" "$AGENT_TASK"; cat`}
+	tb, err := e.svc.AgentTest(t.Context(), runs.CompareRequest{
+		Candidate: runs.AgentSide{RepoURL: "file://" + agent, Ref: "good"}, Preset: runs.PresetOMP,
+		TargetRepoURL: "file://" + target, Task: task, AgentCommand: override, BuildCommand: []string{"true"},
+		KeepSandbox: true, KeepTTLSeconds: 600, TimeoutSeconds: 300,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb = waitBatch(t, e, tb.ID)
+	if tb.Kind != runs.KindAgentTest || len(tb.Compare.Sides) != 1 || !slices.Equal(tb.Compare.Invocation, override) {
+		t.Fatalf("agent_test %+v", tb.Compare)
+	}
+	rep := tb.Compare.Sides[0].Repetitions[0]
+	if rep.State != runs.Succeeded || rep.Build == nil || *rep.Build.ExitCode != 0 || rep.Summary != task+"|"+task+"|"+task || rep.AgentCommit != goodCommit {
+		t.Fatalf("agent_test rep %+v (build %+v)", rep, rep.Build)
+	}
+	r, err := e.svc.Get(t.Context(), rep.RunID)
+	if err != nil || !r.SandboxKept || rep.SandboxID == "" || slices.Contains(r.Phases[slices.IndexFunc(r.Phases, func(p runs.Phase) bool { return p.Name == runs.PhaseCommand })].Argv, task) {
+		t.Fatalf("kept run %+v %v", r, err)
+	}
+	if sb, err := e.sb.Get(t.Context(), rep.SandboxID); err != nil || sb.State != sandbox.StateRunning {
+		t.Fatalf("kept sandbox %s: %+v %v", rep.SandboxID, sb.State, err)
+	}
+	if _, err := e.sb.Destroy(t.Context(), rep.SandboxID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestCancelBatch: canceling a batch cancels its running and queued runs; it settles canceled.
