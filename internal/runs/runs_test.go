@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -135,9 +136,9 @@ func TestRunFromFiles(t *testing.T) {
 	e := newEnv(t, runs.Config{})
 	d := e.dir(t, "files")
 	r, err := e.svc.Start(sandbox.WithOwner(t.Context(), "alice"), runs.Spec{
-		Dir:   d,
-		Files: map[string]string{"in.txt": "hello\n", "sub/x.txt": "x"},
-		Setup: []string{"sh", "-c", "echo setup >> log.txt"},
+		Dir:     d,
+		Files:   map[string]string{"in.txt": "hello\n", "sub/x.txt": "x"},
+		Setup:   []string{"sh", "-c", "echo setup >> log.txt"},
 		Command: []string{"sh", "-c", "cat in.txt > out.txt; echo done; echo warn >&2"},
 		ValidationCommands: [][]string{
 			{"test", "-s", "out.txt"},
@@ -189,6 +190,15 @@ func TestRunFromFiles(t *testing.T) {
 	if sb.Owner != "run:"+r.ID || sb.Labels["agentbox.run"] != r.ID {
 		t.Errorf("sandbox owner %q labels %v", sb.Owner, sb.Labels)
 	}
+	if lg, err := e.svc.Logs(t.Context(), r.ID, runs.LogsRequest{Phase: runs.PhaseSandbox}); err != nil || len(lg.Data) != 0 || !lg.Complete {
+		t.Errorf("logs of the sandbox phase = %+v, %v", lg, err)
+	}
+	if _, err := e.svc.Logs(t.Context(), r.ID, runs.LogsRequest{Phase: "nope"}); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Errorf("logs of an unknown phase: %v", err)
+	}
+	if _, err := e.svc.Get(t.Context(), "run-000000000000"); !errcode.Is(err, errcode.RunNotFound) {
+		t.Errorf("Get of an unknown run: %v", err)
+	}
 	l, err := e.svc.List(t.Context(), runs.Filter{Owner: "alice"})
 	if err != nil || len(l.Runs) != 1 || l.Runs[0].ID != r.ID {
 		t.Errorf("List = %+v, %v", l, err)
@@ -212,6 +222,8 @@ func TestValidation(t *testing.T) {
 		{"spec.ref", runs.Spec{Command: []string{"true"}, RepoURL: "https://example.com/r.git", Ref: "--upload-pack=x"}},
 		{"spec.validation_commands[0]", runs.Spec{Command: []string{"true"}, ValidationCommands: [][]string{{}}}},
 		{"spec.artifacts[0]", runs.Spec{Command: []string{"true"}, Artifacts: []string{"/etc/passwd"}}},
+		{"spec.network", runs.Spec{Command: []string{"true"}, Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{"bad host!"}}}}},
+		{"spec.env", runs.Spec{Command: []string{"true"}, Env: map[string]string{"GIT_CONFIG_COUNT": "1"}}},
 		{"spec.repo_secret", runs.Spec{Command: []string{"true"}, RepoURL: "https://example.com/r.git", RepoSecret: "TOKEN"}},
 	}
 	for _, c := range cases {
