@@ -130,8 +130,8 @@ func TestRunExitAndSummary(t *testing.T) {
 	r := runs.Run{ID: "run-0123456789ab", State: runs.Failed, Reason: "validation[0] exited 1", Commit: "abc123", DurationMs: &ms,
 		Phases: []runs.Phase{{Name: "command", State: runs.PhaseSucceeded, ExitCode: &zero, DurationMs: &ms},
 			{Name: "validation[0]", State: runs.PhaseFailed, ExitCode: &one, Stderr: "FAIL: test_x\n"}},
-		ChangedFiles: []runs.ChangedFile{{Path: "a.py", Status: "modified"}, {Path: "b.py", Status: "renamed", From: "c.py"}},
-		Artifacts:    []runs.Artifact{{Path: "out/r.xml", Size: 10, URL: "http://127.0.0.1:8765/v1/runs/run-0123456789ab/artifacts/out/r.xml?expires=1&sig=ab"}},
+		ChangedFiles:  []runs.ChangedFile{{Path: "a.py", Status: "modified"}, {Path: "b.py", Status: "renamed", From: "c.py"}},
+		Artifacts:     []runs.Artifact{{Path: "out/r.xml", Size: 10, URL: "http://127.0.0.1:8765/v1/runs/run-0123456789ab/artifacts/out/r.xml?expires=1&sig=ab"}},
 		CleanupFailed: true, CleanupError: "busy", SandboxID: "sb-0123456789ab"}
 	var b strings.Builder
 	printRun(&b, r)
