@@ -24,8 +24,8 @@ const (
 	waitSlice = 5 * time.Second
 	// cancelGrace is how long a canceled or timed-out phase's job has before SIGKILL.
 	cancelGrace = 2 * time.Second
-	// stdinFile holds a command's stdin inside the sandbox.
-	stdinFile = "/tmp/.agentbox-run-stdin"
+	// stdinFile holds a command's stdin inside the sandbox (+ the run id).
+	stdinFile = "/tmp/.agentbox-stdin-"
 	// stdinScript feeds the file named by $0 to the command "$@" (user input only as arguments).
 	stdinScript = `exec "$@" < "$0"`
 	// opTimeout bounds one control-plane call the worker makes (a write, a mkdir).
@@ -247,7 +247,8 @@ func (x *exe) outcome() (State, string) {
 			if p.Name == PhaseCollect || p.Name == PhaseCleanup {
 				continue
 			}
-			if p.ExitCode == nil && p.Error != "" && p.Name != PhaseCheckout && p.Name != PhaseAgentCheckout {
+			// A phase whose command never started (no job) failed on agentbox's side.
+			if p.ExitCode == nil && p.JobID == "" && p.Signal == "" && p.Name != PhaseCheckout && p.Name != PhaseAgentCheckout {
 				return Errored, fmt.Sprintf("phase %s could not be run: %s", p.Name, p.Error)
 			}
 			failed = append(failed, p.Name+describeExit(p))
@@ -308,12 +309,12 @@ func (x *exe) runPhase(i int) error {
 		argv := x.r.Spec.Command
 		if x.r.Spec.Stdin != "" {
 			wctx, cancel := context.WithTimeout(x.ctx, opTimeout)
-			_, err := x.s.sb.WriteFile(wctx, x.r.SandboxID, stdinFile, 0o600, strings.NewReader(x.r.Spec.Stdin))
+			_, err := x.s.sb.WriteFile(wctx, x.r.SandboxID, stdinFile+x.r.ID, 0o600, strings.NewReader(x.r.Spec.Stdin))
 			cancel()
 			if err != nil {
 				return x.failPhase(i, "writing the command's stdin: "+err.Error())
 			}
-			argv = append([]string{"sh", "-c", stdinScript, stdinFile}, argv...)
+			argv = append([]string{"sh", "-c", stdinScript, stdinFile + x.r.ID}, argv...)
 		}
 		return x.jobPhase(i, argv, x.r.Spec.Dir, nil, PhaseCommand)
 	case strings.HasPrefix(name, PhaseValidation):
@@ -390,8 +391,9 @@ func (x *exe) createSandbox(i int) error {
 	if remaining < time.Minute {
 		remaining = time.Minute
 	}
+	ttl := min(remaining+ttlSlack, sandbox.DefaultMaxTTL) // the server's default bound of a TTL
 	req := sandbox.CreateRequest{Image: sp.Image, Runtime: sp.Runtime, CPU: sp.CPU, MemoryMB: sp.MemoryMB,
-		DiskMB: sp.DiskMB, TTLSeconds: int64((remaining + ttlSlack) / time.Second), Env: sp.Env, Labels: labels,
+		DiskMB: sp.DiskMB, TTLSeconds: int64(ttl / time.Second), Env: sp.Env, Labels: labels,
 		Requirements: sp.Requirements, IdempotencyKey: x.r.ID, Secrets: x.createSecrets(), Network: x.createNetwork()}
 	cctx, cancel := context.WithTimeout(x.owned(x.ctx), 10*time.Minute)
 	sb, err := x.s.sb.Create(cctx, req)
@@ -420,9 +422,7 @@ func (x *exe) createSandbox(i int) error {
 	if res.ExitCode != 0 {
 		return x.failPhase(i, fmt.Sprintf("making dir %s: mkdir exited %d: %s", sp.Dir, res.ExitCode, trunc(res.Stderr, 512)))
 	}
-	zero := 0
-	x.endPhase(i, PhaseSucceeded, &zero, "")
-	x.r.Phases[i].ExitCode = nil
+	x.endPhase(i, PhaseSucceeded, nil, "")
 	return x.donePhase(i)
 }
 
@@ -478,9 +478,7 @@ func (x *exe) filesPhase(i int) error {
 			return x.failPhase(i, fmt.Sprintf("writing %s: %v", p, err))
 		}
 	}
-	zero := 0
-	x.endPhase(i, PhaseSucceeded, &zero, "")
-	x.r.Phases[i].ExitCode = nil
+	x.endPhase(i, PhaseSucceeded, nil, "")
 	return x.donePhase(i)
 }
 
