@@ -205,6 +205,15 @@ func TestRunTools(t *testing.T) {
 				t.Fatalf("cancel of a settled run: %+v", got)
 			}
 
+			// idempotency_key holds across sessions: runs belong to the principal, not the session.
+			c2 := connect(t, srv, protocolVersions[0])
+			var k1, k2 mcpserver.RunOut
+			c.ok("run", obj{"dir": filepath.Join(work, "k"), "command": []string{"true"}, "idempotency_key": "key-1"}, &k1)
+			c2.ok("run", obj{"dir": filepath.Join(work, "k"), "command": []string{"true"}, "idempotency_key": "key-1"}, &k2)
+			if k1.ID == "" || k2.ID != k1.ID {
+				t.Fatalf("idempotency_key across sessions: %s then %s", k1.ID, k2.ID)
+			}
+
 			// Without wait: queued at once.
 			c.ok("run", obj{"dir": filepath.Join(work, "two"), "command": []string{"true"}}, &got)
 			if got.State.Settled() || got.ID == r.ID {
