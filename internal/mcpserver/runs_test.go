@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/agentbox/agentbox/internal/api"
 	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -205,10 +207,14 @@ func TestRunTools(t *testing.T) {
 				t.Fatalf("cancel of a settled run: %+v", got)
 			}
 
-			// idempotency_key holds across sessions: runs belong to the principal, not the session.
-			c2 := connect(t, srv, protocolVersions[0])
+			// idempotency_key holds across sessions (two streamable-HTTP sessions, each its own
+			// sandbox owner): runs belong to the principal, not the session.
+			hs := httptest.NewServer(srv.StreamableHTTPHandler(mcpserver.HTTPOptions{}))
+			t.Cleanup(func() { hs.CloseClientConnections(); hs.Close() })
+			c1 := connectOver(t, &mcp.StreamableClientTransport{Endpoint: hs.URL}, "2025-11-25")
+			c2 := connectOver(t, &mcp.StreamableClientTransport{Endpoint: hs.URL}, "2025-11-25")
 			var k1, k2 mcpserver.RunOut
-			c.ok("run", obj{"dir": filepath.Join(work, "k"), "command": []string{"true"}, "idempotency_key": "key-1"}, &k1)
+			c1.ok("run", obj{"dir": filepath.Join(work, "k"), "command": []string{"true"}, "idempotency_key": "key-1"}, &k1)
 			c2.ok("run", obj{"dir": filepath.Join(work, "k"), "command": []string{"true"}, "idempotency_key": "key-1"}, &k2)
 			if k1.ID == "" || k2.ID != k1.ID {
 				t.Fatalf("idempotency_key across sessions: %s then %s", k1.ID, k2.ID)
