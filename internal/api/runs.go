@@ -141,12 +141,28 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wait > 0 && !run.State.Settled() {
-		if run, err = rs.Wait(r.Context(), run.ID, wait); err != nil {
+		wctx, cancel := s.untilClose(r.Context())
+		defer cancel()
+		if run, err = rs.Wait(wctx, run.ID, wait); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 	}
 	writeJSON(w, http.StatusCreated, run)
+}
+
+// untilClose is ctx, also ended by Close: a start's wait answers with the record as it is when
+// the server shuts down, never holding the shutdown up.
+func (s *Server) untilClose(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // splitStates reads repeated or comma-separated state parameters.
@@ -372,7 +388,9 @@ func (s *Server) startBatchWith(w http.ResponseWriter, r *http.Request, body any
 		return
 	}
 	if wait > 0 && !b.Settled {
-		if b, err = rs.WaitBatch(r.Context(), b.ID, wait); err != nil {
+		wctx, cancel := s.untilClose(r.Context())
+		defer cancel()
+		if b, err = rs.WaitBatch(wctx, b.ID, wait); err != nil {
 			s.fail(w, r, err)
 			return
 		}
