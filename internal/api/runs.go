@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // Durable runs (issue 14): /v1/runs and /v1/batches over runs.Service.
@@ -193,7 +194,8 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f := runs.Filter{States: states, BatchID: q.Get("batch_id"), Before: q.Get("before")}
+	// The caller's runs, as ListBatches lists the caller's batches (one token: one owner).
+	f := runs.Filter{States: states, BatchID: q.Get("batch_id"), Before: q.Get("before"), Owner: sandbox.OwnerFrom(r.Context())}
 	for _, v := range q["label"] {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {

@@ -711,7 +711,9 @@ func (s *Server) runList(ctx context.Context, call *mcp.CallToolRequest, in RunL
 		}
 		f.Limit = int(*in.Limit)
 	}
-	l, err := rb.List(s.owned(ctx, call), f)
+	ctx = s.owned(ctx, call)
+	f.Owner = sandbox.OwnerFrom(ctx) // the caller's runs (over REST the server applies its own)
+	l, err := rb.List(ctx, f)
 	if err != nil {
 		return RunListOut{}, "", err
 	}
