@@ -129,6 +129,24 @@ func TestServeRuns(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// A batch file: a refused spec is listed (exit 1 with --wait), the others run.
+	bf := filepath.Join(t.TempDir(), "batch.json")
+	os.WriteFile(bf, []byte(`{"runs": [{"command": ["true"]}, {"command": ["true"], "bogus": 1}, {"command": ["sh", "-c", "exit 0"]}], "max_parallel": 2}`), 0o644)
+	out, errOut, code = cli("batch", "submit", "--wait", bf)
+	if code != 1 || !strings.Contains(out, "settled true") || !strings.Contains(out, "refused [1]") || strings.Count(out, "  succeeded  ") != 2 {
+		t.Fatalf("batch submit --wait: exit %d\n%s\n%s", code, out, errOut)
+	}
+	bid := strings.Fields(strings.TrimPrefix(out, "batch "))[0]
+	if o, _, code := cli("batch", "ls"); code != 0 || !strings.Contains(o, bid) {
+		t.Fatalf("batch ls: %d %s", code, o)
+	}
+	if o, _, code := cli("batch", "get", "--json", bid); code != 0 || !strings.Contains(o, `"batch_id": "`+bid+`"`) {
+		t.Fatalf("batch get: %d %s", code, o)
+	}
+	os.WriteFile(bf, []byte(`{"runs": [], "max_paralel": 2}`), 0o644)
+	if _, e, code := cli("batch", "submit", bf); code != 1 || !strings.Contains(e, `unknown field "max_paralel"`) {
+		t.Fatalf("batch file with a typo: %d %s", code, e)
+	}
 	// Usage errors are 2 and start nothing.
 	if _, e, code := cli("run", "pytest"); code != 2 || !strings.Contains(e, "the command goes after --") {
 		t.Fatalf("run without --: %d %s", code, e)
