@@ -414,7 +414,11 @@ func (x *exe) createSandbox(i int) error {
 	}
 	// Dir exists before any phase runs in it.
 	ectx, cancel := context.WithTimeout(x.ctx, opTimeout)
-	res, err := x.s.sb.Exec(ectx, sb.ID, sandbox.ExecRequest{Argv: []string{"mkdir", "-p", "--", sp.Dir}, Timeout: time.Minute, MaxOutputBytes: 4096}, nil)
+	mk := []string{"mkdir", "-p", "--", sp.Dir}
+	if sp.Agent != nil {
+		mk = append(mk, sp.Agent.Dir)
+	}
+	res, err := x.s.sb.Exec(ectx, sb.ID, sandbox.ExecRequest{Argv: mk, Timeout: time.Minute, MaxOutputBytes: 4096}, nil)
 	cancel()
 	if err != nil {
 		return x.failPhase(i, "making dir: "+err.Error())

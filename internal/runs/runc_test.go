@@ -188,6 +188,9 @@ func TestResumeOnRunc(t *testing.T) {
 	}
 	stop()
 	sbs.Close()
+	if mid, err := st.GetRun(ctx, r.ID); err != nil || mid.State != runs.Running {
+		t.Fatalf("record after the stop: %s, %v; want running (the restart must come mid-command)", mid.State, err)
+	}
 	sbs = newSandboxes()
 	defer sbs.Close()
 	svc, stop = newRuns(sbs)

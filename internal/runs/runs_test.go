@@ -223,7 +223,7 @@ func TestValidation(t *testing.T) {
 		{"spec.validation_commands[0]", runs.Spec{Command: []string{"true"}, ValidationCommands: [][]string{{}}}},
 		{"spec.artifacts[0]", runs.Spec{Command: []string{"true"}, Artifacts: []string{"/etc/passwd"}}},
 		{"spec.network", runs.Spec{Command: []string{"true"}, Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{"bad host!"}}}}},
-		{"spec.env", runs.Spec{Command: []string{"true"}, Env: map[string]string{"GIT_CONFIG_COUNT": "1"}}},
+		{"spec.env", runs.Spec{Command: []string{"true"}, Env: map[string]string{"1BAD": "1"}}},
 		{"spec.repo_secret", runs.Spec{Command: []string{"true"}, RepoURL: "https://example.com/r.git", RepoSecret: "TOKEN"}},
 	}
 	for _, c := range cases {
@@ -766,5 +766,75 @@ func TestRetentionPrune(t *testing.T) {
 	}
 	if serr == nil {
 		t.Errorf("its blobs are still there")
+	}
+}
+
+// Spec.Agent: the agent's repository checked out beside the target and built in its dir; the
+// task gets stdin.
+func TestAgentCheckout(t *testing.T) {
+	repos := t.TempDir()
+	agent := filepath.Join(repos, "agent")
+	os.MkdirAll(agent, 0o755)
+	gitRun(t, agent, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(agent, "agent.sh"), []byte("#!/bin/sh\ncat > task.seen\necho agent ran\n"), 0o755)
+	gitRun(t, agent, "add", ".")
+	gitRun(t, agent, "commit", "-qm", "agent")
+	gitRun(t, agent, "checkout", "-q", "-b", "feature")
+	os.WriteFile(filepath.Join(agent, "FEATURE"), []byte("1\n"), 0o644)
+	gitRun(t, agent, "add", ".")
+	gitRun(t, agent, "commit", "-qm", "feature")
+	feature := gitRun(t, agent, "rev-parse", "HEAD")
+	gitRun(t, agent, "checkout", "-q", "main")
+
+	e := newEnv(t, runs.Config{CheckoutDirs: []string{repos}})
+	ad := e.dir(t, "agentdir")
+	d := e.dir(t, "target")
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: d,
+		Agent:   &runs.AgentCheckout{RepoURL: "file://" + agent, Ref: "feature", Dir: ad, BuildCommand: []string{"sh", "-c", "test -f FEATURE && echo built > built"}},
+		Command: []string{"sh", ad + "/agent.sh"}, Stdin: "fix the bug\n",
+		ValidationCommands: [][]string{{"grep", "-q", "fix the bug", "task.seen"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if r.State != runs.Succeeded || r.AgentCommit != feature || r.Commit != "" {
+		t.Fatalf("run = %s (%s) agent commit %q want %s; phases %+v", r.State, r.Reason, r.AgentCommit, feature, r.Phases)
+	}
+	if p := phase(t, r, runs.PhaseAgentBuild); p.State != runs.PhaseSucceeded {
+		t.Errorf("agent_build = %+v", p)
+	}
+	if b, err := os.ReadFile(filepath.Join(ad, "built")); err != nil || string(b) != "built\n" {
+		t.Errorf("built in the agent's dir: %q, %v", b, err)
+	}
+	if p := phase(t, r, runs.PhaseCommand); p.Stdout != "agent ran\n" {
+		t.Errorf("command = %+v", p)
+	}
+	// A failing build skips the rest: failed, the command never ran.
+	r, err = e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "target2"),
+		Agent:   &runs.AgentCheckout{RepoURL: "file://" + agent, Dir: e.dir(t, "agentdir2"), BuildCommand: []string{"false"}},
+		Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if p := phase(t, r, runs.PhaseCommand); r.State != runs.Failed || p.State != runs.PhaseSkipped {
+		t.Errorf("failing build: run %s (%s), command %+v", r.State, r.Reason, p)
+	}
+}
+
+// The run's own timeout ends it timed_out.
+func TestRunTimeout(t *testing.T) {
+	e := newEnv(t, runs.Config{})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "rto"), Command: []string{"sleep", "60"}, ValidationCommands: [][]string{{"true"}}, TimeoutSeconds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if r.State != runs.TimedOut || phase(t, r, runs.PhaseCommand).State != runs.PhaseTimedOut || phase(t, r, "validation[0]").State != runs.PhaseSkipped {
+		t.Errorf("run = %s (%s) %+v", r.State, r.Reason, r.Phases)
+	}
+	if r.DurationMs == nil || *r.DurationMs > 15000 {
+		t.Errorf("duration %v", r.DurationMs)
 	}
 }
