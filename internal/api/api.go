@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
@@ -49,6 +50,9 @@ type Options struct {
 	Preview PreviewBackend
 	// MaxImportBytes bounds the body of POST /v1/images/import; 0: DefaultMaxImportBytes.
 	MaxImportBytes int64
+	// Runs serves /v1/runs and /v1/batches (issue 14, runs.go); nil: they answer
+	// UNSUPPORTED_OPERATION.
+	Runs *runs.Service
 }
 
 // Server is the REST API.
@@ -141,6 +145,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImages)
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
+	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))
@@ -201,22 +206,26 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 		writeError(w, errcode.New(errcode.AuthFailed, "Host %q is not a loopback name; agentbox answers only requests addressed to 127.0.0.1, [::1] or localhost", r.Host), http.StatusForbidden)
 		return
 	}
-	if r.URL.Path != "/health" && !s.authorized(r) {
+	// Exempt: /health, and a GET of a run's artifact with expires and sig, which its handler
+	// verifies (runs.go).
+	authed := s.authorized(r)
+	if !authed && r.URL.Path != "/health" && !signedArtifactRequest(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
 		writeError(w, errcode.New(errcode.AuthFailed, "missing or wrong bearer token: send \"Authorization: Bearer <token>\"; the token is in ~/.config/agentbox/token of the user running agentbox serve"), 0)
 		return
 	}
 	// Every request, mounted handlers included, carries the caller's identity: sandboxes
 	// record it as their owner and idempotency keys are scoped to it.
-	r = r.WithContext(sandbox.WithOwner(r.Context(), s.owner))
+	r = r.WithContext(withTokenAuth(sandbox.WithOwner(r.Context(), s.owner), authed))
 	if route != nil {
 		defer func() { *route = r.Pattern }() // set by the mux, even if the handler panics
 	}
 	s.mux.ServeHTTP(w, r)
 }
 
-// Close ends the requests that wait for events (GET /v1/events?wait=…) and the watch streams
-// (GET /v1/sandboxes/{id}/watch), so that a server can shut down without waiting them out.
+// Close ends the requests that wait for events (GET /v1/events?wait=…), the watch streams
+// (GET /v1/sandboxes/{id}/watch) and the waits of run and batch starts, so that a server can
+// shut down without waiting them out.
 func (s *Server) Close() {
 	s.once.Do(func() {
 		close(s.done)
@@ -306,7 +315,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		case errors.Is(err, io.EOF):
 			return errcode.New(errcode.InvalidArgument, "request body is empty; send a JSON object")
 		case errors.As(err, &ute):
-			return errcode.New(errcode.InvalidArgument, "field %q must be %s, not a JSON %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
+			return errcode.New(errcode.InvalidArgument, "field %q must be %s, not a JSON %s", jsonField(ute.Field), jsonKind(ute.Type.Kind().String()), ute.Value)
 		case errors.As(err, &se):
 			return errcode.New(errcode.InvalidArgument, "request body is not valid JSON (at byte %d): %v", se.Offset, err)
 		case isTyped(err):
@@ -321,6 +330,16 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return errcode.New(errcode.InvalidArgument, "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// jsonField drops the Go names of embedded structs from a decoder's field path
+// ("Spec.command" → "command"): JSON names in this API are lower case.
+func jsonField(f string) string {
+	parts := strings.Split(f, ".")
+	for len(parts) > 1 && parts[0] != "" && parts[0][0] >= 'A' && parts[0][0] <= 'Z' {
+		parts = parts[1:]
+	}
+	return strings.Join(parts, ".")
 }
 
 func isTyped(err error) bool {
