@@ -539,7 +539,9 @@ func (s *Store) RunEvents(ctx context.Context, runID string, after int64, limit 
 // transaction; or returns the batch b.Owner already has under b.IdempotencyKey (created false,
 // nothing inserted). Each run must be b's (BatchID b.ID or empty, Owner b.Owner).
 func (s *Store) CreateBatch(ctx context.Context, b runs.Batch, rs []runs.Run, evs []runs.Event) (runs.Batch, bool, error) {
-	fail := func(err error) (runs.Batch, bool, error) { return runs.Batch{}, false, opErr("create batch", b.ID, err) }
+	fail := func(err error) (runs.Batch, bool, error) {
+		return runs.Batch{}, false, opErr("create batch", b.ID, err)
+	}
 	if b.ID == "" {
 		return fail(errcode.New(errcode.InvalidArgument, "a batch record needs an id"))
 	}
@@ -681,7 +683,9 @@ func (s *Store) UpdateBatch(ctx context.Context, b runs.Batch) error {
 // before the batch before (if set), at most limit (default runs.DefaultList, at most
 // runs.MaxList); Next is the last batch's id when more match.
 func (s *Store) ListBatches(ctx context.Context, owner string, before string, limit int) (runs.BatchList, error) {
-	fail := func(err error) (runs.BatchList, error) { return runs.BatchList{}, fmt.Errorf("sqlite: list batches: %w", err) }
+	fail := func(err error) (runs.BatchList, error) {
+		return runs.BatchList{}, fmt.Errorf("sqlite: list batches: %w", err)
+	}
 	lim, err := listLimit("limit", limit, runs.DefaultList, runs.MaxList)
 	if err != nil {
 		return fail(err)
