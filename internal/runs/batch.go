@@ -105,6 +105,12 @@ func (s *Service) decodeItem(where string, raw json.RawMessage) batchItem {
 
 // checkItem validates a spec with the runner's validator (defaults applied).
 func (s *Service) checkItem(where string, spec Spec) batchItem {
+	if spec.IdempotencyKey != "" {
+		// A batch's runs are made in one transaction with the batch: one key already taken
+		// would refuse the whole batch. The batch's own idempotency_key makes it safe to retry.
+		return batchItem{fail: &SubmissionFailure{Error: where + ": spec.idempotency_key: not allowed in a batch's run; give the batch an idempotency_key instead",
+			Code: string(errcode.InvalidArgument)}}
+	}
 	v, err := s.validate(spec)
 	if err != nil {
 		return batchItem{fail: &SubmissionFailure{Error: where + ": " + errcode.Message(err), Code: string(errcode.Of(err))}}

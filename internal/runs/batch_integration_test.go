@@ -241,12 +241,14 @@ func TestBatchRefusals(t *testing.T) {
 	}
 
 	b, err := e.svc.StartBatch(t.Context(), runs.BatchRequest{Runs: []json.RawMessage{
-		json.RawMessage(`{"command":["true"],"bogus":1}`), json.RawMessage(`"x"`), json.RawMessage(`null`)}})
+		json.RawMessage(`{"command":["true"],"bogus":1}`), json.RawMessage(`"x"`), json.RawMessage(`null`),
+		json.RawMessage(`{"command":["true"],"idempotency_key":"k"}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !b.Settled || b.SettledAt == nil || len(b.Runs) != 0 || len(b.SubmissionFailures) != 3 ||
-		!strings.Contains(b.SubmissionFailures[0].Error, `unknown field "bogus"`) || b.SubmissionFailures[2].Index != 2 {
+	if !b.Settled || b.SettledAt == nil || len(b.Runs) != 0 || len(b.SubmissionFailures) != 4 ||
+		!strings.Contains(b.SubmissionFailures[0].Error, `unknown field "bogus"`) || b.SubmissionFailures[2].Index != 2 ||
+		!strings.Contains(b.SubmissionFailures[3].Error, "spec.idempotency_key: not allowed in a batch's run") {
 		t.Fatalf("all-bad batch %+v", b)
 	}
 	if _, err := e.svc.GetBatch(t.Context(), "batch-000000000000"); !errcode.Is(err, errcode.RunNotFound) {
