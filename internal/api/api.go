@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
@@ -53,6 +54,9 @@ type Options struct {
 	// Runs serves /v1/runs and /v1/batches (issue 14, runs.go); nil: they answer
 	// UNSUPPORTED_OPERATION.
 	Runs *runs.Service
+	// Gate sees every routed call before it acts (scopes, approvals, the audit log: issue
+	// 16; gate.go); empty lets every call in.
+	Gate gate.Chain
 }
 
 // Server is the REST API.
@@ -216,11 +220,32 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	}
 	// Every request, mounted handlers included, carries the caller's identity: sandboxes
 	// record it as their owner and idempotency keys are scoped to it.
-	r = r.WithContext(withTokenAuth(sandbox.WithOwner(r.Context(), s.owner), authed))
+	ctx := withTokenAuth(sandbox.WithOwner(r.Context(), s.owner), authed)
+	if authed {
+		// The server's token is the admin key (issue 16 adds named keys with scopes).
+		ctx = gate.WithCaller(ctx, gate.Caller{ID: s.owner, Name: "token", Scope: "admin"})
+	}
+	r = r.WithContext(ctx)
 	if route != nil {
 		defer func() { *route = r.Pattern }() // set by the mux, even if the handler panics
 	}
+	if len(s.opts.Gate) > 0 {
+		if _, pattern := s.mux.Handler(r); pattern != "" && !s.mounted(r.URL.Path) {
+			s.gated(w, r, pattern, s.mux.ServeHTTP)
+			return
+		}
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// mounted reports whether path is served by one of Options.Mount's handlers.
+func (s *Server) mounted(path string) bool {
+	for p := range s.opts.Mount {
+		if path == p || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Close ends the requests that wait for events (GET /v1/events?wait=…), the watch streams
@@ -279,6 +304,9 @@ func errorDetail(err error) *ErrorDetail {
 }
 
 func writeError(w http.ResponseWriter, err error, status int) {
+	if o, ok := w.(interface{ setOutcome(error) }); ok {
+		o.setOutcome(err) // the gate's recorder (gate.go): the call's outcome is this error
+	}
 	b := errorBody{Error: errorDetail(err)}
 	if status == 0 {
 		status = errcode.HTTPStatus(b.Error.Code)

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
@@ -79,6 +80,9 @@ type Options struct {
 	// Runs serves the run tools (issue 14, runs.go): *runs.Service in process, or
 	// client.RunsBackend over a running serve; nil: they answer UNSUPPORTED_OPERATION.
 	Runs RunsBackend
+	// Gate sees every tool call before it acts (scopes, approvals, the audit log: issue 16);
+	// empty lets every call in.
+	Gate gate.Chain
 }
 
 // Server is the MCP server: one per process, shared by every session and transport.

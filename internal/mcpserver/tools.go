@@ -2,15 +2,18 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
 )
@@ -33,7 +36,12 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema)
 		if err := decodeArgs(t.Name, check, req.Params.Arguments, &args); err != nil {
 			return errorResult(err), nil
 		}
+		exit, err := s.enterGate(ctx, t.Name, req)
+		if err != nil {
+			return errorResult(err), nil
+		}
 		out, text, err := h(ctx, req, args)
+		exit(err)
 		if err != nil {
 			if errcode.Of(err) == errcode.Internal && ctx.Err() == nil {
 				s.log.Error("tool failed", "tool", t.Name, "err", err)
@@ -42,6 +50,48 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema)
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: out}, nil
 	})
+}
+
+// enterGate passes a call through Options.Gate (scopes, approvals, the audit log) before it
+// acts; exit gets its outcome.
+func (s *Server) enterGate(ctx context.Context, tool string, req *mcp.CallToolRequest) (exit func(error), err error) {
+	if len(s.opts.Gate) == 0 {
+		return func(error) {}, nil
+	}
+	c := &gate.Call{Surface: gate.SurfaceMCP, Tool: tool, Action: tool, Args: req.Params.Arguments, Started: time.Now()}
+	if caller, ok := gate.CallerFrom(ctx); ok {
+		c.Caller = caller
+	} else {
+		// No HTTP request carried an identity: the stdio process's own session.
+		c.Surface = gate.SurfaceMCPStdio
+		c.Caller = gate.Caller{ID: s.processOwner, Name: "stdio", Scope: "admin"}
+	}
+	var a struct {
+		SandboxID string `json:"sandbox_id"`
+	}
+	if json.Unmarshal(req.Params.Arguments, &a) == nil {
+		c.SandboxID = a.SandboxID
+	}
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		var n atomic.Int64
+		c.Progress = func(msg string) {
+			if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(n.Add(1)), Message: msg}); err != nil && ctx.Err() == nil {
+				s.log.Debug("progress notification failed", "err", err)
+			}
+		}
+	}
+	if req.Session != nil {
+		if p := req.Session.InitializeParams(); p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil {
+			c.Elicit = func(ctx context.Context, message string) (bool, string, error) {
+				res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: message})
+				if err != nil {
+					return false, "", err
+				}
+				return res.Action == "accept", "", nil
+			}
+		}
+	}
+	return s.opts.Gate.Enter(ctx, c)
 }
 
 // ToolError is the structured content of a failed call: {"error": {"code", "message", "details"}}.

@@ -1,0 +1,100 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
+)
+
+// restActions names the MCP tool a REST route is the same operation as, so that a gate rule
+// naming a tool (an approval for "exec") covers both surfaces.
+var restActions = map[string]string{
+	"POST /v1/sandboxes":                           "sandbox_create",
+	"GET /v1/sandboxes":                            "sandbox_list",
+	"GET /v1/sandboxes/{id}":                       "sandbox_get",
+	"DELETE /v1/sandboxes/{id}":                    "sandbox_destroy",
+	"POST /v1/sandboxes/{id}/extend":               "sandbox_extend",
+	"POST /v1/sandboxes/{id}/exec":                 "exec",
+	"PUT /v1/sandboxes/{id}/files":                 "file_write",
+	"GET /v1/sandboxes/{id}/files":                 "file_read",
+	"GET /v1/sandboxes/{id}/files/list":            "file_list",
+	"POST /v1/sandboxes/{id}/jobs":                 "job_start",
+	"POST /v1/sandboxes/{id}/jobs/{job_id}/cancel": "job_cancel",
+	"PATCH /v1/sandboxes/{id}/network":             "sandbox_network_update",
+	"POST /v1/sandboxes/{id}/expose":               "sandbox_expose",
+	"POST /v1/sandboxes/{id}/commit":               "sandbox_commit",
+	"POST /v1/images/pull":                         "image_pull",
+	"POST /v1/runs":                                "run",
+	"POST /v1/runs/{id}/cancel":                    "run_cancel",
+	"POST /v1/batches":                             "run_batch",
+	"POST /v1/batches/matrix":                      "run_matrix",
+	"POST /v1/batches/agent-compare":               "agent_compare",
+	"POST /v1/batches/agent-test":                  "agent_test",
+}
+
+// gated serves r through Options.Gate: the call is described (route, path, query, and a JSON
+// body up to MaxJSONBody; any other body by its length only, never its content, which is
+// left to stream), entered, served, and its outcome reported. Mounted handlers (MCP)
+// are gated per tool by their own server, not here.
+func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, serve func(http.ResponseWriter, *http.Request)) {
+	c := &gate.Call{Surface: gate.SurfaceREST, Tool: pattern, Action: restActions[pattern], Started: time.Now()}
+	if caller, ok := gate.CallerFrom(r.Context()); ok {
+		c.Caller = caller
+	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/"); ok {
+		c.SandboxID, _, _ = strings.Cut(rest, "/")
+	}
+	args := map[string]any{"method": r.Method, "path": r.URL.Path}
+	if q := r.URL.Query(); len(q) > 0 {
+		args["query"] = q
+	}
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
+			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+			if err != nil {
+				writeError(w, errcode.New(errcode.InvalidArgument, "request body: %v (at most %d bytes of JSON)", err, MaxJSONBody), 0)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			if json.Valid(b) {
+				args["body"] = json.RawMessage(b)
+			}
+		} else if r.ContentLength > 0 {
+			args["body_bytes"] = r.ContentLength
+		}
+	}
+	c.Args, _ = json.Marshal(args)
+	exit, err := s.opts.Gate.Enter(r.Context(), c)
+	if err != nil {
+		writeError(w, err, 0)
+		return
+	}
+	rec := &outcomeRecorder{statusRecorder: statusRecorder{ResponseWriter: w}}
+	defer func() { exit(rec.outcome()) }()
+	serve(rec, r)
+}
+
+// outcomeRecorder keeps a response's status and, when writeError wrote it, its typed error.
+type outcomeRecorder struct {
+	statusRecorder
+	err error
+}
+
+func (w *outcomeRecorder) setOutcome(err error) { w.err = err }
+
+func (w *outcomeRecorder) outcome() error {
+	if w.err != nil {
+		return w.err
+	}
+	if st := w.status(); st >= 400 {
+		return errcode.New(errcode.Internal, "HTTP %d", st)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// gateLog is a gate that keeps every call and outcome, refusing calls to refuse.
+type gateLog struct {
+	mu       sync.Mutex
+	calls    []gate.Call
+	outcomes []error
+	refuse   string
+}
+
+func (g *gateLog) Enter(ctx context.Context, c *gate.Call) (func(error), error) {
+	g.mu.Lock()
+	g.calls = append(g.calls, *c)
+	g.mu.Unlock()
+	if c.Action != "" && c.Action == g.refuse {
+		return nil, errcode.New(errcode.AuthFailed, "refused by the test gate")
+	}
+	return func(err error) {
+		g.mu.Lock()
+		g.outcomes = append(g.outcomes, err)
+		g.mu.Unlock()
+	}, nil
+}
+
+// TestGateSeesRESTCalls: every routed call passes the gate with its route, action, sandbox,
+// arguments and typed outcome; a refusal is the reply and nothing acts.
+func TestGateSeesRESTCalls(t *testing.T) {
+	g := &gateLog{refuse: "sandbox_destroy"}
+	s := newImageServer(t, api.Options{Gate: gate.Chain{g}})
+	sb, err := s.c.Create(t.Context(), sandbox.CreateRequest{Labels: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.Get(t.Context(), "sb-000000000000"); !errcode.Is(err, errcode.SandboxNotFound) {
+		t.Fatalf("get unknown: %v", err)
+	}
+	if _, err := s.c.Destroy(t.Context(), sb.ID); !errcode.Is(err, errcode.AuthFailed) {
+		t.Fatalf("destroy through a refusing gate: %v", err)
+	}
+	if got, err := s.svc.Get(t.Context(), sb.ID); err != nil || got.State != sandbox.StateRunning {
+		t.Fatalf("refused destroy acted: %s %v", got.State, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.calls) != 3 || len(g.outcomes) != 2 {
+		t.Fatalf("calls %d outcomes %d, want 3 and 2", len(g.calls), len(g.outcomes))
+	}
+	c := g.calls[0]
+	var args map[string]any
+	if c.Surface != gate.SurfaceREST || c.Tool != "POST /v1/sandboxes" || c.Action != "sandbox_create" ||
+		json.Unmarshal(c.Args, &args) != nil || !strings.Contains(string(c.Args), `"labels":{"k":"v"}`) || args["method"] != "POST" {
+		t.Fatalf("create call %+v args %s", c, c.Args)
+	}
+	if g.outcomes[0] != nil || !errcode.Is(g.outcomes[1], errcode.SandboxNotFound) {
+		t.Fatalf("outcomes %v", g.outcomes)
+	}
+	if c := g.calls[2]; c.Tool != "DELETE /v1/sandboxes/{id}" || c.SandboxID != sb.ID {
+		t.Fatalf("destroy call %+v", c)
+	}
+}

@@ -1,0 +1,95 @@
+// Package gate is the one seam every call passes on its way in — each REST route and each MCP
+// tool — so that scopes, approvals and the audit log see every call the same way, whatever the
+// surface. The surfaces (api, mcpserver) build a Call and Enter the server's Chain before the
+// call acts, and call the returned exit with its outcome.
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Surfaces.
+const (
+	SurfaceREST     = "rest"
+	SurfaceMCP      = "mcp"       // MCP over streamable HTTP or SSE (behind the REST auth)
+	SurfaceMCPStdio = "mcp-stdio" // `agentbox mcp` in process
+)
+
+// Caller is who makes a call: an API key (its id and name, never the key) or the stdio
+// session, with the key's scope.
+type Caller struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Scope string `json:"scope"`
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying c.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the caller WithCaller put on ctx.
+func CallerFrom(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(Caller)
+	return c, ok
+}
+
+// Call is one call on its way in.
+type Call struct {
+	Surface string
+	// Tool is the MCP tool's name, or for REST the route's pattern ("POST
+	// /v1/sandboxes/{id}/exec").
+	Tool string
+	// Action is the MCP tool a REST route is the same operation as ("exec", "file_write"…), so
+	// that a rule naming a tool covers both surfaces; for MCP it is Tool.
+	Action string
+	// Args are the call's arguments as JSON: the MCP tool's arguments; for REST an object of
+	// the path values, the query and the JSON body (a streamed body is represented by its
+	// length and SHA-256, never its content).
+	Args      json.RawMessage
+	SandboxID string
+	Caller    Caller
+	Started   time.Time
+	// Progress, if non-nil, tells the caller why the call waits (an approval pending).
+	Progress func(msg string)
+	// Elicit, if non-nil, asks the MCP client's user a question (elicitation/create) and
+	// returns whether they accepted, with their optional reason.
+	Elicit func(ctx context.Context, message string) (accepted bool, reason string, err error)
+}
+
+// Gate sees a call before it acts. An error refuses the call (its typed error is the call's
+// reply, and nothing acts). When err is nil, exit is non-nil and must be called exactly once
+// with the call's outcome (nil, or the error it returned).
+type Gate interface {
+	Enter(ctx context.Context, c *Call) (exit func(outcome error), err error)
+}
+
+// Chain is gates entered in order and exited in reverse. The zero Chain lets everything in.
+type Chain []Gate
+
+// Enter enters every gate in order; if one refuses, those already entered are exited with its
+// error.
+func (ch Chain) Enter(ctx context.Context, c *Call) (func(error), error) {
+	exits := make([]func(error), 0, len(ch))
+	exitAll := func(outcome error) {
+		for i := len(exits) - 1; i >= 0; i-- {
+			exits[i](outcome)
+		}
+	}
+	for _, g := range ch {
+		if g == nil {
+			continue
+		}
+		exit, err := g.Enter(ctx, c)
+		if err != nil {
+			exitAll(err)
+			return nil, err
+		}
+		exits = append(exits, exit)
+	}
+	return exitAll, nil
+}
