@@ -66,6 +66,7 @@ type Lab struct {
 	gitAuth     []string
 	gitAccepted atomic.Int64
 	gitDenied   atomic.Int64
+	gitDelay    atomic.Int64 // time.Duration before each git request
 }
 
 // Query is one question the lab's DNS server was asked.
@@ -418,8 +419,8 @@ func (l *Lab) mux(wheel []byte) *http.ServeMux {
 	mux.HandleFunc("/bytes", l.handleBytes)
 	mux.HandleFunc("/echo-headers", l.handleEchoHeaders)
 	mux.HandleFunc("/ws", handleWS)
-	mux.Handle("/git/", l.gitHandler())
-	mux.Handle("/private/", l.privateHandler())
+	mux.Handle("/git/", l.delayed(l.gitHandler()))
+	mux.Handle("/private/", l.delayed(l.privateHandler()))
 	l.indexHandlers(mux, wheel)
 	return mux
 }

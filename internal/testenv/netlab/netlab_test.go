@@ -338,4 +338,16 @@ func TestFixtureRepos(t *testing.T) {
 	if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") != `Basic realm="netlab"` {
 		t.Fatalf("plain HTTP without credentials: %s %v", resp.Status, resp.Header)
 	}
+	// the git delay holds every git request
+	l.SetGitDelay(400 * time.Millisecond)
+	start := time.Now()
+	resp, err = l.Client().Get("http://git.lab" + TargetRepoPath + "/info/refs?service=git-upload-pack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if el := time.Since(start); resp.StatusCode != 200 || el < 400*time.Millisecond {
+		t.Fatalf("delayed info/refs: %s after %v", resp.Status, el)
+	}
+	l.SetGitDelay(0)
 }

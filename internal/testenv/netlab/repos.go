@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // The fixture repositories of the durable-runs tests, served by git.lab over HTTP and HTTPS.
@@ -222,6 +223,24 @@ func (l *Lab) privateHandler() http.Handler {
 		}
 		l.gitAccepted.Add(1)
 		be.ServeHTTP(w, r)
+	})
+}
+
+// SetGitDelay makes every request to the git server (public and private) wait d before it is
+// served (0: none), so a test can catch a checkout in the act.
+func (l *Lab) SetGitDelay(d time.Duration) { l.gitDelay.Store(int64(d)) }
+
+// delayed wraps h with the git delay.
+func (l *Lab) delayed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := time.Duration(l.gitDelay.Load()); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 
