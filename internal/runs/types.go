@@ -502,7 +502,7 @@ const (
 // Store is what the run service needs of durable state. internal/store.Store includes it.
 //
 // Errors: GetRun of an unknown run is RUN_NOT_FOUND, GetBatch of an unknown batch
-// BATCH_NOT_FOUND; an update whose expected version does not match is CONFLICT.
+// RUN_NOT_FOUND too (errcode has no BATCH_NOT_FOUND); an update whose expected version does not match is CONFLICT.
 type Store interface {
 	// CreateRun inserts r (Version 1, state queued) and ev in one transaction. When r.Owner
 	// already has a run with r.Spec.IdempotencyKey (non-empty) it inserts nothing and returns

@@ -3,7 +3,10 @@
 // every driver (sqlite now, postgres later) must pass.
 package store
 
-import "github.com/agentbox/agentbox/internal/sandbox"
+import (
+	"github.com/agentbox/agentbox/internal/runs"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
 
 // Store is the full durable-state contract.
 type Store interface {
@@ -11,5 +14,6 @@ type Store interface {
 	sandbox.Pruner
 	sandbox.JobStore
 	sandbox.NetStore
+	runs.Store
 	Close() error
 }

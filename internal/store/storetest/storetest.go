@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests = append(tests, jobTests...)
 	tests = append(tests, netTests...)
 	tests = append(tests, imageTests...)
+	tests = append(tests, runTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
