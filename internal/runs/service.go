@@ -1,9 +1,16 @@
 package runs
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/egress"
@@ -64,9 +71,32 @@ const (
 
 // Service runs runs. It is safe for concurrent use.
 type Service struct {
-	cfg Config
-	log *slog.Logger
-	now func() time.Time
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	store Store
+	sb    Backend
+	blobs *blobStore
+	key   []byte
+	// onSettled is called when a run settles (the batch service's hook: hooks.go).
+	onSettled func(context.Context, Run)
+
+	wakeCh chan struct{}
+	mu     sync.Mutex
+	// changed is closed and replaced whenever a run's record changes here (Wait's signal).
+	changed chan struct{}
+	// active are the runs executing in this server: cancel asks one to stop now.
+	active map[string]context.CancelFunc
+	// retryAt holds queued runs back after a capacity refusal; firstTry is when it began.
+	retryAt  map[string]retry
+	wg       sync.WaitGroup
+	started  bool
+	runDone  chan struct{}
+}
+
+type retry struct {
+	at    time.Time
+	delay time.Duration
 }
 
 // New returns the service; Run starts its workers.
@@ -80,61 +110,415 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
-	return &Service{cfg: cfg, log: cfg.Log, now: cfg.Now}, nil
+	if cfg.ArtifactBudgetBytes <= 0 {
+		cfg.ArtifactBudgetBytes = DefaultArtifactBudgetBytes
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.ArtifactURLTTL <= 0 {
+		cfg.ArtifactURLTTL = DefaultArtifactURLTTL
+	}
+	if cfg.BaseURL == nil {
+		cfg.BaseURL = func() string { return "" }
+	}
+	if cfg.Store == nil || cfg.Sandboxes == nil || cfg.Dir == "" {
+		return nil, fmt.Errorf("runs: Store, Sandboxes and Dir are required")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("runs: %w", err)
+	}
+	key, err := loadKey(filepath.Join(cfg.Dir, "url-key"))
+	if err != nil {
+		return nil, err
+	}
+	blobs, err := newBlobStore(filepath.Join(cfg.Dir, "blobs"))
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, log: cfg.Log, now: cfg.Now, store: cfg.Store, sb: cfg.Sandboxes,
+		blobs: blobs, key: key, wakeCh: make(chan struct{}, 1), changed: make(chan struct{}),
+		active: map[string]context.CancelFunc{}, retryAt: map[string]retry{}, runDone: make(chan struct{})}, nil
 }
 
-var errNotYet = errcode.New(errcode.UnsupportedOp, "runs are not built yet")
-
 // Run resumes every unsettled run and executes queued ones until ctx ends; Close waits for it.
-func (s *Service) Run(ctx context.Context) { <-ctx.Done() }
+func (s *Service) Run(ctx context.Context) {
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
+	defer close(s.runDone)
+	s.dispatch(ctx)
+	s.wg.Wait()
+}
 
 // Close waits for the workers to stop (after Run's ctx ended).
-func (s *Service) Close() error { return nil }
+func (s *Service) Close() error {
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		<-s.runDone
+	}
+	return nil
+}
+
+// wake tells the dispatcher to look for queued runs now.
+func (s *Service) wake() {
+	select {
+	case s.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// notify wakes every Wait.
+func (s *Service) notify() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *Service) changedCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func checkRunID(id string) error {
+	if !runIDPattern.MatchString(id) {
+		return errcode.New(errcode.InvalidArgument, "run_id must look like run-0123456789ab; got %q", trunc(id, 64)).With("field", "run_id")
+	}
+	return nil
+}
 
 // Start records a run (queued) and returns it at once; the caller's owner is
 // sandbox.OwnerFrom(ctx). Bad input is INVALID_ARGUMENT naming the field, and nothing is
 // recorded.
-func (s *Service) Start(ctx context.Context, spec Spec) (Run, error) { return Run{}, errNotYet }
+func (s *Service) Start(ctx context.Context, spec Spec) (Run, error) {
+	v, err := s.validate(spec)
+	if err != nil {
+		return Run{}, err
+	}
+	r := s.newRun(ctx, v, "")
+	got, created, err := s.store.CreateRun(ctx, r, s.firstEvent(r))
+	if err != nil {
+		return Run{}, err
+	}
+	if !created {
+		if !sameSpec(got.Spec, v) {
+			return Run{}, errcode.New(errcode.Conflict, "idempotency_key %q already names run %s with a different spec", trunc(v.IdempotencyKey, 64), got.ID).With("run_id", got.ID)
+		}
+		return s.present(got), nil
+	}
+	s.log.Info("run recorded", "run_id", r.ID, "owner", r.Owner)
+	s.notify()
+	s.wake()
+	return s.present(r), nil
+}
+
+func sameSpec(a, b Spec) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// present fills a run's reply-only fields: fresh artifact URLs, non-nil lists.
+func (s *Service) present(r Run) Run {
+	if r.Phases == nil {
+		r.Phases = []Phase{}
+	}
+	if r.ChangedFiles == nil {
+		r.ChangedFiles = []ChangedFile{}
+	}
+	arts := make([]Artifact, len(r.Artifacts))
+	exp := s.now().Add(s.cfg.ArtifactURLTTL).UTC().Truncate(time.Second)
+	for i, a := range r.Artifacts {
+		a.ExpiresAt = exp
+		a.URL = s.ArtifactURL(r.ID, a.Path, exp)
+		arts[i] = a
+	}
+	r.Artifacts = arts
+	return r
+}
 
 // Wait returns the run once it settled, or as it is when timeout (at most MaxWait) passes or
 // ctx ends (a caller that hangs up loses nothing: the run goes on).
 func (s *Service) Wait(ctx context.Context, id string, timeout time.Duration) (Run, error) {
-	return Run{}, errNotYet
+	if err := checkRunID(id); err != nil {
+		return Run{}, err
+	}
+	if timeout < 0 || timeout > MaxWait {
+		return Run{}, errcode.New(errcode.InvalidArgument, "wait must be between 0 and %s; got %s", MaxWait, timeout).With("field", "wait_seconds")
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ch := s.changedCh()
+		r, err := s.store.GetRun(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Run{}, err
+			}
+			return Run{}, err
+		}
+		if r.State.Settled() || timeout == 0 {
+			return s.present(r), nil
+		}
+		select {
+		case <-ch:
+		case <-tick.C:
+		case <-deadline.C:
+			return s.present(r), nil
+		case <-ctx.Done():
+			return s.present(r), nil
+		}
+	}
 }
 
 // Get returns a run (artifact URLs freshly signed).
-func (s *Service) Get(ctx context.Context, id string) (Run, error) { return Run{}, errNotYet }
+func (s *Service) Get(ctx context.Context, id string) (Run, error) {
+	if err := checkRunID(id); err != nil {
+		return Run{}, err
+	}
+	r, err := s.store.GetRun(ctx, id)
+	if err != nil {
+		return Run{}, err
+	}
+	return s.present(r), nil
+}
 
 // List pages runs, newest first.
-func (s *Service) List(ctx context.Context, f Filter) (RunList, error) { return RunList{}, errNotYet }
+func (s *Service) List(ctx context.Context, f Filter) (RunList, error) {
+	if f.Limit < 0 || f.Limit > MaxList {
+		return RunList{}, errcode.New(errcode.InvalidArgument, "limit must be between 1 and %d; got %d", MaxList, f.Limit).With("field", "limit")
+	}
+	if f.Limit == 0 {
+		f.Limit = DefaultList
+	}
+	for _, st := range f.States {
+		if !st.Valid() {
+			return RunList{}, errcode.New(errcode.InvalidArgument, "state %q is not a run state", trunc(string(st), 32)).With("field", "state")
+		}
+	}
+	if f.Before != "" {
+		if err := checkRunID(f.Before); err != nil {
+			return RunList{}, errcode.New(errcode.InvalidArgument, "before must be a run id (a previous page's next); got %q", trunc(f.Before, 64)).With("field", "before")
+		}
+	}
+	if len(f.Labels) > maxLabels {
+		return RunList{}, errcode.New(errcode.InvalidArgument, "at most %d labels", maxLabels).With("field", "label")
+	}
+	l, err := s.store.ListRuns(ctx, f)
+	if err != nil {
+		return RunList{}, err
+	}
+	for i := range l.Runs {
+		l.Runs[i] = s.present(l.Runs[i])
+	}
+	if l.Runs == nil {
+		l.Runs = []Run{}
+	}
+	return l, nil
+}
 
 // Cancel asks for a run's end: a queued run is canceled at once; a running phase's job is
 // canceled and the run cleans up and settles canceled. Canceling a settled run returns it.
-func (s *Service) Cancel(ctx context.Context, id string) (Run, error) { return Run{}, errNotYet }
+func (s *Service) Cancel(ctx context.Context, id string) (Run, error) {
+	if err := checkRunID(id); err != nil {
+		return Run{}, err
+	}
+	for attempt := 0; attempt < 20; attempt++ {
+		r, err := s.store.GetRun(ctx, id)
+		if err != nil {
+			return Run{}, err
+		}
+		if r.State.Settled() || r.CancelRequested {
+			s.signalCancel(id)
+			return s.present(r), nil
+		}
+		now := s.stamp()
+		prev := r.State
+		r.CancelRequested = true
+		r.Version++
+		r.UpdatedAt = now
+		ev := Event{RunID: id, Time: now, From: prev, To: prev, Reason: "cancel requested"}
+		var evs []Event
+		if prev == Queued {
+			r.State, r.Reason = Canceled, "canceled before it started"
+			r.FinishedAt = &now
+			for i := range r.Phases {
+				if r.Phases[i].State == PhasePending {
+					r.Phases[i].State, r.Phases[i].Error = PhaseSkipped, "the run was canceled"
+				}
+			}
+			evs = append(evs, ev, Event{RunID: id, Time: now, From: Queued, To: Canceled, Reason: r.Reason})
+		} else {
+			evs = append(evs, ev)
+		}
+		if err := s.store.UpdateRun(ctx, r, evs...); err != nil {
+			if errcode.Is(err, errcode.Conflict) {
+				continue
+			}
+			return Run{}, err
+		}
+		s.notify()
+		if r.State.Settled() {
+			s.forgetRetry(id)
+			s.runSettled(context.WithoutCancel(ctx), r)
+			s.wake()
+		} else {
+			s.signalCancel(id)
+		}
+		s.log.Info("run cancel requested", "run_id", id, "state", prev)
+		return s.present(r), nil
+	}
+	return Run{}, errcode.New(errcode.Conflict, "run %s kept changing; try again", id)
+}
+
+func (s *Service) signalCancel(id string) {
+	s.mu.Lock()
+	c := s.active[id]
+	s.mu.Unlock()
+	if c != nil {
+		c()
+	}
+}
 
 // Events pages a run's events.
 func (s *Service) Events(ctx context.Context, id string, after int64, limit int) (EventList, error) {
-	return EventList{}, errNotYet
+	if err := checkRunID(id); err != nil {
+		return EventList{}, err
+	}
+	if after < 0 {
+		return EventList{}, errcode.New(errcode.InvalidArgument, "after must be a cursor (a seq, ≥ 0); got %d", after).With("field", "after")
+	}
+	if limit < 0 || limit > MaxEventsPage {
+		return EventList{}, errcode.New(errcode.InvalidArgument, "limit must be between 1 and %d; got %d", MaxEventsPage, limit).With("field", "limit")
+	}
+	if limit == 0 {
+		limit = MaxEventsPage
+	}
+	if _, err := s.store.GetRun(ctx, id); err != nil {
+		return EventList{}, err
+	}
+	evs, err := s.store.RunEvents(ctx, id, after, limit)
+	if err != nil {
+		return EventList{}, err
+	}
+	if evs == nil {
+		evs = []Event{}
+	}
+	next := after
+	if len(evs) > 0 {
+		next = evs[len(evs)-1].Seq
+	}
+	return EventList{RunID: id, Events: evs, Next: next}, nil
 }
 
 // Logs returns a slice of one phase's output (live while it runs, from the blob store after).
 func (s *Service) Logs(ctx context.Context, id string, req LogsRequest) (Logs, error) {
-	return Logs{}, errNotYet
-}
-
-// ArtifactURL signs the download URL of a run's artifact path, valid until expires.
-func (s *Service) ArtifactURL(runID, path string, expires time.Time) string { return "" }
-
-// VerifyArtifact checks a signed URL's parameters: AUTH_FAILED for a bad signature,
-// LINK_EXPIRED past expires.
-func (s *Service) VerifyArtifact(runID, path string, expires int64, sig string) error {
-	return errNotYet
+	if err := checkRunID(id); err != nil {
+		return Logs{}, err
+	}
+	if req.Phase == "" {
+		req.Phase = PhaseCommand
+	}
+	switch req.Stream {
+	case "":
+		req.Stream = "stdout"
+	case "stdout", "stderr":
+	default:
+		return Logs{}, errcode.New(errcode.InvalidArgument, "stream must be stdout or stderr; got %q", trunc(req.Stream, 32)).With("field", "stream")
+	}
+	if req.Offset < 0 {
+		return Logs{}, errcode.New(errcode.InvalidArgument, "offset must be at least 0; got %d", req.Offset).With("field", "offset")
+	}
+	if req.MaxBytes == 0 {
+		req.MaxBytes = DefaultLogPage
+	}
+	if req.MaxBytes < 1 || req.MaxBytes > MaxLogPage {
+		return Logs{}, errcode.New(errcode.InvalidArgument, "max_bytes must be between 1 and %d; got %d", MaxLogPage, req.MaxBytes).With("field", "max_bytes")
+	}
+	r, err := s.store.GetRun(ctx, id)
+	if err != nil {
+		return Logs{}, err
+	}
+	var ph *Phase
+	for i := range r.Phases {
+		if r.Phases[i].Name == req.Phase {
+			ph = &r.Phases[i]
+		}
+	}
+	if ph == nil {
+		names := make([]string, len(r.Phases))
+		for i, p := range r.Phases {
+			names[i] = p.Name
+		}
+		return Logs{}, errcode.New(errcode.InvalidArgument, "run %s has no phase %q (its phases: %s)", id, trunc(req.Phase, 32), strings.Join(names, ", ")).With("field", "phase")
+	}
+	out := Logs{RunID: id, Phase: ph.Name, Stream: req.Stream, Offset: req.Offset, Data: []byte{}}
+	switch {
+	case ph.State == PhasePending:
+		out.NextOffset = req.Offset
+		return out, nil
+	case ph.State == PhaseRunning && ph.JobID != "" && r.SandboxID != "":
+		max := min(req.MaxBytes, int64(sandbox.MaxJobLogBytes))
+		off := req.Offset
+		lg, err := s.sb.JobLogs(ctx, r.SandboxID, ph.JobID, sandbox.JobLogsRequest{Stream: req.Stream, Offset: &off, MaxBytes: &max})
+		if err == nil {
+			out.Data, out.Offset, out.NextOffset, out.TotalBytes, out.Truncated = lg.Data, lg.Offset, lg.NextOffset, lg.TotalBytes, lg.Truncated
+			return out, nil
+		}
+		// The job may have just ended: the blob store may have it now.
+		if r, err = s.store.GetRun(ctx, id); err != nil {
+			return Logs{}, err
+		}
+		for i := range r.Phases {
+			if r.Phases[i].Name == req.Phase {
+				ph = &r.Phases[i]
+			}
+		}
+		if ph.State == PhaseRunning {
+			out.NextOffset = req.Offset
+			return out, nil
+		}
+	}
+	data, total, err := s.blobs.readLog(r.ID, ph.Name, req.Stream, req.Offset, req.MaxBytes)
+	if err != nil {
+		return Logs{}, err
+	}
+	out.Data, out.TotalBytes = data, total
+	out.NextOffset = min(req.Offset, total) + int64(len(data))
+	out.Offset = min(req.Offset, total)
+	out.Truncated = ph.Truncated
+	out.Complete = true
+	return out, nil
 }
 
 // OpenArtifact opens a collected artifact (LINK_EXPIRED when it is no longer kept).
 func (s *Service) OpenArtifact(ctx context.Context, runID, path string) (io.ReadCloser, Artifact, error) {
-	return nil, Artifact{}, errNotYet
+	if err := checkRunID(runID); err != nil {
+		return nil, Artifact{}, err
+	}
+	r, err := s.store.GetRun(ctx, runID)
+	if err != nil {
+		return nil, Artifact{}, err
+	}
+	for i, a := range r.Artifacts {
+		if a.Path == path {
+			f, err := s.blobs.openArtifact(runID, i)
+			if err != nil {
+				return nil, Artifact{}, errcode.New(errcode.LinkExpired, "artifact %q of run %s is no longer kept (retention or the artifact budget removed it)", trunc(path, 128), runID)
+			}
+			return f, s.present(Run{ID: runID, Artifacts: []Artifact{a}}).Artifacts[0], nil
+		}
+	}
+	return nil, Artifact{}, errcode.New(errcode.FileNotFound, "run %s has no artifact %q", runID, trunc(path, 128)).With("field", "path")
 }
+
+var errNotYet = errcode.New(errcode.UnsupportedOp, "runs are not built yet")
 
 // StartBatch records a batch and its runs (bad specs become submission failures).
 func (s *Service) StartBatch(ctx context.Context, req BatchRequest) (Batch, error) {

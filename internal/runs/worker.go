@@ -1,0 +1,190 @@
+package runs
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+)
+
+// Capacity retry backoff of a queued run whose sandbox create was refused for capacity.
+const (
+	firstRetry = time.Second
+	maxRetry   = 30 * time.Second
+	// pruneEvery is how often settled runs past Retention (and blobs over the budget) go.
+	pruneEvery = time.Hour
+)
+
+// dispatch is the dispatcher: it resumes unsettled runs, then claims queued runs oldest first
+// while fewer than Config.Workers execute, woken by wake, by runs settling and every second.
+func (s *Service) dispatch(ctx context.Context) {
+	slots := make(chan struct{}, s.cfg.Workers)
+	s.resume(ctx, slots)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastPrune := time.Time{}
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		s.claimQueued(ctx, slots)
+		if time.Since(lastPrune) > pruneEvery {
+			lastPrune = time.Now()
+			s.prune(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wakeCh:
+		case <-tick.C:
+		}
+	}
+}
+
+// resume picks up every run this server left unsettled: queued ones wait for the dispatcher,
+// the others continue where their record says (phases.go).
+func (s *Service) resume(ctx context.Context, slots chan struct{}) {
+	runs, err := s.store.UnsettledRuns(ctx)
+	if err != nil {
+		s.log.Error("runs: resume: listing unsettled runs", "err", err)
+		return
+	}
+	for _, r := range runs {
+		if r.State == Queued {
+			continue
+		}
+		s.log.Info("run resumed", "run_id", r.ID, "state", r.State)
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		s.launch(ctx, r, slots)
+	}
+}
+
+func (s *Service) claimQueued(ctx context.Context, slots chan struct{}) {
+	runs, err := s.store.UnsettledRuns(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("runs: listing queued runs", "err", err)
+		}
+		return
+	}
+	now := s.now()
+	for _, r := range runs {
+		if r.State != Queued || s.isActive(r.ID) {
+			continue
+		}
+		if r.CancelRequested {
+			continue
+		}
+		s.mu.Lock()
+		rt, waiting := s.retryAt[r.ID]
+		s.mu.Unlock()
+		if waiting && now.Before(rt.at) {
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			return // every worker is busy
+		}
+		maxParallel := 0
+		if r.BatchID != "" {
+			b, err := s.store.GetBatch(ctx, r.BatchID)
+			if err != nil {
+				<-slots
+				s.log.Error("runs: reading a run's batch", "run_id", r.ID, "batch_id", r.BatchID, "err", err)
+				continue
+			}
+			maxParallel = b.MaxParallel
+		}
+		at := s.stamp()
+		reason := "claimed by a worker"
+		if waiting {
+			reason = "claimed by a worker (retrying the sandbox create)"
+		}
+		c, claimed, err := s.store.ClaimRun(ctx, r.ID, maxParallel, at, Event{RunID: r.ID, Time: at, From: Queued, To: Preparing, Reason: reason})
+		if err != nil || !claimed {
+			<-slots
+			if err != nil && ctx.Err() == nil {
+				s.log.Error("runs: claim", "run_id", r.ID, "err", err)
+			}
+			continue
+		}
+		s.notify()
+		s.launch(ctx, c, slots)
+	}
+}
+
+func (s *Service) isActive(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.active[id]
+	return ok
+}
+
+// launch executes r in its own goroutine, holding one slot.
+func (s *Service) launch(ctx context.Context, r Run, slots chan struct{}) {
+	cctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.active[r.ID] = cancel
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-slots }()
+		defer func() {
+			s.mu.Lock()
+			delete(s.active, r.ID)
+			s.mu.Unlock()
+			cancel()
+			s.wake()
+		}()
+		s.execute(ctx, cctx, r)
+	}()
+}
+
+func (s *Service) forgetRetry(id string) {
+	s.mu.Lock()
+	delete(s.retryAt, id)
+	s.mu.Unlock()
+}
+
+// requeue puts a run refused for capacity back in the queue with backoff.
+func (s *Service) requeue(id string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rt := s.retryAt[id]
+	if rt.delay == 0 {
+		rt.delay = firstRetry
+	} else {
+		rt.delay = min(rt.delay*2, maxRetry)
+	}
+	rt.at = s.now().Add(rt.delay)
+	s.retryAt[id] = rt
+	return rt.delay
+}
+
+// prune deletes runs settled longer than Retention with their blobs, then trims the blob
+// store to its budget (oldest settled runs first).
+func (s *Service) prune(ctx context.Context) {
+	ids, err := s.store.PruneRuns(ctx, s.now().Add(-s.cfg.Retention))
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("runs: prune", "err", err)
+		}
+		return
+	}
+	for _, id := range ids {
+		s.blobs.remove(id)
+	}
+	gone := s.blobs.gcOverBudget(s.cfg.ArtifactBudgetBytes, func(id string) bool {
+		r, err := s.store.GetRun(ctx, id)
+		return errcode.Is(err, errcode.RunNotFound) || (err == nil && r.State.Settled())
+	})
+	if len(ids) > 0 || len(gone) > 0 {
+		s.log.Info("runs pruned", "runs", len(ids), "blobs_over_budget", len(gone))
+	}
+}
