@@ -518,45 +518,4 @@ func (s *Service) OpenArtifact(ctx context.Context, runID, path string) (io.Read
 	return nil, Artifact{}, errcode.New(errcode.FileNotFound, "run %s has no artifact %q", runID, trunc(path, 128)).With("field", "path")
 }
 
-var errNotYet = errcode.New(errcode.UnsupportedOp, "runs are not built yet")
-
-// StartBatch records a batch and its runs (bad specs become submission failures).
-func (s *Service) StartBatch(ctx context.Context, req BatchRequest) (Batch, error) {
-	return Batch{}, errNotYet
-}
-
-// StartMatrix expands a matrix and records it as a batch.
-func (s *Service) StartMatrix(ctx context.Context, req MatrixRequest) (Batch, error) {
-	return Batch{}, errNotYet
-}
-
-// AgentCompare records a comparison batch: Repetitions runs of each side.
-func (s *Service) AgentCompare(ctx context.Context, req CompareRequest) (Batch, error) {
-	return Batch{}, errNotYet
-}
-
-// AgentTest is the single-side form (Baseline nil; KeepSandbox allowed).
-func (s *Service) AgentTest(ctx context.Context, req CompareRequest) (Batch, error) {
-	return Batch{}, errNotYet
-}
-
-// GetBatch returns a batch with its runs' current states (and its comparison or matrix
-// table filled).
-func (s *Service) GetBatch(ctx context.Context, id string) (Batch, error) { return Batch{}, errNotYet }
-
-// WaitBatch returns the batch once settled, or as it is when timeout passes or ctx ends.
-func (s *Service) WaitBatch(ctx context.Context, id string, timeout time.Duration) (Batch, error) {
-	return Batch{}, errNotYet
-}
-
-// ListBatches pages batches, newest first.
-func (s *Service) ListBatches(ctx context.Context, before string, limit int) (BatchList, error) {
-	return BatchList{}, errNotYet
-}
-
-// CancelBatch cancels every unsettled run of a batch.
-func (s *Service) CancelBatch(ctx context.Context, id string) (Batch, error) {
-	return Batch{}, errNotYet
-}
-
 var _ Backend = (*sandbox.Service)(nil)
