@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
@@ -49,6 +50,9 @@ type Options struct {
 	Preview PreviewBackend
 	// MaxImportBytes bounds the body of POST /v1/images/import; 0: DefaultMaxImportBytes.
 	MaxImportBytes int64
+	// Runs serves /v1/runs and /v1/batches (issue 14, runs.go); nil: they answer
+	// UNSUPPORTED_OPERATION.
+	Runs *runs.Service
 }
 
 // Server is the REST API.
@@ -141,6 +145,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImages)
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
+	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))
@@ -201,14 +206,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 		writeError(w, errcode.New(errcode.AuthFailed, "Host %q is not a loopback name; agentbox answers only requests addressed to 127.0.0.1, [::1] or localhost", r.Host), http.StatusForbidden)
 		return
 	}
-	if r.URL.Path != "/health" && !s.authorized(r) {
+	// Exempt: /health, and a GET of a run's artifact with expires and sig, which its handler
+	// verifies (runs.go).
+	authed := s.authorized(r)
+	if !authed && r.URL.Path != "/health" && !signedArtifactRequest(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
 		writeError(w, errcode.New(errcode.AuthFailed, "missing or wrong bearer token: send \"Authorization: Bearer <token>\"; the token is in ~/.config/agentbox/token of the user running agentbox serve"), 0)
 		return
 	}
 	// Every request, mounted handlers included, carries the caller's identity: sandboxes
 	// record it as their owner and idempotency keys are scoped to it.
-	r = r.WithContext(sandbox.WithOwner(r.Context(), s.owner))
+	r = r.WithContext(withTokenAuth(sandbox.WithOwner(r.Context(), s.owner), authed))
 	if route != nil {
 		defer func() { *route = r.Pattern }() // set by the mux, even if the handler panics
 	}

@@ -76,6 +76,9 @@ type Options struct {
 	// Logger receives the server's log (nil = discard). Never stdout: on stdio, stdout is the
 	// protocol.
 	Logger *slog.Logger
+	// Runs serves the run tools (issue 14, runs.go): *runs.Service in process, or
+	// client.RunsBackend over a running serve; nil: they answer UNSUPPORTED_OPERATION.
+	Runs RunsBackend
 }
 
 // Server is the MCP server: one per process, shared by every session and transport.

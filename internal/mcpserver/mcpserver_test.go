@@ -17,9 +17,11 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-var allTools = []string{"exec", "file_list", "file_read", "file_write", "health",
+var allTools = []string{"agent_compare", "agent_test", "batch_get", // durable runs (issue 14)
+	"exec", "file_list", "file_read", "file_write", "health",
 	"image_list", "image_pull", // images (issue 13)
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
+	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs (issue 14)
 	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy", "sandbox_expose", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics",
 	"sandbox_network_update", "sandbox_secret_calls", "sandbox_unexpose", "watch", "watch_fleet"}
 

@@ -98,7 +98,12 @@ func errorSchema() *jsonschema.Schema {
 // outputSchema is Out's schema, widened so that an error reply ({"error": {...}}) also conforms:
 // clients validate structured content against the output schema even on errors.
 func outputSchema[Out any]() *jsonschema.Schema {
-	s := schemaFor[Out]()
+	var s *jsonschema.Schema
+	if _, raw := any(*new(Out)).(interface{ rawOutput() }); raw {
+		s = rawOutputSchema(reflect.TypeFor[Out]()) // run records keep their nulls (runs.go)
+	} else {
+		s = schemaFor[Out]()
+	}
 	if s.Properties == nil {
 		s.Properties = map[string]*jsonschema.Schema{}
 	}

@@ -1,0 +1,368 @@
+package client
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runs"
+)
+
+// Durable runs (issue 14): /v1/runs and /v1/batches.
+
+// runPath is /v1/runs/{id}{rest}, refusing an empty id or one with a slash.
+func runPath(kind, id, rest string) (string, error) {
+	if id == "" || strings.ContainsAny(id, "/?#") || len(id) > 128 {
+		if len(id) > 64 {
+			id = id[:64] + "…"
+		}
+		what := "run_id"
+		if kind == "batches" {
+			what = "batch_id"
+		}
+		return "", errcode.New(errcode.InvalidArgument, "%s %q is malformed: give the id a start or list returned", what, id)
+	}
+	return "/v1/" + kind + "/" + url.PathEscape(id) + rest, nil
+}
+
+func waitOpts(wait time.Duration) api.WaitOptions {
+	if wait <= 0 {
+		return api.WaitOptions{}
+	}
+	return api.WaitOptions{Wait: true, WaitSeconds: max(1, int64(wait.Round(time.Second)/time.Second))}
+}
+
+// StartRun records a run and returns it at once (POST /v1/runs).
+func (c *Client) StartRun(ctx context.Context, spec runs.Spec) (runs.Run, error) {
+	return c.WaitRun(ctx, spec, 0)
+}
+
+// WaitRun records a run and waits up to wait (at most runs.MaxWait) for it to settle; the reply
+// is the run as it is then. wait 0 returns at once.
+func (c *Client) WaitRun(ctx context.Context, spec runs.Spec, wait time.Duration) (runs.Run, error) {
+	var r runs.Run
+	err := c.doJSON(ctx, http.MethodPost, "/v1/runs", nil, api.RunRequest{Spec: spec, WaitOptions: waitOpts(wait)}, &r)
+	return r, err
+}
+
+// GetRun returns a run's record.
+func (c *Client) GetRun(ctx context.Context, id string) (runs.Run, error) {
+	p, err := runPath("runs", id, "")
+	if err != nil {
+		return runs.Run{}, err
+	}
+	var r runs.Run
+	err = c.doJSON(ctx, http.MethodGet, p, nil, nil, &r)
+	return r, err
+}
+
+// ListRuns pages runs, newest first.
+func (c *Client) ListRuns(ctx context.Context, f runs.Filter) (runs.RunList, error) {
+	q := url.Values{}
+	var states []string
+	for _, s := range f.States {
+		states = append(states, string(s))
+	}
+	if len(states) > 0 {
+		q.Set("state", strings.Join(states, ","))
+	}
+	if f.BatchID != "" {
+		q.Set("batch_id", f.BatchID)
+	}
+	for k, v := range f.Labels {
+		q.Add("label", k+"="+v)
+	}
+	if f.Before != "" {
+		q.Set("before", f.Before)
+	}
+	if f.Limit != 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var l runs.RunList
+	err := c.doJSON(ctx, http.MethodGet, "/v1/runs", q, nil, &l)
+	return l, err
+}
+
+// CancelRun asks for a run's end.
+func (c *Client) CancelRun(ctx context.Context, id string) (runs.Run, error) {
+	p, err := runPath("runs", id, "/cancel")
+	if err != nil {
+		return runs.Run{}, err
+	}
+	var r runs.Run
+	err = c.doJSON(ctx, http.MethodPost, p, nil, nil, &r)
+	return r, err
+}
+
+// RunEvents pages a run's events after seq (limit 0: the server's default).
+func (c *Client) RunEvents(ctx context.Context, id string, after int64, limit int) (runs.EventList, error) {
+	p, err := runPath("runs", id, "/events")
+	if err != nil {
+		return runs.EventList{}, err
+	}
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var l runs.EventList
+	err = c.doJSON(ctx, http.MethodGet, p, q, nil, &l)
+	return l, err
+}
+
+// RunLogs reads a slice of one phase's output.
+func (c *Client) RunLogs(ctx context.Context, id string, req runs.LogsRequest) (runs.Logs, error) {
+	p, err := runPath("runs", id, "/logs")
+	if err != nil {
+		return runs.Logs{}, err
+	}
+	q := url.Values{}
+	if req.Phase != "" {
+		q.Set("phase", req.Phase)
+	}
+	if req.Stream != "" {
+		q.Set("stream", req.Stream)
+	}
+	if req.Offset > 0 {
+		q.Set("offset", strconv.FormatInt(req.Offset, 10))
+	}
+	if req.MaxBytes > 0 {
+		q.Set("max_bytes", strconv.FormatInt(req.MaxBytes, 10))
+	}
+	var l runs.Logs
+	err = c.doJSON(ctx, http.MethodGet, p, q, nil, &l)
+	return l, err
+}
+
+// DownloadArtifact opens a run's artifact (with the bearer token) and returns its body and size.
+func (c *Client) DownloadArtifact(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
+	if path == "" {
+		return nil, 0, errcode.New(errcode.InvalidArgument, "path is required: an artifact's path as the run record lists it")
+	}
+	p, err := runPath("runs", id, "/artifacts/")
+	if err != nil {
+		return nil, 0, err
+	}
+	segs := strings.Split(strings.TrimLeft(path, "/"), "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	resp, err := c.do(ctx, http.MethodGet, p+strings.Join(segs, "/"), nil, nil, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Body, resp.ContentLength, nil
+}
+
+// StartBatch records a batch (POST /v1/batches); wait > 0 waits for it to settle.
+func (c *Client) StartBatch(ctx context.Context, req runs.BatchRequest, wait time.Duration) (runs.Batch, error) {
+	var b runs.Batch
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches", nil, api.BatchStartRequest{BatchRequest: req, WaitOptions: waitOpts(wait)}, &b)
+	return b, err
+}
+
+// StartMatrix expands and records a matrix (POST /v1/batches/matrix).
+func (c *Client) StartMatrix(ctx context.Context, req runs.MatrixRequest, wait time.Duration) (runs.Batch, error) {
+	var b runs.Batch
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/matrix", nil, api.MatrixStartRequest{MatrixRequest: req, WaitOptions: waitOpts(wait)}, &b)
+	return b, err
+}
+
+// AgentCompare records an agent comparison (POST /v1/batches/agent-compare).
+func (c *Client) AgentCompare(ctx context.Context, req runs.CompareRequest, wait time.Duration) (runs.Batch, error) {
+	var b runs.Batch
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-compare", nil, api.CompareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
+	return b, err
+}
+
+// AgentTest records a single-side agent test (POST /v1/batches/agent-test).
+func (c *Client) AgentTest(ctx context.Context, req runs.CompareRequest, wait time.Duration) (runs.Batch, error) {
+	var b runs.Batch
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-test", nil, api.CompareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
+	return b, err
+}
+
+// GetBatch returns a batch's record.
+func (c *Client) GetBatch(ctx context.Context, id string) (runs.Batch, error) {
+	p, err := runPath("batches", id, "")
+	if err != nil {
+		return runs.Batch{}, err
+	}
+	var b runs.Batch
+	err = c.doJSON(ctx, http.MethodGet, p, nil, nil, &b)
+	return b, err
+}
+
+// ListBatches pages batches, newest first.
+func (c *Client) ListBatches(ctx context.Context, before string, limit int) (runs.BatchList, error) {
+	q := url.Values{}
+	if before != "" {
+		q.Set("before", before)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var l runs.BatchList
+	err := c.doJSON(ctx, http.MethodGet, "/v1/batches", q, nil, &l)
+	return l, err
+}
+
+// CancelBatch cancels every unsettled run of a batch.
+func (c *Client) CancelBatch(ctx context.Context, id string) (runs.Batch, error) {
+	p, err := runPath("batches", id, "/cancel")
+	if err != nil {
+		return runs.Batch{}, err
+	}
+	var b runs.Batch
+	err = c.doJSON(ctx, http.MethodPost, p, nil, nil, &b)
+	return b, err
+}
+
+// Runs returns the runs part of the Backend (mcpserver.RunsBackend) over the REST API.
+func (b *Backend) Runs() *RunsBackend { return &RunsBackend{c: b.c, b: b} }
+
+// RunsBackend presents the server's run service with the method set of *runs.Service that the
+// MCP surface uses.
+type RunsBackend struct {
+	c *Client
+	b *Backend
+}
+
+// Start records a run.
+func (r *RunsBackend) Start(ctx context.Context, spec runs.Spec) (runs.Run, error) {
+	run, err := r.c.StartRun(ctx, spec)
+	return run, r.b.unreachable(err)
+}
+
+// Wait waits for a run to settle, up to timeout: a GET repeated every second (the REST API
+// waits only at start).
+func (r *RunsBackend) Wait(ctx context.Context, id string, timeout time.Duration) (runs.Run, error) {
+	deadline := time.Now().Add(min(timeout, runs.MaxWait))
+	for {
+		run, err := r.Get(ctx, id)
+		if err != nil || run.State.Settled() || time.Now().After(deadline) {
+			return run, err
+		}
+		select {
+		case <-ctx.Done():
+			return run, nil
+		case <-time.After(min(time.Second, time.Until(deadline)+time.Millisecond)):
+		}
+	}
+}
+
+// Get returns a run.
+func (r *RunsBackend) Get(ctx context.Context, id string) (runs.Run, error) {
+	run, err := r.c.GetRun(ctx, id)
+	return run, r.b.unreachable(err)
+}
+
+// List pages runs.
+func (r *RunsBackend) List(ctx context.Context, f runs.Filter) (runs.RunList, error) {
+	l, err := r.c.ListRuns(ctx, f)
+	return l, r.b.unreachable(err)
+}
+
+// Cancel asks for a run's end.
+func (r *RunsBackend) Cancel(ctx context.Context, id string) (runs.Run, error) {
+	run, err := r.c.CancelRun(ctx, id)
+	return run, r.b.unreachable(err)
+}
+
+// Events pages a run's events.
+func (r *RunsBackend) Events(ctx context.Context, id string, after int64, limit int) (runs.EventList, error) {
+	l, err := r.c.RunEvents(ctx, id, after, limit)
+	return l, r.b.unreachable(err)
+}
+
+// Logs reads a slice of a phase's output.
+func (r *RunsBackend) Logs(ctx context.Context, id string, req runs.LogsRequest) (runs.Logs, error) {
+	l, err := r.c.RunLogs(ctx, id, req)
+	return l, r.b.unreachable(err)
+}
+
+// OpenArtifact downloads an artifact; its Artifact is the run record's entry for path.
+func (r *RunsBackend) OpenArtifact(ctx context.Context, id, path string) (io.ReadCloser, runs.Artifact, error) {
+	run, err := r.Get(ctx, id)
+	if err != nil {
+		return nil, runs.Artifact{}, err
+	}
+	var a runs.Artifact
+	found := false
+	for _, x := range run.Artifacts {
+		if x.Path == path {
+			a, found = x, true
+		}
+	}
+	if !found {
+		return nil, runs.Artifact{}, errcode.New(errcode.FileNotFound, "run %s has no artifact %q (its artifacts are listed in its record)", id, path)
+	}
+	rc, _, err := r.c.DownloadArtifact(ctx, id, path)
+	return rc, a, r.b.unreachable(err)
+}
+
+// StartBatch records a batch.
+func (r *RunsBackend) StartBatch(ctx context.Context, req runs.BatchRequest) (runs.Batch, error) {
+	b, err := r.c.StartBatch(ctx, req, 0)
+	return b, r.b.unreachable(err)
+}
+
+// StartMatrix records a matrix.
+func (r *RunsBackend) StartMatrix(ctx context.Context, req runs.MatrixRequest) (runs.Batch, error) {
+	b, err := r.c.StartMatrix(ctx, req, 0)
+	return b, r.b.unreachable(err)
+}
+
+// AgentCompare records an agent comparison.
+func (r *RunsBackend) AgentCompare(ctx context.Context, req runs.CompareRequest) (runs.Batch, error) {
+	b, err := r.c.AgentCompare(ctx, req, 0)
+	return b, r.b.unreachable(err)
+}
+
+// AgentTest records an agent test.
+func (r *RunsBackend) AgentTest(ctx context.Context, req runs.CompareRequest) (runs.Batch, error) {
+	b, err := r.c.AgentTest(ctx, req, 0)
+	return b, r.b.unreachable(err)
+}
+
+// GetBatch returns a batch.
+func (r *RunsBackend) GetBatch(ctx context.Context, id string) (runs.Batch, error) {
+	b, err := r.c.GetBatch(ctx, id)
+	return b, r.b.unreachable(err)
+}
+
+// WaitBatch waits for a batch to settle, up to timeout (a GET every second).
+func (r *RunsBackend) WaitBatch(ctx context.Context, id string, timeout time.Duration) (runs.Batch, error) {
+	deadline := time.Now().Add(min(timeout, runs.MaxWait))
+	for {
+		b, err := r.GetBatch(ctx, id)
+		if err != nil || b.Settled || time.Now().After(deadline) {
+			return b, err
+		}
+		select {
+		case <-ctx.Done():
+			return b, nil
+		case <-time.After(min(time.Second, time.Until(deadline)+time.Millisecond)):
+		}
+	}
+}
+
+// ListBatches pages batches.
+func (r *RunsBackend) ListBatches(ctx context.Context, before string, limit int) (runs.BatchList, error) {
+	l, err := r.c.ListBatches(ctx, before, limit)
+	return l, r.b.unreachable(err)
+}
+
+// CancelBatch cancels a batch's runs.
+func (r *RunsBackend) CancelBatch(ctx context.Context, id string) (runs.Batch, error) {
+	b, err := r.c.CancelBatch(ctx, id)
+	return b, r.b.unreachable(err)
+}
