@@ -388,7 +388,17 @@ func (x *exe) cleanup() error {
 	ctx, cancel := context.WithTimeout(x.ctx, 5*time.Minute)
 	defer cancel()
 	if x.r.Spec.Retention == RetentionKeep {
-		sb, err := x.s.sb.Extend(ctx, x.r.SandboxID, x.r.Spec.KeepTTLSeconds)
+		// Extend adds to the expiry: keep it at least KeepTTLSeconds from now (the sandbox's
+		// TTL may already reach further; it cannot be shortened).
+		sb, err := x.s.sb.Get(ctx, x.r.SandboxID)
+		if err == nil {
+			want := x.s.now().Add(time.Duration(x.r.Spec.KeepTTLSeconds) * time.Second)
+			if need := want.Sub(sb.ExpiresAt); need > 0 {
+				sb, err = x.s.sb.Extend(ctx, x.r.SandboxID, int64((need+time.Second-1)/time.Second))
+			} else if sb.State != sandbox.StateRunning {
+				err = fmt.Errorf("sandbox %s is %s", sb.ID, sb.State)
+			}
+		}
 		if err != nil {
 			if x.ctx.Err() != nil {
 				return errShutdown

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -443,6 +444,27 @@ func (x *exe) noCapacity(i int, cause error) error {
 func (x *exe) filesPhase(i int) error {
 	if err := x.startPhase(i, nil); err != nil {
 		return err
+	}
+	dirs := map[string]bool{}
+	for p := range x.r.Spec.Files {
+		if d := path.Dir(p); d != "." {
+			dirs[x.r.Spec.Dir+"/"+d] = true
+		}
+	}
+	if len(dirs) > 0 {
+		ectx, cancel := context.WithTimeout(x.cctx, opTimeout)
+		res, err := x.s.sb.Exec(ectx, x.r.SandboxID, sandbox.ExecRequest{Argv: append([]string{"mkdir", "-p", "--"}, sortedKeys(dirs)...), Timeout: time.Minute, MaxOutputBytes: 4096}, nil)
+		cancel()
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("mkdir exited %d: %s", res.ExitCode, trunc(res.Stderr, 512))
+		}
+		if err != nil {
+			if x.canceled() {
+				x.endPhase(i, PhaseCanceled, nil, "the run was canceled")
+				return x.donePhase(i)
+			}
+			return x.failPhase(i, "making the files' directories: "+err.Error())
+		}
 	}
 	for _, p := range sortedKeys(x.r.Spec.Files) {
 		wctx, cancel := context.WithTimeout(x.cctx, opTimeout)
