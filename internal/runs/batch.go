@@ -159,7 +159,7 @@ func (s *Service) createBatch(ctx context.Context, b Batch, items []batchItem) (
 		b.Settled = true
 		b.SettledAt = &now
 	}
-	got, created, err := s.cfg.Store.CreateBatch(ctx, b, runs, evs)
+	got, created, err := s.store.CreateBatch(ctx, b, runs, evs)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -177,7 +177,7 @@ func (s *Service) createBatch(ctx context.Context, b Batch, items []batchItem) (
 // GetBatch returns a batch with its runs' current states (and its comparison or matrix
 // table filled).
 func (s *Service) GetBatch(ctx context.Context, id string) (Batch, error) {
-	b, err := s.cfg.Store.GetBatch(ctx, id)
+	b, err := s.store.GetBatch(ctx, id)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -190,7 +190,7 @@ func (s *Service) batchRuns(ctx context.Context, b Batch) (map[string]Run, error
 	if len(b.Runs) == 0 {
 		return out, nil
 	}
-	list, err := s.cfg.Store.ListRuns(ctx, Filter{BatchID: b.ID, Limit: MaxList})
+	list, err := s.store.ListRuns(ctx, Filter{BatchID: b.ID, Limit: MaxList})
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (s *Service) batchRunSettled(ctx context.Context, r Run) {
 // conflict (two runs settling at once).
 func (s *Service) markSettled(ctx context.Context, id string) {
 	for try := 0; try < 5; try++ {
-		b, err := s.cfg.Store.GetBatch(ctx, id)
+		b, err := s.store.GetBatch(ctx, id)
 		if err != nil {
 			s.log.WarnContext(ctx, "batch update: read", "batch", id, "err", err)
 			return
@@ -277,7 +277,7 @@ func (s *Service) markSettled(ctx context.Context, id string) {
 		if b.Settled {
 			return
 		}
-		counts, err := s.cfg.Store.BatchCounts(ctx, id)
+		counts, err := s.store.BatchCounts(ctx, id)
 		if err != nil {
 			s.log.WarnContext(ctx, "batch update: counts", "batch", id, "err", err)
 			return
@@ -295,7 +295,7 @@ func (s *Service) markSettled(ctx context.Context, id string) {
 			b.Settled, b.SettledAt = true, &now
 		}
 		b.Version++
-		err = s.cfg.Store.UpdateBatch(ctx, b)
+		err = s.store.UpdateBatch(ctx, b)
 		if err == nil {
 			if b.Settled {
 				s.log.InfoContext(ctx, "batch settled", "batch", id, "counts", counts)
@@ -347,14 +347,14 @@ func (s *Service) ListBatches(ctx context.Context, before string, limit int) (Ba
 	if limit < 1 || limit > MaxList {
 		return BatchList{}, errcode.New(errcode.InvalidArgument, "limit is %d; it must be 1..%d", limit, MaxList)
 	}
-	l, err := s.cfg.Store.ListBatches(ctx, sandbox.OwnerFrom(ctx), before, limit)
+	l, err := s.store.ListBatches(ctx, sandbox.OwnerFrom(ctx), before, limit)
 	if err != nil {
 		return BatchList{}, err
 	}
 	for i := range l.Batches {
 		b := &l.Batches[i]
 		if !b.Settled {
-			counts, err := s.cfg.Store.BatchCounts(ctx, b.ID)
+			counts, err := s.store.BatchCounts(ctx, b.ID)
 			if err != nil {
 				return BatchList{}, err
 			}

@@ -136,9 +136,11 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, log: cfg.Log, now: cfg.Now, store: cfg.Store, sb: cfg.Sandboxes,
+	s := &Service{cfg: cfg, log: cfg.Log, now: cfg.Now, store: cfg.Store, sb: cfg.Sandboxes,
 		blobs: blobs, key: key, wakeCh: make(chan struct{}, 1), changed: make(chan struct{}),
-		active: map[string]context.CancelFunc{}, retryAt: map[string]retry{}, runDone: make(chan struct{})}, nil
+		active: map[string]context.CancelFunc{}, retryAt: map[string]retry{}, runDone: make(chan struct{})}
+	s.onSettled = s.batchRunSettled // batch.go: a batch's counts and settled state
+	return s, nil
 }
 
 // Run resumes every unsettled run and executes queued ones until ctx ends; Close waits for it.
