@@ -36,6 +36,8 @@ func run(args []string) int {
 		"network": cmdNetwork, "connections": cmdConnections, "secret-calls": cmdSecretCalls,
 		"expose": cmdExpose, "unexpose": cmdUnexpose,
 		"image": cmdImage, // images (issue 13, images.go)
+		// durable runs (issue 14, run.go)
+		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -54,6 +56,8 @@ const usage = `agentbox — disposable Linux computers for AI agents, on your ow
 Server:
   agentbox serve [--listen ADDR] [--state-dir DIR] [--allow-remote] ...
                                         run the control plane (REST API on 127.0.0.1:8765)
+                 [--run-workers N] [--checkout-dir DIR]... [--artifact-mb N] [--run-retention D]
+                                        durable runs: workers, file:// repos, blob store, history
   agentbox doctor                       what this host supports and how to fix what is missing
 
 MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
@@ -110,6 +114,18 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox image prune [--all]          remove what no live sandbox uses
   agentbox image import FILE.tar        a ` + "`docker save`" + ` or OCI-layout tarball (- for stdin)
   agentbox image push NAME REF          push a cached (e.g. committed) image to a registry
+  agentbox run [--repo URL] [--ref REF] [--setup ARGV] [--validate ARGV]... [--artifact GLOB]...
+               [--file LOCAL:PATH]... [--env K=V]... [--image I] [--allow-host H]... [--keep]
+               [--timeout SECONDS] [--detach] [--json] -- CMD ARGS...
+                                        a durable run: a fresh sandbox, checkout, setup, the
+                                        command, validations, changed files and artifacts; prints
+                                        its phases and summary (exit 0 succeeded, 1 failed, 2
+                                        errored/timed_out/canceled); --detach prints the run id
+  agentbox runs ls [--state S] [--batch ID] [--label K=V]   |  runs get|cancel|events RUN
+  agentbox runs logs [--phase P] [--stream stdout|stderr] RUN
+  agentbox runs artifact [-o FILE|-] RUN PATH
+  agentbox batch submit|matrix [--wait] FILE.json  |  batch get|cancel ID  |  batch ls
+  agentbox agent compare|test [--wait] FILE.json   run coding agents on a task (measurements only)
   agentbox version
 
 Internal:

@@ -39,6 +39,7 @@ func cmdMCP(args []string) int {
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once (in-process control plane only)")
 	registerEgressFlags(fs, &cfg) // network (issue 12; in-process control plane only)
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go; in-process control plane only)
+	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go; in-process control plane only)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -61,12 +62,12 @@ func cmdMCP(args []string) int {
 	ctx, cancel := signalContext()
 	defer cancel()
 
-	backend, where, closeFn, err := mcpBackend(ctx, cfg, explicitDir, log)
+	backend, runsBE, where, closeFn, err := mcpBackend(ctx, cfg, explicitDir, log)
 	if err != nil {
 		return fail(err)
 	}
 	defer closeFn()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log})
+	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE})
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
@@ -83,7 +84,7 @@ func cmdMCP(args []string) int {
 // mcpBackend finds the control plane: the running server of the state dir; without an explicit
 // --state-dir, also the server the CLI would use ($AGENTBOX_URL, else 127.0.0.1:8765 — e.g. one
 // run by root for this user); else an in-process control plane.
-func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *slog.Logger) (mcpserver.Backend, string, func(), error) {
+func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, string, func(), error) {
 	running := func() (*client.Backend, string, error) {
 		if info, err := config.ReadServerInfo(cfg.StateDir); err == nil && info.URL != "" {
 			if b, err := serverAt(ctx, cfg, info.URL); b != nil || err != nil {
@@ -97,12 +98,12 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		b, err := serverAt(ctx, cfg, url)
 		return b, url, err
 	}
-	use := func(b *client.Backend, url string) (mcpserver.Backend, string, func(), error) {
+	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, string, func(), error) {
 		log.Info("using the running server", "url", url)
-		return b, "agentbox serve at " + url, func() {}, nil
+		return b, b.Runs(), "agentbox serve at " + url, func() {}, nil
 	}
 	if b, url, err := running(); err != nil {
-		return nil, "", nil, err
+		return nil, nil, "", nil, err
 	} else if b != nil {
 		return use(b, url)
 	}
@@ -114,22 +115,30 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
 			if b, url, rerr := running(); rerr != nil {
-				return nil, "", nil, rerr
+				return nil, nil, "", nil, rerr
 			} else if b != nil {
 				return use(b, url)
 			}
 		}
-		return nil, "", nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
+		return nil, nil, "", nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
 			"To let several MCP clients share sandboxes, run `agentbox serve --state-dir %s` and they will all connect to it; or give this one its own --state-dir", err, cfg.StateDir, cfg.StateDir)
 	}
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, "", nil, err
 	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); cp.svc.Run(rctx) }() // the TTL reaper and orphan sweep
-	closeFn := func() { stop(); <-done; cp.Close() }
-	return cp.svc, "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
+	// Durable runs (issue 14): no HTTP server in process, so artifact URLs have no address to
+	// name (run_artifact returns small files inline).
+	if err := cp.startRuns(ctx, cfg, log, func() string { return "" }); err != nil {
+		stop()
+		<-done
+		cp.Close()
+		return nil, nil, "", nil, err
+	}
+	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
+	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
 }
 
 // serverAt returns a backend over the agentbox server at url if it answers /health (nil if

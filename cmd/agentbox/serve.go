@@ -38,6 +38,7 @@ func cmdServe(args []string) int {
 	fs.IntVar(&cfg.MaxJobsPerSandbox, "max-jobs-per-sandbox", cfg.MaxJobsPerSandbox, fmt.Sprintf("most running jobs in one sandbox (1–%d)", sandbox.DefaultMaxJobs))
 	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
+	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -87,13 +88,16 @@ func cmdServe(args []string) int {
 	if err := config.WriteServerInfo(cfg.StateDir, config.ServerInfo{URL: url, PID: os.Getpid()}); err != nil {
 		log.Warn("cannot publish server address", "err", err)
 	}
-	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log})
+	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs (issue 14)
+		return fail(err)
+	}
+	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend()})
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
 	defer mcpSrv.Close()
 	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
-		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc})
+		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close) // and long polls for events
@@ -103,6 +107,7 @@ func cmdServe(args []string) int {
 	// The control loop may be destroying a sandbox: it finishes before the store closes and the
 	// state-dir lock is released (cp.Close, deferred above).
 	defer func() { stopRun(); <-runDone }()
+	defer cp.stopRuns() // runs' workers stop first: they use the sandbox service
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agentbox serving", "url", url, "mcp", url+"/mcp", "state_dir", cfg.StateDir, "token_file", tokenSource(cfg))

@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/mcpserver"
+	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -26,9 +29,14 @@ type controlPlane struct {
 	images *image.Store // the image cache (issue 13)
 	lock   *statedir.Lock
 	prom   *api.Prometheus // the service's Observer, served at GET /metrics
+	// durable runs (issue 14, startRuns): nil until started, or when the store lacks runs.
+	runs     *runs.Service
+	runsStop func()
+	runsOnce sync.Once
 }
 
 func (cp *controlPlane) Close() {
+	cp.stopRuns()
 	cp.svc.Close()
 	if c, ok := any(cp.images).(io.Closer); ok {
 		c.Close()
@@ -212,4 +220,56 @@ func defaultDiskBudgetMB(ctx context.Context, dir string, rts []runtime.Runtime)
 		}
 	}
 	return max(free-min(total/10, 4096), 1024), nil
+}
+
+// startRuns builds the run service (issue 14) over the sandbox service and the store, under
+// <state>/runs, and starts its workers on ctx; baseURL is the server's address as clients reach
+// it (artifact URLs). A store without the runs part (before internal/store embeds runs.Store)
+// leaves runs off: the routes and tools answer UNSUPPORTED_OPERATION, and the log says why.
+func (cp *controlPlane) startRuns(ctx context.Context, cfg config.Config, log *slog.Logger, baseURL func() string) error {
+	rst, ok := any(cp.store).(runs.Store)
+	if !ok {
+		log.Warn("durable runs are off: this build's store does not implement runs.Store")
+		return nil
+	}
+	budget := int64(runs.DefaultArtifactBudgetBytes)
+	if cfg.ArtifactMB > 0 {
+		budget = cfg.ArtifactMB << 20
+	}
+	svc, err := runs.New(runs.Config{Sandboxes: cp.svc, Store: rst, Dir: filepath.Join(cfg.StateDir, "runs"), BaseURL: baseURL,
+		Workers: cfg.RunWorkers, CheckoutDirs: cfg.CheckoutDirs, ArtifactBudgetBytes: budget, Retention: cfg.RunRetention,
+		Log: log.With("component", "runs")})
+	if err != nil {
+		return fmt.Errorf("run service: %w", err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); svc.Run(rctx) }()
+	cp.runs = svc
+	cp.runsStop = func() {
+		stop()
+		<-done
+		if err := svc.Close(); err != nil {
+			log.Warn("run service close", "err", err)
+		}
+	}
+	return nil
+}
+
+// stopRuns stops the run workers (before the sandbox service and the store they use close);
+// safe to call more than once.
+func (cp *controlPlane) stopRuns() {
+	cp.runsOnce.Do(func() {
+		if cp.runsStop != nil {
+			cp.runsStop()
+		}
+	})
+}
+
+// runsBackend is the run service for the MCP server (nil interface when runs are off).
+func (cp *controlPlane) runsBackend() mcpserver.RunsBackend {
+	if cp.runs == nil {
+		return nil
+	}
+	return cp.runs
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -100,7 +101,23 @@ type Config struct {
 	RegistryAuth       []string
 	RegistryAuthFile   string
 	InsecureRegistries []string
+	// Durable runs (issue 14). RunWorkers bounds the runs this server executes at once (0:
+	// runs.DefaultWorkers; --run-workers); CheckoutDirs are the host directories a file://
+	// repo_url may name (--checkout-dir; none: file:// is refused); ArtifactMB bounds the run
+	// blob store of logs and artifacts (0: runs.DefaultArtifactBudgetBytes; --artifact-mb);
+	// RunRetention is how long settled runs, their logs and artifacts are kept
+	// (--run-retention).
+	RunWorkers   int
+	CheckoutDirs []string
+	ArtifactMB   int64
+	RunRetention time.Duration
 }
+
+// Bounds of the run settings.
+const (
+	MaxRunWorkers   = 1024
+	MinRunRetention = time.Hour
+)
 
 // DefaultJobRetention is how long finished jobs' records are kept by default.
 const DefaultJobRetention = 7 * 24 * time.Hour
@@ -109,7 +126,8 @@ const DefaultJobRetention = 7 * 24 * time.Hour
 func Default() Config {
 	c := Config{Version: Version, Listen: DefaultListen, DefaultRuntime: sandbox.DefaultRuntime,
 		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes, CgroupParent: "agentbox",
-		Overcommit: DefaultOvercommit, JobRetention: DefaultJobRetention, MaxJobsPerSandbox: sandbox.DefaultMaxJobs}
+		Overcommit: DefaultOvercommit, JobRetention: DefaultJobRetention, MaxJobsPerSandbox: sandbox.DefaultMaxJobs,
+		RunRetention: runs.DefaultRetention}
 	c.StateDir = DefaultStateDir()
 	c.TokenFile = DefaultTokenFile()
 	c.Token = os.Getenv("AGENTBOX_TOKEN")
@@ -194,6 +212,21 @@ func (c *Config) Validate() error {
 	}
 	if c.EgressUpstreamCA != "" && !filepath.IsAbs(c.EgressUpstreamCA) {
 		errs = append(errs, fmt.Sprintf("--egress-upstream-ca %q must be an absolute path", c.EgressUpstreamCA))
+	}
+	// durable runs (issue 14)
+	if c.RunWorkers < 0 || c.RunWorkers > MaxRunWorkers {
+		errs = append(errs, fmt.Sprintf("--run-workers %d must be between 1 and %d (0 = the default, %d)", c.RunWorkers, MaxRunWorkers, runs.DefaultWorkers))
+	}
+	for _, d := range c.CheckoutDirs {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Sprintf("--checkout-dir %q must be an absolute path", d))
+		}
+	}
+	if c.ArtifactMB < 0 || c.ArtifactMB > 1<<30 {
+		errs = append(errs, fmt.Sprintf("--artifact-mb %d must be between 1 and %d (0 = the default, %d)", c.ArtifactMB, int64(1<<30), int64(runs.DefaultArtifactBudgetBytes>>20)))
+	}
+	if c.RunRetention < MinRunRetention {
+		errs = append(errs, fmt.Sprintf("--run-retention %v must be at least %v (how long settled runs, their logs and artifacts are kept; default %v)", c.RunRetention, MinRunRetention, runs.DefaultRetention))
 	}
 	if len(errs) > 0 {
 		return errcode.New(errcode.InvalidArgument, "invalid configuration: %s", strings.Join(errs, "; "))

@@ -38,3 +38,33 @@ func TestJobSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestRunSettings: the run settings' defaults and bounds (issue 14).
+func TestRunSettings(t *testing.T) {
+	c := config.Default()
+	c.StateDir = "/var/lib/agentbox-test"
+	if c.RunRetention != 7*24*time.Hour || c.RunWorkers != 0 || c.ArtifactMB != 0 {
+		t.Fatalf("defaults: retention %v, workers %d, artifact MiB %d", c.RunRetention, c.RunWorkers, c.ArtifactMB)
+	}
+	c.RunWorkers, c.ArtifactMB, c.CheckoutDirs = 4, 512, []string{"/srv/repos"}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("valid settings refused: %v", err)
+	}
+	for _, tc := range []struct {
+		set  func(*config.Config)
+		want string
+	}{
+		{func(c *config.Config) { c.RunWorkers = -1 }, "--run-workers -1 must be between 1 and 1024"},
+		{func(c *config.Config) { c.RunWorkers = 1025 }, "--run-workers 1025 must be between 1 and 1024"},
+		{func(c *config.Config) { c.CheckoutDirs = []string{"repos"} }, `--checkout-dir "repos" must be an absolute path`},
+		{func(c *config.Config) { c.ArtifactMB = -5 }, "--artifact-mb -5 must be between 1 and"},
+		{func(c *config.Config) { c.RunRetention = time.Minute }, "--run-retention 1m0s must be at least 1h0m0s"},
+	} {
+		c := c
+		tc.set(&c)
+		err := c.Validate()
+		if e, ok := errcode.As(err); !ok || e.Code != errcode.InvalidArgument || !strings.Contains(e.Message, tc.want) {
+			t.Errorf("Validate = %v; want INVALID_ARGUMENT with %q", err, tc.want)
+		}
+	}
+}
