@@ -552,8 +552,8 @@ func (s *Store) CreateBatch(ctx context.Context, b runs.Batch, rs []runs.Run, ev
 	if len(evs) != len(rs) {
 		return fail(errcode.New(errcode.InvalidArgument, "batch %s: %d runs were given with %d first events; each run needs one", b.ID, len(rs), len(evs)))
 	}
-	if len(rs) > runs.MaxBatchRuns+runs.MaxMatrixCells {
-		return fail(errcode.New(errcode.InvalidArgument, "batch %s has %d runs, more than %d", b.ID, len(rs), runs.MaxBatchRuns+runs.MaxMatrixCells))
+	if most := max(runs.MaxBatchRuns, runs.MaxMatrixCells, 2*runs.MaxRepetitions); len(rs) > most {
+		return fail(errcode.New(errcode.InvalidArgument, "batch %s has %d runs, more than %d", b.ID, len(rs), most))
 	}
 	rs, evs = slices.Clone(rs), slices.Clone(evs)
 	for i := range rs {

@@ -864,6 +864,10 @@ func testBatchCreateAtomic(t *testing.T, s store.Store) {
 	if _, _, err := s.CreateBatch(ctx, b, rs, evs); !errcode.Is(err, errcode.InvalidArgument) {
 		t.Errorf("CreateBatch(a run of another batch) = %v, want INVALID_ARGUMENT", err)
 	}
+	big, rsBig, evsBig := newBatchWithRuns("alice", "", max(runs.MaxBatchRuns, runs.MaxMatrixCells)+1, utcBase())
+	if _, _, err := s.CreateBatch(ctx, big, rsBig, evsBig); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Errorf("CreateBatch(%d runs) = %v, want INVALID_ARGUMENT", len(rsBig), err)
+	}
 	if l, err := s.ListRuns(ctx, runs.Filter{}); err != nil || len(l.Runs) != 1 {
 		t.Errorf("runs after refused batches = %d, %v; want 1", len(l.Runs), err)
 	}
