@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/agentbox/agentbox/internal/errcode"
 )
 
 // blobStore keeps runs' logs and artifacts on the host:
@@ -88,15 +86,8 @@ func (w *blobWriter) abort() {
 // readLog reads up to max bytes of a phase's stream from off; total is the kept size.
 func (b *blobStore) readLog(runID, phase, stream string, off, max int64) ([]byte, int64, error) {
 	f, err := os.Open(b.logPath(runID, phase, stream))
-	if errors.Is(err, fs.ErrNotExist) {
-		// Never written (the phase had no job) or removed by retention: report nothing kept.
-		if _, serr := os.Stat(filepath.Join(b.root, runID)); serr != nil {
-			return nil, 0, errcode.New(errcode.LinkExpired, "the logs of run %s are no longer kept (retention or the artifact budget removed them)", runID)
-		}
-		return []byte{}, 0, nil
-	}
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, err // fs.ErrNotExist: never written or removed; the caller says which
 	}
 	defer f.Close()
 	st, err := f.Stat()

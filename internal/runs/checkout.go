@@ -169,10 +169,9 @@ func (x *exe) checkoutPhase(i int, repo, ref, secret, dir string) error {
 		if ph == "" {
 			return x.failPhase(i, "the sandbox has no secret "+secret)
 		}
-		// The egress proxy swaps the placeholder inside the Basic credentials for the value.
-		env["GIT_CONFIG_COUNT"] = "1"
-		env["GIT_CONFIG_KEY_0"] = "http.extraHeader"
-		env["GIT_CONFIG_VALUE_0"] = "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+ph))
+		for k, v := range basicAuthEnv(ph) {
+			env[k] = v
+		}
 	}
 	argv := []string{"sh", "-c", checkoutScript, "git-checkout", src, ref, dir, mode}
 	x.r.Phases[i].Argv = nil
@@ -214,7 +213,7 @@ func (x *exe) uploadBundle(p, phase string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	dst := "/tmp/.agentbox-run-" + phase + ".bundle"
+	dst := "/tmp/.agentbox-" + x.r.ID + "-" + phase + ".bundle"
 	if _, err := x.s.sb.WriteFile(ctx, x.r.SandboxID, dst, 0o600, f); err != nil {
 		return "", fmt.Errorf("uploading the bundle: %w", err)
 	}
@@ -241,4 +240,15 @@ func commitOf(p Phase) string {
 		return c
 	}
 	return ""
+}
+
+// basicAuthEnv is git's configuration (GIT_CONFIG_*, never argv) sending the secret's
+// placeholder as HTTP Basic credentials; the egress proxy swaps the placeholder inside them for
+// the value, which never exists in the sandbox.
+func basicAuthEnv(placeholder string) map[string]string {
+	return map[string]string{
+		"GIT_CONFIG_COUNT":   "1",
+		"GIT_CONFIG_KEY_0":   "http.extraHeader",
+		"GIT_CONFIG_VALUE_0": "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+placeholder)),
+	}
 }

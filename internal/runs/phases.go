@@ -24,8 +24,8 @@ const (
 	waitSlice = 5 * time.Second
 	// cancelGrace is how long a canceled or timed-out phase's job has before SIGKILL.
 	cancelGrace = 2 * time.Second
-	// stdinFile holds a command's stdin inside the sandbox.
-	stdinFile = "/tmp/.agentbox-run-stdin"
+	// stdinFile holds a command's stdin inside the sandbox (+ the run id).
+	stdinFile = "/tmp/.agentbox-stdin-"
 	// stdinScript feeds the file named by $0 to the command "$@" (user input only as arguments).
 	stdinScript = `exec "$@" < "$0"`
 	// opTimeout bounds one control-plane call the worker makes (a write, a mkdir).
@@ -308,12 +308,12 @@ func (x *exe) runPhase(i int) error {
 		argv := x.r.Spec.Command
 		if x.r.Spec.Stdin != "" {
 			wctx, cancel := context.WithTimeout(x.ctx, opTimeout)
-			_, err := x.s.sb.WriteFile(wctx, x.r.SandboxID, stdinFile, 0o600, strings.NewReader(x.r.Spec.Stdin))
+			_, err := x.s.sb.WriteFile(wctx, x.r.SandboxID, stdinFile+x.r.ID, 0o600, strings.NewReader(x.r.Spec.Stdin))
 			cancel()
 			if err != nil {
 				return x.failPhase(i, "writing the command's stdin: "+err.Error())
 			}
-			argv = append([]string{"sh", "-c", stdinScript, stdinFile}, argv...)
+			argv = append([]string{"sh", "-c", stdinScript, stdinFile + x.r.ID}, argv...)
 		}
 		return x.jobPhase(i, argv, x.r.Spec.Dir, nil, PhaseCommand)
 	case strings.HasPrefix(name, PhaseValidation):

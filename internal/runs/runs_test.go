@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -35,6 +36,11 @@ type env struct {
 
 func newEnv(t *testing.T, cfg runs.Config) *env {
 	t.Helper()
+	return newEnvSB(t, cfg, sandbox.Config{})
+}
+
+func newEnvSB(t *testing.T, cfg runs.Config, sbcfg sandbox.Config) *env {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "agentbox.db"))
 	if err != nil {
@@ -44,7 +50,7 @@ func newEnv(t *testing.T, cfg runs.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sbs, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
+	sbs, err := sandbox.NewService(st, []runtime.Runtime{rt}, sbcfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,9 +136,9 @@ func TestRunFromFiles(t *testing.T) {
 	e := newEnv(t, runs.Config{})
 	d := e.dir(t, "files")
 	r, err := e.svc.Start(sandbox.WithOwner(t.Context(), "alice"), runs.Spec{
-		Dir:   d,
-		Files: map[string]string{"in.txt": "hello\n", "sub/x.txt": "x"},
-		Setup: []string{"sh", "-c", "echo setup >> log.txt"},
+		Dir:     d,
+		Files:   map[string]string{"in.txt": "hello\n", "sub/x.txt": "x"},
+		Setup:   []string{"sh", "-c", "echo setup >> log.txt"},
 		Command: []string{"sh", "-c", "cat in.txt > out.txt; echo done; echo warn >&2"},
 		ValidationCommands: [][]string{
 			{"test", "-s", "out.txt"},
@@ -184,6 +190,15 @@ func TestRunFromFiles(t *testing.T) {
 	if sb.Owner != "run:"+r.ID || sb.Labels["agentbox.run"] != r.ID {
 		t.Errorf("sandbox owner %q labels %v", sb.Owner, sb.Labels)
 	}
+	if lg, err := e.svc.Logs(t.Context(), r.ID, runs.LogsRequest{Phase: runs.PhaseSandbox}); err != nil || len(lg.Data) != 0 || !lg.Complete {
+		t.Errorf("logs of the sandbox phase = %+v, %v", lg, err)
+	}
+	if _, err := e.svc.Logs(t.Context(), r.ID, runs.LogsRequest{Phase: "nope"}); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Errorf("logs of an unknown phase: %v", err)
+	}
+	if _, err := e.svc.Get(t.Context(), "run-000000000000"); !errcode.Is(err, errcode.RunNotFound) {
+		t.Errorf("Get of an unknown run: %v", err)
+	}
 	l, err := e.svc.List(t.Context(), runs.Filter{Owner: "alice"})
 	if err != nil || len(l.Runs) != 1 || l.Runs[0].ID != r.ID {
 		t.Errorf("List = %+v, %v", l, err)
@@ -207,6 +222,8 @@ func TestValidation(t *testing.T) {
 		{"spec.ref", runs.Spec{Command: []string{"true"}, RepoURL: "https://example.com/r.git", Ref: "--upload-pack=x"}},
 		{"spec.validation_commands[0]", runs.Spec{Command: []string{"true"}, ValidationCommands: [][]string{{}}}},
 		{"spec.artifacts[0]", runs.Spec{Command: []string{"true"}, Artifacts: []string{"/etc/passwd"}}},
+		{"spec.network", runs.Spec{Command: []string{"true"}, Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{"bad host!"}}}}},
+		{"spec.env", runs.Spec{Command: []string{"true"}, Env: map[string]string{"GIT_CONFIG_COUNT": "1"}}},
 		{"spec.repo_secret", runs.Spec{Command: []string{"true"}, RepoURL: "https://example.com/r.git", RepoSecret: "TOKEN"}},
 	}
 	for _, c := range cases {
@@ -335,11 +352,22 @@ func TestIdempotencyKey(t *testing.T) {
 
 func TestCancelRunning(t *testing.T) {
 	e := newEnv(t, runs.Config{})
-	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "cancel"), Command: []string{"sleep", "60"}, ValidationCommands: [][]string{{"true"}}})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "cancel"), Command: []string{"sh", "-c", "echo live; exec sleep 60"}, ValidationCommands: [][]string{{"true"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitPhase(t, e, r.ID, runs.PhaseCommand)
+	// The running phase's logs are the job's, live.
+	var lg runs.Logs
+	for i := 0; i < 100; i++ {
+		if lg, err = e.svc.Logs(t.Context(), r.ID, runs.LogsRequest{}); err != nil || len(lg.Data) > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || string(lg.Data) != "live\n" || lg.Complete {
+		t.Errorf("live logs = %+v, %v", lg, err)
+	}
 	c, err := e.svc.Cancel(t.Context(), r.ID)
 	if err != nil || !c.CancelRequested {
 		t.Fatalf("Cancel = %+v, %v", c, err)
@@ -534,4 +562,133 @@ func TestResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait(t, r2.ID)
+}
+
+// A phase cut before its job id was recorded is interrupted and the run errored (never re-run);
+// a sandbox phase cut mid-create is redone (the create is idempotent by the run's id).
+func TestResumeFromRecord(t *testing.T) {
+	e := newEnv(t, runs.Config{})
+	e.stopSvc()
+	ctx := t.Context()
+	mark := filepath.Join(t.TempDir(), "ran")
+	a, err := e.svc.Start(ctx, runs.Spec{Dir: e.dir(t, "cut"), Command: []string{"touch", mark}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.svc.Start(ctx, runs.Spec{Dir: e.dir(t, "cut2"), Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	// a: claimed, its sandbox phase done without a sandbox (as if none was needed), and its
+	// command recorded running with no job.
+	ra, ok, err := e.st.ClaimRun(ctx, a.ID, 0, now, runs.Event{RunID: a.ID, Time: now, From: runs.Queued, To: runs.Preparing, Reason: "test"})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	for i := range ra.Phases {
+		switch ra.Phases[i].Name {
+		case runs.PhaseSandbox:
+			ra.Phases[i].State = runs.PhaseSucceeded
+		case runs.PhaseCommand:
+			ra.Phases[i].State, ra.Phases[i].StartedAt = runs.PhaseRunning, &now
+		}
+	}
+	ra.State = runs.Running
+	ra.Version++
+	if err := e.st.UpdateRun(ctx, ra); err != nil {
+		t.Fatal(err)
+	}
+	// b: its sandbox phase running (the server stopped inside Create).
+	rb, ok, err := e.st.ClaimRun(ctx, b.ID, 0, now, runs.Event{RunID: b.ID, Time: now, From: runs.Queued, To: runs.Preparing, Reason: "test"})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	rb.Phases[0].State, rb.Phases[0].StartedAt = runs.PhaseRunning, &now
+	rb.Version++
+	if err := e.st.UpdateRun(ctx, rb); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	ra = e.wait(t, a.ID)
+	if p := phase(t, ra, runs.PhaseCommand); ra.State != runs.Errored || p.State != runs.PhaseInterrupted || !strings.Contains(ra.Reason, "interrupted") {
+		t.Errorf("cut run = %s (%s), command %+v", ra.State, ra.Reason, p)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Errorf("the interrupted command was run again")
+	}
+	if rb = e.wait(t, b.ID); rb.State != runs.Succeeded || rb.SandboxID == "" {
+		t.Errorf("run resumed in its sandbox phase = %s (%s)", rb.State, rb.Reason)
+	}
+}
+
+// The run's sandbox gone while a phase runs: the run is errored, never succeeded.
+func TestSandboxLost(t *testing.T) {
+	e := newEnv(t, runs.Config{})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "lost"), Command: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = waitPhase(t, e, r.ID, runs.PhaseCommand)
+	if _, err := e.sbs.Destroy(t.Context(), r.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if r.State != runs.Errored || r.Success {
+		t.Errorf("run whose sandbox went = %s (%s) %+v", r.State, r.Reason, phase(t, r, runs.PhaseCommand))
+	}
+}
+
+// A sandbox refused for capacity leaves the run queued (retried with backoff) until a place
+// frees up.
+func TestCapacityRetry(t *testing.T) {
+	e := newEnvSB(t, runs.Config{}, sandbox.Config{MaxSandboxes: 1})
+	a, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "capa"), Command: []string{"sleep", "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, e, a.ID, runs.PhaseCommand)
+	b, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "capb"), Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawRetry := false
+	for i := 0; i < 40 && !sawRetry; i++ {
+		evs, _ := e.svc.Events(t.Context(), b.ID, 0, 0)
+		for _, ev := range evs.Events {
+			sawRetry = sawRetry || (ev.To == runs.Queued && strings.Contains(ev.Reason, "no capacity"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !sawRetry {
+		t.Errorf("no capacity retry recorded for the second run")
+	}
+	if r := e.wait(t, a.ID); r.State != runs.Succeeded {
+		t.Errorf("first run %s (%s)", r.State, r.Reason)
+	}
+	if r := e.wait(t, b.ID); r.State != runs.Succeeded {
+		t.Errorf("second run %s (%s)", r.State, r.Reason)
+	}
+}
+
+// A run's blobs removed (retention, the budget): its artifact is LINK_EXPIRED.
+func TestArtifactGone(t *testing.T) {
+	e := newEnv(t, runs.Config{})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "gone"), Command: []string{"sh", "-c", "echo a > a.txt"}, Artifacts: []string{"a.txt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if len(r.Artifacts) != 1 {
+		t.Fatalf("artifacts %+v %q", r.Artifacts, r.ArtifactErrors)
+	}
+	if err := os.RemoveAll(filepath.Join(e.cfg.Dir, "blobs", r.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.svc.OpenArtifact(t.Context(), r.ID, "a.txt"); !errcode.Is(err, errcode.LinkExpired) {
+		t.Errorf("OpenArtifact of a removed blob: %v", err)
+	}
+	if _, err := e.svc.Logs(t.Context(), r.ID, runs.LogsRequest{}); !errcode.Is(err, errcode.LinkExpired) {
+		t.Errorf("Logs of removed blobs: %v", err)
+	}
 }

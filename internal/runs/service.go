@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -88,10 +90,10 @@ type Service struct {
 	// active are the runs executing in this server: cancel asks one to stop now.
 	active map[string]context.CancelFunc
 	// retryAt holds queued runs back after a capacity refusal; firstTry is when it began.
-	retryAt  map[string]retry
-	wg       sync.WaitGroup
-	started  bool
-	runDone  chan struct{}
+	retryAt map[string]retry
+	wg      sync.WaitGroup
+	started bool
+	runDone chan struct{}
 }
 
 type retry struct {
@@ -488,7 +490,12 @@ func (s *Service) Logs(ctx context.Context, id string, req LogsRequest) (Logs, e
 		}
 	}
 	data, total, err := s.blobs.readLog(r.ID, ph.Name, req.Stream, req.Offset, req.MaxBytes)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && ph.JobID == "":
+		data, total = []byte{}, 0 // the phase ran no command (sandbox, files, collect, cleanup)
+	case errors.Is(err, fs.ErrNotExist):
+		return Logs{}, errcode.New(errcode.LinkExpired, "the %s of phase %s of run %s are not kept (retention or the artifact budget removed them, or they could not be copied)", req.Stream, ph.Name, id)
+	case err != nil:
 		return Logs{}, err
 	}
 	out.Data, out.TotalBytes = data, total

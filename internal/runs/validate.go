@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -291,6 +292,11 @@ func (s *Service) validate(spec Spec) (Spec, error) {
 	for k := range spec.Secrets {
 		if !envNamePattern.MatchString(k) || len(k) > maxKeyLen {
 			return spec, invalid("secrets", "%q is not a variable name", trunc(k, 64))
+		}
+	}
+	if spec.Network != nil && spec.Network.Policy != nil {
+		if _, err := egress.ParsePolicy(*spec.Network.Policy); err != nil {
+			return spec, invalid("network", "%v", err)
 		}
 	}
 	if spec.CPU < 0 || spec.MemoryMB < 0 || spec.DiskMB < 0 {
