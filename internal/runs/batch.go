@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -38,6 +39,16 @@ type batchItem struct {
 	fail *SubmissionFailure
 }
 
+var batchIDPattern = regexp.MustCompile(`^batch-[0-9a-f]{12}$`)
+
+// checkBatchID refuses what newBatchID could not have made.
+func checkBatchID(id string) error {
+	if !batchIDPattern.MatchString(id) {
+		return errcode.New(errcode.InvalidArgument, "batch_id %q is not a batch id (batch- and 12 hex digits)", trunc(id, 64)).With("field", "batch_id")
+	}
+	return nil
+}
+
 // newBatchID returns "batch-" and 12 lowercase hex digits.
 func newBatchID() string {
 	var b [6]byte
@@ -53,7 +64,7 @@ func checkBatchArgs(maxParallel int, idemKey string, labels map[string]string) (
 		maxParallel = DefaultMaxParallel
 	}
 	if maxParallel < 1 || maxParallel > MaxMaxParallel {
-		return 0, errcode.New(errcode.InvalidArgument, "max_parallel is %d; it must be 1..%d (default %d)", maxParallel, MaxMaxParallel, DefaultMaxParallel)
+		return 0, errcode.New(errcode.InvalidArgument, "max_parallel is %d; it must be 1..%d (default %d)", maxParallel, MaxMaxParallel, DefaultMaxParallel).With("field", "max_parallel")
 	}
 	if len(idemKey) > MaxIdempotencyKey {
 		return 0, errcode.New(errcode.InvalidArgument, "idempotency_key is %d bytes, at most %d", len(idemKey), MaxIdempotencyKey)
@@ -109,10 +120,10 @@ func (s *Service) StartBatch(ctx context.Context, req BatchRequest) (Batch, erro
 		return Batch{}, err
 	}
 	if len(req.Runs) == 0 {
-		return Batch{}, errcode.New(errcode.InvalidArgument, "runs: give 1..%d run specs", MaxBatchRuns)
+		return Batch{}, errcode.New(errcode.InvalidArgument, "runs: give 1..%d run specs", MaxBatchRuns).With("field", "runs")
 	}
 	if len(req.Runs) > MaxBatchRuns {
-		return Batch{}, errcode.New(errcode.InvalidArgument, "runs: %d specs, at most %d", len(req.Runs), MaxBatchRuns)
+		return Batch{}, errcode.New(errcode.InvalidArgument, "runs: %d specs, at most %d", len(req.Runs), MaxBatchRuns).With("field", "runs")
 	}
 	items := make([]batchItem, len(req.Runs))
 	for i, raw := range req.Runs {
@@ -177,6 +188,9 @@ func (s *Service) createBatch(ctx context.Context, b Batch, items []batchItem) (
 // GetBatch returns a batch with its runs' current states (and its comparison or matrix
 // table filled).
 func (s *Service) GetBatch(ctx context.Context, id string) (Batch, error) {
+	if err := checkBatchID(id); err != nil {
+		return Batch{}, err
+	}
 	b, err := s.store.GetBatch(ctx, id)
 	if err != nil {
 		return Batch{}, err
@@ -311,31 +325,57 @@ func (s *Service) markSettled(ctx context.Context, id string) {
 }
 
 // WaitBatch returns the batch once settled, or as it is when timeout (0..MaxWait) passes or
-// ctx ends.
+// ctx ends. While it waits it reads only the batch's record and counts (woken by every run
+// change in this server, and every second); the full batch is read once at the end.
 func (s *Service) WaitBatch(ctx context.Context, id string, timeout time.Duration) (Batch, error) {
+	if err := checkBatchID(id); err != nil {
+		return Batch{}, err
+	}
 	if timeout < 0 || timeout > MaxWait {
-		return Batch{}, errcode.New(errcode.InvalidArgument, "wait is %v; it must be 0..%v", timeout, MaxWait)
+		return Batch{}, errcode.New(errcode.InvalidArgument, "wait must be between 0 and %s; got %s", MaxWait, timeout).With("field", "wait_seconds")
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	step := 20 * time.Millisecond
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
-		b, err := s.GetBatch(ctx, id)
-		if err != nil || b.Settled {
-			return b, err
+		ch := s.changedCh()
+		done, err := s.batchDone(ctx, id)
+		if err != nil {
+			return Batch{}, err
 		}
-		t := time.NewTimer(step)
+		if done || timeout == 0 {
+			return s.GetBatch(ctx, id)
+		}
 		select {
-		case <-ctx.Done():
-			t.Stop()
-			return b, nil
+		case <-ch:
+		case <-tick.C:
 		case <-deadline.C:
-			t.Stop()
+			return s.GetBatch(ctx, id)
+		case <-ctx.Done():
 			return s.GetBatch(context.WithoutCancel(ctx), id)
-		case <-t.C:
 		}
-		step = min(step*2, 500*time.Millisecond)
 	}
+}
+
+// batchDone reports whether every run of the batch settled (from its record and counts).
+func (s *Service) batchDone(ctx context.Context, id string) (bool, error) {
+	b, err := s.store.GetBatch(ctx, id)
+	if err != nil || b.Settled {
+		return b.Settled, err
+	}
+	counts, err := s.store.BatchCounts(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	n, settled := 0, 0
+	for st, c := range counts {
+		n += c
+		if st.Settled() {
+			settled += c
+		}
+	}
+	return n >= len(b.Runs) && settled == n, nil
 }
 
 // ListBatches pages the caller's batches, newest first: summaries (kind, counts, settled,
@@ -345,7 +385,7 @@ func (s *Service) ListBatches(ctx context.Context, before string, limit int) (Ba
 		limit = DefaultList
 	}
 	if limit < 1 || limit > MaxList {
-		return BatchList{}, errcode.New(errcode.InvalidArgument, "limit is %d; it must be 1..%d", limit, MaxList)
+		return BatchList{}, errcode.New(errcode.InvalidArgument, "limit is %d; it must be 1..%d", limit, MaxList).With("field", "limit")
 	}
 	l, err := s.store.ListBatches(ctx, sandbox.OwnerFrom(ctx), before, limit)
 	if err != nil {

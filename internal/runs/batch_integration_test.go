@@ -252,6 +252,9 @@ func TestBatchRefusals(t *testing.T) {
 	if _, err := e.svc.GetBatch(t.Context(), "batch-000000000000"); !errcode.Is(err, errcode.RunNotFound) {
 		t.Fatalf("unknown batch: %v", err)
 	}
+	if _, err := e.svc.GetBatch(t.Context(), "../x"); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Fatalf("unknown batch: %v", err)
+	}
 }
 
 // TestMatrix2x2: a 2×2 matrix runs its four cells and reports them as a table by axis values.
@@ -451,4 +454,94 @@ func TestAgentCompare(t *testing.T) {
 	if strings.Contains(strings.ToLower(string(raw)), "winner") {
 		t.Fatal("the comparison names a winner")
 	}
+
+	// agent_test: one side, an agent_command override (the task on stdin and in OMP_TASK and
+	// AGENT_TASK, not in argv), the build skipped with ["true"] (still recorded), the sandbox kept.
+	override := []string{"sh", "-c", `printf '%s|%s|' "$OMP_TASK" "$AGENT_TASK"; cat`}
+	tb, err := e.svc.AgentTest(t.Context(), runs.CompareRequest{
+		Candidate: runs.AgentSide{RepoURL: "file://" + agent, Ref: "good"}, Preset: runs.PresetOMP,
+		TargetRepoURL: "file://" + target, Task: task, AgentCommand: override, BuildCommand: []string{"true"},
+		KeepSandbox: true, KeepTTLSeconds: 600, TimeoutSeconds: 300,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb = waitBatch(t, e, tb.ID)
+	if tb.Kind != runs.KindAgentTest || len(tb.Compare.Sides) != 1 || !slices.Equal(tb.Compare.Invocation, override) {
+		t.Fatalf("agent_test %+v", tb.Compare)
+	}
+	rep := tb.Compare.Sides[0].Repetitions[0]
+	if rep.State != runs.Succeeded || rep.Build == nil || *rep.Build.ExitCode != 0 || rep.Summary != task+"|"+task+"|"+task || rep.AgentCommit != goodCommit {
+		t.Fatalf("agent_test rep %+v (build %+v)", rep, rep.Build)
+	}
+	r, err := e.svc.Get(t.Context(), rep.RunID)
+	if err != nil || !r.SandboxKept || rep.SandboxID == "" || slices.Contains(r.Phases[slices.IndexFunc(r.Phases, func(p runs.Phase) bool { return p.Name == runs.PhaseCommand })].Argv, task) {
+		t.Fatalf("kept run %+v %v", r, err)
+	}
+	if sb, err := e.sb.Get(t.Context(), rep.SandboxID); err != nil || sb.State != sandbox.StateRunning {
+		t.Fatalf("kept sandbox %s: %+v %v", rep.SandboxID, sb.State, err)
+	}
+	if _, err := e.sb.Destroy(t.Context(), rep.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCancelBatch: canceling a batch cancels its running and queued runs; it settles canceled.
+func TestCancelBatch(t *testing.T) {
+	e := newFakeRunEnv(t)
+	spec := mustJSON(t, runs.Spec{Command: []string{"sleep", "30"}, Dir: t.TempDir()})
+	b, err := e.svc.StartBatch(t.Context(), runs.BatchRequest{Runs: []json.RawMessage{spec, spec, spec}, MaxParallel: 1,
+		Labels: map[string]string{"suite": "cancel"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the first run to hold its slot (running its command).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		g, err := e.svc.GetBatch(t.Context(), b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Counts[runs.Running] == 1 {
+			if g.Counts[runs.Queued] != 2 {
+				t.Fatalf("max_parallel 1: %v", g.Counts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no run started: %v", g.Counts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	if _, err := e.svc.CancelBatch(t.Context(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	b = waitBatch(t, e, b.ID)
+	if b.Counts[runs.Canceled] != 3 || time.Since(start) > 20*time.Second || b.Labels["suite"] != "cancel" {
+		t.Fatalf("after cancel: %v in %v, labels %v", b.Counts, time.Since(start), b.Labels)
+	}
+	if _, err := e.svc.WaitBatch(t.Context(), b.ID, 2*runs.MaxWait); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Fatalf("wait past the bound: %v", err)
+	}
+}
+
+// TestBatchIdempotent: a batch resubmitted with its idempotency key is the same batch, with no
+// second set of runs.
+func TestBatchIdempotent(t *testing.T) {
+	e := newFakeRunEnv(t)
+	req := runs.BatchRequest{Runs: []json.RawMessage{mustJSON(t, runs.Spec{Command: []string{"true"}, Dir: t.TempDir()})}, IdempotencyKey: "k1"}
+	a, err := e.svc.StartBatch(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.svc.StartBatch(t.Context(), req)
+	if err != nil || b.ID != a.ID || len(b.Runs) != 1 || b.Runs[0].RunID != a.Runs[0].RunID {
+		t.Fatalf("resubmitted: %+v %v (first %s)", b, err, a.ID)
+	}
+	rl, err := e.st.ListRuns(t.Context(), runs.Filter{Limit: 10})
+	if err != nil || len(rl.Runs) != 1 {
+		t.Fatalf("%d runs recorded, want 1 (%v)", len(rl.Runs), err)
+	}
+	waitBatch(t, e, a.ID)
 }
