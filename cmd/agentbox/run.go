@@ -110,7 +110,19 @@ type runArgs struct {
 
 const runUsage = "agentbox run [--repo URL [--ref REF] [--repo-secret NAME]] [--dir DIR] [--setup ARGV] [--validate ARGV]... [--artifact GLOB]... [--file LOCAL:PATH]... [--env K=V]... [--secret NAME=env:VAR@host]... [--image I] [--runtime R] [--cpu N] [--memory-mb N] [--disk-mb N] [--allow-host H]... [--keep [--keep-ttl SECONDS]] [--timeout SECONDS] [--label K=V]... [--idempotency-key K] [--detach] [--json] -- CMD ARGS..."
 
-// newRunCmd is `agentbox run`'s flag set; parse turns the positional arguments into runArgs.
+// splitCommand splits `agentbox run`'s arguments at the first "--": the flags before it, the
+// command after (the flag package would swallow a "--" that directly follows flags).
+func splitCommand(args []string) (flags, command []string) {
+	for i, a := range args {
+		if a == "--" {
+			return args[:i], append([]string{"--"}, args[i+1:]...)
+		}
+	}
+	return args, nil
+}
+
+// newRunCmd is `agentbox run`'s flag set; parse turns the positional arguments (then "--" and
+// the command) into runArgs.
 func newRunCmd() (*clientCmd, func(pos []string) (runArgs, error)) {
 	c := newClientCmd("run", runUsage)
 	var ra runArgs
@@ -185,8 +197,9 @@ func newRunCmd() (*clientCmd, func(pos []string) (runArgs, error)) {
 // cmdRun is `agentbox run`: start a run, follow its phases on stderr, print its summary.
 func cmdRun(args []string) int {
 	c, parse := newRunCmd()
-	return c.run(args, func(int) bool { return true }, func(ctx context.Context, cl *client.Client, pos []string) int {
-		ra, err := parse(pos)
+	flags, command := splitCommand(args)
+	return c.run(flags, func(int) bool { return true }, func(ctx context.Context, cl *client.Client, pos []string) int {
+		ra, err := parse(append(pos, command...))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agentbox run: %v\nusage: %s\n", err, runUsage)
 			return 2

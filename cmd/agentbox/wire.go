@@ -29,7 +29,7 @@ type controlPlane struct {
 	images *image.Store // the image cache (issue 13)
 	lock   *statedir.Lock
 	prom   *api.Prometheus // the service's Observer, served at GET /metrics
-	// durable runs (issue 14, startRuns): nil until started, or when the store lacks runs.
+	// durable runs (issue 14, startRuns): nil until started.
 	runs     *runs.Service
 	runsStop func()
 	runsOnce sync.Once
@@ -224,19 +224,13 @@ func defaultDiskBudgetMB(ctx context.Context, dir string, rts []runtime.Runtime)
 
 // startRuns builds the run service (issue 14) over the sandbox service and the store, under
 // <state>/runs, and starts its workers on ctx; baseURL is the server's address as clients reach
-// it (artifact URLs). A store without the runs part (before internal/store embeds runs.Store)
-// leaves runs off: the routes and tools answer UNSUPPORTED_OPERATION, and the log says why.
+// it (artifact URLs).
 func (cp *controlPlane) startRuns(ctx context.Context, cfg config.Config, log *slog.Logger, baseURL func() string) error {
-	rst, ok := any(cp.store).(runs.Store)
-	if !ok {
-		log.Warn("durable runs are off: this build's store does not implement runs.Store")
-		return nil
-	}
 	budget := int64(runs.DefaultArtifactBudgetBytes)
 	if cfg.ArtifactMB > 0 {
 		budget = cfg.ArtifactMB << 20
 	}
-	svc, err := runs.New(runs.Config{Sandboxes: cp.svc, Store: rst, Dir: filepath.Join(cfg.StateDir, "runs"), BaseURL: baseURL,
+	svc, err := runs.New(runs.Config{Sandboxes: cp.svc, Store: cp.store, Dir: filepath.Join(cfg.StateDir, "runs"), BaseURL: baseURL,
 		Workers: cfg.RunWorkers, CheckoutDirs: cfg.CheckoutDirs, ArtifactBudgetBytes: budget, Retention: cfg.RunRetention,
 		Log: log.With("component", "runs")})
 	if err != nil {

@@ -314,7 +314,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		case errors.Is(err, io.EOF):
 			return errcode.New(errcode.InvalidArgument, "request body is empty; send a JSON object")
 		case errors.As(err, &ute):
-			return errcode.New(errcode.InvalidArgument, "field %q must be %s, not a JSON %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
+			return errcode.New(errcode.InvalidArgument, "field %q must be %s, not a JSON %s", jsonField(ute.Field), jsonKind(ute.Type.Kind().String()), ute.Value)
 		case errors.As(err, &se):
 			return errcode.New(errcode.InvalidArgument, "request body is not valid JSON (at byte %d): %v", se.Offset, err)
 		case isTyped(err):
@@ -329,6 +329,16 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return errcode.New(errcode.InvalidArgument, "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// jsonField drops the Go names of embedded structs from a decoder's field path
+// ("Spec.command" → "command"): JSON names in this API are lower case.
+func jsonField(f string) string {
+	parts := strings.Split(f, ".")
+	for len(parts) > 1 && parts[0] != "" && parts[0][0] >= 'A' && parts[0][0] <= 'Z' {
+		parts = parts[1:]
+	}
+	return strings.Join(parts, ".")
 }
 
 func isTyped(err error) bool {
