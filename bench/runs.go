@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -161,6 +162,7 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 		log.Fatalf("warm-up run: %v %s %s\n%s", err, r.State, r.Reason, tailBytes(b, 8<<10))
 	}
 	var byRun, byHand []float64
+	phases := map[string][]float64{} // where a run's time goes, from its record
 	for i := 0; i < *f.overhead; i++ {
 		t0 := time.Now()
 		r, err := c.WaitRun(ctx, runs.Spec{Command: []string{"true"}}, 5*time.Minute)
@@ -168,6 +170,17 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 			log.Fatalf("run: %v %s %s", err, r.State, r.Reason)
 		}
 		byRun = append(byRun, ms(time.Since(t0)))
+		if r.StartedAt != nil {
+			phases["queued (created → claimed)"] = append(phases["queued (created → claimed)"], ms(r.StartedAt.Sub(r.CreatedAt)))
+		}
+		if r.FinishedAt != nil {
+			phases["settled → reply"] = append(phases["settled → reply"], ms(time.Since(*r.FinishedAt)))
+		}
+		for _, p := range r.Phases {
+			if p.DurationMs != nil {
+				phases["phase "+p.Name] = append(phases["phase "+p.Name], float64(*p.DurationMs))
+			}
+		}
 
 		t0 = time.Now()
 		sb, err := c.Create(ctx, sandbox.CreateRequest{})
@@ -187,6 +200,14 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 	res.OverheadP50Ms, res.OverheadP99Ms = run.P50-hand.P50, run.P99-hand.P99
 	run.Floor = fmt.Sprintf("by hand p50 %.1f ms: overhead p50 %+.1f ms (target ≤ 50)", hand.P50, res.OverheadP50Ms)
 	res.Stats = append(res.Stats, run, hand)
+	names := make([]string, 0, len(phases))
+	for n := range phases {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		res.Stats = append(res.Stats, summarize("run of `true`: "+n, "ms", phases[n]))
+	}
 
 	// a batch of trivial runs
 	if *f.batch > 0 {
