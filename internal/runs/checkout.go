@@ -175,9 +175,7 @@ func (x *exe) checkoutPhase(i int, repo, ref, secret, dir string) error {
 	}
 	argv := []string{"sh", "-c", checkoutScript, "git-checkout", src, ref, dir, mode}
 	x.r.Phases[i].Argv = nil
-	// The script makes dir and cds into it: the job starts in "/" (dir, the agent's above all,
-	// may not exist yet, and a job's cwd must).
-	return x.jobPhaseStarted(i, argv, shown, "/", env, PhaseCheckout)
+	return x.jobPhaseStarted(i, argv, shown, dir, env, PhaseCheckout)
 }
 
 // uploadBundle bundles a file:// repository on the host (under CheckoutDirs, checked again
