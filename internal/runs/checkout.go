@@ -175,7 +175,7 @@ func (x *exe) checkoutPhase(i int, repo, ref, secret, dir string) error {
 	}
 	argv := []string{"sh", "-c", checkoutScript, "git-checkout", src, ref, dir, mode}
 	x.r.Phases[i].Argv = nil
-	return x.jobPhaseStarted(i, argv, shown, dir, env, PhaseCheckout)
+	return x.jobPhaseStarted(i, argv, shown, "/", env, PhaseCheckout) // the script makes dir
 }
 
 // uploadBundle bundles a file:// repository on the host (under CheckoutDirs, checked again

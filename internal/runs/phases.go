@@ -247,7 +247,8 @@ func (x *exe) outcome() (State, string) {
 			if p.Name == PhaseCollect || p.Name == PhaseCleanup {
 				continue
 			}
-			if p.ExitCode == nil && p.Error != "" && p.Name != PhaseCheckout && p.Name != PhaseAgentCheckout {
+			// A phase whose command never started (no job) failed on agentbox's side.
+			if p.ExitCode == nil && p.JobID == "" && p.Signal == "" && p.Name != PhaseCheckout && p.Name != PhaseAgentCheckout {
 				return Errored, fmt.Sprintf("phase %s could not be run: %s", p.Name, p.Error)
 			}
 			failed = append(failed, p.Name+describeExit(p))
@@ -390,8 +391,9 @@ func (x *exe) createSandbox(i int) error {
 	if remaining < time.Minute {
 		remaining = time.Minute
 	}
+	ttl := min(remaining+ttlSlack, sandbox.DefaultMaxTTL) // the server's default bound of a TTL
 	req := sandbox.CreateRequest{Image: sp.Image, Runtime: sp.Runtime, CPU: sp.CPU, MemoryMB: sp.MemoryMB,
-		DiskMB: sp.DiskMB, TTLSeconds: int64((remaining + ttlSlack) / time.Second), Env: sp.Env, Labels: labels,
+		DiskMB: sp.DiskMB, TTLSeconds: int64(ttl / time.Second), Env: sp.Env, Labels: labels,
 		Requirements: sp.Requirements, IdempotencyKey: x.r.ID, Secrets: x.createSecrets(), Network: x.createNetwork()}
 	cctx, cancel := context.WithTimeout(x.owned(x.ctx), 10*time.Minute)
 	sb, err := x.s.sb.Create(cctx, req)
@@ -412,7 +414,11 @@ func (x *exe) createSandbox(i int) error {
 	}
 	// Dir exists before any phase runs in it.
 	ectx, cancel := context.WithTimeout(x.ctx, opTimeout)
-	res, err := x.s.sb.Exec(ectx, sb.ID, sandbox.ExecRequest{Argv: []string{"mkdir", "-p", "--", sp.Dir}, Timeout: time.Minute, MaxOutputBytes: 4096}, nil)
+	mk := []string{"mkdir", "-p", "--", sp.Dir}
+	if sp.Agent != nil {
+		mk = append(mk, sp.Agent.Dir)
+	}
+	res, err := x.s.sb.Exec(ectx, sb.ID, sandbox.ExecRequest{Argv: mk, Timeout: time.Minute, MaxOutputBytes: 4096}, nil)
 	cancel()
 	if err != nil {
 		return x.failPhase(i, "making dir: "+err.Error())
@@ -420,9 +426,7 @@ func (x *exe) createSandbox(i int) error {
 	if res.ExitCode != 0 {
 		return x.failPhase(i, fmt.Sprintf("making dir %s: mkdir exited %d: %s", sp.Dir, res.ExitCode, trunc(res.Stderr, 512)))
 	}
-	zero := 0
-	x.endPhase(i, PhaseSucceeded, &zero, "")
-	x.r.Phases[i].ExitCode = nil
+	x.endPhase(i, PhaseSucceeded, nil, "")
 	return x.donePhase(i)
 }
 
@@ -478,9 +482,7 @@ func (x *exe) filesPhase(i int) error {
 			return x.failPhase(i, fmt.Sprintf("writing %s: %v", p, err))
 		}
 	}
-	zero := 0
-	x.endPhase(i, PhaseSucceeded, &zero, "")
-	x.r.Phases[i].ExitCode = nil
+	x.endPhase(i, PhaseSucceeded, nil, "")
 	return x.donePhase(i)
 }
 

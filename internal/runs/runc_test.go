@@ -130,3 +130,83 @@ func TestRunOnRunc(t *testing.T) {
 		t.Errorf("leaked: %v", leaks)
 	}
 }
+
+// A restarted server (a new sandbox service adopting the runc sandbox, a new run service) waits
+// for the same job in the same sandbox and records its real exit code.
+func TestResumeOnRunc(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := testenv.ShortTempDir(t, "abres")
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	root := filepath.Join(dir, "rt")
+	newSandboxes := func() *sandbox.Service {
+		rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.Binary(t),
+			CgroupParent: "abt-" + filepath.Base(dir), Subreaper: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sbs, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sbs.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return sbs
+	}
+	newRuns := func(sbs *sandbox.Service) (*runs.Service, func()) {
+		svc, err := runs.New(runs.Config{Sandboxes: sbs, Store: st, Dir: filepath.Join(dir, "runs")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		go svc.Run(rctx)
+		return svc, func() { stop(); svc.Close() }
+	}
+	sbs := newSandboxes()
+	svc, stop := newRuns(sbs)
+	r, err := svc.Start(ctx, runs.Spec{Command: []string{"sh", "-c", "sleep 4; echo survived; exit 5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job string
+	for i := 0; i < 600 && job == ""; i++ {
+		cur, _ := svc.Get(ctx, r.ID)
+		for _, p := range cur.Phases {
+			if p.Name == runs.PhaseCommand && p.JobID != "" {
+				job = p.JobID
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if job == "" {
+		t.Fatal("the command never started")
+	}
+	stop()
+	sbs.Close()
+	if mid, err := st.GetRun(ctx, r.ID); err != nil || mid.State != runs.Running {
+		t.Fatalf("record after the stop: %s, %v; want running (the restart must come mid-command)", mid.State, err)
+	}
+	sbs = newSandboxes()
+	defer sbs.Close()
+	svc, stop = newRuns(sbs)
+	defer stop()
+	r, err = svc.Wait(ctx, r.ID, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := phase(t, r, runs.PhaseCommand)
+	if r.State != runs.Failed || p.JobID != job || exitOf(p) != 5 || p.Stdout != "survived\n" {
+		t.Fatalf("resumed run = %s (%s), command %+v; want failed with job %s exit 5", r.State, r.Reason, p, job)
+	}
+	if sb, err := sbs.Get(ctx, r.SandboxID); err != nil || sb.State != sandbox.StateDestroyed {
+		t.Errorf("sandbox after the run: %s, %v", sb.State, err)
+	}
+	if leaks := testenv.LeaksAfter(5*time.Second, r.SandboxID); len(leaks) > 0 {
+		t.Errorf("leaked: %v", leaks)
+	}
+}

@@ -223,7 +223,7 @@ func TestValidation(t *testing.T) {
 		{"spec.validation_commands[0]", runs.Spec{Command: []string{"true"}, ValidationCommands: [][]string{{}}}},
 		{"spec.artifacts[0]", runs.Spec{Command: []string{"true"}, Artifacts: []string{"/etc/passwd"}}},
 		{"spec.network", runs.Spec{Command: []string{"true"}, Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{"bad host!"}}}}},
-		{"spec.env", runs.Spec{Command: []string{"true"}, Env: map[string]string{"GIT_CONFIG_COUNT": "1"}}},
+		{"spec.env", runs.Spec{Command: []string{"true"}, Env: map[string]string{"1BAD": "1"}}},
 		{"spec.repo_secret", runs.Spec{Command: []string{"true"}, RepoURL: "https://example.com/r.git", RepoSecret: "TOKEN"}},
 	}
 	for _, c := range cases {
@@ -539,7 +539,7 @@ func TestFileCheckout(t *testing.T) {
 func TestResume(t *testing.T) {
 	e := newEnv(t, runs.Config{})
 	d := e.dir(t, "resume")
-	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: d, Command: []string{"sh", "-c", "sleep 3; echo finished; exit 7"}})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: d, Command: []string{"sh", "-c", "sleep 5; echo finished; exit 7"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -690,5 +690,151 @@ func TestArtifactGone(t *testing.T) {
 	}
 	if _, err := e.svc.Logs(t.Context(), r.ID, runs.LogsRequest{}); !errcode.Is(err, errcode.LinkExpired) {
 		t.Errorf("Logs of removed blobs: %v", err)
+	}
+}
+
+// Over the blob budget the oldest settled runs' blobs go first (their artifacts LINK_EXPIRED).
+func TestBlobBudget(t *testing.T) {
+	e := newEnv(t, runs.Config{ArtifactBudgetBytes: 30000})
+	spec := runs.Spec{Command: []string{"sh", "-c", "head -c 20000 /dev/zero > a.bin"}, Artifacts: []string{"a.bin"}}
+	spec.Dir = e.dir(t, "budget1")
+	a, err := e.svc.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, a.ID)
+	if _, _, err := e.svc.OpenArtifact(t.Context(), a.ID, "a.bin"); err != nil {
+		t.Fatalf("first run's artifact within the budget: %v", err)
+	}
+	spec.Dir = e.dir(t, "budget2")
+	b, err := e.svc.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, b.ID)
+	var gerr error
+	for i := 0; i < 50; i++ { // the trim follows the settle
+		if _, _, gerr = e.svc.OpenArtifact(t.Context(), a.ID, "a.bin"); errcode.Is(gerr, errcode.LinkExpired) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !errcode.Is(gerr, errcode.LinkExpired) {
+		t.Errorf("oldest run's artifact over the budget: %v", gerr)
+	}
+	rc, _, err := e.svc.OpenArtifact(t.Context(), b.ID, "a.bin")
+	if err != nil {
+		t.Fatalf("newest run's artifact: %v", err)
+	}
+	rc.Close()
+}
+
+// Settled runs past Retention go with their blobs (at start, then hourly); a run's whole
+// timeout of 24 h still gets a sandbox (its TTL capped at the server's maximum).
+func TestRetentionPrune(t *testing.T) {
+	e := newEnv(t, runs.Config{Retention: 50 * time.Millisecond})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "prune"), Command: []string{"echo", "hi"}, TimeoutSeconds: 24 * 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r = e.wait(t, r.ID); r.State != runs.Succeeded {
+		t.Fatalf("run %s (%s)", r.State, r.Reason)
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.Dir, "blobs", r.ID)); err != nil {
+		t.Fatalf("blobs before the prune: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	e.stopSvc()
+	e.start(t) // prunes at start
+	var gerr error
+	for i := 0; i < 50; i++ {
+		if _, gerr = e.svc.Get(t.Context(), r.ID); errcode.Is(gerr, errcode.RunNotFound) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !errcode.Is(gerr, errcode.RunNotFound) {
+		t.Fatalf("run past retention: %v", gerr)
+	}
+	// The record goes first, then its blobs.
+	var serr error
+	for i := 0; i < 50; i++ {
+		if _, serr = os.Stat(filepath.Join(e.cfg.Dir, "blobs", r.ID)); serr != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if serr == nil {
+		t.Errorf("its blobs are still there")
+	}
+}
+
+// Spec.Agent: the agent's repository checked out beside the target and built in its dir; the
+// task gets stdin.
+func TestAgentCheckout(t *testing.T) {
+	repos := t.TempDir()
+	agent := filepath.Join(repos, "agent")
+	os.MkdirAll(agent, 0o755)
+	gitRun(t, agent, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(agent, "agent.sh"), []byte("#!/bin/sh\ncat > task.seen\necho agent ran\n"), 0o755)
+	gitRun(t, agent, "add", ".")
+	gitRun(t, agent, "commit", "-qm", "agent")
+	gitRun(t, agent, "checkout", "-q", "-b", "feature")
+	os.WriteFile(filepath.Join(agent, "FEATURE"), []byte("1\n"), 0o644)
+	gitRun(t, agent, "add", ".")
+	gitRun(t, agent, "commit", "-qm", "feature")
+	feature := gitRun(t, agent, "rev-parse", "HEAD")
+	gitRun(t, agent, "checkout", "-q", "main")
+
+	e := newEnv(t, runs.Config{CheckoutDirs: []string{repos}})
+	ad := e.dir(t, "agentdir")
+	d := e.dir(t, "target")
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: d,
+		Agent:   &runs.AgentCheckout{RepoURL: "file://" + agent, Ref: "feature", Dir: ad, BuildCommand: []string{"sh", "-c", "test -f FEATURE && echo built > built"}},
+		Command: []string{"sh", ad + "/agent.sh"}, Stdin: "fix the bug\n",
+		ValidationCommands: [][]string{{"grep", "-q", "fix the bug", "task.seen"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if r.State != runs.Succeeded || r.AgentCommit != feature || r.Commit != "" {
+		t.Fatalf("run = %s (%s) agent commit %q want %s; phases %+v", r.State, r.Reason, r.AgentCommit, feature, r.Phases)
+	}
+	if p := phase(t, r, runs.PhaseAgentBuild); p.State != runs.PhaseSucceeded {
+		t.Errorf("agent_build = %+v", p)
+	}
+	if b, err := os.ReadFile(filepath.Join(ad, "built")); err != nil || string(b) != "built\n" {
+		t.Errorf("built in the agent's dir: %q, %v", b, err)
+	}
+	if p := phase(t, r, runs.PhaseCommand); p.Stdout != "agent ran\n" {
+		t.Errorf("command = %+v", p)
+	}
+	// A failing build skips the rest: failed, the command never ran.
+	r, err = e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "target2"),
+		Agent:   &runs.AgentCheckout{RepoURL: "file://" + agent, Dir: e.dir(t, "agentdir2"), BuildCommand: []string{"false"}},
+		Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if p := phase(t, r, runs.PhaseCommand); r.State != runs.Failed || p.State != runs.PhaseSkipped {
+		t.Errorf("failing build: run %s (%s), command %+v", r.State, r.Reason, p)
+	}
+}
+
+// The run's own timeout ends it timed_out.
+func TestRunTimeout(t *testing.T) {
+	e := newEnv(t, runs.Config{})
+	r, err := e.svc.Start(t.Context(), runs.Spec{Dir: e.dir(t, "rto"), Command: []string{"sleep", "60"}, ValidationCommands: [][]string{{"true"}}, TimeoutSeconds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(t, r.ID)
+	if r.State != runs.TimedOut || phase(t, r, runs.PhaseCommand).State != runs.PhaseTimedOut || phase(t, r, "validation[0]").State != runs.PhaseSkipped {
+		t.Errorf("run = %s (%s) %+v", r.State, r.Reason, r.Phases)
+	}
+	if r.DurationMs == nil || *r.DurationMs > 15000 {
+		t.Errorf("duration %v", r.DurationMs)
 	}
 }

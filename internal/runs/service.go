@@ -89,7 +89,7 @@ type Service struct {
 	changed chan struct{}
 	// active are the runs executing in this server: cancel asks one to stop now.
 	active map[string]context.CancelFunc
-	// retryAt holds queued runs back after a capacity refusal; firstTry is when it began.
+	// retryAt holds queued runs back after a capacity refusal (backoff).
 	retryAt map[string]retry
 	wg      sync.WaitGroup
 	started bool

@@ -282,8 +282,8 @@ func (s *Service) validate(spec Spec) (Spec, error) {
 		if !envNamePattern.MatchString(k) || len(k) > maxKeyLen {
 			return spec, invalid("env", "%q is not a variable name", trunc(k, 64))
 		}
-		if strings.HasPrefix(k, "GIT_CONFIG") || strings.IndexByte(v, 0) >= 0 || len(v) > maxArgBytes {
-			return spec, invalid("env", "%s: not allowed (GIT_CONFIG* is the checkout's) or its value has NUL or is over %d bytes", k, maxArgBytes)
+		if strings.IndexByte(v, 0) >= 0 || len(v) > maxArgBytes {
+			return spec, invalid("env", "the value of %s has a NUL byte or is over %d bytes", k, maxArgBytes)
 		}
 	}
 	if len(spec.Secrets) > maxSecrets {

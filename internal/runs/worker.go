@@ -13,6 +13,8 @@ const (
 	maxRetry   = 30 * time.Second
 	// pruneEvery is how often settled runs past Retention (and blobs over the budget) go.
 	pruneEvery = time.Hour
+	// gcEvery is how often the blob store is trimmed to its budget.
+	gcEvery = time.Minute
 )
 
 // dispatch is the dispatcher: it resumes unsettled runs, then claims queued runs oldest first
@@ -22,15 +24,18 @@ func (s *Service) dispatch(ctx context.Context) {
 	s.resume(ctx, slots)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	lastPrune := time.Time{}
+	var lastPrune, lastGC time.Time
 	for {
 		if ctx.Err() != nil {
 			return
 		}
 		s.claimQueued(ctx, slots)
 		if time.Since(lastPrune) > pruneEvery {
-			lastPrune = time.Now()
+			lastPrune, lastGC = time.Now(), time.Now()
 			s.prune(ctx)
+		} else if time.Since(lastGC) > gcEvery {
+			lastGC = time.Now()
+			s.gc(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -143,6 +148,9 @@ func (s *Service) launch(ctx context.Context, r Run, slots chan struct{}) {
 			s.wake()
 		}()
 		s.execute(ctx, cctx, r)
+		if ctx.Err() == nil {
+			s.gc(ctx) // the run's blobs may have passed the budget
+		}
 	}()
 }
 
@@ -180,11 +188,19 @@ func (s *Service) prune(ctx context.Context) {
 	for _, id := range ids {
 		s.blobs.remove(id)
 	}
+	if len(ids) > 0 {
+		s.log.Info("runs pruned", "runs", len(ids))
+	}
+	s.gc(ctx)
+}
+
+// gc trims the blob store to ArtifactBudgetBytes, the oldest settled runs' blobs first.
+func (s *Service) gc(ctx context.Context) {
 	gone := s.blobs.gcOverBudget(s.cfg.ArtifactBudgetBytes, func(id string) bool {
 		r, err := s.store.GetRun(ctx, id)
 		return errcode.Is(err, errcode.RunNotFound) || (err == nil && r.State.Settled())
 	})
-	if len(ids) > 0 || len(gone) > 0 {
-		s.log.Info("runs pruned", "runs", len(ids), "blobs_over_budget", len(gone))
+	if len(gone) > 0 {
+		s.log.Info("run blobs removed over the budget", "runs", len(gone), "budget_bytes", s.cfg.ArtifactBudgetBytes)
 	}
 }
