@@ -457,3 +457,51 @@ func TestServeInsecureNoAuth(t *testing.T) {
 		t.Fatalf("rebinding Host without auth: %d", resp.StatusCode)
 	}
 }
+
+// TestMCPRuns: the run tools work through `agentbox mcp`, in process (the run service wired on
+// its own control plane) and against a running serve (over REST), in real runc sandboxes: a
+// run waited for, and its artifact inline.
+func TestMCPRuns(t *testing.T) {
+	testenv.RequireRoot(t)
+	check := func(t *testing.T, s *session) {
+		t.Helper()
+		var r mcpserver.RunOut
+		res := s.call("run", map[string]any{"command": []string{"sh", "-c", "echo made > art.txt"}, "artifacts": []string{"art.txt"},
+			"validation_commands": [][]string{{"test", "-s", "art.txt"}}, "wait_seconds": 120}, &r)
+		if res.IsError || r.State != "succeeded" || len(r.Artifacts) != 1 || r.CleanupFailed {
+			t.Fatalf("run: %+v", res.StructuredContent)
+		}
+		var a mcpserver.RunArtifactOut
+		s.ok("run_artifact", map[string]any{"run_id": r.ID, "path": "art.txt"}, &a)
+		if b, _ := base64.StdEncoding.DecodeString(a.ContentBase64); !a.Inline || string(b) != "made\n" {
+			t.Fatalf("run_artifact: %+v", a)
+		}
+		var l mcpserver.RunListOut
+		s.ok("run_list", nil, &l)
+		if len(l.Runs) == 0 || l.Runs[0].ID != r.ID {
+			t.Fatalf("run_list: %+v", l)
+		}
+	}
+	t.Run("in-process", func(t *testing.T) {
+		dir := testenv.ShortTempDir(t, "abmcpr")
+		t.Cleanup(func() { removeCgroupParent("abmcpr-" + filepath.Base(dir)) })
+		cmd := exec.Command(testenv.Binary(t), "mcp", "--state-dir", dir, "--cgroup-parent", "abmcpr-"+filepath.Base(dir), "--run-workers", "2")
+		stderr := &testenv.SyncBuffer{}
+		cmd.Stderr = stderr
+		s := open(t, &mcp.CommandTransport{Command: cmd}, "")
+		check(t, s)
+		if err := s.cs.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
+			t.Fatalf("agentbox mcp exit: %v\n%s", cmd.ProcessState, stderr)
+		}
+	})
+	t.Run("serve", func(t *testing.T) {
+		dir := testenv.ShortTempDir(t, "abmcpr")
+		serve(t, dir)
+		cmd := exec.Command(testenv.Binary(t), "mcp", "--state-dir", dir)
+		cmd.Env = append(os.Environ(), "AGENTBOX_TOKEN="+testToken)
+		check(t, open(t, &mcp.CommandTransport{Command: cmd}, ""))
+	})
+}

@@ -223,8 +223,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// Close ends the requests that wait for events (GET /v1/events?wait=…) and the watch streams
-// (GET /v1/sandboxes/{id}/watch), so that a server can shut down without waiting them out.
+// Close ends the requests that wait for events (GET /v1/events?wait=…), the watch streams
+// (GET /v1/sandboxes/{id}/watch) and the waits of run and batch starts, so that a server can
+// shut down without waiting them out.
 func (s *Server) Close() {
 	s.once.Do(func() {
 		close(s.done)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // Durable runs (issue 14): /v1/runs and /v1/batches over runs.Service.
@@ -141,12 +142,28 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wait > 0 && !run.State.Settled() {
-		if run, err = rs.Wait(r.Context(), run.ID, wait); err != nil {
+		wctx, cancel := s.untilClose(r.Context())
+		defer cancel()
+		if run, err = rs.Wait(wctx, run.ID, wait); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 	}
 	writeJSON(w, http.StatusCreated, run)
+}
+
+// untilClose is ctx, also ended by Close: a start's wait answers with the record as it is when
+// the server shuts down, never holding the shutdown up.
+func (s *Server) untilClose(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // splitStates reads repeated or comma-separated state parameters.
@@ -177,7 +194,8 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f := runs.Filter{States: states, BatchID: q.Get("batch_id"), Before: q.Get("before")}
+	// The caller's runs, as ListBatches lists the caller's batches (one token: one owner).
+	f := runs.Filter{States: states, BatchID: q.Get("batch_id"), Before: q.Get("before"), Owner: sandbox.OwnerFrom(r.Context())}
 	for _, v := range q["label"] {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {
@@ -372,7 +390,9 @@ func (s *Server) startBatchWith(w http.ResponseWriter, r *http.Request, body any
 		return
 	}
 	if wait > 0 && !b.Settled {
-		if b, err = rs.WaitBatch(r.Context(), b.ID, wait); err != nil {
+		wctx, cancel := s.untilClose(r.Context())
+		defer cancel()
+		if b, err = rs.WaitBatch(wctx, b.ID, wait); err != nil {
 			s.fail(w, r, err)
 			return
 		}

@@ -215,6 +215,14 @@ func TestRunOverREST(t *testing.T) {
 	if l, err := e.c.ListRuns(ctx, runs.Filter{States: []runs.State{runs.Failed}}); err != nil || len(l.Runs) != 0 {
 		t.Fatalf("list failed: %+v %v", l, err)
 	}
+	// Another owner's run is not the caller's to list.
+	other, err := e.rs.Start(sandbox.WithOwner(ctx, "someone-else"), runs.Spec{Dir: filepath.Join(e.work, "other"), Command: []string{"true"}, Labels: map[string]string{"suite": "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := e.c.ListRuns(ctx, runs.Filter{Labels: map[string]string{"suite": "rest"}}); err != nil || len(l.Runs) != 1 || l.Runs[0].ID != r.ID {
+		t.Fatalf("list shows another owner's run %s: %+v %v", other.ID, l, err)
+	}
 	evs, err := e.c.RunEvents(ctx, r.ID, 0, 0)
 	if err != nil || len(evs.Events) < 3 || evs.Events[0].To != runs.Queued || evs.Events[len(evs.Events)-1].To != runs.Succeeded {
 		t.Fatalf("events: %+v %v", evs, err)
@@ -358,5 +366,57 @@ func TestBatchOverREST(t *testing.T) {
 	m, err := e.c.StartMatrix(ctx, runs.MatrixRequest{Base: ok("m"), Axes: map[string][]json.RawMessage{"env.MODE": {json.RawMessage(`"x"`), json.RawMessage(`"y"`)}}}, time.Minute)
 	if err != nil || len(m.Matrix) != 2 || !m.Settled || m.Kind != "matrix" {
 		t.Fatalf("matrix: %+v %v", m, err)
+	}
+}
+
+// TestRunWaitEndsAtClose: a start waiting for its run answers with the record as it is when the
+// server closes (shutdown is never held up by a wait), and the run goes on.
+func TestRunWaitEndsAtClose(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := fake.New(fake.Config{Name: "runc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbs, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sbs.Reconcile(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := runs.New(runs.Config{Sandboxes: sbs, Store: st, Dir: filepath.Join(dir, "runs"), BaseURL: func() string { return "http://x" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); rs.Run(ctx) }()
+	h := api.New(sbs, api.Options{Runs: rs})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		<-done
+		rs.Close()
+		sbs.Close()
+		rt.Shutdown(context.Background())
+		st.Close()
+	})
+	c := client.New(srv.URL, "")
+	time.AfterFunc(500*time.Millisecond, h.Close)
+	start := time.Now()
+	r, err := c.WaitRun(t.Context(), runs.Spec{Dir: filepath.Join(dir, "w"), Command: []string{"sleep", "3"}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second || r.State.Settled() {
+		t.Fatalf("the wait answered after %s with %s; want the unsettled record at Close", d, r.State)
+	}
+	if got, err := rs.Wait(t.Context(), r.ID, 30*time.Second); err != nil || got.State != runs.Succeeded {
+		t.Fatalf("the run after the wait ended: %s %v", got.State, err)
 	}
 }

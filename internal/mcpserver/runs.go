@@ -478,14 +478,19 @@ func (s *Server) runsOr() (RunsBackend, error) {
 	return s.opts.Runs, nil
 }
 
-// owned carries the caller's owner (as sandbox_create's) to the run service.
-func (s *Server) owned(ctx context.Context, call *mcp.CallToolRequest) context.Context {
-	var ss *mcp.ServerSession
-	if call != nil {
-		ss = call.Session
+// LocalRunOwner owns the runs started through an MCP server whose transport names no caller
+// (agentbox mcp on stdio, in process).
+const LocalRunOwner = "mcp-local"
+
+// owned carries the runs' owner to the run service. Runs are durable records, so their owner is
+// the principal, not the MCP session (sandbox_create's): the bearer token's owner when the
+// transport has one (serve's /mcp, as REST calls), else LocalRunOwner. An idempotency_key so
+// holds across sessions and restarts of the client.
+func (s *Server) owned(ctx context.Context, _ *mcp.CallToolRequest) context.Context {
+	if sandbox.OwnerFrom(ctx) != "" {
+		return ctx
 	}
-	owner, _ := s.ownerOf(ctx, ss)
-	return sandbox.WithOwner(ctx, owner)
+	return sandbox.WithOwner(ctx, LocalRunOwner)
 }
 
 // runOut fills a record's lists so that none is null.
@@ -706,7 +711,9 @@ func (s *Server) runList(ctx context.Context, call *mcp.CallToolRequest, in RunL
 		}
 		f.Limit = int(*in.Limit)
 	}
-	l, err := rb.List(s.owned(ctx, call), f)
+	ctx = s.owned(ctx, call)
+	f.Owner = sandbox.OwnerFrom(ctx) // the caller's runs (over REST the server applies its own)
+	l, err := rb.List(ctx, f)
 	if err != nil {
 		return RunListOut{}, "", err
 	}

@@ -5,12 +5,17 @@ import (
 	"encoding/base64"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/agentbox/agentbox/internal/api"
 	apiclient "github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -205,6 +210,19 @@ func TestRunTools(t *testing.T) {
 				t.Fatalf("cancel of a settled run: %+v", got)
 			}
 
+			// idempotency_key holds across sessions (two streamable-HTTP sessions, each its own
+			// sandbox owner): runs belong to the principal, not the session.
+			hs := httptest.NewServer(srv.StreamableHTTPHandler(mcpserver.HTTPOptions{}))
+			t.Cleanup(func() { hs.CloseClientConnections(); hs.Close() })
+			c1 := connectOver(t, &mcp.StreamableClientTransport{Endpoint: hs.URL}, "2025-11-25")
+			c2 := connectOver(t, &mcp.StreamableClientTransport{Endpoint: hs.URL}, "2025-11-25")
+			var k1, k2 mcpserver.RunOut
+			c1.ok("run", obj{"dir": filepath.Join(work, "k"), "command": []string{"true"}, "idempotency_key": "key-1"}, &k1)
+			c2.ok("run", obj{"dir": filepath.Join(work, "k"), "command": []string{"true"}, "idempotency_key": "key-1"}, &k2)
+			if k1.ID == "" || k2.ID != k1.ID {
+				t.Fatalf("idempotency_key across sessions: %s then %s", k1.ID, k2.ID)
+			}
+
 			// Without wait: queued at once.
 			c.ok("run", obj{"dir": filepath.Join(work, "two"), "command": []string{"true"}}, &got)
 			if got.State.Settled() || got.ID == r.ID {
@@ -235,5 +253,90 @@ func TestRunTools(t *testing.T) {
 				t.Fatalf("run_matrix: %+v", m)
 			}
 		})
+	}
+}
+
+// recRuns is the run service, recording what the tools hand it (and refusing, so that nothing
+// runs): the argument mapping of run, agent_compare and agent_test, field by field.
+type recRuns struct {
+	*runs.Service
+	spec runs.Spec
+	cmp  runs.CompareRequest
+}
+
+var errRecorded = errcode.New(errcode.UnsupportedOp, "recorded")
+
+func (r *recRuns) Start(_ context.Context, spec runs.Spec) (runs.Run, error) {
+	r.spec = spec
+	return runs.Run{}, errRecorded
+}
+
+func (r *recRuns) AgentCompare(_ context.Context, req runs.CompareRequest) (runs.Batch, error) {
+	r.cmp = req
+	return runs.Batch{}, errRecorded
+}
+
+func (r *recRuns) AgentTest(_ context.Context, req runs.CompareRequest) (runs.Batch, error) {
+	r.cmp = req
+	return runs.Batch{}, errRecorded
+}
+
+// TestRunToolArguments: every argument of run, agent_compare and agent_test reaches the service.
+func TestRunToolArguments(t *testing.T) {
+	base := "http://agentbox.test"
+	sbs, rs, _ := runService(t, &base)
+	rec := &recRuns{Service: rs}
+	srv := mcpserver.New(sbs, mcpserver.Options{Runs: rec})
+	t.Cleanup(srv.Close)
+	c := connect(t, srv, protocolVersions[0])
+	secrets := obj{"TOK": obj{"from": "env:TOK", "hosts": []string{"git.example.com"}}}
+	c.fails("run", obj{"repo_url": "https://git.example.com/r.git", "ref": "v1", "repo_secret": "TOK", "dir": "/workspace/r",
+		"files": obj{"a.txt": "A"}, "setup": []string{"make", "deps"}, "command": []string{"make"}, "validation_commands": [][]string{{"make", "test"}},
+		"stdin": "in", "artifacts": []string{"out/*"}, "env": obj{"E": "1"}, "secrets": secrets, "image": "python:3.12", "runtime": "gvisor",
+		"cpu": 2, "memory_mb": 1024, "disk_mb": 2048, "network": obj{"allow": []string{"pypi.org"}}, "requirements": obj{"isolation": "kernel"},
+		"timeout_seconds": 600, "phase_timeout_seconds": obj{"setup": 60}, "retention": "keep", "keep_ttl_seconds": 300,
+		"labels": obj{"l": "v"}, "idempotency_key": "k"}, "UNSUPPORTED_OPERATION")
+	nw := &sandbox.Network{Policy: &egress.Policy{Allow: []string{"pypi.org"}, Deny: []string{}}}
+	sec := map[string]sandbox.SecretSpec{"TOK": {From: "env:TOK", Hosts: []string{"git.example.com"}}}
+	want := runs.Spec{RepoURL: "https://git.example.com/r.git", Ref: "v1", RepoSecret: "TOK", Dir: "/workspace/r", Files: map[string]string{"a.txt": "A"},
+		Setup: []string{"make", "deps"}, Command: []string{"make"}, ValidationCommands: [][]string{{"make", "test"}}, Stdin: "in",
+		Artifacts: []string{"out/*"}, Env: map[string]string{"E": "1"}, Secrets: sec, Image: "python:3.12", Runtime: "gvisor",
+		CPU: 2, MemoryMB: 1024, DiskMB: 2048, Network: nw, Requirements: sandbox.Requirements{Isolation: "kernel"},
+		TimeoutSeconds: 600, PhaseTimeouts: map[string]int64{"setup": 60}, Retention: "keep", KeepTTLSeconds: 300,
+		Labels: map[string]string{"l": "v"}, IdempotencyKey: "k"}
+	if !reflect.DeepEqual(rec.spec, want) {
+		t.Errorf("run's spec\n got %+v\nwant %+v", rec.spec, want)
+	}
+
+	shape := obj{"target_repo_url": "https://git.example.com/t.git", "target_ref": "main", "target_repo_secret": "TOK", "task": "fix it",
+		"preset": "omp", "build_command": []string{"true"}, "setup_command": []string{"npm", "ci"}, "agent_command": []string{"agent"},
+		"validation_commands": [][]string{{"npm", "test"}}, "max_parallel": 2, "image": "node:22", "runtime": "runc", "cpu": 1.5,
+		"memory_mb": 2048, "disk_mb": 4096, "network": obj{"allow": []string{"pypi.org"}}, "env": obj{"E": "1"}, "secrets": secrets,
+		"timeout_seconds": 900, "idempotency_key": "k2"}
+	cmp := obj{"baseline": obj{"repo_url": "https://git.example.com/a.git", "ref": "v1"}, "candidate": obj{"repo_url": "https://git.example.com/a.git", "ref": "v2", "repo_secret": "TOK"},
+		"repetitions": 3}
+	for k, v := range shape {
+		cmp[k] = v
+	}
+	c.fails("agent_compare", cmp, "UNSUPPORTED_OPERATION")
+	wantCmp := runs.CompareRequest{Baseline: &runs.AgentSide{RepoURL: "https://git.example.com/a.git", Ref: "v1"},
+		Candidate: runs.AgentSide{RepoURL: "https://git.example.com/a.git", Ref: "v2", RepoSecret: "TOK"}, Preset: "omp",
+		TargetRepoURL: "https://git.example.com/t.git", TargetRef: "main", TargetRepoSecret: "TOK", Task: "fix it",
+		BuildCommand: []string{"true"}, SetupCommand: []string{"npm", "ci"}, AgentCommand: []string{"agent"},
+		ValidationCommands: [][]string{{"npm", "test"}}, Repetitions: 3, MaxParallel: 2, Image: "node:22", Runtime: "runc", CPU: 1.5,
+		MemoryMB: 2048, DiskMB: 4096, Network: nw, Env: map[string]string{"E": "1"}, Secrets: sec, TimeoutSeconds: 900, IdempotencyKey: "k2"}
+	if !reflect.DeepEqual(rec.cmp, wantCmp) {
+		t.Errorf("agent_compare's request\n got %+v\nwant %+v", rec.cmp, wantCmp)
+	}
+	test := obj{"candidate": obj{"repo_url": "https://git.example.com/a.git"}, "keep_sandbox": true, "keep_ttl_seconds": 120}
+	for k, v := range shape {
+		test[k] = v
+	}
+	c.fails("agent_test", test, "UNSUPPORTED_OPERATION")
+	wantTest := wantCmp
+	wantTest.Baseline, wantTest.Candidate, wantTest.Repetitions = nil, runs.AgentSide{RepoURL: "https://git.example.com/a.git"}, 0
+	wantTest.KeepSandbox, wantTest.KeepTTLSeconds = true, 120
+	if !reflect.DeepEqual(rec.cmp, wantTest) {
+		t.Errorf("agent_test's request\n got %+v\nwant %+v", rec.cmp, wantTest)
 	}
 }
