@@ -916,23 +916,45 @@ func (e *runsEnv) testCancel(t *testing.T) {
 			}
 		})
 	}
-	// a queued run (its batch's bound is full) is canceled at once
+	// a queued run (its batch's bound is full) is canceled at once, without a sandbox
 	var bt runs.Batch
-	st, b := e.rest(t, s, "POST", "/v1/batches", map[string]any{"max_parallel": 1,
-		"runs": []any{map[string]any{"command": []string{"sleep", "60"}}, map[string]any{"command": []string{"true"}}}})
+	long := map[string]any{"command": []string{"sleep", "60"}}
+	st, b := e.rest(t, s, "POST", "/v1/batches", map[string]any{"max_parallel": 1, "runs": []any{long, long}})
 	into(t, st, b, &bt)
 	if len(bt.Runs) != 2 {
 		t.Fatalf("batch %s", b)
 	}
+	// one claims the bound; the other stays queued
+	var queued string
+	deadline := time.Now().Add(2 * time.Minute)
+	for queued == "" {
+		r0, r1 := e.getRun(t, s, bt.Runs[0].RunID), e.getRun(t, s, bt.Runs[1].RunID)
+		switch {
+		case r0.State != runs.Queued && r1.State != runs.Queued:
+			t.Fatalf("max_parallel 1, yet both runs left the queue: %s %s", r0.State, r1.State)
+		case r0.State != runs.Queued:
+			queued = r1.ID
+		case r1.State != runs.Queued:
+			queued = r0.ID
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("neither run of the batch was claimed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	var c runs.Run
-	st, b = e.rest(t, s, "POST", "/v1/runs/"+bt.Runs[1].RunID+"/cancel", nil)
+	st, b = e.rest(t, s, "POST", "/v1/runs/"+queued+"/cancel", nil)
 	into(t, st, b, &c)
 	if c = e.waitRun(t, s, c.ID, 10*time.Second, "canceled", func(r runs.Run) bool { return r.State.Settled() }); c.State != runs.Canceled || c.SandboxID != "" {
 		t.Errorf("queued run after cancel: %s sandbox %q", c.State, c.SandboxID)
 	}
 	st, b = e.rest(t, s, "POST", "/v1/batches/"+bt.ID+"/cancel", nil)
 	into(t, st, b, &bt)
-	e.settle(t, s, bt.Runs[0].RunID)
+	for _, br := range bt.Runs {
+		if r := e.settle(t, s, br.RunID); r.State != runs.Canceled {
+			t.Errorf("after the batch's cancel, run %s is %s", r.ID, r.State)
+		}
+	}
 }
 
 // ---------------------------------------------------------------------------------------
