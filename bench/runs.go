@@ -71,6 +71,9 @@ type RunsBatchFigure struct {
 	ServerCPUSecondsWithChildren float64 `json:"server_cpu_seconds_with_children"`
 	// MaxActive is the most runs of the batch active at once, from their events' times.
 	MaxActive int `json:"max_active"`
+	// OverBound are the claims (at most 10) whose event time falls while MaxParallel others
+	// were active by their events' times, and by how much the first of those settled later.
+	OverBound []string `json:"over_bound,omitempty"`
 }
 
 // benchServer is a running `agentbox serve`.
@@ -254,20 +257,30 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 			}
 			spans = append(spans, sp)
 		}
-		for _, a := range spans {
-			n := 0
+		for ai, a := range spans {
+			n, earliestEnd := 0, time.Time{}
 			for _, o := range spans {
 				if !o.from.After(a.from) && o.to.After(a.from) {
 					n++
+					if earliestEnd.IsZero() || o.to.Before(earliestEnd) {
+						earliestEnd = o.to
+					}
 				}
 			}
 			fig.MaxActive = max(fig.MaxActive, n)
+			if n > fig.MaxParallel && len(fig.OverBound) < 10 {
+				fig.OverBound = append(fig.OverBound, fmt.Sprintf("%s claimed at %s with %d active; the first of them settled %s later",
+					b.Runs[ai].RunID, a.from.UTC().Format("15:04:05.000"), n-1, earliestEnd.Sub(a.from)))
+			}
 		}
 		res.Batch = fig
 		res.Stats = append(res.Stats, Stat{Name: fmt.Sprintf("batch of %d trivial runs, max_parallel %d", fig.Runs, fig.MaxParallel),
 			Unit: "runs/s", N: fig.Runs, P50: fig.RunsPerSec, P99: fig.RunsPerSec, Mean: fig.RunsPerSec,
 			Floor: fmt.Sprintf("%.1f s; server CPU %.2f s (%.2f s with children); at most %d active", el, fig.ServerCPUSeconds,
 				fig.ServerCPUSecondsWithChildren, fig.MaxActive)})
+		for _, o := range fig.OverBound {
+			fmt.Println("over the bound by the events' times:", o)
+		}
 		if fig.Succeeded != fig.Runs {
 			log.Fatalf("the batch: %v", b.Counts)
 		}
