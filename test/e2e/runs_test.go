@@ -689,7 +689,7 @@ func (e *runsEnv) testPrivateRepo(t *testing.T) {
 		"repo_secret": "REPO_TOKEN",
 		"secrets":     map[string]any{"REPO_TOKEN": map[string]any{"from": "env:" + runTokenEnv, "hosts": []string{"git.lab"}}},
 		// what the sandbox can see of the secret: its environment and git's configuration
-		"command": []string{"sh", "-c", `echo "placeholder=$REPO_TOKEN"; env; cat .git/config; git config --list --show-origin 2>&1; echo fixed > status.txt`},
+		"command":             []string{"sh", "-c", `echo "placeholder=$REPO_TOKEN"; env; cat .git/config; git config --list --show-origin 2>&1; echo fixed > status.txt`},
 		"validation_commands": [][]string{{"sh", "check.sh"}},
 		"artifacts":           []string{".git/config"},
 	}).ID)
