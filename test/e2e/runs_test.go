@@ -51,6 +51,7 @@ func TestRuns(t *testing.T) {
 	t.Run("keep", e.testKeep)
 	t.Run("private-repo-secret", e.testPrivateRepo)
 	t.Run("kill", e.testKill)
+	t.Run("kill-create", e.testKillCreate)
 	t.Run("cancel", e.testCancel)
 	t.Run("batch", e.testBatch)
 	t.Run("matrix", e.testMatrix)
@@ -795,6 +796,8 @@ func (e *runsEnv) stagedSpec(stage string) map[string]any {
 		spec["command"] = []string{"sh", "-c", "sleep 5; echo fixed > status.txt; echo command-done"}
 	case "validating":
 		spec["validation_commands"] = [][]string{{"sh", "-c", "sleep 5; sh check.sh"}}
+	case "sandbox":
+		spec["disk_mb"] = 2048 // a larger disk image: a slower create to catch
 	case "collecting":
 		// 200 MiB of artifact take a while to copy into the blob store
 		spec["command"] = []string{"sh", "-c", "echo fixed > status.txt; head -c 209715200 /dev/zero > big.bin; echo command-done"}
@@ -809,18 +812,32 @@ func (e *runsEnv) stagedSpec(stage string) map[string]any {
 func inStage(r runs.Run, stage string) bool {
 	name := map[string]string{"checkout": runs.PhaseCheckout, "setup": runs.PhaseSetup, "command": runs.PhaseCommand,
 		"validating": "validation[0]", "collecting": runs.PhaseCollect}[stage]
-	if stage == "collecting" {
+	switch stage {
+	case "collecting":
 		return r.State == runs.Collecting
+	case "sandbox":
+		p := phase(r, runs.PhaseSandbox)
+		return p != nil && p.State == runs.PhaseRunning
 	}
 	p := phase(r, name)
 	return p != nil && p.State == runs.PhaseRunning && p.JobID != ""
 }
 
 // testKill: SIGKILL of the server while a run is in each phase, then a restart: the run
-// settles as it would have (the phase's job is waited for again; collecting is redone) and no
-// sandbox is left.
+// settles as it would have (the sandbox's create is redone under the run's idempotency key;
+// the phase's job is waited for again; collecting is redone) and no sandbox is left.
 func (e *runsEnv) testKill(t *testing.T) {
-	for _, stage := range []string{"checkout", "setup", "command", "validating", "collecting"} {
+	e.killIn(t, "checkout", "setup", "command", "validating", "collecting")
+}
+
+// testKillCreate: SIGKILL while the run's sandbox is being created. Today the control plane
+// marks that sandbox failed and the run's idempotent create returns it: the run errors (saying
+// so; nothing of the task ran) and the failed sandbox record stays — which this test calls a
+// leak. See the report: the runner could destroy it and create under a new key.
+func (e *runsEnv) testKillCreate(t *testing.T) { e.killIn(t, "sandbox") }
+
+func (e *runsEnv) killIn(t *testing.T, stages ...string) {
+	for _, stage := range stages {
 		t.Run(stage, func(t *testing.T) {
 			dir := testenv.ShortTempDir(t, "abrk")
 			s := e.start(t, dir)
@@ -845,6 +862,21 @@ func (e *runsEnv) testKill(t *testing.T) {
 			}
 			s2 := e.start(t, dir)
 			r = e.settle(t, s2, r.ID)
+			if stage == "sandbox" && r.State == runs.Errored {
+				// The control plane marks a sandbox cut mid-create failed, and the run's
+				// idempotent create returns that: errored, saying so, nothing of the task ran.
+				// (Retrying under a new key would let it succeed: see the report.)
+				if !strings.Contains(r.Reason, "being created") || phase(r, runs.PhaseCommand).State != runs.PhaseSkipped {
+					t.Fatalf("after a SIGKILL in the sandbox's create: %s %q %v", r.State, r.Reason, phaseNames(r))
+				}
+				t.Logf("errored as the runner does for a create cut by the crash: %q", r.Reason)
+				e.assertNoLiveSandboxes(t, s2, dir) // fails today: the failed sandbox stays
+				s2.stop()
+				if leaks := testenv.Leaks(r.SandboxID); r.SandboxID != "" && len(leaks) > 0 {
+					t.Errorf("host leaks:\n%s", strings.Join(leaks, "\n"))
+				}
+				return
+			}
 			if r.State != runs.Succeeded {
 				t.Fatalf("after a SIGKILL in %s: %s %q %v\n%s", stage, r.State, r.Reason, phaseNames(r), tailString(s2.Logs.String(), 8<<10))
 			}
