@@ -73,6 +73,14 @@ func TestToolsList(t *testing.T) {
 			"file_write":      {"sandbox_id", "path", "content", "content_base64", "mode"},
 			"file_read":       {"sandbox_id", "path", "offset", "length"},
 			"file_list":       {"sandbox_id", "path"},
+			// durable runs (issue 14): the issue's names
+			"run": {"repo_url", "ref", "setup", "command", "validation_commands", "artifacts", "env", "secrets", "image", "runtime",
+				"cpu", "memory_mb", "disk_mb", "network", "requirements", "timeout_seconds", "phase_timeout_seconds", "retention",
+				"keep_ttl_seconds", "idempotency_key", "wait"},
+			"run_batch":     {"runs", "max_parallel", "wait"},
+			"run_matrix":    {"base", "axes", "max_parallel", "wait"},
+			"agent_compare": {"baseline", "candidate", "target_repo_url", "target_ref", "task", "build_command", "setup_command", "validation_commands", "repetitions"},
+			"agent_test":    {"candidate", "keep_sandbox"},
 		}
 		wantOut := map[string][]string{
 			"sandbox_create": {"sandbox_id", "state"},
@@ -88,6 +96,10 @@ func TestToolsList(t *testing.T) {
 			"image_list":     {"images", "count"},
 			"image_pull":     {"ref", "digest", "layers", "in_use"},
 			"sandbox_commit": {"sandbox_id", "image"},
+			// durable runs (issue 14): the issue's names
+			"run":       {"run_id", "state", "commit", "phases", "changed_files", "diff", "artifacts", "started_at", "finished_at", "sandbox_id", "cleanup_failed"},
+			"run_get":   {"run_id", "state", "phases"},
+			"run_batch": {"batch_id", "runs", "submission_failures"},
 		}
 		for name, tl := range c.tools {
 			if len(tl.Description) < 100 {
