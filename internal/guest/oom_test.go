@@ -3,6 +3,7 @@
 package guest_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,8 +35,12 @@ func TestOOMKill(t *testing.T) {
 			"import os, time\nb = bytearray(96 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nif os.fork() == 0:\n    time.sleep(60)\nopen('ready', 'w').close()\ntime.sleep(60)"}}, nil)
 		big <- result{res, err}
 	}()
+	// The small command outlives the test's waits (a loaded machine took more than 5 s to
+	// make the big one ready); it is canceled once the oom-kill is checked.
+	smallCtx, cancelSmall := context.WithCancel(ctxT(t, 120*time.Second))
+	defer cancelSmall()
 	go func() {
-		res, err := a.c.Exec(ctxT(t, 60*time.Second), guest.ExecRequest{Argv: []string{"sleep", "5"}}, nil)
+		res, err := a.c.Exec(smallCtx, guest.ExecRequest{Argv: []string{"sleep", "100"}}, nil)
 		small <- result{res, err}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -66,10 +71,16 @@ func TestOOMKill(t *testing.T) {
 	}
 	select {
 	case r := <-small:
-		t.Errorf("the small command ended with the big one: %+v %v", r.res, r.err)
-	default:
+		t.Fatalf("the small command ended with the big one: %+v %v", r.res, r.err)
+	case <-time.After(200 * time.Millisecond):
 	}
-	if r := <-small; r.err != nil || r.res.ExitCode != 0 || r.res.OOMKilled {
-		t.Errorf("the small command: %+v %v", r.res, r.err)
+	cancelSmall()
+	select {
+	case r := <-small:
+		if r.res.OOMKilled {
+			t.Errorf("the small command was oom-killed: %+v", r.res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the small command still runs 10 s after its call was canceled")
 	}
 }
