@@ -13,7 +13,6 @@ import (
 
 const apiKeyColumns = `id, name, scope, prefix, created_at, expires_at, revoked_at, last_used_at`
 
-
 func scanAPIKey(r rowScanner, extra ...any) (auth.Key, error) {
 	var k auth.Key
 	var created int64
