@@ -97,6 +97,12 @@ func NewKeys(st Store, log *slog.Logger) *Keys {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
+// WithClock makes ks read the time from now (tests of expiry); it returns ks.
+func (ks *Keys) WithClock(now func() time.Time) *Keys {
+	ks.now = now
+	return ks
+}
+
 // ValidScope reports whether s is a scope.
 func ValidScope(s string) bool { return rank(s) > 0 }
 

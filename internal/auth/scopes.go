@@ -20,21 +20,21 @@ const Public = "public"
 // TestScopeTableCoversEveryRoute).
 var Required = map[string]string{
 	// MCP tools.
-	"health": ScopeRead, "capacity": ScopeRead,
+	"health":       ScopeRead,
 	"sandbox_list": ScopeRead, "sandbox_get": ScopeRead, "sandbox_metrics": ScopeRead,
 	"sandbox_connections": ScopeRead, "sandbox_secret_calls": ScopeRead,
 	"file_read": ScopeRead, "file_list": ScopeRead,
 	"job_list": ScopeRead, "job_status": ScopeRead, "job_logs": ScopeRead, "job_wait": ScopeRead,
 	"image_list": ScopeRead, "watch": ScopeRead, "watch_fleet": ScopeRead,
 	"run_get": ScopeRead, "run_list": ScopeRead, "run_events": ScopeRead, "run_logs": ScopeRead,
-	"run_artifact": ScopeRead, "batch_get": ScopeRead, "batch_list": ScopeRead,
+	"run_artifact": ScopeRead, "batch_get": ScopeRead,
 	"sandbox_create": ScopeOperate, "sandbox_destroy": ScopeOperate, "sandbox_extend": ScopeOperate,
 	"exec": ScopeOperate, "file_write": ScopeOperate,
 	"job_start": ScopeOperate, "job_cancel": ScopeOperate,
 	"sandbox_network_update": ScopeOperate, "sandbox_expose": ScopeOperate, "sandbox_unexpose": ScopeOperate,
 	"sandbox_commit": ScopeOperate, "image_pull": ScopeOperate,
 	"run": ScopeOperate, "run_cancel": ScopeOperate, "run_batch": ScopeOperate, "run_matrix": ScopeOperate,
-	"agent_compare": ScopeOperate, "agent_test": ScopeOperate, "batch_cancel": ScopeOperate,
+	"agent_compare": ScopeOperate, "agent_test": ScopeOperate,
 
 	// REST routes.
 	"GET /health":                                  Public,
