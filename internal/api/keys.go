@@ -47,7 +47,7 @@ func (s *Server) authenticate(r *http.Request) (gate.Caller, string, error) {
 	}
 	cred := credential(r)
 	if cred == "" {
-		return gate.Caller{}, "", errcode.New(errcode.AuthFailed, "missing credentials: send \"Authorization: Bearer <token or API key>\" or \"X-Api-Key: <API key>\"; the server's token is in ~/.config/agentbox/token of the user running agentbox serve")
+		return gate.Caller{}, "", errcode.New(errcode.AuthFailed, "missing bearer token or API key: send \"Authorization: Bearer <token or API key>\" or \"X-Api-Key: <API key>\"; the server's token is in ~/.config/agentbox/token of the user running agentbox serve")
 	}
 	if s.opts.Keys != nil && auth.IsKey(cred) {
 		k, err := s.opts.Keys.Authenticate(r.Context(), cred)
