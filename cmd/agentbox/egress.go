@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/agentbox/agentbox/internal/api"
@@ -98,11 +99,18 @@ func egressConfig(cfg config.Config, log *slog.Logger) (sandbox.EgressConfig, er
 
 // previewURLs makes preview URLs once the server's port is known (serve sets it after
 // listening); before that, and without an HTTP server (mcp on stdio), there are none.
-type previewURLs struct{ port atomic.Int64 }
+type previewURLs struct {
+	port atomic.Int64
+	tls  atomic.Bool // the server serves HTTPS (issue 16): so do its preview URLs
+}
 
 // URL is sandbox.Config.PreviewURL.
 func (p *previewURLs) URL(id string, port int) string {
-	return api.PreviewURL(id, port, int(p.port.Load()))
+	u := api.PreviewURL(id, port, int(p.port.Load()))
+	if p.tls.Load() {
+		u = "https://" + strings.TrimPrefix(u, "http://")
+	}
+	return u
 }
 
 // setAddr records the listener's port.

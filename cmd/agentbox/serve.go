@@ -101,6 +101,7 @@ func cmdServe(args []string) int {
 			return fail(err)
 		}
 		ln = tls.NewListener(ln, tcfg)
+		previews.tls.Store(true)
 		url = "https://" + ln.Addr().String()
 		info.TLSFingerprint, info.TLSCert = fp, certFile
 		fmt.Fprintf(os.Stderr, "agentbox serve: TLS certificate SHA-256 fingerprint %s\n", fp)

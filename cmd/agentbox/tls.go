@@ -33,7 +33,7 @@ type serveTLS struct {
 func (t *serveTLS) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.cert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
 	fs.StringVar(&t.key, "tls-key", "", "the PEM private key of --tls-cert")
-	fs.BoolVar(&t.selfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed ECDSA certificate kept under <state-dir>/tls (made on first use; SANs: the listen host, 127.0.0.1, ::1, localhost); its SHA-256 fingerprint is printed and published in server.json")
+	fs.BoolVar(&t.selfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed ECDSA certificate kept under <state-dir>/tls (made on first use; SANs: the listen host, 127.0.0.1, ::1, localhost, *.localhost for preview URLs); its SHA-256 fingerprint is printed and published in server.json")
 	fs.BoolVar(&t.plaintext, "insecure-plaintext", false, "allow plain HTTP on a private-network --listen address (keys and tokens cross the network in clear text); a public address is refused without TLS")
 	fs.BoolVar(&t.allowPrivateNet, "allow-private-network", false, "allow a private-network --listen address (10/8, 172.16/12, 192.168/16, fc00::/7, link-local) with --allow-remote")
 }
@@ -99,7 +99,7 @@ func (t *serveTLS) config(stateDir, listenHost string) (cfg *tls.Config, fingerp
 
 // sans are the names a self-signed certificate is made for.
 func sans(listenHost string) (dns []string, ips []net.IP) {
-	dns = []string{"localhost"}
+	dns = []string{"localhost", "*.localhost"} // *.localhost: preview URLs
 	ips = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	if ip := net.ParseIP(listenHost); ip != nil {
 		if !ip.IsUnspecified() && !slices.ContainsFunc(ips, ip.Equal) {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -85,6 +86,9 @@ type Keys struct {
 	store Store
 	log   *slog.Logger
 	now   func() time.Time
+
+	mu      sync.Mutex
+	touched map[string]time.Time // last_used_at writes in flight or done, by key id (bounded)
 }
 
 // NewKeys returns the key service over st.
@@ -92,7 +96,7 @@ func NewKeys(st Store, log *slog.Logger) *Keys {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Keys{store: st, log: log, now: time.Now}
+	return &Keys{store: st, log: log, now: time.Now, touched: map[string]time.Time{}}
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -198,6 +202,29 @@ func (ks *Keys) Revoke(ctx context.Context, ref string) (Key, error) {
 	return k, err
 }
 
+// claimTouch reports whether this request writes id's last_used_at: not when another did
+// within TouchEvery (concurrent requests that all read a stale value write once). The map
+// holds at most MaxKeys ids: past that, entries older than TouchEvery go.
+func (ks *Keys) claimTouch(id string, now time.Time) bool {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if t, ok := ks.touched[id]; ok && now.Sub(t) < TouchEvery {
+		return false
+	}
+	if len(ks.touched) >= MaxKeys {
+		for k, t := range ks.touched {
+			if now.Sub(t) >= TouchEvery {
+				delete(ks.touched, k)
+			}
+		}
+		if len(ks.touched) >= MaxKeys {
+			return false
+		}
+	}
+	ks.touched[id] = now
+	return true
+}
+
 // IsKey reports whether secret looks like an API key (its prefix).
 func IsKey(secret string) bool { return strings.HasPrefix(secret, KeyPrefix) }
 
@@ -222,7 +249,7 @@ func (ks *Keys) Authenticate(ctx context.Context, secret string) (Key, error) {
 	if k.ExpiresAt != nil && !now.Before(*k.ExpiresAt) {
 		return Key{}, errcode.New(errcode.AuthFailed, "API key %q (%s) expired at %s", k.Name, k.ID, k.ExpiresAt.Format(time.RFC3339))
 	}
-	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= TouchEvery {
+	if (k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= TouchEvery) && ks.claimTouch(k.ID, now) {
 		at := now.UTC().Truncate(time.Millisecond)
 		if err := ks.store.TouchAPIKey(ctx, k.ID, at); err != nil {
 			ks.log.Warn("api key last_used_at", "id", k.ID, "err", err)

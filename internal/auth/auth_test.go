@@ -59,11 +59,20 @@ func TestKeyLifecycle(t *testing.T) {
 	if !strings.HasPrefix(c.Secret, auth.KeyPrefix) || len(c.Secret) != len(auth.KeyPrefix)+43 || !strings.HasPrefix(c.Secret, c.Key.Prefix) {
 		t.Fatalf("secret %q prefix %q", c.Secret, c.Key.Prefix)
 	}
-	for range 5 {
-		k, err := ks.Authenticate(ctx, c.Secret)
-		if err != nil || k.ID != c.Key.ID || k.Name != "ci" || k.Scope != auth.ScopeOperate || k.LastUsedAt == nil {
-			t.Fatalf("authenticate: %+v %v", k, err)
-		}
+	var wg sync.WaitGroup
+	for range 8 { // a concurrent burst: one write
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k, err := ks.Authenticate(ctx, c.Secret)
+			if err != nil || k.ID != c.Key.ID || k.Name != "ci" || k.Scope != auth.ScopeOperate {
+				t.Errorf("authenticate: %+v %v", k, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if k, err := ks.Authenticate(ctx, c.Secret); err != nil || k.LastUsedAt == nil {
+		t.Fatalf("last_used_at: %+v %v", k, err)
 	}
 	if n := tc.touches.Load(); n != 1 {
 		t.Fatalf("%d last_used_at writes in a burst, want 1", n)
