@@ -143,7 +143,8 @@ func TestServeTLSKeysScopes(t *testing.T) {
 // TestServeExposureRules: beyond loopback, serve needs --allow-remote; a public address
 // without TLS is refused outright (--insecure-plaintext or not); a private one needs
 // --allow-private-network and TLS or --insecure-plaintext. Each refusal exits 2 before
-// anything starts.
+// anything starts; so does an --egress-allow-cidr naming a private range without
+// --allow-private-network.
 func TestServeExposureRules(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
@@ -162,6 +163,10 @@ func TestServeExposureRules(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Errorf("serve %v: exit %d, stderr %q, want %q", tc.args, code, errs, tc.want)
 		}
+	}
+	// A private-network upstream likewise.
+	if _, errs, code := cli(t, testToken, "serve", "--state-dir", dir, "--egress-allow-cidr", "10.203.0.0/24"); code == 0 || !strings.Contains(errs, "--allow-private-network") {
+		t.Errorf("serve --egress-allow-cidr 10.203.0.0/24: exit %d, stderr %q", code, errs)
 	}
 	if _, err := os.Stat(config.ServerInfoPath(dir)); err == nil {
 		t.Fatalf("a refused serve published server.json")

@@ -27,6 +27,7 @@ import (
 // registerEgressFlags adds serve's and mcp's network flags to fs.
 func registerEgressFlags(fs *flag.FlagSet, cfg *config.Config) {
 	fs.Var((*listFlag)(&cfg.EgressAllowCIDRs), "egress-allow-cidr", "open a never-reachable range (private, loopback…) such as 10.200.0.0/16 to sandboxes whose network policy allows it (repeatable; for labs and tests: logged loudly)")
+	fs.BoolVar(&cfg.AllowPrivateNetwork, "allow-private-network", false, "allow private-network addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, link-local) as upstream targets (--egress-allow-cidr) and, with --allow-remote, as the --listen address")
 	fs.Var((*listFlag)(&cfg.SecretEnv), "secret-env", "an environment variable of the server that sandboxes' secrets may read (env:NAME), a name or a glob such as OPENAI_* (repeatable)")
 	fs.Var((*listFlag)(&cfg.SecretDirs), "secret-dir", "a directory whose files sandboxes' secrets may read (file:/path) (repeatable)")
 	fs.StringVar(&cfg.EgressDNS, "egress-dns", "", "FOR TESTS: the DNS server (ip:port) that resolves the names sandboxes reach (default: the host's resolver)")

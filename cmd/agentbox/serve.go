@@ -53,6 +53,7 @@ func cmdServe(args []string) int {
 			return 2
 		}
 	}
+	tlsFlags.allowPrivateNet = cfg.AllowPrivateNetwork
 	if err := tlsFlags.checkListen(cfg.Listen, cfg.AllowRemote); err != nil {
 		fmt.Fprintf(os.Stderr, "agentbox serve: %v\n", err)
 		return 2

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,7 +36,6 @@ func (t *serveTLS) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.key, "tls-key", "", "the PEM private key of --tls-cert")
 	fs.BoolVar(&t.selfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed ECDSA certificate kept under <state-dir>/tls (made on first use; SANs: the listen host, 127.0.0.1, ::1, localhost, *.localhost for preview URLs); its SHA-256 fingerprint is printed and published in server.json")
 	fs.BoolVar(&t.plaintext, "insecure-plaintext", false, "allow plain HTTP on a private-network --listen address (keys and tokens cross the network in clear text); a public address is refused without TLS")
-	fs.BoolVar(&t.allowPrivateNet, "allow-private-network", false, "allow a private-network --listen address (10/8, 172.16/12, 192.168/16, fc00::/7, link-local) with --allow-remote")
 }
 
 func (t *serveTLS) enabled() bool { return t.selfSigned || t.cert != "" }
@@ -61,8 +61,8 @@ func (t *serveTLS) checkListen(listen string, allowRemote bool) error {
 	if !allowRemote {
 		return fmt.Errorf("--listen %q is not loopback: add --allow-remote (with TLS) to serve beyond this machine", listen)
 	}
-	ip := net.ParseIP(host)
-	private := ip != nil && (ip.IsPrivate() || ip.IsLinkLocalUnicast())
+	ip, err := netip.ParseAddr(host)
+	private := err == nil && config.PrivateNetwork(netip.PrefixFrom(ip, ip.BitLen()))
 	if private && !t.allowPrivateNet {
 		return fmt.Errorf("--listen %q is a private-network address: add --allow-private-network to serve on it", listen)
 	}
