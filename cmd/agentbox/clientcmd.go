@@ -20,12 +20,14 @@ type clientFlags struct {
 	server string
 	token  string
 	json   bool
+	tls    clientTLS // https trust (issue 16, tls.go)
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", "", "server URL (default: $AGENTBOX_URL, the local server, or http://"+config.DefaultListen+")")
-	fs.StringVar(&c.token, "token", "", "bearer token (default: $AGENTBOX_TOKEN, $AGENTBOX_TOKEN_FILE or ~/.config/agentbox/token)")
+	fs.StringVar(&c.token, "token", "", "bearer token or API key (default: $AGENTBOX_TOKEN, $AGENTBOX_TOKEN_FILE or ~/.config/agentbox/token)")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
+	c.tls.register(fs)
 }
 
 func (c *clientFlags) client() (*client.Client, error) {
@@ -40,7 +42,7 @@ func (c *clientFlags) client() (*client.Client, error) {
 			return nil, err
 		}
 	}
-	return client.New(url, tok), nil
+	return client.NewTLS(url, tok, c.tls.forURL(url))
 }
 
 // clientCmd is the shape every subcommand that talks to a server shares: its flags (plus the

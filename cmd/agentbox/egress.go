@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/agentbox/agentbox/internal/api"
@@ -26,6 +27,7 @@ import (
 // registerEgressFlags adds serve's and mcp's network flags to fs.
 func registerEgressFlags(fs *flag.FlagSet, cfg *config.Config) {
 	fs.Var((*listFlag)(&cfg.EgressAllowCIDRs), "egress-allow-cidr", "open a never-reachable range (private, loopback…) such as 10.200.0.0/16 to sandboxes whose network policy allows it (repeatable; for labs and tests: logged loudly)")
+	fs.BoolVar(&cfg.AllowPrivateNetwork, "allow-private-network", false, "allow private-network addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, link-local) as upstream targets (--egress-allow-cidr) and, with --allow-remote, as the --listen address")
 	fs.Var((*listFlag)(&cfg.SecretEnv), "secret-env", "an environment variable of the server that sandboxes' secrets may read (env:NAME), a name or a glob such as OPENAI_* (repeatable)")
 	fs.Var((*listFlag)(&cfg.SecretDirs), "secret-dir", "a directory whose files sandboxes' secrets may read (file:/path) (repeatable)")
 	fs.StringVar(&cfg.EgressDNS, "egress-dns", "", "FOR TESTS: the DNS server (ip:port) that resolves the names sandboxes reach (default: the host's resolver)")
@@ -98,11 +100,18 @@ func egressConfig(cfg config.Config, log *slog.Logger) (sandbox.EgressConfig, er
 
 // previewURLs makes preview URLs once the server's port is known (serve sets it after
 // listening); before that, and without an HTTP server (mcp on stdio), there are none.
-type previewURLs struct{ port atomic.Int64 }
+type previewURLs struct {
+	port atomic.Int64
+	tls  atomic.Bool // the server serves HTTPS (issue 16): so do its preview URLs
+}
 
 // URL is sandbox.Config.PreviewURL.
 func (p *previewURLs) URL(id string, port int) string {
-	return api.PreviewURL(id, port, int(p.port.Load()))
+	u := api.PreviewURL(id, port, int(p.port.Load()))
+	if p.tls.Load() {
+		u = "https://" + strings.TrimPrefix(u, "http://")
+	}
+	return u
 }
 
 // setAddr records the listener's port.

@@ -38,6 +38,7 @@ func run(args []string) int {
 		"image": cmdImage, // images (issue 13, images.go)
 		// durable runs (issue 14, run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
+		"token": cmdToken, // API keys (issue 16, token.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -58,7 +59,11 @@ Server:
                                         run the control plane (REST API on 127.0.0.1:8765)
                  [--run-workers N] [--checkout-dir DIR]... [--artifact-mb N] [--run-retention D]
                                         durable runs: workers, file:// repos, blob store, history
+                 [--tls-cert F --tls-key F | --tls-self-signed] [--insecure-plaintext]
+                 [--allow-private-network]  HTTPS and exposure beyond loopback (README: security)
   agentbox doctor                       what this host supports and how to fix what is missing
+  agentbox token create [--scope read|operate|admin] [--expires D] NAME   a named API key
+                                        (printed once, last); token ls; token revoke NAME|ID
 
 MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
   agentbox mcp [--state-dir DIR]        serve MCP on stdio; uses the running server, or runs the

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/statedir"
@@ -40,6 +42,8 @@ func cmdMCP(args []string) int {
 	registerEgressFlags(fs, &cfg) // network (issue 12; in-process control plane only)
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go; in-process control plane only)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go; in-process control plane only)
+	var tlsOpts clientTLS
+	tlsOpts.register(fs) // a running server over https (issue 16, tls.go)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -62,12 +66,12 @@ func cmdMCP(args []string) int {
 	ctx, cancel := signalContext()
 	defer cancel()
 
-	backend, runsBE, where, closeFn, err := mcpBackend(ctx, cfg, explicitDir, log)
+	backend, runsBE, where, gates, closeFn, err := mcpBackend(ctx, cfg, explicitDir, tlsOpts, log)
 	if err != nil {
 		return fail(err)
 	}
 	defer closeFn()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE})
+	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, Gate: gates})
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
@@ -84,10 +88,10 @@ func cmdMCP(args []string) int {
 // mcpBackend finds the control plane: the running server of the state dir; without an explicit
 // --state-dir, also the server the CLI would use ($AGENTBOX_URL, else 127.0.0.1:8765 — e.g. one
 // run by root for this user); else an in-process control plane.
-func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, string, func(), error) {
+func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpts clientTLS, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, string, gate.Chain, func(), error) {
 	running := func() (*client.Backend, string, error) {
 		if info, err := config.ReadServerInfo(cfg.StateDir); err == nil && info.URL != "" {
-			if b, err := serverAt(ctx, cfg, info.URL); b != nil || err != nil {
+			if b, err := serverAt(ctx, cfg, info.URL, tlsOpts.forURL(info.URL, cfg.StateDir)); b != nil || err != nil {
 				return b, info.URL, err
 			}
 		}
@@ -95,15 +99,16 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 			return nil, "", nil
 		}
 		url := config.ServerURL()
-		b, err := serverAt(ctx, cfg, url)
+		b, err := serverAt(ctx, cfg, url, tlsOpts.forURL(url))
 		return b, url, err
 	}
-	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, string, func(), error) {
+	// A running server gates every call itself (its key's scope); in process, the chain is ours.
+	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, string, gate.Chain, func(), error) {
 		log.Info("using the running server", "url", url)
-		return b, b.Runs(), "agentbox serve at " + url, func() {}, nil
+		return b, b.Runs(), "agentbox serve at " + url, nil, func() {}, nil
 	}
 	if b, url, err := running(); err != nil {
-		return nil, nil, "", nil, err
+		return nil, nil, "", nil, nil, err
 	} else if b != nil {
 		return use(b, url)
 	}
@@ -115,16 +120,16 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
 			if b, url, rerr := running(); rerr != nil {
-				return nil, nil, "", nil, rerr
+				return nil, nil, "", nil, nil, rerr
 			} else if b != nil {
 				return use(b, url)
 			}
 		}
-		return nil, nil, "", nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
+		return nil, nil, "", nil, nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
 			"To let several MCP clients share sandboxes, run `agentbox serve --state-dir %s` and they will all connect to it; or give this one its own --state-dir", err, cfg.StateDir, cfg.StateDir)
 	}
 	if err != nil {
-		return nil, nil, "", nil, err
+		return nil, nil, "", nil, nil, err
 	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -135,19 +140,26 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		stop()
 		<-done
 		cp.Close()
-		return nil, nil, "", nil, err
+		return nil, nil, "", nil, nil, err
 	}
 	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
-	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
+	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", cp.gates(), closeFn, nil
 }
 
 // serverAt returns a backend over the agentbox server at url if it answers /health (nil if
 // nobody answers there). A server that answers but refuses our token is an error, not a reason
 // to start another control plane.
-func serverAt(ctx context.Context, cfg config.Config, url string) (*client.Backend, error) {
+func serverAt(ctx context.Context, cfg config.Config, url string, trust client.TLS) (*client.Backend, error) {
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := client.New(url, "").Health(hctx); err != nil {
+	probe, err := client.NewTLS(url, "", trust)
+	if err != nil {
+		return nil, err
+	}
+	if err := probe.Health(hctx); err != nil {
+		if strings.HasPrefix(url, "https:") && strings.Contains(err.Error(), "certificate") {
+			return nil, fmt.Errorf("the agentbox server at %s: %w (trust it with --ca-cert FILE or --fingerprint SHA256)", url, err)
+		}
 		return nil, nil
 	}
 	tok := cfg.Token
@@ -157,7 +169,10 @@ func serverAt(ctx context.Context, cfg config.Config, url string) (*client.Backe
 			return nil, fmt.Errorf("an agentbox server is running at %s, but %w", url, err)
 		}
 	}
-	c := client.New(url, tok)
+	c, err := client.NewTLS(url, tok, trust)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := c.Capacity(hctx); err != nil {
 		if errcode.Is(err, errcode.AuthFailed) {
 			return nil, fmt.Errorf("the agentbox server at %s refuses this token: run as the user that runs `agentbox serve`, or set AGENTBOX_TOKEN (or AGENTBOX_TOKEN_FILE) to its token", url)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +40,8 @@ func cmdServe(args []string) int {
 	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go)
+	var tlsFlags serveTLS
+	tlsFlags.register(fs) // TLS and exposure (issue 16, tls.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -49,6 +52,11 @@ func cmdServe(args []string) int {
 			fmt.Fprintf(os.Stderr, "agentbox serve: --insecure-no-auth works only on a loopback --listen address and without --allow-remote (got %q)\n", cfg.Listen)
 			return 2
 		}
+	}
+	tlsFlags.allowPrivateNet = cfg.AllowPrivateNetwork
+	if err := tlsFlags.checkListen(cfg.Listen, cfg.AllowRemote); err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox serve: %v\n", err)
+		return 2
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -85,19 +93,35 @@ func cmdServe(args []string) int {
 	}
 	previews.setAddr(ln.Addr())
 	url := "http://" + ln.Addr().String()
-	if err := config.WriteServerInfo(cfg.StateDir, config.ServerInfo{URL: url, PID: os.Getpid()}); err != nil {
+	info := config.ServerInfo{PID: os.Getpid()}
+	if tlsFlags.enabled() { // TLS (issue 16, tls.go)
+		host, _, _ := net.SplitHostPort(cfg.Listen)
+		tcfg, fp, certFile, err := tlsFlags.config(cfg.StateDir, host)
+		if err != nil {
+			ln.Close()
+			return fail(err)
+		}
+		ln = tls.NewListener(ln, tcfg)
+		previews.tls.Store(true)
+		url = "https://" + ln.Addr().String()
+		info.TLSFingerprint, info.TLSCert = fp, certFile
+		fmt.Fprintf(os.Stderr, "agentbox serve: TLS certificate SHA-256 fingerprint %s\n", fp)
+	}
+	info.URL = url
+	if err := config.WriteServerInfo(cfg.StateDir, info); err != nil {
 		log.Warn("cannot publish server address", "err", err)
 	}
 	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs (issue 14)
 		return fail(err)
 	}
-	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend()})
+	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(), Gate: cp.gates()})
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
 	defer mcpSrv.Close()
 	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
-		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs})
+		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
+		Gate: cp.gates(), Keys: cp.keys}) // issue 16: the gate chain, API keys
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close) // and long polls for events
@@ -110,7 +134,7 @@ func cmdServe(args []string) int {
 	defer cp.stopRuns() // runs' workers stop first: they use the sandbox service
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("agentbox serving", "url", url, "mcp", url+"/mcp", "state_dir", cfg.StateDir, "token_file", tokenSource(cfg))
+	log.Info("agentbox serving", "url", url, "mcp", url+"/mcp", "state_dir", cfg.StateDir, "token_file", tokenSource(cfg), "tls_fingerprint", info.TLSFingerprint)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

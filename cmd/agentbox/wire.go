@@ -10,7 +10,9 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -33,6 +35,15 @@ type controlPlane struct {
 	runs     *runs.Service
 	runsStop func()
 	runsOnce sync.Once
+	keys     *auth.Keys // API keys (issue 16)
+}
+
+// gates is the server's gate chain (issue 16), one slice for the REST API and the MCP server
+// (in-process `agentbox mcp` too): audit → scopes → approvals.
+func (cp *controlPlane) gates() gate.Chain {
+	return gate.Chain{
+		auth.ScopeGate{}, // scopes (internal/auth): after the audit gate, before approvals
+	}
 }
 
 func (cp *controlPlane) Close() {
@@ -169,7 +180,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	ok = true
-	return &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom}, nil
+	return &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, keys: auth.NewKeys(st, log.With("component", "auth"))}, nil
 }
 
 // runtimeFlavors are the runtimes every server registers, the default first.

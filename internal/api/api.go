@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/runs"
@@ -57,6 +58,9 @@ type Options struct {
 	// Gate sees every routed call before it acts (scopes, approvals, the audit log: issue
 	// 16; gate.go); empty lets every call in.
 	Gate gate.Chain
+	// Keys, if set, authenticates named API keys ("Authorization: Bearer abk_…" or "X-Api-Key:
+	// abk_…") beside Token, and serves /v1/keys (issue 16, keys.go).
+	Keys *auth.Keys
 }
 
 // Server is the REST API.
@@ -69,6 +73,7 @@ type Server struct {
 	done  chan struct{} // closed by Close: long polls return
 	once  sync.Once
 	hub   *watch.Hub             // watch streams (SSE)
+	pats  []string               // every route pattern registered (Routes)
 	proxy *httputil.ReverseProxy // preview URLs (preview.go)
 }
 
@@ -102,7 +107,7 @@ func New(svc *sandbox.Service, opts Options) *Server {
 }
 
 func (s *Server) routes() {
-	m := s.mux
+	m := routeMux{s}
 	m.HandleFunc("GET /health", s.health)
 	m.HandleFunc("POST /v1/sandboxes", s.createSandbox)
 	m.HandleFunc("GET /v1/sandboxes", s.listSandboxes)
@@ -150,6 +155,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
+	s.keyRoutes() // API keys (issue 16, keys.go): /v1/keys
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))
@@ -212,18 +218,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	}
 	// Exempt: /health, and a GET of a run's artifact with expires and sig, which its handler
 	// verifies (runs.go).
-	authed := s.authorized(r)
+	caller, owner, authErr := s.authenticate(r)
+	authed := authErr == nil
 	if !authed && r.URL.Path != "/health" && !signedArtifactRequest(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
-		writeError(w, errcode.New(errcode.AuthFailed, "missing or wrong bearer token: send \"Authorization: Bearer <token>\"; the token is in ~/.config/agentbox/token of the user running agentbox serve"), 0)
+		writeError(w, authErr, 0)
 		return
 	}
 	// Every request, mounted handlers included, carries the caller's identity: sandboxes
-	// record it as their owner and idempotency keys are scoped to it.
-	ctx := withTokenAuth(sandbox.WithOwner(r.Context(), s.owner), authed)
+	// record it as their owner and idempotency keys are scoped to it; the scope gate
+	// (internal/auth) checks its scope.
+	ctx := withTokenAuth(sandbox.WithOwner(r.Context(), owner), authed)
 	if authed {
-		// The server's token is the admin key (issue 16 adds named keys with scopes).
-		ctx = gate.WithCaller(ctx, gate.Caller{ID: s.owner, Name: "token", Scope: "admin"})
+		ctx = gate.WithCaller(ctx, caller)
 	}
 	r = r.WithContext(ctx)
 	if route != nil {
@@ -258,17 +265,16 @@ func (s *Server) Close() {
 	})
 }
 
+// authorized reports whether the request presents the server's token (or none is needed).
 func (s *Server) authorized(r *http.Request) bool {
 	if s.opts.Token == "" {
 		return true
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.opts.Token)) == 1
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && constantEq(strings.TrimSpace(tok), s.opts.Token)
 }
+
+func constantEq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 // LoopbackHost reports whether a Host header names a loopback address (DNS-rebinding defence).
 func LoopbackHost(hostport string) bool {

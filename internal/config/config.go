@@ -81,6 +81,10 @@ type Config struct {
 	// Network (issue 12). EgressAllowCIDRs open never-reachable ranges (private, loopback…)
 	// to sandboxes whose policy allows them, for labs and tests (--egress-allow-cidr).
 	EgressAllowCIDRs []string
+	// AllowPrivateNetwork (issue 16, --allow-private-network) lets a private-network range
+	// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, link-local) be an upstream target
+	// (EgressAllowCIDRs) or, with AllowRemote, the listen address.
+	AllowPrivateNetwork bool
 	// SecretEnv are the server's environment variables (names or globs such as OPENAI_*) a
 	// sandbox's secret may read (--secret-env); SecretDirs the directories whose files it may
 	// read (--secret-dir). Anything else is refused.
@@ -195,9 +199,12 @@ func (c *Config) Validate() error {
 	if c.MaxJobsPerSandbox < 1 || c.MaxJobsPerSandbox > sandbox.DefaultMaxJobs {
 		errs = append(errs, fmt.Sprintf("max jobs per sandbox %d must be between 1 and %d (the agent's own bound)", c.MaxJobsPerSandbox, sandbox.DefaultMaxJobs))
 	}
-	for _, c := range c.EgressAllowCIDRs {
-		if _, err := netip.ParsePrefix(c); err != nil {
-			errs = append(errs, fmt.Sprintf("--egress-allow-cidr %q must be a CIDR such as 10.200.0.0/16", c))
+	for _, cidr := range c.EgressAllowCIDRs {
+		p, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("--egress-allow-cidr %q must be a CIDR such as 10.200.0.0/16", cidr))
+		} else if PrivateNetwork(p) && !c.AllowPrivateNetwork {
+			errs = append(errs, fmt.Sprintf("--egress-allow-cidr %q opens a private-network range to sandboxes: add --allow-private-network", cidr))
 		}
 	}
 	for _, d := range c.SecretDirs {
@@ -296,4 +303,24 @@ func ReadToken() (string, error) {
 		return "", fmt.Errorf("no token: set AGENTBOX_TOKEN, or run as the user that runs `agentbox serve` (it keeps the token in %s): %w", path, err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// privateRanges are the private-network ranges (issue 16's --allow-private-network).
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fc00::/7"), netip.MustParsePrefix("fe80::/10"),
+}
+
+// PrivateNetwork reports whether p overlaps a private-network range.
+func PrivateNetwork(p netip.Prefix) bool {
+	if p.Addr().Is4In6() {
+		p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+	}
+	for _, r := range privateRanges {
+		if r.Overlaps(p) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +67,30 @@ func TestRunSettings(t *testing.T) {
 		if e, ok := errcode.As(err); !ok || e.Code != errcode.InvalidArgument || !strings.Contains(e.Message, tc.want) {
 			t.Errorf("Validate = %v; want INVALID_ARGUMENT with %q", err, tc.want)
 		}
+	}
+}
+
+// TestPrivateNetworkNeedsFlag: an --egress-allow-cidr overlapping a private-network range is
+// refused without --allow-private-network (issue 16); loopback and public ranges are not
+// private.
+func TestPrivateNetworkNeedsFlag(t *testing.T) {
+	for cidr, private := range map[string]bool{
+		"10.203.1.0/24": true, "172.20.0.0/16": true, "192.168.1.5/32": true, "100.64.0.0/10": true,
+		"169.254.169.254/32": true, "fd00::/8": true, "::ffff:10.0.0.1/128": true, "0.0.0.0/0": true,
+		"127.0.0.1/32": false, "8.8.8.0/24": false, "2001:db8::/32": false,
+	} {
+		if got := config.PrivateNetwork(netip.MustParsePrefix(cidr)); got != private {
+			t.Errorf("PrivateNetwork(%s) = %v", cidr, got)
+		}
+	}
+	c := config.Default()
+	c.StateDir = t.TempDir()
+	c.EgressAllowCIDRs = []string{"10.203.1.0/24"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--allow-private-network") {
+		t.Fatalf("private CIDR without the flag: %v", err)
+	}
+	c.AllowPrivateNetwork = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("private CIDR with the flag: %v", err)
 	}
 }

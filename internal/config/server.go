@@ -11,6 +11,21 @@ import (
 type ServerInfo struct {
 	URL string `json:"url"`
 	PID int    `json:"pid"`
+	// TLS (issue 16): the SHA-256 fingerprint of the server's certificate, and the file of a
+	// self-signed one, which local clients pin and trust without being told.
+	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
+	TLSCert        string `json:"tls_cert,omitempty"`
+}
+
+// LocalServerInfo returns the ServerInfo a server on this machine published for url (in the
+// default state dirs or stateDir), if one did.
+func LocalServerInfo(url string, stateDirs ...string) (ServerInfo, bool) {
+	for _, dir := range append(stateDirs, DefaultStateDir(), "/var/lib/agentbox") {
+		if info, err := ReadServerInfo(dir); err == nil && info.URL != "" && info.URL == url {
+			return info, true
+		}
+	}
+	return ServerInfo{}, false
 }
 
 // ServerInfoPath is where a server of stateDir publishes its ServerInfo.

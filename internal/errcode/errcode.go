@@ -38,12 +38,16 @@ const (
 	RunNotFound Code = "RUN_NOT_FOUND"
 	// LinkExpired: a signed artifact URL past its expiry, or an artifact no longer kept.
 	LinkExpired Code = "LINK_EXPIRED"
+	// PermissionDenied: the caller's API key is valid but its scope does not cover the call
+	// (details.required_scope, details.scope).
+	PermissionDenied Code = "PERMISSION_DENIED"
 )
 
 // Codes lists every code, for documentation and tests.
 var Codes = []Code{SandboxNotFound, SandboxNotRunning, CapacityUnavailable, CommandTimeout,
 	OutputLimitExceeded, FileTooLarge, FileNotFound, UnsupportedOp, RuntimeUnavailable, AuthFailed,
-	InvalidArgument, Conflict, Internal, JobNotFound, JobLimitExceeded, ImageNotFound, ImagePullFailed, RunNotFound, LinkExpired}
+	InvalidArgument, Conflict, Internal, JobNotFound, JobLimitExceeded, ImageNotFound, ImagePullFailed, RunNotFound, LinkExpired,
+	PermissionDenied}
 
 // Error is a typed error. Message is safe to show to the caller; Cause is internal detail.
 type Error struct {

@@ -23,6 +23,8 @@ func HTTPStatus(code Code) int {
 		return http.StatusUnauthorized
 	case InvalidArgument:
 		return http.StatusBadRequest
+	case PermissionDenied:
+		return http.StatusForbidden
 	case LinkExpired:
 		return http.StatusGone
 	case JobLimitExceeded:

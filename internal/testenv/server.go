@@ -40,9 +40,11 @@ type Server struct {
 	StateDir string
 	URL      string
 	Token    string
-	Logs     *SyncBuffer
-	cmd      *exec.Cmd
-	done     chan struct{}
+	// Fingerprint is the server's TLS certificate's SHA-256 (--tls-self-signed, --tls-cert).
+	Fingerprint string
+	Logs        *SyncBuffer
+	cmd         *exec.Cmd
+	done        chan struct{}
 }
 
 // StartServer starts `agentbox serve` on a free loopback port with stateDir, a cgroup parent
@@ -75,7 +77,7 @@ func StartServerEnv(t testing.TB, stateDir, token string, env []string, extra ..
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if info, err := config.ReadServerInfo(stateDir); err == nil && info.PID == s.cmd.Process.Pid {
-			s.URL = info.URL
+			s.URL, s.Fingerprint = info.URL, info.TLSFingerprint
 			return s
 		}
 		select {
@@ -92,7 +94,13 @@ func StartServerEnv(t testing.TB, stateDir, token string, env []string, extra ..
 }
 
 // Client returns a REST client of the server.
-func (s *Server) Client() *client.Client { return client.New(s.URL, s.Token) }
+func (s *Server) Client() *client.Client {
+	c, err := client.NewTLS(s.URL, s.Token, client.TLS{Fingerprint: s.Fingerprint})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
 
 // PID is the server's process id.
 func (s *Server) PID() int { return s.cmd.Process.Pid }

@@ -87,7 +87,7 @@ func testNetwork(t *testing.T, lab *netlab.Lab, rt string) {
 	}
 	envName := "NETLAB_SECRET_" + strings.ToUpper(rt)
 	n.env = []string{envName + "=" + n.secret}
-	n.args = []string{"--egress-allow-cidr", lab.CIDR(), "--egress-dns", lab.DNSAddr(),
+	n.args = []string{"--allow-private-network", "--egress-allow-cidr", lab.CIDR(), "--egress-dns", lab.DNSAddr(),
 		"--egress-upstream-ca", lab.CAFile(), "--secret-env", envName, "--secret-dir", n.secDir}
 	n.s = &server{testenv.StartServerEnv(t, n.dir, token, n.env, n.args...), t}
 	defer func() {

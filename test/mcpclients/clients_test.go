@@ -64,6 +64,7 @@ func randomToken(t *testing.T) string {
 type server struct {
 	cmd      *exec.Cmd
 	url      string
+	fp       string // the TLS certificate's fingerprint (server.json), if any
 	stateDir string
 	token    string
 	logs     *bytes.Buffer
@@ -72,11 +73,11 @@ type server struct {
 // startServer starts `agentbox serve`; token "" means --insecure-no-auth. At cleanup it checks
 // that no sandbox is left (through the API while the server runs, then runc and the host after
 // SIGTERM), destroying leftovers so that a failure does not leak.
-func startServer(t *testing.T, bin, token string) *server {
+func startServer(t *testing.T, bin, token string, extra ...string) *server {
 	t.Helper()
 	dir := testenv.ShortTempDir(t, "abmcpc")
 	s := &server{stateDir: dir, token: token, logs: &bytes.Buffer{}}
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--cgroup-parent", cgroupParent(dir)}
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--cgroup-parent", cgroupParent(dir)}, extra...)
 	env := os.Environ()
 	if token == "" {
 		args = append(args, "--insecure-no-auth")
@@ -95,7 +96,10 @@ func startServer(t *testing.T, bin, token string) *server {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if s.url != "" {
-			c := client.New(s.url, token)
+			c, err := client.NewTLS(s.url, token, client.TLS{Fingerprint: s.fp})
+			if err != nil {
+				t.Fatal(err)
+			}
 			left, err := c.List(ctx, nil, nil)
 			if err != nil {
 				t.Errorf("GET /v1/sandboxes at cleanup: %v", err)
@@ -123,7 +127,7 @@ func startServer(t *testing.T, bin, token string) *server {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if info, err := config.ReadServerInfo(dir); err == nil && info.PID == s.cmd.Process.Pid && info.URL != "" {
-			s.url = info.URL
+			s.url, s.fp = info.URL, info.TLSFingerprint
 			return s
 		}
 		select {
@@ -203,6 +207,18 @@ func TestMCPClients(t *testing.T) {
 
 	// The official conformance suite (Node 22) against --insecure-no-auth: the required
 	// scenarios pass, and only expected-failures.txt's fail.
+	// Over TLS (issue 16): serve's self-signed certificate, which Node trusts through
+	// NODE_EXTRA_CA_CERTS.
+	t.Run("TypeScriptSDK_StreamableHTTP_TLS", func(t *testing.T) {
+		token := randomToken(t)
+		s := startServer(t, bin, token, "--tls-self-signed")
+		if !strings.HasPrefix(s.url, "https://") {
+			t.Fatalf("--tls-self-signed serves %s", s.url)
+		}
+		runNode(t, node, 3*time.Minute, []string{"AGENTBOX_MCP_URL=" + s.url + "/mcp", "AGENTBOX_TOKEN=" + token,
+			"NODE_EXTRA_CA_CERTS=" + filepath.Join(s.stateDir, "tls", "cert.pem")}, "ts-client.mjs")
+	})
+
 	t.Run("Conformance", func(t *testing.T) {
 		s := startServer(t, bin, "")
 		runNode(t, node, 6*time.Minute, nil, "run-conformance.mjs", s.url+"/mcp", "--out", t.TempDir())

@@ -25,7 +25,7 @@ func egressFlags(bin string, lab *netlab.Lab) []string {
 	if !strings.Contains(string(out), "-egress-allow-cidr") {
 		return nil
 	}
-	return []string{"--egress-allow-cidr", lab.CIDR(), "--egress-dns", lab.DNSAddr(), "--egress-upstream-ca", lab.CAFile()}
+	return []string{"--allow-private-network", "--egress-allow-cidr", lab.CIDR(), "--egress-dns", lab.DNSAddr(), "--egress-upstream-ca", lab.CAFile()}
 }
 
 // egressReq is an egress sandbox allowed good.lab and tls.lab (ports 80 and 443).
