@@ -70,6 +70,8 @@ type Server struct {
 	once  sync.Once
 	hub   *watch.Hub             // watch streams (SSE)
 	proxy *httputil.ReverseProxy // preview URLs (preview.go)
+	// patterns are the routes as registered (Routes; openapi.go).
+	patterns []string
 }
 
 // TokenOwner is the owner recorded for callers that present token: "token:" and the first 12
@@ -102,7 +104,7 @@ func New(svc *sandbox.Service, opts Options) *Server {
 }
 
 func (s *Server) routes() {
-	m := s.mux
+	m := patternMux{s.mux, s} // records the patterns (Routes, openapi.go)
 	m.HandleFunc("GET /health", s.health)
 	m.HandleFunc("POST /v1/sandboxes", s.createSandbox)
 	m.HandleFunc("GET /v1/sandboxes", s.listSandboxes)
@@ -149,6 +151,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImages)
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
+	m.HandleFunc("GET /v1/openapi.json", s.openAPI) // the REST API's contract (issue 16, openapi.go)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
