@@ -159,6 +159,8 @@ var pathParam = regexp.MustCompile(`\{([a-z_]+)(\.\.\.)?\}`)
 
 // schemaTypes are the types whose JSON is not what their Go fields say.
 var schemaTypes = map[reflect.Type]*jsonschema.Schema{
+	// encoding/json writes bytes as standard base64.
+	reflect.TypeFor[[]byte](): {Type: "string", ContentEncoding: "base64"},
 	reflect.TypeFor[sandbox.Network](): {
 		Description: `"none" (no network), or the egress policy {"allow": [...], "deny": [...]}.`,
 		OneOf: []*jsonschema.Schema{
