@@ -67,7 +67,9 @@ func cmdMCP(args []string) int {
 		return fail(err)
 	}
 	defer closeFn()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE})
+	apiCall, closeAPI := mcpAPICall(backend, runsBE, nil, log) // api_call (issue 16, apicall.go)
+	defer closeAPI()
+	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, APICall: apiCall})
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
