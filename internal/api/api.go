@@ -151,7 +151,8 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImages)
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
-	m.HandleFunc("GET /v1/openapi.json", s.openAPI) // the REST API's contract (issue 16, openapi.go)
+	// the REST API's contract (issue 16, openapi.go)
+	m.HandleFunc("GET /v1/openapi.json", s.openAPI)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
