@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/openapi"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
@@ -121,6 +122,16 @@ func newDocValidator(t *testing.T) *docValidator {
 // schema the document gives for that status (else "default"), and returns the decoded body.
 func (v *docValidator) validate(t *testing.T, method, p string, status int, body []byte) any {
 	t.Helper()
+	inst, err := v.check(t, method, p, status, body)
+	if err != nil {
+		t.Errorf("%s %s %d: the reply does not fit the document: %v\n%.600s", method, p, status, err, body)
+	}
+	return inst
+}
+
+// check is validate's verdict.
+func (v *docValidator) check(t *testing.T, method, p string, status int, body []byte) (any, error) {
+	t.Helper()
 	item, ok := v.doc["paths"].(map[string]any)[p].(map[string]any)
 	if !ok {
 		t.Fatalf("%s is not a path of the document", p)
@@ -161,10 +172,7 @@ func (v *docValidator) validate(t *testing.T, method, p string, status int, body
 	if err := json.Unmarshal(body, &inst); err != nil {
 		t.Fatalf("%s %s %d: not JSON: %v: %.300s", method, p, status, err, body)
 	}
-	if err := rs.Validate(inst); err != nil {
-		t.Errorf("%s %s %d: the reply does not fit the document: %v\n%.600s", method, p, status, err, body)
-	}
-	return inst
+	return inst, rs.Validate(inst)
 }
 
 func keys(m map[string]any) []string {
@@ -174,6 +182,54 @@ func keys(m map[string]any) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestOpenAPIValidatorRejects: the validation above can fail: replies that do not fit their
+// route's schema are refused.
+func TestOpenAPIValidatorRejects(t *testing.T) {
+	v := newDocValidator(t)
+	for _, c := range []struct {
+		method, p string
+		status    int
+		body      string
+	}{
+		{"GET", "/v1/sandboxes/{id}", 200, `{"sandbox_id": "sb-1"}`},                             // required fields missing
+		{"GET", "/v1/sandboxes", 200, `{"sandboxes": [], "count": "0"}`},                         // wrong type
+		{"GET", "/v1/capacity", 200, `{"error": {"code": "INTERNAL", "message": "x"}}`},          // an error as a success
+		{"GET", "/v1/sandboxes/{id}", 404, `{"error": {"code": "SANDBOX_NOT_FOUND"}}`},           // error without message
+		{"GET", "/health", 200, `{"status": "ok", "version": "1", "extra": true}`},               // unknown field
+		{"GET", "/v1/sandboxes/{id}/jobs/{job_id}/logs", 200, `{"job_id": "j", "data": [1, 2]}`}, // bytes not base64
+	} {
+		if _, err := v.check(t, c.method, c.p, c.status, []byte(c.body)); err == nil {
+			t.Errorf("%s %s %d accepted %s", c.method, c.p, c.status, c.body)
+		}
+	}
+	if _, err := v.check(t, "GET", "/health", 200, []byte(`{"status": "ok", "version": "1"}`)); err != nil {
+		t.Fatalf("a good reply refused: %v", err)
+	}
+}
+
+// TestOpenAPIImageResponses validates the image routes' replies (over the fake image cache).
+func TestOpenAPIImageResponses(t *testing.T) {
+	s := newImageServer(t, api.Options{})
+	v := newDocValidator(t)
+	s.cache.AddRemote("python:3.12-slim", image.Config{Env: []string{"A=1"}})
+	do := func(method, p, path, body string, want int) any {
+		t.Helper()
+		code, reply, _ := call(t, method, s.url+path, testToken, body)
+		if code != want {
+			t.Fatalf("%s %s: %d, want %d: %.400s", method, path, code, want, reply)
+		}
+		return v.validate(t, method, p, code, []byte(reply))
+	}
+	do("POST", "/v1/images/pull", "/v1/images/pull", `{"ref": "python:3.12-slim"}`, 200)
+	do("GET", "/v1/images", "/v1/images", "", 200)
+	do("GET", "/v1/images/inspect", "/v1/images/inspect?ref=python:3.12-slim", "", 200)
+	do("GET", "/v1/images/inspect", "/v1/images/inspect?ref=nosuch:1", "", 404)
+	sb := do("POST", "/v1/sandboxes", "/v1/sandboxes", `{"image": "python:3.12-slim"}`, 201).(map[string]any)
+	do("POST", "/v1/sandboxes/{id}/commit", "/v1/sandboxes/"+sb["sandbox_id"].(string)+"/commit", `{"name": "mine:1"}`, 201)
+	do("POST", "/v1/images/prune", "/v1/images/prune", `{}`, 200)
+	do("DELETE", "/v1/images", "/v1/images?ref=mine:1", "", 200)
 }
 
 // TestOpenAPIResponses makes real calls to a server over the fake runtime (with the run
