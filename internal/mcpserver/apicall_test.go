@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/api"
 	apiclient "github.com/agentbox/agentbox/internal/api/client"
@@ -147,6 +151,42 @@ func TestAPICall(t *testing.T) {
 	c.ok("api_call", map[string]any{"method": "DELETE", "path": "/v1/sandboxes/" + id}, &out)
 	if out.Status != 200 {
 		t.Fatalf("destroy: %+v", out)
+	}
+}
+
+// bearer adds the token to every request.
+type bearer struct{ tok string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestAPICallCarriesTheHTTPCaller: through agentbox serve's wiring (MCP mounted in the REST
+// handler, api_call calling that handler in process), the inner REST request runs as the
+// identity the HTTP request carried, not as a stdio session.
+func TestAPICallCarriesTheHTTPCaller(t *testing.T) {
+	svc := service(t, sandbox.Config{})
+	rg := &restGate{}
+	var h *api.Server
+	srv := mcpserver.New(svc, mcpserver.Options{APICall: func(ctx context.Context, method, path string, q url.Values, body []byte) (int, http.Header, []byte, error) {
+		return h.Call(ctx, method, path, q, body)
+	}})
+	h = api.New(svc, api.Options{Token: "serve-token", Gate: gate.Chain{rg}, Mount: map[string]http.Handler{"/mcp": srv.StreamableHTTPHandler(mcpserver.HTTPOptions{})}})
+	hs := httptest.NewServer(h)
+	// After the client's session closes (cleanups run last first): the MCP server's streams
+	// end, then the HTTP server.
+	t.Cleanup(func() { srv.Close(); hs.Close(); h.Close() })
+	c := connectOver(t, &mcp.StreamableClientTransport{Endpoint: hs.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer{"serve-token"}}}, "2025-11-25")
+	var out mcpserver.APICallOut
+	c.ok("api_call", map[string]any{"method": "GET", "path": "/v1/runtimes"}, &out)
+	if out.Status != 200 {
+		t.Fatalf("runtimes: %+v", out)
+	}
+	calls := rg.seen()
+	if len(calls) != 1 || calls[0].Tool != "GET /v1/runtimes" || calls[0].Caller.Name != "token" || calls[0].Caller.ID != api.TokenOwner("serve-token") {
+		t.Fatalf("the REST gate saw %+v", calls)
 	}
 }
 
