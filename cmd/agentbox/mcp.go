@@ -71,7 +71,9 @@ func cmdMCP(args []string) int {
 		return fail(err)
 	}
 	defer closeFn()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, Gate: gates})
+	apiCall, closeAPI := mcpAPICall(backend, runsBE, gates, log) // api_call (issue 16, apicall.go)
+	defer closeAPI()
+	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, APICall: apiCall, Gate: gates})
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {

@@ -114,12 +114,14 @@ func cmdServe(args []string) int {
 	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs (issue 14)
 		return fail(err)
 	}
-	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(), Gate: cp.gates()})
+	var handler *api.Server // api_call (issue 16, apicall.go) calls it in process
+	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
+		APICall: apiCallVia(&handler), Gate: cp.gates()})
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
 	defer mcpSrv.Close()
-	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
+	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
 		Gate: cp.gates(), Keys: cp.keys}) // issue 16: the gate chain, API keys
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}

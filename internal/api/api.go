@@ -73,8 +73,9 @@ type Server struct {
 	done  chan struct{} // closed by Close: long polls return
 	once  sync.Once
 	hub   *watch.Hub             // watch streams (SSE)
-	pats  []string               // every route pattern registered (Routes)
 	proxy *httputil.ReverseProxy // preview URLs (preview.go)
+	// patterns are the routes as registered (Routes; openapi.go).
+	patterns []string
 }
 
 // TokenOwner is the owner recorded for callers that present token: "token:" and the first 12
@@ -107,7 +108,7 @@ func New(svc *sandbox.Service, opts Options) *Server {
 }
 
 func (s *Server) routes() {
-	m := routeMux{s}
+	m := patternMux{s.mux, s} // records the patterns (Routes, openapi.go)
 	m.HandleFunc("GET /health", s.health)
 	m.HandleFunc("POST /v1/sandboxes", s.createSandbox)
 	m.HandleFunc("GET /v1/sandboxes", s.listSandboxes)
@@ -154,6 +155,8 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImages)
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
+	// the REST API's contract (issue 16, openapi.go)
+	m.HandleFunc("GET /v1/openapi.json", s.openAPI)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
 	s.keyRoutes() // API keys (issue 16, keys.go): /v1/keys
 	if p := s.opts.Prometheus; p != nil {

@@ -9,23 +9,6 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 )
 
-// routeMux registers routes on the server's mux and records their patterns (Routes).
-type routeMux struct{ s *Server }
-
-func (m routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
-	m.s.pats = append(m.s.pats, pattern)
-	m.s.mux.HandleFunc(pattern, h)
-}
-
-func (m routeMux) Handle(pattern string, h http.Handler) {
-	m.s.pats = append(m.s.pats, pattern)
-	m.s.mux.Handle(pattern, h)
-}
-
-// Routes returns the pattern of every route the server serves itself (not Options.Mount's),
-// as gate.Call.Tool names them.
-func (s *Server) Routes() []string { return append([]string(nil), s.pats...) }
-
 // APIKeyHeader is the header an API key may come in, instead of "Authorization: Bearer".
 const APIKeyHeader = "X-Api-Key"
 
@@ -64,7 +47,7 @@ func (s *Server) authenticate(r *http.Request) (gate.Caller, string, error) {
 
 // keyRoutes serves the API keys (admin scope; the scope table is internal/auth).
 func (s *Server) keyRoutes() {
-	m := routeMux{s}
+	m := patternMux{s.mux, s}
 	m.HandleFunc("POST /v1/keys", s.createKey)
 	m.HandleFunc("GET /v1/keys", s.listKeys)
 	m.HandleFunc("DELETE /v1/keys/{ref}", s.revokeKey)
@@ -95,6 +78,11 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, c)
 }
 
+// KeyList is GET /v1/keys's reply.
+type KeyList struct {
+	Keys []auth.Key `json:"keys"`
+}
+
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	ks := s.keys(w, r)
 	if ks == nil {
@@ -105,7 +93,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"keys": l})
+	writeJSON(w, http.StatusOK, KeyList{Keys: l})
 }
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {

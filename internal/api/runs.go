@@ -94,7 +94,7 @@ func tokenAuthed(ctx context.Context) bool {
 }
 
 func (s *Server) runRoutes() {
-	m := routeMux{s}
+	m := patternMux{s.mux, s}
 	m.HandleFunc("POST /v1/runs", s.startRun)
 	m.HandleFunc("GET /v1/runs", s.listRuns)
 	m.HandleFunc("GET /v1/runs/{id}", s.getRun)

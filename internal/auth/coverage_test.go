@@ -64,7 +64,7 @@ func TestScopeTableCoversEveryRoute(t *testing.T) {
 		}
 	}
 	for _, e := range restEntries() {
-		if !slices.Contains(routes, e) {
+		if e != "/v1/" && !slices.Contains(routes, e) { // "/v1/": the catch-all answering unknown paths
 			t.Errorf("auth.Required names %q, which is no route", e)
 		}
 	}

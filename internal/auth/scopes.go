@@ -20,7 +20,9 @@ const Public = "public"
 // TestScopeTableCoversEveryRoute).
 var Required = map[string]string{
 	// MCP tools.
-	"health":       ScopeRead,
+	"health": ScopeRead,
+	// api_call's inner request passes the REST gate with the same caller (its route's scope).
+	"api_call":     ScopeRead,
 	"sandbox_list": ScopeRead, "sandbox_get": ScopeRead, "sandbox_metrics": ScopeRead,
 	"sandbox_connections": ScopeRead, "sandbox_secret_calls": ScopeRead,
 	"file_read": ScopeRead, "file_list": ScopeRead,
@@ -54,6 +56,7 @@ var Required = map[string]string{
 	"GET /v1/events":                               ScopeRead,
 	"GET /v1/sandboxes/{id}/watch":                 ScopeRead,
 	"GET /v1/capacity":                             ScopeRead,
+	"GET /v1/openapi.json":                         ScopeRead,
 	"GET /v1/runtimes":                             ScopeRead,
 	"GET /v1/sandboxes/{id}/metrics":               ScopeRead,
 	"GET /v1/fleet/metrics":                        ScopeRead,

@@ -80,6 +80,9 @@ type Options struct {
 	// Runs serves the run tools (issue 14, runs.go): *runs.Service in process, or
 	// client.RunsBackend over a running serve; nil: they answer UNSUPPORTED_OPERATION.
 	Runs RunsBackend
+	// APICall serves the api_call tool (issue 16, apicall.go): one request to agentbox's own
+	// REST API; nil: api_call answers UNSUPPORTED_OPERATION.
+	APICall APICallFunc
 	// Gate sees every tool call before it acts (scopes, approvals, the audit log: issue 16);
 	// empty lets every call in.
 	Gate gate.Chain

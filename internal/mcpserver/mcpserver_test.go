@@ -17,7 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-var allTools = []string{"agent_compare", "agent_test", "batch_get", // durable runs (issue 14)
+var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", // durable runs (issue 14); api_call (issue 16)
 	"exec", "file_list", "file_read", "file_write", "health",
 	"image_list", "image_pull", // images (issue 13)
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",

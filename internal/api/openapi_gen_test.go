@@ -1,0 +1,350 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/openapi"
+	"github.com/agentbox/agentbox/internal/runs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// The OpenAPI document (internal/openapi/openapi.json) is generated here from the Go types of
+// the requests and replies: `go generate ./internal/api` (go test -run ^TestOpenAPIDocument$
+// -update-openapi) writes it; TestOpenAPIDocument fails when the committed file differs. Only
+// what the types cannot say is written by hand below: each route's summary, query parameters,
+// status and content types.
+
+var updateOpenAPI = flag.Bool("update-openapi", false, "write internal/openapi/openapi.json")
+
+const openAPIFile = "../openapi/openapi.json"
+
+// healthReply is the reply of GET /health.
+type healthReply struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+}
+
+// runtimesReply is the reply of GET /v1/runtimes.
+type runtimesReply struct {
+	Default  string                 `json:"default"`
+	Runtimes []runtime.Capabilities `json:"runtimes"`
+}
+
+// qp is a query parameter.
+type qp struct {
+	name, typ, desc string
+	array           bool
+}
+
+// op describes one route for the document.
+type op struct {
+	pattern string // as the mux registers it (a pattern without method: method is set)
+	method  string
+	summary string
+	tag     string
+	query   []qp
+	// req is the JSON request body's Go value (nil: none); reqType a non-JSON body's media type.
+	req         any
+	reqOptional bool
+	reqType     string
+	status      int
+	resp        any    // the JSON reply's Go value (nil: none or non-JSON)
+	respType    string // a non-JSON reply's media type
+	ndjson      any    // the line of the NDJSON alternative (Accept: application/x-ndjson or ?stream=true)
+}
+
+func ops() []op {
+	path := qp{"path", "string", "The absolute path inside the sandbox.", false}
+	limit := func(d string) qp { return qp{"limit", "integer", d, false} }
+	after := qp{"after", "integer", "Only records with a sequence number above this.", false}
+	return []op{
+		{pattern: "GET /health", summary: "Liveness (no token needed)", tag: "server", status: 200, resp: healthReply{}},
+		{pattern: "GET /metrics", summary: "Prometheus metrics (text exposition format; served when the server counts metrics)", tag: "server", status: 200, respType: "text/plain"},
+		{pattern: "GET /v1/openapi.json", summary: "This document", tag: "server", status: 200, respType: "application/json"},
+		{pattern: "GET /v1/capacity", summary: "The server's capacity: budgets, use and what one more sandbox may take", tag: "server", status: 200, resp: sandbox.Capacity{}},
+		{pattern: "GET /v1/runtimes", summary: "The runtimes this server offers and the default", tag: "server", status: 200, resp: runtimesReply{}},
+		{pattern: "GET /v1/fleet/metrics", summary: "Resource use of every running sandbox", tag: "metrics", status: 200, resp: sandbox.FleetMetrics{}},
+		{pattern: "GET /v1/events", summary: "The event log, oldest first", tag: "events", status: 200, resp: EventList{},
+			query: []qp{after, limit("At most this many events (bounded by the server)."), {"wait", "string", "Long-poll up to this Go duration (e.g. 30s) for an event after `after`.", false}, {"sandbox_id", "string", "Only this sandbox's events.", false}}},
+
+		{pattern: "POST /v1/sandboxes", summary: "Create a sandbox", tag: "sandboxes", req: sandbox.CreateRequest{}, status: 201, resp: sandbox.Sandbox{}, ndjson: ImageFrame{}},
+		{pattern: "GET /v1/sandboxes", summary: "List sandboxes", tag: "sandboxes", status: 200, resp: SandboxList{},
+			query: []qp{{"state", "string", "Only these states (comma-separated, repeatable).", true}, {"label", "string", "Only sandboxes with this label (key=value, repeatable).", true}, limit("At most this many sandboxes.")}},
+		{pattern: "GET /v1/sandboxes/{id}", summary: "Get a sandbox", tag: "sandboxes", status: 200, resp: sandbox.Sandbox{}},
+		{pattern: "DELETE /v1/sandboxes/{id}", summary: "Destroy a sandbox", tag: "sandboxes", status: 200, resp: sandbox.Sandbox{}},
+		{pattern: "POST /v1/sandboxes/{id}/extend", summary: "Push a sandbox's expiry further", tag: "sandboxes", req: ExtendRequest{}, status: 200, resp: sandbox.Sandbox{}},
+		{pattern: "GET /v1/sandboxes/{id}/events", summary: "One sandbox's events", tag: "events", status: 200, resp: EventList{},
+			query: []qp{after, limit("At most this many events (bounded by the server)."), {"wait", "string", "Long-poll up to this Go duration for an event after `after`.", false}}},
+		{pattern: "GET /v1/sandboxes/{id}/watch", summary: "Stream a sandbox's events, metrics, job output and connections (Server-Sent Events)", tag: "events", status: 200, respType: "text/event-stream",
+			query: []qp{{"stream", "string", "What to stream.", false}, {"job_id", "string", "The job whose output to stream.", false}, {"duration_seconds", "integer", "End the stream after this long.", false}, {"interval_seconds", "integer", "Seconds between metric samples.", false}, {"last_event_id", "string", "Resume after this event id (as the Last-Event-ID header).", false}}},
+		{pattern: "GET /v1/sandboxes/{id}/pty", summary: "An interactive terminal (WebSocket upgrade)", tag: "exec", status: 101,
+			query: []qp{{"arg", "string", "The command's argv (repeatable; default a login shell).", true}, {"env", "string", "NAME=value (repeatable).", true}, {"user", "string", "Run as this user.", false}, {"term", "string", "TERM.", false}, {"cwd", "string", "Working directory.", false}}},
+
+		{pattern: "POST /v1/sandboxes/{id}/exec", summary: "Run a command (never through a shell); with background: true, start it as a job", tag: "exec", req: ExecRequest{}, status: 200, resp: sandbox.ExecResult{}, ndjson: ExecFrame{},
+			query: []qp{{"stream", "boolean", "true: NDJSON ExecFrame lines as output happens, then the result.", false}}},
+		{pattern: "PUT /v1/sandboxes/{id}/files", summary: "Write a file (the body is its content)", tag: "files", reqType: "application/octet-stream", status: 200, resp: sandbox.FileInfo{},
+			query: []qp{path, {"mode", "string", "Permission bits in octal (default 0644).", false}}},
+		{pattern: "GET /v1/sandboxes/{id}/files", summary: "Read a file (a byte range)", tag: "files", status: 200, respType: "application/octet-stream",
+			query: []qp{path, {"offset", "integer", "First byte.", false}, {"length", "integer", "Bytes to read (0: to the end).", false}}},
+		{pattern: "DELETE /v1/sandboxes/{id}/files", summary: "Remove a file or directory", tag: "files", status: 204,
+			query: []qp{path, {"recursive", "boolean", "Remove a directory and its contents.", false}}},
+		{pattern: "GET /v1/sandboxes/{id}/files/stat", summary: "Stat a file", tag: "files", status: 200, resp: sandbox.FileInfo{}, query: []qp{path}},
+		{pattern: "GET /v1/sandboxes/{id}/files/list", summary: "List a directory (bounded)", tag: "files", status: 200, resp: sandbox.DirList{}, query: []qp{path}},
+		{pattern: "POST /v1/sandboxes/{id}/files/mkdir", summary: "Make a directory", tag: "files", req: sandbox.MkdirRequest{}, status: 200, resp: sandbox.FileInfo{}},
+
+		{pattern: "POST /v1/sandboxes/{id}/jobs", summary: "Start a detached job", tag: "jobs", req: ExecRequest{}, status: 201, resp: sandbox.Job{}},
+		{pattern: "GET /v1/sandboxes/{id}/jobs", summary: "List a sandbox's jobs", tag: "jobs", status: 200, resp: sandbox.JobList{}, query: []qp{limit("At most this many jobs.")}},
+		{pattern: "GET /v1/sandboxes/{id}/jobs/{job_id}", summary: "Get a job", tag: "jobs", status: 200, resp: sandbox.Job{}},
+		{pattern: "GET /v1/sandboxes/{id}/jobs/{job_id}/logs", summary: "A job's output (a bounded window)", tag: "jobs", status: 200, resp: sandbox.JobLogs{},
+			query: []qp{{"stream", "string", "stdout or stderr.", false}, {"offset", "integer", "First byte.", false}, {"max_bytes", "integer", "At most this many bytes.", false}, {"tail_lines", "integer", "Only the last lines.", false}}},
+		{pattern: "GET /v1/sandboxes/{id}/jobs/{job_id}/wait", summary: "Wait for a job to end (bounded)", tag: "jobs", status: 200, resp: sandbox.Job{},
+			query: []qp{{"timeout_seconds", "integer", "Wait at most this long.", false}}},
+		{pattern: "POST /v1/sandboxes/{id}/jobs/{job_id}/cancel", summary: "Cancel a job", tag: "jobs", req: JobCancelRequest{}, reqOptional: true, status: 200, resp: sandbox.Job{}},
+
+		{pattern: "GET /v1/sandboxes/{id}/metrics", summary: "A sandbox's resource use", tag: "metrics", status: 200, resp: sandbox.SandboxMetrics{}},
+
+		{pattern: "PATCH /v1/sandboxes/{id}/network", summary: "Change a sandbox's egress policy live", tag: "network", req: NetworkUpdate{}, status: 200, resp: sandbox.Sandbox{}},
+		{pattern: "GET /v1/sandboxes/{id}/connections", summary: "The sandbox's egress connections", tag: "network", status: 200, resp: sandbox.ConnectionList{}, query: []qp{after, limit("At most this many records.")}},
+		{pattern: "GET /v1/sandboxes/{id}/secret-calls", summary: "Requests that had a secret swapped in", tag: "network", status: 200, resp: sandbox.SecretCallList{}, query: []qp{after, limit("At most this many records.")}},
+		{pattern: "POST /v1/sandboxes/{id}/expose", summary: "Expose a port as a preview URL", tag: "network", req: ExposeRequest{}, status: 201, resp: sandbox.Exposure{}},
+		{pattern: "GET /v1/sandboxes/{id}/expose", summary: "A sandbox's exposed ports", tag: "network", status: 200, resp: ExposureList{}},
+		{pattern: "DELETE /v1/sandboxes/{id}/expose/{port}", summary: "Stop exposing a port", tag: "network", status: 200, resp: Unexposed{}},
+
+		{pattern: "GET /v1/images", summary: "The image cache", tag: "images", status: 200, resp: ImageList{}},
+		{pattern: "GET /v1/images/inspect", summary: "One cached image", tag: "images", status: 200, resp: image.Image{}, query: []qp{{"ref", "string", "A reference or digest.", false}}},
+		{pattern: "POST /v1/images/pull", summary: "Pull an image into the cache", tag: "images", req: PullRequest{}, status: 200, resp: image.Image{}, ndjson: ImageFrame{}},
+		{pattern: "DELETE /v1/images", summary: "Remove a cached image", tag: "images", status: 200, resp: RemoveResult{},
+			query: []qp{{"ref", "string", "A reference or digest.", false}, {"force", "boolean", "Remove even when tagged more than once.", false}}},
+		{pattern: "POST /v1/images/prune", summary: "Remove images no live sandbox uses", tag: "images", req: PruneRequest{}, reqOptional: true, status: 200, resp: image.PruneReport{}},
+		{pattern: "POST /v1/images/import", summary: "Import images from an OCI or docker-save tar", tag: "images", reqType: "application/x-tar", status: 201, resp: ImportResult{}, ndjson: ImageFrame{}},
+		{pattern: "POST /v1/images/push", summary: "Push a cached image to a registry", tag: "images", req: PushRequest{}, status: 200, resp: PushResult{}, ndjson: ImageFrame{}},
+		{pattern: "POST /v1/sandboxes/{id}/commit", summary: "Commit a sandbox's root as a new image", tag: "images", req: CommitRequest{}, status: 201, resp: image.Image{}},
+
+		{pattern: "POST /v1/runs", summary: "Start a durable run", tag: "runs", req: RunRequest{}, status: 201, resp: runs.Run{}},
+		{pattern: "GET /v1/runs", summary: "List runs, newest first", tag: "runs", status: 200, resp: runs.RunList{},
+			query: []qp{{"state", "string", "Only these states (repeatable).", true}, {"batch_id", "string", "Only this batch's runs.", false}, {"before", "string", "Page: runs before this id.", false}, {"label", "string", "key=value (repeatable).", true}, limit("At most this many runs.")}},
+		{pattern: "GET /v1/runs/{id}", summary: "Get a run", tag: "runs", status: 200, resp: runs.Run{}},
+		{pattern: "POST /v1/runs/{id}/cancel", summary: "Cancel a run", tag: "runs", status: 200, resp: runs.Run{}},
+		{pattern: "GET /v1/runs/{id}/events", summary: "A run's events", tag: "runs", status: 200, resp: runs.EventList{}, query: []qp{after, limit("At most this many events.")}},
+		{pattern: "GET /v1/runs/{id}/logs", summary: "A run's phase output (a bounded window)", tag: "runs", status: 200, resp: runs.Logs{},
+			query: []qp{{"phase", "string", "The phase.", false}, {"stream", "string", "stdout or stderr.", false}, {"offset", "integer", "First byte.", false}, {"max_bytes", "integer", "At most this many bytes.", false}}},
+		{pattern: "/v1/runs/{id}/artifacts/{path...}", method: "GET", summary: "Download a run's artifact (the token, or the signed URL's expires and sig)", tag: "runs", status: 200, respType: "application/octet-stream",
+			query: []qp{{"expires", "integer", "The signed URL's expiry (unix time).", false}, {"sig", "string", "The signed URL's signature.", false}}},
+		{pattern: "POST /v1/keys", summary: "Create a named API key (admin; the key is in this reply only)", tag: "keys", req: auth.CreateRequest{}, status: 201, resp: auth.Created{}},
+		{pattern: "GET /v1/keys", summary: "List API keys (admin; never the keys)", tag: "keys", status: 200, resp: KeyList{}},
+		{pattern: "DELETE /v1/keys/{ref}", summary: "Revoke an API key by id or name (admin)", tag: "keys", status: 200, resp: auth.Key{}},
+		{pattern: "POST /v1/batches", summary: "Start a batch of runs", tag: "runs", req: BatchStartRequest{}, status: 201, resp: runs.Batch{}},
+		{pattern: "POST /v1/batches/matrix", summary: "Start a matrix of runs", tag: "runs", req: MatrixStartRequest{}, status: 201, resp: runs.Batch{}},
+		{pattern: "POST /v1/batches/agent-compare", summary: "Compare coding agents on one task", tag: "runs", req: CompareStartRequest{}, status: 201, resp: runs.Batch{}},
+		{pattern: "POST /v1/batches/agent-test", summary: "Test a coding agent on tasks", tag: "runs", req: CompareStartRequest{}, status: 201, resp: runs.Batch{}},
+		{pattern: "GET /v1/batches", summary: "List batches, newest first", tag: "runs", status: 200, resp: runs.BatchList{}, query: []qp{{"before", "string", "Page: batches before this id.", false}, limit("At most this many batches.")}},
+		{pattern: "GET /v1/batches/{id}", summary: "Get a batch", tag: "runs", status: 200, resp: runs.Batch{}},
+		{pattern: "POST /v1/batches/{id}/cancel", summary: "Cancel a batch", tag: "runs", status: 200, resp: runs.Batch{}},
+	}
+}
+
+// docPath is a mux pattern's path as OpenAPI writes it: "{path...}" is "{path}".
+func docPath(p string) string { return strings.ReplaceAll(p, "...}", "}") }
+
+var pathParam = regexp.MustCompile(`\{([a-z_]+)(\.\.\.)?\}`)
+
+// schemaTypes are the types whose JSON is not what their Go fields say.
+var schemaTypes = map[reflect.Type]*jsonschema.Schema{
+	// encoding/json writes bytes as standard base64.
+	reflect.TypeFor[[]byte](): {Type: "string", ContentEncoding: "base64"},
+	reflect.TypeFor[sandbox.Network](): {
+		Description: `"none" (no network), or the egress policy {"allow": [...], "deny": [...]}.`,
+		OneOf: []*jsonschema.Schema{
+			{Type: "string", Enum: []any{"none"}},
+			{Type: "object", Properties: map[string]*jsonschema.Schema{
+				"allow": {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
+				"deny":  {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
+			}, AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}}},
+		},
+	},
+}
+
+// schemaNames name the schemas of this package's unexported types.
+var schemaNames = map[reflect.Type]string{
+	reflect.TypeFor[errorBody]():     "Error",
+	reflect.TypeFor[healthReply]():   "Health",
+	reflect.TypeFor[runtimesReply](): "RuntimeList",
+}
+
+// docBuilder collects the named schemas (components) of the document.
+type docBuilder struct {
+	schemas map[string]*jsonschema.Schema
+	names   map[reflect.Type]string
+}
+
+// ref returns a $ref to v's type's schema, adding it under a name: the type's, or its package's
+// and the type's when two packages use one name.
+func (b *docBuilder) ref(v any) map[string]any {
+	t := reflect.TypeOf(v)
+	name, ok := b.names[t]
+	if !ok {
+		name = t.Name()
+		if n, ok := schemaNames[t]; ok {
+			name = n
+		}
+		if _, taken := b.schemas[name]; taken {
+			pkg := t.PkgPath()[strings.LastIndex(t.PkgPath(), "/")+1:]
+			name = strings.ToUpper(pkg[:1]) + pkg[1:] + name
+		}
+		s, err := jsonschema.ForType(t, &jsonschema.ForOptions{TypeSchemas: schemaTypes})
+		if err != nil {
+			panic(fmt.Sprintf("schema of %s: %v", t, err))
+		}
+		b.schemas[name], b.names[t] = s, name
+	}
+	return map[string]any{"$ref": "#/components/schemas/" + name}
+}
+
+// buildOpenAPI returns the document as it should be.
+func buildOpenAPI() ([]byte, error) {
+	b := &docBuilder{schemas: map[string]*jsonschema.Schema{}, names: map[reflect.Type]string{}}
+	errRef := b.ref(errorBody{})
+	paths := map[string]map[string]any{}
+	for _, o := range ops() {
+		method, p, ok := strings.Cut(o.pattern, " ")
+		if !ok {
+			method, p = o.method, o.pattern
+		}
+		var params []any
+		for _, m := range pathParam.FindAllStringSubmatch(p, -1) {
+			d := "The " + strings.ReplaceAll(m[1], "_", " ") + "."
+			if m[2] != "" {
+				d = "A path of one or more segments."
+			}
+			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}, "description": d})
+		}
+		for _, q := range o.query {
+			sch := map[string]any{"type": q.typ}
+			if q.array {
+				sch = map[string]any{"type": "array", "items": map[string]any{"type": q.typ}}
+			}
+			params = append(params, map[string]any{"name": q.name, "in": "query", "schema": sch, "description": q.desc})
+		}
+		operation := map[string]any{
+			"operationId": operationID(method, p),
+			"summary":     o.summary,
+			"tags":        []string{o.tag},
+		}
+		if len(params) > 0 {
+			operation["parameters"] = params
+		}
+		if o.req != nil {
+			operation["requestBody"] = map[string]any{"required": !o.reqOptional, "content": map[string]any{"application/json": map[string]any{"schema": b.ref(o.req)}}}
+		} else if o.reqType != "" {
+			operation["requestBody"] = map[string]any{"required": true, "content": map[string]any{o.reqType: map[string]any{"schema": map[string]any{"type": "string", "contentMediaType": o.reqType}}}}
+		}
+		ok200 := map[string]any{"description": o.summary}
+		content := map[string]any{}
+		switch {
+		case o.resp != nil:
+			content["application/json"] = map[string]any{"schema": b.ref(o.resp)}
+		case o.respType == "application/json":
+			content["application/json"] = map[string]any{"schema": map[string]any{"type": "object"}}
+		case o.respType != "":
+			content[o.respType] = map[string]any{"schema": map[string]any{"type": "string"}}
+		}
+		if o.ndjson != nil {
+			content["application/x-ndjson"] = map[string]any{"schema": map[string]any{"description": "Each line is one JSON frame of this shape.", "$ref": b.ref(o.ndjson)["$ref"]}}
+		}
+		if len(content) > 0 {
+			ok200["content"] = content
+		}
+		responses := map[string]any{fmt.Sprint(o.status): ok200,
+			"default": map[string]any{"description": "A typed error: {\"error\": {\"code\", \"message\", \"details\"}}.", "content": map[string]any{"application/json": map[string]any{"schema": errRef}}}}
+		operation["responses"] = responses
+		if p != "/health" {
+			operation["security"] = []any{map[string]any{"bearer": []string{}}}
+		}
+		dp := docPath(p)
+		if paths[dp] == nil {
+			paths[dp] = map[string]any{}
+		}
+		if _, dup := paths[dp][strings.ToLower(method)]; dup {
+			return nil, fmt.Errorf("route %s listed twice", o.pattern)
+		}
+		paths[dp][strings.ToLower(method)] = operation
+	}
+	d := map[string]any{
+		"openapi":           "3.1.0",
+		"jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+		"info": map[string]any{
+			"title":       "agentbox REST API",
+			"version":     "v1",
+			"description": "Disposable Linux sandboxes for AI agents. Every route but /health needs \"Authorization: Bearer <token>\". Errors are {\"error\": {\"code\", \"message\", \"details\"}} with the typed code's HTTP status. Generated from the server's Go types (internal/api/openapi_gen_test.go); the server's version is in GET /health.",
+		},
+		"servers": []any{map[string]any{"url": "http://127.0.0.1:8765"}},
+		"paths":   paths,
+		"components": map[string]any{
+			"schemas":         b.schemas,
+			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
+		},
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(d); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// operationID is a route's id: the method and the path's literal segments, camel-cased.
+func operationID(method, p string) string {
+	var sb strings.Builder
+	sb.WriteString(strings.ToLower(method))
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "v1" {
+			continue
+		}
+		if m := pathParam.FindStringSubmatch(seg); m != nil {
+			seg = "by_" + m[1]
+		}
+		for _, w := range strings.FieldsFunc(seg, func(r rune) bool { return r == '_' || r == '-' || r == '.' }) {
+			sb.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return sb.String()
+}
+
+// TestOpenAPIDocument keeps internal/openapi/openapi.json what the Go types say.
+func TestOpenAPIDocument(t *testing.T) {
+	want, err := buildOpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *updateOpenAPI {
+		if err := os.WriteFile(openAPIFile, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(openAPIFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("internal/openapi/openapi.json is not what the Go types say: run `go generate ./internal/api` and commit it")
+	}
+	if !bytes.Equal(openapi.Document(), want) {
+		t.Fatalf("the embedded document differs from the file")
+	}
+}
