@@ -38,6 +38,7 @@ func run(args []string) int {
 		"image": cmdImage, // images (issue 13, images.go)
 		// durable runs (issue 14, run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
+		"audit": cmdAudit, // the audit log (issue 16, audit.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -58,6 +59,8 @@ Server:
                                         run the control plane (REST API on 127.0.0.1:8765)
                  [--run-workers N] [--checkout-dir DIR]... [--artifact-mb N] [--run-retention D]
                                         durable runs: workers, file:// repos, blob store, history
+                 [--audit-retention D] [--audit-max-rows N]
+                                        the audit log: how long and how many records are kept
   agentbox doctor                       what this host supports and how to fix what is missing
 
 MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
@@ -126,6 +129,8 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox runs artifact [-o FILE|-] RUN PATH
   agentbox batch submit|matrix [--wait] FILE.json  |  batch get|cancel ID  |  batch ls
   agentbox agent compare|test [--wait] FILE.json   run coding agents on a task (measurements only)
+  agentbox audit ls [--tool T] [--sandbox ID] [--after N] [--limit N] [--json]
+                                        the audit log: every call, newest page first (issue 16)
   agentbox version
 
 Internal:
