@@ -151,8 +151,9 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImages)
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
-	s.runRoutes()                              // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
-	m.HandleFunc("GET /v1/audit", s.listAudit) // the audit log (issue 16, audit.go)
+	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
+	// the audit log (issue 16, audit.go)
+	m.HandleFunc("GET /v1/audit", s.listAudit)
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))
