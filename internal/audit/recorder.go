@@ -47,7 +47,8 @@ type Recorder struct {
 	cfg     Config
 	log     *slog.Logger
 	q       chan Record
-	closed  atomic.Bool
+	mu      sync.RWMutex // held to read closed and send, or to set closed
+	closed  bool
 	dropped atomic.Int64 // since the last log line
 	total   atomic.Int64 // dropped since start (queue full, store refused a batch, closed)
 	lastLog atomic.Int64
@@ -108,14 +109,24 @@ func Outcome(err error) string {
 // Append queues rec for the store; it never blocks. A full queue (or a closed recorder)
 // drops it and counts it.
 func (r *Recorder) Append(rec Record) {
-	if !r.closed.Load() {
+	r.mu.RLock()
+	sent := false
+	if !r.closed {
 		select {
 		case r.q <- rec:
-			return
+			sent = true
 		default:
 		}
 	}
-	r.drop(1, "the store falls behind the calls")
+	closed := r.closed
+	r.mu.RUnlock()
+	switch {
+	case sent:
+	case closed:
+		r.drop(1, "the recorder is closed")
+	default:
+		r.drop(1, "the store falls behind the calls")
+	}
 }
 
 func (r *Recorder) drop(n int64, why string) {
@@ -154,7 +165,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 // written. Calls that exit afterwards are dropped and counted.
 func (r *Recorder) Close() error {
 	r.once.Do(func() {
-		r.closed.Store(true)
+		r.mu.Lock() // no Append sends after this: the writer's drain sees every queued record
+		r.closed = true
+		r.mu.Unlock()
 		close(r.stop)
 	})
 	<-r.done
