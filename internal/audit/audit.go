@@ -44,8 +44,9 @@ type Filter struct {
 	After int64
 	// Limit is how many at most: 1–MaxPage.
 	Limit int
-	// Tool, if set, matches a record's Tool or Action ("exec" finds the MCP tool and the REST
-	// route).
+	// Tool, if set: a REST route's pattern ("POST /v1/sandboxes/{id}/exec") matches records
+	// of that route; an MCP tool's name matches records whose Action it is, on both surfaces
+	// ("exec" finds the MCP tool's calls and the REST route's).
 	Tool      string
 	SandboxID string
 }

@@ -56,9 +56,13 @@ func (s *Store) ListAudit(ctx context.Context, f audit.Filter) ([]audit.Record, 
 	}
 	var where []string
 	var args []any
-	if f.Tool != "" {
-		where = append(where, `(tool = ? OR action = ?)`)
-		args = append(args, f.Tool, f.Tool)
+	switch {
+	case strings.Contains(f.Tool, " "): // a REST route's pattern ("POST /v1/sandboxes")
+		where = append(where, `tool = ?`)
+		args = append(args, f.Tool)
+	case f.Tool != "": // an MCP tool: its records' action, on both surfaces
+		where = append(where, `action = ?`)
+		args = append(args, f.Tool)
 	}
 	if f.SandboxID != "" {
 		where = append(where, `sandbox_id = ?`)

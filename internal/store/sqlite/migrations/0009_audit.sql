@@ -9,7 +9,14 @@
 -- outcome is 'ok' or the error code; approval_id is '' unless the call waited for one. seq is
 -- AUTOINCREMENT so a cursor never sees a seq reused. Kept for --audit-retention and to the
 -- newest --audit-max-rows (pruned hourly). The indexes serve "calls of a tool in the last
--- hour" (by route or by tool across surfaces), the time-based prune, and a sandbox's calls.
+-- hour" (by tool — an MCP tool or a route pattern — or by action across surfaces), the
+-- time-based prune, and pages of a sandbox's calls.
+--
+-- The planner's statistics for audit_log are fixed here, the shape of a full log (a million
+-- rows, tens of tools, hundreds of sandboxes), so that from the first row on, and on every
+-- connection (statistics are read when a connection loads the schema), "by tool in the last
+-- hour" reads a range of (tool, at) or (action, at) (a skip-scan when grouped by tool), never
+-- the whole table. Nothing runs ANALYZE on this table.
 
 CREATE TABLE audit_log (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -31,3 +38,11 @@ CREATE INDEX audit_log_at_idx ON audit_log (at);
 CREATE INDEX audit_log_tool_at_idx ON audit_log (tool, at);
 CREATE INDEX audit_log_action_at_idx ON audit_log (action, at);
 CREATE INDEX audit_log_sandbox_seq_idx ON audit_log (sandbox_id, seq);
+
+ANALYZE audit_log; -- creates sqlite_stat1 if it does not exist (no rows for an empty table)
+DELETE FROM sqlite_stat1 WHERE tbl = 'audit_log';
+INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES
+    ('audit_log', 'audit_log_at_idx', '1000000 1'),
+    ('audit_log', 'audit_log_tool_at_idx', '1000000 20000 1'),
+    ('audit_log', 'audit_log_action_at_idx', '1000000 20000 1'),
+    ('audit_log', 'audit_log_sandbox_seq_idx', '1000000 100 1');
