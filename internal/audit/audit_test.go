@@ -322,3 +322,40 @@ func (failingStore) AppendAudit(context.Context, []audit.Record) error { return 
 func (failingStore) PruneAudit(context.Context, time.Time, int) (int64, error) {
 	return 0, nil
 }
+
+// TestRecordedDigestIsDigest: the recorder's one-decode digest and summary equal Digest and
+// Summarize.
+func TestRecordedDigestIsDigest(t *testing.T) {
+	st, _ := openStore(t)
+	r := audit.New(st, audit.Config{}, nil)
+	args := []string{`{"b": [1, 2.50, "x<y"], "a": {"z": null, "content": "c"}}`, ``, `null`, `not json`, `{"env": {"K": "v"}}`}
+	for _, a := range args {
+		exit, _ := r.Enter(t.Context(), call("exec", a))
+		exit(nil)
+	}
+	r.Close()
+	recs, _, err := st.ListAudit(t.Context(), audit.Filter{Limit: 10})
+	if err != nil || len(recs) != len(args) {
+		t.Fatalf("%d records, %v", len(recs), err)
+	}
+	for i, a := range args {
+		if d := audit.Digest(json.RawMessage(a)); recs[i].ArgsSHA256 != d {
+			t.Errorf("%q: recorded digest %s, Digest %s", a, recs[i].ArgsSHA256, d)
+		}
+		if s := audit.Summarize(gate.SurfaceMCP, json.RawMessage(a)); string(recs[i].Summary) != string(s) {
+			t.Errorf("%q: recorded summary %s, Summarize %s", a, recs[i].Summary, s)
+		}
+	}
+}
+
+func BenchmarkRecord(b *testing.B) {
+	bs := &blockedStore{release: make(chan struct{})}
+	close(bs.release)
+	r := audit.New(bs, audit.Config{}, nil)
+	defer r.Close()
+	args := `{"sandbox_id":"sb-0123456789ab","command":["sh","-c","echo hi"],"env":{"K":"v"},"timeout_seconds":30}`
+	for b.Loop() {
+		exit, _ := r.Enter(b.Context(), call("exec", args))
+		exit(nil)
+	}
+}

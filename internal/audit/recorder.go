@@ -91,11 +91,10 @@ func (r *Recorder) record(c *gate.Call, outcome error) {
 	if started.IsZero() {
 		started = now
 	}
-	rec := Record{Time: started.UTC(), Surface: c.Surface, CallerID: c.Caller.ID, CallerName: c.Caller.Name,
-		Tool: c.Tool, Action: c.Action, SandboxID: c.SandboxID, ArgsSHA256: Digest(c.Args),
-		Summary: Summarize(c.Surface, c.Args), Outcome: Outcome(outcome),
-		DurationMS: float64(now.Sub(started).Microseconds()) / 1000}
-	r.Append(rec)
+	digest, summary := digestAndSummary(c.Surface, c.Args)
+	r.Append(Record{Time: started.UTC(), Surface: c.Surface, CallerID: c.Caller.ID, CallerName: c.Caller.Name,
+		Tool: c.Tool, Action: c.Action, SandboxID: c.SandboxID, ArgsSHA256: digest, Summary: summary,
+		Outcome: Outcome(outcome), DurationMS: float64(now.Sub(started).Microseconds()) / 1000})
 }
 
 // Outcome is "ok" for nil, else err's code.

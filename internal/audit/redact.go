@@ -92,6 +92,32 @@ func Summarize(surface string, args json.RawMessage) json.RawMessage {
 	if err != nil {
 		return mustJSON(map[string]any{"unparsed": blob(string(args))})
 	}
+	return summarize(surface, v)
+}
+
+// digestAndSummary is Digest and Summarize of args, decoding them once.
+func digestAndSummary(surface string, args json.RawMessage) (string, json.RawMessage) {
+	t := bytes.TrimSpace(args)
+	if len(t) == 0 || string(t) == "null" || string(t) == "{}" {
+		return emptyDigest, json.RawMessage("{}")
+	}
+	v, err := decode(t)
+	if err != nil {
+		return Digest(args), Summarize(surface, args)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return Digest(args), Summarize(surface, args)
+	}
+	sum := sha256.Sum256(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+	return hex.EncodeToString(sum[:]), summarize(surface, v)
+}
+
+var emptyDigest = Digest(nil)
+
+func summarize(surface string, v any) json.RawMessage {
 	var out any
 	if m, ok := v.(map[string]any); ok && surface == gate.SurfaceREST {
 		out = summarizeREST(m)
