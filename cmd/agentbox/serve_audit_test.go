@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
@@ -102,5 +104,43 @@ func TestServeAudit(t *testing.T) {
 	}
 	if bytes.Contains(b, []byte(testToken)) {
 		t.Error("the database holds the bearer token")
+	}
+}
+
+// TestMCPStdioAudit: the in-process `agentbox mcp` records its tool calls (surface mcp-stdio,
+// caller stdio) in the state dir's database, flushed when the session ends.
+func TestMCPStdioAudit(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := testenv.ShortTempDir(t, "abmcpa")
+	parent := "abmcpa-" + filepath.Base(dir)
+	t.Cleanup(func() { removeCgroupParent(parent) })
+	cmd := exec.Command(testenv.Binary(t), "mcp", "--state-dir", dir, "--cgroup-parent", parent, "--audit-retention", "24h")
+	stderr := &testenv.SyncBuffer{}
+	cmd.Stderr = stderr
+	s := open(t, &mcp.CommandTransport{Command: cmd}, "")
+	s.ok("health", nil, nil)
+	if res := s.call("sandbox_get", map[string]any{"sandbox_id": "sb-000000000000"}, nil); !res.IsError {
+		t.Fatal("sandbox_get of an unknown sandbox succeeded")
+	}
+	if err := s.cs.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
+		t.Fatalf("agentbox mcp exit: %v\n%s", cmd.ProcessState, stderr)
+	}
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, _, err := st.ListAudit(t.Context(), audit.Filter{Limit: 10})
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("%d records, %v; want 2\n%s", len(recs), err, stderr)
+	}
+	if r := recs[0]; r.Tool != "health" || r.Outcome != "ok" || r.Surface != "mcp-stdio" || r.CallerName != "stdio" || r.CallerID == "" {
+		t.Errorf("health record %+v", r)
+	}
+	if r := recs[1]; r.Tool != "sandbox_get" || r.Outcome != "SANDBOX_NOT_FOUND" || r.SandboxID != "sb-000000000000" {
+		t.Errorf("sandbox_get record %+v", r)
 	}
 }
