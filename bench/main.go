@@ -4,7 +4,9 @@
 // create → first exec at the runtime with network none and egress in turns (egresscreate.go); job_start
 // beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
 // (jobs.go); the network figures of issue 12 against a lab host in its own network namespace
-// (network.go, lab.go). It prints a table and writes JSON results.
+// (network.go, lab.go); the overhead of a durable run over the same steps by hand and a batch
+// of trivial runs against a real `agentbox serve` (runs.go, bench/results-runs.json). It prints
+// a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
@@ -116,6 +118,7 @@ func main() {
 	netf := networkFlags()
 	imf := imagesFlags()
 	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
+	rf := runsBenchFlags() // issue 14's figures (runs.go)
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
 	if *cpuprof != "" {
@@ -138,6 +141,14 @@ func main() {
 	guestBin, err := filepath.Abs(*bin)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *rf.only {
+		rr := runRuns(context.Background(), absBin(*bin), rf)
+		if rr != nil {
+			printStats(rr.Stats)
+			writeRunsResults(rr, *rf.out)
+		}
+		return
 	}
 	dir, err := os.MkdirTemp("", "abbench")
 	if err != nil {
@@ -396,6 +407,10 @@ func main() {
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
 	runNetwork(ctx, c, &res, netf)                                // issue 12's figures (network.go)
 	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // issue 13's figures (images.go)
+	if rr := runRuns(ctx, guestBin, rf); rr != nil {              // issue 14's figures (runs.go)
+		res.Stats = append(res.Stats, rr.Stats...)
+		writeRunsResults(rr, *rf.out)
+	}
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}

@@ -70,20 +70,13 @@ func (x *exe) canceled() bool { return x.cctx.Err() != nil && x.ctx.Err() == nil
 // save writes the record (version bump) with evs; a concurrent cancel request is merged in.
 func (x *exe) save(evs ...Event) error {
 	for attempt := 0; ; attempt++ {
-		now := x.s.stamp()
-		x.r.UpdatedAt = now
-		x.r.Version++
-		for i := range evs {
-			evs[i].RunID, evs[i].Time = x.r.ID, now
-		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
-		err := x.s.store.UpdateRun(wctx, x.r, evs...)
+		err := x.write(wctx, evs)
 		if err == nil {
 			cancel()
 			x.s.notify()
 			return nil
 		}
-		x.r.Version--
 		if !errcode.Is(err, errcode.Conflict) || attempt > 10 {
 			cancel()
 			return err
@@ -102,6 +95,26 @@ func (x *exe) save(evs ...Event) error {
 			x.s.signalCancel(x.r.ID)
 		}
 	}
+}
+
+// write stamps the record and evs and writes them; a settle is stamped and written under
+// stampMu (see Service.stampMu).
+func (x *exe) write(ctx context.Context, evs []Event) error {
+	if x.r.State.Settled() {
+		x.s.stampMu.Lock()
+		defer x.s.stampMu.Unlock()
+	}
+	now := x.s.stamp()
+	x.r.UpdatedAt = now
+	x.r.Version++
+	for i := range evs {
+		evs[i].RunID, evs[i].Time = x.r.ID, now
+	}
+	err := x.s.store.UpdateRun(ctx, x.r, evs...)
+	if err != nil {
+		x.r.Version--
+	}
+	return err
 }
 
 // setState moves the run to st (an event) if it is not there yet.
@@ -395,9 +408,7 @@ func (x *exe) createSandbox(i int) error {
 	req := sandbox.CreateRequest{Image: sp.Image, Runtime: sp.Runtime, CPU: sp.CPU, MemoryMB: sp.MemoryMB,
 		DiskMB: sp.DiskMB, TTLSeconds: int64(ttl / time.Second), Env: sp.Env, Labels: labels,
 		Requirements: sp.Requirements, IdempotencyKey: x.r.ID, Secrets: x.createSecrets(), Network: x.createNetwork()}
-	cctx, cancel := context.WithTimeout(x.owned(x.ctx), 10*time.Minute)
-	sb, err := x.s.sb.Create(cctx, req)
-	cancel()
+	sb, err := x.create(req)
 	if err != nil {
 		if x.ctx.Err() != nil {
 			return errShutdown
@@ -428,6 +439,30 @@ func (x *exe) createSandbox(i int) error {
 	}
 	x.endPhase(i, PhaseSucceeded, nil, "")
 	return x.donePhase(i)
+}
+
+// create makes the run's sandbox under the idempotency key of the run, so a create retried
+// after a crash returns the same sandbox. A sandbox that key made and that failed (a server
+// killed during its create) is destroyed and the create made again under a key naming it,
+// which a later retry finds the same way.
+func (x *exe) create(req sandbox.CreateRequest) (sandbox.Sandbox, error) {
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(x.owned(x.ctx), 10*time.Minute)
+		sb, err := x.s.sb.Create(cctx, req)
+		cancel()
+		e, ok := errcode.As(err)
+		if !ok || e.Details["reason"] != "key_used_by_failed_create" || attempt >= 3 {
+			return sb, err
+		}
+		failed, _ := e.Details["sandbox_id"].(string)
+		dctx, cancel := context.WithTimeout(x.owned(context.WithoutCancel(x.ctx)), opTimeout)
+		if _, derr := x.s.sb.Destroy(dctx, failed); derr != nil && !errcode.Is(derr, errcode.SandboxNotFound) {
+			x.s.log.Warn("runs: destroying a failed sandbox of the run", "run_id", x.r.ID, "sandbox_id", failed, "err", derr)
+		}
+		cancel()
+		x.s.log.Info("runs: the run's sandbox create had failed; creating it again", "run_id", x.r.ID, "failed_sandbox_id", failed)
+		req.IdempotencyKey = x.r.ID + "/" + failed
+	}
 }
 
 // noCapacity puts the run back in the queue (backoff) until its timeout.

@@ -84,7 +84,11 @@ type Service struct {
 	onSettled func(context.Context, Run)
 
 	wakeCh chan struct{}
-	mu     sync.Mutex
+	// stampMu orders claims and settles: each is stamped and written under it, so the events'
+	// times agree with the order the store saw them in (a batch's runs never seem to overlap
+	// more than max_parallel when read from the events).
+	stampMu sync.Mutex
+	mu      sync.Mutex
 	// changed is closed and replaced whenever a run's record changes here (Wait's signal).
 	changed chan struct{}
 	// active are the runs executing in this server: cancel asks one to stop now.

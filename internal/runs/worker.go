@@ -105,12 +105,14 @@ func (s *Service) claimQueued(ctx context.Context, slots chan struct{}) {
 			}
 			maxParallel = b.MaxParallel
 		}
-		at := s.stamp()
 		reason := "claimed by a worker"
 		if waiting {
 			reason = "claimed by a worker (retrying the sandbox create)"
 		}
+		s.stampMu.Lock()
+		at := s.stamp()
 		c, claimed, err := s.store.ClaimRun(ctx, r.ID, maxParallel, at, Event{RunID: r.ID, Time: at, From: Queued, To: Preparing, Reason: reason})
+		s.stampMu.Unlock()
 		if err != nil || !claimed {
 			<-slots
 			if err != nil && ctx.Err() == nil {

@@ -533,7 +533,7 @@ func (s *Service) sameCreate(ctx context.Context, prior, asked Sandbox, req Crea
 		return Sandbox{}, err
 	}
 	if sb.State == StateFailed {
-		return Sandbox{}, errcode.New(errcode.RuntimeUnavailable, "sandbox %s, made by this idempotency key, failed: %s; use a new key to try again", sb.ID, sb.Error).With("sandbox_id", sb.ID)
+		return Sandbox{}, errcode.New(errcode.RuntimeUnavailable, "sandbox %s, made by this idempotency key, failed: %s; use a new key to try again", sb.ID, sb.Error).With("sandbox_id", sb.ID).With("reason", "key_used_by_failed_create")
 	}
 	return sb, nil
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -282,6 +283,55 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 		st.replaced = true
 		return strings.ReplaceAll(v, secrets[k].Placeholder, values[k]), true
 	}
+	// basic swaps the placeholders inside v when it is HTTP Basic credentials ("Basic " +
+	// base64(user ":" password), as git sends a token): the credentials are decoded, each
+	// placeholder in them swapped like a header's, and the result encoded again. A value that
+	// would put a CR, LF or NUL into the credentials, or a ':' into the user name (moving the
+	// user/password boundary), is refused like an unresolvable one: ok false, k the secret.
+	// v comes back unchanged when it is not Basic credentials or holds no placeholder.
+	basic := func(v string) (out string, k int, ok bool) {
+		scheme, cred, found := strings.Cut(strings.TrimLeft(v, " "), " ")
+		if !found || !strings.EqualFold(scheme, "Basic") {
+			return v, 0, true
+		}
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+		if err != nil || !bytes.Contains(raw, []byte(PlaceholderPrefix)) {
+			return v, 0, true
+		}
+		dec := string(raw)
+		changed := false
+		for k := range secrets {
+			ph := secrets[k].Placeholder
+			if ph == "" || !strings.Contains(dec, ph) {
+				continue
+			}
+			user, _, _ := strings.Cut(dec, ":")
+			nd, ok := swap(k, dec, "header")
+			if !ok {
+				return v, k, false
+			}
+			if nd == dec {
+				continue
+			}
+			reason := ""
+			switch {
+			case strings.ContainsAny(nd, "\r\n\x00"):
+				reason = "the value would put a line break or a NUL byte into the Basic credentials"
+			case strings.Contains(user, ph) && strings.Count(nd, ":") != strings.Count(dec, ":"):
+				reason = "the value holds ':' and the placeholder is in the Basic credentials' user name"
+			}
+			if reason != "" {
+				states[k].replaced = false
+				states[k].add(reason)
+				return v, k, false
+			}
+			dec, changed = nd, true
+		}
+		if !changed {
+			return v, 0, true
+		}
+		return scheme + " " + base64.StdEncoding.EncodeToString([]byte(dec)), 0, true
+	}
 	fail := func(k int) (bool, error) {
 		record()
 		msg := fmt.Sprintf("agentbox egress: secret %s could not be resolved for %s, so the request was not sent: %s",
@@ -293,9 +343,17 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 	}
 
 	// headers
-	for _, vals := range req.Header {
+	for key, vals := range req.Header {
 		for j, v := range vals {
+			if key == "Authorization" {
+				nv, k, ok := basic(v)
+				if !ok {
+					return fail(k)
+				}
+				v = nv
+			}
 			if !strings.Contains(v, PlaceholderPrefix) {
+				vals[j] = v
 				continue
 			}
 			for k := range secrets {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -465,6 +466,103 @@ func TestInterceptUnresolvable(t *testing.T) {
 	}
 	e.close()
 	e.assertNoValue(t, e.rec.take(), "sk-x")
+}
+
+func basicAuth(user, pass string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+}
+
+// git sends a token as HTTP Basic credentials: the placeholder is inside base64, in the
+// password or the user name, and is swapped there.
+func TestInterceptSwapsBasicCredentials(t *testing.T) {
+	e := newEnv(t, secretsAB(false), false)
+	e.setVar("TEST_OPENAI", "ghp-real-token-1")
+	e.setVar("TEST_OTHER", "other-real-value")
+	c := e.client("api.example.com", nil)
+
+	cases := []struct{ name, sent, want string }{
+		{"password", basicAuth("x-access-token", phA), basicAuth("x-access-token", "ghp-real-token-1")},
+		{"user", basicAuth(phA, "x-oauth-basic"), basicAuth("ghp-real-token-1", "x-oauth-basic")},
+		{"both, lower-case scheme", "basic " + base64.StdEncoding.EncodeToString([]byte(phA+":"+phA)),
+			"basic " + base64.StdEncoding.EncodeToString([]byte("ghp-real-token-1:ghp-real-token-1"))},
+		// OTHER_KEY does not list api.example.com: the credentials go unchanged
+		{"host not listed", basicAuth("x-access-token", phB), basicAuth("x-access-token", phB)},
+		{"no placeholder", basicAuth("alice", "hunter2"), basicAuth("alice", "hunter2")},
+		{"not base64", "Basic !!" + phA, "Basic !!ghp-real-token-1"}, // the literal placeholder is a header swap
+	}
+	for _, tc := range cases {
+		resp, body := do(t, c, "GET", "https://api.example.com/lab.git/info/refs?service=git-upload-pack", nil,
+			map[string]string{"Authorization": tc.sent})
+		if resp.StatusCode != 200 || body != "hello from upstream" {
+			t.Fatalf("%s: status %d body %q", tc.name, resp.StatusCode, body)
+		}
+		got := e.takeSeen()
+		if len(got) != 1 || got[0].Auth != tc.want {
+			t.Fatalf("%s: upstream saw %+v, want Authorization %q", tc.name, got, tc.want)
+		}
+		calls := e.rec.take()
+		switch tc.name {
+		case "host not listed":
+			if len(calls) != 1 || calls[0].Secret != "OTHER_KEY" || calls[0].Replaced || calls[0].Reason != "host not listed for this secret" {
+				t.Fatalf("%s: calls %+v", tc.name, calls)
+			}
+		case "no placeholder":
+			if len(calls) != 0 {
+				t.Fatalf("%s: calls %+v", tc.name, calls)
+			}
+		default:
+			if len(calls) != 1 || calls[0].Secret != "OPENAI_API_KEY" || !calls[0].Replaced || calls[0].Path != "/lab.git/info/refs" {
+				t.Fatalf("%s: calls %+v", tc.name, calls)
+			}
+		}
+	}
+
+	// a value with ':' swapped into the user name would move the boundary: refused, not sent
+	e.setVar("TEST_OPENAI", "user:injected")
+	resp, body := do(t, c, "GET", "https://api.example.com/x", nil, map[string]string{"Authorization": basicAuth(phA, "pw")})
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "OPENAI_API_KEY") || !strings.Contains(body, "user name") ||
+		strings.Contains(body, "injected") {
+		t.Fatalf("':' in the user: status %d body %q", resp.StatusCode, body)
+	}
+	if got := e.takeSeen(); len(got) != 0 {
+		t.Fatalf("':' in the user reached upstream: %+v", got)
+	}
+	if calls := e.rec.take(); len(calls) != 1 || calls[0].Replaced || !strings.Contains(calls[0].Reason, "user name") {
+		t.Fatalf("':' in the user: calls %+v", calls)
+	}
+	// ... while in the password a ':' is only data
+	c = e.client("api.example.com", nil)
+	resp, _ = do(t, c, "GET", "https://api.example.com/x", nil, map[string]string{"Authorization": basicAuth("x-access-token", phA)})
+	if got := e.takeSeen(); resp.StatusCode != 200 || len(got) != 1 || got[0].Auth != basicAuth("x-access-token", "user:injected") {
+		t.Fatalf("':' in the password: status %d seen %+v", resp.StatusCode, got)
+	}
+	e.rec.take()
+
+	// a value with a line break is refused as for any header
+	e.setVar("TEST_OPENAI", "tok\r\nX-Evil: 1")
+	resp, body = do(t, c, "GET", "https://api.example.com/x", nil, map[string]string{"Authorization": basicAuth("x-access-token", phA)})
+	if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, "X-Evil") || len(e.takeSeen()) != 0 {
+		t.Fatalf("line break: status %d body %q", resp.StatusCode, body)
+	}
+	if calls := e.rec.take(); len(calls) != 1 || calls[0].Replaced {
+		t.Fatalf("line break: calls %+v", calls)
+	}
+
+	// over plain HTTP the credentials are never swapped
+	p := newEnv(t, secretsAB(false), true)
+	p.setVar("TEST_OPENAI", "ghp-plain")
+	resp, _ = do(t, p.client("api.example.com", nil), "GET", "http://api.example.com/x", nil,
+		map[string]string{"Authorization": basicAuth("x-access-token", phA)})
+	if got := p.takeSeen(); resp.StatusCode != 200 || len(got) != 1 || got[0].Auth != basicAuth("x-access-token", phA) {
+		t.Fatalf("plain HTTP: status %d seen %+v", resp.StatusCode, got)
+	}
+	if calls := p.rec.take(); len(calls) != 1 || calls[0].Replaced || !strings.Contains(calls[0].Reason, "only sent over TLS") {
+		t.Fatalf("plain HTTP: calls %+v", calls)
+	}
+	e.close()
+	p.close()
+	e.assertNoValue(t, nil, "ghp-real-token-1", "injected", "tok\r")
+	p.assertNoValue(t, nil, "ghp-plain")
 }
 
 func TestInterceptRefusesOtherHosts(t *testing.T) {

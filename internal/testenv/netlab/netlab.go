@@ -2,8 +2,10 @@
 // joined to the host's by a veth pair (host end 10.203.N.1/24, lab end 10.203.N.2/24 and a few
 // more addresses, one per lab "host"), with servers whose sockets live in the lab's namespace
 // but are run by the test process itself: HTTP (/hello, /bytes?n=N, /echo-headers, /ws), HTTPS
-// with the lab's own CA, a git smart-HTTP server, a PEP 503 package index, and a DNS server for
-// the .lab names, including names that resolve to never-reachable addresses and a rebinding
+// with the lab's own CA, a git smart-HTTP server (over HTTP and HTTPS: public fixture
+// repositories — a target with a failing check and a coding agent with a good and a bad-build
+// ref — and a private repository behind HTTP basic auth that records the credentials it saw),
+// a PEP 503 package index, and a DNS server for the .lab names, including names that resolve to never-reachable addresses and a rebinding
 // name. It needs root; everything it creates is removed (and checked) when the test ends.
 package netlab
 
@@ -58,6 +60,13 @@ type Lab struct {
 	rebinds  map[string]int
 	recorded map[string][]http.Header
 	trapHits atomic.Int64
+
+	privDir     string // the private repositories' root
+	gitToken    string
+	gitAuth     []string
+	gitAccepted atomic.Int64
+	gitDenied   atomic.Int64
+	gitDelay    atomic.Int64 // time.Duration before each git request
 }
 
 // Query is one question the lab's DNS server was asked.
@@ -339,6 +348,9 @@ func (l *Lab) startServers() error {
 	if err := l.makeRepo(); err != nil {
 		return err
 	}
+	if err := l.makeFixtures(); err != nil {
+		return err
+	}
 	wheel, err := makeWheel()
 	if err != nil {
 		return err
@@ -407,7 +419,8 @@ func (l *Lab) mux(wheel []byte) *http.ServeMux {
 	mux.HandleFunc("/bytes", l.handleBytes)
 	mux.HandleFunc("/echo-headers", l.handleEchoHeaders)
 	mux.HandleFunc("/ws", handleWS)
-	mux.Handle("/git/", l.gitHandler())
+	mux.Handle("/git/", l.delayed(l.gitHandler()))
+	mux.Handle("/private/", l.delayed(l.privateHandler()))
 	l.indexHandlers(mux, wheel)
 	return mux
 }

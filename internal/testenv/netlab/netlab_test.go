@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
@@ -217,3 +218,136 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestFixtureRepos: the target's check fails before the fixture agent's edit and passes after;
+// the agent's refs build (good) and fail to build (bad-build); the private repository over
+// HTTPS needs the token and records what it saw.
+func TestFixtureRepos(t *testing.T) {
+	l := New(t)
+	home := t.TempDir()
+	git := func(dir string, args ...string) (string, error) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(noProxyEnv(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+home, "GIT_TERMINAL_PROMPT=0", "GIT_SSL_CAINFO="+l.CAFile())
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	sh := func(dir string, env []string, args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", args...)
+		cmd.Dir = dir
+		cmd.Env = append(noProxyEnv(), env...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	git4 := l.Addr(4).String()
+	tmp := t.TempDir()
+
+	// the target over plain HTTP: the check fails
+	target := filepath.Join(tmp, "target")
+	if out, err := git(tmp, "clone", "-q", "http://"+git4+TargetRepoPath, target); err != nil {
+		t.Fatalf("clone target: %v %s", err, out)
+	}
+	if out, code := sh(target, nil, TargetCheck); code != 1 || !strings.Contains(out, "status.txt is not fixed") {
+		t.Fatalf("check before the edit: exit %d %q", code, out)
+	}
+
+	// the agent at each ref, over HTTPS with the lab's CA
+	for _, ref := range []string{AgentGoodRef, AgentBadBuildRef} {
+		agent := filepath.Join(tmp, "agent-"+ref)
+		if out, err := git(tmp, "clone", "-q", "-b", ref, "https://"+git4+AgentRepoPath, agent); err != nil {
+			t.Fatalf("clone agent %s: %v %s", ref, err, out)
+		}
+		out, code := sh(agent, nil, AgentBuild)
+		if ref == AgentGoodRef && (code != 0 || !strings.Contains(out, "fixture build ok")) ||
+			ref == AgentBadBuildRef && (code != 1 || !strings.Contains(out, "fixture build failed")) {
+			t.Fatalf("build of %s: exit %d %q", ref, code, out)
+		}
+	}
+	// the good agent, invoked the oh-my-pi way in the target, fixes it
+	launcher := filepath.Join(tmp, "agent-"+AgentGoodRef, AgentLauncher)
+	out, code := sh(target, nil, launcher, "--print", "--", "fix the status")
+	if code != 0 || out != "fixture agent good: built=yes task=fix the status\n" {
+		t.Fatalf("launcher: exit %d %q", code, out)
+	}
+	// ... and as a generic command with the task in the environment, then on stdin
+	if out, code := sh(target, []string{"AGENT_TASK=second task"}, launcher); code != 0 || !strings.Contains(out, "task=second task") {
+		t.Fatalf("launcher with AGENT_TASK: exit %d %q", code, out)
+	}
+	cmd := exec.Command("/bin/sh", launcher)
+	cmd.Dir, cmd.Stdin = target, strings.NewReader("third task")
+	if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "task=third task") {
+		t.Fatalf("launcher with stdin: %v %q", err, b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(target, TargetTasksFile)); string(b) != "fix the status\nsecond task\nthird task\n" {
+		t.Fatalf("%s = %q", TargetTasksFile, b)
+	}
+	if out, code := sh(target, nil, TargetCheck); code != 0 || out != "check ok\n" {
+		t.Fatalf("check after the edit: exit %d %q", code, out)
+	}
+	if out, code := sh(filepath.Join(tmp, "agent-"+AgentBadBuildRef), nil, AgentLauncher, "--print", "--", "x"); code != 0 ||
+		!strings.Contains(out, "fixture agent bad-build: built=no") {
+		t.Fatalf("bad-build launcher: exit %d %q", code, out)
+	}
+
+	// the private repository: refused without the token, with a wrong one, served with it
+	priv := "https://" + git4 + PrivateRepoPath
+	if out, err := git(tmp, "clone", "-q", priv, filepath.Join(tmp, "p0")); err == nil {
+		t.Fatalf("clone without credentials succeeded: %s", out)
+	}
+	l.SetGitToken("tok-chosen-by-the-test")
+	basic := func(user, pass string) string {
+		return "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	if out, err := git(tmp, "-c", "http.extraHeader="+basic("x-access-token", "wrong"), "clone", "-q", priv, filepath.Join(tmp, "p1")); err == nil {
+		t.Fatalf("clone with a wrong token succeeded: %s", out)
+	}
+	_, denied := l.GitAuthCounts()
+	if denied < 2 {
+		t.Fatalf("denied = %d", denied)
+	}
+	if out, err := git(tmp, "-c", "http.extraHeader="+basic("x-access-token", "tok-chosen-by-the-test"), "clone", "-q", priv, filepath.Join(tmp, "p2")); err != nil {
+		t.Fatalf("clone with the token: %v %s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(tmp, "p2", TargetStatusFile)); string(b) != "broken\n" {
+		t.Fatalf("private %s = %q", TargetStatusFile, b)
+	}
+	accepted, _ := l.GitAuthCounts()
+	seen := l.GitAuth()
+	want := strings.TrimPrefix(basic("x-access-token", "tok-chosen-by-the-test"), "Authorization: ")
+	found := false
+	for _, a := range seen {
+		found = found || a == want
+	}
+	if accepted < 2 || !found {
+		t.Fatalf("accepted %d, seen %q", accepted, seen)
+	}
+	// over plain HTTP too (same rule)
+	resp, err := l.Client().Get("http://git.lab" + PrivateRepoPath + "/info/refs?service=git-upload-pack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") != `Basic realm="netlab"` {
+		t.Fatalf("plain HTTP without credentials: %s %v", resp.Status, resp.Header)
+	}
+	// the git delay holds every git request
+	l.SetGitDelay(400 * time.Millisecond)
+	start := time.Now()
+	resp, err = l.Client().Get("http://git.lab" + TargetRepoPath + "/info/refs?service=git-upload-pack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if el := time.Since(start); resp.StatusCode != 200 || el < 400*time.Millisecond {
+		t.Fatalf("delayed info/refs: %s after %v", resp.Status, el)
+	}
+	l.SetGitDelay(0)
+}

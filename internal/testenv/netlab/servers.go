@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/cgi"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,19 +124,8 @@ func (l *Lab) makeRepo() error {
 	return nil
 }
 
-// gitHandler serves the repository over smart HTTP through git http-backend.
-func (l *Lab) gitHandler() http.Handler {
-	execPath, err := exec.Command("git", "--exec-path").Output()
-	backend := filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend")
-	if err != nil {
-		backend = "/usr/lib/git-core/git-http-backend"
-	}
-	return &cgi.Handler{
-		Path: backend,
-		Root: "/git",
-		Env:  []string{"GIT_PROJECT_ROOT=" + l.repoDir, "GIT_HTTP_EXPORT_ALL=1", "HOME=" + l.dir, "GIT_CONFIG_NOSYSTEM=1"},
-	}
-}
+// gitHandler serves the repositories over smart HTTP through git http-backend.
+func (l *Lab) gitHandler() http.Handler { return l.backend("/git", l.repoDir) }
 
 // wheelName is the file name of the index's one wheel.
 var wheelName = PkgName + "-" + PkgVersion + "-py3-none-any.whl"
