@@ -118,7 +118,7 @@ func main() {
 	netf := networkFlags()
 	imf := imagesFlags()
 	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
-	rf := runsBenchFlags() // issue 14's figures (runs.go)
+	rf := runsBenchFlags()   // issue 14's figures (runs.go)
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
 	if *cpuprof != "" {
