@@ -5,8 +5,9 @@
 // beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
 // (jobs.go); the network figures of issue 12 against a lab host in its own network namespace
 // (network.go, lab.go); the overhead of a durable run over the same steps by hand and a batch
-// of trivial runs against a real `agentbox serve` (runs.go, bench/results-runs.json). It prints
-// a table and writes JSON results.
+// of trivial runs against a real `agentbox serve` (runs.go, bench/results-runs.json); what the
+// audit log adds to an MCP call, on vs off in turns (audit.go; -audit-only writes
+// bench/results-audit.json with make bench-audit). It prints a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
@@ -411,6 +412,8 @@ func main() {
 		res.Stats = append(res.Stats, rr.Stats...)
 		writeRunsResults(rr, *rf.out)
 	}
+	// issue 16's figure (audit.go)
+	res.Stats = append(res.Stats, benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)...)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}
