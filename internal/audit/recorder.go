@@ -41,7 +41,8 @@ type Config struct {
 }
 
 // Recorder is the audit log's gate.Gate: Enter lets every call in, and its exit queues the
-// call's record. One goroutine writes the queue to the store in batches and prunes it.
+// call's record. One goroutine writes the queue to the store in batches — every FlushEvery, or
+// as soon as BatchSize records wait — and prunes it.
 type Recorder struct {
 	st      Store
 	cfg     Config
@@ -53,6 +54,7 @@ type Recorder struct {
 	total   atomic.Int64 // dropped since start (queue full, store refused a batch, closed)
 	lastLog atomic.Int64
 	flushes chan chan struct{}
+	kick    chan struct{} // a batch is waiting: write before the tick
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -74,7 +76,7 @@ func New(st Store, cfg Config, log *slog.Logger) *Recorder {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Recorder{st: st, cfg: cfg, log: log, q: make(chan Record, QueueSize), flushes: make(chan chan struct{}),
+	r := &Recorder{st: st, cfg: cfg, log: log, q: make(chan Record, QueueSize), flushes: make(chan chan struct{}), kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go r.run()
 	return r
@@ -121,6 +123,14 @@ func (r *Recorder) Append(rec Record) {
 	r.mu.RUnlock()
 	switch {
 	case sent:
+		// The writer is not woken per record (a call would pay for the switch): it writes
+		// every FlushEvery, or when a batch is waiting.
+		if len(r.q) >= BatchSize {
+			select {
+			case r.kick <- struct{}{}:
+			default:
+			}
+		}
 	case closed:
 		r.drop(1, "the recorder is closed")
 	default:
@@ -213,14 +223,12 @@ func (r *Recorder) run() {
 	}
 	for {
 		select {
-		case rec := <-r.q:
-			if batch = append(batch, rec); len(batch) >= BatchSize {
-				write(ctx)
-			}
 		case <-tick.C:
-			write(ctx)
+			drain(ctx)
+		case <-r.kick:
+			drain(ctx)
 		case <-prune.C:
-			write(ctx)
+			drain(ctx)
 			r.Prune(ctx)
 		case done := <-r.flushes:
 			drain(ctx)
