@@ -318,7 +318,9 @@ func TestStoreErrorCounted(t *testing.T) {
 
 type failingStore struct{ audit.Store }
 
-func (failingStore) AppendAudit(context.Context, []audit.Record) error { return errors.New("disk full") }
+func (failingStore) AppendAudit(context.Context, []audit.Record) error {
+	return errors.New("disk full")
+}
 func (failingStore) PruneAudit(context.Context, time.Time, int) (int64, error) {
 	return 0, nil
 }
