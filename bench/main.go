@@ -5,8 +5,9 @@
 // beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
 // (jobs.go); the network figures of issue 12 against a lab host in its own network namespace
 // (network.go, lab.go); the overhead of a durable run over the same steps by hand and a batch
-// of trivial runs against a real `agentbox serve` (runs.go, bench/results-runs.json). It prints
-// a table and writes JSON results.
+// of trivial runs against a real `agentbox serve` (runs.go, bench/results-runs.json); what the
+// audit log adds to an MCP call, on vs off in turns (audit.go; -audit-only writes
+// bench/results-audit.json with make bench-audit). It prints a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
@@ -117,7 +118,8 @@ func main() {
 	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
 	netf := networkFlags()
 	imf := imagesFlags()
-	rf := runsBenchFlags() // issue 14's figures (runs.go)
+	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
+	rf := runsBenchFlags()   // issue 14's figures (runs.go)
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
 	if *cpuprof != "" {
@@ -237,6 +239,17 @@ func main() {
 
 	if *jobsOnly {
 		res.Stats, res.Fleet = benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
+	if *auf.only { // the audit log's overhead (issue 16, audit.go)
+		res.Stats = benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
@@ -399,6 +412,8 @@ func main() {
 		res.Stats = append(res.Stats, rr.Stats...)
 		writeRunsResults(rr, *rf.out)
 	}
+	// issue 16's figure (audit.go)
+	res.Stats = append(res.Stats, benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)...)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}

@@ -39,6 +39,7 @@ func run(args []string) int {
 		// durable runs (issue 14, run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
 		"token": cmdToken, // API keys (issue 16, token.go)
+		"audit": cmdAudit, // the audit log (issue 16, audit.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -61,6 +62,8 @@ Server:
                                         durable runs: workers, file:// repos, blob store, history
                  [--tls-cert F --tls-key F | --tls-self-signed] [--insecure-plaintext]
                  [--allow-private-network]  HTTPS and exposure beyond loopback (README: security)
+                 [--audit-retention D] [--audit-max-rows N]
+                                        the audit log: how long and how many records are kept
   agentbox doctor                       what this host supports and how to fix what is missing
   agentbox token create [--scope read|operate|admin] [--expires D] NAME   a named API key
                                         (printed once, last); token ls; token revoke NAME|ID
@@ -131,6 +134,8 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox runs artifact [-o FILE|-] RUN PATH
   agentbox batch submit|matrix [--wait] FILE.json  |  batch get|cancel ID  |  batch ls
   agentbox agent compare|test [--wait] FILE.json   run coding agents on a task (measurements only)
+  agentbox audit ls [--tool T] [--sandbox ID] [--after N] [--limit N] [--json]
+                                        the audit log: every call, newest page first (issue 16)
   agentbox version
 
 Internal:

@@ -43,7 +43,8 @@ func cmdMCP(args []string) int {
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go; in-process control plane only)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go; in-process control plane only)
 	var tlsOpts clientTLS
-	tlsOpts.register(fs) // a running server over https (issue 16, tls.go)
+	tlsOpts.register(fs)         // a running server over https (issue 16, tls.go)
+	registerAuditFlags(fs, &cfg) // the audit log (issue 16, audit.go; in-process control plane only)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -145,7 +146,7 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpt
 		return nil, nil, "", nil, nil, err
 	}
 	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
-	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", cp.gates(), closeFn, nil
+	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", cp.gates, closeFn, nil
 }
 
 // serverAt returns a backend over the agentbox server at url if it answers /health (nil if

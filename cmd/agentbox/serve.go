@@ -41,7 +41,8 @@ func cmdServe(args []string) int {
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go)
 	var tlsFlags serveTLS
-	tlsFlags.register(fs) // TLS and exposure (issue 16, tls.go)
+	tlsFlags.register(fs)        // TLS and exposure (issue 16, tls.go)
+	registerAuditFlags(fs, &cfg) // the audit log (issue 16, audit.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -116,14 +117,14 @@ func cmdServe(args []string) int {
 	}
 	var handler *api.Server // api_call (issue 16, apicall.go) calls it in process
 	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
-		APICall: apiCallVia(&handler), Gate: cp.gates()})
+		APICall: apiCallVia(&handler), Gate: cp.gates})
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
 	defer mcpSrv.Close()
 	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
-		Gate: cp.gates(), Keys: cp.keys}) // issue 16: the gate chain, API keys
+		Gate: cp.gates, Keys: cp.keys, Audit: cp.store}) // issue 16: the gates, API keys, GET /v1/audit
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close) // and long polls for events

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/gate"
@@ -36,14 +37,10 @@ type controlPlane struct {
 	runsStop func()
 	runsOnce sync.Once
 	keys     *auth.Keys // API keys (issue 16)
-}
-
-// gates is the server's gate chain (issue 16), one slice for the REST API and the MCP server
-// (in-process `agentbox mcp` too): audit → scopes → approvals.
-func (cp *controlPlane) gates() gate.Chain {
-	return gate.Chain{
-		auth.ScopeGate{}, // scopes (internal/auth): after the audit gate, before approvals
-	}
+	// Governance (issue 16): the gates every REST route and MCP tool call passes, in order —
+	// audit (outermost, so refusals are recorded) → scopes → approvals — and the audit log.
+	gates gate.Chain
+	audit *audit.Recorder
 }
 
 func (cp *controlPlane) Close() {
@@ -52,6 +49,7 @@ func (cp *controlPlane) Close() {
 	if c, ok := any(cp.images).(io.Closer); ok {
 		c.Close()
 	}
+	cp.audit.Close() // writes what is queued before the store closes
 	cp.store.Close()
 	cp.lock.Release()
 }
@@ -180,7 +178,11 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	ok = true
-	return &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, keys: auth.NewKeys(st, log.With("component", "auth"))}, nil
+	cp := &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, keys: auth.NewKeys(st, log.With("component", "auth"))}
+	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes.
+	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))
+	cp.gates = append(cp.gates, cp.audit, auth.ScopeGate{})
+	return cp, nil
 }
 
 // runtimeFlavors are the runtimes every server registers, the default first.

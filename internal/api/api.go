@@ -61,6 +61,8 @@ type Options struct {
 	// Keys, if set, authenticates named API keys ("Authorization: Bearer abk_…" or "X-Api-Key:
 	// abk_…") beside Token, and serves /v1/keys (issue 16, keys.go).
 	Keys *auth.Keys
+	// Audit serves GET /v1/audit (issue 16, audit.go); nil: UNSUPPORTED_OPERATION.
+	Audit AuditLister
 }
 
 // Server is the REST API.
@@ -159,6 +161,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/openapi.json", s.openAPI)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
 	s.keyRoutes() // API keys (issue 16, keys.go): /v1/keys
+	// the audit log (issue 16, audit.go)
+	m.HandleFunc("GET /v1/audit", s.listAudit)
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/openapi"
@@ -143,6 +144,8 @@ func ops() []op {
 			query: []qp{{"phase", "string", "The phase.", false}, {"stream", "string", "stdout or stderr.", false}, {"offset", "integer", "First byte.", false}, {"max_bytes", "integer", "At most this many bytes.", false}}},
 		{pattern: "/v1/runs/{id}/artifacts/{path...}", method: "GET", summary: "Download a run's artifact (the token, or the signed URL's expires and sig)", tag: "runs", status: 200, respType: "application/octet-stream",
 			query: []qp{{"expires", "integer", "The signed URL's expiry (unix time).", false}, {"sig", "string", "The signed URL's signature.", false}}},
+		{pattern: "GET /v1/audit", summary: "The audit log: every REST and MCP call (admin)", tag: "governance", status: 200, resp: audit.List{},
+			query: []qp{after, limit("At most this many records (1–1000, default 100)."), {"tool", "string", "An MCP tool, an action or a route pattern.", false}, {"sandbox_id", "string", "Only this sandbox's calls.", false}}},
 		{pattern: "POST /v1/keys", summary: "Create a named API key (admin; the key is in this reply only)", tag: "keys", req: auth.CreateRequest{}, status: 201, resp: auth.Created{}},
 		{pattern: "GET /v1/keys", summary: "List API keys (admin; never the keys)", tag: "keys", status: 200, resp: KeyList{}},
 		{pattern: "DELETE /v1/keys/{ref}", summary: "Revoke an API key by id or name (admin)", tag: "keys", status: 200, resp: auth.Key{}},

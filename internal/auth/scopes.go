@@ -99,6 +99,7 @@ var Required = map[string]string{
 	"POST /v1/batches/{id}/cancel":                 ScopeOperate,
 	"POST /v1/keys":                                ScopeAdmin,
 	"GET /v1/keys":                                 ScopeAdmin,
+	"GET /v1/audit":                                ScopeAdmin, // every caller's calls
 	"DELETE /v1/keys/{ref}":                        ScopeAdmin,
 }
 

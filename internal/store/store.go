@@ -4,6 +4,7 @@
 package store
 
 import (
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -16,6 +17,7 @@ type Store interface {
 	sandbox.JobStore
 	sandbox.NetStore
 	runs.Store
-	auth.Store // API keys (issue 16)
+	auth.Store  // API keys (issue 16)
+	audit.Store // the audit log (issue 16)
 	Close() error
 }
