@@ -38,6 +38,7 @@ func run(args []string) int {
 		"image": cmdImage, // images (issue 13, images.go)
 		// durable runs (issue 14, run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
+		"sql": cmdSQL, // execute_sql (issue 16, sql.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -126,6 +127,8 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox runs artifact [-o FILE|-] RUN PATH
   agentbox batch submit|matrix [--wait] FILE.json  |  batch get|cancel ID  |  batch ls
   agentbox agent compare|test [--wait] FILE.json   run coding agents on a task (measurements only)
+  agentbox sql [--max-rows N] [--json] QUERY   read-only SQL over the views audit_log, events,
+                                        sandboxes, jobs, runs, run_events (a table; --json)
   agentbox version
 
 Internal:

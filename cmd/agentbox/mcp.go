@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/statedir"
 )
 
@@ -62,12 +63,12 @@ func cmdMCP(args []string) int {
 	ctx, cancel := signalContext()
 	defer cancel()
 
-	backend, runsBE, where, closeFn, err := mcpBackend(ctx, cfg, explicitDir, log)
+	backend, runsBE, sqlBE, where, closeFn, err := mcpBackend(ctx, cfg, explicitDir, log)
 	if err != nil {
 		return fail(err)
 	}
 	defer closeFn()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE})
+	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, SQL: sqlBE})
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
@@ -84,7 +85,7 @@ func cmdMCP(args []string) int {
 // mcpBackend finds the control plane: the running server of the state dir; without an explicit
 // --state-dir, also the server the CLI would use ($AGENTBOX_URL, else 127.0.0.1:8765 — e.g. one
 // run by root for this user); else an in-process control plane.
-func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, string, func(), error) {
+func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, string, func(), error) {
 	running := func() (*client.Backend, string, error) {
 		if info, err := config.ReadServerInfo(cfg.StateDir); err == nil && info.URL != "" {
 			if b, err := serverAt(ctx, cfg, info.URL); b != nil || err != nil {
@@ -98,12 +99,12 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		b, err := serverAt(ctx, cfg, url)
 		return b, url, err
 	}
-	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, string, func(), error) {
+	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, string, func(), error) {
 		log.Info("using the running server", "url", url)
-		return b, b.Runs(), "agentbox serve at " + url, func() {}, nil
+		return b, b.Runs(), b.SQL(), "agentbox serve at " + url, func() {}, nil
 	}
 	if b, url, err := running(); err != nil {
-		return nil, nil, "", nil, err
+		return nil, nil, nil, "", nil, err
 	} else if b != nil {
 		return use(b, url)
 	}
@@ -115,16 +116,16 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
 			if b, url, rerr := running(); rerr != nil {
-				return nil, nil, "", nil, rerr
+				return nil, nil, nil, "", nil, rerr
 			} else if b != nil {
 				return use(b, url)
 			}
 		}
-		return nil, nil, "", nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
+		return nil, nil, nil, "", nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
 			"To let several MCP clients share sandboxes, run `agentbox serve --state-dir %s` and they will all connect to it; or give this one its own --state-dir", err, cfg.StateDir, cfg.StateDir)
 	}
 	if err != nil {
-		return nil, nil, "", nil, err
+		return nil, nil, nil, "", nil, err
 	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -135,10 +136,10 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		stop()
 		<-done
 		cp.Close()
-		return nil, nil, "", nil, err
+		return nil, nil, nil, "", nil, err
 	}
 	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
-	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
+	return cp.svc, cp.runsBackend(), cp.store, "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
 }
 
 // serverAt returns a backend over the agentbox server at url if it answers /health (nil if

@@ -91,13 +91,15 @@ func cmdServe(args []string) int {
 	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs (issue 14)
 		return fail(err)
 	}
-	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend()})
+	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
+		SQL: cp.store}) // execute_sql (issue 16)
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
 	defer mcpSrv.Close()
 	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
-		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs})
+		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
+		SQL: cp.store}) // POST /v1/sql (issue 16)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close) // and long polls for events

@@ -24,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
 )
@@ -57,6 +58,8 @@ type Options struct {
 	// Gate sees every routed call before it acts (scopes, approvals, the audit log: issue
 	// 16; gate.go); empty lets every call in.
 	Gate gate.Chain
+	// SQL serves POST /v1/sql (execute_sql, issue 16; sql.go); nil: UNSUPPORTED_OPERATION.
+	SQL sqlquery.Querier
 }
 
 // Server is the REST API.
@@ -150,6 +153,9 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
+
+	m.HandleFunc("POST /v1/sql", s.sqlQuery) // execute_sql (issue 16, sql.go)
+
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))

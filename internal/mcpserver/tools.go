@@ -136,6 +136,7 @@ func (s *Server) addTools() {
 	s.addMetricsTools() // metrics (issue 11): sandbox_metrics
 	s.addImageTools()   // images (issue 13): image_list, image_pull, sandbox_commit
 	s.addRunTools()     // durable runs (issue 14, runs.go): run, run_*, agent_*, batch_get
+	s.addSQLTool()      // execute_sql (issue 16, sql.go)
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",

@@ -6,6 +6,7 @@ package store
 import (
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sqlquery"
 )
 
 // Store is the full durable-state contract.
@@ -15,5 +16,6 @@ type Store interface {
 	sandbox.JobStore
 	sandbox.NetStore
 	runs.Store
+	sqlquery.Querier // execute_sql over the published views (issue 16)
 	Close() error
 }

@@ -71,7 +71,7 @@ type queryView struct {
 
 var queryViews = []queryView{
 	{name: "audit_log", table: "audit_log",
-		reads: []string{"seq", "at", "surface", "caller_id", "caller_name", "tool", "action", "sandbox_id", "args_sha256", "summary", "outcome", "duration_ms", "approval_id"},
+		reads:      []string{"seq", "at", "surface", "caller_id", "caller_name", "tool", "action", "sandbox_id", "args_sha256", "summary", "outcome", "duration_ms", "approval_id"},
 		selectList: "seq, " + timeCols("at", "time") + ", surface, caller_id, caller_name, tool, action, sandbox_id, args_sha256, summary, outcome, duration_ms, approval_id"},
 	{name: "events", table: "events",
 		reads:      []string{"seq", "sandbox_id", "type", "from_state", "to_state", "reason", "at"},
