@@ -17,7 +17,7 @@ RUNSC := /usr/local/bin/runsc
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients
 
-.PHONY: all build run test test-unit bench deps deps-runsc deps-mcp vet clean
+.PHONY: all build run test test-unit bench bench-audit deps deps-runsc deps-mcp vet clean
 
 all: build
 
@@ -89,6 +89,10 @@ bench: deps build
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	$(GO) run ./bench -out bench/results.json
+
+# bench-audit: what the audit log adds to an MCP call (issue 16), on vs off in one run.
+bench-audit: build
+	$(GO) run ./bench -audit-only -out bench/results-audit.json
 
 clean:
 	rm -rf bin

@@ -115,6 +115,7 @@ func main() {
 	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
 	netf := networkFlags()
 	imf := imagesFlags()
+	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
 	if *cpuprof != "" {
@@ -226,6 +227,17 @@ func main() {
 
 	if *jobsOnly {
 		res.Stats, res.Fleet = benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
+	if *auf.only { // the audit log's overhead (issue 16, audit.go)
+		res.Stats = benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}

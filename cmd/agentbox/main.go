@@ -38,7 +38,8 @@ func run(args []string) int {
 		"image": cmdImage, // images (issue 13, images.go)
 		// durable runs (issue 14, run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
-		"sql": cmdSQL, // execute_sql (issue 16, sql.go)
+		"sql":   cmdSQL,   // execute_sql (issue 16, sql.go)
+		"audit": cmdAudit, // the audit log (issue 16, audit.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -59,6 +60,8 @@ Server:
                                         run the control plane (REST API on 127.0.0.1:8765)
                  [--run-workers N] [--checkout-dir DIR]... [--artifact-mb N] [--run-retention D]
                                         durable runs: workers, file:// repos, blob store, history
+                 [--audit-retention D] [--audit-max-rows N]
+                                        the audit log: how long and how many records are kept
   agentbox doctor                       what this host supports and how to fix what is missing
 
 MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
@@ -129,6 +132,8 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox agent compare|test [--wait] FILE.json   run coding agents on a task (measurements only)
   agentbox sql [--max-rows N] [--json] QUERY   read-only SQL over the views audit_log, events,
                                         sandboxes, jobs, runs, run_events (a table; --json)
+  agentbox audit ls [--tool T] [--sandbox ID] [--after N] [--limit N] [--json]
+                                        the audit log: every call, newest page first (issue 16)
   agentbox version
 
 Internal:

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sqlquery"
@@ -41,6 +42,7 @@ func cmdMCP(args []string) int {
 	registerEgressFlags(fs, &cfg) // network (issue 12; in-process control plane only)
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go; in-process control plane only)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go; in-process control plane only)
+	registerAuditFlags(fs, &cfg)  // the audit log (issue 16, audit.go; in-process control plane only)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -63,12 +65,14 @@ func cmdMCP(args []string) int {
 	ctx, cancel := signalContext()
 	defer cancel()
 
-	backend, runsBE, sqlBE, where, closeFn, err := mcpBackend(ctx, cfg, explicitDir, log)
+	backend, runsBE, sqlBE, gates, where, closeFn, err := mcpBackend(ctx, cfg, explicitDir, log)
 	if err != nil {
 		return fail(err)
 	}
 	defer closeFn()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, SQL: sqlBE})
+	// gates: the in-process control plane's (audit log, issue 16); none in front of a running
+	// server, whose REST API gates and records the bridge's calls.
+	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, Gate: gates, SQL: sqlBE})
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
@@ -85,7 +89,7 @@ func cmdMCP(args []string) int {
 // mcpBackend finds the control plane: the running server of the state dir; without an explicit
 // --state-dir, also the server the CLI would use ($AGENTBOX_URL, else 127.0.0.1:8765 — e.g. one
 // run by root for this user); else an in-process control plane.
-func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, string, func(), error) {
+func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, gate.Chain, string, func(), error) {
 	running := func() (*client.Backend, string, error) {
 		if info, err := config.ReadServerInfo(cfg.StateDir); err == nil && info.URL != "" {
 			if b, err := serverAt(ctx, cfg, info.URL); b != nil || err != nil {
@@ -99,12 +103,12 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		b, err := serverAt(ctx, cfg, url)
 		return b, url, err
 	}
-	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, string, func(), error) {
+	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, gate.Chain, string, func(), error) {
 		log.Info("using the running server", "url", url)
-		return b, b.Runs(), b.SQL(), "agentbox serve at " + url, func() {}, nil
+		return b, b.Runs(), b.SQL(), nil, "agentbox serve at " + url, func() {}, nil
 	}
 	if b, url, err := running(); err != nil {
-		return nil, nil, nil, "", nil, err
+		return nil, nil, nil, nil, "", nil, err
 	} else if b != nil {
 		return use(b, url)
 	}
@@ -116,16 +120,16 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
 			if b, url, rerr := running(); rerr != nil {
-				return nil, nil, nil, "", nil, rerr
+				return nil, nil, nil, nil, "", nil, rerr
 			} else if b != nil {
 				return use(b, url)
 			}
 		}
-		return nil, nil, nil, "", nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
+		return nil, nil, nil, nil, "", nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
 			"To let several MCP clients share sandboxes, run `agentbox serve --state-dir %s` and they will all connect to it; or give this one its own --state-dir", err, cfg.StateDir, cfg.StateDir)
 	}
 	if err != nil {
-		return nil, nil, nil, "", nil, err
+		return nil, nil, nil, nil, "", nil, err
 	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -136,10 +140,10 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		stop()
 		<-done
 		cp.Close()
-		return nil, nil, nil, "", nil, err
+		return nil, nil, nil, nil, "", nil, err
 	}
 	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
-	return cp.svc, cp.runsBackend(), cp.store, "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
+	return cp.svc, cp.runsBackend(), cp.store, cp.gates, "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
 }
 
 // serverAt returns a backend over the agentbox server at url if it answers /health (nil if

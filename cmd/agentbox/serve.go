@@ -39,6 +39,7 @@ func cmdServe(args []string) int {
 	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go)
+	registerAuditFlags(fs, &cfg)  // the audit log (issue 16, audit.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -92,13 +93,15 @@ func cmdServe(args []string) int {
 		return fail(err)
 	}
 	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
-		SQL: cp.store}) // execute_sql (issue 16)
+		Gate: cp.gates,  // issue 16: audit → scopes → approvals
+		SQL:  cp.store}) // execute_sql (issue 16)
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
 	defer mcpSrv.Close()
 	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
+		Gate: cp.gates, Audit: cp.store, // issue 16: the gates; GET /v1/audit
 		SQL: cp.store}) // POST /v1/sql (issue 16)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up

@@ -10,7 +10,9 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -33,6 +35,10 @@ type controlPlane struct {
 	runs     *runs.Service
 	runsStop func()
 	runsOnce sync.Once
+	// Governance (issue 16): the gates every REST route and MCP tool call passes, in order —
+	// audit (outermost, so refusals are recorded) → scopes → approvals — and the audit log.
+	gates gate.Chain
+	audit *audit.Recorder
 }
 
 func (cp *controlPlane) Close() {
@@ -41,6 +47,7 @@ func (cp *controlPlane) Close() {
 	if c, ok := any(cp.images).(io.Closer); ok {
 		c.Close()
 	}
+	cp.audit.Close() // writes what is queued before the store closes
 	cp.store.Close()
 	cp.lock.Release()
 }
@@ -169,7 +176,11 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	ok = true
-	return &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom}, nil
+	cp := &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom}
+	// The audit log (issue 16): the chain's first gate.
+	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))
+	cp.gates = append(cp.gates, cp.audit)
+	return cp, nil
 }
 
 // runtimeFlavors are the runtimes every server registers, the default first.

@@ -60,6 +60,8 @@ type Options struct {
 	Gate gate.Chain
 	// SQL serves POST /v1/sql (execute_sql, issue 16; sql.go); nil: UNSUPPORTED_OPERATION.
 	SQL sqlquery.Querier
+	// Audit serves GET /v1/audit (issue 16, audit.go); nil: UNSUPPORTED_OPERATION.
+	Audit AuditLister
 }
 
 // Server is the REST API.
@@ -153,9 +155,10 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
+	// the audit log (issue 16, audit.go)
+	m.HandleFunc("GET /v1/audit", s.listAudit)
 
 	m.HandleFunc("POST /v1/sql", s.sqlQuery) // execute_sql (issue 16, sql.go)
-
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -111,7 +112,18 @@ type Config struct {
 	CheckoutDirs []string
 	ArtifactMB   int64
 	RunRetention time.Duration
+	// The audit log (issue 16): how long records are kept (--audit-retention) and how many at
+	// most (--audit-max-rows); pruned hourly.
+	AuditRetention time.Duration
+	AuditMaxRows   int
 }
+
+// Bounds of the audit log's settings.
+const (
+	MinAuditRetention = time.Hour
+	MinAuditMaxRows   = 1000
+	MaxAuditMaxRows   = 100_000_000
+)
 
 // Bounds of the run settings.
 const (
@@ -127,7 +139,8 @@ func Default() Config {
 	c := Config{Version: Version, Listen: DefaultListen, DefaultRuntime: sandbox.DefaultRuntime,
 		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes, CgroupParent: "agentbox",
 		Overcommit: DefaultOvercommit, JobRetention: DefaultJobRetention, MaxJobsPerSandbox: sandbox.DefaultMaxJobs,
-		RunRetention: runs.DefaultRetention}
+		RunRetention:   runs.DefaultRetention,
+		AuditRetention: audit.DefaultRetention, AuditMaxRows: audit.DefaultMaxRows}
 	c.StateDir = DefaultStateDir()
 	c.TokenFile = DefaultTokenFile()
 	c.Token = os.Getenv("AGENTBOX_TOKEN")
@@ -191,6 +204,12 @@ func (c *Config) Validate() error {
 	}
 	if c.JobRetention < time.Minute {
 		errs = append(errs, fmt.Sprintf("job retention %v must be at least 1m (how long finished job records are kept; default %v)", c.JobRetention, DefaultJobRetention))
+	}
+	if c.AuditRetention < MinAuditRetention {
+		errs = append(errs, fmt.Sprintf("--audit-retention %v must be at least %v (default %v)", c.AuditRetention, MinAuditRetention, audit.DefaultRetention))
+	}
+	if c.AuditMaxRows < MinAuditMaxRows || c.AuditMaxRows > MaxAuditMaxRows {
+		errs = append(errs, fmt.Sprintf("--audit-max-rows %d must be between %d and %d (default %d)", c.AuditMaxRows, MinAuditMaxRows, MaxAuditMaxRows, audit.DefaultMaxRows))
 	}
 	if c.MaxJobsPerSandbox < 1 || c.MaxJobsPerSandbox > sandbox.DefaultMaxJobs {
 		errs = append(errs, fmt.Sprintf("max jobs per sandbox %d must be between 1 and %d (the agent's own bound)", c.MaxJobsPerSandbox, sandbox.DefaultMaxJobs))

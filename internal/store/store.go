@@ -4,6 +4,7 @@
 package store
 
 import (
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sqlquery"
@@ -17,5 +18,6 @@ type Store interface {
 	sandbox.NetStore
 	runs.Store
 	sqlquery.Querier // execute_sql over the published views (issue 16)
+	audit.Store      // the audit log (issue 16)
 	Close() error
 }
