@@ -18,6 +18,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
@@ -37,6 +38,8 @@ type Store struct {
 	queryOnce sync.Once
 	query     *sql.DB
 	queryErr  error
+	optMu     sync.Mutex
+	optAt     time.Time // the last planner-statistics refresh (maybeOptimize)
 }
 
 var _ store.Store = (*Store)(nil)

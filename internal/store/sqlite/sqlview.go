@@ -289,6 +289,29 @@ func (s *Store) queryDB() (*sql.DB, error) {
 	return s.query, s.queryErr
 }
 
+// optimizeEvery is how often (at most) execute_sql has the planner's statistics refreshed.
+const optimizeEvery = 10 * time.Minute
+
+// maybeOptimize refreshes the query planner's statistics (sqlite_stat1) through the writer, at
+// most every optimizeEvery: PRAGMA optimize analyzes only the tables whose size changed a lot
+// since, and analysis_limit keeps each ANALYZE to a sample (milliseconds). Without statistics
+// SQLite cannot know that audit_log.tool has few values, and answers "count by tool in the last
+// hour" by scanning the whole (tool, at) index (300 ms at 300,000 records) instead of a
+// skip-scan of it (under 1 ms). Failures only cost speed: they are ignored.
+func (s *Store) maybeOptimize(ctx context.Context) {
+	s.optMu.Lock()
+	if !s.optAt.IsZero() && time.Since(s.optAt) < optimizeEvery {
+		s.optMu.Unlock()
+		return
+	}
+	s.optAt = time.Now()
+	s.optMu.Unlock()
+	if _, err := s.write.ExecContext(ctx, "PRAGMA analysis_limit = 1000"); err != nil {
+		return
+	}
+	_, _ = s.write.ExecContext(ctx, "PRAGMA optimize = 0x10002")
+}
+
 var _ sqlquery.Querier = (*Store)(nil)
 
 // Query runs one read-only query over the published views (sqlquery.Querier).
@@ -304,6 +327,7 @@ func (s *Store) Query(ctx context.Context, query string, maxRows int) (sqlquery.
 	if err != nil {
 		return sqlquery.Result{}, err
 	}
+	s.maybeOptimize(ctx)
 	ctx, cancel := context.WithTimeout(ctx, sqlquery.Timeout)
 	defer cancel()
 	start := time.Now()
