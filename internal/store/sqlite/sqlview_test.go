@@ -16,25 +16,6 @@ import (
 	"github.com/agentbox/agentbox/internal/sqlquery"
 )
 
-// auditFixture is the audit log's table as the audit engineer's migration 0009 creates it
-// (branch g-audit); created here when this build's migrations have none.
-const auditFixture = `CREATE TABLE IF NOT EXISTS audit_log (
-    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
-    at          BIGINT NOT NULL,
-    surface     TEXT NOT NULL,
-    caller_id   TEXT NOT NULL,
-    caller_name TEXT NOT NULL,
-    tool        TEXT NOT NULL,
-    action      TEXT NOT NULL,
-    sandbox_id  TEXT NOT NULL,
-    args_sha256 TEXT NOT NULL,
-    summary     TEXT NOT NULL,
-    outcome     TEXT NOT NULL,
-    duration_ms DOUBLE PRECISION NOT NULL,
-    approval_id TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_log_at_idx ON audit_log (at);`
-
 // The secret values the fixture stores where no view may show them.
 const (
 	secretEnv         = "S3CR3T-ENV-VALUE"
@@ -49,7 +30,7 @@ func sqlFixture(t *testing.T) *Store {
 	t.Cleanup(func() { s.Close() })
 	ctx := t.Context()
 	now := time.Date(2026, 12, 2, 14, 3, 5, 123e6, time.UTC).UnixMilli()
-	stmts := []string{auditFixture,
+	stmts := []string{
 		fmt.Sprintf(`INSERT INTO sandboxes (id, state, image, runtime, isolation, cpu, memory_mb, disk_mb, pids_limit, env, labels,
 			created_at, updated_at, expires_at, error_msg, version, owner, idempotency_key, node, handle, network, secrets)
 			VALUES ('sb_1', 'running', 'host', 'runc', 'process', 1, 512, 1024, 256, '{"TOKEN":"%s"}', '{"team":"a"}',
