@@ -17,7 +17,7 @@ RUNSC := /usr/local/bin/runsc
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients
 
-.PHONY: all build run test test-unit bench bench-audit deps deps-runsc deps-mcp vet clean
+.PHONY: all build run test test-unit bench bench-audit bench-sql deps deps-runsc deps-mcp vet clean
 
 all: build
 
@@ -93,6 +93,10 @@ bench: deps build
 # bench-audit: what the audit log adds to an MCP call (issue 16), on vs off in one run.
 bench-audit: build
 	$(GO) run ./bench -audit-only -out bench/results-audit.json
+
+# bench-sql: execute_sql's count-by-tool-in-the-last-hour over 1,000,000 audit records (issue 16).
+bench-sql:
+	$(GO) run ./bench -sql-only -out bench/results-sql.json
 
 clean:
 	rm -rf bin

@@ -120,6 +120,7 @@ func main() {
 	imf := imagesFlags()
 	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
 	rf := runsBenchFlags()   // issue 14's figures (runs.go)
+	sqf := sqlFlags()        // execute_sql (issue 16, sql.go)
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
 	if *cpuprof != "" {
@@ -134,6 +135,10 @@ func main() {
 	}
 	if *netf.labServe != "" {
 		serveLab(*netf.labServe) // the lab's server, re-executed in its network namespace (lab.go)
+		return
+	}
+	if *sqf.only { // execute_sql over 1M audit records (issue 16, sql.go): no sandboxes
+		runSQLBench(context.Background(), sqf, *out)
 		return
 	}
 	if os.Geteuid() != 0 {

@@ -39,6 +39,7 @@ func run(args []string) int {
 		// durable runs (issue 14, run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
 		"token": cmdToken, // API keys (issue 16, token.go)
+		"sql":   cmdSQL,   // execute_sql (issue 16, sql.go)
 		"audit": cmdAudit, // the audit log (issue 16, audit.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
@@ -134,6 +135,8 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox runs artifact [-o FILE|-] RUN PATH
   agentbox batch submit|matrix [--wait] FILE.json  |  batch get|cancel ID  |  batch ls
   agentbox agent compare|test [--wait] FILE.json   run coding agents on a task (measurements only)
+  agentbox sql [--max-rows N] [--json] QUERY   read-only SQL over the views audit_log, events,
+                                        sandboxes, jobs, runs, run_events (a table; --json)
   agentbox audit ls [--tool T] [--sandbox ID] [--after N] [--limit N] [--json]
                                         the audit log: every call, newest page first (issue 16)
   agentbox version

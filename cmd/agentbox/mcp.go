@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/statedir"
 )
 
@@ -67,14 +68,14 @@ func cmdMCP(args []string) int {
 	ctx, cancel := signalContext()
 	defer cancel()
 
-	backend, runsBE, where, gates, closeFn, err := mcpBackend(ctx, cfg, explicitDir, tlsOpts, log)
+	backend, runsBE, sqlBE, where, gates, closeFn, err := mcpBackend(ctx, cfg, explicitDir, tlsOpts, log)
 	if err != nil {
 		return fail(err)
 	}
 	defer closeFn()
 	apiCall, closeAPI := mcpAPICall(backend, runsBE, gates, log) // api_call (issue 16, apicall.go)
 	defer closeAPI()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, APICall: apiCall, Gate: gates})
+	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, APICall: apiCall, Gate: gates, SQL: sqlBE})
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
@@ -91,7 +92,7 @@ func cmdMCP(args []string) int {
 // mcpBackend finds the control plane: the running server of the state dir; without an explicit
 // --state-dir, also the server the CLI would use ($AGENTBOX_URL, else 127.0.0.1:8765 — e.g. one
 // run by root for this user); else an in-process control plane.
-func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpts clientTLS, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, string, gate.Chain, func(), error) {
+func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpts clientTLS, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, string, gate.Chain, func(), error) {
 	running := func() (*client.Backend, string, error) {
 		if info, err := config.ReadServerInfo(cfg.StateDir); err == nil && info.URL != "" {
 			if b, err := serverAt(ctx, cfg, info.URL, tlsOpts.forURL(info.URL, cfg.StateDir)); b != nil || err != nil {
@@ -106,12 +107,12 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpt
 		return b, url, err
 	}
 	// A running server gates every call itself (its key's scope); in process, the chain is ours.
-	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, string, gate.Chain, func(), error) {
+	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, string, gate.Chain, func(), error) {
 		log.Info("using the running server", "url", url)
-		return b, b.Runs(), "agentbox serve at " + url, nil, func() {}, nil
+		return b, b.Runs(), b.SQL(), "agentbox serve at " + url, nil, func() {}, nil
 	}
 	if b, url, err := running(); err != nil {
-		return nil, nil, "", nil, nil, err
+		return nil, nil, nil, "", nil, nil, err
 	} else if b != nil {
 		return use(b, url)
 	}
@@ -123,16 +124,16 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpt
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
 			if b, url, rerr := running(); rerr != nil {
-				return nil, nil, "", nil, nil, rerr
+				return nil, nil, nil, "", nil, nil, rerr
 			} else if b != nil {
 				return use(b, url)
 			}
 		}
-		return nil, nil, "", nil, nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
+		return nil, nil, nil, "", nil, nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
 			"To let several MCP clients share sandboxes, run `agentbox serve --state-dir %s` and they will all connect to it; or give this one its own --state-dir", err, cfg.StateDir, cfg.StateDir)
 	}
 	if err != nil {
-		return nil, nil, "", nil, nil, err
+		return nil, nil, nil, "", nil, nil, err
 	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -143,10 +144,10 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpt
 		stop()
 		<-done
 		cp.Close()
-		return nil, nil, "", nil, nil, err
+		return nil, nil, nil, "", nil, nil, err
 	}
 	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
-	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", cp.gates, closeFn, nil
+	return cp.svc, cp.runsBackend(), cp.store, "in-process (state dir " + cfg.StateDir + ")", cp.gates, closeFn, nil
 }
 
 // serverAt returns a backend over the agentbox server at url if it answers /health (nil if

@@ -117,14 +117,15 @@ func cmdServe(args []string) int {
 	}
 	var handler *api.Server // api_call (issue 16, apicall.go) calls it in process
 	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
-		APICall: apiCallVia(&handler), Gate: cp.gates})
+		APICall: apiCallVia(&handler), Gate: cp.gates,
+		SQL: cp.store}) // execute_sql (issue 16)
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
 	defer mcpSrv.Close()
 	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
-		Gate: cp.gates, Keys: cp.keys, Audit: cp.store}) // issue 16: the gates, API keys, GET /v1/audit
+		Gate: cp.gates, Keys: cp.keys, Audit: cp.store, SQL: cp.store}) // issue 16: the gates, API keys, GET /v1/audit; POST /v1/sql
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close) // and long polls for events

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
 )
@@ -61,6 +62,8 @@ type Options struct {
 	// Keys, if set, authenticates named API keys ("Authorization: Bearer abk_…" or "X-Api-Key:
 	// abk_…") beside Token, and serves /v1/keys (issue 16, keys.go).
 	Keys *auth.Keys
+	// SQL serves POST /v1/sql (execute_sql, issue 16; sql.go); nil: UNSUPPORTED_OPERATION.
+	SQL sqlquery.Querier
 	// Audit serves GET /v1/audit (issue 16, audit.go); nil: UNSUPPORTED_OPERATION.
 	Audit AuditLister
 }
@@ -163,6 +166,8 @@ func (s *Server) routes() {
 	s.keyRoutes() // API keys (issue 16, keys.go): /v1/keys
 	// the audit log (issue 16, audit.go)
 	m.HandleFunc("GET /v1/audit", s.listAudit)
+
+	m.HandleFunc("POST /v1/sql", s.sqlQuery) // execute_sql (issue 16, sql.go)
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))

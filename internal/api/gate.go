@@ -32,6 +32,7 @@ var restActions = map[string]string{
 	"POST /v1/sandboxes/{id}/commit":               "sandbox_commit",
 	"POST /v1/images/pull":                         "image_pull",
 	"POST /v1/runs":                                "run",
+	"POST /v1/sql":                                 "execute_sql",
 	"POST /v1/runs/{id}/cancel":                    "run_cancel",
 	"POST /v1/batches":                             "run_batch",
 	"POST /v1/batches/matrix":                      "run_matrix",

@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sqlquery"
 )
 
 // The OpenAPI document (internal/openapi/openapi.json) is generated here from the Go types of
@@ -144,6 +145,7 @@ func ops() []op {
 			query: []qp{{"phase", "string", "The phase.", false}, {"stream", "string", "stdout or stderr.", false}, {"offset", "integer", "First byte.", false}, {"max_bytes", "integer", "At most this many bytes.", false}}},
 		{pattern: "/v1/runs/{id}/artifacts/{path...}", method: "GET", summary: "Download a run's artifact (the token, or the signed URL's expires and sig)", tag: "runs", status: 200, respType: "application/octet-stream",
 			query: []qp{{"expires", "integer", "The signed URL's expiry (unix time).", false}, {"sig", "string", "The signed URL's signature.", false}}},
+		{pattern: "POST /v1/sql", summary: "Read-only SQL over the published views (admin)", tag: "governance", req: SQLRequest{}, status: 200, resp: sqlquery.Result{}},
 		{pattern: "GET /v1/audit", summary: "The audit log: every REST and MCP call (admin)", tag: "governance", status: 200, resp: audit.List{},
 			query: []qp{after, limit("At most this many records (1–1000, default 100)."), {"tool", "string", "An MCP tool, an action or a route pattern.", false}, {"sandbox_id", "string", "Only this sandbox's calls.", false}}},
 		{pattern: "POST /v1/keys", summary: "Create a named API key (admin; the key is in this reply only)", tag: "keys", req: auth.CreateRequest{}, status: 201, resp: auth.Created{}},

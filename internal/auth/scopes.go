@@ -22,7 +22,9 @@ var Required = map[string]string{
 	// MCP tools.
 	"health": ScopeRead,
 	// api_call's inner request passes the REST gate with the same caller (its route's scope).
-	"api_call":     ScopeRead,
+	"api_call": ScopeRead,
+	// execute_sql's views show every caller's audit records and every owner's sandboxes.
+	"execute_sql":  ScopeAdmin,
 	"sandbox_list": ScopeRead, "sandbox_get": ScopeRead, "sandbox_metrics": ScopeRead,
 	"sandbox_connections": ScopeRead, "sandbox_secret_calls": ScopeRead,
 	"file_read": ScopeRead, "file_list": ScopeRead,
@@ -100,6 +102,7 @@ var Required = map[string]string{
 	"POST /v1/keys":                                ScopeAdmin,
 	"GET /v1/keys":                                 ScopeAdmin,
 	"GET /v1/audit":                                ScopeAdmin, // every caller's calls
+	"POST /v1/sql":                                 ScopeAdmin, // the views show every caller's calls and sandboxes
 	"DELETE /v1/keys/{ref}":                        ScopeAdmin,
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
 )
@@ -86,6 +87,9 @@ type Options struct {
 	// Gate sees every tool call before it acts (scopes, approvals, the audit log: issue 16);
 	// empty lets every call in.
 	Gate gate.Chain
+	// SQL serves execute_sql (issue 16, sql.go): the store in process, the REST client over a
+	// running serve; nil: it answers UNSUPPORTED_OPERATION.
+	SQL sqlquery.Querier
 }
 
 // Server is the MCP server: one per process, shared by every session and transport.

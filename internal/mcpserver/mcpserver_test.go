@@ -18,7 +18,7 @@ import (
 )
 
 var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", // durable runs (issue 14); api_call (issue 16)
-	"exec", "file_list", "file_read", "file_write", "health",
+	"exec", "execute_sql", "file_list", "file_read", "file_write", "health",
 	"image_list", "image_pull", // images (issue 13)
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
 	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs (issue 14)

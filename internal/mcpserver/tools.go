@@ -137,6 +137,7 @@ func (s *Server) addTools() {
 	s.addImageTools()   // images (issue 13): image_list, image_pull, sandbox_commit
 	s.addRunTools()     // durable runs (issue 14, runs.go): run, run_*, agent_*, batch_get
 	s.addAPICallTool()  // the raw API tool (issue 16, apicall.go): api_call
+	s.addSQLTool()      // execute_sql (issue 16, sql.go)
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",

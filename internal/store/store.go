@@ -8,6 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sqlquery"
 )
 
 // Store is the full durable-state contract.
@@ -17,7 +18,8 @@ type Store interface {
 	sandbox.JobStore
 	sandbox.NetStore
 	runs.Store
-	auth.Store  // API keys (issue 16)
-	audit.Store // the audit log (issue 16)
+	auth.Store       // API keys (issue 16)
+	audit.Store      // the audit log (issue 16)
+	sqlquery.Querier // execute_sql over the published views (issue 16)
 	Close() error
 }

@@ -17,6 +17,8 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
@@ -32,6 +34,12 @@ type Store struct {
 	path  string
 	write *sql.DB // exactly one connection: every write is serialized in-process
 	read  *sql.DB // read-only connections; the same pool as write for an in-memory database
+	// execute_sql's own read-only connections (sqlview.go), opened on first use.
+	queryOnce sync.Once
+	query     *sql.DB
+	queryErr  error
+	optMu     sync.Mutex
+	optAt     time.Time // the last planner-statistics refresh (maybeOptimize)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -94,6 +102,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // Close closes the database. It is safe to call more than once.
 func (s *Store) Close() error {
 	var errs []error
+	s.queryOnce.Do(func() {}) // no execute_sql pool opens after Close
+	if s.query != nil {
+		if err := s.query.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.read != s.write {
 		if err := s.read.Close(); err != nil {
 			errs = append(errs, err)
