@@ -4,6 +4,7 @@
 package store
 
 import (
+	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -15,5 +16,6 @@ type Store interface {
 	sandbox.JobStore
 	sandbox.NetStore
 	runs.Store
+	approval.Store // approvals (issue 16)
 	Close() error
 }
