@@ -38,6 +38,7 @@ func run(args []string) int {
 		"image": cmdImage, // images (issue 13, images.go)
 		// durable runs (issue 14, run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
+		"approvals": cmdApprovals, // approvals (issue 16, approvals.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -126,6 +127,9 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox runs artifact [-o FILE|-] RUN PATH
   agentbox batch submit|matrix [--wait] FILE.json  |  batch get|cancel ID  |  batch ls
   agentbox agent compare|test [--wait] FILE.json   run coding agents on a task (measurements only)
+  agentbox approvals ls [--state S] [--json]    the approval queue (serve --approval-required)
+  agentbox approvals show ID            one approval: tool, digest, summary, decision, outcome
+  agentbox approvals approve|deny [--reason TEXT] ID   decide (needs the admin token)
   agentbox version
 
 Internal:

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/statedir"
@@ -37,9 +38,10 @@ func cmdMCP(args []string) int {
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (in-process control plane only)")
 	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime (in-process control plane only)")
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once (in-process control plane only)")
-	registerEgressFlags(fs, &cfg) // network (issue 12; in-process control plane only)
-	registerImageFlags(fs, &cfg)  // images (issue 13, images.go; in-process control plane only)
-	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go; in-process control plane only)
+	registerEgressFlags(fs, &cfg)   // network (issue 12; in-process control plane only)
+	registerImageFlags(fs, &cfg)    // images (issue 13, images.go; in-process control plane only)
+	registerRunFlags(fs, &cfg)      // durable runs (issue 14, run.go; in-process control plane only)
+	registerApprovalFlags(fs, &cfg) // approvals (issue 16, approvals.go; in-process control plane only)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -67,7 +69,8 @@ func cmdMCP(args []string) int {
 		return fail(err)
 	}
 	defer closeFn()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE})
+	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE,
+		Gate: inProcessGates}) // issue 16: the in-process chain (a running server gates its own REST routes)
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
@@ -80,6 +83,10 @@ func cmdMCP(args []string) int {
 	}
 	return 0
 }
+
+// inProcessGates is the gate chain of the in-process control plane mcpBackend built (issue 16;
+// empty when it uses a running server, which gates the calls it serves itself).
+var inProcessGates gate.Chain
 
 // mcpBackend finds the control plane: the running server of the state dir; without an explicit
 // --state-dir, also the server the CLI would use ($AGENTBOX_URL, else 127.0.0.1:8765 — e.g. one
@@ -138,6 +145,7 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		return nil, nil, "", nil, err
 	}
 	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
+	inProcessGates = cp.gates() // issue 16
 	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
 }
 

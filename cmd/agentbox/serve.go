@@ -36,9 +36,10 @@ func cmdServe(args []string) int {
 	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, fmt.Sprintf("first host uid of the pool sandboxes' user-namespace ranges (%d ids each) come from (default %d)", sandbox.IDRangeSize, sandbox.DefaultIDPoolBase))
 	fs.DurationVar(&cfg.JobRetention, "job-retention", cfg.JobRetention, "how long finished job records are kept")
 	fs.IntVar(&cfg.MaxJobsPerSandbox, "max-jobs-per-sandbox", cfg.MaxJobsPerSandbox, fmt.Sprintf("most running jobs in one sandbox (1–%d)", sandbox.DefaultMaxJobs))
-	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
-	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
-	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go)
+	registerEgressFlags(fs, &cfg)   // network (issue 12, egress.go)
+	registerImageFlags(fs, &cfg)    // images (issue 13, images.go)
+	registerRunFlags(fs, &cfg)      // durable runs (issue 14, run.go)
+	registerApprovalFlags(fs, &cfg) // approvals (issue 16, approvals.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -91,13 +92,15 @@ func cmdServe(args []string) int {
 	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs (issue 14)
 		return fail(err)
 	}
-	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend()})
+	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
+		Gate: cp.gates()}) // issue 16: audit → scopes → approvals
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
 	defer mcpSrv.Close()
 	handler := api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
-		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs})
+		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
+		Gate: cp.gates(), Approvals: cp.approvals}) // issue 16
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close) // and long polls for events

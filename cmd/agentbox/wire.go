@@ -10,7 +10,9 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -33,6 +35,8 @@ type controlPlane struct {
 	runs     *runs.Service
 	runsStop func()
 	runsOnce sync.Once
+	// approvals (issue 16): the queue and the chain's last gate.
+	approvals *approval.Service
 }
 
 func (cp *controlPlane) Close() {
@@ -168,8 +172,14 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err := svc.Reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
+	// approvals (issue 16): the queue (always served) and, when on, the chain's last gate.
+	approvals, err := approval.New(st, approval.Config{Required: cfg.ApprovalRequired, Tools: cfg.ApprovalTools,
+		Timeout: cfg.ApprovalTimeout, Elicit: cfg.ApprovalElicit, Log: log.With("component", "approvals")})
+	if err != nil {
+		return nil, err
+	}
 	ok = true
-	return &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom}, nil
+	return &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, approvals: approvals}, nil
 }
 
 // runtimeFlavors are the runtimes every server registers, the default first.
@@ -266,4 +276,15 @@ func (cp *controlPlane) runsBackend() mcpserver.RunsBackend {
 		return nil
 	}
 	return cp.runs
+}
+
+// gates is the server's gate chain (issue 16), one slice for the REST API and the MCP server:
+// audit → scopes → approvals (audit outermost, so that refusals are recorded).
+func (cp *controlPlane) gates() gate.Chain {
+	var ch gate.Chain
+	// (audit and scopes are added here, before approvals, by their own work)
+	if cp.approvals != nil && cp.approvals.Enabled() {
+		ch = append(ch, cp.approvals) // approvals (issue 16): last, just before the call acts
+	}
+	return ch
 }

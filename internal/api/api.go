@@ -57,6 +57,8 @@ type Options struct {
 	// Gate sees every routed call before it acts (scopes, approvals, the audit log: issue
 	// 16; gate.go); empty lets every call in.
 	Gate gate.Chain
+	// Approvals serves /v1/approvals (issue 16, approvals.go); nil: UNSUPPORTED_OPERATION.
+	Approvals Approvals
 }
 
 // Server is the REST API.
@@ -149,7 +151,8 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImages)
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
-	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
+	s.runRoutes()      // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
+	s.approvalRoutes() // approvals (issue 16, approvals.go): /v1/approvals
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))
