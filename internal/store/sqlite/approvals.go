@@ -64,7 +64,7 @@ func (s *Store) CreateApproval(ctx context.Context, a approval.Approval) error {
 	_, err := s.write.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		a.ID, string(a.State), a.Tool, a.Action, a.Surface, a.SandboxID, a.Digest, summary, a.CallerID, a.CallerName,
 		millis(a.CreatedAt), millis(a.ExpiresAt), nullMillis(a.DecidedAt), a.Decider, a.Reason, nullMillis(a.UsedAt), a.Outcome, bound)
-	if isUniqueViolation(err) {
+	if isUniqueViolation(err) || isPrimaryKeyViolation(err) {
 		return errcode.New(errcode.Conflict, "approval %s already exists", a.ID)
 	}
 	if err != nil {
@@ -135,6 +135,7 @@ func (s *Store) DecideApproval(ctx context.Context, id string, to approval.State
 		return approval.Approval{}, errcode.New(errcode.InvalidArgument, "a decision is approved or denied, not %q", to)
 	}
 	var out approval.Approval
+	var notPending approval.State
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -150,8 +151,8 @@ func (s *Store) DecideApproval(ctx context.Context, id string, to approval.State
 			a.State = approval.Expired
 		}
 		if a.State != approval.Pending {
-			return errcode.New(errcode.Conflict, "approval %s is %s, not pending; only a pending approval can be decided", id, a.State).
-				With("approval_id", id).With("state", string(a.State))
+			notPending = a.State // committed (an expiry), then refused
+			return nil
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_at = ?, decider = ?, reason = ? WHERE id = ?`,
 			string(to), millis(at), decider, reason, id); err != nil {
@@ -163,6 +164,10 @@ func (s *Store) DecideApproval(ctx context.Context, id string, to approval.State
 		out = a
 		return nil
 	})
+	if err == nil && notPending != "" {
+		return approval.Approval{}, errcode.New(errcode.Conflict, "approval %s is %s, not pending; only a pending approval can be decided", id, notPending).
+			With("approval_id", id).With("state", string(notPending))
+	}
 	return out, err
 }
 

@@ -56,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests = append(tests, netTests...)
 	tests = append(tests, imageTests...)
 	tests = append(tests, runTests...)
+	tests = append(tests, approvalTests...) // approvals (issue 16)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
