@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,5 +207,65 @@ func TestApprovalsEndToEnd(t *testing.T) {
 	wal, _ := os.ReadFile(srv.StateDir + "/agentbox.db-wal")
 	if strings.Contains(string(db)+string(wal), content) {
 		t.Fatal("the database holds the file's content")
+	}
+}
+
+// TestApprovalsStdioElicitation: the in-process `agentbox mcp` takes the approval flags; with
+// --approval-elicit its client's answer decides: declined → APPROVAL_REFUSED and the command
+// never ran; accepted → it runs.
+func TestApprovalsStdioElicitation(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := testenv.ShortTempDir(t, "abapst")
+	t.Cleanup(func() { removeCgroupParent("abapst-" + filepath.Base(dir)) })
+	cmd := exec.Command(testenv.Binary(t), "mcp", "--state-dir", dir, "--cgroup-parent", "abapst-"+filepath.Base(dir),
+		"--approval-tools", "exec", "--approval-elicit", "--approval-timeout", "30s", "--log-level", "info")
+	stderr := &testenv.SyncBuffer{}
+	cmd.Stderr = stderr
+	var answer atomic.Value
+	answer.Store("decline")
+	var asked atomic.Int32
+	cl := mcp.NewClient(&mcp.Implementation{Name: "approvals-stdio", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked.Add(1)
+			return &mcp.ElicitResult{Action: answer.Load().(string)}, nil
+		}})
+	ctx := t.Context()
+	// Protocol 2026-07-28 forbids a server-initiated elicitation/create during tools/call
+	// (SEP-2322: multi round-trip InputRequests instead, not implemented yet): there the
+	// elicitation fails at once and the call waits for an operator. 2025-11-25 elicits.
+	cs, err := cl.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr)
+	}
+	defer cs.Close()
+	call := func(name string, args map[string]any) (*mcp.CallToolResult, map[string]any) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, stderr)
+		}
+		var out map[string]any
+		b, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(b, &out)
+		return res, out
+	}
+	res, out := call("sandbox_create", map[string]any{}) // not gated
+	if res.IsError {
+		t.Fatalf("create: %v", out)
+	}
+	id := out["sandbox_id"].(string)
+	defer call("sandbox_destroy", map[string]any{"sandbox_id": id})
+	res, out = call("exec", map[string]any{"sandbox_id": id, "command": []string{"sh", "-c", "echo no > /workspace/declined"}})
+	errObj, _ := out["error"].(map[string]any)
+	if !res.IsError || errObj["code"] != string(errcode.ApprovalRefused) || !strings.Contains(errObj["message"].(string), "declined in the MCP client") {
+		t.Fatalf("declined exec: %v (asked %d)\n%s", out, asked.Load(), stderr)
+	}
+	answer.Store("accept")
+	res, out = call("exec", map[string]any{"sandbox_id": id, "command": []string{"sh", "-c", "ls /workspace; echo approved"}})
+	if res.IsError || out["stdout"] != "approved\n" {
+		t.Fatalf("accepted exec: %v (the declined one must not have run)", out)
+	}
+	if asked.Load() != 2 {
+		t.Fatalf("asked %d times, want 2", asked.Load())
 	}
 }
