@@ -66,8 +66,8 @@ type Service struct {
 	tools map[string]bool
 	log   *slog.Logger
 
-	mu        sync.Mutex               // find-or-create of one digest; wake channels
-	wake      map[string]chan struct{} // closed (and removed) when an approval is decided
+	mu        sync.Mutex          // find-or-create of one digest; wake channels
+	wake      map[string]*waiters // the calls waiting on an approval
 	lastPrune time.Time
 }
 
@@ -105,7 +105,7 @@ func New(st Store, cfg Config) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{st: st, cfg: cfg, log: cfg.Log, wake: map[string]chan struct{}{}}
+	s := &Service{st: st, cfg: cfg, log: cfg.Log, wake: map[string]*waiters{}}
 	if len(cfg.Tools) > 0 {
 		s.tools = map[string]bool{}
 		for _, t := range cfg.Tools {
@@ -256,11 +256,16 @@ func (s *Service) wait(ctx context.Context, c *gate.Call, a Approval) (Approval,
 	}
 	tick := time.NewTicker(s.cfg.ProgressEvery)
 	defer tick.Stop()
+	wakeChan, leave := s.join(a.ID)
+	defer leave()
 	s.progress(c, a)
 	for {
-		wake := s.wakeChan(a.ID)
+		wake := wakeChan()
 		cur, err := s.st.GetApproval(ctx, a.ID)
 		if err != nil {
+			if ctx.Err() != nil {
+				return Approval{}, abandoned(ctx, a)
+			}
 			return Approval{}, err
 		}
 		switch cur.State {
@@ -286,8 +291,7 @@ func (s *Service) wait(ctx context.Context, c *gate.Call, a Approval) (Approval,
 		case <-tick.C:
 			s.progress(c, cur)
 		case <-ctx.Done():
-			// The caller went away: the approval stays pending (a retry joins it).
-			return Approval{}, errcode.Wrap(errcode.ApprovalRefused, ctx.Err(), "the call was abandoned while approval %s was pending", a.ID).With("approval_id", a.ID)
+			return Approval{}, abandoned(ctx, a)
 		case <-deadline.C:
 			// Expire it, then look once more: a decision that raced the deadline wins.
 			if _, err := s.st.ExpireApprovals(ctx, a.ExpiresAt); err != nil {
@@ -325,23 +329,42 @@ func (s *Service) elicit(ctx context.Context, c *gate.Call, a Approval) {
 	}
 }
 
-func (s *Service) wakeChan(id string) chan struct{} {
+// waiters are the calls waiting on one approval: ch is closed (and replaced) when it is
+// decided; the entry goes when the last waiter leaves.
+type waiters struct {
+	ch chan struct{}
+	n  int
+}
+
+// join registers a waiter on id; it calls leave when it stops waiting.
+func (s *Service) join(id string) (wake func() chan struct{}, leave func()) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch, ok := s.wake[id]
+	w, ok := s.wake[id]
 	if !ok {
-		ch = make(chan struct{})
-		s.wake[id] = ch
+		w = &waiters{ch: make(chan struct{})}
+		s.wake[id] = w
 	}
-	return ch
+	w.n++
+	s.mu.Unlock()
+	return func() chan struct{} {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return w.ch
+		}, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if w.n--; w.n == 0 {
+				delete(s.wake, id)
+			}
+		}
 }
 
 func (s *Service) wakeUp(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ch, ok := s.wake[id]; ok {
-		close(ch)
-		delete(s.wake, id)
+	if w, ok := s.wake[id]; ok {
+		close(w.ch)
+		w.ch = make(chan struct{})
 	}
 }
 
@@ -415,6 +438,12 @@ func (s *Service) usedError(a Approval) error {
 		e = e.With("outcome", a.Outcome)
 	}
 	return e
+}
+
+// abandoned is the error of a call whose caller went away while it waited: its approval stays
+// pending, and a retry joins it.
+func abandoned(ctx context.Context, a Approval) error {
+	return errcode.Wrap(errcode.ApprovalRefused, ctx.Err(), "the call was abandoned while approval %s was pending", a.ID).With("approval_id", a.ID)
 }
 
 func unreachable(a Approval, timeout time.Duration) error {
