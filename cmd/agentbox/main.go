@@ -38,9 +38,10 @@ func run(args []string) int {
 		"image": cmdImage, // images (issue 13, images.go)
 		// durable runs (issue 14, run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
-		"token": cmdToken, // API keys (issue 16, token.go)
-		"sql":   cmdSQL,   // execute_sql (issue 16, sql.go)
-		"audit": cmdAudit, // the audit log (issue 16, audit.go)
+		"token":     cmdToken,     // API keys (issue 16, token.go)
+		"sql":       cmdSQL,       // execute_sql (issue 16, sql.go)
+		"audit":     cmdAudit,     // the audit log (issue 16, audit.go)
+		"approvals": cmdApprovals, // approvals (issue 16, approvals.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -139,6 +140,9 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
                                         sandboxes, jobs, runs, run_events (a table; --json)
   agentbox audit ls [--tool T] [--sandbox ID] [--after N] [--limit N] [--json]
                                         the audit log: every call, newest page first (issue 16)
+  agentbox approvals ls [--state S] [--json]    the approval queue (serve --approval-required)
+  agentbox approvals show ID            one approval: tool, digest, summary, decision, outcome
+  agentbox approvals approve|deny [--reason TEXT] ID   decide (needs the admin token)
   agentbox version
 
 Internal:

@@ -44,8 +44,9 @@ func cmdMCP(args []string) int {
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go; in-process control plane only)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go; in-process control plane only)
 	var tlsOpts clientTLS
-	tlsOpts.register(fs)         // a running server over https (issue 16, tls.go)
-	registerAuditFlags(fs, &cfg) // the audit log (issue 16, audit.go; in-process control plane only)
+	tlsOpts.register(fs)            // a running server over https (issue 16, tls.go)
+	registerAuditFlags(fs, &cfg)    // the audit log (issue 16, audit.go; in-process control plane only)
+	registerApprovalFlags(fs, &cfg) // approvals (issue 16, approvals.go; in-process control plane only)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -41,8 +41,9 @@ func cmdServe(args []string) int {
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go)
 	var tlsFlags serveTLS
-	tlsFlags.register(fs)        // TLS and exposure (issue 16, tls.go)
-	registerAuditFlags(fs, &cfg) // the audit log (issue 16, audit.go)
+	tlsFlags.register(fs)           // TLS and exposure (issue 16, tls.go)
+	registerAuditFlags(fs, &cfg)    // the audit log (issue 16, audit.go)
+	registerApprovalFlags(fs, &cfg) // approvals (issue 16, approvals.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -125,7 +126,8 @@ func cmdServe(args []string) int {
 	defer mcpSrv.Close()
 	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
-		Gate: cp.gates, Keys: cp.keys, Audit: cp.store, SQL: cp.store}) // issue 16: the gates, API keys, GET /v1/audit; POST /v1/sql
+		Gate: cp.gates, Keys: cp.keys, Audit: cp.store, SQL: cp.store,
+		Approvals: cp.approvals}) // issue 16: the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close) // and long polls for events

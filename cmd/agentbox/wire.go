@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
@@ -41,6 +42,8 @@ type controlPlane struct {
 	// audit (outermost, so refusals are recorded) → scopes → approvals — and the audit log.
 	gates gate.Chain
 	audit *audit.Recorder
+	// approvals (issue 16): the queue and the chain's last gate.
+	approvals *approval.Service
 }
 
 func (cp *controlPlane) Close() {
@@ -177,11 +180,20 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err := svc.Reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
+	// approvals (issue 16): the queue (always served) and, when on, the chain's last gate.
+	approvals, err := approval.New(st, approval.Config{Required: cfg.ApprovalRequired, Tools: cfg.ApprovalTools,
+		Timeout: cfg.ApprovalTimeout, Elicit: cfg.ApprovalElicit, Log: log.With("component", "approvals")})
+	if err != nil {
+		return nil, err
+	}
 	ok = true
-	cp := &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, keys: auth.NewKeys(st, log.With("component", "auth"))}
-	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes.
+	cp := &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth"))}
+	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))
 	cp.gates = append(cp.gates, cp.audit, auth.ScopeGate{})
+	if approvals.Enabled() {
+		cp.gates = append(cp.gates, approvals) // last, just before the call acts
+	}
 	return cp, nil
 }
 

@@ -66,6 +66,8 @@ type Options struct {
 	SQL sqlquery.Querier
 	// Audit serves GET /v1/audit (issue 16, audit.go); nil: UNSUPPORTED_OPERATION.
 	Audit AuditLister
+	// Approvals serves /v1/approvals (issue 16, approvals.go); nil: UNSUPPORTED_OPERATION.
+	Approvals Approvals
 }
 
 // Server is the REST API.
@@ -168,6 +170,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/audit", s.listAudit)
 
 	m.HandleFunc("POST /v1/sql", s.sqlQuery) // execute_sql (issue 16, sql.go)
+	s.approvalRoutes()                       // approvals (issue 16, approvals.go): /v1/approvals
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))

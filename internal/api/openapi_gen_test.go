@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/image"
@@ -145,6 +146,11 @@ func ops() []op {
 			query: []qp{{"phase", "string", "The phase.", false}, {"stream", "string", "stdout or stderr.", false}, {"offset", "integer", "First byte.", false}, {"max_bytes", "integer", "At most this many bytes.", false}}},
 		{pattern: "/v1/runs/{id}/artifacts/{path...}", method: "GET", summary: "Download a run's artifact (the token, or the signed URL's expires and sig)", tag: "runs", status: 200, respType: "application/octet-stream",
 			query: []qp{{"expires", "integer", "The signed URL's expiry (unix time).", false}, {"sig", "string", "The signed URL's signature.", false}}},
+		{pattern: "GET /v1/approvals", summary: "The approval queue (admin; never a file's content)", tag: "governance", status: 200, resp: ApprovalList{},
+			query: []qp{{"state", "string", "pending, approved, denied, expired or used.", false}, limit("At most this many approvals.")}},
+		{pattern: "GET /v1/approvals/{id}", summary: "One approval", tag: "governance", status: 200, resp: approval.Approval{}},
+		{pattern: "POST /v1/approvals/{id}/approve", summary: "Approve one pending call (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: approval.Approval{}},
+		{pattern: "POST /v1/approvals/{id}/deny", summary: "Deny one pending call with a reason (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: approval.Approval{}},
 		{pattern: "POST /v1/sql", summary: "Read-only SQL over the published views (admin)", tag: "governance", req: SQLRequest{}, status: 200, resp: sqlquery.Result{}},
 		{pattern: "GET /v1/audit", summary: "The audit log: every REST and MCP call (admin)", tag: "governance", status: 200, resp: audit.List{},
 			query: []qp{after, limit("At most this many records (1–1000, default 100)."), {"tool", "string", "An MCP tool, an action or a route pattern.", false}, {"sandbox_id", "string", "Only this sandbox's calls.", false}}},

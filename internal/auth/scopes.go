@@ -102,6 +102,10 @@ var Required = map[string]string{
 	"POST /v1/keys":                                ScopeAdmin,
 	"GET /v1/keys":                                 ScopeAdmin,
 	"GET /v1/audit":                                ScopeAdmin, // every caller's calls
+	"GET /v1/approvals":                            ScopeAdmin, // the operator's queue
+	"GET /v1/approvals/{id}":                       ScopeAdmin,
+	"POST /v1/approvals/{id}/approve":              ScopeAdmin,
+	"POST /v1/approvals/{id}/deny":                 ScopeAdmin,
 	"POST /v1/sql":                                 ScopeAdmin, // the views show every caller's calls and sandboxes
 	"DELETE /v1/keys/{ref}":                        ScopeAdmin,
 }

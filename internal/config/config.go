@@ -120,6 +120,15 @@ type Config struct {
 	// most (--audit-max-rows); pruned hourly.
 	AuditRetention time.Duration
 	AuditMaxRows   int
+	// Approvals (issue 16). ApprovalRequired (--approval-required, AGENTBOX_APPROVAL_REQUIRED=1)
+	// makes every call that acts wait for an operator's decision; ApprovalTools
+	// (--approval-tools exec,file_write,…) gates only these tools (and their REST routes);
+	// ApprovalTimeout is how long a call waits (--approval-timeout, default 5m);
+	// ApprovalElicit lets the MCP client itself decide through elicitation (--approval-elicit).
+	ApprovalRequired bool
+	ApprovalTools    []string
+	ApprovalTimeout  time.Duration
+	ApprovalElicit   bool
 }
 
 // Bounds of the audit log's settings.
@@ -145,6 +154,7 @@ func Default() Config {
 		Overcommit: DefaultOvercommit, JobRetention: DefaultJobRetention, MaxJobsPerSandbox: sandbox.DefaultMaxJobs,
 		RunRetention:   runs.DefaultRetention,
 		AuditRetention: audit.DefaultRetention, AuditMaxRows: audit.DefaultMaxRows}
+	c.ApprovalRequired, c.ApprovalTimeout = os.Getenv("AGENTBOX_APPROVAL_REQUIRED") == "1", 5*time.Minute // approvals (issue 16)
 	c.StateDir = DefaultStateDir()
 	c.TokenFile = DefaultTokenFile()
 	c.Token = os.Getenv("AGENTBOX_TOKEN")
@@ -253,6 +263,15 @@ func (c *Config) Validate() error {
 	}
 	if c.RunRetention < MinRunRetention {
 		errs = append(errs, fmt.Sprintf("--run-retention %v must be at least %v (how long settled runs, their logs and artifacts are kept; default %v)", c.RunRetention, MinRunRetention, runs.DefaultRetention))
+	}
+	// approvals (issue 16)
+	if c.ApprovalTimeout < time.Second || c.ApprovalTimeout > 24*time.Hour {
+		errs = append(errs, fmt.Sprintf("--approval-timeout %v must be between 1s and 24h (default 5m)", c.ApprovalTimeout))
+	}
+	for _, t := range c.ApprovalTools {
+		if t == "" || strings.Trim(t, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+			errs = append(errs, fmt.Sprintf("--approval-tools %q must be MCP tool names such as exec,file_write (lowercase, comma-separated)", t))
+		}
 	}
 	if len(errs) > 0 {
 		return errcode.New(errcode.InvalidArgument, "invalid configuration: %s", strings.Join(errs, "; "))

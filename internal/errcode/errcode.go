@@ -43,6 +43,18 @@ const (
 	PermissionDenied Code = "PERMISSION_DENIED"
 )
 
+// Approvals (issue 16).
+const (
+	// ApprovalRefused: a gated call did not run: an operator denied it (details.reason), nobody
+	// decided in time (details.unreachable: true), or its approval was already used
+	// (details.used: true). details.approval_id names the approval; details.retryable is false.
+	ApprovalRefused Code = "APPROVAL_REFUSED"
+	// ApprovalNotFound: no approval of that id.
+	ApprovalNotFound Code = "APPROVAL_NOT_FOUND"
+)
+
+func init() { Codes = append(Codes, ApprovalRefused, ApprovalNotFound) } // approvals (issue 16)
+
 // Codes lists every code, for documentation and tests.
 var Codes = []Code{SandboxNotFound, SandboxNotRunning, CapacityUnavailable, CommandTimeout,
 	OutputLimitExceeded, FileTooLarge, FileNotFound, UnsupportedOp, RuntimeUnavailable, AuthFailed,

@@ -5,6 +5,10 @@ import "net/http"
 // HTTPStatus is the status code every HTTP edge (REST API, guest protocol) uses for code.
 func HTTPStatus(code Code) int {
 	switch code {
+	case ApprovalRefused: // approvals (issue 16)
+		return http.StatusForbidden
+	case ApprovalNotFound:
+		return http.StatusNotFound
 	case SandboxNotFound, FileNotFound, JobNotFound, ImageNotFound, RunNotFound:
 		return http.StatusNotFound
 	case SandboxNotRunning, Conflict:

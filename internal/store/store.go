@@ -4,6 +4,7 @@
 package store
 
 import (
+	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/runs"
@@ -21,5 +22,6 @@ type Store interface {
 	auth.Store       // API keys (issue 16)
 	audit.Store      // the audit log (issue 16)
 	sqlquery.Querier // execute_sql over the published views (issue 16)
+	approval.Store   // approvals (issue 16)
 	Close() error
 }

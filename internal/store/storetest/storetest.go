@@ -56,9 +56,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests = append(tests, netTests...)
 	tests = append(tests, imageTests...)
 	tests = append(tests, runTests...)
-	tests = append(tests, apiKeyTests...) // issue 16: API keys
-	tests = append(tests, auditTests...)  // the audit log (issue 16)
-	tests = append(tests, sqlTests...)    // execute_sql's views (issue 16, sql.go)
+	tests = append(tests, apiKeyTests...)   // issue 16: API keys
+	tests = append(tests, auditTests...)    // the audit log (issue 16)
+	tests = append(tests, sqlTests...)      // execute_sql's views (issue 16, sql.go)
+	tests = append(tests, approvalTests...) // approvals (issue 16)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

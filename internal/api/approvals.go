@@ -1,0 +1,88 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/agentbox/agentbox/internal/approval"
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
+)
+
+// Approvals is the approval queue behind /v1/approvals (issue 16; *approval.Service).
+type Approvals interface {
+	List(ctx context.Context, f approval.Filter) ([]approval.Approval, error)
+	Get(ctx context.Context, id string) (approval.Approval, error)
+	Decide(ctx context.Context, id string, approve bool, decider gate.Caller, reason string) (approval.Approval, error)
+}
+
+// ApprovalList is GET /v1/approvals's reply.
+type ApprovalList struct {
+	Approvals []approval.Approval `json:"approvals"`
+}
+
+// DecisionRequest is the body of POST /v1/approvals/{id}/approve|deny (optional on approve).
+type DecisionRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// approvalRoutes adds /v1/approvals (issue 16). Deciding needs the caller's identity with a
+// scope the queue's MayDecide accepts (admin); these routes are never themselves gated by
+// approvals.
+func (s *Server) approvalRoutes() {
+	m := patternMux{s.mux, s}
+	m.HandleFunc("GET /v1/approvals", s.listApprovals)
+	m.HandleFunc("GET /v1/approvals/{id}", s.getApproval)
+	m.HandleFunc("POST /v1/approvals/{id}/approve", func(w http.ResponseWriter, r *http.Request) { s.decideApproval(w, r, true) })
+	m.HandleFunc("POST /v1/approvals/{id}/deny", func(w http.ResponseWriter, r *http.Request) { s.decideApproval(w, r, false) })
+}
+
+func (s *Server) approvals(w http.ResponseWriter, r *http.Request) Approvals {
+	if s.opts.Approvals == nil {
+		s.fail(w, r, errcode.New(errcode.UnsupportedOp, "this server keeps no approval queue"))
+	}
+	return s.opts.Approvals
+}
+
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
+	ap := s.approvals(w, r)
+	if ap == nil {
+		return
+	}
+	f := approval.Filter{State: approval.State(r.URL.Query().Get("state"))}
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			s.fail(w, r, errcode.New(errcode.InvalidArgument, "limit %q must be a number between 1 and %d", l, approval.MaxListLimit))
+			return
+		}
+		f.Limit = n
+	}
+	l, err := ap.List(r.Context(), f)
+	s.reply(w, r, ApprovalList{Approvals: l}, err)
+}
+
+func (s *Server) getApproval(w http.ResponseWriter, r *http.Request) {
+	if ap := s.approvals(w, r); ap != nil {
+		a, err := ap.Get(r.Context(), r.PathValue("id"))
+		s.reply(w, r, a, err)
+	}
+}
+
+func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request, approve bool) {
+	ap := s.approvals(w, r)
+	if ap == nil {
+		return
+	}
+	var req DecisionRequest
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		if err := decode(w, r, &req); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	caller, _ := gate.CallerFrom(r.Context()) // none (--insecure-no-auth): MayDecide refuses
+	a, err := ap.Decide(r.Context(), r.PathValue("id"), approve, caller, req.Reason)
+	s.reply(w, r, a, err)
+}

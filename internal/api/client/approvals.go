@@ -1,0 +1,60 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/approval"
+	"github.com/agentbox/agentbox/internal/errcode"
+)
+
+func approvalPath(id, rest string) (string, error) {
+	if id == "" || strings.ContainsAny(id, "/?#") || len(id) > 128 {
+		return "", errcode.New(errcode.InvalidArgument, "approval id %q is malformed: give an id `agentbox approvals ls` shows (ap-…)", id)
+	}
+	return "/v1/approvals/" + url.PathEscape(id) + rest, nil
+}
+
+// ListApprovals lists approvals newest first (state "": all; limit 0: the server's default).
+func (c *Client) ListApprovals(ctx context.Context, state approval.State, limit int) ([]approval.Approval, error) {
+	q := url.Values{}
+	if state != "" {
+		q.Set("state", string(state))
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var l api.ApprovalList
+	err := c.doJSON(ctx, http.MethodGet, "/v1/approvals", q, nil, &l)
+	return l.Approvals, err
+}
+
+// GetApproval returns one approval.
+func (c *Client) GetApproval(ctx context.Context, id string) (approval.Approval, error) {
+	p, err := approvalPath(id, "")
+	if err != nil {
+		return approval.Approval{}, err
+	}
+	var a approval.Approval
+	err = c.doJSON(ctx, http.MethodGet, p, nil, nil, &a)
+	return a, err
+}
+
+// DecideApproval approves (or denies) a pending approval, with an optional reason.
+func (c *Client) DecideApproval(ctx context.Context, id string, approve bool, reason string) (approval.Approval, error) {
+	verb := "/deny"
+	if approve {
+		verb = "/approve"
+	}
+	p, err := approvalPath(id, verb)
+	if err != nil {
+		return approval.Approval{}, err
+	}
+	var a approval.Approval
+	err = c.doJSON(ctx, http.MethodPost, p, nil, api.DecisionRequest{Reason: reason}, &a)
+	return a, err
+}
