@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
@@ -83,6 +84,9 @@ type Options struct {
 	// Gate sees every tool call before it acts (scopes, approvals, the audit log: issue 16);
 	// empty lets every call in.
 	Gate gate.Chain
+	// Metrics is the server's metrics registry with its history, for fetch_metrics (issue 16,
+	// fetch_metrics.go); nil: the Backend's scrape if it has one (current values only).
+	Metrics *metricsnap.Source
 }
 
 // Server is the MCP server: one per process, shared by every session and transport.
