@@ -24,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
 )
@@ -150,6 +151,9 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
+	// data-assistant tools (issue 16, snippet.go)
+	m.HandleFunc("POST /v1/run_python", s.runSnippet(snippet.Python))
+	m.HandleFunc("POST /v1/run_shell", s.runSnippet(snippet.Shell))
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))

@@ -86,6 +86,9 @@ func (p *Prometheus) attach(svc *sandbox.Service, jobs JobCounter, log *slog.Log
 	p.once.Do(func() { p.reg.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log}) })
 }
 
+// Gatherer is the registry, for fetch_metrics (issue 16): what GET /metrics serves.
+func (p *Prometheus) Gatherer() prometheus.Gatherer { return p.reg }
+
 // handler serves the registry in the text exposition format.
 func (p *Prometheus) handler(log *slog.Logger) http.Handler {
 	return promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{ErrorLog: slogPromLogger{log}, ErrorHandling: promhttp.ContinueOnError, Timeout: collectTimeout + 5*time.Second})
