@@ -67,7 +67,11 @@ func cmdMCP(args []string) int {
 		return fail(err)
 	}
 	defer closeFn()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE})
+	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE}
+	if cp := inProcess.Load(); cp != nil {
+		opts.Metrics = cp.metricsSource(ctx) // fetch_metrics (issue 16); over REST: the server's /metrics
+	}
+	srv := mcpserver.New(backend, opts)
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
@@ -138,6 +142,7 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, log *s
 		return nil, nil, "", nil, err
 	}
 	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
+	inProcess.Store(cp)
 	return cp.svc, cp.runsBackend(), "in-process (state dir " + cfg.StateDir + ")", closeFn, nil
 }
 

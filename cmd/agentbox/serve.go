@@ -91,7 +91,8 @@ func cmdServe(args []string) int {
 	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs (issue 14)
 		return fail(err)
 	}
-	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend()})
+	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
+		Metrics: cp.metricsSource(ctx)}) // fetch_metrics (issue 16)
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
