@@ -36,6 +36,9 @@ const (
 	MaxName = 256
 )
 
+// MetricFamily is a gathered family (client_model's).
+type MetricFamily = dto.MetricFamily
+
 // GatherFunc returns the registry's current families.
 type GatherFunc func(ctx context.Context) ([]*dto.MetricFamily, error)
 

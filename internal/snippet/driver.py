@@ -3,7 +3,11 @@
 # last statement, when it is an expression, is evaluated and its repr (and, for simple JSON
 # values, the value) reported. The structured result goes to RESULT_PATH as JSON, never to the
 # program's stdout.
-import ast, json, linecache, os, sys, traceback
+import sys
+
+# Like a notebook: the working directory, not the driver's, is first on the module path.
+sys.path[0] = ""
+import ast, json, linecache, os, traceback
 
 MAX_REPR = 65536
 MAX_TB = 65536

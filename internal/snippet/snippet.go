@@ -203,24 +203,26 @@ func (r *Runner) Run(ctx context.Context, lang Language, req Request) (res Resul
 		}
 	}
 	res = Result{SandboxID: id, Kept: kept, Artifacts: []Artifact{}}
-	dir := "/tmp/.agentbox-snippet-" + nonce()
-	if kept {
+	// The driver's files, flat in /tmp (WriteFile creates no directories).
+	base := "/tmp/.agentbox-snippet-" + nonce()
+	driverPath, codePath, resultPath := base+"-driver.py", base+"-code.py", base+"-result.json"
+	if kept && lang == Python {
 		defer func() { // leave a kept sandbox as the code left it, without our files
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
-			_, _ = r.sb.Exec(cctx, id, sandbox.ExecRequest{Argv: []string{"rm", "-rf", dir}, Timeout: 10 * time.Second}, nil)
+			_, _ = r.sb.Exec(cctx, id, sandbox.ExecRequest{Argv: []string{"rm", "-f", driverPath, codePath, resultPath, resultPath + ".tmp"}, Timeout: 10 * time.Second}, nil)
 		}()
 	}
 	var argv []string
 	switch lang {
 	case Python:
-		if _, err := r.sb.WriteFile(ctx, id, dir+"/driver.py", 0o644, bytes.NewReader(driver)); err != nil {
+		if _, err := r.sb.WriteFile(ctx, id, driverPath, 0o644, bytes.NewReader(driver)); err != nil {
 			return res, err
 		}
-		if _, err := r.sb.WriteFile(ctx, id, dir+"/code.py", 0o644, strings.NewReader(req.Code)); err != nil {
+		if _, err := r.sb.WriteFile(ctx, id, codePath, 0o644, strings.NewReader(req.Code)); err != nil {
 			return res, err
 		}
-		argv = []string{"python3", "-I", dir + "/driver.py", dir + "/code.py", dir + "/result.json"}
+		argv = []string{"python3", driverPath, codePath, resultPath}
 	case Shell:
 		// The code is the caller's own shell program: that is this tool's purpose, and it runs
 		// inside the sandbox only.
@@ -239,7 +241,7 @@ func (r *Runner) Run(ctx context.Context, lang Language, req Request) (res Resul
 	res.ExitCode, res.Stdout, res.Stderr, res.StdoutBytes, res.StderrBytes = er.ExitCode, er.Stdout, er.Stderr, er.StdoutBytes, er.StderrBytes
 	res.Truncated, res.TimedOut, res.OOMKilled, res.DurationMs = er.Truncated, er.TimedOut, er.OOMKilled, er.DurationMs
 	if lang == Python {
-		found, err := r.readResult(ctx, id, dir+"/result.json", &res)
+		found, err := r.readResult(ctx, id, resultPath, &res)
 		if err != nil {
 			return res, err
 		}
