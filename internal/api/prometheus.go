@@ -86,6 +86,13 @@ func (p *Prometheus) attach(svc *sandbox.Service, jobs JobCounter, log *slog.Log
 	p.once.Do(func() { p.reg.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log}) })
 }
 
+// Attach registers the collector of svc's state (the sandboxes, capacity and per-sandbox
+// series) without a REST server: `agentbox mcp` in process, for fetch_metrics. api.New does it
+// itself; once is all it takes.
+func (p *Prometheus) Attach(svc *sandbox.Service, jobs JobCounter, log *slog.Logger) {
+	p.attach(svc, jobs, log)
+}
+
 // Gatherer is the registry, for fetch_metrics (issue 16): what GET /metrics serves.
 func (p *Prometheus) Gatherer() prometheus.Gatherer { return p.reg }
 
