@@ -69,7 +69,7 @@ func cmdMCP(args []string) int {
 	defer closeFn()
 	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE}
 	if cp := inProcess.Load(); cp != nil {
-		cp.prom.Attach(cp.svc, cp.svc, log) // no REST server attaches it here
+		cp.prom.Attach(cp.svc, cp.svc, log)  // no REST server attaches it here
 		opts.Metrics = cp.metricsSource(ctx) // fetch_metrics (issue 16); over REST: the server's /metrics
 	}
 	srv := mcpserver.New(backend, opts)
