@@ -3,7 +3,9 @@ package mcpserver_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"image/png"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -287,6 +289,34 @@ func TestSnippetsOverREST(t *testing.T) {
 	}
 	if fm.History == nil || fm.History.Available || !strings.Contains(fm.History.Note, "no history") {
 		t.Errorf("history over a bridge: %+v", fm.History)
+	}
+
+	// REST refuses bad bodies with 400 INVALID_ARGUMENT naming the field; nothing is created.
+	before := live(t, svc)
+	for body, want := range map[string]string{
+		`{"code": "1", "timeout_seconds": 601}`: "timeout_seconds",
+		`{"code": "1", "bogus": true}`:          "bogus",
+		`{"code": ""}`:                          "code",
+		`{"code": "1", "max_output_bytes": -1}`: "max_output_bytes",
+	} {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/v1/run_python", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || e.Error.Code != "INVALID_ARGUMENT" || !strings.Contains(e.Error.Message, want) {
+			t.Errorf("%s: %d %+v", body, resp.StatusCode, e.Error)
+		}
+	}
+	if n := live(t, svc); n != before {
+		t.Fatalf("refused bodies left %d live sandboxes, want %d", n, before)
 	}
 }
 
