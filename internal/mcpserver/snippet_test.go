@@ -250,6 +250,22 @@ func TestRunShell(t *testing.T) {
 	if !out.TimedOut {
 		t.Fatalf("timeout: %+v", out)
 	}
+
+	// A cancelled call still destroys its fresh sandbox.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_shell", Arguments: obj{"code": "sleep 120", "timeout_seconds": 300}})
+		errc <- err
+	}()
+	eventually(t, 60*time.Second, "the run's sandbox", func() bool { return live(t, svc) == 1 })
+	time.Sleep(500 * time.Millisecond) // into the exec
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("a cancelled call returned no error")
+	}
+	eventually(t, 60*time.Second, "the cancelled run's sandbox destroyed", func() bool { return live(t, svc) == 0 })
 }
 
 // TestSnippetsOverREST: an MCP server over a running server's REST API (as `agentbox mcp`
