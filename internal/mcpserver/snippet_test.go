@@ -228,6 +228,16 @@ func TestRunPython(t *testing.T) {
 	}
 	c.ok("sandbox_destroy", obj{"sandbox_id": kept}, nil)
 	c.fails("run_python", obj{"code": "1", "sandbox_id": kept}, "SANDBOX_NOT_RUNNING")
+
+	// A sandbox where no python3 can be found: a clear error, and the sandbox left alone.
+	var nopy mcpserver.SandboxInfo
+	c.ok("sandbox_create", obj{"env": obj{"PATH": "/nonexistent"}}, &nopy)
+	if msg := c.fails("run_python", obj{"code": "1", "sandbox_id": nopy.SandboxID}, "UNSUPPORTED_OPERATION"); !strings.Contains(msg, "no python3") {
+		t.Errorf("message: %s", msg)
+	}
+	if sb, err := svc.Get(context.Background(), nopy.SandboxID); err != nil || sb.State != sandbox.StateRunning {
+		t.Fatalf("the given sandbox after the error: %+v %v", sb, err)
+	}
 }
 
 // TestRunShell: run_shell's output, exit code and artifacts; the sandbox is destroyed.
