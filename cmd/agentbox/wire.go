@@ -273,10 +273,11 @@ func (cp *controlPlane) runsBackend() mcpserver.RunsBackend {
 }
 
 // metricsSource is the registry of cp.prom for fetch_metrics (issue 16), with its history
-// sampled every 10 s until ctx ends.
+// (every series but the per-sandbox ones) sampled every 10 s until ctx ends.
 func (cp *controlPlane) metricsSource(ctx context.Context) *metricsnap.Source {
-	g := cp.prom.Gatherer()
-	src := metricsnap.New(func(context.Context) ([]*dto.MetricFamily, error) { return g.Gather() })
+	g, h := cp.prom.Gatherer(), cp.prom.HistoryGatherer()
+	src := metricsnap.New(func(context.Context) ([]*dto.MetricFamily, error) { return g.Gather() }).
+		SampleFrom(func(context.Context) ([]*dto.MetricFamily, error) { return h.Gather() })
 	go src.Run(ctx)
 	return src
 }

@@ -104,6 +104,10 @@ func (s *Server) fetchMetrics(ctx context.Context, src *metricsnap.Source, in Fe
 			if err != nil {
 				return FetchMetricsOut{}, "", err
 			}
+			if in.SandboxID != "" && len(h.Series) == 0 {
+				h.Available = false
+				h.Note = "no history for a sandbox's series: the history samples the server-wide series only (sampling every sandbox every 10 s would shorten cpu_percent's window for every caller); sandbox and metrics are its current values"
+			}
 			out.History = &h
 			out.Truncated = out.Truncated || htrunc
 		}

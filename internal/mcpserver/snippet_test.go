@@ -353,7 +353,8 @@ func TestFetchMetrics(t *testing.T) {
 	svc := service(t, sandbox.Config{})
 	prom := api.NewPrometheus()
 	api.New(svc, api.Options{Prometheus: prom}) // attaches the collector of the service's state
-	src := metricsnap.New(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.Gatherer().Gather() })
+	src := metricsnap.New(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.Gatherer().Gather() }).
+		SampleFrom(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.HistoryGatherer().Gather() }) // as wire.go
 	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test", Metrics: src})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
@@ -419,6 +420,13 @@ func TestFetchMetrics(t *testing.T) {
 	}
 	if s := h.Series[0]; s.First != 2 || s.Last != 1 || s.Min != 1 || s.Max != 2 || s.Delta != -1 || len(s.Points) != 2 {
 		t.Fatalf("series: %+v", s)
+	}
+	// Per-sandbox series are not sampled into the history (they would move cpu_percent's
+	// window): said so, with the current values.
+	fm = mcpserver.FetchMetricsOut{}
+	c.ok("fetch_metrics", obj{"prefix": "agentbox_sandbox_", "sandbox_id": a.SandboxID, "window_seconds": 60}, &fm)
+	if fm.History == nil || fm.History.Available || len(fm.History.Series) != 0 || !strings.Contains(fm.History.Note, "no history") || len(fm.Metrics) == 0 || fm.Sandbox == nil {
+		t.Fatalf("sandbox window: %+v", fm)
 	}
 	c.fails("fetch_metrics", obj{"window_seconds": 3601}, "INVALID_ARGUMENT")
 	c.fails("fetch_metrics", obj{"name": "a", "prefix": "b"}, "INVALID_ARGUMENT")

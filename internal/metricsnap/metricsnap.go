@@ -127,7 +127,8 @@ func (q Query) labels(ls map[string]string) bool {
 
 // Source answers queries over one registry.
 type Source struct {
-	gather GatherFunc
+	gather  GatherFunc
+	sampled GatherFunc // what the history samples (default gather)
 
 	mu      sync.Mutex
 	started bool // Run is sampling (else there is no history at all)
@@ -138,7 +139,14 @@ type Source struct {
 
 // New returns a Source over gather.
 func New(gather GatherFunc) *Source {
-	return &Source{gather: gather, series: map[string]*ring{}}
+	return &Source{gather: gather, sampled: gather, series: map[string]*ring{}}
+}
+
+// SampleFrom makes the history sample g instead (e.g. a registry without series too costly, or
+// too intrusive, to read every Interval); it returns s.
+func (s *Source) SampleFrom(g GatherFunc) *Source {
+	s.sampled = g
+	return s
 }
 
 // Current returns the families q selects (at most MaxSeries samples in all; truncated says
@@ -260,7 +268,7 @@ func (s *Source) Run(ctx context.Context) {
 func (s *Source) Sample(ctx context.Context, now time.Time) {
 	gctx, cancel := context.WithTimeout(ctx, Interval)
 	defer cancel()
-	mfs, _ := s.gather(gctx)
+	mfs, _ := s.sampled(gctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.started = true
