@@ -76,7 +76,12 @@ func cmdMCP(args []string) int {
 	defer closeFn()
 	apiCall, closeAPI := mcpAPICall(backend, runsBE, gates, log) // api_call (issue 16, apicall.go)
 	defer closeAPI()
-	srv := mcpserver.New(backend, mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, APICall: apiCall, Gate: gates, SQL: sqlBE})
+	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, APICall: apiCall, Gate: gates, SQL: sqlBE}
+	if cp := inProcess.Load(); cp != nil {
+		cp.prom.Attach(cp.svc, cp.svc, log)  // no REST server attaches it here
+		opts.Metrics = cp.metricsSource(ctx) // fetch_metrics (issue 16); over REST: the server's /metrics
+	}
+	srv := mcpserver.New(backend, opts)
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
 		if err := srv.Adopt(ctx); err != nil {
@@ -148,6 +153,7 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpt
 		return nil, nil, nil, "", nil, nil, err
 	}
 	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
+	inProcess.Store(cp)
 	return cp.svc, cp.runsBackend(), cp.store, "in-process (state dir " + cfg.StateDir + ")", cp.gates, closeFn, nil
 }
 

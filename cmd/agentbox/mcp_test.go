@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -270,6 +271,18 @@ func TestMCPStdio(t *testing.T) {
 	// The first session still works; closing it ends the process cleanly.
 	var h mcpserver.HealthOut
 	s.ok("health", nil, &h)
+	// Issue 16 in process: run_python, and fetch_metrics over the process's own registry with
+	// the state collector attached (no REST server does it here).
+	var rp mcpserver.RunCodeOut
+	s.ok("run_python", map[string]any{"code": "6*7"}, &rp)
+	if rp.Value == nil || rp.Value.JSON != float64(42) || rp.Kept {
+		t.Fatalf("run_python in process: %+v", rp)
+	}
+	var fm mcpserver.FetchMetricsOut
+	s.ok("fetch_metrics", map[string]any{"name": "agentbox_capacity_sandboxes_used"}, &fm)
+	if len(fm.Metrics) != 1 || len(fm.Metrics[0].Samples) != 1 || fm.Metrics[0].Samples[0].Value != 0 {
+		t.Fatalf("fetch_metrics in process: %+v", fm)
+	}
 	if err := s.cs.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -310,6 +323,17 @@ func TestMCPStdioUsesRunningServer(t *testing.T) {
 		t.Fatalf("the server does not know %s: %v %v", sb.SandboxID, got, err)
 	}
 	s.ok("sandbox_destroy", map[string]any{"sandbox_id": sb.SandboxID}, nil)
+	// Issue 16 over the bridge: run_python through POST /v1/run_python, fetch_metrics from /metrics.
+	var rp mcpserver.RunCodeOut
+	s.ok("run_python", map[string]any{"code": "print('hi')\n6*7"}, &rp)
+	if rp.Value == nil || rp.Value.JSON != float64(42) || rp.Stdout != "hi\n" {
+		t.Fatalf("run_python over the bridge: %+v", rp)
+	}
+	var fm mcpserver.FetchMetricsOut
+	s.ok("fetch_metrics", map[string]any{"prefix": "agentbox_http_requests"}, &fm)
+	if len(fm.Metrics) != 1 || !strings.Contains(fmt.Sprint(fm.Metrics[0].Samples), "POST /v1/run_python") {
+		t.Fatalf("fetch_metrics over the bridge: %+v", fm)
+	}
 
 	cmd := mcpCmd("wrong-token-0123456789")
 	cmd.Stdin = strings.NewReader("")

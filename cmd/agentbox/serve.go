@@ -119,7 +119,7 @@ func cmdServe(args []string) int {
 	var handler *api.Server // api_call (issue 16, apicall.go) calls it in process
 	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
 		APICall: apiCallVia(&handler), Gate: cp.gates,
-		SQL: cp.store}) // execute_sql (issue 16)
+		SQL: cp.store, Metrics: cp.metricsSource(ctx)}) // execute_sql, fetch_metrics (issue 16)
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}

@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/approval"
@@ -18,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/mcpserver"
+	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
@@ -292,3 +296,17 @@ func (cp *controlPlane) runsBackend() mcpserver.RunsBackend {
 	}
 	return cp.runs
 }
+
+// metricsSource is the registry of cp.prom for fetch_metrics (issue 16), with its history
+// (every series but the per-sandbox ones) sampled every 10 s until ctx ends.
+func (cp *controlPlane) metricsSource(ctx context.Context) *metricsnap.Source {
+	g, h := cp.prom.Gatherer(), cp.prom.HistoryGatherer()
+	src := metricsnap.New(func(context.Context) ([]*dto.MetricFamily, error) { return g.Gather() }).
+		SampleFrom(func(context.Context) ([]*dto.MetricFamily, error) { return h.Gather() })
+	go src.Run(ctx)
+	return src
+}
+
+// inProcess is the control plane `agentbox mcp` runs in this process (nil over a running
+// server).
+var inProcess atomic.Pointer[controlPlane]

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
@@ -171,6 +172,9 @@ func (s *Server) routes() {
 
 	m.HandleFunc("POST /v1/sql", s.sqlQuery) // execute_sql (issue 16, sql.go)
 	s.approvalRoutes()                       // approvals (issue 16, approvals.go): /v1/approvals
+	// data-assistant tools (issue 16, snippet.go)
+	m.HandleFunc("POST /v1/run_python", s.runSnippet(snippet.Python))
+	m.HandleFunc("POST /v1/run_shell", s.runSnippet(snippet.Shell))
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))

@@ -38,6 +38,8 @@ var restActions = map[string]string{
 	"POST /v1/batches/matrix":                      "run_matrix",
 	"POST /v1/batches/agent-compare":               "agent_compare",
 	"POST /v1/batches/agent-test":                  "agent_test",
+	"POST /v1/run_python":                          "run_python", // issue 16 (snippet.go)
+	"POST /v1/run_shell":                           "run_shell",
 }
 
 // gated serves r through Options.Gate: the call is described (route, path, query, and a JSON

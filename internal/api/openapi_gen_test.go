@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 )
 
@@ -151,6 +152,8 @@ func ops() []op {
 		{pattern: "GET /v1/approvals/{id}", summary: "One approval", tag: "governance", status: 200, resp: approval.Approval{}},
 		{pattern: "POST /v1/approvals/{id}/approve", summary: "Approve one pending call (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: approval.Approval{}},
 		{pattern: "POST /v1/approvals/{id}/deny", summary: "Deny one pending call with a reason (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: approval.Approval{}},
+		{pattern: "POST /v1/run_python", summary: "Run a Python snippet in a fresh locked-down sandbox (or a given one)", tag: "tools", req: snippet.Request{}, status: 200, resp: snippet.Result{}},
+		{pattern: "POST /v1/run_shell", summary: "Run a shell snippet in a fresh locked-down sandbox (or a given one)", tag: "tools", req: snippet.Request{}, status: 200, resp: snippet.Result{}},
 		{pattern: "POST /v1/sql", summary: "Read-only SQL over the published views (admin)", tag: "governance", req: SQLRequest{}, status: 200, resp: sqlquery.Result{}},
 		{pattern: "GET /v1/audit", summary: "The audit log: every REST and MCP call (admin)", tag: "governance", status: 200, resp: audit.List{},
 			query: []qp{after, limit("At most this many records (1–1000, default 100)."), {"tool", "string", "An MCP tool, an action or a route pattern.", false}, {"sandbox_id", "string", "Only this sandbox's calls.", false}}},

@@ -37,6 +37,9 @@ type Prometheus struct {
 	httpDur  *prometheus.HistogramVec
 	create   *prometheus.HistogramVec
 	exec     *prometheus.HistogramVec
+	// hist is the registry fetch_metrics' history samples (issue 16): the same series but the
+	// per-sandbox ones, whose sampling would move every caller's cpu_percent window.
+	hist *prometheus.Registry
 
 	once sync.Once
 }
@@ -68,6 +71,8 @@ func NewPrometheus() *Prometheus {
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60, 300},
 	}, []string{"runtime", "outcome"})
 	p.reg.MustRegister(p.httpReqs, p.httpDur, p.create, p.exec)
+	p.hist = prometheus.NewRegistry()
+	p.hist.MustRegister(p.httpReqs, p.httpDur, p.create, p.exec)
 	return p
 }
 
@@ -83,8 +88,26 @@ func (p *Prometheus) ObserveExec(runtime, outcome string, d time.Duration) {
 
 // attach registers the collector of svc's state (once: one exporter serves one service).
 func (p *Prometheus) attach(svc *sandbox.Service, jobs JobCounter, log *slog.Logger) {
-	p.once.Do(func() { p.reg.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log}) })
+	p.once.Do(func() {
+		p.reg.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log})
+		p.hist.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log, noSandboxes: true})
+	})
 }
+
+// Attach registers the collector of svc's state (the sandboxes, capacity and per-sandbox
+// series) without a REST server: `agentbox mcp` in process, for fetch_metrics. api.New does it
+// itself; once is all it takes.
+func (p *Prometheus) Attach(svc *sandbox.Service, jobs JobCounter, log *slog.Logger) {
+	p.attach(svc, jobs, log)
+}
+
+// Gatherer is the registry, for fetch_metrics (issue 16): what GET /metrics serves.
+func (p *Prometheus) Gatherer() prometheus.Gatherer { return p.reg }
+
+// HistoryGatherer is what fetch_metrics' history samples every 10 s: every series but the
+// per-sandbox ones (sampling sandboxes that often would shorten cpu_percent's window for every
+// other caller).
+func (p *Prometheus) HistoryGatherer() prometheus.Gatherer { return p.hist }
 
 // handler serves the registry in the text exposition format.
 func (p *Prometheus) handler(log *slog.Logger) http.Handler {
@@ -185,6 +208,8 @@ type stateCollector struct {
 	svc  *sandbox.Service
 	jobs JobCounter
 	log  *slog.Logger
+	// noSandboxes leaves out the running sandboxes' samples (HistoryGatherer).
+	noSandboxes bool
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -224,6 +249,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	fleetCh := make(chan fleetResult, 1)
 	go func() {
+		if c.noSandboxes {
+			fleetCh <- fleetResult{}
+			return
+		}
 		m, err := c.svc.SampleSandboxes(ctx, sbs)
 		fleetCh <- fleetResult{m, err}
 	}()
@@ -249,6 +278,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	fr := <-fleetCh
+	if c.noSandboxes {
+		return
+	}
 	if fr.err != nil {
 		if !errors.Is(fr.err, context.Canceled) {
 			c.log.Warn("prometheus: cannot sample the sandboxes", "err", fr.err)

@@ -24,7 +24,9 @@ var Required = map[string]string{
 	// api_call's inner request passes the REST gate with the same caller (its route's scope).
 	"api_call": ScopeRead,
 	// execute_sql's views show every caller's audit records and every owner's sandboxes.
-	"execute_sql":  ScopeAdmin,
+	"execute_sql": ScopeAdmin,
+	// run_python and run_shell create sandboxes and run code; fetch_metrics reads.
+	"run_python": ScopeOperate, "run_shell": ScopeOperate, "fetch_metrics": ScopeRead,
 	"sandbox_list": ScopeRead, "sandbox_get": ScopeRead, "sandbox_metrics": ScopeRead,
 	"sandbox_connections": ScopeRead, "sandbox_secret_calls": ScopeRead,
 	"file_read": ScopeRead, "file_list": ScopeRead,
@@ -102,6 +104,8 @@ var Required = map[string]string{
 	"POST /v1/keys":                                ScopeAdmin,
 	"GET /v1/keys":                                 ScopeAdmin,
 	"GET /v1/audit":                                ScopeAdmin, // every caller's calls
+	"POST /v1/run_python":                          ScopeOperate,
+	"POST /v1/run_shell":                           ScopeOperate,
 	"GET /v1/approvals":                            ScopeAdmin, // the operator's queue
 	"GET /v1/approvals/{id}":                       ScopeAdmin,
 	"POST /v1/approvals/{id}/approve":              ScopeAdmin,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sqlquery"
@@ -90,6 +91,9 @@ type Options struct {
 	// SQL serves execute_sql (issue 16, sql.go): the store in process, the REST client over a
 	// running serve; nil: it answers UNSUPPORTED_OPERATION.
 	SQL sqlquery.Querier
+	// Metrics is the server's metrics registry with its history, for fetch_metrics (issue 16,
+	// fetch_metrics.go); nil: the Backend's scrape if it has one (current values only).
+	Metrics *metricsnap.Source
 }
 
 // Server is the MCP server: one per process, shared by every session and transport.

@@ -18,10 +18,11 @@ import (
 )
 
 var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", // durable runs (issue 14); api_call (issue 16)
-	"exec", "execute_sql", "file_list", "file_read", "file_write", "health",
+	"exec", "execute_sql", "fetch_metrics", "file_list", "file_read", "file_write", "health",
 	"image_list", "image_pull", // images (issue 13)
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
 	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs (issue 14)
+	"run_python", "run_shell", // data-assistant tools (issue 16)
 	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy", "sandbox_expose", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics",
 	"sandbox_network_update", "sandbox_secret_calls", "sandbox_unexpose", "watch", "watch_fleet"}
 
@@ -56,6 +57,9 @@ func TestToolsList(t *testing.T) {
 			return s
 		}
 		wantArgs := map[string][]string{
+			"run_python":     {"code", "sandbox_id", "timeout_seconds", "network", "keep"}, // issue 16
+			"run_shell":      {"code", "sandbox_id", "timeout_seconds", "network", "keep"},
+			"fetch_metrics":  {"name", "prefix", "sandbox_id", "window_seconds"},
 			"sandbox_create": {"image", "runtime", "cpu", "memory_mb", "disk_mb", "ttl_seconds", "env", "labels", "requirements", "network", "secrets"},
 			// network (issue 12)
 			"sandbox_network_update": {"sandbox_id", "allow", "deny"},
@@ -100,6 +104,10 @@ func TestToolsList(t *testing.T) {
 			"run":       {"run_id", "state", "commit", "phases", "changed_files", "diff", "artifacts", "started_at", "finished_at", "sandbox_id", "cleanup_failed"},
 			"run_get":   {"run_id", "state", "phases"},
 			"run_batch": {"batch_id", "runs", "submission_failures"},
+			// issue 16
+			"run_python":    {"sandbox_id", "kept", "exit_code", "stdout", "stderr", "truncated", "timed_out", "duration_ms", "value", "exception", "artifacts"},
+			"run_shell":     {"sandbox_id", "kept", "exit_code", "stdout", "stderr", "artifacts"},
+			"fetch_metrics": {"metrics", "truncated", "sandbox", "history"},
 		}
 		for name, tl := range c.tools {
 			if len(tl.Description) < 100 {
@@ -119,7 +127,9 @@ func TestToolsList(t *testing.T) {
 					t.Errorf("%s: output has no %q", name, f)
 				}
 			}
-			if _, ok := in.Properties["sandbox_id"]; ok && !slices.Contains(in.Required, "sandbox_id") {
+			// Issue 16's data-assistant tools take an optional sandbox_id (omitted: a fresh sandbox, or the server).
+			optionalID := name == "run_python" || name == "run_shell" || name == "fetch_metrics"
+			if _, ok := in.Properties["sandbox_id"]; ok && !optionalID && !slices.Contains(in.Required, "sandbox_id") {
 				t.Errorf("%s: sandbox_id must be required", name)
 			}
 		}

@@ -48,7 +48,11 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema)
 			}
 			return errorResult(err), nil
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: out}, nil
+		content := []mcp.Content{&mcp.TextContent{Text: text}}
+		if x, ok := any(out).(interface{ extraContent() []mcp.Content }); ok {
+			content = append(content, x.extraContent()...) // run_python's inline images (snippet.go)
+		}
+		return &mcp.CallToolResult{Content: content, StructuredContent: out}, nil
 	})
 }
 
@@ -138,6 +142,8 @@ func (s *Server) addTools() {
 	s.addRunTools()     // durable runs (issue 14, runs.go): run, run_*, agent_*, batch_get
 	s.addAPICallTool()  // the raw API tool (issue 16, apicall.go): api_call
 	s.addSQLTool()      // execute_sql (issue 16, sql.go)
+	s.addSnippetTools() // data-assistant tools (issue 16, snippet.go): run_python, run_shell
+	s.addFetchMetrics() // issue 16 (fetch_metrics.go): fetch_metrics
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",

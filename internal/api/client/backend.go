@@ -13,11 +13,14 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/snippet"
 )
 
 // Backend presents a remote server with the method set of *sandbox.Service, so that an adapter
@@ -280,4 +283,17 @@ func (b *Backend) Commit(ctx context.Context, id, name string) (image.Image, err
 	}
 	img, err := b.c.Commit(ctx, id, name)
 	return img, b.unreachable(err)
+}
+
+// RunSnippet runs run_python or run_shell on the server (POST /v1/run_python, /v1/run_shell).
+func (b *Backend) RunSnippet(ctx context.Context, lang snippet.Language, req snippet.Request) (snippet.Result, error) {
+	res, err := b.c.RunSnippet(ctx, lang, req)
+	return res, b.unreachable(err)
+}
+
+// GatherMetrics scrapes the server's GET /metrics (for fetch_metrics over a running server:
+// current values only).
+func (b *Backend) GatherMetrics(ctx context.Context) ([]*dto.MetricFamily, error) {
+	mfs, err := b.c.GatherMetrics(ctx)
+	return mfs, b.unreachable(err)
 }
