@@ -68,6 +68,12 @@ func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, s
 			r.Body = io.NopCloser(bytes.NewReader(b))
 			if json.Valid(b) {
 				args["body"] = json.RawMessage(b)
+				var sb struct {
+					SandboxID string `json:"sandbox_id"`
+				}
+				if c.SandboxID == "" && json.Unmarshal(b, &sb) == nil {
+					c.SandboxID = sb.SandboxID // e.g. run_python's sandbox
+				}
 			}
 		} else if r.ContentLength > 0 {
 			args["body_bytes"] = r.ContentLength

@@ -164,6 +164,7 @@ func (s *Service) Enter(ctx context.Context, c *gate.Call) (func(error), error) 
 	if err != nil {
 		return nil, err
 	}
+	c.ApprovalID = a.ID // the audit log records which approval the call waited for
 	if a.State == Used {
 		return nil, s.usedError(a)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/approval"
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
@@ -313,5 +314,53 @@ func TestAbandonedCallKeepsApproval(t *testing.T) {
 	}
 	if got, _ := s.Get(t.Context(), b.ID); got.State != approval.Approved || !got.Bound {
 		t.Fatalf("bound approval %+v", got)
+	}
+}
+
+// TestAuditRecordsTheApproval: with the audit gate outside the approvals gate (as the server
+// chains them), the audit record of an approved call names its approval, and so does a denied one.
+func TestAuditRecordsTheApproval(t *testing.T) {
+	t.Parallel()
+	s, st := newService(t, approval.Config{Required: true, Timeout: 10 * time.Second})
+	rec := audit.New(st, audit.Config{}, nil)
+	defer rec.Close()
+	chain := gate.Chain{rec, s}
+	enter := func(c *gate.Call) error {
+		exit, err := chain.Enter(context.Background(), c)
+		if err == nil {
+			exit(nil)
+		}
+		return err
+	}
+	done := make(chan error, 2)
+	go func() { done <- enter(mcpCall("exec", `{"sandbox_id":"sb-1","command":["true"]}`)) }()
+	ok := waitPending(t, s)
+	if _, err := s.Decide(t.Context(), ok.ID, true, operator, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("approved call: %v", err)
+	}
+	go func() { done <- enter(mcpCall("exec", `{"sandbox_id":"sb-1","command":["false"]}`)) }()
+	no := waitPending(t, s)
+	if _, err := s.Decide(t.Context(), no.ID, false, operator, "not that"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errcode.Is(err, errcode.ApprovalRefused) {
+		t.Fatalf("denied call: %v", err)
+	}
+	if err := rec.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := st.ListAudit(t.Context(), audit.Filter{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range recs {
+		got[r.ApprovalID] = r.Outcome
+	}
+	if len(recs) != 2 || got[ok.ID] != "ok" || got[no.ID] != string(errcode.ApprovalRefused) {
+		t.Fatalf("audit records %+v, want %s ok and %s refused", recs, ok.ID, no.ID)
 	}
 }

@@ -96,7 +96,7 @@ func (r *Recorder) record(c *gate.Call, outcome error) {
 	digest, summary := digestAndSummary(c.Surface, c.Args)
 	r.Append(Record{Time: started.UTC(), Surface: c.Surface, CallerID: c.Caller.ID, CallerName: c.Caller.Name,
 		Tool: c.Tool, Action: c.Action, SandboxID: c.SandboxID, ArgsSHA256: digest, Summary: summary,
-		Outcome: Outcome(outcome), DurationMS: float64(now.Sub(started).Microseconds()) / 1000})
+		Outcome: Outcome(outcome), DurationMS: float64(now.Sub(started).Microseconds()) / 1000, ApprovalID: c.ApprovalID})
 }
 
 // Outcome is "ok" for nil, else err's code.

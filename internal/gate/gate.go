@@ -54,6 +54,9 @@ type Call struct {
 	SandboxID string
 	Caller    Caller
 	Started   time.Time
+	// ApprovalID is set by the approvals gate: the approval the call waited for (audit records
+	// it).
+	ApprovalID string
 	// Progress, if non-nil, tells the caller why the call waits (an approval pending).
 	Progress func(msg string)
 	// Elicit, if non-nil, asks the MCP client's user a question (elicitation/create) and
