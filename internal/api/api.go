@@ -242,6 +242,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	if !authed && r.URL.Path != "/health" && !signedArtifactRequest(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
 		writeError(w, authErr, 0)
+		if len(s.opts.Gate) > 0 { // the audit log hears of refused requests too (never the credential)
+			_, pattern := s.mux.Handler(r)
+			args, _ := json.Marshal(map[string]string{"method": r.Method, "path": r.URL.Path})
+			s.opts.Gate.Observe(&gate.Call{Surface: gate.SurfaceREST, Tool: pattern, Action: restActions[pattern], Args: args, Started: time.Now()}, authErr)
+		}
 		return
 	}
 	// Every request, mounted handlers included, carries the caller's identity: sandboxes

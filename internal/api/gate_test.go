@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -18,7 +19,15 @@ type gateLog struct {
 	mu       sync.Mutex
 	calls    []gate.Call
 	outcomes []error
+	observed []gate.Call
 	refuse   string
+}
+
+func (g *gateLog) Observe(c *gate.Call, outcome error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c.ApprovalID = string(errcode.Of(outcome)) // (the test keeps the outcome's code here)
+	g.observed = append(g.observed, *c)
 }
 
 func (g *gateLog) Enter(ctx context.Context, c *gate.Call) (func(error), error) {
@@ -53,8 +62,18 @@ func TestGateSeesRESTCalls(t *testing.T) {
 	if got, err := s.svc.Get(t.Context(), sb.ID); err != nil || got.State != sandbox.StateRunning {
 		t.Fatalf("refused destroy acted: %s %v", got.State, err)
 	}
+	// A request that fails authentication never reaches Enter; observers hear of it, without
+	// the credential.
+	bad := client.New(s.url, "wrong-token")
+	if _, err := bad.Get(t.Context(), sb.ID); !errcode.Is(err, errcode.AuthFailed) {
+		t.Fatalf("wrong token: %v", err)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if len(g.observed) != 1 || g.observed[0].Tool != "GET /v1/sandboxes/{id}" || g.observed[0].ApprovalID != string(errcode.AuthFailed) ||
+		strings.Contains(string(g.observed[0].Args), "wrong-token") {
+		t.Fatalf("observed %+v, want the one refused GET", g.observed)
+	}
 	if len(g.calls) != 3 || len(g.outcomes) != 2 {
 		t.Fatalf("calls %d outcomes %d, want 3 and 2", len(g.calls), len(g.outcomes))
 	}

@@ -87,6 +87,9 @@ func (r *Recorder) Enter(ctx context.Context, c *gate.Call) (func(error), error)
 	return func(outcome error) { r.record(c, outcome) }, nil
 }
 
+// Observe records a call a surface refused before the chain (gate.Observer).
+func (r *Recorder) Observe(c *gate.Call, outcome error) { r.record(c, outcome) }
+
 func (r *Recorder) record(c *gate.Call, outcome error) {
 	now := r.cfg.Now()
 	started := c.Started

@@ -96,3 +96,19 @@ func (ch Chain) Enter(ctx context.Context, c *Call) (func(error), error) {
 	}
 	return exitAll, nil
 }
+
+// Observer is a gate that also sees the calls a surface refused before the chain (arguments
+// that fail the tool's schema, a request that failed authentication): they never act, and only
+// observers (the audit log) hear of them.
+type Observer interface {
+	Observe(c *Call, outcome error)
+}
+
+// Observe tells every Observer of the chain about a call refused before it.
+func (ch Chain) Observe(c *Call, outcome error) {
+	for _, g := range ch {
+		if o, ok := g.(Observer); ok {
+			o.Observe(c, outcome)
+		}
+	}
+}

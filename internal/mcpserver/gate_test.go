@@ -16,6 +16,13 @@ type toolGate struct {
 	mu       sync.Mutex
 	calls    []gate.Call
 	outcomes []error
+	observed []error
+}
+
+func (g *toolGate) Observe(c *gate.Call, outcome error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.observed = append(g.observed, outcome)
 }
 
 func (g *toolGate) Enter(ctx context.Context, c *gate.Call) (func(error), error) {
@@ -47,6 +54,10 @@ func TestGateSeesToolCalls(t *testing.T) {
 	if res.IsError {
 		t.Fatalf("exec: %+v", res)
 	}
+	// Arguments the schema refuses never reach the gates' Enter; observers hear of the call.
+	if res := c.call("exec", map[string]any{"sandbox_id": sb.SandboxID, "command": "not an argv"}); !res.IsError {
+		t.Fatalf("exec with a string command succeeded")
+	}
 	res = c.call("sandbox_destroy", map[string]any{"sandbox_id": sb.SandboxID})
 	if !res.IsError {
 		t.Fatalf("destroy through a refusing gate succeeded")
@@ -56,6 +67,9 @@ func TestGateSeesToolCalls(t *testing.T) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if len(g.observed) != 1 || !errcode.Is(g.observed[0], errcode.InvalidArgument) {
+		t.Fatalf("observed %v, want the one INVALID_ARGUMENT call", g.observed)
+	}
 	if len(g.calls) != 3 || len(g.outcomes) != 2 || g.outcomes[0] != nil || g.outcomes[1] != nil {
 		t.Fatalf("calls %d outcomes %v", len(g.calls), g.outcomes)
 	}

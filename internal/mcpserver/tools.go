@@ -34,6 +34,9 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema)
 	s.mcp.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args In
 		if err := decodeArgs(t.Name, check, req.Params.Arguments, &args); err != nil {
+			if len(s.opts.Gate) > 0 {
+				s.opts.Gate.Observe(s.gateCall(ctx, t.Name, req), err) // recorded, never acted on
+			}
 			return errorResult(err), nil
 		}
 		exit, err := s.enterGate(ctx, t.Name, req)
@@ -62,6 +65,11 @@ func (s *Server) enterGate(ctx context.Context, tool string, req *mcp.CallToolRe
 	if len(s.opts.Gate) == 0 {
 		return func(error) {}, nil
 	}
+	return s.opts.Gate.Enter(ctx, s.gateCall(ctx, tool, req))
+}
+
+// gateCall describes a tool call for the gates.
+func (s *Server) gateCall(ctx context.Context, tool string, req *mcp.CallToolRequest) *gate.Call {
 	c := &gate.Call{Surface: gate.SurfaceMCP, Tool: tool, Action: tool, Args: req.Params.Arguments, Started: time.Now()}
 	if caller, ok := gate.CallerFrom(ctx); ok {
 		c.Caller = caller
@@ -95,7 +103,7 @@ func (s *Server) enterGate(ctx context.Context, tool string, req *mcp.CallToolRe
 			}
 		}
 	}
-	return s.opts.Gate.Enter(ctx, c)
+	return c
 }
 
 // ToolError is the structured content of a failed call: {"error": {"code", "message", "details"}}.
