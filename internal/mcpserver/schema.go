@@ -70,10 +70,21 @@ func normalize(s *jsonschema.Schema) {
 		}
 	}
 	for _, p := range s.Properties {
+		anyValue(p)
 		normalize(p)
 	}
+	anyValue(s.Items)
 	normalize(s.Items)
 	normalize(s.AdditionalProperties)
+}
+
+// anyValue describes an empty schema (a Go `any`), which would be published as the boolean
+// schema `true`: clients that type-check tools/list (the MCP Inspector, the conformance suite)
+// refuse a property or item that is not an object.
+func anyValue(s *jsonschema.Schema) {
+	if s != nil && reflect.ValueOf(*s).IsZero() {
+		s.Description = "Any JSON value."
+	}
 }
 
 // errorSchema is the shape of every tool error's structured content.
