@@ -78,7 +78,7 @@ const runTokenEnv = "E2E_RUN_TOKEN"
 // start starts a server on dir with the lab's egress flags and the secret in its environment.
 func (e *runsEnv) start(t *testing.T, dir string, extra ...string) *server {
 	t.Helper()
-	args := append([]string{"--egress-allow-cidr", e.lab.CIDR(), "--egress-dns", e.lab.DNSAddr(),
+	args := append([]string{"--allow-private-network", "--egress-allow-cidr", e.lab.CIDR(), "--egress-dns", e.lab.DNSAddr(),
 		"--egress-upstream-ca", e.lab.CAFile(), "--secret-env", runTokenEnv}, extra...)
 	return &server{testenv.StartServerEnv(t, dir, token, []string{runTokenEnv + "=" + e.secret}, args...), t}
 }
