@@ -373,10 +373,48 @@ func pump(f *os.File, stream string, c *capture, sink chan<- Frame, d *drain) {
 			d.extend(f)
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// The drain's deadline passed: what the command wrote before it ended may still
+				// sit in the pipe (a pump scheduled late on a loaded machine). Take it, without
+				// waiting for more.
+				readReady(f, buf, func(b []byte) {
+					c.add(b)
+					if sink != nil {
+						sink <- Frame{Stream: stream, Data: bytes.Clone(b)}
+					}
+				})
+			}
 			return
 		}
 	}
 }
+
+// readReady reads what f (a pipe) holds now, without waiting: at most maxReadyChunks reads,
+// each handed to got; it stops at the first read that finds nothing.
+func readReady(f *os.File, buf []byte, got func([]byte)) {
+	if f.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	for range maxReadyChunks {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Read(int(fd), buf)
+			return true // one attempt: never wait for the writer
+		}); err != nil || rerr != nil || n <= 0 {
+			return
+		}
+		got(buf[:n])
+	}
+}
+
+// maxReadyChunks bounds readReady: a pipe holds 64 KiB by default (16 chunks of 4 KiB at
+// least), so this takes everything a pipe can hold.
+const maxReadyChunks = 64
 
 // runExec runs a prepared command to completion (or timeout, or ctx cancellation, both of which
 // SIGKILL its whole process tree: see killTree) and returns its result. With sink non-nil, output chunks are sent
