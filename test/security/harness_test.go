@@ -34,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/netlab"
@@ -764,3 +765,6 @@ func (a *arena) cgroupDiag(id string) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// hostDevNull is the host's /dev/null as the runtime suite describes it.
+func hostDevNull(t testing.TB) string { return runtimetest.HostDevNull(t) }

@@ -47,6 +47,19 @@ func allowedFD(target string) bool {
 func privAttacks() []attack {
 	return []attack{
 		{
+			name: "priv-host-devnull",
+			does: "as root, chmods its /dev/null to 000, chowns it, and replaces it with a regular file; then chmods and chowns its stdin, stdout and stderr",
+			want: "the host's /dev/null is untouched (a character device 1:3, root's, 0666, the same inode): the runtimes never give a sandbox the host's node, neither bound into /dev nor as the init's stdio",
+			run: func(a *arena) {
+				before := hostDevNull(a.t)
+				a.root(`chmod 000 /dev/null; chown 0:0 /dev/null; chmod 000 /proc/1/fd/0 /proc/1/fd/1 /proc/1/fd/2
+rm -f /dev/null && : > /dev/null; echo done`)
+				if after := hostDevNull(a.t); after != before {
+					a.t.Fatalf("the host's /dev/null changed: %s, was %s", after, before)
+				}
+			},
+		},
+		{
 			name: "priv-mount",
 			does: "as root, mounts a tmpfs, bind-mounts /workspace, mounts a new procfs, remounts / read-write, unmounts the masked /proc/kcore and the read-only /proc/sys (mount(8) and mount(2))",
 			want: "every call fails; the sandbox's mount table seen from the host (/proc/<init>/mountinfo) is unchanged; / is still read-only and /proc/kcore still empty inside",

@@ -80,6 +80,10 @@ func TestAttacks(t *testing.T) {
 	}()
 	all := allAttacks()
 	arenas := attackArenas(t, s)
+	devNullAtStart := hostDevNull(t)
+	if !strings.HasSuffix(devNullAtStart, "mode=20666 rdev=1:3 owner=0:0") {
+		t.Fatalf("the host's /dev/null is %s before the suite (restore it: rm /dev/null; mknod -m 666 /dev/null c 1 3)", devNullAtStart)
+	}
 	runOne := func(t *testing.T, atk attack, ar arenaKind) {
 		rt := ar.rt
 		if why, ok := knownHoles[atk.name+"/"+ar.name]; ok {
@@ -96,6 +100,11 @@ func TestAttacks(t *testing.T) {
 			a.id = a.sb.ID
 		}
 		atk.run(a)
+		// After every attack (whichever attack running beside it did it): the host's /dev/null
+		// is still the host's.
+		if got := hostDevNull(t); got != devNullAtStart {
+			t.Errorf("the host's /dev/null is %s, was %s at the suite's start", got, devNullAtStart)
+		}
 	}
 	t.Run("serial", func(t *testing.T) {
 		for _, atk := range all {

@@ -320,9 +320,15 @@ func gvisorHostPids(pids, pidMax int64) int64 {
 	return limit
 }
 
-// newCmd returns the OCI runtime's command with its global flags before args.
+// newCmd returns the OCI runtime's command with its global flags before args. Its stdin is an
+// empty pipe, never the host's /dev/null: a container inherits the runtime's stdio, and the
+// runtimes give their stdio to the container's user (runsc fchowns it to the sentry's nobody,
+// crun to the sandbox's root), which, done to the host's /dev/null, hands that device to a
+// sandbox and breaks every other host user of it.
 func (r *Runtime) newCmd(ctx context.Context, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, r.binary, append(slices.Clone(r.globalArgs), args...)...)
+	cmd := exec.CommandContext(ctx, r.binary, append(slices.Clone(r.globalArgs), args...)...)
+	cmd.Stdin = strings.NewReader("")
+	return cmd
 }
 
 // startCmd starts cmd; for crun on a hybrid host, in a private mount namespace.
@@ -330,13 +336,59 @@ func (r *Runtime) startCmd(cmd *exec.Cmd) error {
 	if r.emptyFile == "" {
 		return cmd.Start()
 	}
-	return startInPrivateMountNS(cmd, r.emptyFile, unifiedControllers)
+	return startInPrivateMountNS(cmd, r.bindEmptyControllers)
 }
 
-// startInPrivateMountNS starts cmd in a new mount namespace, private from the host's, where
-// src is bound over dst. The namespace is made on a dedicated OS thread that the child is
-// forked from and that exits afterwards, so neither this process nor the host sees it.
-func startInPrivateMountNS(cmd *exec.Cmd, src, dst string) error {
+// startCreate starts cmd, a create or run, in a private mount namespace whose /dev/null is a
+// device node of its own. The runtimes open /dev/null themselves for the processes they leave
+// running and give it away: runsc fchowns its sandbox process's stdio to the sentry's user
+// (nobody), runc and crun bind "the host's" /dev/null into a container with a user namespace.
+// Done to the host's node, a sandbox would own, or share with every other sandbox, the host's
+// /dev/null. Each create gets a fresh node on a tmpfs that lives as long as its processes do.
+func (r *Runtime) startCreate(cmd *exec.Cmd) error {
+	return startInPrivateMountNS(cmd, func() error {
+		if r.emptyFile != "" {
+			if err := r.bindEmptyControllers(); err != nil {
+				return err
+			}
+		}
+		return bindPrivateDevNull(r.nullDir())
+	})
+}
+
+// nullDir is the directory that a create's private namespace mounts its /dev/null's tmpfs on.
+func (r *Runtime) nullDir() string { return filepath.Join(r.root, "devnull") }
+
+func (r *Runtime) bindEmptyControllers() error {
+	if err := unix.Mount(r.emptyFile, unifiedControllers, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s over %s: %w", r.emptyFile, unifiedControllers, err)
+	}
+	return nil
+}
+
+// bindPrivateDevNull mounts a tmpfs on dir, makes a null device (1:3, 0666, root's) there and
+// binds it over /dev/null. Only in a private mount namespace.
+func bindPrivateDevNull(dir string) error {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=4k,nr_inodes=4,mode=0755"); err != nil {
+		return fmt.Errorf("mount a tmpfs for /dev/null: %w", err)
+	}
+	node := filepath.Join(dir, "null")
+	if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		return fmt.Errorf("make a null device: %w", err)
+	}
+	if err := unix.Chmod(node, 0o666); err != nil { // past the umask
+		return err
+	}
+	if err := unix.Mount(node, "/dev/null", "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind a null device over /dev/null: %w", err)
+	}
+	return nil
+}
+
+// startInPrivateMountNS starts cmd in a new mount namespace, private from the host's, that
+// setup has changed. The namespace is made on a dedicated OS thread that the child is forked
+// from and that exits afterwards, so neither this process nor the host sees it.
+func startInPrivateMountNS(cmd *exec.Cmd, setup func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		// Never unlocked: the goroutine's end terminates the thread and its namespace.
@@ -346,7 +398,7 @@ func startInPrivateMountNS(cmd *exec.Cmd, src, dst string) error {
 			// its view: this process would see the private namespace's mounts from then on.
 			// Keep the main thread pinned here, so that the retry lands on another thread.
 			defer goruntime.UnlockOSThread()
-			errc <- startInPrivateMountNS(cmd, src, dst)
+			errc <- startInPrivateMountNS(cmd, setup)
 			return
 		}
 		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
@@ -357,8 +409,8 @@ func startInPrivateMountNS(cmd *exec.Cmd, src, dst string) error {
 			errc <- fmt.Errorf("make mounts private: %w", err)
 			return
 		}
-		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind %s over %s: %w", src, dst, err)
+		if err := setup(); err != nil {
+			errc <- err
 			return
 		}
 		errc <- cmd.Start()

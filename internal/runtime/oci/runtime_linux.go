@@ -509,7 +509,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot create the log of sandbox %s", id)
 	}
 	// The container inherits stdout and stderr and keeps them open: files, never pipes.
-	// Stdin is /dev/null.
+	// Stdin is an empty pipe (newCmd).
 	cctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	began := time.Now()
@@ -519,7 +519,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	}
 	cmd := r.newCmd(cctx, append(append(r.createFlags(spec), verb...), "--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	runErr := r.startCmd(cmd)
+	runErr := r.startCreate(cmd)
 	if runErr == nil {
 		runErr = cmd.Wait()
 	}

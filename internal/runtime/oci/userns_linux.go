@@ -153,7 +153,7 @@ func closeDisk(disk string, m runtime.IDMap) error {
 
 // searchableDirs are the directories under Root that sandboxes' unprivileged root must search.
 func (r *Runtime) searchableDirs() []string {
-	return []string{r.root, filepath.Join(r.root, "rootfs"), filepath.Join(r.root, "sandboxes"), filepath.Join(r.root, "bin")}
+	return []string{r.root, filepath.Join(r.root, "rootfs"), filepath.Join(r.root, "sandboxes"), filepath.Join(r.root, "bin"), r.nullDir()}
 }
 
 // makeSearchable makes Root and the directories under it that sandboxes reach 0711: searchable,

@@ -135,6 +135,7 @@ func Run(t *testing.T, rt runtime.Runtime, kill Killer) {
 	RunContract(t, rt, kill)
 	caps := rt.Capabilities()
 	t.Run("Hostname", func(t *testing.T) { t.Parallel(); testHostname(t, rt) })
+	t.Run("HostDevNull", func(t *testing.T) { testHostDevNull(t, rt) })
 	t.Run("NetworkLoopbackOnly", func(t *testing.T) { t.Parallel(); testNetwork(t, rt) })
 	t.Run("NetworkEgressHost", func(t *testing.T) { t.Parallel(); testEgressHost(t, rt) })
 	t.Run("NetworkEgressTransparent", func(t *testing.T) { t.Parallel(); testEgressTransparent(t, rt) })
