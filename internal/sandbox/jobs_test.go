@@ -211,10 +211,22 @@ func TestJobBounds(t *testing.T) {
 			return err
 		}},
 	}
+	// A numeric argument's refusal states the range it must be in.
+	ranges := map[string]string{
+		"limit":           "between 1 and 1000",
+		"offset_bytes":    "at least 0",
+		"max_bytes":       "between 1 and 262144",
+		"tail_lines":      "between 1 and 10000",
+		"timeout_seconds": "between 0 and 3600",
+		"grace_seconds":   "between 0 and 600",
+	}
 	for _, c := range cases {
 		err := c.call()
 		if !errcode.Is(err, errcode.InvalidArgument) || !strings.Contains(errcode.Message(err), c.arg) {
 			t.Errorf("%s: %v; want INVALID_ARGUMENT naming %s", c.name, err, c.arg)
+		}
+		if want, ok := ranges[c.arg]; ok && c.name != "tail and offset" && !strings.Contains(errcode.Message(err), want) {
+			t.Errorf("%s: %q does not state the range (%s)", c.name, errcode.Message(err), want)
 		}
 	}
 	// Nothing was canceled or created by the refused calls.
