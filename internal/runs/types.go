@@ -499,6 +499,12 @@ const (
 	DefaultArtifactURLTTL = 24 * time.Hour
 )
 
+// QueuedRun is a queued run as the dispatcher sees it before it claims one.
+type QueuedRun struct {
+	ID      string
+	BatchID string
+}
+
 // Store is what the run service needs of durable state. internal/store.Store includes it.
 //
 // Errors: GetRun of an unknown run is RUN_NOT_FOUND, GetBatch of an unknown batch
@@ -515,6 +521,9 @@ type Store interface {
 	ListRuns(ctx context.Context, f Filter) (RunList, error)
 	// UnsettledRuns returns every run not settled, oldest first (the workers' resume list).
 	UnsettledRuns(ctx context.Context) ([]Run, error)
+	// QueuedRuns returns up to limit queued runs, oldest first, as ids and batch ids only: the
+	// dispatcher's poll, which must not read the runs' specs.
+	QueuedRuns(ctx context.Context, limit int) ([]QueuedRun, error)
 	// ClaimRun moves queued run id to preparing (version bump, ev appended) in one
 	// transaction, only if its batch (if any) has fewer than maxParallel runs in
 	// ActiveStates. claimed false (no error) when it may not start yet or is no longer queued.

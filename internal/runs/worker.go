@@ -68,8 +68,15 @@ func (s *Service) resume(ctx context.Context, slots chan struct{}) {
 	}
 }
 
+// claimBatch bounds how many queued runs one dispatcher pass looks at: the oldest first, ids
+// only. Runs past it wait for a later pass (every second, or sooner when a run settles).
+const claimBatch = 256
+
 func (s *Service) claimQueued(ctx context.Context, slots chan struct{}) {
-	runs, err := s.store.UnsettledRuns(ctx)
+	if len(slots) == cap(slots) {
+		return // every worker is busy: nothing to read
+	}
+	queued, err := s.store.QueuedRuns(ctx, claimBatch)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("runs: listing queued runs", "err", err)
@@ -77,11 +84,8 @@ func (s *Service) claimQueued(ctx context.Context, slots chan struct{}) {
 		return
 	}
 	now := s.now()
-	for _, r := range runs {
-		if r.State != Queued || s.isActive(r.ID) {
-			continue
-		}
-		if r.CancelRequested {
+	for _, r := range queued {
+		if s.isActive(r.ID) {
 			continue
 		}
 		s.mu.Lock()
@@ -121,6 +125,8 @@ func (s *Service) claimQueued(ctx context.Context, slots chan struct{}) {
 			continue
 		}
 		s.notify()
+		// A run canceled while queued is settled by run_cancel itself; one canceled between
+		// the list and the claim is the worker's to settle (execute signals its cancel).
 		s.launch(ctx, c, slots)
 	}
 }

@@ -429,6 +429,32 @@ func (s *Store) UnsettledRuns(ctx context.Context) ([]runs.Run, error) {
 	return out, nil
 }
 
+// QueuedRuns returns up to limit queued runs, oldest first, reading only their ids (the
+// runs_state_created_idx index).
+func (s *Store) QueuedRuns(ctx context.Context, limit int) ([]runs.QueuedRun, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT id, batch_id FROM runs WHERE state = ? ORDER BY created_at, id LIMIT ?`,
+		string(runs.Queued), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: queued runs: %w", err)
+	}
+	defer rows.Close()
+	var out []runs.QueuedRun
+	for rows.Next() {
+		var q runs.QueuedRun
+		if err := rows.Scan(&q.ID, &q.BatchID); err != nil {
+			return nil, fmt.Errorf("sqlite: queued runs: %w", err)
+		}
+		out = append(out, q)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: queued runs: %w", err)
+	}
+	return out, nil
+}
+
 // ClaimRun moves queued run id to preparing (StartedAt and UpdatedAt at, version bump, ev
 // appended; ev defaults to queued → preparing at at) if its batch has fewer than maxParallel
 // runs in runs.ActiveStates (0: unbounded). The read, the count and the write are one

@@ -36,6 +36,7 @@ var runTests = []struct {
 	{"RunListFilters", testRunListFilters},
 	{"RunListPagingAndBounds", testRunListPagingAndBounds},
 	{"RunUnsettledOldestFirst", testRunUnsettledOldestFirst},
+	{"RunQueuedOldestFirstBounded", testRunQueuedOldestFirstBounded},
 	{"RunClaim", testRunClaim},
 	{"RunClaimBoundConcurrent", testRunClaimBoundConcurrent},
 	{"BatchCreateAndIdempotency", testBatchCreateAndIdempotency},
@@ -613,6 +614,48 @@ func testRunUnsettledOldestFirst(t *testing.T, s store.Store) {
 	got, err := s.UnsettledRuns(ctx)
 	if err != nil || !slices.Equal(runIDs(got), want) {
 		t.Errorf("UnsettledRuns = %v, %v; want %v", runIDs(got), err, want)
+	}
+}
+
+func testRunQueuedOldestFirstBounded(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	at := utcBase()
+	var want []string
+	for i, st := range []runs.State{runs.Queued, runs.Running, runs.Queued, runs.Succeeded, runs.Queued, runs.Queued} {
+		r := mustCreateRun(t, s, newRun("", at.Add(time.Duration(10-i)*time.Second)))
+		if st != runs.Queued {
+			r.State, r.Version = st, 2
+			if err := s.UpdateRun(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want = append([]string{r.ID}, want...)
+	}
+	ids := func(qs []runs.QueuedRun) []string {
+		var out []string
+		for _, q := range qs {
+			out = append(out, q.ID)
+		}
+		return out
+	}
+	got, err := s.QueuedRuns(ctx, 100)
+	if err != nil || !slices.Equal(ids(got), want) {
+		t.Errorf("QueuedRuns(100) = %v, %v; want %v", ids(got), err, want)
+	}
+	got, err = s.QueuedRuns(ctx, 2)
+	if err != nil || !slices.Equal(ids(got), want[:2]) {
+		t.Errorf("QueuedRuns(2) = %v, %v; want %v", ids(got), err, want[:2])
+	}
+	if got, err := s.QueuedRuns(ctx, 0); err != nil || len(got) != 0 {
+		t.Errorf("QueuedRuns(0) = %v, %v; want none", ids(got), err)
+	}
+	// A claimed run is no longer queued.
+	if _, claimed, err := s.ClaimRun(ctx, want[0], 0, at.Add(time.Minute), runs.Event{Reason: "worker"}); err != nil || !claimed {
+		t.Fatalf("ClaimRun = %v, %v", claimed, err)
+	}
+	if got, err := s.QueuedRuns(ctx, 100); err != nil || !slices.Equal(ids(got), want[1:]) {
+		t.Errorf("QueuedRuns after a claim = %v, %v; want %v", ids(got), err, want[1:])
 	}
 }
 
