@@ -186,21 +186,10 @@ func (s *Store) UpdateJob(ctx context.Context, j sandbox.Job, ev sandbox.Event) 
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("update: %w", err)
-		}
-		if n == 0 {
-			var stored int64
-			err := tx.QueryRowContext(ctx, `SELECT version FROM jobs WHERE id = ? AND sandbox_id = ?`, j.ID, j.SandboxID).Scan(&stored)
-			if errors.Is(err, sql.ErrNoRows) {
-				return errcode.New(errcode.JobNotFound, "job %s of sandbox %s not found", j.ID, j.SandboxID)
-			}
-			if err != nil {
-				return fmt.Errorf("read version: %w", err)
-			}
-			return errcode.New(errcode.Conflict, "job %s changed concurrently: it is at version %d, this update expected %d",
-				j.ID, stored, j.Version-1).With("version", stored)
+		if err := versioned(ctx, tx, res, "job "+j.ID, j.Version-1, func() error {
+			return errcode.New(errcode.JobNotFound, "job %s of sandbox %s not found", j.ID, j.SandboxID)
+		}, `SELECT version FROM jobs WHERE id = ? AND sandbox_id = ?`, j.ID, j.SandboxID); err != nil {
+			return err
 		}
 		if ev.Type == "" {
 			return nil

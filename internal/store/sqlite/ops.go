@@ -250,22 +250,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbo
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("update: %w", err)
-		}
-		if n == 0 {
-			var stored int64
-			err := tx.QueryRowContext(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)
-			if errors.Is(err, sql.ErrNoRows) {
-				return notFound(sb.ID)
-			}
-			if err != nil {
-				return fmt.Errorf("read version: %w", err)
-			}
-			return errcode.New(errcode.Conflict,
-				"sandbox %s changed concurrently: it is at version %d, this update expected %d; re-read it and retry",
-				sb.ID, stored, sb.Version-1).With("version", stored)
+		if err := versioned(ctx, tx, res, "sandbox "+sb.ID, sb.Version-1, func() error { return notFound(sb.ID) },
+			`SELECT version FROM sandboxes WHERE id = ?`, sb.ID); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id = ?`, sb.ID); err != nil {
 			return fmt.Errorf("delete labels: %w", err)

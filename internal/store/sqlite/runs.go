@@ -300,23 +300,8 @@ func updateRun(ctx context.Context, tx *sql.Tx, r runs.Run) error {
 	if err != nil {
 		return fmt.Errorf("update: %w", err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("update: %w", err)
-	}
-	if n == 1 {
-		return nil
-	}
-	var stored int64
-	err = tx.QueryRowContext(ctx, `SELECT version FROM runs WHERE id = ?`, r.ID).Scan(&stored)
-	if errors.Is(err, sql.ErrNoRows) {
-		return runNotFound(r.ID)
-	}
-	if err != nil {
-		return fmt.Errorf("read version: %w", err)
-	}
-	return errcode.New(errcode.Conflict, "run %s changed concurrently: it is at version %d, this update expected %d",
-		r.ID, stored, r.Version-1).With("version", stored)
+	return versioned(ctx, tx, res, "run "+r.ID, r.Version-1, func() error { return runNotFound(r.ID) },
+		`SELECT version FROM runs WHERE id = ?`, r.ID)
 }
 
 // listLimit checks a page size: 0 is def, else 1..max.
@@ -681,23 +666,8 @@ func (s *Store) UpdateBatch(ctx context.Context, b runs.Batch) error {
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("update: %w", err)
-		}
-		if n == 1 {
-			return nil
-		}
-		var stored int64
-		err = tx.QueryRowContext(ctx, `SELECT version FROM batches WHERE id = ?`, b.ID).Scan(&stored)
-		if errors.Is(err, sql.ErrNoRows) {
-			return batchNotFound(b.ID)
-		}
-		if err != nil {
-			return fmt.Errorf("read version: %w", err)
-		}
-		return errcode.New(errcode.Conflict, "batch %s changed concurrently: it is at version %d, this update expected %d",
-			b.ID, stored, b.Version-1).With("version", stored)
+		return versioned(ctx, tx, res, "batch "+b.ID, b.Version-1, func() error { return batchNotFound(b.ID) },
+			`SELECT version FROM batches WHERE id = ?`, b.ID)
 	})
 	if err != nil {
 		return opErr("update batch", b.ID, err)
