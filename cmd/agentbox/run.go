@@ -670,21 +670,9 @@ func cmdBatch(args []string) int {
 	}
 	switch args[0] {
 	case "submit":
-		return batchCmd("batch submit", args[1:], func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (runs.Batch, error) {
-			var req runs.BatchRequest
-			if err := readRequest(file, &req); err != nil {
-				return runs.Batch{}, err
-			}
-			return cl.StartBatch(ctx, req, wait)
-		})
+		return batchCmd("batch submit", args[1:], startFrom((*client.Client).StartBatch))
 	case "matrix":
-		return batchCmd("batch matrix", args[1:], func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (runs.Batch, error) {
-			var req runs.MatrixRequest
-			if err := readRequest(file, &req); err != nil {
-				return runs.Batch{}, err
-			}
-			return cl.StartMatrix(ctx, req, wait)
-		})
+		return batchCmd("batch matrix", args[1:], startFrom((*client.Client).StartMatrix))
 	case "get":
 		c := newClientCmd("batch get", "agentbox batch get [--json] ID")
 		return c.run(args[1:], exactly(1), func(ctx context.Context, cl *client.Client, pos []string) int {
@@ -726,6 +714,17 @@ func cmdBatch(args []string) int {
 	return 2
 }
 
+// startFrom is a batchCmd start that reads FILE (or stdin for -) as a T and calls start with it.
+func startFrom[T any](start func(*client.Client, context.Context, T, time.Duration) (runs.Batch, error)) func(context.Context, *client.Client, string, time.Duration) (runs.Batch, error) {
+	return func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (runs.Batch, error) {
+		var req T
+		if err := readRequest(file, &req); err != nil {
+			return runs.Batch{}, err
+		}
+		return start(cl, ctx, req, wait)
+	}
+}
+
 func printBatchOr(asJSON bool, b runs.Batch, err error) int {
 	if err != nil {
 		return fail(err)
@@ -743,21 +742,9 @@ func cmdAgent(args []string) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "compare":
-			return batchCmd("agent compare", args[1:], func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (runs.Batch, error) {
-				var req runs.CompareRequest
-				if err := readRequest(file, &req); err != nil {
-					return runs.Batch{}, err
-				}
-				return cl.AgentCompare(ctx, req, wait)
-			})
+			return batchCmd("agent compare", args[1:], startFrom((*client.Client).AgentCompare))
 		case "test":
-			return batchCmd("agent test", args[1:], func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (runs.Batch, error) {
-				var req runs.CompareRequest
-				if err := readRequest(file, &req); err != nil {
-					return runs.Batch{}, err
-				}
-				return cl.AgentTest(ctx, req, wait)
-			})
+			return batchCmd("agent test", args[1:], startFrom((*client.Client).AgentTest))
 		}
 	}
 	fmt.Fprint(os.Stderr, "usage: agentbox agent compare FILE.json | test FILE.json\n")
