@@ -161,7 +161,7 @@ func TestJobFullDiskGVisor(t *testing.T) { testJobFullDisk(t, newGVisorEnv(t, sa
 func testJobFullDisk(t *testing.T, e *env) {
 	ctx := context.Background()
 	sb := e.create(t, sandbox.CreateRequest{DiskMB: sandbox.MinDiskMB})
-	// The job sets 2 MiB aside first, writes its numbered lines (about 21 MB, into a 16 MiB
+	// The job sets 2 MiB aside first, writes its numbered lines (22.9 MB, into a 16 MiB
 	// disk that its log fills twice over: output and stdout), then frees what it set aside and
 	// leaves a marker: work it can do only if it ran on past the full disk.
 	const lines = 3000000
