@@ -12,8 +12,8 @@ import (
 )
 
 // progress draws a one-line progress bar (bytes, rate, ETA) on a terminal while a copy runs.
-// It draws nothing when its output is not a terminal, and nothing for a copy that ends within
-// progressDelay, so small copies stay quiet.
+// It draws nothing unless stdout and stderr are both terminals, and nothing for a copy that ends
+// within progressDelay, so small copies stay quiet.
 type progress struct {
 	out   io.Writer
 	label string
@@ -32,13 +32,24 @@ const (
 	progressInterval = 200 * time.Millisecond
 )
 
-// newProgress returns a progress bar on stderr if stderr is a terminal, else nil (a nil
-// *progress counts nothing and draws nothing).
+// newProgress returns a progress bar on stderr if stdout and stderr are both terminals, else nil
+// (a nil *progress counts nothing and draws nothing). The bar draws on stderr, but a copy whose
+// stdout is a pipe or a file (`agentbox cp ID:PATH - | x`, a script's redirect) stays quiet.
 func newProgress(label string, total int64) *progress {
-	if !term.IsTerminal(int(os.Stderr.Fd())) {
+	if !terminals(os.Stdout, os.Stderr) {
 		return nil
 	}
 	return startProgress(os.Stderr, label, total)
+}
+
+// terminals reports whether every one of files is a terminal.
+func terminals(files ...*os.File) bool {
+	for _, f := range files {
+		if f == nil || !term.IsTerminal(int(f.Fd())) {
+			return false
+		}
+	}
+	return true
 }
 
 func startProgress(out io.Writer, label string, total int64) *progress {

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 func TestRenderProgress(t *testing.T) {
@@ -40,5 +43,45 @@ func TestProgressQuietWhenFast(t *testing.T) {
 	p.finish()
 	if s := slow.String(); !strings.Contains(s, "\r") || !strings.HasSuffix(s, "\n") || !strings.Contains(s, " 50%") {
 		t.Fatalf("slow copy drew %q", s)
+	}
+}
+
+// The bar needs stdout and stderr both terminals: `cp ID:PATH - | x` (stdout a pipe, stderr the
+// terminal) and `cp … 2>log` stay quiet.
+func TestProgressNeedsTerminals(t *testing.T) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	stdout, stderr := os.Stdout, os.Stderr
+	defer func() { os.Stdout, os.Stderr = stdout, stderr }()
+	for _, tc := range []struct {
+		name           string
+		stdout, stderr *os.File
+		bar            bool
+	}{
+		{"both terminals", tty, tty, true},
+		{"stdout a pipe", w, tty, false},
+		{"stderr a pipe", tty, w, false},
+		{"neither", w, w, false},
+	} {
+		os.Stdout, os.Stderr = tc.stdout, tc.stderr
+		p := newProgress("x", 10)
+		os.Stdout, os.Stderr = stdout, stderr
+		if (p != nil) != tc.bar {
+			t.Errorf("%s: a bar %v, want %v", tc.name, p != nil, tc.bar)
+		}
+		if p != nil && p.out != tc.stderr {
+			t.Errorf("%s: the bar does not draw on stderr", tc.name)
+		}
+		p.finish()
 	}
 }

@@ -1,9 +1,12 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -145,4 +148,79 @@ while time.process_time() < 2.0: pass"; echo done`)
 	if j := e.waitJobEnd(t, sb.ID, idle.ID); j.State != sandbox.JobExited || j.CPUSeconds >= 0.5 || j.CPUSeconds >= end.CPUSeconds/4 {
 		t.Errorf("sleep 1 ended %s with cpu_seconds %g; want exited, under 0.5 and under a quarter of the burner's %g", j.State, j.CPUSeconds, end.CPUSeconds)
 	}
+}
+
+// TestJobFullDisk: on a real runc sandbox (and gVisor: TestJobFullDiskGVisor) with the smallest
+// disk, a job that writes more output than the disk holds fills it with its log; the full disk
+// stops the logging, not the job: it runs on to its end (its own exit code), the status and the
+// stored record say the log is truncated, job_logs returns what was kept (a prefix of what the
+// job wrote, paged to the end), and the sandbox still answers exec.
+func TestJobFullDisk(t *testing.T)       { testJobFullDisk(t, newEnv(t, sandbox.Config{})) }
+func TestJobFullDiskGVisor(t *testing.T) { testJobFullDisk(t, newGVisorEnv(t, sandbox.Config{})) }
+
+func testJobFullDisk(t *testing.T, e *env) {
+	ctx := context.Background()
+	sb := e.create(t, sandbox.CreateRequest{DiskMB: sandbox.MinDiskMB})
+	// The job sets 2 MiB aside first, writes its numbered lines (22.9 MB, into a 16 MiB
+	// disk that its log fills twice over: output and stdout), then frees what it set aside and
+	// leaves a marker: work it can do only if it ran on past the full disk.
+	const lines = 3000000
+	script := `head -c 2097152 /dev/zero > /workspace/aside || exit 90
+seq 1 ` + strconv.Itoa(lines) + `
+echo after the output >&2
+rm /workspace/aside && echo ran on > /workspace/marker || exit 91
+exit 7`
+	j := e.startJob(t, sb.ID, "sh", "-c", script)
+	end, err := e.svc.WaitJob(ctx, sb.ID, j.ID, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.State != sandbox.JobExited || end.ExitCode == nil || *end.ExitCode != 7 || !end.LogTruncated {
+		t.Fatalf("the job on a full disk: %s", jobEnd(end))
+	}
+	var want bytes.Buffer
+	for i := 1; i <= lines; i++ {
+		want.WriteString(strconv.Itoa(i))
+		want.WriteByte('\n')
+	}
+	if end.LogBytes <= 1<<20 || end.LogBytes >= int64(want.Len()) {
+		t.Fatalf("log_bytes %d of the %d written; want more than 1 MiB kept, and not all", end.LogBytes, want.Len())
+	}
+	if st, err := e.svc.JobStatus(ctx, sb.ID, j.ID); err != nil || !st.LogTruncated || st.State != sandbox.JobExited {
+		t.Errorf("job_status: %s %v", jobEnd(st), err)
+	}
+	if rec, err := e.st.GetJob(ctx, sb.ID, j.ID); err != nil || !rec.LogTruncated || rec.LogBytes != end.LogBytes {
+		t.Errorf("stored record: %s %v", jobEnd(rec), err)
+	}
+	var got []byte
+	for off := int64(0); ; {
+		page := int64(sandbox.MaxJobLogBytes)
+		l, err := e.svc.JobLogs(ctx, sb.ID, j.ID, sandbox.JobLogsRequest{Offset: &off, MaxBytes: &page})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Truncated || l.TotalBytes != end.LogBytes || l.Source != "agent" {
+			t.Fatalf("job_logs at %d: truncated %v total %d source %q; log_bytes %d", off, l.Truncated, l.TotalBytes, l.Source, end.LogBytes)
+		}
+		got = append(got, l.Data...)
+		if l.NextOffset >= l.TotalBytes || len(l.Data) == 0 {
+			break
+		}
+		off = l.NextOffset
+	}
+	if int64(len(got)) != end.LogBytes || !bytes.HasPrefix(want.Bytes(), got) {
+		t.Fatalf("job_logs gave %d bytes (log_bytes %d), a prefix of the output: %v", len(got), end.LogBytes, bytes.HasPrefix(want.Bytes(), got))
+	}
+	if r := e.exec(t, sb.ID, argv("cat", "/workspace/marker")); r.ExitCode != 0 || r.Stdout != "ran on\n" {
+		t.Fatalf("the sandbox after the full disk: %+v", r)
+	}
+}
+
+// jobEnd is how a job ended, in a line (not its tail).
+func jobEnd(j sandbox.Job) string {
+	code := "none"
+	if j.ExitCode != nil {
+		code = strconv.Itoa(*j.ExitCode)
+	}
+	return fmt.Sprintf("state %s exit_code %s signal %q log_bytes %d log_truncated %v error %q (want exited 7, log_truncated)", j.State, code, j.Signal, j.LogBytes, j.LogTruncated, j.Error)
 }

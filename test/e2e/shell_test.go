@@ -255,7 +255,8 @@ func TestPTYEndpointChecks(t *testing.T) {
 	}
 }
 
-// TestCpProgress: a long copy shows a progress bar on a terminal, and none when stderr is not one.
+// TestCpProgress: a long copy shows a progress bar on a terminal, and none when stdout or stderr
+// is not one (`cp ID:PATH - | x` on a terminal included: the bar would draw on stderr).
 func TestCpProgress(t *testing.T) {
 	testenv.RequireRoot(t)
 	s := startServer(t, testenv.ShortTempDir(t, "abcpp"))
@@ -273,6 +274,14 @@ func TestCpProgress(t *testing.T) {
 	out, _, code := s.cli("", "exec", id, "--", "stat", "-c", "%s", "/workspace/big")
 	if code != 0 || strings.TrimSpace(out) != "16777216" {
 		t.Fatalf("copied file: %q exit %d", out, code)
+	}
+	// Stdout a pipe, stderr the terminal: quiet, for a copy that lasts (the reader waits 2 s).
+	cmd = fmt.Sprintf("env AGENTBOX_URL=%s AGENTBOX_TOKEN=%s %s cp %s:/workspace/big - | (sleep 2; wc -c | sed 's/^/BYTES=/'); echo CP2-EXIT=$?; sleep 600", s.URL, token, s.Bin, id)
+	tm.run("new-session", "-d", "-s", "cp2", "-x", "120", "-y", "10", "sh", "-c", cmd)
+	tm.waitFor("cp2", `CP2-EXIT=0`)
+	pane := tm.capture("cp2")
+	if !strings.Contains(pane, "BYTES=16777216") || strings.Contains(pane, "/s") || strings.Contains(pane, "MiB") {
+		t.Fatalf("cp to a pipe on a terminal drew on it:\n%s", pane)
 	}
 	// Not a terminal: quiet (stderr is a pipe here), even for a copy that lasts.
 	_, stderr, code := s.cli("", "cp", id+":/workspace/big", filepath.Join(t.TempDir(), "big"))

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"slices"
 	"strconv"
@@ -13,18 +14,66 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 )
 
-// TestRuncJobs runs detached jobs in a real runc sandbox: a job outlives the client that
-// started it (a new client finds its status and its whole log, which is on the sandbox's disk),
-// and a cancel leaves no process of a tree that ignores SIGTERM and holds a setsid daemon, as
-// the host sees the sandbox's processes.
+// TestRuncJobs runs detached jobs in a real runc sandbox (see testJobs); the host sees the
+// sandbox's processes themselves, by their cgroup.
 func TestRuncJobs(t *testing.T) {
-	rt := newRunc(t)
+	testJobs(t, newRunc(t), func(t *testing.T, _ *Runtime, id string) []int {
+		return slices.Sorted(maps.Keys(runtimetest.HostProcesses(t, id)))
+	})
+}
+
+// TestGVisorJobs runs detached jobs in a real gVisor sandbox (see testJobs). The host sees only
+// the sentry and its platform's stub tasks (kept as a pool, so the host cgroup's task count does
+// not fall back: TestGVisorMetrics), so the outside view is the sentry's own task list, `runsc
+// ps`, asked on the host.
+func TestGVisorJobs(t *testing.T) {
+	testJobs(t, newFlavor(t, FlavorGVisor), sentryProcesses)
+}
+
+// sentryProcesses returns the pids of the processes gVisor's sentry runs in sandbox id, as
+// `runsc ps --format json` lists them on the host (the sentry's task list).
+func sentryProcesses(t *testing.T, rt *Runtime, id string) []int {
+	t.Helper()
+	out, err := rt.command(context.Background(), "ps", "--format", "json", id)
+	if err != nil {
+		t.Fatalf("runsc ps: %v", err)
+	}
+	var pids []int // this format is the pids alone
+	if err := json.Unmarshal(out, &pids); err != nil {
+		t.Fatalf("runsc ps: %v: %q", err, out)
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// treeMark is in the argv of every process of the cancel test's tree: sleep's argument, and the
+// script the shells run.
+const treeMark = "1000.4242"
+
+// markedProcesses returns the /proc entries of the sandbox whose argv holds treeMark, as a root
+// exec in the sandbox finds them (the scan's own argv holds a pattern, not the mark).
+func markedProcesses(t *testing.T, c *guest.Client) []string {
+	t.Helper()
+	scan := `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$f" 2>/dev/null | grep -q '` + strings.ReplaceAll(treeMark, ".", "[.]") + `' && echo "${f%/cmdline}"; done; true`
+	r := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"sh", "-c", scan}, User: "root", TimeoutMs: 60000})
+	if r.ExitCode != 0 {
+		t.Fatalf("the /proc scan: %s", r)
+	}
+	return strings.Fields(r.Stdout)
+}
+
+// testJobs runs detached jobs in a real sandbox: a job outlives the client that started it (a
+// new client finds its status and its whole log, which is on the sandbox's disk), and a cancel
+// leaves no process of a tree that ignores SIGTERM and holds a setsid daemon: none in the
+// sandbox's /proc (a root exec looks for the tree's mark in every argv), and none as the host
+// sees the sandbox (outside: its processes' pids, back to what they were before the job).
+func testJobs(t *testing.T, rt *Runtime, outside func(*testing.T, *Runtime, string) []int) {
 	id := runtimetest.NewID()
 	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	baseline := slices.Sorted(maps.Keys(runtimetest.HostProcesses(t, id)))
+	baseline := outside(t, rt, id)
 	jobID := "job-0123456789ab"
 	ji, err := c.StartJob(ctx, guest.JobStartRequest{JobID: jobID, Argv: []string{"sh", "-c", "i=0; while [ $i -lt 200 ]; do echo line $i; i=$((i+1)); sleep 0.005; done; echo bye >&2; exit 5"}})
 	if err != nil || ji.State != guest.JobRunning {
@@ -70,7 +119,7 @@ func TestRuncJobs(t *testing.T) {
 
 	// Cancel: a tree that ignores SIGTERM, with a daemon that left by setsid and a double fork.
 	tree := "job-0123456789ac"
-	script := `trap "" TERM; ( setsid sh -c 'exec sleep 1000' & ); sleep 1000 & touch /tmp/ready; wait`
+	script := `trap "" TERM; ( setsid sh -c 'exec sleep ` + treeMark + `' & ); sleep ` + treeMark + ` & touch /tmp/ready; wait`
 	if _, err := c2.StartJob(ctx, guest.JobStartRequest{JobID: tree, Argv: []string{"sh", "-c", script}}); err != nil {
 		t.Fatal(err)
 	}
@@ -80,16 +129,27 @@ func TestRuncJobs(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := len(runtimetest.HostProcesses(t, id)); n < len(baseline)+3 {
+	// Both views see the tree before the cancel (the main shell, its subshell's daemon, the
+	// sleep; the subshell itself may already be gone), so neither can pass by seeing nothing.
+	if n := len(outside(t, rt, id)); n < len(baseline)+3 {
 		t.Fatalf("the host sees %d processes in the sandbox, %d before the job", n, len(baseline))
+	}
+	if m := markedProcesses(t, c2); len(m) < 3 {
+		t.Fatalf("the sandbox's /proc shows the tree as %v", m)
 	}
 	got2, err := c2.CancelJob(ctx, tree, 300*time.Millisecond)
 	if err != nil || got2.State != guest.JobCanceled {
 		t.Fatalf("CancelJob: %+v %v", got2, err)
 	}
+	if st, err := c2.Job(ctx, tree); err != nil || st.State != guest.JobCanceled {
+		t.Fatalf("the status after the cancel: %+v %v", st, err)
+	}
+	if m := markedProcesses(t, c2); len(m) != 0 {
+		t.Errorf("after the cancel the sandbox's /proc still shows %v of the tree", m)
+	}
 	var left []int
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		left = slices.Sorted(maps.Keys(runtimetest.HostProcesses(t, id)))
+		left = outside(t, rt, id)
 		if slices.Equal(left, baseline) {
 			break
 		}
