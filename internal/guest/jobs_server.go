@@ -47,7 +47,7 @@ type jobManager struct {
 	// (wait_ms) answer with what they have, so they never hold the shutdown.
 	draining  chan struct{}
 	drainOnce sync.Once
-	wg   sync.WaitGroup
+	wg        sync.WaitGroup
 
 	mu       sync.Mutex
 	byID     map[string]*job
