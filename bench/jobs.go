@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -91,9 +93,11 @@ type Fleet struct {
 	LinesDuplicate int     `json:"lines_duplicated"`
 	OffsetGaps     int     `json:"offset_gaps"`
 	// ServerCPUPercent is utime+stime of the process serving the API over the window, as a
-	// percent of one core. The bench serves in-process, so this is the bench process: server,
-	// the watchers' SSE clients and the job starts together.
+	// percent of one core: the bench process, which serves in-process and, during the window,
+	// does nothing else (the watchers and the job starts run in a child process).
 	ServerCPUPercent float64 `json:"server_cpu_percent_of_one_core"`
+	// ClientCPUPercent is the child process's: the watchers' SSE clients and the job starts.
+	ClientCPUPercent float64 `json:"client_cpu_percent_of_one_core"`
 	ServerCPUNote    string  `json:"server_cpu_note"`
 	// HostBusyPercent is the host's busy CPU over the window (/proc/stat), of all cores.
 	HostBusyPercent float64        `json:"host_busy_percent"`
@@ -106,12 +110,12 @@ type Fleet struct {
 
 // benchFleet creates sandboxes small runc sandboxes (parallel creates bounded by par), starts in
 // each a job that prints "<n> <unix time>" every 100 ms for seconds s, and has watchers watchers
-// each follow the logs streams of its share of the jobs over SSE. It counts lines by their
-// numbers (missing, duplicated) and times each line from the time the job printed to its
-// receipt. Every sandbox it creates is destroyed before it returns.
-func benchFleet(ctx context.Context, c *client.Client, sandboxes, watchers, seconds, par int) (*Fleet, []Stat) {
+// each follow the logs streams of its share of the jobs over SSE, from a child process
+// (fleetClientMain). It counts lines by their numbers (missing, duplicated) and times each line
+// from the time the job printed to its receipt. Every sandbox it creates is destroyed before it
+// returns.
+func benchFleet(ctx context.Context, c *client.Client, token string, sandboxes, watchers, seconds, par int) (*Fleet, []Stat) {
 	f := &Fleet{Sandboxes: sandboxes, Watchers: watchers, Seconds: seconds, CPU: 0.1, MemoryMB: 64}
-	lines := seconds * 10
 	var mu sync.Mutex
 	ids := make([]string, sandboxes)
 	t0 := time.Now()
@@ -159,23 +163,197 @@ func benchFleet(ctx context.Context, c *client.Client, sandboxes, watchers, seco
 		return nil, nil
 	}
 
+	// The watchers' HTTP clients (and the job starts) run in a child process, this binary
+	// re-executed with -fleet-client (fleetClientMain), so that this process's CPU over the
+	// window is the server's alone: the control plane, the REST API and the watch streams.
+	f.LoadBefore = loadavg()
+	spec := fleetSpec{URL: c.BaseURL(), Token: token, IDs: ids, Watchers: watchers, Seconds: seconds, Par: par}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		log.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		log.Fatalf("fleet bench: %v", err)
+	}
+	cmd := exec.CommandContext(ctx, self, "-fleet-client")
+	cmd.Stdin = bytes.NewReader(specJSON)
+	cmd.Stderr = os.Stderr
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cpu0, host0 := procCPU(), hostCPU()
+	w0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		log.Printf("fleet bench: the client process: %v (fleet not measured)", err)
+		return nil, nil
+	}
+	window := time.Since(w0)
+	cpu1, host1 := procCPU(), hostCPU()
+	f.LoadAfter = loadavg()
+	var cr fleetClientResult
+	if err := json.Unmarshal(out.Bytes(), &cr); err != nil {
+		log.Printf("fleet bench: the client process's result: %v (fleet not measured)", err)
+		return nil, nil
+	}
+	f.PerWatcher, f.StartSeconds = cr.PerWatcher, cr.StartSeconds
+	delays := cr.Delays
+	f.WindowSeconds = window.Seconds()
+	f.ServerCPUPercent = 100 * (cpu1 - cpu0).Seconds() / window.Seconds()
+	if st := cmd.ProcessState; st != nil {
+		f.ClientCPUPercent = 100 * (st.UserTime() + st.SystemTime()).Seconds() / window.Seconds()
+	}
+	f.ServerCPUNote = "the server's process alone (utime+stime of the bench process, which serves the API in-process and does nothing else during the window; the sandboxes' processes are not in it); the 200 SSE clients and the job starts ran in a child process, whose CPU is client_cpu_percent_of_one_core"
+	if busy, total := host1[0]-host0[0], host1[1]-host0[1]; total > 0 {
+		f.HostBusyPercent = 100 * busy / total
+	}
+	var received []float64
+	for _, fw := range f.PerWatcher {
+		f.LinesExpected += fw.Expected
+		f.LinesReceived += fw.Received
+		f.LinesMissing += fw.Missing
+		f.LinesDuplicate += fw.Duplicates
+		f.OffsetGaps += fw.OffsetGaps
+		received = append(received, float64(fw.Received))
+		for _, e := range fw.Errors {
+			log.Printf("fleet bench: %s", e)
+		}
+	}
+	size := fmt.Sprintf("%d sandboxes, %d watchers, %d s", sandboxes, watchers, seconds)
+	var stats []Stat
+	if len(delays) > 0 {
+		d := summarize("fleet: logs line printed → SSE receipt ("+size+")", "ms", delays)
+		d.Floor = fmt.Sprintf("pushed by the agent's long poll (one outstanding read per job); the %d jobs share the host's cores at 0.1 core each", sandboxes)
+		stats = append(stats, d)
+	}
+	r := summarize("fleet: lines received per watcher", "n", received)
+	r.Floor = fmt.Sprintf("expected %d each; missing %d, duplicated %d, offset gaps %d in all", f.LinesExpected/max(1, watchers), f.LinesMissing, f.LinesDuplicate, f.OffsetGaps)
+	stats = append(stats, r)
+	stats = append(stats, Stat{Name: "fleet: server CPU over the window (the server's process alone)", Unit: "%", N: 1,
+		P50: f.ServerCPUPercent, P99: f.ServerCPUPercent, Mean: f.ServerCPUPercent,
+		Floor: fmt.Sprintf("of one core, %.0f s (last job started at %.0f s); watchers' client process %.1f%%; host busy %.0f%% of %d cores; load %s → %s", f.WindowSeconds, f.StartSeconds, f.ClientCPUPercent, f.HostBusyPercent, goruntime.NumCPU(), f.LoadBefore, f.LoadAfter)})
+	return f, stats
+}
+
+// procCPU is this process's utime+stime from /proc/self/stat (children excluded).
+func procCPU() time.Duration {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	// Fields after the command (which may hold spaces) start after the last ')'.
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
+// hostCPU returns the host's busy and total jiffies from /proc/stat.
+func hostCPU() [2]float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return [2]float64{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var busy, total float64
+	for i, v := range f[1:] {
+		x, _ := strconv.ParseFloat(v, 64)
+		total += x
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x
+		}
+	}
+	return [2]float64{busy, total}
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// benchJobs runs the job_start figures (n starts on sandbox id; 0 skips) and the fleet
+// (fleetN sandboxes; 0 skips), each figure tagged with runc.
+func benchJobs(ctx context.Context, c *client.Client, token, id string, n, fleetN, watchers, seconds, par int) ([]Stat, *Fleet) {
+	if fleetN < 0 || watchers < 1 || seconds < 1 || seconds > 600 || par < 1 {
+		log.Fatalf("fleet flags: -fleet-sandboxes must be ≥ 0, -fleet-watchers ≥ 1, -fleet-seconds 1..600, -fleet-create-parallel ≥ 1; got %d, %d, %d, %d", fleetN, watchers, seconds, par)
+	}
+	var stats []Stat
+	if n > 0 {
+		stats = append(stats, benchJobStart(ctx, c, id, n)...)
+	}
+	var fleet *Fleet
+	if fleetN > 0 {
+		var fs []Stat
+		fleet, fs = benchFleet(ctx, c, token, fleetN, watchers, seconds, par)
+		stats = append(stats, fs...)
+	}
+	for i := range stats {
+		stats[i].Runtime = "runc"
+	}
+	return stats, fleet
+}
+
+// fleetSpec is what the fleet's client process is given (on stdin, JSON).
+type fleetSpec struct {
+	URL      string   `json:"url"`
+	Token    string   `json:"token"`
+	IDs      []string `json:"ids"`
+	Watchers int      `json:"watchers"`
+	Seconds  int      `json:"seconds"`
+	Par      int      `json:"par"`
+}
+
+// fleetClientResult is what it reports (on stdout, JSON).
+type fleetClientResult struct {
+	PerWatcher   []FleetWatcher `json:"per_watcher"`
+	StartSeconds float64        `json:"start_seconds"`
+	// Delays are the lines' times from printed to received, in ms.
+	Delays []float64 `json:"delays"`
+}
+
+// fleetClientMain is the fleet's client process (-fleet-client): it starts the jobs and runs
+// the watchers against the server named on stdin, and writes its tallies to stdout.
+func fleetClientMain() {
+	var spec fleetSpec
+	if err := json.NewDecoder(os.Stdin).Decode(&spec); err != nil {
+		log.Fatalf("fleet client: spec: %v", err)
+	}
+	c := client.New(spec.URL, spec.Token)
+	res := fleetWatch(context.Background(), c, spec)
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		log.Fatalf("fleet client: %v", err)
+	}
+}
+
+// fleetWatch starts in each sandbox the job that prints "<n> <unix time>" every 100 ms and has
+// spec.Watchers watchers each follow the logs streams of its share of the jobs over SSE.
+func fleetWatch(ctx context.Context, c *client.Client, spec fleetSpec) fleetClientResult {
+	ids, watchers, seconds := spec.IDs, spec.Watchers, spec.Seconds
+	sandboxes, lines := len(ids), seconds*10
+	sem := make(chan struct{}, spec.Par)
+	var mu sync.Mutex
+	var res fleetClientResult
 	// The job waits 1 s before its first line, so that its watcher is open by then. It is bash
 	// builtins only (EPOCHREALTIME for the time, read -t on an empty pipe for the 100 ms), so
 	// that the figure is the stream's and not fork/exec under the sandbox's 0.1 CPU quota.
 	script := fmt.Sprintf(`exec 3<> <(:); read -t 1 -u 3; i=0; while [ $i -lt %d ]; do i=$((i+1)); echo "$i $EPOCHREALTIME"; read -t 0.1 -u 3; done`, lines)
 	job := api.ExecRequest{Command: []string{"bash", "-c", script}, Env: map[string]string{"LC_ALL": "C"}}
-
-	f.LoadBefore = loadavg()
-	cpu0, host0 := procCPU(), hostCPU()
 	w0 := time.Now()
-	var delays []float64
-	f.PerWatcher = make([]FleetWatcher, watchers)
+	res.PerWatcher = make([]FleetWatcher, watchers)
 	var ww sync.WaitGroup
 	for w := 0; w < watchers; w++ {
 		ww.Add(1)
 		go func() {
 			defer ww.Done()
-			fw := &f.PerWatcher[w]
+			fw := &res.PerWatcher[w]
 			var sw sync.WaitGroup
 			for i := w; i < sandboxes; i += watchers {
 				fw.Sandboxes++
@@ -184,7 +362,7 @@ func benchFleet(ctx context.Context, c *client.Client, sandboxes, watchers, seco
 				j, err := c.StartJob(ctx, ids[i], job)
 				<-sem
 				mu.Lock()
-				f.StartSeconds = max(f.StartSeconds, time.Since(w0).Seconds())
+				res.StartSeconds = max(res.StartSeconds, time.Since(w0).Seconds())
 				mu.Unlock()
 				if err != nil {
 					mu.Lock()
@@ -246,113 +424,12 @@ func benchFleet(ctx context.Context, c *client.Client, sandboxes, watchers, seco
 							fw.Duplicates += k - 1
 						}
 					}
-					delays = append(delays, local...)
+					res.Delays = append(res.Delays, local...)
 				}()
 			}
 			sw.Wait()
 		}()
 	}
 	ww.Wait()
-	window := time.Since(w0)
-	cpu1, host1 := procCPU(), hostCPU()
-	f.LoadAfter = loadavg()
-	f.WindowSeconds = window.Seconds()
-	f.ServerCPUPercent = 100 * (cpu1 - cpu0).Seconds() / window.Seconds()
-	f.ServerCPUNote = "the bench serves the API in-process: this is the bench process's utime+stime (server, watchers' SSE clients, job starts), not a separate serve process; sandboxes' own CPU is not in it"
-	if busy, total := host1[0]-host0[0], host1[1]-host0[1]; total > 0 {
-		f.HostBusyPercent = 100 * busy / total
-	}
-	var received []float64
-	for _, fw := range f.PerWatcher {
-		f.LinesExpected += fw.Expected
-		f.LinesReceived += fw.Received
-		f.LinesMissing += fw.Missing
-		f.LinesDuplicate += fw.Duplicates
-		f.OffsetGaps += fw.OffsetGaps
-		received = append(received, float64(fw.Received))
-		for _, e := range fw.Errors {
-			log.Printf("fleet bench: %s", e)
-		}
-	}
-	size := fmt.Sprintf("%d sandboxes, %d watchers, %d s", sandboxes, watchers, seconds)
-	var stats []Stat
-	if len(delays) > 0 {
-		d := summarize("fleet: logs line printed → SSE receipt ("+size+")", "ms", delays)
-		d.Floor = "logs streams poll every 200 ms when no event wakes them"
-		stats = append(stats, d)
-	}
-	r := summarize("fleet: lines received per watcher", "n", received)
-	r.Floor = fmt.Sprintf("expected %d each; missing %d, duplicated %d, offset gaps %d in all", f.LinesExpected/max(1, watchers), f.LinesMissing, f.LinesDuplicate, f.OffsetGaps)
-	stats = append(stats, r)
-	stats = append(stats, Stat{Name: "fleet: bench process CPU over the window (in-process server)", Unit: "%", N: 1,
-		P50: f.ServerCPUPercent, P99: f.ServerCPUPercent, Mean: f.ServerCPUPercent,
-		Floor: fmt.Sprintf("of one core, %.0f s (last job started at %.0f s); host busy %.0f%% of %d cores; load %s → %s", f.WindowSeconds, f.StartSeconds, f.HostBusyPercent, goruntime.NumCPU(), f.LoadBefore, f.LoadAfter)})
-	return f, stats
-}
-
-// procCPU is this process's utime+stime from /proc/self/stat (children excluded).
-func procCPU() time.Duration {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	// Fields after the command (which may hold spaces) start after the last ')'.
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
-}
-
-// hostCPU returns the host's busy and total jiffies from /proc/stat.
-func hostCPU() [2]float64 {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return [2]float64{}
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	var busy, total float64
-	for i, v := range f[1:] {
-		x, _ := strconv.ParseFloat(v, 64)
-		total += x
-		if i != 3 && i != 4 { // idle, iowait
-			busy += x
-		}
-	}
-	return [2]float64{busy, total}
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// benchJobs runs the job_start figures (n starts on sandbox id; 0 skips) and the fleet
-// (fleetN sandboxes; 0 skips), each figure tagged with runc.
-func benchJobs(ctx context.Context, c *client.Client, id string, n, fleetN, watchers, seconds, par int) ([]Stat, *Fleet) {
-	if fleetN < 0 || watchers < 1 || seconds < 1 || seconds > 600 || par < 1 {
-		log.Fatalf("fleet flags: -fleet-sandboxes must be ≥ 0, -fleet-watchers ≥ 1, -fleet-seconds 1..600, -fleet-create-parallel ≥ 1; got %d, %d, %d, %d", fleetN, watchers, seconds, par)
-	}
-	var stats []Stat
-	if n > 0 {
-		stats = append(stats, benchJobStart(ctx, c, id, n)...)
-	}
-	var fleet *Fleet
-	if fleetN > 0 {
-		var fs []Stat
-		fleet, fs = benchFleet(ctx, c, fleetN, watchers, seconds, par)
-		stats = append(stats, fs...)
-	}
-	for i := range stats {
-		stats[i].Runtime = "runc"
-	}
-	return stats, fleet
+	return res
 }

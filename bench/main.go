@@ -121,6 +121,7 @@ func main() {
 	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
 	rf := runsBenchFlags()   // issue 14's figures (runs.go)
 	sqf := sqlFlags()        // execute_sql (issue 16, sql.go)
+	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
 	if *cpuprof != "" {
@@ -132,6 +133,10 @@ func main() {
 			log.Fatal(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *fleetClient {
+		fleetClientMain() // the fleet's watchers, re-executed in a process of their own (jobs.go)
+		return
 	}
 	if *netf.labServe != "" {
 		serveLab(*netf.labServe) // the lab's server, re-executed in its network namespace (lab.go)
@@ -243,7 +248,7 @@ func main() {
 	}
 
 	if *jobsOnly {
-		res.Stats, res.Fleet = benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+		res.Stats, res.Fleet = benchJobs(ctx, c, token, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
@@ -409,7 +414,7 @@ func main() {
 		c.Destroy(ctx, id)
 	}
 	// job_start latency and the fleet of watched jobs.
-	jobStats, fleet := benchJobs(ctx, c, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
+	jobStats, fleet := benchJobs(ctx, c, token, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
 	runNetwork(ctx, c, &res, netf)                                // issue 12's figures (network.go)
 	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // issue 13's figures (images.go)

@@ -32,6 +32,9 @@ const (
 	MaxJobTailLines = 10000
 	// MaxJobWait is the longest a wait may hold the request.
 	MaxJobWait = time.Hour
+	// MaxJobLogWait is the longest a log read may wait for output (wait_ms): the long poll a
+	// follower of the log (the host's watch streams) re-arms.
+	MaxJobLogWait = 30 * time.Second
 	// DefaultJobCancelGrace is the time between SIGTERM and SIGKILL when a cancel gives none;
 	// MaxJobCancelGrace is the most it may give.
 	DefaultJobCancelGrace = 10 * time.Second
@@ -101,17 +104,27 @@ type JobLogs struct {
 	TotalBytes int64  `json:"total_bytes"`
 	// Truncated: the log stopped being written (the disk is full); the job ran on.
 	Truncated bool `json:"truncated"`
+	// State is the job's state (JobRunning, JobExited, …) read before the data: an ended state
+	// means the log is complete (it ends at TotalBytes). An agent older than log long polls
+	// leaves it empty (and never waits: it ignores wait_ms).
+	State string `json:"state,omitempty"`
 }
 
 // JobLogsRequest selects a slice of a job's log: Stream is "all" (the default: stdout and
 // stderr interleaved), "stdout" or "stderr"; then either TailLines (1..MaxJobTailLines: the
 // last lines, at most Max bytes of them, the end kept) or Offset (≥ 0) and Max (1..MaxJobLogBytes;
 // 0: MaxJobLogBytes).
+//
+// Wait (0..MaxJobLogWait, whole milliseconds; with Offset, not TailLines) makes the read a long
+// poll: when the log holds nothing past Offset and the job runs, the agent holds the request
+// until the job writes more, the job ends, Wait passes (then the reply is empty), or the caller
+// goes.
 type JobLogsRequest struct {
 	Stream    string
 	Offset    int64
 	Max       int64
 	TailLines int
+	Wait      time.Duration
 }
 
 // JobCancelRequest is the body of POST /v1/jobs/{id}/cancel; GraceMs nil is the default.

@@ -64,13 +64,25 @@ func (c *Client) Job(ctx context.Context, id string) (JobInfo, error) {
 	return ji, err
 }
 
-// JobLogs reads a slice of a job's log (see JobLogsRequest). The agent validates the numbers.
+// JobLogs reads a slice of a job's log (see JobLogsRequest). The agent validates the numbers;
+// the wait is checked here too (its bound keeps the request's life bounded). A reply's State is
+// "" from an agent older than long polls, which answers at once: the caller must not take an
+// empty reply as proof that the agent waited.
 func (c *Client) JobLogs(ctx context.Context, id string, req JobLogsRequest) (JobLogs, error) {
 	p, err := jobPath(id, "/logs")
 	if err != nil {
 		return JobLogs{}, err
 	}
+	if req.Wait < 0 || req.Wait > MaxJobLogWait || req.Wait%time.Millisecond != 0 {
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "a log read's wait must be whole milliseconds from 0 to %d ms; got %s", MaxJobLogWait.Milliseconds(), req.Wait).With("argument", "wait_ms")
+	}
+	if req.Wait > 0 && req.TailLines != 0 {
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "a log read waits for output past an offset: wait_ms and tail_lines exclude each other").With("argument", "wait_ms")
+	}
 	q := url.Values{}
+	if req.Wait > 0 {
+		q.Set("wait_ms", strconv.FormatInt(req.Wait.Milliseconds(), 10))
+	}
 	if req.Stream != "" {
 		q.Set("stream", req.Stream)
 	}
@@ -98,6 +110,8 @@ func (c *Client) JobLogs(ctx context.Context, id string, req JobLogsRequest) (Jo
 			return fmt.Errorf("slice %d+%d, next %d, of a log of %d bytes", l.Offset, len(l.Data), l.NextOffset, l.TotalBytes)
 		case req.TailLines == 0 && l.Offset != min(req.Offset, l.TotalBytes):
 			return fmt.Errorf("slice at %d for offset %d", l.Offset, req.Offset)
+		case l.State != "" && l.State != JobRunning && l.State != JobExited && l.State != JobKilled && l.State != JobCanceled:
+			return fmt.Errorf("unknown job state %q", cleanText(l.State, 32))
 		}
 		return nil
 	})

@@ -48,6 +48,11 @@ func TestImpostorJobs(t *testing.T) {
 			func(c *guest.Client) error { _, err := c.JobLogs(ctx, id, guest.JobLogsRequest{Max: 4}); return err }, "at most 4"},
 		"a slice that does not add up": {`{"data":"AAAA","offset":0,"next_offset":9,"total_bytes":9,"truncated":false}`,
 			func(c *guest.Client) error { _, err := c.JobLogs(ctx, id, guest.JobLogsRequest{}); return err }, "slice"},
+		"a log of an unknown state": {`{"data":"","offset":0,"next_offset":0,"total_bytes":0,"truncated":false,"state":"zombie"}`,
+			func(c *guest.Client) error {
+				_, err := c.JobLogs(ctx, id, guest.JobLogsRequest{Wait: time.Second})
+				return err
+			}, "unknown job state"},
 		"a slice elsewhere": {`{"data":"AAAA","offset":5,"next_offset":8,"total_bytes":9,"truncated":false}`,
 			func(c *guest.Client) error { _, err := c.JobLogs(ctx, id, guest.JobLogsRequest{Offset: 2}); return err }, "slice at 5"},
 	} {

@@ -43,7 +43,11 @@ type jobManager struct {
 	temp bool
 	// kill is closed when the agent shuts down: every running job is killed.
 	kill chan struct{}
-	wg   sync.WaitGroup
+	// draining is closed when the agent starts to shut down: log reads waiting for output
+	// (wait_ms) answer with what they have, so they never hold the shutdown.
+	draining  chan struct{}
+	drainOnce sync.Once
+	wg        sync.WaitGroup
 
 	mu       sync.Mutex
 	byID     map[string]*job
@@ -68,6 +72,11 @@ type job struct {
 	streams  map[string]*os.File
 	logBytes atomic.Int64
 	trunc    atomic.Bool
+
+	// grown is closed, and cleared, after each write to the logs: a log read that long-polls
+	// (wait_ms) takes it before reading and waits on it (logGrown).
+	growMu sync.Mutex
+	grown  chan struct{}
 
 	mu    sync.Mutex
 	final *JobInfo // set once, before done is closed
@@ -101,7 +110,7 @@ func cpuSeconds(d time.Duration) float64 { return math.Round(d.Seconds()*1000) /
 
 // initJobs sets up the jobs of a Run and loads the finished jobs a previous agent recorded.
 func (s *server) initJobs(cfg ServerConfig) error {
-	m := &jobManager{dir: cfg.JobsDir, kill: make(chan struct{}), byID: map[string]*job{}, pending: map[string]bool{}}
+	m := &jobManager{dir: cfg.JobsDir, kill: make(chan struct{}), draining: make(chan struct{}), byID: map[string]*job{}, pending: map[string]bool{}}
 	if m.dir == "" && cfg.Embedded {
 		d, err := os.MkdirTemp("", "agentbox-jobs-")
 		if err != nil {
@@ -163,6 +172,9 @@ func readSmall(path string, limit int64) ([]byte, error) {
 	}
 	return b, err
 }
+
+// drain releases the log reads waiting for output (the agent is shutting down).
+func (m *jobManager) drain() { m.drainOnce.Do(func() { close(m.draining) }) }
 
 // stopJobs kills the jobs still running (the sandbox is ending) and waits for their records.
 func (s *server) stopJobs() {
@@ -426,12 +438,13 @@ func (j *job) closeLogs(remove bool) {
 	}
 }
 
-// record appends output of stream to the interleaved log and the stream's own. The first
-// write error (a full disk) stops the logging for good; the job runs on.
+// record appends output of stream to the interleaved log and the stream's own, then wakes the
+// log reads waiting for output. The first write error (a full disk) stops the logging for good;
+// the job runs on.
 func (j *job) record(stream string, p []byte) {
 	j.logMu.Lock()
-	defer j.logMu.Unlock()
 	if j.trunc.Load() || j.out == nil {
+		j.logMu.Unlock()
 		return
 	}
 	n, err := j.out.Write(p)
@@ -442,6 +455,34 @@ func (j *job) record(stream string, p []byte) {
 	if err != nil {
 		j.trunc.Store(true)
 	}
+	j.logMu.Unlock()
+	j.growMu.Lock()
+	if j.grown != nil {
+		close(j.grown)
+		j.grown = nil
+	}
+	j.growMu.Unlock()
+}
+
+// logGrown returns a channel closed at the next write to the job's logs. Taken before a read of
+// the log, it misses no write the read did not see.
+func (j *job) logGrown() <-chan struct{} {
+	j.growMu.Lock()
+	defer j.growMu.Unlock()
+	if j.grown == nil {
+		j.grown = make(chan struct{})
+	}
+	return j.grown
+}
+
+// logState returns the job's state and whether its logging stopped, without sampling its CPU.
+func (j *job) logState() (state string, trunc bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.final != nil {
+		return j.final.State, j.final.LogTruncated
+	}
+	return JobRunning, j.trunc.Load()
 }
 
 // pumpJob reads f until EOF, error or deadline, logging every chunk.
@@ -723,29 +764,67 @@ func (s *server) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, errcode.New(errcode.InvalidArgument, "tail_lines and offset exclude each other: pass one").With("argument", "offset"))
 		return
 	}
+	waitMs, err := intArg(r, "wait_ms", 0, MaxJobLogWait.Milliseconds(), 0)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if waitMs > 0 && tail > 0 {
+		s.writeError(w, errcode.New(errcode.InvalidArgument, "wait_ms waits for output past offset: it and tail_lines exclude each other").With("argument", "wait_ms"))
+		return
+	}
 	j, err := s.jobs.get(r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	logs, err := j.readLog(file, offset, maxBytes, int(tail))
-	if err != nil {
-		s.writeError(w, err)
-		return
+	var timeout <-chan time.Time
+	if waitMs > 0 {
+		t := time.NewTimer(time.Duration(waitMs) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
 	}
-	writeJSON(w, http.StatusOK, logs)
+	for {
+		var grown <-chan struct{}
+		if timeout != nil {
+			grown = j.logGrown() // before the read: a write after it wakes this request
+		}
+		logs, err := j.readLog(file, offset, maxBytes, int(tail))
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		if timeout == nil || len(logs.Data) > 0 || logs.State != JobRunning {
+			writeJSON(w, http.StatusOK, logs)
+			return
+		}
+		// Nothing past offset and the job runs: wait for a write, its end, the bound, or the
+		// agent's shutdown.
+		select {
+		case <-grown:
+		case <-j.done:
+		case <-timeout:
+			timeout = nil // one more read, then the (empty) reply
+		case <-s.jobs.draining:
+			timeout = nil
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 // readLog reads a slice of one of the job's logs: from offset, at most limit bytes; or, with
 // tail > 0, the last tail lines (at most limit bytes of them, the end kept).
+//
+// Its State is read before the data: an ended job's slice is of its whole log.
 func (j *job) readLog(name string, offset, limit int64, tail int) (JobLogs, error) {
-	trunc := j.info().LogTruncated
+	state, trunc := j.logState()
 	if j.dir == "" {
-		return JobLogs{Data: []byte{}, Truncated: trunc}, nil
+		return JobLogs{Data: []byte{}, Truncated: trunc, State: state}, nil
 	}
 	f, err := os.Open(filepath.Join(j.dir, name))
 	if errors.Is(err, os.ErrNotExist) {
-		return JobLogs{Data: []byte{}, Truncated: trunc}, nil
+		return JobLogs{Data: []byte{}, Truncated: trunc, State: state}, nil
 	}
 	if err != nil {
 		return JobLogs{}, errcode.Wrap(errcode.Internal, err, "cannot open the job's log: %v", unwrapPathErr(err))
@@ -783,5 +862,5 @@ func (j *job) readLog(name string, offset, limit int64, tail int) (JobLogs, erro
 		}
 		data, start = data[cut:], start+int64(cut)
 	}
-	return JobLogs{Data: data, Offset: start, NextOffset: start + int64(len(data)), TotalBytes: total, Truncated: trunc}, nil
+	return JobLogs{Data: data, Offset: start, NextOffset: start + int64(len(data)), TotalBytes: total, Truncated: trunc, State: state}, nil
 }

@@ -18,6 +18,8 @@
 //	GET    /v1/jobs                    → JobList, newest first, at most MaxJobList
 //	GET    /v1/jobs/{id}               → JobInfo (JOB_NOT_FOUND if unknown)
 //	GET    /v1/jobs/{id}/logs?stream=all|stdout|stderr&offset=N&max=M → JobLogs
+//	GET    /v1/jobs/{id}/logs?…&offset=N&wait_ms=W → JobLogs, held up to W ms (≤ 30000) while
+//	                                   nothing is past N and the job runs (a long poll)
 //	GET    /v1/jobs/{id}/logs?stream=…&tail_lines=N&max=M            → JobLogs of the last N lines
 //	GET    /v1/jobs/{id}/wait?timeout_ms=N → JobInfo once the job ended, or still running after N ms
 //	POST   /v1/jobs/{id}/cancel        JobCancelRequest → JobInfo: SIGTERM to its tree, SIGKILL

@@ -113,6 +113,7 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(s.jobs.drain) // log reads waiting for output answer now
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("guest: agent listening", "socket", cfg.Socket, "workdir", wd, "pid", os.Getpid())

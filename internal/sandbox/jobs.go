@@ -569,6 +569,12 @@ func (s *Service) JobLogs(ctx context.Context, sandboxID, jobID string, req JobL
 	if req.TailLines != nil && (req.Offset != nil || req.MaxBytes != nil) {
 		return JobLogs{}, errcode.New(errcode.InvalidArgument, "give tail_lines, or offset_bytes and max_bytes, not both")
 	}
+	if req.Wait < 0 || req.Wait > MaxJobLogWait || req.Wait%time.Millisecond != 0 {
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "a log read's wait must be whole milliseconds from 0 to %d; got %s", MaxJobLogWait.Milliseconds(), req.Wait)
+	}
+	if req.Wait > 0 && req.Offset == nil {
+		return JobLogs{}, errcode.New(errcode.InvalidArgument, "a log read waits for output past an offset: give offset_bytes with the wait")
+	}
 	maxBytes, tail := int64(DefaultJobLogBytes), 0
 	if req.MaxBytes != nil {
 		maxBytes = *req.MaxBytes
@@ -591,12 +597,19 @@ func (s *Service) JobLogs(ctx context.Context, sandboxID, jobID string, req JobL
 	if err == nil {
 		greq := guest.JobLogsRequest{Stream: req.Stream, TailLines: tail}
 		if req.Offset != nil {
-			greq.Offset, greq.Max = *req.Offset, maxBytes
+			greq.Offset, greq.Max, greq.Wait = *req.Offset, maxBytes, req.Wait
 		}
 		lg, gerr := gc.JobLogs(ctx, jobID, greq)
 		if gerr == nil {
 			out.Data, out.Offset, out.NextOffset, out.TotalBytes, out.Truncated = lg.Data, lg.Offset, lg.NextOffset, lg.TotalBytes, lg.Truncated
 			out.Source = "agent"
+			if lg.State != "" && lg.State != guest.JobRunning && j.State.Active() {
+				// The agent says the job ended (its log is complete) before the record
+				// followed: settle the record now, so the reply does not say running.
+				if rj, rerr := s.refreshJob(ctx, j); rerr == nil {
+					out.State = rj.State
+				}
+			}
 			return out, nil
 		}
 		if !errcode.Is(gerr, errcode.JobNotFound) {

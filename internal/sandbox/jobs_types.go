@@ -115,6 +115,12 @@ type JobLogsRequest struct {
 	MaxBytes *int64
 	// TailLines (1..MaxTailLines) asks for the last lines.
 	TailLines *int
+	// Wait (0..MaxJobLogWait, whole milliseconds; with Offset) makes the read a long poll: while
+	// the job runs and its log holds nothing past Offset, the sandbox's agent holds the read
+	// until the job writes, ends, or Wait passes (an empty reply). An agent older than long
+	// polls answers at once: a caller must not take an empty reply as a wait done. The watch
+	// streams follow a log with it; it is not (yet) on REST or MCP.
+	Wait time.Duration
 }
 
 // JobStartRequest starts a detached job: the command as exec's.
@@ -143,6 +149,8 @@ const (
 	DefaultJobList = 20
 	// job_wait: 0..MaxJobWait.
 	MaxJobWait = time.Hour
+	// A log read's long poll (JobLogsRequest.Wait): 0..MaxJobLogWait.
+	MaxJobLogWait = 30 * time.Second
 	// job_cancel: grace 0..MaxCancelGrace, default DefaultCancelGrace.
 	MaxCancelGrace     = 10 * time.Minute
 	DefaultCancelGrace = 10 * time.Second

@@ -37,6 +37,9 @@ type Options struct {
 	ConnectionsWake ConnectionWake
 	// Buffer is each watcher's buffer (0 = Buffer).
 	Buffer int
+	// LogPoll spaces the reads of a job's log whose source answered at once instead of
+	// waiting for output (0 = LogPoll).
+	LogPoll time.Duration
 }
 
 // Hub fans the event bus out to watchers. It subscribes to the bus when the first watch starts
@@ -55,6 +58,11 @@ type Hub struct {
 
 	mu   sync.Mutex
 	subs map[string]map[*sub]struct{} // by sandbox id
+
+	// feeds follow the logs of the jobs watched (logfeed.go), one per job.
+	feedMu sync.Mutex
+	feeds  map[feedKey]*logFeed
+	feedWG sync.WaitGroup
 }
 
 // sub is one watcher's registration.
@@ -72,9 +80,12 @@ func NewHub(src Source, opts Options) *Hub {
 	if opts.Buffer <= 0 {
 		opts.Buffer = Buffer
 	}
+	if opts.LogPoll <= 0 {
+		opts.LogPoll = LogPoll
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{src: src, opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), subs: map[string]map[*sub]struct{}{}}
+		done: make(chan struct{}), subs: map[string]map[*sub]struct{}{}, feeds: map[feedKey]*logFeed{}}
 }
 
 // Close ends the hub's subscription and every watch in progress (they end "canceled").
@@ -86,6 +97,7 @@ func (h *Hub) Close() {
 	if started {
 		<-h.done
 	}
+	h.feedWG.Wait()
 }
 
 // head returns the sequence number of the last recorded event.
@@ -229,7 +241,7 @@ func (h *Hub) Watch(ctx context.Context, req Request, emit func(Message) error) 
 	}
 	if req.Stream == StreamLogs {
 		// An unknown job (or sandbox) is refused before the stream starts.
-		if _, err := h.opts.JobLogs(ctx, req.SandboxID, req.JobID, 0, 1); err != nil && errcode.Of(err) != errcode.SandboxNotRunning {
+		if _, err := h.opts.JobLogs(ctx, req.SandboxID, req.JobID, 0, 1, 0); err != nil && errcode.Of(err) != errcode.SandboxNotRunning {
 			return Summary{}, err
 		}
 	}
@@ -294,6 +306,8 @@ type watcher struct {
 
 	logOffset int64
 	logDone   bool
+	feed      *logFeed        // the job's log follower (logs), from the end of the first read
+	feedWake  <-chan struct{} // closed at the feed's next publish
 
 	connCursor  int64           // last connection record delivered (connections)
 	connWake    <-chan struct{} // closed when the sandbox's records are next written
@@ -330,10 +344,6 @@ func (w *watcher) run(ctx context.Context) error {
 		t := time.NewTicker(time.Duration(w.req.IntervalSeconds) * time.Second)
 		defer t.Stop()
 		tick = t.C
-	case StreamLogs:
-		t := time.NewTicker(logPoll)
-		defer t.Stop()
-		tick = t.C
 	case StreamConnections:
 		t := time.NewTicker(connPoll)
 		defer t.Stop()
@@ -347,6 +357,13 @@ func (w *watcher) run(ctx context.Context) error {
 	}
 
 	err := w.begin(ctx)
+	if err == nil && w.req.Stream == StreamLogs {
+		// Past the output so far: the job's feed wakes the stream when it writes more. What
+		// the feed published before the stream armed its wake is looked at once.
+		w.feed = w.h.acquireFeed(w.req.SandboxID, w.req.JobID, w.logOffset)
+		defer w.h.releaseFeed(w.feed)
+		err = w.fromFeed(ctx)
+	}
 	for err == nil {
 		if n := w.s.missed.Swap(0); n > 0 {
 			err = w.catchUp(ctx, n)
@@ -356,6 +373,8 @@ func (w *watcher) run(ctx context.Context) error {
 		case ev := <-w.s.ch:
 			err = w.handle(ctx, ev)
 		case <-w.s.wake:
+		case <-w.feedWake:
+			err = w.fromFeed(ctx)
 		case <-w.connWake:
 			w.releaseWake()
 			w.armWake() // before reading: a write in between wakes the next round
@@ -540,7 +559,7 @@ func (w *watcher) poll(ctx context.Context) error {
 		return w.pollConns(ctx)
 	case StreamLogs:
 		for !w.logDone {
-			c, err := w.h.opts.JobLogs(ctx, w.req.SandboxID, w.req.JobID, w.logOffset, MaxLogChunk)
+			c, err := w.h.opts.JobLogs(ctx, w.req.SandboxID, w.req.JobID, w.logOffset, MaxLogChunk, 0)
 			if err != nil {
 				if ctx.Err() == nil && (errcode.Of(err) == errcode.SandboxNotRunning) {
 					return nil // the sandbox is ending: its event ends the stream

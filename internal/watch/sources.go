@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -12,13 +13,15 @@ type JobLogReader interface {
 }
 
 // JobLogsOf is the logs stream's pager over r (nil if r is nil). A reply's state is read before
-// its data, so a job reported ended has its whole log in the reply's range.
+// its data, so a job reported ended has its whole log in the reply's range. The wait is
+// sandbox.JobLogsRequest.Wait: in-process, the agent's long poll; a Backend over REST does not
+// carry it and answers at once.
 func JobLogsOf(r JobLogReader) JobLogPager {
 	if r == nil {
 		return nil
 	}
-	return func(ctx context.Context, sandboxID, jobID string, offset, max int64) (JobLogChunk, error) {
-		l, err := r.JobLogs(ctx, sandboxID, jobID, sandbox.JobLogsRequest{Stream: "all", Offset: &offset, MaxBytes: &max})
+	return func(ctx context.Context, sandboxID, jobID string, offset, max int64, wait time.Duration) (JobLogChunk, error) {
+		l, err := r.JobLogs(ctx, sandboxID, jobID, sandbox.JobLogsRequest{Stream: "all", Offset: &offset, MaxBytes: &max, Wait: wait})
 		if err != nil {
 			return JobLogChunk{}, err
 		}

@@ -64,8 +64,13 @@ const (
 	Buffer = 256
 	// MaxLogChunk bounds the bytes of one logs message.
 	MaxLogChunk = 64 << 10
-	// logPoll is how often a logs stream looks for new output when no event woke it.
-	logPoll = 200 * time.Millisecond
+	// LogPoll is how often a logs stream reads the job's log when its source answers at once
+	// rather than waiting for output (an agent older than log long polls, or a Backend over
+	// REST); Options.LogPoll overrides it.
+	LogPoll = 200 * time.Millisecond
+	// LogLongPoll is the wait of one long-polling read of a job's log (under the agent's
+	// bound, guest.MaxJobLogWait): the read answers as soon as the job writes or ends.
+	LogLongPoll = 25 * time.Second
 	// ConnPage is how many connection records one read of a connections stream takes.
 	ConnPage = 100
 	// MaxConnBacklog is how many connection records a connections stream delivers per wake: a
@@ -198,8 +203,10 @@ type JobLogChunk struct {
 }
 
 // JobLogPager reads a job's output from offset, at most max bytes, and says whether the job is
-// still running.
-type JobLogPager func(ctx context.Context, sandboxID, jobID string, offset, max int64) (JobLogChunk, error)
+// still running. With wait > 0 it may long-poll: when there is nothing past offset and the job
+// runs, hold the read until the job writes or ends, or wait passes (then an empty chunk). A
+// pager that cannot wait answers at once; the logs stream then reads every Options.LogPoll.
+type JobLogPager func(ctx context.Context, sandboxID, jobID string, offset, max int64, wait time.Duration) (JobLogChunk, error)
 
 // ConnectionPager pages a sandbox's connection records after a cursor (sandbox.Service.Connections).
 type ConnectionPager func(ctx context.Context, sandboxID string, after int64, limit int) (sandbox.ConnectionList, error)
