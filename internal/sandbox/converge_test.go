@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -547,5 +548,75 @@ func TestManyLifecyclesLeaveNothing(t *testing.T) {
 	wg.Wait()
 	if left := e.rt.Resources(); len(left) != 0 {
 		t.Fatalf("resources left: %v", left)
+	}
+}
+
+// A running sandbox whose Adopt at start says it is not the sandbox on record, or is gone, is
+// recorded lost (and swept), not kept running and watched; one whose Adopt fails for a reason
+// that may pass stays running and is adopted by the control loop once the fault clears.
+func TestReconcileConvergesPastARefusedAdopt(t *testing.T) {
+	e := newFakeEnv(t, sandbox.Config{})
+	mismatch := e.create(t, sandbox.CreateRequest{})
+	gone := e.create(t, sandbox.CreateRequest{})
+	flaky := e.create(t, sandbox.CreateRequest{})
+	good := e.create(t, sandbox.CreateRequest{})
+	var flakyOn atomic.Bool
+	flakyOn.Store(true)
+	e.rt.SetFault(func(_ context.Context, op fake.Op, id string) error {
+		if op != fake.OpAdopt {
+			return nil
+		}
+		switch {
+		case id == mismatch.ID:
+			return errcode.New(errcode.SandboxNotRunning, "sandbox %s is not the sandbox on record (handle differs); destroy it", id)
+		case id == gone.ID:
+			return errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist", id)
+		case id == flaky.ID && flakyOn.Load():
+			return errInjected
+		}
+		return nil
+	})
+	e.restart(t) // must not fail
+	for _, id := range []string{mismatch.ID, gone.ID} {
+		if st := e.state(t, id); st != sandbox.StateLost {
+			t.Fatalf("sandbox %s whose adopt was refused is %s, want lost", id, st)
+		}
+		evs := e.eventsOf(t, id, "state")
+		if last := evs[len(evs)-1]; last.To != sandbox.StateLost || !strings.Contains(last.Reason, "adopt") {
+			t.Fatalf("last state event of %s: %+v, want → lost naming the adopt", id, last)
+		}
+		if slices.Contains(e.rt.Resources(), id) {
+			t.Fatalf("the host resources of %s, refused by adopt, were not swept", id)
+		}
+	}
+	if e.state(t, good.ID) != sandbox.StateRunning || e.state(t, flaky.ID) != sandbox.StateRunning {
+		t.Fatal("a sandbox whose adopt succeeded or may succeed later is not running")
+	}
+	if len(e.eventsOf(t, flaky.ID, "error")) == 0 {
+		t.Fatal("the failed adopt left no error event")
+	}
+	// The loop retries the adopt with backoff, and only the flaky one's.
+	calls := e.rt.Calls(fake.OpAdopt)
+	if err := e.svc.Converge(t.Context()); err != nil || e.rt.Calls(fake.OpAdopt) != calls {
+		t.Fatalf("Converge inside the backoff: %v, %d adopt calls; want none", err, e.rt.Calls(fake.OpAdopt)-calls)
+	}
+	e.clock.Add(2 * time.Second)
+	if err := e.svc.Converge(t.Context()); err == nil || e.rt.Calls(fake.OpAdopt) != calls+1 {
+		t.Fatalf("Converge with the fault on: %v, %d adopt calls; want an error and one", err, e.rt.Calls(fake.OpAdopt)-calls)
+	}
+	flakyOn.Store(false)
+	e.clock.Add(10 * time.Second)
+	if err := e.svc.Converge(t.Context()); err != nil || e.rt.Calls(fake.OpAdopt) != calls+2 {
+		t.Fatalf("Converge after the fault cleared: %v, %d adopt calls; want one more", err, e.rt.Calls(fake.OpAdopt)-calls)
+	}
+	e.clock.Add(10 * time.Minute)
+	if err := e.svc.Converge(t.Context()); err != nil || e.rt.Calls(fake.OpAdopt) != calls+2 {
+		t.Fatalf("Converge after the adopt succeeded: %v; adopt retried again", err)
+	}
+	if e.state(t, flaky.ID) != sandbox.StateRunning {
+		t.Fatalf("the adopted sandbox is %s", e.state(t, flaky.ID))
+	}
+	if _, err := e.svc.Exec(t.Context(), flaky.ID, sandbox.ExecRequest{Argv: []string{"true"}}, nil); err != nil {
+		t.Fatalf("exec on the adopted sandbox: %v", err)
 	}
 }

@@ -221,6 +221,10 @@ type Service struct {
 
 	bus     *bus // wakes event subscribers
 	retries retries
+	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
+	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
+	// leaves running.
+	unadopted idSet
 	jobs    jobTracker // watches of running jobs (jobs.go)
 	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
@@ -665,6 +669,7 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 	s.bus.publish()
 	s.log.Info("sandbox state", "sandbox_id", sb.ID, "from", from, "to", to, "reason", reason)
 	if from == StateRunning {
+		s.unadopted.remove(sb.ID)
 		s.sandboxEnding(ctx, sb, to, reason) // its jobs: canceled or unknown
 	}
 	return sb, nil
