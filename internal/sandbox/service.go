@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 // Config bounds and defaults the service. Zero values take the documented defaults.
@@ -675,12 +676,8 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 	return sb, nil
 }
 
-func checkID(id string) error {
-	if !ValidID(id) {
-		return errcode.New(errcode.InvalidArgument, "sandbox_id %q is malformed: ids look like sb-0123456789ab (from sandbox_create or sandbox ls)", truncate(id, 64))
-	}
-	return nil
-}
+// checkID refuses a malformed id (sandboxid.Check).
+func checkID(id string) error { return sandboxid.Check(id) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

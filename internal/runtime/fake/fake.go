@@ -244,12 +244,7 @@ func (r *Runtime) socketPath(id string) string { return filepath.Join(r.sandboxD
 
 // checkID refuses an id that is not sandboxid.Valid (as in oci): every directory is named from
 // an id.
-func checkID(id string) error {
-	if !sandboxid.Valid(id) {
-		return errcode.New(errcode.InvalidArgument, "sandbox id %q is not of the form sb-<12 lowercase hex digits>", id)
-	}
-	return nil
-}
+func checkID(id string) error { return sandboxid.Check(id) }
 
 func (r *Runtime) validateSpec(spec runtime.Spec) error {
 	if err := checkID(spec.ID); err != nil {
