@@ -222,14 +222,15 @@ type Service struct {
 
 	bus     *bus // wakes event subscribers
 	retries retries
-	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
-	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
-	// leaves running.
-	unadopted idSet
 	jobs    jobTracker // watches of running jobs (jobs.go)
 	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 	recWake recordWake // wakes watchers of connection records (netwake.go)
+
+	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
+	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
+	// leaves running.
+	unadopted idSet
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.
