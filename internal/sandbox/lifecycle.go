@@ -433,29 +433,6 @@ func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
 	}
 }
 
-// ReapExpired destroys every sandbox whose TTL has passed and returns how many; the control
-// loop (Converge) does the same, and finishes what a failed destroy left.
-func (s *Service) ReapExpired(ctx context.Context) (int, error) {
-	list, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateRunning, StateFailed, StateLost}, Limit: 100000})
-	if err != nil {
-		return 0, err
-	}
-	now := s.now()
-	n := 0
-	var errs []error
-	for _, sb := range list {
-		if sb.ExpiresAt.After(now) {
-			continue
-		}
-		if _, err := s.destroy(ctx, sb.ID, "ttl expired"); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
-}
-
 // Run performs background duties until ctx ends: the control loop (every second), the orphan
 // sweep (every SweepInterval, a minute) and pruning of old finished records (every hour).
 func (s *Service) Run(ctx context.Context) {

@@ -24,10 +24,10 @@ import (
 type Config struct {
 	DefaultImage   string  // "host"
 	DefaultRuntime string  // "runc"
-	DefaultCPU     float64 // 1 core
-	DefaultMemMB   int64   // 512
-	DefaultDiskMB  int64   // 1024
-	PidsLimit      int64   // 1024 processes per sandbox
+	DefaultCPU     float64 // DefaultCPU: 1 core
+	DefaultMemMB   int64   // DefaultMemoryMB: 512
+	DefaultDiskMB  int64   // DefaultDiskMB: 1024
+	PidsLimit      int64   // DefaultPidsLimit: 1024 processes per sandbox
 	DefaultTTL     time.Duration
 	MaxTTL         time.Duration // 24h
 	MaxSandboxes   int           // 200 live sandboxes
@@ -98,16 +98,16 @@ func (c *Config) setDefaults() {
 		c.DefaultRuntime = DefaultRuntime
 	}
 	if c.DefaultCPU == 0 {
-		c.DefaultCPU = 1
+		c.DefaultCPU = DefaultCPU
 	}
 	if c.DefaultMemMB == 0 {
-		c.DefaultMemMB = 512
+		c.DefaultMemMB = DefaultMemoryMB
 	}
 	if c.DefaultDiskMB == 0 {
-		c.DefaultDiskMB = 1024
+		c.DefaultDiskMB = DefaultDiskMB
 	}
 	if c.PidsLimit == 0 {
-		c.PidsLimit = 1024
+		c.PidsLimit = DefaultPidsLimit
 	}
 	if c.DefaultTTL == 0 {
 		c.DefaultTTL = DefaultTTL
