@@ -141,18 +141,14 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpt
 	if err != nil {
 		return nil, nil, nil, "", nil, nil, err
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); cp.svc.Run(rctx) }() // the TTL reaper and orphan sweep
+	cp.startLoop(ctx) // TTLs, destroys, the orphan sweep; cp.Close stops it and waits
 	// Durable runs (issue 14): no HTTP server in process, so artifact URLs have no address to
 	// name (run_artifact returns small files inline).
 	if err := cp.startRuns(ctx, cfg, log, func() string { return "" }); err != nil {
-		stop()
-		<-done
 		cp.Close()
 		return nil, nil, nil, "", nil, nil, err
 	}
-	closeFn := func() { cp.stopRuns(); stop(); <-done; cp.Close() }
+	closeFn := cp.Close
 	inProcess.Store(cp)
 	return cp.svc, cp.runsBackend(), cp.store, "in-process (state dir " + cfg.StateDir + ")", cp.gates, closeFn, nil
 }

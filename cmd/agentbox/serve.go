@@ -131,12 +131,9 @@ func cmdServe(args []string) int {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close) // and long polls for events
-	runCtx, stopRun := context.WithCancel(ctx)
-	runDone := make(chan struct{})
-	go func() { defer close(runDone); cp.svc.Run(runCtx) }()
-	// The control loop may be destroying a sandbox: it finishes before the store closes and the
-	// state-dir lock is released (cp.Close, deferred above).
-	defer func() { stopRun(); <-runDone }()
+	// The control loop may be destroying a sandbox: cp.Close (deferred above) stops it and waits
+	// for it before the store closes and the state-dir lock is released.
+	cp.startLoop(ctx)
 	defer cp.stopRuns() // runs' workers stop first: they use the sandbox service
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

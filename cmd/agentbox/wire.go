@@ -48,15 +48,35 @@ type controlPlane struct {
 	audit *audit.Recorder
 	// approvals (issue 16): the queue and the chain's last gate.
 	approvals *approval.Service
+	// The control loop (startLoop): its cancel and the channel closed when it has returned.
+	loopStop context.CancelFunc
+	loopDone chan struct{}
 }
 
+// startLoop runs the service's control loop (TTLs, destroys, the orphan sweep, pruning) in the
+// background until Close.
+func (cp *controlPlane) startLoop(ctx context.Context) {
+	rctx, stop := context.WithCancel(ctx)
+	cp.loopStop, cp.loopDone = stop, make(chan struct{})
+	go func() { defer close(cp.loopDone); cp.svc.Run(rctx) }()
+}
+
+// Close stops the run workers (they use the sandbox service), then the control loop, and waits
+// for it: a destroy it is doing finishes before the store closes and the state-dir lock is
+// released, so no other process takes the state dir while this one still works in it.
 func (cp *controlPlane) Close() {
 	cp.stopRuns()
+	if cp.loopStop != nil {
+		cp.loopStop()
+		<-cp.loopDone
+	}
 	cp.svc.Close()
 	if c, ok := any(cp.images).(io.Closer); ok {
 		c.Close()
 	}
-	cp.audit.Close() // writes what is queued before the store closes
+	if cp.audit != nil {
+		cp.audit.Close() // writes what is queued before the store closes
+	}
 	cp.store.Close()
 	cp.lock.Release()
 }

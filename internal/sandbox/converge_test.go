@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,12 +50,19 @@ type fakeEnv struct {
 
 func newFakeEnv(t *testing.T, cfg sandbox.Config) *fakeEnv {
 	t.Helper()
+	return newFakeEnvWith(t, cfg, fake.Config{})
+}
+
+// newFakeEnvWith is newFakeEnv with the fake runtime configured by fc (named "runc").
+func newFakeEnvWith(t *testing.T, cfg sandbox.Config, fc fake.Config) *fakeEnv {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "agentbox.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := fake.New(fake.Config{Name: "runc"})
+	fc.Name = "runc"
+	rt, err := fake.New(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,27 +338,67 @@ func TestReconcileSurvivesAnUnreadableSandbox(t *testing.T) {
 	}
 }
 
+// One failing orphan delete stops neither the sweep of the others nor the release of their id
+// ranges; the failed one's range stays held (its processes may still hold those ids) until its
+// delete succeeds.
 func TestSweepGoesOnPastAFailingDelete(t *testing.T) {
-	e := newFakeEnv(t, sandbox.Config{})
-	var orphans []string
+	e := newFakeEnvWith(t, sandbox.Config{}, fake.Config{TakesIDRange: true})
+	// Orphans of no record, and sandboxes recorded lost (not live) whose resources are left:
+	// these hold id ranges, as a runtime with user namespaces makes them.
+	var orphans, lost []string
 	for range 3 {
 		id := sandbox.NewID()
-		if _, err := e.rt.Create(t.Context(), runtime.Spec{ID: id, Image: "host"}); err != nil {
+		if _, err := e.rt.Create(t.Context(), runtime.Spec{ID: id, Image: "host", IDMap: runtime.IDMap{UIDBase: 1 << 30, GIDBase: 1 << 30, Count: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		orphans = append(orphans, id)
+		sb := e.create(t, sandbox.CreateRequest{})
+		if m, ok := e.rt.IDMap(sb.ID); !ok || m.Count == 0 {
+			t.Fatalf("sandbox %s was created with id map %+v, want a range", sb.ID, m)
+		}
+		e.rt.Kill(sb.ID)
+		waitState(t, e, sb.ID, sandbox.StateLost)
+		lost = append(lost, sb.ID)
 	}
-	slices.Sort(orphans)
-	clear := failOn(e.rt, fake.OpDelete, orphans[0])
+	held := func() []string {
+		rs, err := e.svc.IDRanges(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range rs {
+			ids = append(ids, r.SandboxID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if got, want := held(), slices.Sorted(slices.Values(lost)); !slices.Equal(got, want) {
+		t.Fatalf("ranges held by %v, want %v", got, want)
+	}
+	var on atomic.Bool
+	on.Store(true)
+	e.rt.SetFault(func(_ context.Context, op fake.Op, id string) error {
+		if on.Load() && op == fake.OpDelete && (id == orphans[0] || id == lost[0]) {
+			return errInjected
+		}
+		return nil
+	})
 	e.restart(t)
 	left := e.rt.Resources()
-	if !slices.Contains(left, orphans[0]) || slices.Contains(left, orphans[1]) || slices.Contains(left, orphans[2]) {
-		t.Fatalf("after a sweep where one delete failed: %v left, want only %s", left, orphans[0])
+	slices.Sort(left)
+	if want := slices.Sorted(slices.Values([]string{orphans[0], lost[0]})); !slices.Equal(left, want) {
+		t.Fatalf("after a sweep where two deletes failed: %v left, want %v", left, want)
 	}
-	clear()
+	if got := held(); !slices.Equal(got, []string{lost[0]}) {
+		t.Fatalf("after a sweep where %s's delete failed: ranges held by %v, want only its own", lost[0], got)
+	}
+	on.Store(false)
 	e.restart(t)
 	if left := e.rt.Resources(); len(left) != 0 {
 		t.Fatalf("after the fault cleared: %v left", left)
+	}
+	if got := held(); len(got) != 0 {
+		t.Fatalf("after the fault cleared: ranges held by %v", got)
 	}
 }
 
@@ -547,5 +595,75 @@ func TestManyLifecyclesLeaveNothing(t *testing.T) {
 	wg.Wait()
 	if left := e.rt.Resources(); len(left) != 0 {
 		t.Fatalf("resources left: %v", left)
+	}
+}
+
+// A running sandbox whose Adopt at start says it is not the sandbox on record, or is gone, is
+// recorded lost (and swept), not kept running and watched; one whose Adopt fails for a reason
+// that may pass stays running and is adopted by the control loop once the fault clears.
+func TestReconcileConvergesPastARefusedAdopt(t *testing.T) {
+	e := newFakeEnv(t, sandbox.Config{})
+	mismatch := e.create(t, sandbox.CreateRequest{})
+	gone := e.create(t, sandbox.CreateRequest{})
+	flaky := e.create(t, sandbox.CreateRequest{})
+	good := e.create(t, sandbox.CreateRequest{})
+	var flakyOn atomic.Bool
+	flakyOn.Store(true)
+	e.rt.SetFault(func(_ context.Context, op fake.Op, id string) error {
+		if op != fake.OpAdopt {
+			return nil
+		}
+		switch {
+		case id == mismatch.ID:
+			return errcode.New(errcode.SandboxNotRunning, "sandbox %s is not the sandbox on record (handle differs); destroy it", id)
+		case id == gone.ID:
+			return errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist", id)
+		case id == flaky.ID && flakyOn.Load():
+			return errInjected
+		}
+		return nil
+	})
+	e.restart(t) // must not fail
+	for _, id := range []string{mismatch.ID, gone.ID} {
+		if st := e.state(t, id); st != sandbox.StateLost {
+			t.Fatalf("sandbox %s whose adopt was refused is %s, want lost", id, st)
+		}
+		evs := e.eventsOf(t, id, "state")
+		if last := evs[len(evs)-1]; last.To != sandbox.StateLost || !strings.Contains(last.Reason, "adopt") {
+			t.Fatalf("last state event of %s: %+v, want → lost naming the adopt", id, last)
+		}
+		if slices.Contains(e.rt.Resources(), id) {
+			t.Fatalf("the host resources of %s, refused by adopt, were not swept", id)
+		}
+	}
+	if e.state(t, good.ID) != sandbox.StateRunning || e.state(t, flaky.ID) != sandbox.StateRunning {
+		t.Fatal("a sandbox whose adopt succeeded or may succeed later is not running")
+	}
+	if len(e.eventsOf(t, flaky.ID, "error")) == 0 {
+		t.Fatal("the failed adopt left no error event")
+	}
+	// The loop retries the adopt with backoff, and only the flaky one's.
+	calls := e.rt.Calls(fake.OpAdopt)
+	if err := e.svc.Converge(t.Context()); err != nil || e.rt.Calls(fake.OpAdopt) != calls {
+		t.Fatalf("Converge inside the backoff: %v, %d adopt calls; want none", err, e.rt.Calls(fake.OpAdopt)-calls)
+	}
+	e.clock.Add(2 * time.Second)
+	if err := e.svc.Converge(t.Context()); err == nil || e.rt.Calls(fake.OpAdopt) != calls+1 {
+		t.Fatalf("Converge with the fault on: %v, %d adopt calls; want an error and one", err, e.rt.Calls(fake.OpAdopt)-calls)
+	}
+	flakyOn.Store(false)
+	e.clock.Add(10 * time.Second)
+	if err := e.svc.Converge(t.Context()); err != nil || e.rt.Calls(fake.OpAdopt) != calls+2 {
+		t.Fatalf("Converge after the fault cleared: %v, %d adopt calls; want one more", err, e.rt.Calls(fake.OpAdopt)-calls)
+	}
+	e.clock.Add(10 * time.Minute)
+	if err := e.svc.Converge(t.Context()); err != nil || e.rt.Calls(fake.OpAdopt) != calls+2 {
+		t.Fatalf("Converge after the adopt succeeded: %v; adopt retried again", err)
+	}
+	if e.state(t, flaky.ID) != sandbox.StateRunning {
+		t.Fatalf("the adopted sandbox is %s", e.state(t, flaky.ID))
+	}
+	if _, err := e.svc.Exec(t.Context(), flaky.ID, sandbox.ExecRequest{Argv: []string{"true"}}, nil); err != nil {
+		t.Fatalf("exec on the adopted sandbox: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 //	stopping                       → host resources deleted, id range freed → destroyed
 //	creating, no create in flight  → host resources deleted → failed
 //	running/failed/lost, expired   → stopping → … → destroyed
+//	running, Adopt failed at start → adopted, or lost if Adopt refuses it (reconcile's adopt)
 //
 // Reconcile runs it over every unsettled sandbox at start and Converge on every tick. A failure
 // is kept per sandbox (logged, recorded as an "error" event, retried with backoff) and never
@@ -102,7 +103,9 @@ func (s *Service) unsettled(sb Sandbox, now time.Time, orphaned bool) bool {
 		return true
 	case StateCreating:
 		return orphaned || now.Sub(sb.CreatedAt) > s.createDeadline()
-	case StateRunning, StateFailed, StateLost:
+	case StateRunning:
+		return !sb.ExpiresAt.After(now) || s.unadopted.has(sb.ID)
+	case StateFailed, StateLost:
 		return !sb.ExpiresAt.After(now)
 	}
 	return false
@@ -120,12 +123,17 @@ func (s *Service) step(ctx context.Context, id string, orphaned bool) error {
 		s.retries.clear(id)
 		return nil
 	}
-	switch sb.State {
-	case StateCreating:
+	switch {
+	case sb.State == StateCreating:
 		err = s.abandonCreate(ctx, sb, orphaned)
-	case StateStopping:
+	case sb.State == StateStopping:
 		// The stop's own reason is on its stopping event; the loop only finishes it.
 		_, err = s.finishDestroy(ctx, sb, "destroy finished by the control loop")
+	case sb.ExpiresAt.After(now): // running, its Adopt at start failed: try it again
+		var rt runtime.Runtime
+		if rt, err = s.runtimeOf(sb); err == nil {
+			_, err = s.adopt(ctx, rt, sb)
+		}
 	default: // expired
 		_, err = s.stopAndDestroy(ctx, sb, "ttl expired")
 	}
@@ -203,7 +211,7 @@ func (s *Service) finishDestroy(ctx context.Context, sb Sandbox, reason string) 
 
 // Reconcile makes the store and the host agree. Run it at start, before serving, while holding
 // the state-dir lock: running sandboxes whose container still runs are adopted (runtime.Adopter)
-// and watched; records whose container is gone become lost; half-made creates become failed;
+// and watched; records whose container is gone, or whose Adopt refuses them, become lost; half-made creates become failed;
 // half-done destroys finish; host resources that no live record owns are deleted. A sandbox it
 // cannot settle (its state unreadable, a delete failing) is logged, recorded and left to the
 // control loop: it never stops the server from starting. Only a store it cannot read is an error.
@@ -249,19 +257,23 @@ func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (
 			}
 			return false, nil // the sweep deletes what is left
 		}
-		if a, ok := rt.(runtime.Adopter); ok {
-			if err := a.Adopt(ctx, sb.ID, runtime.Handle(sb.Handle)); err != nil {
-				s.log.Warn("reconcile: adopt", "sandbox_id", sb.ID, "err", err)
-			}
+		lost, aerr := s.adopt(ctx, rt, sb)
+		if lost {
+			return false, nil // the sweep deletes what is left
 		}
-		s.log.Info("reconcile: adopted", "sandbox_id", sb.ID)
+		if aerr != nil {
+			// It may pass: the sandbox is served and watched, and the control loop retries.
+			aerr = s.stepFailed(ctx, sb.ID, aerr)
+		} else {
+			s.log.Info("reconcile: adopted", "sandbox_id", sb.ID)
+		}
 		s.watch(rt, sb.ID)
 		s.reattachJobs(ctx, sb.ID)
 		s.startNet(sb, rt, nil) // an egress sandbox's session, reopened in the background
-		if s.unsettled(sb, now, false) {
+		if aerr == nil && s.unsettled(sb, now, false) {
 			return true, s.step(ctx, sb.ID, false)
 		}
-		return true, nil
+		return true, aerr
 	case StateCreating, StateStopping:
 		if err := s.step(ctx, sb.ID, true); err != nil {
 			return true, err
@@ -273,6 +285,66 @@ func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (
 		}
 		return false, nil
 	}
+}
+
+// adopt calls the runtime's Adopt (runtime.Adopter) for sb, found running at start. A refusal
+// that says the host's sandbox is gone, has stopped or is not the one on record
+// (SANDBOX_NOT_FOUND, SANDBOX_NOT_RUNNING, or INVALID_ARGUMENT: a handle on record the runtime
+// did not make) records sb lost, as a container found gone at start is, with the refusal as the
+// event's reason, and returns lost true: its host resources are no record's, so the sweep
+// deletes them. Any other failure may pass: sb stays running and is marked unadopted, and the
+// control loop (step) retries Adopt with backoff until it succeeds or is refused.
+func (s *Service) adopt(ctx context.Context, rt runtime.Runtime, sb Sandbox) (lost bool, err error) {
+	a, ok := rt.(runtime.Adopter)
+	if !ok {
+		s.unadopted.remove(sb.ID)
+		return false, nil
+	}
+	err = a.Adopt(ctx, sb.ID, runtime.Handle(sb.Handle))
+	if err == nil {
+		s.unadopted.remove(sb.ID)
+		return false, nil
+	}
+	switch errcode.Of(err) {
+	case errcode.SandboxNotFound, errcode.SandboxNotRunning, errcode.InvalidArgument:
+		s.log.Warn("reconcile: adopt refused; sandbox lost", "sandbox_id", sb.ID, "err", err)
+		if _, terr := s.transition(ctx, sb, StateLost, truncate("reconcile: adopt refused: "+errcode.Message(err), 1024),
+			"the sandbox on the host had stopped or was not this sandbox when the server started"); terr != nil {
+			s.unadopted.add(sb.ID)
+			return false, terr
+		}
+		s.dropGuest(sb.ID)
+		return true, nil
+	}
+	s.unadopted.add(sb.ID)
+	return false, fmt.Errorf("adopt: %w", err)
+}
+
+// idSet is a set of sandbox ids, safe for concurrent use.
+type idSet struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (s *idSet) add(id string) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[string]bool{}
+	}
+	s.m[id] = true
+	s.mu.Unlock()
+}
+
+func (s *idSet) remove(id string) {
+	s.mu.Lock()
+	delete(s.m, id)
+	s.mu.Unlock()
+}
+
+func (s *idSet) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id]
 }
 
 // watch waits, in the background, for the sandbox's init to exit (runtime.Waiter), and then
@@ -359,29 +431,6 @@ func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
 		sb, err := s.store.GetSandbox(ctx, id)
 		return err == nil && sb.State.Live() || err != nil && errcode.Of(err) != errcode.SandboxNotFound
 	}
-}
-
-// ReapExpired destroys every sandbox whose TTL has passed and returns how many; the control
-// loop (Converge) does the same, and finishes what a failed destroy left.
-func (s *Service) ReapExpired(ctx context.Context) (int, error) {
-	list, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateRunning, StateFailed, StateLost}, Limit: 100000})
-	if err != nil {
-		return 0, err
-	}
-	now := s.now()
-	n := 0
-	var errs []error
-	for _, sb := range list {
-		if sb.ExpiresAt.After(now) {
-			continue
-		}
-		if _, err := s.destroy(ctx, sb.ID, "ttl expired"); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
 }
 
 // Run performs background duties until ctx ends: the control loop (every second), the orphan

@@ -139,6 +139,12 @@ const (
 	DefaultTTL          = 30 * time.Minute
 	DefaultMaxTTL       = 24 * time.Hour
 	DefaultMaxSandboxes = 200
+	// A sandbox created without limits gets these (Config.DefaultCPU, DefaultMemMB,
+	// DefaultDiskMB, PidsLimit).
+	DefaultCPU       = 1.0  // cores
+	DefaultMemoryMB  = 512  // MiB
+	DefaultDiskMB    = 1024 // MiB
+	DefaultPidsLimit = 1024 // processes
 )
 
 // NewID returns a fresh sandbox id: "sb-" and 12 lowercase hex digits (sandboxid.New).

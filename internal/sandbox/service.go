@@ -17,16 +17,17 @@ import (
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 // Config bounds and defaults the service. Zero values take the documented defaults.
 type Config struct {
 	DefaultImage   string  // "host"
 	DefaultRuntime string  // "runc"
-	DefaultCPU     float64 // 1 core
-	DefaultMemMB   int64   // 512
-	DefaultDiskMB  int64   // 1024
-	PidsLimit      int64   // 1024 processes per sandbox
+	DefaultCPU     float64 // DefaultCPU: 1 core
+	DefaultMemMB   int64   // DefaultMemoryMB: 512
+	DefaultDiskMB  int64   // DefaultDiskMB: 1024
+	PidsLimit      int64   // DefaultPidsLimit: 1024 processes per sandbox
 	DefaultTTL     time.Duration
 	MaxTTL         time.Duration // 24h
 	MaxSandboxes   int           // 200 live sandboxes
@@ -97,16 +98,16 @@ func (c *Config) setDefaults() {
 		c.DefaultRuntime = DefaultRuntime
 	}
 	if c.DefaultCPU == 0 {
-		c.DefaultCPU = 1
+		c.DefaultCPU = DefaultCPU
 	}
 	if c.DefaultMemMB == 0 {
-		c.DefaultMemMB = 512
+		c.DefaultMemMB = DefaultMemoryMB
 	}
 	if c.DefaultDiskMB == 0 {
-		c.DefaultDiskMB = 1024
+		c.DefaultDiskMB = DefaultDiskMB
 	}
 	if c.PidsLimit == 0 {
-		c.PidsLimit = 1024
+		c.PidsLimit = DefaultPidsLimit
 	}
 	if c.DefaultTTL == 0 {
 		c.DefaultTTL = DefaultTTL
@@ -225,6 +226,11 @@ type Service struct {
 	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 	recWake recordWake // wakes watchers of connection records (netwake.go)
+
+	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
+	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
+	// leaves running.
+	unadopted idSet
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.
@@ -665,17 +671,14 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 	s.bus.publish()
 	s.log.Info("sandbox state", "sandbox_id", sb.ID, "from", from, "to", to, "reason", reason)
 	if from == StateRunning {
+		s.unadopted.remove(sb.ID)
 		s.sandboxEnding(ctx, sb, to, reason) // its jobs: canceled or unknown
 	}
 	return sb, nil
 }
 
-func checkID(id string) error {
-	if !ValidID(id) {
-		return errcode.New(errcode.InvalidArgument, "sandbox_id %q is malformed: ids look like sb-0123456789ab (from sandbox_create or sandbox ls)", truncate(id, 64))
-	}
-	return nil
-}
+// checkID refuses a malformed id (sandboxid.Check).
+func checkID(id string) error { return sandboxid.Check(id) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

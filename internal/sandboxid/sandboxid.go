@@ -2,12 +2,14 @@
 // Every host resource of a sandbox (container, bundle, disk, cgroups) is named from its id, so
 // every layer that takes an id from outside checks it with Valid before using it in a path; the
 // control plane, the runtimes and the clients all share this package instead of copies of the
-// pattern. It imports nothing of agentbox.
+// pattern. It imports only errcode (Check's typed error).
 package sandboxid
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+
+	"github.com/agentbox/agentbox/internal/errcode"
 )
 
 // Prefix starts every sandbox id.
@@ -40,4 +42,21 @@ func Valid(id string) bool {
 		}
 	}
 	return true
+}
+
+// maxQuoted is how much of a malformed id Check quotes back.
+const maxQuoted = 64
+
+// Check returns nil for an id that is Valid, and otherwise the one error every layer gives a
+// malformed sandbox id: INVALID_ARGUMENT naming the argument (details.argument "sandbox_id")
+// and the shape ids have, quoting the id (its first 64 bytes).
+func Check(id string) error {
+	if Valid(id) {
+		return nil
+	}
+	if len(id) > maxQuoted {
+		id = id[:maxQuoted] + "…"
+	}
+	return errcode.New(errcode.InvalidArgument, "sandbox_id %q is malformed: a sandbox id is %q and %d lowercase hex digits, like sb-0123456789ab (sandbox_create returns it; sandbox_list and `agentbox ls` show it)",
+		id, Prefix, hexDigits).With("argument", "sandbox_id")
 }

@@ -2,8 +2,10 @@ package sandboxid_test
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
@@ -35,5 +37,23 @@ func TestNew(t *testing.T) {
 			t.Fatalf("New() returned %q twice", id)
 		}
 		seen[id] = true
+	}
+}
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	if err := sandboxid.Check("sb-0123456789ab"); err != nil {
+		t.Fatalf("Check of a valid id: %v", err)
+	}
+	long := "sb-" + strings.Repeat("x", 200)
+	for _, id := range []string{"", "sb-0123456789AB", "../etc/passwd", long} {
+		err := sandboxid.Check(id)
+		e, ok := errcode.As(err)
+		if !ok || e.Code != errcode.InvalidArgument || e.Details["argument"] != "sandbox_id" {
+			t.Fatalf("Check(%q) = %v, want INVALID_ARGUMENT on sandbox_id", id, err)
+		}
+		if !strings.Contains(e.Message, `"sb-" and 12 lowercase hex digits`) || len(e.Message) > 400 {
+			t.Fatalf("Check(%q): message %q does not name the shape, or quotes too much", id, e.Message)
+		}
 	}
 }

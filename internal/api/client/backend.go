@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandboxid"
 	"github.com/agentbox/agentbox/internal/snippet"
 )
 
@@ -55,15 +56,7 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (sandbo
 }
 
 // checkID refuses a malformed id before it is put in a URL path, with the service's message.
-func checkID(id string) error {
-	if !sandbox.ValidID(id) {
-		if len(id) > 64 {
-			id = id[:64] + "…"
-		}
-		return errcode.New(errcode.InvalidArgument, "sandbox_id %q is malformed: ids look like sb-0123456789ab (from sandbox_create or sandbox ls)", id)
-	}
-	return nil
-}
+func checkID(id string) error { return sandboxid.Check(id) }
 
 // Get returns a sandbox's record.
 func (b *Backend) Get(ctx context.Context, id string) (sandbox.Sandbox, error) {

@@ -75,6 +75,11 @@ type Config struct {
 	Dir string
 	// Logger receives the agents' logs; nil discards.
 	Logger *slog.Logger
+	// TakesIDRange makes Capabilities declare IDMappedFiles, so the control plane allocates
+	// every sandbox a range of host ids (Capabilities.TakesIDRange) and releases it, which its
+	// tests observe. The fake takes Spec.IDMap and records it (IDMap) but applies nothing:
+	// commands still run as this process's user.
+	TakesIDRange bool
 }
 
 // Runtime is the fake runtime. Its methods are safe for concurrent use.
@@ -83,6 +88,7 @@ type Runtime struct {
 	dir    string
 	ownDir bool
 	log    *slog.Logger
+	idMaps bool // Config.TakesIDRange
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -99,6 +105,7 @@ type sandbox struct {
 	dir    string
 	handle runtime.Handle
 	env    map[string]string
+	idMap  runtime.IDMap
 	status runtime.Status // created, running or stopped (what Stop and Kill leave)
 	// stop ends the agent; nil before Start.
 	stop context.CancelFunc
@@ -138,7 +145,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Name == "" {
 		cfg.Name = "fake"
 	}
-	r := &Runtime{name: cfg.Name, dir: cfg.Dir, log: cfg.Logger, sandboxes: map[string]*sandbox{}, calls: map[Op]int{}}
+	r := &Runtime{name: cfg.Name, dir: cfg.Dir, log: cfg.Logger, idMaps: cfg.TakesIDRange, sandboxes: map[string]*sandbox{}, calls: map[Op]int{}}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -161,16 +168,30 @@ func New(cfg Config) (*Runtime, error) {
 func (r *Runtime) Name() string { return r.name }
 
 // Capabilities declares what the fake is: commands run on the host as this process's user,
-// with nothing isolated or limited.
+// with nothing isolated or limited. With Config.TakesIDRange it declares IDMappedFiles, so
+// that sandboxes are given id ranges (which it records and does not apply).
 func (r *Runtime) Capabilities() runtime.Capabilities {
 	return runtime.Capabilities{
-		Name:         r.name,
-		Available:    true,
-		Version:      "fake",
-		Isolation:    runtime.IsolationProcess,
-		Images:       []string{"host", runtime.ImageOCI},
-		NetworkModes: slices.Clone(networkModes),
+		Name:          r.name,
+		Available:     true,
+		Version:       "fake",
+		Isolation:     runtime.IsolationProcess,
+		Images:        []string{"host", runtime.ImageOCI},
+		NetworkModes:  slices.Clone(networkModes),
+		IDMappedFiles: r.idMaps,
 	}
+}
+
+// IDMap returns the range of host ids sandbox id was created with (Config.TakesIDRange), and
+// whether the sandbox exists.
+func (r *Runtime) IDMap(id string) (runtime.IDMap, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb := r.sandboxes[id]
+	if sb == nil {
+		return runtime.IDMap{}, false
+	}
+	return sb.idMap, true
 }
 
 // networkModes are the fake's network modes. Egress only writes the CA bundle into the
@@ -223,14 +244,9 @@ func (r *Runtime) socketPath(id string) string { return filepath.Join(r.sandboxD
 
 // checkID refuses an id that is not sandboxid.Valid (as in oci): every directory is named from
 // an id.
-func checkID(id string) error {
-	if !sandboxid.Valid(id) {
-		return errcode.New(errcode.InvalidArgument, "sandbox id %q is not of the form sb-<12 lowercase hex digits>", id)
-	}
-	return nil
-}
+func checkID(id string) error { return sandboxid.Check(id) }
 
-func validateSpec(spec runtime.Spec) error {
+func (r *Runtime) validateSpec(spec runtime.Spec) error {
 	if err := checkID(spec.ID); err != nil {
 		return err
 	}
@@ -250,8 +266,11 @@ func validateSpec(spec runtime.Spec) error {
 	if spec.CPU < 0 || spec.MemoryMB < 0 || spec.DiskMB < 0 || spec.PidsLimit < 0 {
 		return errcode.New(errcode.InvalidArgument, "cpu, memory_mb, disk_mb and pids_limit must not be negative")
 	}
-	if spec.IDMap.Count > 0 {
+	if spec.IDMap.Count > 0 && !r.idMaps {
 		return errcode.New(errcode.InvalidArgument, "the fake runtime gives sandboxes no range of host ids (Capabilities.TakesIDRange is false)")
+	}
+	if spec.IDMap.Count == 0 && r.idMaps {
+		return errcode.New(errcode.InvalidArgument, "runtime %s takes a range of host ids (Capabilities.TakesIDRange): spec.IDMap must not be empty", r.name)
 	}
 	for k, v := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
@@ -293,7 +312,7 @@ func (r *Runtime) Run(ctx context.Context, spec runtime.Spec) (runtime.Handle, e
 }
 
 func (r *Runtime) create(spec runtime.Spec) (*sandbox, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := r.validateSpec(spec); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -320,7 +339,7 @@ func (r *Runtime) create(spec runtime.Spec) (*sandbox, error) {
 	}
 	r.gen++
 	sb := &sandbox{id: spec.ID, dir: dir, handle: runtime.Handle("fake:" + strconv.FormatUint(r.gen, 10)),
-		env: spec.Env, status: runtime.StatusCreated, exited: make(chan struct{})}
+		env: spec.Env, idMap: spec.IDMap, status: runtime.StatusCreated, exited: make(chan struct{})}
 	r.sandboxes[spec.ID] = sb
 	return sb, nil
 }

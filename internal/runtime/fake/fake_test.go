@@ -51,6 +51,42 @@ func TestCapabilities(t *testing.T) {
 	}
 }
 
+// TestTakesIDRange: with Config.TakesIDRange the fake declares it, refuses a spec without a
+// range, and records the range it is given; without it, it refuses one.
+func TestTakesIDRange(t *testing.T) {
+	ctx := context.Background()
+	m := runtime.IDMap{UIDBase: 200000, GIDBase: 200000, Count: 65536}
+	plain := newFake(t)
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec.IDMap = m
+	if _, err := plain.Create(ctx, spec); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Fatalf("create with an id map on a fake that takes none: %v, want INVALID_ARGUMENT", err)
+	}
+	rt, err := fake.New(fake.Config{TakesIDRange: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	if !rt.Capabilities().TakesIDRange() {
+		t.Fatal("Capabilities().TakesIDRange() is false")
+	}
+	if _, err := rt.Create(ctx, runtimetest.DefaultSpec(runtimetest.NewID())); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Fatalf("create without an id map: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := rt.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := rt.IDMap(spec.ID); !ok || got != m {
+		t.Fatalf("IDMap = %+v, %v; want %+v", got, ok, m)
+	}
+	if err := rt.Delete(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rt.IDMap(spec.ID); ok {
+		t.Fatal("IDMap of a deleted sandbox")
+	}
+}
+
 // TestEgressCABundle: an egress sandbox's CA bundle is in its directory, read-only; a none
 // sandbox gets none; delete removes it with the directory.
 func TestEgressCABundle(t *testing.T) {

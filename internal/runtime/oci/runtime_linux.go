@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 // Timeouts of the OCI runtime's commands (the caller's ctx may be shorter).
@@ -268,12 +269,7 @@ func (r *Runtime) checkAvailable() error {
 	return nil
 }
 
-func checkID(id string) error {
-	if !validID(id) {
-		return errcode.New(errcode.InvalidArgument, "sandbox id %q is not of the form sb-<12 lowercase hex digits>", id)
-	}
-	return nil
-}
+func checkID(id string) error { return sandboxid.Check(id) }
 
 // ensureLayout creates Root's directories and the shared rootfs, once per Runtime.
 func (r *Runtime) ensureLayout() (string, error) {
