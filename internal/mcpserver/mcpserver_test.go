@@ -147,8 +147,9 @@ func TestToolsList(t *testing.T) {
 	}
 }
 
-// TestLoop is the whole loop a model runs, under each protocol version: create, exec with
-// progress, files in and out (text and binary, paged), list, extend, destroy.
+// TestLoop is the whole loop a model runs, under each protocol version, end to end on real
+// runc sandboxes: create, exec with progress, users, files in and out of /workspace (text and
+// binary, paged), list, extend, destroy.
 func TestLoop(t *testing.T) {
 	svc := service(t, sandbox.Config{})
 	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test"})
@@ -362,9 +363,9 @@ func deref(s *string) string {
 }
 
 // TestBadCalls: malformed and impossible calls get the right code and a message naming what to
-// change, and the session keeps serving.
+// change, and the session keeps serving (the fake runtime: tool logic).
 func TestBadCalls(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	srv := mcpserver.New(svc, mcpserver.Options{})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
@@ -468,7 +469,7 @@ func TestPanicRecovered(t *testing.T) {
 	}
 }
 
-// TestExecCancelKills: cancelling an exec call kills the command in the sandbox.
+// TestExecCancelKills: cancelling an exec call kills the command in the (real runc) sandbox.
 func TestExecCancelKills(t *testing.T) {
 	svc := service(t, sandbox.Config{})
 	srv := mcpserver.New(svc, mcpserver.Options{})
@@ -520,7 +521,7 @@ func TestExecCancelKills(t *testing.T) {
 // TestResourcesAndSubscriptions: the resources read as documented, and a subscriber to a
 // sandbox is notified promptly when its state changes, whoever changed it.
 func TestResourcesAndSubscriptions(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	for _, v := range protocolVersions {
 		t.Run(v, func(t *testing.T) {
 			srv := mcpserver.New(svc, mcpserver.Options{})
@@ -621,7 +622,7 @@ func TestResourcesAndSubscriptions(t *testing.T) {
 // TestPromptsAndCompletion: both prompts are listed with their arguments and render with them;
 // sandbox ids complete.
 func TestPromptsAndCompletion(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	srv := mcpserver.New(svc, mcpserver.Options{})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[1])
@@ -693,7 +694,7 @@ func TestPromptsAndCompletion(t *testing.T) {
 // this server created that it still holds; a finished one is reported once (with why) and then
 // drops out; past the live bound creation is refused and the list is not shortened.
 func TestHeldList(t *testing.T) {
-	svc := service(t, sandbox.Config{MaxSandboxes: 3})
+	svc := fakeServiceWith(t, sandbox.Config{MaxSandboxes: 3})
 	srv := mcpserver.New(svc, mcpserver.Options{})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
@@ -773,7 +774,7 @@ func TestHeldList(t *testing.T) {
 // TestAdopt: a server that owns its control plane lists, after a restart, the sandboxes that
 // survived it.
 func TestAdopt(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	ctx := context.Background()
 	sb, err := svc.Create(ctx, sandbox.CreateRequest{})
 	if err != nil {
