@@ -29,13 +29,13 @@ var _ mcpserver.Backend = (*sandbox.Service)(nil)
 // session-based one.
 var protocolVersions = []string{"2026-07-28", "2025-11-25"}
 
-// The tests run in two tiers. Tool logic (argument validation, error mapping, schemas,
-// listing, the sessions' held lists, resources and subscriptions, the jobs tools' replies, the
-// gate and the audit) runs on fakeService in every mode, without root and under -short: real
-// SQLite, the real service and the fake runtime, whose agents are real guest agents in this
-// process. What needs a real sandbox (the end-to-end exec path with its users and /workspace,
-// a cancelled command killed in its sandbox, cgroup metrics, the images' interpreters) runs on
-// service, real runc, when root.
+// The tests run in two tiers. Tool logic (argument validation, error mapping, schemas, the
+// exec and file tools' replies, listing, the sessions' held lists, resources and
+// subscriptions, the jobs tools' replies, the gate and the audit) runs on fakeService in every
+// mode, without root and under -short: real SQLite, the real service and the fake runtime,
+// whose agents are real guest agents in this process. What needs a real sandbox (the
+// end-to-end exec path with its users and /workspace, a cancelled command killed in its
+// sandbox, cgroup metrics, the images' interpreters) runs on service, real runc, when root.
 
 // fakeService is the control plane over real SQLite and the fake runtime (named "runc"), with
 // the default config: no root needed.
