@@ -186,10 +186,17 @@ func TestApprovedCallRunsOnce(t *testing.T) {
 	if got.State != approval.Used || got.Outcome != "ok" {
 		t.Fatalf("approval after use: %+v", got)
 	}
-	// Another argument: its own approval.
-	go run(s, mcpCall("exec", `{"sandbox_id":"sb-1","command":["touch","y"]}`), &ran)
-	if b := waitPending(t, s); b.ID == a.ID {
+	// Another argument: its own approval (denied, so that its caller returns before the test ends).
+	go func() { errs <- run(s, mcpCall("exec", `{"sandbox_id":"sb-1","command":["touch","y"]}`), &ran) }()
+	b := waitPending(t, s)
+	if b.ID == a.ID {
 		t.Fatal("a different call reused the approval")
+	}
+	if _, err := s.Decide(t.Context(), b.ID, false, operator, "test over"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errcode.Is(err, errcode.ApprovalRefused) {
+		t.Fatalf("the denied call: %v", err)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
-	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // restGate records the REST calls api_call makes in process.
@@ -44,7 +43,7 @@ func (g *restGate) seen() []gate.Call {
 // gate, as the tool's caller), refuses what the OpenAPI document does not list before anything
 // is sent, returns REST errors as typed errors and bounds the reply.
 func TestAPICall(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	rg := &restGate{}
 	h := api.New(svc, api.Options{Gate: gate.Chain{rg}})
 	defer h.Close()
@@ -114,10 +113,10 @@ func TestAPICall(t *testing.T) {
 
 	// The reply is bounded: a 3 MiB file comes back cut at 1 MiB, and says so.
 	big := bytes.Repeat([]byte{0, 1, 2, 3, 0xff, 0xfe, 'a', '\n'}, 3<<17)
-	if _, err := svc.WriteFile(t.Context(), id, "/workspace/big.bin", 0o644, bytes.NewReader(big)); err != nil {
+	if _, err := svc.WriteFile(t.Context(), id, "big.bin", 0o644, bytes.NewReader(big)); err != nil {
 		t.Fatal(err)
 	}
-	c.ok("api_call", map[string]any{"method": "GET", "path": "/v1/sandboxes/" + id + "/files", "query": map[string]any{"path": "/workspace/big.bin"}}, &out)
+	c.ok("api_call", map[string]any{"method": "GET", "path": "/v1/sandboxes/" + id + "/files", "query": map[string]any{"path": "big.bin"}}, &out)
 	raw, err := base64.StdEncoding.DecodeString(out.Body.(string))
 	if err != nil || out.Status != 200 || !out.Truncated || out.Bytes != mcpserver.MaxAPICallReply || out.BodyEncoding != "base64" || !bytes.Equal(raw, big[:mcpserver.MaxAPICallReply]) {
 		t.Fatalf("big file: status %d truncated %v bytes %d encoding %s err %v", out.Status, out.Truncated, out.Bytes, out.BodyEncoding, err)
@@ -141,7 +140,7 @@ func TestAPICall(t *testing.T) {
 	if sb, _ := out.Body.(map[string]any); out.Status != 200 || sb["sandbox_id"] != id {
 		t.Fatalf("get over REST: %+v", out)
 	}
-	bc.ok("api_call", map[string]any{"method": "GET", "path": "/v1/sandboxes/" + id + "/files", "query": map[string]any{"path": "/workspace/big.bin"}}, &out)
+	bc.ok("api_call", map[string]any{"method": "GET", "path": "/v1/sandboxes/" + id + "/files", "query": map[string]any{"path": "big.bin"}}, &out)
 	if !out.Truncated || out.Bytes != mcpserver.MaxAPICallReply {
 		t.Fatalf("big file over REST: truncated %v bytes %d", out.Truncated, out.Bytes)
 	}
@@ -167,7 +166,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // handler, api_call calling that handler in process), the inner REST request runs as the
 // identity the HTTP request carried, not as a stdio session.
 func TestAPICallCarriesTheHTTPCaller(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	rg := &restGate{}
 	var h *api.Server
 	srv := mcpserver.New(svc, mcpserver.Options{APICall: func(ctx context.Context, method, path string, q url.Values, body []byte) (int, http.Header, []byte, error) {

@@ -11,20 +11,20 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
-// TestAuditRecordsToolCalls: with the audit recorder as the gate, tool calls on a real runc
-// sandbox are recorded with their tool, sandbox, the stdio caller, digest and outcome, and
-// the database never holds a file's content, an environment value or stdin.
+// TestAuditRecordsToolCalls: with the audit recorder as the gate, tool calls (on the fake
+// runtime: the recorder is tool logic) are recorded with their tool, sandbox, the stdio caller,
+// digest and outcome, and the database never holds a file's content, an environment value or
+// stdin.
 func TestAuditRecordsToolCalls(t *testing.T) {
 	const (
 		content = "MCP-FILE-CONTENT-a1b2c3"
 		secret  = "MCP-SECRET-VALUE-d4e5f6"
 		stdin   = "MCP-STDIN-TEXT-0a0b0c"
 	)
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	dir := t.TempDir()
 	ast, err := sqlite.Open(t.Context(), filepath.Join(dir, "audit.db"))
 	if err != nil {
@@ -36,10 +36,10 @@ func TestAuditRecordsToolCalls(t *testing.T) {
 	c := connect(t, srv, "2025-11-25")
 	var sb mcpserver.SandboxInfo
 	c.ok("sandbox_create", map[string]any{"env": map[string]string{"API_TOKEN": secret}}, &sb)
-	if res := c.call("file_write", map[string]any{"sandbox_id": sb.SandboxID, "path": "/tmp/a.txt", "content": content}); res.IsError {
+	if res := c.call("file_write", map[string]any{"sandbox_id": sb.SandboxID, "path": "a.txt", "content": content}); res.IsError {
 		t.Fatalf("file_write: %+v", res)
 	}
-	res := c.call("exec", map[string]any{"sandbox_id": sb.SandboxID, "command": []string{"sh", "-c", "cat /tmp/a.txt; cat; echo $K"},
+	res := c.call("exec", map[string]any{"sandbox_id": sb.SandboxID, "command": []string{"sh", "-c", "cat a.txt; cat; echo $K"},
 		"env": map[string]string{"K": secret}, "stdin": stdin})
 	if res.IsError {
 		t.Fatalf("exec: %+v", res)
@@ -70,10 +70,10 @@ func TestAuditRecordsToolCalls(t *testing.T) {
 			t.Errorf("record %d = %+v, want %+v", i, r, w)
 		}
 	}
-	if s := string(recs[1].Summary); !strings.Contains(s, `"path":"/tmp/a.txt"`) || !strings.Contains(s, `"bytes":23`) {
+	if s := string(recs[1].Summary); !strings.Contains(s, `"path":"a.txt"`) || !strings.Contains(s, `"bytes":23`) {
 		t.Errorf("file_write summary %s", s)
 	}
-	if s := string(recs[2].Summary); !strings.Contains(s, `"command":["sh","-c","cat /tmp/a.txt; cat; echo $K"]`) || !strings.Contains(s, `"K":"[redacted]"`) {
+	if s := string(recs[2].Summary); !strings.Contains(s, `"command":["sh","-c","cat a.txt; cat; echo $K"]`) || !strings.Contains(s, `"K":"[redacted]"`) {
 		t.Errorf("exec summary %s", s)
 	}
 	ast.Close()
@@ -90,7 +90,7 @@ func TestAuditRecordsToolCalls(t *testing.T) {
 				t.Errorf("%s holds %q", name, leak)
 			}
 		}
-		if name == "audit.db" && !bytes.Contains(b, []byte("/tmp/a.txt")) {
+		if name == "audit.db" && !bytes.Contains(b, []byte("a.txt")) {
 			t.Errorf("%s lacks the file's path: the grep looks at the wrong bytes", name)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
@@ -28,8 +29,46 @@ var _ mcpserver.Backend = (*sandbox.Service)(nil)
 // session-based one.
 var protocolVersions = []string{"2026-07-28", "2025-11-25"}
 
+// The tests run in two tiers. Tool logic (argument validation, error mapping, schemas, the
+// exec and file tools' replies, listing, the sessions' held lists, resources and
+// subscriptions, the jobs tools' replies, the gate and the audit) runs on fakeService in every
+// mode, without root and under -short: real SQLite, the real service and the fake runtime,
+// whose agents are real guest agents in this process. What needs a real sandbox (the
+// end-to-end exec path with its users and /workspace, a cancelled command killed in its
+// sandbox, cgroup metrics, the images' interpreters) runs on service, real runc, when root.
+
+// fakeService is the control plane over real SQLite and the fake runtime (named "runc"), with
+// the default config: no root needed.
+func fakeService(t *testing.T) *sandbox.Service {
+	t.Helper()
+	return fakeServiceWith(t, sandbox.Config{})
+}
+
+// fakeServiceWith is fakeService with cfg.
+func fakeServiceWith(t *testing.T, cfg sandbox.Config) *sandbox.Service {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := fake.New(fake.Config{Name: "runc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		svc.Close()
+		rt.Shutdown(context.Background())
+		st.Close()
+	})
+	return svc
+}
+
 // service builds a real control plane: real SQLite, real runc, the real agentbox binary as
-// the in-sandbox agent.
+// the in-sandbox agent. It skips without root.
 func service(t *testing.T, cfg sandbox.Config) *sandbox.Service {
 	t.Helper()
 	testenv.RequireRoot(t)

@@ -43,7 +43,7 @@ func (g *toolGate) Enter(ctx context.Context, c *gate.Call) (func(error), error)
 // sandbox (the stdio surface and caller when no HTTP request carried one) and its outcome; a
 // refusal is the tool's error result and nothing acts.
 func TestGateSeesToolCalls(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	g := &toolGate{}
 	srv := mcpserver.New(svc, mcpserver.Options{Gate: gate.Chain{g}})
 	defer srv.Close()

@@ -9,11 +9,11 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// TestJobTools drives the job tools on a real runc sandbox: exec background starts a job with
+// TestJobTools drives the job tools (on the fake runtime: the tools' logic over real guest jobs): exec background starts a job with
 // job_start's reply, job_wait reports progress while waiting, job_logs pages, job_list counts
 // what it omitted, job_cancel ends a job, and every numeric bound is refused naming its argument.
 func TestJobTools(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	srv := mcpserver.New(svc, mcpserver.Options{})
 	defer srv.Close()
 	c := connect(t, srv, "2025-11-25")

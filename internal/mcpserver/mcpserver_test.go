@@ -147,8 +147,9 @@ func TestToolsList(t *testing.T) {
 	}
 }
 
-// TestLoop is the whole loop a model runs, under each protocol version: create, exec with
-// progress, files in and out (text and binary, paged), list, extend, destroy.
+// TestLoop is the whole loop a model runs, under each protocol version, end to end on real
+// runc sandboxes: create, exec with progress, users, files in and out of /workspace (text and
+// binary, paged), list, extend, destroy.
 func TestLoop(t *testing.T) {
 	svc := service(t, sandbox.Config{})
 	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test"})
@@ -362,9 +363,9 @@ func deref(s *string) string {
 }
 
 // TestBadCalls: malformed and impossible calls get the right code and a message naming what to
-// change, and the session keeps serving.
+// change, and the session keeps serving (the fake runtime: tool logic).
 func TestBadCalls(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	srv := mcpserver.New(svc, mcpserver.Options{})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
@@ -468,7 +469,7 @@ func TestPanicRecovered(t *testing.T) {
 	}
 }
 
-// TestExecCancelKills: cancelling an exec call kills the command in the sandbox.
+// TestExecCancelKills: cancelling an exec call kills the command in the (real runc) sandbox.
 func TestExecCancelKills(t *testing.T) {
 	svc := service(t, sandbox.Config{})
 	srv := mcpserver.New(svc, mcpserver.Options{})
@@ -520,7 +521,7 @@ func TestExecCancelKills(t *testing.T) {
 // TestResourcesAndSubscriptions: the resources read as documented, and a subscriber to a
 // sandbox is notified promptly when its state changes, whoever changed it.
 func TestResourcesAndSubscriptions(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	for _, v := range protocolVersions {
 		t.Run(v, func(t *testing.T) {
 			srv := mcpserver.New(svc, mcpserver.Options{})
@@ -621,7 +622,7 @@ func TestResourcesAndSubscriptions(t *testing.T) {
 // TestPromptsAndCompletion: both prompts are listed with their arguments and render with them;
 // sandbox ids complete.
 func TestPromptsAndCompletion(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	srv := mcpserver.New(svc, mcpserver.Options{})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[1])
@@ -693,7 +694,7 @@ func TestPromptsAndCompletion(t *testing.T) {
 // this server created that it still holds; a finished one is reported once (with why) and then
 // drops out; past the live bound creation is refused and the list is not shortened.
 func TestHeldList(t *testing.T) {
-	svc := service(t, sandbox.Config{MaxSandboxes: 3})
+	svc := fakeServiceWith(t, sandbox.Config{MaxSandboxes: 3})
 	srv := mcpserver.New(svc, mcpserver.Options{})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
@@ -773,7 +774,7 @@ func TestHeldList(t *testing.T) {
 // TestAdopt: a server that owns its control plane lists, after a restart, the sandboxes that
 // survived it.
 func TestAdopt(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	ctx := context.Background()
 	sb, err := svc.Create(ctx, sandbox.CreateRequest{})
 	if err != nil {
@@ -793,5 +794,81 @@ func TestAdopt(t *testing.T) {
 	c.ok("sandbox_list", nil, &l)
 	if l.Count != 1 || l.Sandboxes[0].SandboxID != sb.ID {
 		t.Fatalf("after Adopt: %+v", l.Sandboxes)
+	}
+}
+
+// TestExecToolLogic: the exec and file tools' own logic, on the fake runtime (no root, every
+// mode): output streamed as progress only with a progress token, stdin and env passed, a
+// timeout reported as timed_out with SIGKILL, a non-zero exit a result, text and binary files
+// in and out by range, listing, and a sandbox's end refusing exec. (TestLoop runs the same path
+// end to end on runc.)
+func TestExecToolLogic(t *testing.T) {
+	svc := fakeService(t)
+	srv := mcpserver.New(svc, mcpserver.Options{})
+	defer srv.Close()
+	for _, v := range protocolVersions {
+		t.Run(v, func(t *testing.T) {
+			c := connect(t, srv, v)
+			var sb mcpserver.SandboxInfo
+			c.ok("sandbox_create", nil, &sb)
+			id := sb.SandboxID
+
+			res := c.callCtx(context.Background(), "exec", obj{"sandbox_id": id, "command": []string{"sh", "-c",
+				"echo one; sleep 0.3; echo two >&2; exit 3"}}, "tok")
+			var ex mcpserver.ExecOut
+			decode(t, res, &ex)
+			if res.IsError || ex.ExitCode != 3 || ex.Stdout != "one\n" || ex.Stderr != "two\n" || ex.StdoutBytes != 4 || !strings.Contains(text(res), "exit_code 3") {
+				t.Fatalf("exec: %+v %q", ex, text(res))
+			}
+			eventually(t, 2*time.Second, "the output as progress", func() bool {
+				var all strings.Builder
+				for _, m := range c.progressMessages() {
+					all.WriteString(m)
+				}
+				return strings.Contains(all.String(), "one\n") && strings.Contains(all.String(), "two\n")
+			})
+			n := len(c.progressMessages())
+			c.ok("exec", obj{"sandbox_id": id, "command": []string{"sh", "-c", `cat; printf ' %s' "$X"`}, "stdin": "in", "env": obj{"X": "y"}}, &ex)
+			if ex.Stdout != "in y" {
+				t.Fatalf("stdin/env: %+v", ex)
+			}
+			if got := len(c.progressMessages()); got != n {
+				t.Fatalf("exec without a progress token streamed %d notifications", got-n)
+			}
+			c.ok("exec", obj{"sandbox_id": id, "command": []string{"sleep", "30"}, "timeout_seconds": 0.5}, &ex)
+			if !ex.TimedOut || ex.Signal != "SIGKILL" || ex.ExitCode != 137 {
+				t.Fatalf("timeout: %+v", ex)
+			}
+
+			var fw mcpserver.FileWriteOut
+			c.ok("file_write", obj{"sandbox_id": id, "path": "a.txt", "content": "héllo\n", "mode": "0600"}, &fw)
+			if fw.Size != int64(len("héllo\n")) || fw.Mode != "0600" {
+				t.Fatalf("file_write: %+v", fw)
+			}
+			var fr mcpserver.FileReadOut
+			c.ok("file_read", obj{"sandbox_id": id, "path": "a.txt"}, &fr)
+			if fr.Encoding != "utf-8" || deref(fr.Content) != "héllo\n" || !fr.EOF {
+				t.Fatalf("file_read: %+v", fr)
+			}
+			bin := []byte{0, 1, 2, 0xff, 0xfe, 5}
+			c.ok("file_write", obj{"sandbox_id": id, "path": "b.dat", "content_base64": base64.StdEncoding.EncodeToString(bin)}, &fw)
+			c.ok("file_read", obj{"sandbox_id": id, "path": "b.dat", "offset": 2, "length": 3}, &fr)
+			got, _ := base64.StdEncoding.DecodeString(deref(fr.ContentBase64))
+			if fr.Encoding != "base64" || !bytes.Equal(got, bin[2:5]) || fr.EOF || fr.NextOffset != 5 {
+				t.Fatalf("file_read range: %+v", fr)
+			}
+			var dl mcpserver.FileListOut
+			c.ok("file_list", obj{"sandbox_id": id, "path": "."}, &dl)
+			var names []string
+			for _, e := range dl.Entries {
+				names = append(names, e.Name)
+			}
+			if !slices.Equal(names, []string{"a.txt", "b.dat"}) || dl.Total != 2 {
+				t.Fatalf("file_list: %+v", dl)
+			}
+
+			c.ok("sandbox_destroy", obj{"sandbox_id": id}, nil)
+			c.fails("exec", obj{"sandbox_id": id, "command": []string{"true"}}, "SANDBOX_NOT_RUNNING")
+		})
 	}
 }

@@ -40,7 +40,7 @@ func (r *recorder) Create(ctx context.Context, req sandbox.CreateRequest) (sandb
 // sandboxes it creates are recorded with it, its list holds only them, and the end of one
 // session's sandbox is reported to that session, never consumed by another.
 func TestSessionsHoldTheirOwn(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	rec := &recorder{Service: svc}
 	srv := mcpserver.New(rec, mcpserver.Options{})
 	hs := httptest.NewServer(srv.StreamableHTTPHandler(mcpserver.HTTPOptions{}))
@@ -99,7 +99,7 @@ func TestSessionsHoldTheirOwn(t *testing.T) {
 // of a change made by someone else; env values are never echoed (REST or MCP); output that is
 // not UTF-8 keeps its exact bytes.
 func TestRESTBackend(t *testing.T) {
-	svc := service(t, sandbox.Config{})
+	svc := fakeService(t)
 	hs := httptest.NewServer(api.New(svc, api.Options{}))
 	be := apiclient.NewBackend(apiclient.New(hs.URL, ""))
 	srv := mcpserver.New(be, mcpserver.Options{})

@@ -3,7 +3,6 @@ package mcpserver_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,35 +10,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/mcpserver"
-	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
-
-// fakeService is the control plane over real SQLite and the fake runtime (no root): the watch
-// tools' logic through the real SDK client.
-func fakeService(t *testing.T) *sandbox.Service {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := fake.New(fake.Config{Name: "runc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		svc.Close()
-		rt.Shutdown(context.Background())
-		st.Close()
-	})
-	return svc
-}
 
 func (c *client) progressMessages() []string {
 	c.mu.Lock()

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/hostinfo"
@@ -27,16 +29,19 @@ var (
 	guestBuildErr error
 )
 
+// TestMain builds the guest binary the runc tests need, and fails the package's tests if any
+// goroutine (a wait, a guest client's connection, an OOM guard) is still running when they end.
 func TestMain(m *testing.M) {
 	var tmp string
 	if runcUsable() == "" {
 		tmp, guestBinary, guestBuildErr = buildAgentbox()
 	}
-	code := m.Run()
-	if tmp != "" {
-		os.RemoveAll(tmp)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+		os.Exit(code)
+	}))
 }
 
 // runcUsable says why the runc tests cannot run here, or "".

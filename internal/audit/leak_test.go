@@ -1,0 +1,12 @@
+package audit_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine is still running when they end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
