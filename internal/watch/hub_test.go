@@ -20,6 +20,7 @@ type memSource struct {
 	evs     []sandbox.Event
 	changed chan struct{}
 	failing atomic.Bool
+	refused atomic.Int64 // reads refused while failing
 }
 
 func newMemSource() *memSource { return &memSource{changed: make(chan struct{})} }
@@ -38,6 +39,7 @@ func (m *memSource) Get(ctx context.Context, id string) (sandbox.Sandbox, error)
 
 func (m *memSource) Events(ctx context.Context, f sandbox.EventFilter) ([]sandbox.Event, error) {
 	if f.SandboxID != "" && m.failing.Load() {
+		m.refused.Add(1)
 		return nil, errors.New("store unavailable")
 	}
 	m.mu.Lock()
@@ -86,12 +88,22 @@ const (
 
 // stalled starts an events watch of id whose emit blocks until release is closed.
 func stalled(t *testing.T, h *watch.Hub, id string, release chan struct{}) (msgs *[]watch.Message, sum chan watch.Summary) {
+	msgs, sum, _ = stalledEntered(t, h, id, release)
+	return msgs, sum
+}
+
+// stalledEntered is stalled that also returns a channel closed when the watcher is first held
+// in its emit.
+func stalledEntered(t *testing.T, h *watch.Hub, id string, release chan struct{}) (msgs *[]watch.Message, sum chan watch.Summary, entered chan struct{}) {
 	var got []watch.Message
 	sum = make(chan watch.Summary, 1)
 	ready := make(chan struct{})
+	entered = make(chan struct{})
+	var once sync.Once
 	go func() {
 		s, err := h.Watch(t.Context(), watch.Request{SandboxID: id, Stream: watch.StreamEvents, DurationSeconds: 30,
 			Ready: func() { close(ready) }}, func(m watch.Message) error {
+			once.Do(func() { close(entered) })
 			<-release
 			got = append(got, m)
 			if len(got) == 100 {
@@ -105,7 +117,7 @@ func stalled(t *testing.T, h *watch.Hub, id string, release chan struct{}) (msgs
 		sum <- s
 	}()
 	<-ready
-	return &got, sum
+	return &got, sum, entered
 }
 
 // TestStalledWatcherNeverBlocks: a watcher that stops reading does not hold up the hub or
@@ -154,17 +166,38 @@ func TestStalledWatcherToldWhatItMissed(t *testing.T) {
 	h := watch.NewHub(src, watch.Options{Buffer: 4})
 	defer h.Close()
 	release := make(chan struct{})
-	slow, slowSum := stalled(t, h, idA, release)
-	for range 50 {
+	slow, slowSum, entered := stalledEntered(t, h, idA, release)
+	// A reading watcher of the same sandbox: once it has all 50, the hub has handed them to
+	// the stalled one too (deliver gives each event to every watcher in turn).
+	var fast atomic.Int64
+	ready := make(chan struct{})
+	go h.Watch(t.Context(), watch.Request{SandboxID: idA, Stream: watch.StreamEvents, DurationSeconds: 30, Ready: func() { close(ready) }},
+		func(m watch.Message) error { fast.Add(1); return nil })
+	<-ready
+	// The first event holds the stalled watcher in its emit; the other 49 reach it only through
+	// the hub (a buffer of 4), not through its start's own read of the store.
+	src.add(idA, "extend", sandbox.StateRunning)
+	<-entered
+	for range 49 {
 		src.add(idA, "extend", sandbox.StateRunning)
 	}
 	src.add(idB, "extend", sandbox.StateRunning) // another sandbox's: not this watcher's
-	time.Sleep(300 * time.Millisecond)           // the hub has handed out all 51
+	for deadline := time.Now().Add(20 * time.Second); fast.Load() < 50; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reading watcher got %d of 50 events", fast.Load())
+		}
+	}
 	src.failing.Store(true)
 	close(release)
-	// The store fails while the released watcher catches up (1 s: under a loaded CI host
-	// 100 ms was once too short, and the catch-up read came after the failure ended).
-	time.Sleep(time.Second)
+	// The store fails until the released watcher's catch-up read has been refused (a fixed
+	// window was once too short on a loaded CI host: the read came after it ended).
+	deadline := time.Now().Add(20 * time.Second)
+	for src.refused.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the released watcher never tried to catch up from the store")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	src.failing.Store(false)
 	src.add(idA, "state", sandbox.StateDestroyed)
 	s := <-slowSum
