@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,33 +21,17 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/openapi"
-	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 )
 
 // fullServer is the REST handler with every optional route on (Prometheus, a mount).
 func fullServer(t *testing.T, g ...gate.Gate) *api.Server {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := fake.New(fake.Config{Name: "runc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := fakecp.Service(t)
 	h := api.New(svc, api.Options{Token: testToken, Prometheus: api.NewPrometheus(), Mount: map[string]http.Handler{"/mcp": http.NotFoundHandler()}, Gate: g})
 	t.Cleanup(func() {
 		h.Close()
-		svc.Close()
-		rt.Shutdown(context.Background())
-		st.Close()
 	})
 	return h
 }

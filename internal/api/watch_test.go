@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -23,10 +22,8 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/mcpserver"
-	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 	"github.com/agentbox/agentbox/internal/watch"
 )
 
@@ -42,26 +39,12 @@ type fakeServer struct {
 
 func newFakeServer(t *testing.T) *fakeServer {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := fake.New(fake.Config{Name: "runc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := fakecp.Service(t)
 	h := api.New(svc, api.Options{Token: testToken})
 	hs := httptest.NewServer(h)
 	t.Cleanup(func() {
 		h.Close()
 		hs.Close()
-		svc.Close()
-		rt.Shutdown(context.Background())
-		st.Close()
 	})
 	return &fakeServer{svc: svc, url: hs.URL, c: client.New(hs.URL, testToken)}
 }

@@ -1,8 +1,6 @@
 package auth_test
 
 import (
-	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,29 +10,15 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/mcpserver"
-	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 )
 
 // fakeService is a control plane over the fake runtime: enough to register every route and
 // tool.
 func fakeService(t *testing.T) *sandbox.Service {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := fake.New(fake.Config{Name: "runc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Close(); rt.Shutdown(context.Background()); st.Close() })
+	svc := fakecp.Service(t)
 	return svc
 }
 

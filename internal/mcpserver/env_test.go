@@ -15,11 +15,11 @@ import (
 
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 )
 
 // *sandbox.Service is a Backend as it is.
@@ -47,23 +47,7 @@ func fakeService(t *testing.T) *sandbox.Service {
 // fakeServiceWith is fakeService with cfg.
 func fakeServiceWith(t *testing.T, cfg sandbox.Config) *sandbox.Service {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := fake.New(fake.Config{Name: "runc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		svc.Close()
-		rt.Shutdown(context.Background())
-		st.Close()
-	})
+	svc := fakecp.New(t, cfg).Service
 	return svc
 }
 

@@ -1,20 +1,16 @@
 package mcpserver_test
 
 import (
-	"context"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/api"
 	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/mcpserver"
-	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sqlquery"
-	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 )
 
 // TestExecuteSQL: execute_sql answers over the store in process and over the REST API
@@ -22,23 +18,8 @@ import (
 // environment value never shows; refusals and bad arguments are INVALID_ARGUMENT; a server
 // without SQL says UNSUPPORTED_OPERATION.
 func TestExecuteSQL(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := fake.New(fake.Config{Name: "runc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		svc.Close()
-		rt.Shutdown(context.Background())
-		st.Close()
-	})
+	cp := fakecp.New(t, sandbox.Config{})
+	svc, st := cp.Service, cp.Store
 	const secret = "TOP-SECRET-VALUE-42"
 	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{Env: map[string]string{"API_KEY": secret}, Labels: map[string]string{"team": "sql"}})
 	if err != nil {

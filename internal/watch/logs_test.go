@@ -14,10 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 	"github.com/agentbox/agentbox/internal/watch"
 )
 
@@ -25,23 +23,7 @@ import (
 // agents are real (guest.Run in this process): jobs are real processes, their logs real files.
 func newJobService(t *testing.T) *sandbox.Service {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := fake.New(fake.Config{Name: "runc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		svc.Close()
-		rt.Shutdown(context.Background())
-		st.Close()
-	})
+	svc := fakecp.Service(t)
 	return svc
 }
 
