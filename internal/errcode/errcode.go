@@ -129,3 +129,11 @@ func Message(err error) string {
 
 // Is reports whether err carries code.
 func Is(err error, code Code) bool { return err != nil && Of(err) == code }
+
+// Snapshots (issue 15).
+const (
+	// SnapshotNotFound: no snapshot of that id (or it was deleted, or never became ready).
+	SnapshotNotFound Code = "SNAPSHOT_NOT_FOUND"
+)
+
+func init() { Codes = append(Codes, SnapshotNotFound) } // snapshots (issue 15)

@@ -7,7 +7,7 @@ func HTTPStatus(code Code) int {
 	switch code {
 	case ApprovalRefused: // approvals (issue 16)
 		return http.StatusForbidden
-	case ApprovalNotFound:
+	case ApprovalNotFound, SnapshotNotFound:
 		return http.StatusNotFound
 	case SandboxNotFound, FileNotFound, JobNotFound, ImageNotFound, RunNotFound:
 		return http.StatusNotFound

@@ -71,6 +71,13 @@ type Capabilities struct {
 	// its processes are not in a user namespace (gVisor: the sentry's own user namespace holds
 	// them, and the disk is seen through an id-mapped mount).
 	IDMappedFiles bool `json:"id_mapped_files,omitempty"`
+	// Snapshots lists the snapshot kinds the runtime can take (Snapshotter): SnapshotFiles,
+	// and SnapshotFilesMemory where it can also save and restore memory and processes.
+	Snapshots []string `json:"snapshots,omitempty"`
+	// MemorySnapshotReason says why a runtime that lists SnapshotFiles cannot take
+	// SnapshotFilesMemory on this host (Debian's CRIU 3.17 fails `criu check` on kernels
+	// ≥ 6.13, say); "" when it can or takes no snapshots. `agentbox doctor` shows it.
+	MemorySnapshotReason string `json:"memory_snapshot_reason,omitempty"`
 }
 
 // TakesIDRange reports whether sandboxes of the runtime need a range of host ids (Spec.IDMap).
@@ -110,6 +117,70 @@ type Spec struct {
 	// nil for the "host" image. Either way the root is writable: a per-sandbox layer on the
 	// sandbox's disk over the shared read-only layers.
 	Rootfs *Rootfs
+	// Snapshot, when set, is where the sandbox's disk (and, with Memory, its processes) come
+	// from instead of a fresh disk: a directory a Snapshotter wrote. DiskMB must equal the
+	// snapshot's; the rest of the spec (image, rootfs, env, limits) must be the snapshotted
+	// sandbox's except for ID, IDMap, Env and CPU/MemoryMB (which a memory restore refuses to
+	// change: INVALID_ARGUMENT).
+	Snapshot *SnapshotSource
+}
+
+// Snapshot kinds (Capabilities.Snapshots, SnapshotInfo.Kind).
+const (
+	// SnapshotFiles: the sandbox's disk (workspace, home, root's home, the writable root layer,
+	// the agent's job logs); processes and memory (/tmp and /dev/shm are memory) are not kept.
+	SnapshotFiles = "files"
+	// SnapshotFilesMemory: the disk and the memory and processes of every task in the sandbox;
+	// a sandbox made from it continues where the snapshot was taken.
+	SnapshotFilesMemory = "files+memory"
+)
+
+// SnapshotOptions says what Snapshotter.Snapshot saves and what becomes of the sandbox.
+type SnapshotOptions struct {
+	// Memory asks for SnapshotFilesMemory; a runtime that cannot take it is
+	// UNSUPPORTED_OPERATION with MemorySnapshotReason, and saves nothing.
+	Memory bool
+	// Release stops the sandbox once it is saved and deletes every host resource of it but the
+	// snapshot (sleep): the disk is moved into the snapshot rather than copied. Without it the
+	// sandbox runs on (it is frozen only while its state is saved).
+	Release bool
+}
+
+// SnapshotInfo is what a snapshot holds.
+type SnapshotInfo struct {
+	Kind string `json:"kind"` // SnapshotFiles or SnapshotFilesMemory
+	// SizeBytes is the host space the snapshot's files take (allocated, not apparent).
+	SizeBytes int64 `json:"size_bytes"`
+	// DiskMB is the size of the saved disk; a sandbox made from it has this disk_mb.
+	DiskMB int64 `json:"disk_mb"`
+	// IDMap is the id range the saved files carry on the host (Count 0: none).
+	IDMap IDMap `json:"id_map"`
+}
+
+// SnapshotSource is a snapshot a create starts from (Spec.Snapshot).
+type SnapshotSource struct {
+	// Dir is the directory Snapshotter.Snapshot wrote.
+	Dir string
+	// Info is what Snapshot returned for it.
+	Info SnapshotInfo
+	// Memory restores the saved processes (Info.Kind must be SnapshotFilesMemory); without it
+	// the sandbox boots a fresh agent on the saved disk.
+	Memory bool
+	// Move takes the disk (and memory image) out of Dir instead of copying them (wake: the
+	// snapshot is used once). Dir is left empty on success and untouched on failure.
+	Move bool
+}
+
+// Snapshotter is a runtime that can save a sandbox to a directory and create sandboxes from
+// one (Spec.Snapshot). The control plane owns the directories (it makes each one, empty, on the
+// same file system as the runtime's state, and removes it); the runtime owns what is in them.
+type Snapshotter interface {
+	// Snapshot saves running sandbox id into dir. The saved files are consistent: every write
+	// a process made before the call is in them, and none is caught half-made (the sandbox is
+	// frozen while its disk is read). On failure dir holds nothing usable and the sandbox runs
+	// on as before (with Release: it is running unless its own failure stopped it). An unknown
+	// sandbox is SANDBOX_NOT_FOUND, a stopped one SANDBOX_NOT_RUNNING.
+	Snapshot(ctx context.Context, id, dir string, opts SnapshotOptions) (SnapshotInfo, error)
 }
 
 // ImageOCI is the Capabilities.Images entry of a runtime that takes Spec.Rootfs.
@@ -368,4 +439,36 @@ type Runtime interface {
 	// fails with an *AgentPeerError in its chain when it is not. An unknown id is
 	// SANDBOX_NOT_FOUND; the agent of a sandbox not (yet) running does not answer the dial.
 	Agent(ctx context.Context, id string) (Dialer, error)
+}
+
+// FileTree is one directory of a sandbox's files as the host sees it.
+type FileTree struct {
+	// Path is where the tree is in the sandbox ("/workspace", "/home/agent", "/root", or "/"
+	// for the writable root layer).
+	Path string
+	// Dir is the host directory holding it.
+	Dir string
+	// Layer says Dir is an overlayfs upper: a 0:0 character device is a deletion (whiteout)
+	// and a directory with trusted.overlay.opaque=y hides what is below it. Trees nested in
+	// a layer's Path (/workspace in /) are listed apart and win over the layer.
+	Layer bool
+}
+
+// Files is what a FilesReader shows of a sandbox or a snapshot: its trees, read-only to the
+// caller, and the id range the files carry on the host.
+type Files struct {
+	Trees []FileTree
+	IDMap IDMap
+}
+
+// FilesReader is a runtime whose sandboxes' (and snapshots') files the host can read in place
+// (a diff walks them; nothing is copied).
+type FilesReader interface {
+	// SandboxFiles returns running sandbox id's trees (live: a caller wanting a consistent
+	// view pauses it). An unknown sandbox is SANDBOX_NOT_FOUND.
+	SandboxFiles(ctx context.Context, id string) (Files, error)
+	// SnapshotFiles mounts the files of a snapshot that Snapshot wrote to dir read-only
+	// (nodev, nosuid, noexec) and returns them with release, which unmounts them; a mount
+	// left by a crash is removed when the runtime is next made (New).
+	SnapshotFiles(ctx context.Context, dir string, info SnapshotInfo) (f Files, release func() error, err error)
 }
