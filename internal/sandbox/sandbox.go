@@ -102,6 +102,23 @@ type Sandbox struct {
 	Secrets []egress.Secret `json:"-"`
 	// SecretNames are Secrets' names, sorted; MarshalJSON fills them.
 	SecretNames []string `json:"secret_names,omitempty"`
+	// FromSnapshot is the snapshot the sandbox was made from (create --snapshot, fork); "" if none.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// AutoWake: an exec or file call on the sandbox while it sleeps wakes it first (else it is
+	// SANDBOX_NOT_RUNNING saying to wake it).
+	AutoWake bool `json:"auto_wake,omitempty"`
+	// TTLWhileSleeping: the TTL runs on while the sandbox sleeps (default: sleeping time does
+	// not count; ExpiresAt moves on by the time slept at wake).
+	TTLWhileSleeping bool `json:"ttl_while_sleeping,omitempty"`
+	// SleepSnapshot is the snapshot holding a sleeping sandbox's state; "" when awake.
+	SleepSnapshot string `json:"sleep_snapshot,omitempty"`
+	// SleptAt is when the sandbox last went to sleep (zero when awake).
+	SleptAt time.Time `json:"slept_at,omitzero"`
+	// FromPool says the sandbox was claimed from a warm pool rather than started for its create.
+	FromPool bool `json:"from_pool,omitempty"`
+	// Pool is the warm pool holding the sandbox until a create claims it ("" once claimed, or
+	// for a sandbox not made for a pool). A pooled sandbox is never listed as the caller's.
+	Pool string `json:"pool,omitempty"`
 	// Version increases on every update (optimistic concurrency).
 	Version int64 `json:"version"`
 }

@@ -171,6 +171,13 @@ type CreateRequest struct {
 	Network *Network `json:"network,omitempty"`
 	// Secrets are swapped in at the egress proxy, never put in the sandbox (network.go).
 	Secrets map[string]SecretSpec `json:"secrets,omitempty"`
+	// Snapshot makes the sandbox from a snapshot (its files, and its memory where captured)
+	// instead of the image: the shape (image, runtime, disk_mb; cpu and memory_mb with memory)
+	// is the snapshot's, and asking for another is INVALID_ARGUMENT.
+	Snapshot string `json:"snapshot,omitempty"`
+	// AutoWake and TTLWhileSleeping: see Sandbox.
+	AutoWake         bool `json:"auto_wake,omitempty"`
+	TTLWhileSleeping bool `json:"ttl_while_sleeping,omitempty"`
 }
 
 // ExecRequest runs a command in a sandbox.
@@ -355,6 +362,9 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 				truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "), s.imageHint())
 		}
 		return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on runtime %s; available images: %s", truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "))
+	}
+	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping {
+		return nil, notYet("create from a snapshot (snapshot, auto_wake, ttl_while_sleeping)")
 	}
 	switch {
 	case req.CPU < 0 || req.CPU > MaxCPU:
