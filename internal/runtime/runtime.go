@@ -135,14 +135,19 @@ const (
 	SnapshotFilesMemory = "files+memory"
 )
 
+// SnapshotInfoFile is the file in a snapshot's directory that marks it complete (SnapshotInfo
+// as JSON).
+const SnapshotInfoFile = "snapshot.json"
+
 // SnapshotOptions says what Snapshotter.Snapshot saves and what becomes of the sandbox.
 type SnapshotOptions struct {
 	// Memory asks for SnapshotFilesMemory; a runtime that cannot take it is
 	// UNSUPPORTED_OPERATION with MemorySnapshotReason, and saves nothing.
 	Memory bool
 	// Release stops the sandbox once it is saved and deletes every host resource of it but the
-	// snapshot (sleep): the disk is moved into the snapshot rather than copied. Without it the
-	// sandbox runs on (it is frozen only while its state is saved).
+	// snapshot (sleep): the disk is moved into the snapshot rather than copied (after the
+	// sandbox is stopped and its disk unmounted). Without it the sandbox runs on (it is frozen
+	// only while its state is saved).
 	Release bool
 }
 
@@ -166,16 +171,20 @@ type SnapshotSource struct {
 	// Memory restores the saved processes (Info.Kind must be SnapshotFilesMemory); without it
 	// the sandbox boots a fresh agent on the saved disk.
 	Memory bool
-	// Move takes the disk (and memory image) out of Dir instead of copying them (wake: the
-	// snapshot is used once). Dir is left empty on success and untouched on failure.
-	Move bool
+	// InPlace uses Dir's disk as the sandbox's own instead of a copy (wake: the snapshot is
+	// used once): a hard link, no data copied. Dir stays whole whatever happens to the create
+	// (a failure, a crash), and the caller deletes it once the sandbox runs; until then the
+	// sandbox must not be given to anyone.
+	InPlace bool
 }
 
 // Snapshotter is a runtime that can save a sandbox to a directory and create sandboxes from
 // one (Spec.Snapshot). The control plane owns the directories (it makes each one, empty, on the
 // same file system as the runtime's state, and removes it); the runtime owns what is in them.
 type Snapshotter interface {
-	// Snapshot saves running sandbox id into dir. The saved files are consistent: every write
+	// Snapshot saves running sandbox id into dir, writing dir/SnapshotInfoFile (the returned
+	// SnapshotInfo as JSON) last: a dir without it holds no usable snapshot (a crash in the
+	// middle), and one with it is complete. The saved files are consistent: every write
 	// a process made before the call is in them, and none is caught half-made (the sandbox is
 	// frozen while its disk is read). On failure dir holds nothing usable and the sandbox runs
 	// on as before (with Release: it is running unless its own failure stopped it). An unknown
