@@ -38,12 +38,4 @@ func (s *Service) Fork(ctx context.Context, id string, req ForkRequest) (ForkRes
 	return ForkResult{}, notYet("sandbox_fork")
 }
 
-// Sleep saves sandbox id and releases its memory and CPU; state sleeping.
-func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
-	return Sandbox{}, notYet("sandbox_sleep")
-}
-
-// Wake restores a sleeping sandbox under its id.
-func (s *Service) Wake(ctx context.Context, id string) (Sandbox, error) {
-	return Sandbox{}, notYet("sandbox_wake")
-}
+// Sleep and Wake: sleep.go.
