@@ -8,13 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 // Sleep and wake (issue 15).
@@ -86,10 +84,7 @@ func sleepingErr(id string) error {
 }
 
 // sleepDir is the directory of sleep snapshot snapID.
-func (s *Service) sleepDir(snapID string) string { return filepath.Join(s.cfg.SnapshotDir, snapID) }
-
-// newSleepSnapshotID returns a fresh snapshot id: "sn-" and 12 hex digits.
-func newSleepSnapshotID() string { return "sn-" + strings.TrimPrefix(sandboxid.New(), "sb-") }
+func (s *Service) sleepDir(snapID string) string { return s.snapshotDir(snapID) }
 
 // snapshotter returns sb's runtime as a Snapshotter, or UNSUPPORTED_OPERATION naming it.
 func (s *Service) snapshotter(sb Sandbox, op string) (runtime.Runtime, runtime.Snapshotter, error) {
@@ -159,7 +154,7 @@ func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
 	}
 
 	// 1. Intent: the sandbox names its sleep snapshot, the record says creating.
-	snapID := newSleepSnapshotID()
+	snapID := NewSnapshotID()
 	now := s.stamp()
 	sb.SleepSnapshot, sb.UpdatedAt = snapID, now
 	sb.Version++
