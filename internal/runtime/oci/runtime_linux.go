@@ -418,6 +418,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	if diskMB == 0 {
 		diskMB = DefaultDiskMB
 	}
+	if spec.Snapshot != nil {
+		if diskMB, err = r.checkSnapshotSource(spec); err != nil {
+			return "", err
+		}
+	}
 	if err := r.checkDiskSpace(diskMB); err != nil {
 		return "", err
 	}
@@ -442,7 +447,14 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	if err := r.closeSandboxDir(dir, spec.IDMap); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot close the directory of sandbox %s to other host users", id)
 	}
-	if err := r.makeDisk(ctx, dir, diskMB); err != nil {
+	if err := recordIDMap(dir, spec.IDMap); err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the id range of sandbox %s", id)
+	}
+	if spec.Snapshot != nil {
+		if err := r.diskFromSnapshot(ctx, dir, spec.Snapshot, spec.IDMap); err != nil {
+			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the disk of sandbox %s from its snapshot", id)
+		}
+	} else if err := r.makeDisk(ctx, dir, diskMB); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the %d MiB disk of sandbox %s", diskMB, id)
 	}
 	if err := makeSandboxDirs(dir); err != nil {
