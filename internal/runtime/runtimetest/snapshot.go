@@ -67,13 +67,13 @@ mkdir -p /workspace/snap/d/e/f
 cd /workspace/snap
 echo hello > a; ln a hard; ln -s a sym; ln -s /etc/hostname abs; ln -s nowhere dangling
 : > empty
-printf x > suid; chmod 4755 suid
-printf y > sgid; chmod 2755 sgid
+printf x > suid; printf y > sgid
 mkdir sticky; chmod 1777 sticky
 echo secret > rootonly; chmod 600 rootonly
 head -c 1048576 /dev/urandom > d/e/f/big
 chown -R 1000:1000 d a suid sgid empty
 chown -h 1000:1000 sym
+chmod 4755 suid; chmod 2755 sgid
 echo home > /home/agent/snapfile; chown 1000:1000 /home/agent/snapfile
 echo roothome > /root/snapfile
 sync
@@ -83,6 +83,7 @@ sync
 // target, link count) and every regular file's digest, and says whether the hard link holds.
 const snapFingerprint = `cd /workspace/snap && find . -printf '%p %y %#m %U:%G %s %l %n\n' | LC_ALL=C sort &&
 find . -type f -exec md5sum {} + | LC_ALL=C sort && [ a -ef hard ] && echo hardlinked &&
+test -u suid && test -g sgid && test -k sticky && echo modes-kept &&
 stat -c '%n %U:%G %s' /home/agent/snapfile /root/snapfile && cat /home/agent/snapfile /root/snapfile`
 
 func rootExec(t testing.TB, c *guest.Client, script string) Result {
