@@ -2,11 +2,14 @@ package runtimetest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
@@ -116,6 +119,18 @@ func testSnapshotFork(t *testing.T, rt runtime.Runtime, snap runtime.Snapshotter
 	c := Start(t, rt, spec)
 	rootExec(t, c, snapSetup)
 	before := rootExec(t, c, snapFingerprint).Stdout
+	// A job running at the snapshot (its output is on the disk) and one that ended.
+	running, err := c.StartJob(ctx, guest.JobStartRequest{JobID: testJobID(), Argv: []string{"sh", "-c", "echo started; sleep 600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := c.StartJob(ctx, guest.JobStartRequest{JobID: testJobID(), Argv: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ji, err := c.WaitJob(ctx, ended.JobID, 30*time.Second); err != nil || ji.State != guest.JobExited {
+		t.Fatalf("job %s: %+v %v", ended.JobID, ji, err)
+	}
 	dir := cfg.Dir(t)
 	info, err := snap.Snapshot(ctx, spec.ID, dir, runtime.SnapshotOptions{})
 	if err != nil {
@@ -140,6 +155,20 @@ func testSnapshotFork(t *testing.T, rt runtime.Runtime, snap runtime.Snapshotter
 	fc := createFrom(t, rt, fork, &runtime.SnapshotSource{Dir: dir, Info: info})
 	if got := rootExec(t, fc, snapFingerprint).Stdout; got != before {
 		t.Errorf("the fork's files differ from the snapshotted sandbox's:\n--- before\n%s\n--- fork\n%s", before, got)
+	}
+	// The fork's agent is new: the job running in the original is not running in it (its
+	// processes were not copied); the original's job runs on.
+	jobs, err := fc.Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.State == guest.JobRunning {
+			t.Errorf("the fork reports job %s of the original as running: %+v", j.JobID, j)
+		}
+	}
+	if ji, err := c.Job(ctx, running.JobID); err != nil || ji.State != guest.JobRunning {
+		t.Errorf("the original's job after the snapshot: %+v %v", ji, err)
 	}
 	if res := agentExec(t, fc, "test -e /workspace/snap/after"); res.ExitCode == 0 {
 		t.Errorf("a write made after the snapshot is in the fork")
@@ -413,4 +442,11 @@ func treeAt(t testing.TB, f runtime.Files, path string) runtime.FileTree {
 	}
 	t.Fatalf("no tree at %s in %+v", path, f.Trees)
 	return runtime.FileTree{}
+}
+
+// testJobID is a fresh job id ("job-" and 12 hex digits: the host assigns them).
+func testJobID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "job-" + hex.EncodeToString(b[:])
 }
