@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -194,4 +195,35 @@ func TestShiftIDs(t *testing.T) {
 
 func guestRoot(script string) guest.ExecRequest {
 	return guest.ExecRequest{Argv: []string{"sh", "-c", script}, User: "root", TimeoutMs: 60000}
+}
+
+// BenchmarkShiftIDs measures shiftIDs over 20,000 files in 200 directories on the state dir's
+// file system (inodes/s): what a create from a snapshot under another id range pays per file.
+func BenchmarkShiftIDs(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root to chown")
+	}
+	root := b.TempDir()
+	for d := range 200 {
+		dir := filepath.Join(root, "d"+strconv.Itoa(d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for f := range 100 {
+			if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(f)), nil, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	ranges := []runtime.IDMap{{Count: 65536}, {UIDBase: 1 << 20, GIDBase: 1 << 20, Count: 65536}}
+	b.ResetTimer()
+	var n int
+	for i := 0; i < b.N; i++ {
+		k, err := shiftIDs(context.Background(), root, ranges[i%2], ranges[(i+1)%2])
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += k
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "inodes/s")
 }
