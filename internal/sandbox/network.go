@@ -408,6 +408,9 @@ func (s *Service) UpdateNetwork(ctx context.Context, id string, p egress.Policy)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	if err := s.wakeForCall(ctx, id); err != nil {
+		return Sandbox{}, err
+	}
 	unlock := s.lock(id)
 	defer unlock()
 	sb, err := s.store.GetSandbox(ctx, id)
@@ -534,6 +537,9 @@ func (s *Service) Expose(ctx context.Context, id string, port int, public bool) 
 	}
 	ns, err := s.netStore()
 	if err != nil {
+		return Exposure{}, err
+	}
+	if err := s.wakeForCall(ctx, id); err != nil {
 		return Exposure{}, err
 	}
 	unlock := s.lock(id)

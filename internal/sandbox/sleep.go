@@ -83,6 +83,21 @@ func sleepingErr(id string) error {
 		With("state", string(StateSleeping))
 }
 
+// wakeForCall readies sandbox id for a call that needs it running and checks its state under
+// its own lock (expose, network changes): a sleeping sandbox with auto_wake is woken; one
+// without is SANDBOX_NOT_RUNNING saying to wake it. Other states are the call's to judge.
+func (s *Service) wakeForCall(ctx context.Context, id string) error {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil || sb.State != StateSleeping {
+		return err
+	}
+	if !sb.AutoWake {
+		return sleepingErr(id)
+	}
+	_, err = s.Wake(ctx, id)
+	return err
+}
+
 // sleepDir is the directory of sleep snapshot snapID.
 func (s *Service) sleepDir(snapID string) string { return s.snapshotDir(snapID) }
 

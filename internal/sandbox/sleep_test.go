@@ -190,7 +190,7 @@ func TestSleepWithMemoryKeepsJobsRunning(t *testing.T) {
 }
 
 func TestAutoWake(t *testing.T) {
-	e := newSleepEnv(t, sandbox.Config{}, fake.Config{})
+	e := newSleepEnv(t, sandbox.Config{PreviewURL: func(id string, port int) string { return "https://preview.invalid/" + id }}, fake.Config{})
 	sb := e.create(t, sandbox.CreateRequest{AutoWake: true})
 	if !sb.AutoWake {
 		t.Fatal("auto_wake not on the record")
@@ -207,6 +207,15 @@ func TestAutoWake(t *testing.T) {
 	if fi, err := e.svc.Stat(t.Context(), sb.ID, "f"); err != nil || fi.Size != 2 {
 		t.Fatalf("stat after auto-wake = %+v, %v", fi, err)
 	}
+	e.sleep(t, sb.ID)
+	if _, err := e.svc.Expose(t.Context(), sb.ID, 8080, true); err != nil || e.state(t, sb.ID) != sandbox.StateRunning {
+		t.Fatalf("expose of a sleeping auto_wake sandbox = %v, state %s; want it woken and exposed", err, e.state(t, sb.ID))
+	}
+	// Without auto_wake, expose says to wake it.
+	other := e.create(t, sandbox.CreateRequest{})
+	e.sleep(t, other.ID)
+	_, err := e.svc.Expose(t.Context(), other.ID, 8080, true)
+	wantNotRunningSleeping(t, "expose", err)
 }
 
 func TestWakeAdmission(t *testing.T) {
