@@ -121,6 +121,7 @@ func main() {
 	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
 	rf := runsBenchFlags()   // issue 14's figures (runs.go)
 	sqf := sqlFlags()        // execute_sql (issue 16, sql.go)
+	slf := sleepFlags()      // gVisor sleep/wake (issue 15, sleep.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -294,6 +295,17 @@ func main() {
 		}
 		return
 	}
+	if *slf.only { // gVisor sleep/wake (issue 15, sleep.go)
+		runSleep(ctx, rts, filepath.Join(dir, "gvisor"), &res, slf)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
 	if *metricsOnly {
 		stats := benchMetrics(ctx, c, "http://"+ln.Addr().String(), token, warm["runc"], *scrapeLive, *nScrapes)
 		for _, s := range stats {
@@ -418,6 +430,7 @@ func main() {
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
 	runNetwork(ctx, c, &res, netf)                                // issue 12's figures (network.go)
 	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // issue 13's figures (images.go)
+	runSleep(ctx, rts, filepath.Join(dir, "gvisor"), &res, slf)   // issue 15's sleep/wake (sleep.go)
 	if rr := runRuns(ctx, guestBin, rf); rr != nil {              // issue 14's figures (runs.go)
 		res.Stats = append(res.Stats, rr.Stats...)
 		writeRunsResults(rr, *rf.out)

@@ -276,12 +276,11 @@ func (r *Runtime) checkpointRelease(ctx context.Context, id, mem, dst string) er
 				_ = unix.Kill(pid, unix.SIGKILL)
 				killed, deadline = true, time.Now().Add(stopTimeout)
 			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
+	// From here on the memory image is the sandbox: a cancelled caller must not lose it half-way.
+	ctx = context.WithoutCancel(ctx)
 	r.reapHelpers(ctx, id)
 	return r.releaseStopped(ctx, id, dst)
 }

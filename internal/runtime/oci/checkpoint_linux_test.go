@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,6 +63,14 @@ func waitCount(t *testing.T, c *guest.Client, n int) int {
 			t.Fatalf("the counter is at %d, not past %d, after 30 s", len(got), n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// debugLog sends the runtime's debug log (every command and its time) to stderr when
+// AGENTBOX_TEST_DEBUG is set.
+func debugLog(rt *Runtime) {
+	if os.Getenv("AGENTBOX_TEST_DEBUG") != "" {
+		rt.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 }
 
@@ -158,6 +167,7 @@ func TestGVisorMemoryFork(t *testing.T) {
 // the same id (wake) brings back the job that was running, counting on from where it was.
 func TestGVisorSleepWake(t *testing.T) {
 	rt := newFlavor(t, FlavorGVisor)
+	debugLog(rt)
 	ctx := context.Background()
 	id := runtimetest.NewID()
 	spec := runtimetest.DefaultSpec(id)
