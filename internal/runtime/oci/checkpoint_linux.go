@@ -213,6 +213,8 @@ func (r *Runtime) saveMemory(ctx context.Context, id, dir string, opts runtime.S
 	if err := syncPath(dst); err != nil {
 		return runtime.SnapshotInfo{}, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the snapshot of sandbox %s to disk", id)
 	}
+	synced := time.Now()
+	defer func() { r.log.Debug("memory snapshot synced", "sandbox_id", id, "took", time.Since(synced)) }()
 	if err := syncTree(mem); err != nil {
 		return runtime.SnapshotInfo{}, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the memory image of sandbox %s to disk", id)
 	}
@@ -384,9 +386,11 @@ func (r *Runtime) restoreMemory(src *runtime.SnapshotSource) error {
 }
 
 // restoreVerb is the OCI runtime's verb and flags that start a sandbox from snapshot src's
-// memory instead of `run --detach`.
+// memory instead of `run --detach`. --background lets the sandbox run while its pages are still
+// read in (the image is uncompressed); the restore holds the pages file open, so the snapshot's
+// directory may be removed as soon as the sandbox runs (a wake's caller does).
 func restoreVerb(src *runtime.SnapshotSource) []string {
-	return []string{"restore", "--detach", "--image-path", filepath.Join(src.Dir, memoryDirName)}
+	return []string{"restore", "--detach", "--background", "--image-path", filepath.Join(src.Dir, memoryDirName)}
 }
 
 // checkRestoreSpec refuses a memory restore whose limits differ from the saved sandbox's: the

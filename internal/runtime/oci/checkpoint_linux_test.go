@@ -174,6 +174,9 @@ func TestGVisorSleepWake(t *testing.T) {
 	spec.IDMap = runtimetest.TestIDMap()
 	c := runtimetest.Start(t, rt, spec)
 	startCounter(t, c)
+	if mb := os.Getenv("AGENTBOX_TEST_RESIDENT_MB"); mb != "" { // timing: a sandbox holding memory
+		runtimetest.Exec(t, c, "sh", "-c", "head -c "+mb+"M /dev/urandom > /tmp/resident")
+	}
 	before := len(counts(t, c))
 
 	dir := snapshotDir(t, rt)
