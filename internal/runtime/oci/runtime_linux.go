@@ -170,7 +170,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	// Files snapshots need only the sandbox's disk (probed above); memory ones are the
 	// flavour's (saveMemory, memorySnapshotReason).
 	r.caps.Snapshots = []string{runtime.SnapshotFiles}
-	r.caps.MemorySnapshotReason = defaultMemorySnapshotReason
+	r.caps.MemorySnapshotReason = memoryReasonFor(r.flavor)
 	r.sweepSnapMounts()
 	r.caps.Available = true
 	return r, nil
