@@ -181,9 +181,13 @@ func (r *Runtime) saveMemory(ctx context.Context, id, dir string, opts runtime.S
 	}
 	info = runtime.SnapshotInfo{Kind: runtime.SnapshotFilesMemory, DiskMB: ist.Size >> 20, IDMap: r.sandboxIDMap(id)}
 	began := time.Now()
+	ended := false // a releasing checkpoint ended the sandbox: the directory is all that is left of it
 	defer func() {
-		if err != nil {
+		if err != nil && !ended {
 			clearDir(dir)
+		}
+		if err != nil && ended {
+			r.log.Error("memory snapshot failed after its checkpoint ended the sandbox; the directory holds what was saved, but no snapshot", "sandbox_id", id, "dir", dir, "err", err)
 		}
 	}()
 	mem := filepath.Join(dir, memoryDirName)
@@ -203,7 +207,7 @@ func (r *Runtime) saveMemory(ctx context.Context, id, dir string, opts runtime.S
 	}
 	dst := filepath.Join(dir, diskImageName)
 	if opts.Release {
-		err = r.checkpointRelease(ctx, id, mem, dst)
+		ended, err = r.checkpointRelease(ctx, id, mem, dst)
 	} else {
 		err = r.checkpointRunning(ctx, id, mem, img, dst, ist.Size)
 	}
@@ -256,14 +260,15 @@ func (r *Runtime) checkpointRunning(ctx context.Context, id, mem, img, dst strin
 }
 
 // checkpointRelease saves sandbox id's memory into mem, which ends the sandbox, then moves its
-// disk to dst and deletes the rest of it (releaseInto). A checkpoint that fails leaves the
-// sandbox running, its agent listening again.
-func (r *Runtime) checkpointRelease(ctx context.Context, id, mem, dst string) error {
+// disk to dst and deletes the rest of it (releaseStopped). A checkpoint that fails leaves the
+// sandbox running, its agent listening again; ended reports that the checkpoint ended it.
+func (r *Runtime) checkpointRelease(ctx context.Context, id, mem, dst string) (ended bool, err error) {
 	if err := r.checkpoint(ctx, id, mem, false); err != nil {
 		if st, serr := r.State(context.WithoutCancel(ctx), id); serr == nil && st == runtime.StatusRunning {
 			r.relistenAfter(ctx, id)
+			return false, err
 		}
-		return err
+		return true, err
 	}
 	// The checkpoint ends the sandbox: its init (runsc's sandbox process) exits once saved, and
 	// the runtime's kill no longer reaches it. Wait for it (reaping it) and its gofer.
@@ -273,7 +278,7 @@ func (r *Runtime) checkpointRelease(ctx context.Context, id, mem, dst string) er
 		for !r.initGone(pid) {
 			if time.Now().After(deadline) {
 				if killed || !r.ownsProcess(pid, id) {
-					return errcode.New(errcode.RuntimeUnavailable, "sandbox %s did not end after its checkpoint; retry", id)
+					return true, errcode.New(errcode.RuntimeUnavailable, "sandbox %s did not end after its checkpoint; retry", id)
 				}
 				_ = unix.Kill(pid, unix.SIGKILL)
 				killed, deadline = true, time.Now().Add(stopTimeout)
@@ -284,7 +289,8 @@ func (r *Runtime) checkpointRelease(ctx context.Context, id, mem, dst string) er
 	// From here on the memory image is the sandbox: a cancelled caller must not lose it half-way.
 	ctx = context.WithoutCancel(ctx)
 	r.reapHelpers(ctx, id)
-	return r.releaseStopped(ctx, id, dst)
+	_, err = r.releaseStopped(ctx, id, dst)
+	return true, err
 }
 
 // checkpoint runs the OCI runtime's checkpoint of sandbox id into mem.

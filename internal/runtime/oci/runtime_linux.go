@@ -167,6 +167,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			r.caps.Hardening = append(r.caps.Hardening, runtime.HardeningTransparentEgress)
 		}
 	}
+	// Files snapshots need only the sandbox's disk (probed above); memory ones are the
+	// flavour's (saveMemory, memorySnapshotReason).
+	r.caps.Snapshots = []string{runtime.SnapshotFiles}
+	r.caps.MemorySnapshotReason = memoryReasonFor(r.flavor)
+	r.sweepSnapMounts()
 	r.caps.Available = true
 	r.probeMemorySnapshots(ctx) // checkpoint_linux.go
 	return r, nil
@@ -252,6 +257,7 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 	c.NetworkModes = append([]string(nil), r.caps.NetworkModes...)
 	c.Hardening = append([]string(nil), r.caps.Hardening...)
 	c.Images = append([]string(nil), r.caps.Images...)
+	c.Snapshots = append([]string(nil), r.caps.Snapshots...)
 	return c
 }
 
