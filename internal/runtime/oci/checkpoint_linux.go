@@ -289,9 +289,20 @@ func (r *Runtime) checkpointRelease(ctx context.Context, id, mem, dst string) (e
 	// From here on the memory image is the sandbox: a cancelled caller must not lose it half-way.
 	ctx = context.WithoutCancel(ctx)
 	r.reapHelpers(ctx, id)
-	_, err = r.releaseStopped(ctx, id, dst)
-	return true, err
+	// The disk's loop device lets go once the mount namespace the sandbox's processes lived in
+	// (their create's private one) is torn down, which the kernel finishes after they exit: on
+	// a loaded host later than removeDisk waits. Retry while it is only that.
+	for deadline := time.Now().Add(releaseTimeout); ; time.Sleep(50 * time.Millisecond) {
+		moved, err := r.releaseStopped(ctx, id, dst)
+		if err == nil || moved || time.Now().After(deadline) {
+			return true, err
+		}
+		r.log.Debug("release after a checkpoint: retrying", "sandbox_id", id, "err", err)
+	}
 }
+
+// releaseTimeout bounds the retries of a release after a checkpoint ended the sandbox.
+const releaseTimeout = 20 * time.Second
 
 // checkpoint runs the OCI runtime's checkpoint of sandbox id into mem.
 func (r *Runtime) checkpoint(ctx context.Context, id, mem string, leaveRunning bool) error {
@@ -317,6 +328,11 @@ func (r *Runtime) checkpoint(ctx context.Context, id, mem string, leaveRunning b
 // socket file is gone).
 func (r *Runtime) quiesceAgent(ctx context.Context, id string) error {
 	sock := r.SocketPath(id)
+	// The marker says the agent may be deaf: a server killed before the relisten leaves it,
+	// and Adopt wakes such an agent (relistenIfQuiesced).
+	if err := os.WriteFile(filepath.Join(r.sandboxDir(id), quiescedMarker), nil, 0o600); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot mark sandbox %s quiesced", id)
+	}
 	if _, err := r.command(ctx, "kill", id, "USR1"); err != nil {
 		return r.classify(err, "quiesce the agent of", id)
 	}
@@ -348,6 +364,7 @@ func (r *Runtime) relistenAgent(ctx context.Context, id string) error {
 		cancel()
 		if err == nil {
 			_ = c.Close()
+			_ = os.Remove(filepath.Join(r.sandboxDir(id), quiescedMarker))
 			return nil
 		}
 		var ee *errcode.Error
@@ -445,6 +462,20 @@ func limitsOf(s *specs.Spec) specLimits {
 		l.pids = *res.Pids.Limit
 	}
 	return l
+}
+
+// quiescedMarker, in a sandbox's directory, is written before the agent is asked to let go of
+// its socket and removed once it listens again.
+const quiescedMarker = "quiesced"
+
+// relistenIfQuiesced wakes sandbox id's agent if a memory snapshot may have left it deaf (its
+// marker is there: the server died between the quiesce and the relisten).
+func (r *Runtime) relistenIfQuiesced(ctx context.Context, id string) error {
+	if _, err := os.Stat(filepath.Join(r.sandboxDir(id), quiescedMarker)); err != nil {
+		return nil
+	}
+	r.log.Warn("the agent was left quiesced (a memory snapshot's server died); waking it", "sandbox_id", id)
+	return r.relistenAgent(ctx, id)
 }
 
 // afterRestore makes the restored sandbox's agent listen again (it was quiesced when saved).

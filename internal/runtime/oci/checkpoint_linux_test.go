@@ -284,3 +284,30 @@ func TestRuncMemorySnapshotRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestGVisorAdoptRelistens: a server killed between a memory snapshot's quiesce and its relisten
+// leaves the agent deaf; the restarted server's Adopt makes it listen again.
+func TestGVisorAdoptRelistens(t *testing.T) {
+	rt := newFlavor(t, FlavorGVisor)
+	ctx := context.Background()
+	id := runtimetest.NewID()
+	spec := runtimetest.DefaultSpec(id)
+	spec.IDMap = runtimetest.TestIDMap()
+	_, h := runtimetest.StartHandle(t, rt, spec)
+	if err := rt.quiesceAgent(ctx, id); err != nil { // … and the server dies here
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if c, err := rt.dialer(id)(dctx); err == nil {
+		c.Close()
+		t.Fatal("a quiesced agent still answers")
+	}
+	cancel()
+	if err := rt.Adopt(ctx, id, h); err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	c := runtimetest.Client(t, rt, id)
+	if r := runtimetest.Exec(t, c, "true"); r.ExitCode != 0 {
+		t.Fatalf("after Adopt: %s", r)
+	}
+}
