@@ -45,8 +45,20 @@ const idmapRecordName = "idmap.json"
 const snapshotResumeTimeout = 30 * time.Second
 
 // defaultMemorySnapshotReason is MemorySnapshotReason of runc and crun until a CRIU probe says
-// more (checkpoint_linux.go).
-const defaultMemorySnapshotReason = "memory snapshots of runc and crun sandboxes need CRIU checkpoint/restore of user-namespaced containers, which agentbox does not drive on this host; take a files snapshot (memory: false)"
+// more, and gvisorMemorySnapshotReason gVisor's until its checkpoint is built
+// (checkpoint_linux.go).
+const (
+	defaultMemorySnapshotReason = "memory snapshots of runc and crun sandboxes need CRIU checkpoint/restore of user-namespaced containers, which agentbox does not drive on this host; take a files snapshot (memory: false)"
+	gvisorMemorySnapshotReason  = "memory snapshots of gVisor sandboxes (runsc checkpoint/restore) are not built in this agentbox; take a files snapshot (memory: false)"
+)
+
+// memoryReasonFor is the flavour's MemorySnapshotReason as New sets it.
+func memoryReasonFor(f Flavor) string {
+	if f == FlavorGVisor {
+		return gvisorMemorySnapshotReason
+	}
+	return defaultMemorySnapshotReason
+}
 
 // Snapshot saves running sandbox id into dir (runtime.Snapshotter): its disk, copied while the
 // sandbox is frozen, or moved with opts.Release once it is stopped.
@@ -80,15 +92,21 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string, opts runtime.Sna
 		return info, errcode.New(errcode.SandboxNotRunning, "sandbox %s has no disk in runtime %s", id, r.name)
 	}
 	info = runtime.SnapshotInfo{Kind: runtime.SnapshotFiles, DiskMB: ist.Size >> 20, IDMap: r.sandboxIDMap(id)}
+	moved := false
 	defer func() {
-		if err != nil {
+		if err != nil && !moved {
 			clearDir(dir) // nothing usable is left: no snapshot.json, no half image
+		}
+		if err != nil && moved {
+			// The sandbox is gone and its disk is here: left for an operator, but without
+			// snapshot.json it is no snapshot (the control plane removes the directory).
+			r.log.Error("releasing snapshot failed after the disk was moved; the directory holds no snapshot", "sandbox_id", id, "dir", dir, "err", err)
 		}
 	}()
 	began := time.Now()
 	dst := filepath.Join(dir, diskImageName)
 	if opts.Release {
-		err = r.releaseInto(ctx, id, dst)
+		moved, err = r.releaseInto(ctx, id, dst)
 	} else {
 		err = r.copyFrozen(ctx, id, img, dst, ist.Size)
 	}
@@ -106,25 +124,12 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string, opts runtime.Sna
 	return info, nil
 }
 
-// saveMemory takes a files+memory snapshot of sandbox id into dir. Not built here: refused
-// before anything is saved. (gVisor's checkpoint replaces this function: checkpoint_linux.go.)
-func (r *Runtime) saveMemory(ctx context.Context, id, dir string, opts runtime.SnapshotOptions) (runtime.SnapshotInfo, error) {
-	return runtime.SnapshotInfo{}, errcode.New(errcode.UnsupportedOp, "runtime %s cannot snapshot the memory of sandbox %s: %s", r.name, id, r.memorySnapshotReason()).
-		With("argument", "memory")
-}
-
-// restoreMemory is create's refusal of Spec.Snapshot.Memory (gVisor's restore replaces it).
-func (r *Runtime) restoreMemory(src *runtime.SnapshotSource) error {
-	return errcode.New(errcode.UnsupportedOp, "runtime %s cannot restore memory from a snapshot: %s", r.name, r.memorySnapshotReason()).
-		With("argument", "memory")
-}
-
 // memorySnapshotReason is Capabilities().MemorySnapshotReason, or a default text.
 func (r *Runtime) memorySnapshotReason() string {
 	if r.caps.MemorySnapshotReason != "" {
 		return r.caps.MemorySnapshotReason
 	}
-	return defaultMemorySnapshotReason
+	return memoryReasonFor(r.flavor)
 }
 
 // copyFrozen copies the disk image img (size bytes) of sandbox id to dst while the sandbox is
@@ -157,25 +162,39 @@ func (r *Runtime) copyFrozen(ctx context.Context, id, img, dst string, size int6
 
 // releaseInto stops sandbox id, unmounts its overlays and disk (the order Delete uses), moves
 // the image to dst, and deletes the rest of the sandbox.
-func (r *Runtime) releaseInto(ctx context.Context, id, dst string) error {
-	sdir := r.sandboxDir(id)
+// It reports whether the image was moved.
+func (r *Runtime) releaseInto(ctx context.Context, id, dst string) (bool, error) {
 	if err := r.Stop(ctx, id); err != nil {
-		return err
+		return false, err
 	}
+	return r.releaseStopped(ctx, id, dst)
+}
+
+// releaseStopped is releaseInto of a sandbox whose processes are gone (a checkpoint that ended
+// it: checkpoint_linux.go).
+func (r *Runtime) releaseStopped(ctx context.Context, id, dst string) (bool, error) {
+	sdir := r.sandboxDir(id)
 	if err := unmountRootfs(sdir); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot unmount the root file system of sandbox %s; retry", id)
+		return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot unmount the root file system of sandbox %s; retry", id)
 	}
 	if err := r.removeDisk(ctx, id); err != nil {
-		return err
+		return false, err
+	}
+	// removeDisk gives up waiting on a busy loop device (a lazily unmounted disk): the image is
+	// not moved while anything may still write it.
+	for _, l := range loopDevices() {
+		if sandboxOf(l.Backing, r.sandboxesDirs()) == id {
+			return false, errcode.New(errcode.RuntimeUnavailable, "the disk of sandbox %s is still held by %s after its unmount; retry", id, l.Dev)
+		}
 	}
 	if err := os.Rename(filepath.Join(sdir, diskImageName), dst); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot move the disk of sandbox %s into the snapshot", id)
+		return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot move the disk of sandbox %s into the snapshot", id)
 	}
 	if err := r.Delete(ctx, id); err != nil {
 		// The snapshot is whole; the sweep retries what is left of the sandbox (List shows it).
 		r.log.Warn("delete after a releasing snapshot", "sandbox_id", id, "err", err)
 	}
-	return nil
+	return true, nil
 }
 
 // checkSnapshotDir checks that dir is an absolute path of an existing empty directory.
@@ -313,7 +332,9 @@ func (r *Runtime) sandboxIDMap(id string) runtime.IDMap {
 func (r *Runtime) checkSnapshotSource(spec runtime.Spec) (int64, error) {
 	src := spec.Snapshot
 	if src.Memory {
-		return 0, r.restoreMemory(src)
+		if err := r.restoreMemory(src); err != nil {
+			return 0, err
+		}
 	}
 	if src.Info.Kind != runtime.SnapshotFiles && src.Info.Kind != runtime.SnapshotFilesMemory {
 		return 0, errcode.New(errcode.InvalidArgument, "snapshot kind %q is not %q or %q", src.Info.Kind, runtime.SnapshotFiles, runtime.SnapshotFilesMemory).With("argument", "snapshot")
@@ -349,7 +370,12 @@ func (r *Runtime) diskFromSnapshot(ctx context.Context, dir string, src *runtime
 	from := src.Info.IDMap
 	shift := from.UIDBase != m.UIDBase || from.GIDBase != m.GIDBase
 	if src.InPlace && !shift {
-		if err := os.Link(filepath.Join(src.Dir, diskImageName), img); err != nil {
+		err := os.Link(filepath.Join(src.Dir, diskImageName), img)
+		if errors.Is(err, unix.EXDEV) { // another file system after all: copy
+			err = cloneSparse(filepath.Join(src.Dir, diskImageName), img, src.Info.DiskMB<<20)
+		}
+		if err != nil {
+			_ = os.Remove(img)
 			return fmt.Errorf("link the snapshot's disk: %w", err)
 		}
 	} else {
