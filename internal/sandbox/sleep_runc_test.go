@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
@@ -114,5 +115,65 @@ func TestSleepWakeRunc(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(snaps); len(ents) != 0 {
 		t.Fatalf("sleep snapshot left after destroy: %v", ents)
+	}
+}
+
+// lastCount is the last number a counting job appended to /tmp/count (the sandbox's memory).
+func (e *env) lastCount(t *testing.T, id string) int {
+	t.Helper()
+	out := strings.TrimSpace(e.sh(t, id, "tail -n 1 /tmp/count"))
+	n, err := strconv.Atoi(out)
+	if err != nil {
+		t.Fatalf("count %q: %v", out, err)
+	}
+	return n
+}
+
+// TestSleepWakeGVisorMemory: on gVisor, whose Capabilities list files+memory, a sleep saves
+// memory and processes: the sandbox's cgroup is gone while it sleeps, its job's record stays
+// running, and after the wake the same job process counts on from where it was (its count lives
+// in memory, on /tmp), under the same id.
+func TestSleepWakeGVisorMemory(t *testing.T) {
+	snaps := filepath.Join(testenv.ShortTempDir(t, "abgsl"), "snapshots")
+	e := newGVisorEnv(t, sandbox.Config{SnapshotDir: snaps})
+	sb := e.create(t, sandbox.CreateRequest{MemoryMB: 256})
+	j := e.startJob(t, sb.ID, "sh", "-c", "i=0; while :; do i=$((i+1)); echo $i >> /tmp/count; sleep 0.05; done")
+	deadline := time.Now().Add(30 * time.Second)
+	for e.sh(t, sb.ID, "test -s /tmp/count && echo y || true") != "y\n" && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if cg, _ := hostCgroup(sb.ID); cg == "" {
+		t.Fatal("no memory cgroup found on the host for the running sandbox (the check below could not fail)")
+	}
+	slept, err := e.svc.Sleep(context.Background(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := e.svc.Events(context.Background(), sandbox.EventFilter{SandboxID: sb.ID})
+	if last := evs[len(evs)-1]; last.To != sandbox.StateSleeping || !strings.Contains(last.Reason, "files+memory") {
+		t.Fatalf("sleep event %+v; want to sleeping with files+memory", last)
+	}
+	if leaks := testenv.Leaks(sb.ID); len(leaks) > 0 {
+		t.Fatalf("a sleeping gVisor sandbox still holds host resources:\n%s", strings.Join(leaks, "\n"))
+	}
+	if r, err := e.svc.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobRunning {
+		t.Fatalf("job of a sandbox asleep with memory = %+v, %v; want running", r, err)
+	}
+	if _, err := e.svc.Wake(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	at := e.lastCount(t, sb.ID)
+	time.Sleep(time.Second)
+	if now := e.lastCount(t, sb.ID); now <= at || at < 1 {
+		t.Fatalf("the job's count after wake went %d → %d; want it counting on", at, now)
+	}
+	if r, err := e.svc.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobRunning {
+		t.Fatalf("job after a memory wake = %+v, %v; want running", r, err)
+	}
+	if _, err := os.Stat(filepath.Join(snaps, slept.SleepSnapshot)); !os.IsNotExist(err) {
+		t.Fatalf("sleep snapshot left after the wake: %v", err)
+	}
+	if _, err := e.svc.CancelJob(context.Background(), sb.ID, j.ID, nil); err != nil {
+		t.Fatal(err)
 	}
 }
