@@ -844,7 +844,7 @@ func (s *Service) runningOr(ctx context.Context, id string, wake bool) (Sandbox,
 		return sb, nil, err
 	}
 	if sb.State == StateSleeping {
-		if !wake || !sb.AutoWake {
+		if !wake || !sb.AutoWake || !autoWakeAllowed(ctx) {
 			return sb, nil, sleepingErr(id)
 		}
 		if sb, err = s.Wake(ctx, id); err != nil {

@@ -83,6 +83,16 @@ func sleepingErr(id string) error {
 		With("state", string(StateSleeping))
 }
 
+type noAutoWakeKey struct{}
+
+// WithoutAutoWake returns ctx marked so that the service's calls on it never wake a sleeping
+// sandbox, auto_wake or not (a watch stream polling a job's log must not keep it awake).
+func WithoutAutoWake(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noAutoWakeKey{}, true)
+}
+
+func autoWakeAllowed(ctx context.Context) bool { return ctx.Value(noAutoWakeKey{}) == nil }
+
 // wakeForCall readies sandbox id for a call that needs it running and checks its state under
 // its own lock (expose, network changes): a sleeping sandbox with auto_wake is woken; one
 // without is SANDBOX_NOT_RUNNING saying to wake it. Other states are the call's to judge.
@@ -91,7 +101,7 @@ func (s *Service) wakeForCall(ctx context.Context, id string) error {
 	if err != nil || sb.State != StateSleeping {
 		return err
 	}
-	if !sb.AutoWake {
+	if !sb.AutoWake || !autoWakeAllowed(ctx) {
 		return sleepingErr(id)
 	}
 	_, err = s.Wake(ctx, id)

@@ -211,10 +211,14 @@ func TestAutoWake(t *testing.T) {
 	if _, err := e.svc.Expose(t.Context(), sb.ID, 8080, true); err != nil || e.state(t, sb.ID) != sandbox.StateRunning {
 		t.Fatalf("expose of a sleeping auto_wake sandbox = %v, state %s; want it woken and exposed", err, e.state(t, sb.ID))
 	}
+	// A call marked WithoutAutoWake (a watch stream's poll) does not wake it.
+	e.sleep(t, sb.ID)
+	_, err := e.svc.Exec(sandbox.WithoutAutoWake(t.Context()), sb.ID, sandbox.ExecRequest{Argv: []string{"true"}}, nil)
+	wantNotRunningSleeping(t, "exec without auto-wake", err)
 	// Without auto_wake, expose says to wake it.
 	other := e.create(t, sandbox.CreateRequest{})
 	e.sleep(t, other.ID)
-	_, err := e.svc.Expose(t.Context(), other.ID, 8080, true)
+	_, err = e.svc.Expose(t.Context(), other.ID, 8080, true)
 	wantNotRunningSleeping(t, "expose", err)
 }
 

@@ -21,7 +21,8 @@ func JobLogsOf(r JobLogReader) JobLogPager {
 		return nil
 	}
 	return func(ctx context.Context, sandboxID, jobID string, offset, max int64, wait time.Duration) (JobLogChunk, error) {
-		l, err := r.JobLogs(ctx, sandboxID, jobID, sandbox.JobLogsRequest{Stream: "all", Offset: &offset, MaxBytes: &max, Wait: wait})
+		// A stream never wakes a sleeping sandbox (it would keep it from sleeping).
+		l, err := r.JobLogs(sandbox.WithoutAutoWake(ctx), sandboxID, jobID, sandbox.JobLogsRequest{Stream: "all", Offset: &offset, MaxBytes: &max, Wait: wait})
 		if err != nil {
 			return JobLogChunk{}, err
 		}
