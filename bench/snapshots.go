@@ -100,38 +100,13 @@ func benchSnapshots(ctx context.Context, rt runtime.Runtime, dir string, n, fork
 	st.Floor = fmt.Sprintf("%s p50 %.1f ms (size %d MiB allocated)", fs.Name, fs.P50, info.SizeBytes>>20)
 	stats := []Stat{st}
 
-	// Fork: forks sandboxes from the last snapshot at once.
-	ids := make([]string, forks)
-	errs := make([]error, forks)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for i := range forks {
-		ids[i] = sandboxid.New()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fs := spec
-			fs.ID = ids[i]
-			fs.Snapshot = &runtime.SnapshotSource{Dir: last, Info: info}
-			c, err := startWait(ctx, rt, fs)
-			if c != nil {
-				c.Close()
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
-	took := ms(time.Since(t0))
-	for _, id := range ids {
-		_ = rt.Delete(ctx, id)
-	}
-	for i, err := range errs {
-		if err != nil {
-			log.Fatalf("fork %d of %d from a snapshot: %v", i, forks, err)
-		}
-	}
+	// Fork: forks sandboxes from the last snapshot at once, beside its floor in the same run:
+	// as many fresh sandboxes (no snapshot) created at once.
+	fresh := createMany(ctx, rt, spec, nil, forks)
+	took := createMany(ctx, rt, spec, &runtime.SnapshotSource{Dir: last, Info: info}, forks)
 	fk := summarize(fmt.Sprintf(measureSnapshotFork, forks), "ms", []float64{took})
 	fk.Runtime = rt.Name()
+	fk.Floor = fmt.Sprintf("%d fresh sandboxes created at once: %.1f ms", forks, fresh)
 	stats = append(stats, fk)
 	os.RemoveAll(base)
 	return stats
@@ -158,4 +133,38 @@ func startWait(ctx context.Context, rt runtime.Runtime, spec runtime.Spec) (*gue
 		return nil, err
 	}
 	return c, nil
+}
+
+// createMany creates n sandboxes like spec (from src when set) at once, waits for every agent,
+// and returns the time in ms; it deletes them.
+func createMany(ctx context.Context, rt runtime.Runtime, spec runtime.Spec, src *runtime.SnapshotSource, n int) float64 {
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range n {
+		ids[i] = sandboxid.New()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := spec
+			s.ID, s.Snapshot = ids[i], src
+			c, err := startWait(ctx, rt, s)
+			if c != nil {
+				c.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	took := ms(time.Since(t0))
+	for _, id := range ids {
+		_ = rt.Delete(ctx, id)
+	}
+	for i, err := range errs {
+		if err != nil {
+			log.Fatalf("create %d of %d (from a snapshot: %v): %v", i, n, src != nil, err)
+		}
+	}
+	return took
 }
