@@ -80,8 +80,8 @@ func Diff(ctx context.Context, old, new []Tree, opt Options) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Examined: len(om.Entries) + len(nm.Entries)}
-	budget := opt.MaxCompareBytes
-	var cerr error
+	cmp := newComparer(opt.MaxCompareBytes)
+	defer cmp.close()
 	same := func(o, n *Entry) bool {
 		if !metaEqual(o, n, false) {
 			return false
@@ -89,15 +89,7 @@ func Diff(ctx context.Context, old, new []Tree, opt Options) (Result, error) {
 		if o.Type != TypeFile || o.Size == 0 {
 			return true
 		}
-		if budget <= 0 {
-			res.ContentFallback = true
-			return o.Mtime == n.Mtime
-		}
-		eq, fellBack, err := contentEqual(om.Trees[o.tree].Dir, o.rel, nm.Trees[n.tree].Dir, n.rel, &budget)
-		if err != nil {
-			cerr = err
-			return false
-		}
+		eq, fellBack := cmp.equal(om.Trees[o.tree].Dir, o.rel, nm.Trees[n.tree].Dir, n.rel)
 		if fellBack {
 			res.ContentFallback = true
 			return o.Mtime == n.Mtime
@@ -112,9 +104,6 @@ func Diff(ctx context.Context, old, new []Tree, opt Options) (Result, error) {
 		res.Changes = append(res.Changes, c)
 		return true
 	})
-	if cerr != nil {
-		return Result{}, cerr
-	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -237,6 +226,11 @@ func openBeneath(dir, rel string) (*os.File, error) {
 		return nil, err
 	}
 	defer unix.Close(dfd)
+	return openAt(dfd, rel)
+}
+
+// openAt is openBeneath relative to an open directory.
+func openAt(dfd int, rel string) (*os.File, error) {
 	fd, err := unix.Openat2(dfd, rel, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -252,39 +246,68 @@ func openBeneath(dir, rel string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), rel), nil
 }
 
-// contentEqual streams both files and stops at the first difference. It spends *budget
-// (bytes read, both files); when the budget runs out first it reports fellBack. A file that
-// is gone or not regular any more differs.
-func contentEqual(odir, orel, ndir, nrel string, budget *int64) (eq, fellBack bool, err error) {
-	a, err := openBeneath(odir, orel)
+// comparer compares files' content for one Diff: the trees' directories opened once, two
+// buffers, and the byte budget.
+type comparer struct {
+	dirs   map[string]int
+	ba, bb []byte
+	budget int64
+}
+
+func newComparer(budget int64) *comparer {
+	return &comparer{dirs: map[string]int{}, ba: make([]byte, 64<<10), bb: make([]byte, 64<<10), budget: budget}
+}
+
+func (c *comparer) open(dir, rel string) (*os.File, error) {
+	dfd, ok := c.dirs[dir]
+	if !ok {
+		var err error
+		if dfd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return nil, err
+		}
+		c.dirs[dir] = dfd
+	}
+	return openAt(dfd, rel)
+}
+
+func (c *comparer) close() {
+	for _, fd := range c.dirs {
+		unix.Close(fd)
+	}
+}
+
+// equal streams both files and stops at the first difference. It spends the budget (bytes
+// read, both files); when the budget runs out first it reports fellBack. A file that is gone
+// or not regular any more differs.
+func (c *comparer) equal(odir, orel, ndir, nrel string) (eq, fellBack bool) {
+	a, err := c.open(odir, orel)
 	if err != nil {
-		return false, false, nil
+		return false, false
 	}
 	defer a.Close()
-	b, err := openBeneath(ndir, nrel)
+	b, err := c.open(ndir, nrel)
 	if err != nil {
-		return false, false, nil
+		return false, false
 	}
 	defer b.Close()
-	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
 	for {
-		chunk := min(int64(len(ba)), *budget/2)
+		chunk := min(int64(len(c.ba)), c.budget/2)
 		if chunk <= 0 {
-			return false, true, nil
+			return false, true
 		}
-		na, ea := io.ReadFull(a, ba[:chunk])
-		nb, eb := io.ReadFull(b, bb[:chunk])
-		*budget -= int64(na + nb)
-		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
-			return false, false, nil
+		na, ea := io.ReadFull(a, c.ba[:chunk])
+		nb, eb := io.ReadFull(b, c.bb[:chunk])
+		c.budget -= int64(na + nb)
+		if na != nb || !bytes.Equal(c.ba[:na], c.bb[:nb]) {
+			return false, false
 		}
 		aEnd := ea == io.EOF || errors.Is(ea, io.ErrUnexpectedEOF)
 		bEnd := eb == io.EOF || errors.Is(eb, io.ErrUnexpectedEOF)
 		if ea != nil && !aEnd || eb != nil && !bEnd {
-			return false, false, nil // unreadable: differs
+			return false, false // unreadable: differs
 		}
 		if aEnd || bEnd {
-			return aEnd == bEnd, false, nil
+			return aEnd == bEnd, false
 		}
 	}
 }
