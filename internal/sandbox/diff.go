@@ -63,8 +63,10 @@ func validateDiff(req *DiffRequest) error {
 			return errcode.New(errcode.InvalidArgument, "other_sandbox_id: %s", errcode.Message(err)).With("argument", "other_sandbox_id")
 		}
 	}
-	if req.SnapshotID != "" && (len(req.SnapshotID) > 128 || strings.ContainsAny(req.SnapshotID, "/\x00")) {
-		return errcode.New(errcode.InvalidArgument, "snapshot_id %q is not a snapshot id", truncate(req.SnapshotID, 64)).With("argument", "snapshot_id")
+	if req.SnapshotID != "" {
+		if err := checkSnapshotID("snapshot_id", req.SnapshotID); err != nil {
+			return errcode.New(errcode.InvalidArgument, "%s", errcode.Message(err)).With("argument", "snapshot_id")
+		}
 	}
 	if req.Limit < 0 || req.Limit > MaxDiffLimit {
 		return errcode.New(errcode.InvalidArgument, "limit must be between 1 and %d (0: %d); got %d", MaxDiffLimit, DefaultDiffLimit, req.Limit).With("argument", "limit")
@@ -125,16 +127,12 @@ func (s *Service) Diff(ctx context.Context, id string, req DiffRequest) (DiffRes
 		defer closeOld()
 		oldSide, res.Against = side, "sandbox:"+other.ID
 	case req.SnapshotID != "":
-		snap, err := s.GetSnapshot(ctx, req.SnapshotID)
-		if err != nil {
-			return DiffResult{}, err
-		}
-		side, closeOld, err := s.snapshotSide(ctx, snap)
+		side, closeOld, err := s.snapshotSide(ctx, req.SnapshotID)
 		if err != nil {
 			return DiffResult{}, err
 		}
 		defer closeOld()
-		oldSide, res.Against = side, "snapshot:"+snap.ID
+		oldSide, res.Against = side, "snapshot:"+req.SnapshotID
 	}
 	fr, err := fsdiff.Diff(ctx, oldSide, newSide, fsdiff.Options{Cursor: req.Cursor, Limit: req.Limit,
 		Unified: !req.NoUnified, MaxDiffBytes: req.MaxDiffBytes})
@@ -202,11 +200,7 @@ func (s *Service) sandboxSide(ctx context.Context, sb Sandbox) ([]fsdiff.Tree, f
 		if sb.SleepSnapshot == "" {
 			return nil, nil, errcode.New(errcode.SandboxNotRunning, "sandbox %s is sleeping but names no sleep snapshot; wake it and retry", sb.ID).With("state", string(sb.State))
 		}
-		snap, err := s.GetSnapshot(ctx, sb.SleepSnapshot)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s.snapshotSide(ctx, snap)
+		return s.snapshotSide(ctx, sb.SleepSnapshot)
 	default:
 		return nil, nil, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running or sleeping sandbox's files can be diffed", sb.ID, sb.State).With("state", string(sb.State))
 	}
@@ -225,9 +219,19 @@ func (s *Service) sandboxSide(ctx context.Context, sb Sandbox) ([]fsdiff.Tree, f
 	return treesOf(f), noRelease, nil
 }
 
-// snapshotSide mounts a ready snapshot's files (read-only) through its runtime; the returned
-// func releases them.
-func (s *Service) snapshotSide(ctx context.Context, snap Snapshot) ([]fsdiff.Tree, func(), error) {
+// snapshotSide mounts a ready snapshot's files (read-only) through its runtime, pinned (a
+// delete is CONFLICT) until the returned func releases them.
+func (s *Service) snapshotSide(ctx context.Context, id string) (_ []fsdiff.Tree, _ func(), err error) {
+	unpin := s.snaps.pin(id)
+	defer func() {
+		if err != nil {
+			unpin()
+		}
+	}()
+	snap, err := s.GetSnapshot(ctx, id) // after the pin: a delete that began before it shows here
+	if err != nil {
+		return nil, nil, err
+	}
 	if snap.State != SnapshotReady {
 		return nil, nil, errcode.New(errcode.Conflict, "snapshot %s is %s, not ready", snap.ID, snap.State).With("state", string(snap.State))
 	}
@@ -252,6 +256,7 @@ func (s *Service) snapshotSide(ctx context.Context, snap Snapshot) ([]fsdiff.Tre
 		if err := rel(); err != nil {
 			s.log.Warn("diff: release a snapshot's files", "snapshot_id", snap.ID, "err", err)
 		}
+		unpin()
 	}, nil
 }
 

@@ -235,3 +235,60 @@ func TestExecChanges(t *testing.T) {
 		t.Errorf("checkpoint: neither a snapshot_id nor a checkpoint_error")
 	}
 }
+
+// TestServiceDiffSnapshot: a sandbox against its own snapshot lists exactly what changed since,
+// another sandbox can be compared with it too, an unknown snapshot is SNAPSHOT_NOT_FOUND, and
+// exec's checkpoint takes a snapshot that the sandbox then equals.
+func TestServiceDiffSnapshot(t *testing.T) {
+	e := newSnapEnv(t, sandbox.Config{})
+	a := e.create(t, sandbox.CreateRequest{})
+	sh(t, e, a.ID, "printf 'v1\\n' > f && printf x > rm && mkdir d && printf k > d/keep")
+	snap, err := e.svc.Snapshot(t.Context(), a.ID, sandbox.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, e, a.ID, "printf 'v2\\n' > f && rm rm && printf n > d/new")
+	res, err := e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"/workspace/f": "modified file 0644", "/workspace/rm": "deleted file 0644", "/workspace/d/new": "added file 0644"}
+	got := changeMap(res.Changes)
+	if len(got) != len(want) || res.Against != "snapshot:"+snap.ID {
+		t.Errorf("against %s: %v, want %v", res.Against, got, want)
+	}
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s: %q, want %q", p, got[p], w)
+		}
+	}
+	if !strings.Contains(res.Diff, "-v1\n+v2\n") {
+		t.Errorf("unified diff:\n%s", res.Diff)
+	}
+	// Another sandbox against a's snapshot: everything of a's is deleted, b's file added.
+	b := e.create(t, sandbox.CreateRequest{})
+	sh(t, e, b.ID, "printf b > only-b")
+	res, err = e.svc.Diff(t.Context(), b.ID, sandbox.DiffRequest{SnapshotID: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = changeMap(res.Changes)
+	if got["/workspace/only-b"] != "added file 0644" || got["/workspace/d/keep"] != "deleted file 0644" || len(got) != 5 {
+		t.Errorf("b against a's snapshot: %v", got)
+	}
+	if _, err := e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: "snap-000000000000"}); !errcode.Is(err, errcode.SnapshotNotFound) {
+		t.Errorf("unknown snapshot: %v, want SNAPSHOT_NOT_FOUND", err)
+	}
+
+	ex, err := e.svc.Exec(t.Context(), a.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "printf v3 > f"}, Checkpoint: true, Changes: true}, nil)
+	if err != nil || ex.SnapshotID == "" || ex.CheckpointError != "" {
+		t.Fatalf("checkpoint: %v %+v", err, ex)
+	}
+	if c := changeMap(ex.Changes); len(c) != 1 || c["/workspace/f"] != "modified file 0644" {
+		t.Errorf("changes with checkpoint: %v", c)
+	}
+	res, err = e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: ex.SnapshotID})
+	if err != nil || len(res.Changes) != 0 {
+		t.Errorf("against the checkpoint just taken: %v %+v", err, res.Changes)
+	}
+}

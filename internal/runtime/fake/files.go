@@ -14,14 +14,6 @@ import (
 // OpFiles is SandboxFiles and SnapshotFiles, for SetFault and Calls.
 const OpFiles Op = "files"
 
-// The trees of a fake snapshot directory (what the fake's Snapshotter copies there): the
-// sandbox's workspace as SnapshotWorkspaceDir and, for a sandbox of an OCI image, its writable
-// layer as SnapshotUpperDir.
-const (
-	SnapshotWorkspaceDir = "workspace"
-	SnapshotUpperDir     = UpperDir
-)
-
 var _ runtime.FilesReader = (*Runtime)(nil)
 
 // SandboxFiles returns the fake sandbox's trees (runtime.FilesReader): its workspace as
@@ -52,9 +44,9 @@ func (r *Runtime) SandboxFiles(ctx context.Context, id string) (runtime.Files, e
 	return runtime.Files{Trees: filesTrees(r.sandboxDir(id), "workspace", UpperDir), IDMap: idm}, nil
 }
 
-// SnapshotFiles returns the trees of a fake snapshot directory (SnapshotWorkspaceDir,
-// SnapshotUpperDir) in place: the fake mounts nothing, so release does nothing. A directory
-// without runtime.SnapshotInfoFile is SNAPSHOT_NOT_FOUND.
+// SnapshotFiles returns the trees of a fake snapshot directory (its saved disk, DiskDir: the
+// workspace and the upper directory) in place: the fake mounts nothing, so release does
+// nothing. A directory without runtime.SnapshotInfoFile is SNAPSHOT_NOT_FOUND.
 func (r *Runtime) SnapshotFiles(ctx context.Context, dir string, info runtime.SnapshotInfo) (runtime.Files, func() error, error) {
 	if err := r.begin(ctx, OpFiles, ""); err != nil {
 		return runtime.Files{}, nil, err
@@ -65,7 +57,7 @@ func (r *Runtime) SnapshotFiles(ctx context.Context, dir string, info runtime.Sn
 	if _, err := os.Stat(filepath.Join(dir, runtime.SnapshotInfoFile)); err != nil {
 		return runtime.Files{}, nil, errcode.New(errcode.SnapshotNotFound, "snapshot directory %s holds no complete snapshot", dir)
 	}
-	return runtime.Files{Trees: filesTrees(dir, SnapshotWorkspaceDir, SnapshotUpperDir), IDMap: info.IDMap},
+	return runtime.Files{Trees: filesTrees(filepath.Join(dir, DiskDir), "workspace", UpperDir), IDMap: info.IDMap},
 		func() error { return nil }, nil
 }
 
