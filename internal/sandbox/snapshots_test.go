@@ -456,3 +456,37 @@ func TestSnapshotConvergeLeavesInFlight(t *testing.T) {
 		t.Fatalf("snapshot after it finished: %+v", sn)
 	}
 }
+
+// TestSnapshotMemoryKindShape: a files+memory snapshot (the fake pretends to take one) gives a
+// sandbox made from it the source's cpu and memory_mb too; asking for others is refused, naming
+// the field; the reply says what was captured.
+func TestSnapshotMemoryKindShape(t *testing.T) {
+	cfg := sandbox.Config{SnapshotDir: filepath.Join(t.TempDir(), "snapshots")}
+	e := newFakeEnvWith(t, cfg, fake.Config{MemorySnapshots: true})
+	src := e.create(t, sandbox.CreateRequest{CPU: 0.5, MemoryMB: 256})
+	sn, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.Kind != runtime.SnapshotFilesMemory || sn.CPU != 0.5 || sn.MemoryMB != 256 {
+		t.Fatalf("memory snapshot %+v", sn)
+	}
+	_, err = e.svc.Create(t.Context(), sandbox.CreateRequest{Snapshot: sn.ID, MemoryMB: 1024})
+	wantSnapCode(t, "Create from a memory snapshot with another memory_mb", err, errcode.InvalidArgument, "memory_mb")
+	_, err = e.svc.Create(t.Context(), sandbox.CreateRequest{Snapshot: sn.ID, CPU: 2})
+	wantSnapCode(t, "Create from a memory snapshot with another cpu", err, errcode.InvalidArgument, "cpu")
+	res, err := e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{SnapshotID: sn.ID, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := res.Sandboxes[0]; res.Kind != runtime.SnapshotFilesMemory || f.CPU != 0.5 || f.MemoryMB != 256 {
+		t.Fatalf("memory fork %+v: %+v", res, f)
+	}
+	// A files snapshot cannot be forked with memory.
+	files, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{SnapshotID: files.ID, Memory: true})
+	wantSnapCode(t, "Fork with memory of a files snapshot", err, errcode.InvalidArgument, "memory")
+}
