@@ -244,7 +244,7 @@ func (s *Service) snapshotSide(ctx context.Context, id string) (_ []fsdiff.Tree,
 		return nil, nil, err
 	}
 	dir := s.snapshotDir(snap.ID)
-	info, err := readSnapshotInfo(dir)
+	info, err := diffSnapshotInfo(dir)
 	if err != nil {
 		return nil, nil, errcode.Wrap(errcode.SnapshotNotFound, err, "the files of snapshot %s are not on this server", snap.ID)
 	}
@@ -260,9 +260,9 @@ func (s *Service) snapshotSide(ctx context.Context, id string) (_ []fsdiff.Tree,
 	}, nil
 }
 
-// readSnapshotInfo reads dir's SnapshotInfoFile (what the runtime wrote when it completed the
+// diffSnapshotInfo reads dir's SnapshotInfoFile (what the runtime wrote when it completed the
 // snapshot), bounded.
-func readSnapshotInfo(dir string) (runtime.SnapshotInfo, error) {
+func diffSnapshotInfo(dir string) (runtime.SnapshotInfo, error) {
 	f, err := os.Open(filepath.Join(dir, runtime.SnapshotInfoFile))
 	if err != nil {
 		return runtime.SnapshotInfo{}, err

@@ -292,3 +292,38 @@ func TestServiceDiffSnapshot(t *testing.T) {
 		t.Errorf("against the checkpoint just taken: %v %+v", err, res.Changes)
 	}
 }
+
+// TestServiceDiffSleeping: a sleeping sandbox is compared through its sleep snapshot (the
+// record's sleep_snapshot), with no wake.
+func TestServiceDiffSleeping(t *testing.T) {
+	e := newSnapEnv(t, sandbox.Config{})
+	a := e.create(t, sandbox.CreateRequest{})
+	b := e.create(t, sandbox.CreateRequest{})
+	sh(t, e, a.ID, "printf saved > kept && mkdir d && printf x > d/x")
+	sh(t, e, b.ID, "printf saved > kept")
+	slept, err := e.svc.Sleep(t.Context(), a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slept.State != sandbox.StateSleeping || slept.SleepSnapshot == "" {
+		t.Fatalf("after sleep: %s, sleep snapshot %q", slept.State, slept.SleepSnapshot)
+	}
+	res, err := e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := changeMap(res.Changes); len(got) != 3 || got["/workspace/kept"] != "added file 0644" || got["/workspace/d/x"] != "added file 0644" {
+		t.Errorf("sleeping sandbox against its image: %v", got)
+	}
+	// A live sandbox against the sleeping one.
+	res, err = e.svc.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := changeMap(res.Changes); len(got) != 2 || got["/workspace/d"] != "deleted dir 0755" || got["/workspace/d/x"] != "deleted file 0644" {
+		t.Errorf("b against sleeping a: %v", got)
+	}
+	if st := e.state(t, a.ID); st != sandbox.StateSleeping {
+		t.Errorf("a diff woke the sandbox: %s", st)
+	}
+}
