@@ -1,0 +1,110 @@
+package main
+
+import (
+	"io"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/testenv/fakecp"
+)
+
+// cliServer is the REST API over the fake control plane, with AGENTBOX_URL and AGENTBOX_TOKEN
+// set for the CLI run in process.
+func cliServer(t *testing.T) (*sandbox.Service, *client.Client) {
+	t.Helper()
+	svc := fakecp.Service(t)
+	h := api.New(svc, api.Options{Token: testToken})
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() { h.Close(); hs.CloseClientConnections(); hs.Close() })
+	t.Setenv("AGENTBOX_URL", hs.URL)
+	t.Setenv("AGENTBOX_TOKEN", testToken)
+	return svc, client.New(hs.URL, testToken)
+}
+
+var stdioMu sync.Mutex // os.Stdout and os.Stderr are swapped while a command runs
+
+// runCLI runs `agentbox args...` in process and returns its exit code, stdout and stderr.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	stdioMu.Lock()
+	defer stdioMu.Unlock()
+	outR, outW, _ := os.Pipe()
+	errR, errW, _ := os.Pipe()
+	stdout, stderr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = outW, errW
+	var out, errb []byte
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); out, _ = io.ReadAll(outR) }()
+	go func() { defer wg.Done(); errb, _ = io.ReadAll(errR) }()
+	code := run(args)
+	os.Stdout, os.Stderr = stdout, stderr
+	outW.Close()
+	errW.Close()
+	wg.Wait()
+	return code, string(out), string(errb)
+}
+
+// TestSnapshotCLIUsage: the snapshot commands refuse bad flags and arguments before asking the
+// server (exit 2, naming the flag), and pass the server's typed errors through (exit 1, CODE:
+// message), as every client command does.
+func TestSnapshotCLIUsage(t *testing.T) {
+	_, c := cliServer(t)
+	sb, err := c.Create(t.Context(), sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string // on stderr
+	}{
+		{[]string{"fork", "--count", "21", sb.ID}, 2, "--count must be between 1 and 20"},
+		{[]string{"fork", "--count", "0", sb.ID}, 2, "--count must be between 1 and 20"},
+		{[]string{"fork"}, 2, "usage: agentbox fork"},
+		{[]string{"diff", "--with", sb.ID, "--snapshot", "snap-x", sb.ID}, 2, "--with or --snapshot, not both"},
+		{[]string{"diff", "--limit", "10001", sb.ID}, 1, "INVALID_ARGUMENT: limit must be between 1 and 10000"},
+		{[]string{"snapshots"}, 2, "usage: agentbox snapshots ls|get|rm"},
+		{[]string{"snapshots", "frobnicate"}, 2, "unknown subcommand"},
+		{[]string{"snapshots", "ls", "--limit", "5000"}, 1, "INVALID_ARGUMENT: limit must be an integer between 1 and 1000"},
+		{[]string{"snapshot", sb.ID, "extra"}, 2, "usage: agentbox snapshot"},
+		{[]string{"sleep"}, 2, "usage: agentbox sleep"},
+		{[]string{"wake", "a", "b"}, 2, "usage: agentbox wake"},
+	} {
+		code, _, stderr := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.says) {
+			t.Errorf("agentbox %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.says)
+		}
+	}
+}
+
+// TestSnapshotCLIUnsupported: where the control plane refuses (UNSUPPORTED_OPERATION), every
+// command says so and exits 1; create's new flags reach the server.
+func TestSnapshotCLIUnsupported(t *testing.T) {
+	_, c := cliServer(t)
+	sb, err := c.Create(t.Context(), sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"snapshot", "--memory", "--label", "k=v", sb.ID},
+		{"snapshots", "ls", "--sandbox", sb.ID},
+		{"snapshots", "rm", "snap-0123456789ab"},
+		{"fork", "--count", "3", sb.ID},
+		{"sleep", sb.ID},
+		{"wake", sb.ID},
+		{"diff", sb.ID},
+		{"sandbox", "create", "--snapshot", "snap-0123456789ab", "--auto-wake", "--ttl-while-sleeping"},
+	} {
+		code, _, stderr := runCLI(t, args...)
+		if code != 1 || !strings.Contains(stderr, "agentbox: UNSUPPORTED_OPERATION: ") {
+			t.Errorf("agentbox %s: exit %d, stderr %q; want 1 and UNSUPPORTED_OPERATION", strings.Join(args, " "), code, stderr)
+		}
+	}
+}
