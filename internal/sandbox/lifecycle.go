@@ -92,6 +92,9 @@ func (s *Service) Converge(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := s.convergeSnapshots(ctx, false); err != nil { // snapshots.go
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -235,6 +238,14 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	if err := s.sweep(ctx, func(id string) bool { return owned[id] }); err != nil {
 		s.log.Warn("reconcile: sweep incomplete; the periodic sweep retries", "err", err)
+	}
+	// Snapshots (snapshots.go): half-taken ones failed, half-deleted ones deleted, directories
+	// no record owns removed, ready ones whose files are gone failed.
+	if err := s.convergeSnapshots(ctx, true); err != nil {
+		s.log.Warn("reconcile: snapshots left to the control loop", "err", err)
+	}
+	if err := s.sweepSnapshots(ctx, true); err != nil {
+		s.log.Warn("reconcile: snapshot sweep incomplete; the periodic sweep retries", "err", err)
 	}
 	return nil
 }
@@ -452,6 +463,9 @@ func (s *Service) Run(ctx context.Context) {
 			lastSweep = s.now()
 			if err := s.sweep(ctx, s.ownedByStore(ctx)); err != nil && ctx.Err() == nil {
 				s.log.Warn("orphan sweep incomplete", "err", err)
+			}
+			if err := s.sweepSnapshots(ctx, false); err != nil && ctx.Err() == nil {
+				s.log.Warn("snapshot sweep incomplete", "err", err)
 			}
 		}
 		if p, ok := s.store.(Pruner); ok && s.now().Sub(lastPrune) >= time.Hour {

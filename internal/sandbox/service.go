@@ -79,6 +79,11 @@ type Config struct {
 	// Images is the OCI image cache sandboxes' images come from (images.go); nil: only the
 	// "host" image.
 	Images image.Cache
+	// SnapshotDir holds snapshots' directories (snapshots.go), on the runtimes' file system;
+	// "": snapshots are UNSUPPORTED_OPERATION. SnapshotBudgetBytes bounds what ready user
+	// snapshots hold together; DefaultSnapshotBudgetBytes (10 GiB).
+	SnapshotDir         string
+	SnapshotBudgetBytes int64
 }
 
 func (c *Config) setDefaults() {
@@ -233,6 +238,7 @@ type Service struct {
 	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 	recWake recordWake // wakes watchers of connection records (netwake.go)
+	snaps   snapState  // snapshots being taken and in use (snapshots.go)
 
 	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
 	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
@@ -363,8 +369,8 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 		}
 		return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on runtime %s; available images: %s", truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "))
 	}
-	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping {
-		return nil, notYet("create from a snapshot (snapshot, auto_wake, ttl_while_sleeping)")
+	if req.AutoWake || req.TTLWhileSleeping {
+		return nil, notYet("auto_wake and ttl_while_sleeping")
 	}
 	switch {
 	case req.CPU < 0 || req.CPU > MaxCPU:
@@ -451,6 +457,15 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 		began := time.Now()
 		defer func() { o.ObserveCreate(req.Runtime, outcome(err), time.Since(began)) }()
 	}
+	var snap Snapshot
+	var snapSrc *runtime.SnapshotSource
+	if req.Snapshot != "" { // snapshots.go: the shape, network and secrets are the snapshot's
+		var unpin func()
+		if snap, snapSrc, unpin, err = s.fromSnapshot(ctx, &req); err != nil {
+			return Sandbox{}, err
+		}
+		defer unpin()
+	}
 	rt, err := s.validateCreate(&req)
 	if err != nil {
 		return Sandbox{}, err
@@ -466,7 +481,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	if req.Image != image.Host {
 		// Before the record: a pull that fails (or a caller that hangs up during it) leaves
 		// nothing. The lease keeps the image until the record names its digest.
-		if pinned, err = s.resolveImage(ctx, req.Image); err != nil {
+		ref := req.Image
+		if snap.ImageDigest != "" {
+			ref = digestRef(ref, snap.ImageDigest) // the snapshot's image, not where its tag moved
+		}
+		if pinned, err = s.resolveImage(ctx, ref); err != nil {
 			return Sandbox{}, err
 		}
 		defer pinned.release()
@@ -482,6 +501,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	if pinned != nil {
 		sb.ImageDigest = pinned.img.Digest
 	}
+	sb.FromSnapshot = snap.ID
 	if plan != nil {
 		p := normalPolicy(plan.policy.Policy())
 		sb.Network, sb.Secrets = Network{Policy: &p}, plan.secrets
@@ -503,7 +523,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	}
 	defer unlock()
 	s.log.Info("sandbox creating", "sandbox_id", sb.ID, "runtime", sb.Runtime)
-	handle, sess, err := s.bringUp(wctx, rt, sb, idmap, pinned)
+	handle, sess, err := s.bringUp(wctx, rt, sb, idmap, pinned, snapSrc)
 	if err != nil {
 		s.log.Warn("sandbox create failed", "sandbox_id", sb.ID, "err", err)
 		if derr := rt.Delete(wctx, sb.ID); derr != nil {
@@ -621,9 +641,9 @@ func (s *Service) allocateIDRange(ctx context.Context, sb Sandbox) (int64, error
 
 // bringUp starts sb and waits for its agent; for an egress sandbox it opens its network
 // session too, which it returns.
-func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap, img *pinnedImage) (runtime.Handle, *guest.NetSession, error) {
+func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap, img *pinnedImage, snap *runtime.SnapshotSource) (runtime.Handle, *guest.NetSession, error) {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
-		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap}
+		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap, Snapshot: snap}
 	var imgEnv, egressEnv map[string]string
 	if img != nil {
 		spec.Rootfs, imgEnv = img.rootfs, img.env

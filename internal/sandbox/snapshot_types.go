@@ -1,6 +1,10 @@
 package sandbox
 
-import "time"
+import (
+	"time"
+
+	"github.com/agentbox/agentbox/internal/egress"
+)
 
 // StateSleeping is a sandbox saved to a snapshot (Sleep) and holding no memory, CPU or process
 // until Wake restores it under the same id. It counts against the live bound and the disk budget
@@ -46,6 +50,9 @@ type Snapshot struct {
 	MemoryMB    int64    `json:"memory_mb"`
 	DiskMB      int64    `json:"disk_mb"`
 	Network     *Network `json:"network,omitempty"`
+	// Secrets are the source's secret references (names, placeholders, "env:VAR"; never
+	// values): a sandbox made from the snapshot gets them unless its create names its own.
+	Secrets []egress.Secret `json:"-"`
 	// IDBase is the first host id the saved files carry (0: none).
 	IDBase    int64             `json:"-"`
 	Labels    map[string]string `json:"labels,omitempty"`
@@ -69,6 +76,9 @@ type SnapshotFilter struct {
 	// After is a cursor: the snapshot_id of the last one of the previous page.
 	After string
 	Limit int // default 100, at most 1000
+	// Purpose selects one purpose ("" all); States selects states (none: all).
+	Purpose string
+	States  []SnapshotState
 }
 
 // Bounds of forks.

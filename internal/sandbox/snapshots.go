@@ -2,48 +2,874 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
 )
 
-// The snapshot, fork, sleep and wake operations (issue 15). Stubs until the control plane's
-// side lands: every one is UNSUPPORTED_OPERATION.
+// Snapshots and forks (issue 15). A snapshot is a record (SnapshotStore) and a directory,
+// Config.SnapshotDir/<snapshot id> (0700), that the runtime (runtime.Snapshotter) fills. The
+// record is written, state creating, before the directory is made and the runtime acts; it
+// becomes ready once the runtime has written snapshot.json, or failed (its directory removed).
+// Deleting one records deleting, removes the directory, then removes the record. A crash at any
+// point is finished by the control loop (convergeSnapshots) and the sweep (sweepSnapshots).
+//
+// User snapshots (sandbox_snapshot, fork) are held under Config.SnapshotBudgetBytes: before a
+// new one becomes ready the oldest ready ones not in use are retired until it fits, and one
+// larger than the whole budget is refused. Sleep snapshots (sleep.go) are the sleeping
+// sandbox's and are never retired, listed or converged here.
+
+// DefaultSnapshotBudgetBytes is the default snapshot budget (Config.SnapshotBudgetBytes): 10 GiB.
+const DefaultSnapshotBudgetBytes = 10 << 30
+
+// snapshotTimeout bounds one snapshot's runtime work once its record is written.
+const snapshotTimeout = 10 * time.Minute
+
+// forkParallel bounds how many of a fork's sandboxes are created at once.
+const forkParallel = 4
 
 func notYet(op string) error {
 	return errcode.New(errcode.UnsupportedOp, "%s is not available on this server yet", op)
 }
 
-// Snapshot saves sandbox id's files (and memory, with req.Memory) as a new snapshot.
-func (s *Service) Snapshot(ctx context.Context, id string, req SnapshotRequest) (Snapshot, error) {
-	return Snapshot{}, notYet("sandbox_snapshot")
+// snapState is what this process knows of snapshots beyond their records.
+type snapState struct {
+	mu sync.Mutex
+	// inflight are the snapshots this process is taking (their records may say creating).
+	inflight map[string]bool
+	// pins counts the creates and forks in flight that read each snapshot: it is neither
+	// retired nor deleted meanwhile.
+	pins map[string]int
+	// budget serialises making room under the budget with marking a snapshot ready.
+	budget sync.Mutex
 }
 
-// ListSnapshots lists ready and in-flight snapshots, oldest first.
+func (p *snapState) begin(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inflight == nil {
+		p.inflight = map[string]bool{}
+	}
+	p.inflight[id] = true
+}
+
+func (p *snapState) end(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.inflight, id)
+}
+
+func (p *snapState) taking(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inflight[id]
+}
+
+func (p *snapState) pin(id string) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pins == nil {
+		p.pins = map[string]int{}
+	}
+	p.pins[id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.pins[id]--; p.pins[id] <= 0 {
+				delete(p.pins, id)
+			}
+		})
+	}
+}
+
+func (p *snapState) pinned(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pins[id] > 0
+}
+
+func (s *Service) snapshotStore() (SnapshotStore, error) {
+	ss, ok := s.store.(SnapshotStore)
+	if !ok {
+		return nil, errcode.New(errcode.UnsupportedOp, "this server's store keeps no snapshots")
+	}
+	if s.cfg.SnapshotDir == "" {
+		return nil, errcode.New(errcode.UnsupportedOp, "this server keeps no snapshots (it has no snapshot directory)")
+	}
+	return ss, nil
+}
+
+func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.SnapshotDir, id) }
+
+func (s *Service) snapshotBudget() int64 {
+	if s.cfg.SnapshotBudgetBytes > 0 {
+		return s.cfg.SnapshotBudgetBytes
+	}
+	return DefaultSnapshotBudgetBytes
+}
+
+// checkSnapshotID refuses a malformed snapshot id, naming the argument.
+func checkSnapshotID(field, id string) error {
+	if !ValidSnapshotID(id) {
+		return errcode.New(errcode.InvalidArgument, "%s %q is not a snapshot id (snap- and 12 lowercase hex digits); snapshot_list shows them", field, truncate(id, 64))
+	}
+	return nil
+}
+
+// checkLabels applies create's rule for labels to field.
+func checkLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return errcode.New(errcode.InvalidArgument, "%s has %d entries; at most %d are allowed", field, len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > maxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
+			return errcode.New(errcode.InvalidArgument, "%s: label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", field, truncate(k, 64), maxKeyLen, maxValLen)
+		}
+	}
+	return nil
+}
+
+// snapshotter returns rt as a Snapshotter that takes the kind asked for.
+func snapshotter(rt runtime.Runtime, memory bool) (runtime.Snapshotter, string, error) {
+	caps := rt.Capabilities()
+	sn, ok := rt.(runtime.Snapshotter)
+	if !ok || !slices.Contains(caps.Snapshots, runtime.SnapshotFiles) {
+		return nil, "", errcode.New(errcode.UnsupportedOp, "runtime %s takes no snapshots", rt.Name())
+	}
+	if !memory {
+		return sn, runtime.SnapshotFiles, nil
+	}
+	if !slices.Contains(caps.Snapshots, runtime.SnapshotFilesMemory) {
+		why := caps.MemorySnapshotReason
+		if why == "" {
+			why = "it saves files only"
+		}
+		return nil, "", errcode.New(errcode.UnsupportedOp, "runtime %s cannot snapshot memory and processes: %s; take a files snapshot (memory: false)", rt.Name(), why).
+			With("runtime", rt.Name())
+	}
+	return sn, runtime.SnapshotFilesMemory, nil
+}
+
+// notRunning is SANDBOX_NOT_RUNNING for an operation that needs sb running.
+func notRunning(sb Sandbox, op string) error {
+	what := "create a new sandbox"
+	switch sb.State {
+	case StateSleeping:
+		what = "wake it first (sandbox_wake)"
+	case StateCreating:
+		what = "wait until it is running"
+	}
+	return errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; %s needs a running sandbox: %s", sb.ID, sb.State, op, what).
+		With("state", string(sb.State))
+}
+
+// Snapshot saves sandbox id's files (and memory, with req.Memory) as a new snapshot.
+func (s *Service) Snapshot(ctx context.Context, id string, req SnapshotRequest) (Snapshot, error) {
+	if err := checkID(id); err != nil {
+		return Snapshot{}, err
+	}
+	if err := checkLabels("labels", req.Labels); err != nil {
+		return Snapshot{}, err
+	}
+	if _, err := s.snapshotStore(); err != nil {
+		return Snapshot{}, err
+	}
+	unlock := s.lock(id)
+	defer unlock()
+	sn, unpin, err := s.snapshotLocked(ctx, id, req.Memory, req.Labels)
+	unpin()
+	return sn, err
+}
+
+// snapshotLocked takes a user snapshot of sandbox id, whose lock the caller holds, and returns
+// it pinned (the caller unpins it; unpin is never nil).
+func (s *Service) snapshotLocked(ctx context.Context, id string, memory bool, labels map[string]string) (Snapshot, func(), error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return Snapshot{}, func() {}, err
+	}
+	if sb.State != StateRunning {
+		return Snapshot{}, func() {}, notRunning(sb, "a snapshot")
+	}
+	rt, err := s.runtimeOf(sb)
+	if err != nil {
+		return Snapshot{}, func() {}, err
+	}
+	sr, kind, err := snapshotter(rt, memory)
+	if err != nil {
+		return Snapshot{}, func() {}, err
+	}
+	return s.takeSnapshot(ctx, sb, sr, kind, runtime.SnapshotOptions{Memory: memory}, SnapshotPurposeUser, labels)
+}
+
+// takeSnapshot saves sb (running; the caller holds its lock) through sr into a new snapshot of
+// purpose and returns its ready record, pinned: the caller calls unpin (never nil) once it no
+// longer needs it kept. The record is written before the runtime acts; on failure the
+// directory is removed and the record left failed. A user snapshot is fitted under the budget
+// and recorded as an event of sb ("snapshot"); a sleep snapshot is neither (the caller, Sleep,
+// records its own transition).
+func (s *Service) takeSnapshot(ctx context.Context, sb Sandbox, sr runtime.Snapshotter, kind string, opts runtime.SnapshotOptions, purpose string, labels map[string]string) (_ Snapshot, unpin func(), _ error) {
+	unpin = func() {}
+	ss, err := s.snapshotStore()
+	if err != nil {
+		return Snapshot{}, unpin, err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotTimeout)
+	defer cancel()
+	now := s.now().UTC().Truncate(time.Millisecond)
+	sn := Snapshot{ID: NewSnapshotID(), SandboxID: sb.ID, State: SnapshotCreating, Kind: kind, Purpose: purpose,
+		Runtime: sb.Runtime, Image: sb.Image, ImageDigest: sb.ImageDigest, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
+		DiskMB: sb.DiskMB, Secrets: sb.Secrets, Labels: labels, Node: s.local.name, CreatedAt: now, Version: 1}
+	if sb.Network.Policy != nil {
+		n := sb.Network
+		sn.Network = &n
+	}
+	s.snaps.begin(sn.ID)
+	defer s.snaps.end(sn.ID) // after the record's last update: convergeSnapshots relies on it
+	if err := ss.CreateSnapshot(wctx, sn); err != nil {
+		return Snapshot{}, unpin, fmt.Errorf("record snapshot %s of sandbox %s: %w", sn.ID, sb.ID, err)
+	}
+	dir := s.snapshotDir(sn.ID)
+	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
+		return Snapshot{}, unpin, s.failSnapshot(wctx, ss, sn, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the snapshot directory"))
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return Snapshot{}, unpin, s.failSnapshot(wctx, ss, sn, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the directory of snapshot %s", sn.ID))
+	}
+	s.log.Info("snapshot taking", "snapshot_id", sn.ID, "sandbox_id", sb.ID, "kind", kind, "purpose", purpose)
+	info, err := sr.Snapshot(wctx, sb.ID, dir, opts)
+	if err != nil {
+		if errcode.Of(err) == errcode.Internal {
+			err = errcode.Wrap(errcode.RuntimeUnavailable, err, "runtime %s could not snapshot sandbox %s; see the server log", sb.Runtime, sb.ID)
+		}
+		return Snapshot{}, unpin, s.failSnapshot(wctx, ss, sn, err)
+	}
+	if info.Kind != "" {
+		sn.Kind = info.Kind
+	}
+	sn.SizeBytes = info.SizeBytes
+	if info.DiskMB > 0 {
+		sn.DiskMB = info.DiskMB
+	}
+	sn.IDBase = int64(info.IDMap.UIDBase)
+	var retired []Snapshot
+	if purpose == SnapshotPurposeUser {
+		s.snaps.budget.Lock()
+		defer s.snaps.budget.Unlock()
+		if retired, err = s.makeRoom(wctx, ss, sn); err != nil {
+			return Snapshot{}, unpin, s.failSnapshot(wctx, ss, sn, err)
+		}
+	}
+	unpin = s.snaps.pin(sn.ID)
+	sn.State = SnapshotReady
+	sn.Version++
+	if err := ss.UpdateSnapshot(wctx, sn); err != nil {
+		unpin()
+		sn.Version--
+		return Snapshot{}, func() {}, s.failSnapshot(wctx, ss, sn, fmt.Errorf("record snapshot %s ready: %w", sn.ID, err))
+	}
+	s.log.Info("snapshot ready", "snapshot_id", sn.ID, "sandbox_id", sb.ID, "kind", sn.Kind, "size_bytes", sn.SizeBytes, "retired", len(retired))
+	if purpose == SnapshotPurposeUser {
+		reason := fmt.Sprintf("snapshot %s (%s, %d bytes) taken", sn.ID, sn.Kind, sn.SizeBytes)
+		if len(retired) > 0 {
+			ids := make([]string, len(retired))
+			for i, r := range retired {
+				ids[i] = r.ID
+			}
+			reason += fmt.Sprintf("; retired %s to fit the snapshot budget of %d MiB", strings.Join(ids, ", "), s.snapshotBudget()>>20)
+		}
+		s.sandboxEvent(wctx, sb.ID, "snapshot", reason)
+	}
+	return sn, unpin, nil
+}
+
+// failSnapshot removes the directory of sn (a record in state creating, of this process) and
+// records it failed with cause, which it returns. If the directory cannot be removed the record
+// stays creating, for the control loop to finish.
+func (s *Service) failSnapshot(ctx context.Context, ss SnapshotStore, sn Snapshot, cause error) error {
+	s.log.Warn("snapshot failed", "snapshot_id", sn.ID, "sandbox_id", sn.SandboxID, "err", cause)
+	if err := os.RemoveAll(s.snapshotDir(sn.ID)); err != nil {
+		s.log.Error("remove the directory of a failed snapshot (the control loop retries)", "snapshot_id", sn.ID, "err", err)
+		return cause
+	}
+	sn.State, sn.Error = SnapshotFailed, truncate(errcode.Message(cause), 1024)
+	sn.Version++
+	if err := ss.UpdateSnapshot(ctx, sn); err != nil {
+		s.log.Error("record failed snapshot (the control loop retries)", "snapshot_id", sn.ID, "err", err)
+	}
+	return cause
+}
+
+// makeRoom retires the oldest ready user snapshots that nothing in flight uses until sn fits
+// under the budget with the rest, and returns them. A snapshot larger than the whole budget,
+// or one that cannot fit because what holds the budget is in use, is CAPACITY_UNAVAILABLE.
+// The caller holds s.snaps.budget.
+func (s *Service) makeRoom(ctx context.Context, ss SnapshotStore, sn Snapshot) ([]Snapshot, error) {
+	budget := s.snapshotBudget()
+	if sn.SizeBytes > budget {
+		return nil, errcode.New(errcode.CapacityUnavailable, "the snapshot of sandbox %s takes %d MiB, more than the whole snapshot budget (%d MiB); free space in the sandbox or raise serve --snapshot-budget-mb",
+			sn.SandboxID, sn.SizeBytes>>20, budget>>20).With("size_bytes", sn.SizeBytes).With("budget_bytes", budget)
+	}
+	used, err := ss.SnapshotBytes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var retired []Snapshot
+	after := ""
+	for used+sn.SizeBytes > budget {
+		page, err := ss.ListSnapshots(ctx, SnapshotFilter{Purpose: SnapshotPurposeUser, States: []SnapshotState{SnapshotReady}, After: after, Limit: DefaultSnapshotList})
+		if err != nil {
+			return retired, err
+		}
+		kept := ""
+		for _, old := range page {
+			if used+sn.SizeBytes <= budget {
+				break
+			}
+			if old.ID == sn.ID || !s.retire(ctx, ss, old) {
+				kept = old.ID
+				continue
+			}
+			used -= old.SizeBytes
+			retired = append(retired, old)
+		}
+		if used+sn.SizeBytes <= budget {
+			break
+		}
+		if len(page) < DefaultSnapshotList {
+			return retired, errcode.New(errcode.CapacityUnavailable, "the snapshot budget (%d MiB) is held by snapshots in use by forks or creates in flight; %d MiB more are needed; retry when they finish, delete snapshots, or raise serve --snapshot-budget-mb",
+				budget>>20, (used+sn.SizeBytes-budget+(1<<20)-1)>>20)
+		}
+		after = kept
+	}
+	return retired, nil
+}
+
+// retire deletes old (a ready user snapshot) to make room, unless something uses it; it says
+// whether it did.
+func (s *Service) retire(ctx context.Context, ss SnapshotStore, old Snapshot) bool {
+	unlock, ok := s.tryLock(old.ID)
+	if !ok {
+		return false
+	}
+	defer unlock()
+	if s.snaps.pinned(old.ID) {
+		return false
+	}
+	cur, err := ss.GetSnapshot(ctx, old.ID)
+	if err != nil || cur.State != SnapshotReady {
+		return false
+	}
+	if err := s.deleteSnapshotLocked(ctx, ss, cur); err != nil {
+		s.log.Warn("retire snapshot (the control loop finishes it)", "snapshot_id", old.ID, "err", err)
+		return false
+	}
+	s.log.Info("snapshot retired to fit the snapshot budget", "snapshot_id", old.ID, "sandbox_id", old.SandboxID, "size_bytes", old.SizeBytes)
+	return true
+}
+
+// deleteSnapshotLocked records sn deleting, removes its directory, then its record; the caller
+// holds sn's lock. A crash in between leaves deleting, which the control loop finishes.
+func (s *Service) deleteSnapshotLocked(ctx context.Context, ss SnapshotStore, sn Snapshot) error {
+	if sn.State != SnapshotDeleting {
+		sn.State = SnapshotDeleting
+		sn.Version++
+		if err := ss.UpdateSnapshot(ctx, sn); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(s.snapshotDir(sn.ID)); err != nil {
+		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot remove the files of snapshot %s; the server retries", sn.ID)
+	}
+	if err := ss.DeleteSnapshot(ctx, sn.ID); err != nil && errcode.Of(err) != errcode.SnapshotNotFound {
+		return err
+	}
+	return nil
+}
+
+// sandboxEvent appends an event of typ to sandbox id's record (the caller holds its lock); a
+// failure is logged, not returned.
+func (s *Service) sandboxEvent(ctx context.Context, id, typ, reason string) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		s.log.Warn("record event", "sandbox_id", id, "type", typ, "err", err)
+		return
+	}
+	sb.Version++
+	sb.UpdatedAt = s.now().UTC().Truncate(time.Millisecond)
+	ev := Event{SandboxID: id, Type: typ, From: sb.State, To: sb.State, At: sb.UpdatedAt, Reason: truncate(reason, 1024)}
+	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
+		s.log.Warn("record event", "sandbox_id", id, "type", typ, "err", err)
+		return
+	}
+	s.bus.publish()
+}
+
+// ListSnapshots lists user snapshots (f.SandboxID's, or all), oldest first, a page of at most
+// f.Limit (default 100, at most 1000) after the cursor f.After.
 func (s *Service) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error) {
-	return nil, notYet("snapshot_list")
+	ss, err := s.snapshotStore()
+	if err != nil {
+		return nil, err
+	}
+	if f.Limit < 0 || f.Limit > MaxSnapshotList {
+		return nil, errcode.New(errcode.InvalidArgument, "limit must be between 1 and %d (0: %d); got %d", MaxSnapshotList, DefaultSnapshotList, f.Limit)
+	}
+	if f.SandboxID != "" {
+		if err := checkID(f.SandboxID); err != nil {
+			return nil, err
+		}
+	}
+	if f.After != "" {
+		if err := checkSnapshotID("after", f.After); err != nil {
+			return nil, err
+		}
+	}
+	for _, st := range f.States {
+		if !st.Valid() {
+			return nil, errcode.New(errcode.InvalidArgument, "state %q is unknown; use creating, ready, failed or deleting", truncate(string(st), 64))
+		}
+	}
+	if f.Purpose == "" {
+		f.Purpose = SnapshotPurposeUser // a sleep snapshot belongs to its sleeping sandbox
+	}
+	out, err := ss.ListSnapshots(ctx, f)
+	if out == nil && err == nil {
+		out = []Snapshot{}
+	}
+	return out, err
 }
 
 // GetSnapshot returns one snapshot; an unknown id is SNAPSHOT_NOT_FOUND.
 func (s *Service) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
-	return Snapshot{}, notYet("snapshot_get")
+	if err := checkSnapshotID("snapshot_id", id); err != nil {
+		return Snapshot{}, err
+	}
+	ss, err := s.snapshotStore()
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return ss.GetSnapshot(ctx, id)
 }
 
-// DeleteSnapshot deletes a snapshot and its files.
+// DeleteSnapshot deletes a snapshot and its files. One a create or fork in flight reads, or
+// one being taken, is a CONFLICT; a sleeping sandbox's is too (wake or destroy the sandbox).
 func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
-	return notYet("snapshot_delete")
+	if err := checkSnapshotID("snapshot_id", id); err != nil {
+		return err
+	}
+	ss, err := s.snapshotStore()
+	if err != nil {
+		return err
+	}
+	unlock := s.lock(id)
+	defer unlock()
+	sn, err := ss.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case sn.Purpose == SnapshotPurposeSleep:
+		return errcode.New(errcode.Conflict, "snapshot %s holds sleeping sandbox %s; wake it (sandbox_wake) or destroy it", id, sn.SandboxID).With("sandbox_id", sn.SandboxID)
+	case s.snaps.pinned(id):
+		return errcode.New(errcode.Conflict, "snapshot %s is in use by a fork or create in flight; retry once it has finished", id)
+	case sn.State == SnapshotCreating && s.snaps.taking(id):
+		return errcode.New(errcode.Conflict, "snapshot %s is still being taken; retry once it is ready", id)
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := s.deleteSnapshotLocked(wctx, ss, sn); err != nil {
+		return err
+	}
+	s.log.Info("snapshot deleted", "snapshot_id", id, "sandbox_id", sn.SandboxID)
+	return nil
 }
 
-// Fork makes req.Count sandboxes from a snapshot of sandbox id.
+// fromSnapshot prepares a create from req.Snapshot: it pins the snapshot (the caller calls
+// unpin, never nil), takes the sandbox's shape from it (a conflicting explicit value is
+// INVALID_ARGUMENT naming the field) and, when the request names neither, its network policy
+// and secrets (references). It returns the snapshot's record and what the runtime is given.
+func (s *Service) fromSnapshot(ctx context.Context, req *CreateRequest) (Snapshot, *runtime.SnapshotSource, func(), error) {
+	none := func() {}
+	if err := checkSnapshotID("snapshot", req.Snapshot); err != nil {
+		return Snapshot{}, nil, none, err
+	}
+	ss, err := s.snapshotStore()
+	if err != nil {
+		return Snapshot{}, nil, none, err
+	}
+	unlock := s.lock(req.Snapshot)
+	sn, err := ss.GetSnapshot(ctx, req.Snapshot)
+	if err == nil {
+		switch {
+		case sn.Purpose != SnapshotPurposeUser:
+			err = errcode.New(errcode.InvalidArgument, "snapshot %s holds sleeping sandbox %s and cannot be created from; snapshot that sandbox once it is awake", sn.ID, sn.SandboxID)
+		case sn.State != SnapshotReady:
+			err = errcode.New(errcode.Conflict, "snapshot %s is %s, not ready%s", sn.ID, sn.State, map[bool]string{true: ": " + sn.Error}[sn.Error != ""]).With("state", string(sn.State))
+		case sn.Node != "" && sn.Node != s.local.name:
+			err = errcode.New(errcode.UnsupportedOp, "snapshot %s is on node %q, which this server does not manage", sn.ID, truncate(sn.Node, 64))
+		}
+	}
+	var unpin func()
+	if err == nil {
+		unpin = s.snaps.pin(sn.ID)
+	}
+	unlock()
+	if err != nil {
+		return Snapshot{}, nil, none, err
+	}
+	fail := func(err error) (Snapshot, *runtime.SnapshotSource, func(), error) {
+		unpin()
+		return Snapshot{}, nil, none, err
+	}
+	memory := sn.Kind == runtime.SnapshotFilesMemory
+	conflict := func(field string, asked, has any) error {
+		return errcode.New(errcode.InvalidArgument, "%s: snapshot %s was taken of a sandbox with %s %v; a sandbox made from it has the same (leave %s out), not %v",
+			field, sn.ID, field, has, field, asked).With("field", field)
+	}
+	switch {
+	case req.Runtime != "" && req.Runtime != sn.Runtime:
+		return fail(conflict("runtime", req.Runtime, sn.Runtime))
+	case req.Image != "" && req.Image != sn.Image:
+		return fail(conflict("image", req.Image, sn.Image))
+	case req.DiskMB != 0 && req.DiskMB != sn.DiskMB:
+		return fail(conflict("disk_mb", req.DiskMB, sn.DiskMB))
+	case memory && req.CPU != 0 && req.CPU != sn.CPU:
+		return fail(conflict("cpu", req.CPU, sn.CPU))
+	case memory && req.MemoryMB != 0 && req.MemoryMB != sn.MemoryMB:
+		return fail(conflict("memory_mb", req.MemoryMB, sn.MemoryMB))
+	}
+	req.Runtime, req.Image, req.DiskMB = sn.Runtime, sn.Image, sn.DiskMB
+	if memory {
+		req.CPU, req.MemoryMB = sn.CPU, sn.MemoryMB
+	}
+	if req.Network == nil && len(req.Secrets) == 0 && sn.Network != nil {
+		n := *sn.Network
+		req.Network = &n
+		req.Secrets = secretSpecs(sn.Secrets)
+	}
+	dir := s.snapshotDir(sn.ID)
+	b, err := os.ReadFile(filepath.Join(dir, runtime.SnapshotInfoFile))
+	if err != nil {
+		return fail(errcode.Wrap(errcode.RuntimeUnavailable, err, "the files of snapshot %s are missing or unreadable; delete it", sn.ID))
+	}
+	var info runtime.SnapshotInfo
+	if err := json.Unmarshal(b, &info); err != nil {
+		return fail(errcode.Wrap(errcode.RuntimeUnavailable, err, "snapshot %s: its %s is unreadable; delete it", sn.ID, runtime.SnapshotInfoFile))
+	}
+	return sn, &runtime.SnapshotSource{Dir: dir, Info: info, Memory: memory}, unpin, nil
+}
+
+// secretSpecs turns a sandbox's secrets back into a create's.
+func secretSpecs(secrets []egress.Secret) map[string]SecretSpec {
+	if len(secrets) == 0 {
+		return nil
+	}
+	out := make(map[string]SecretSpec, len(secrets))
+	for _, sec := range secrets {
+		out[sec.Name] = SecretSpec{From: sec.From, Hosts: slices.Clone(sec.Hosts), Body: sec.Body}
+	}
+	return out
+}
+
+// digestRef is ref pinned to digest: repository@digest.
+func digestRef(ref, digest string) string {
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	} else if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+	return ref + "@" + digest
+}
+
+// Fork makes req.Count sandboxes from a snapshot of sandbox id: req.SnapshotID (one of id's),
+// or one taken now. Either every sandbox is made or none is.
 func (s *Service) Fork(ctx context.Context, id string, req ForkRequest) (ForkResult, error) {
-	return ForkResult{}, notYet("sandbox_fork")
+	if err := checkID(id); err != nil {
+		return ForkResult{}, err
+	}
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if req.Count < 1 || req.Count > MaxForkCount {
+		return ForkResult{}, errcode.New(errcode.InvalidArgument, "count must be between 1 and %d (0: 1); got %d", MaxForkCount, req.Count)
+	}
+	if err := checkLabels("labels", req.Labels); err != nil {
+		return ForkResult{}, err
+	}
+	if req.TTLSeconds < 0 || req.TTLSeconds > int64(s.cfg.MaxTTL/time.Second) {
+		return ForkResult{}, errcode.New(errcode.InvalidArgument, "ttl_seconds must be between 1 and %d (the server's max TTL); got %d", int64(s.cfg.MaxTTL/time.Second), req.TTLSeconds)
+	}
+	if req.SnapshotID != "" {
+		if err := checkSnapshotID("snapshot_id", req.SnapshotID); err != nil {
+			return ForkResult{}, err
+		}
+	}
+	ss, err := s.snapshotStore()
+	if err != nil {
+		return ForkResult{}, err
+	}
+	src, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	var sn Snapshot
+	unpin := func() {}
+	if req.SnapshotID == "" {
+		unlock := s.lock(id)
+		sn, unpin, err = s.snapshotLocked(ctx, id, req.Memory, nil)
+		unlock()
+		if err != nil {
+			return ForkResult{}, err
+		}
+	} else {
+		unlock := s.lock(req.SnapshotID)
+		sn, err = ss.GetSnapshot(ctx, req.SnapshotID)
+		switch {
+		case err != nil:
+		case sn.SandboxID != id:
+			err = errcode.New(errcode.InvalidArgument, "snapshot_id: snapshot %s is of sandbox %s, not %s; fork that sandbox, or create from the snapshot (sandbox_create snapshot)", sn.ID, sn.SandboxID, id)
+		case req.Memory && sn.Kind != runtime.SnapshotFilesMemory:
+			err = errcode.New(errcode.InvalidArgument, "memory: snapshot %s holds %s only; fork without memory or take a new snapshot with memory", sn.ID, sn.Kind)
+		default:
+			unpin = s.snaps.pin(sn.ID) // fromSnapshot checks the rest
+		}
+		unlock()
+		if err != nil {
+			return ForkResult{}, err
+		}
+	}
+	defer unpin()
+
+	labels := maps.Clone(src.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, req.Labels)
+	shape := Sandbox{CPU: src.CPU, MemoryMB: src.MemoryMB, DiskMB: sn.DiskMB}
+	if sn.Kind == runtime.SnapshotFilesMemory {
+		shape.CPU, shape.MemoryMB = sn.CPU, sn.MemoryMB
+	}
+	if err := s.roomFor(ctx, shape, req.Count); err != nil {
+		return ForkResult{}, err
+	}
+	made := make([]Sandbox, req.Count)
+	errs := make([]error, req.Count)
+	sem := make(chan struct{}, forkParallel)
+	var wg sync.WaitGroup
+	for i := range req.Count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cr := CreateRequest{Snapshot: sn.ID, TTLSeconds: req.TTLSeconds, Labels: maps.Clone(labels), Env: maps.Clone(src.Env)}
+			if sn.Kind != runtime.SnapshotFilesMemory {
+				cr.CPU, cr.MemoryMB = src.CPU, src.MemoryMB
+			}
+			made[i], errs[i] = s.Create(ctx, cr)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		var first error
+		for _, e := range errs {
+			if e != nil {
+				first = e
+				break
+			}
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		for i, sb := range made {
+			if errs[i] == nil && sb.ID != "" {
+				if _, derr := s.Destroy(dctx, sb.ID); derr != nil {
+					s.log.Error("destroy a fork of a failed fork (the control loop finishes it)", "sandbox_id", sb.ID, "err", derr)
+				}
+			}
+		}
+		s.log.Warn("fork failed; the sandboxes it made are destroyed", "sandbox_id", id, "snapshot_id", sn.ID, "count", req.Count, "err", first)
+		return ForkResult{}, first
+	}
+	return ForkResult{SnapshotID: sn.ID, Kind: sn.Kind, Sandboxes: made}, nil
 }
 
-// Sleep saves sandbox id and releases its memory and CPU; state sleeping.
-func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
-	return Sandbox{}, notYet("sandbox_sleep")
+// roomFor refuses, before anything is made, n sandboxes of shape that the host's headroom or
+// the admission bounds would not take all of (CAPACITY_UNAVAILABLE).
+func (s *Service) roomFor(ctx context.Context, shape Sandbox, n int) error {
+	if err := s.local.checkHeadroom(ctx); err != nil {
+		return err
+	}
+	u, err := s.store.CountLive(ctx)
+	if err != nil {
+		return fmt.Errorf("count live sandboxes: %w", err)
+	}
+	k := n - 1
+	u.Live += k
+	u.CPU += float64(k) * shape.CPU
+	u.MemoryMB += int64(k) * shape.MemoryMB
+	u.DiskMB += int64(k) * shape.DiskMB
+	if over := s.local.admission.Check(u, shape); over != nil {
+		return prefixed(fmt.Sprintf("a fork of %d does not fit (none was made): ", n), overCapacity(over))
+	}
+	return nil
 }
 
-// Wake restores a sleeping sandbox under its id.
-func (s *Service) Wake(ctx context.Context, id string) (Sandbox, error) {
-	return Sandbox{}, notYet("sandbox_wake")
+// convergeSnapshots finishes what snapshot operations left (the caller is the control loop, or
+// Reconcile at start with atStart): a user snapshot's record creating with no operation of
+// this process taking it → its directory removed, the record failed; a record deleting → the
+// delete finished; a failed record older than Config.Retention → removed. Sleep snapshots that
+// are creating are Sleep's to settle (sleep.go); their deletes are finished here.
+func (s *Service) convergeSnapshots(ctx context.Context, atStart bool) error {
+	ss, ok := s.store.(SnapshotStore)
+	if !ok || s.cfg.SnapshotDir == "" {
+		return nil
+	}
+	var errs []error
+	// One page of each state per pass (the oldest first): the next pass takes the rest.
+	each := func(st SnapshotState, fn func(sn Snapshot) error) {
+		page, err := ss.ListSnapshots(ctx, SnapshotFilter{States: []SnapshotState{st}, Limit: MaxSnapshotList})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s snapshots: %w", st, err))
+			return
+		}
+		for _, sn := range page {
+			if sn.Node != "" && sn.Node != s.local.name {
+				continue
+			}
+			if err := fn(sn); err != nil {
+				errs = append(errs, fmt.Errorf("snapshot %s: %w", sn.ID, err))
+			}
+		}
+	}
+	each(SnapshotCreating, func(sn Snapshot) error {
+		if sn.Purpose == SnapshotPurposeSleep || s.snaps.taking(sn.ID) {
+			return nil
+		}
+		unlock, ok := s.tryLock(sn.ID)
+		if !ok {
+			return nil
+		}
+		defer unlock()
+		cur, err := ss.GetSnapshot(ctx, sn.ID) // the operation may have ended since the listing
+		if err != nil || cur.State != SnapshotCreating {
+			return nil
+		}
+		if err := os.RemoveAll(s.snapshotDir(cur.ID)); err != nil {
+			return fmt.Errorf("remove the directory of an abandoned snapshot: %w", err)
+		}
+		cur.State, cur.Error = SnapshotFailed, "abandoned: no operation was taking it"
+		if atStart {
+			cur.Error = "the server stopped while this snapshot was being taken"
+		}
+		cur.Version++
+		if err := ss.UpdateSnapshot(ctx, cur); err != nil {
+			return err
+		}
+		s.log.Warn("snapshot abandoned: its files are removed and it is recorded failed", "snapshot_id", cur.ID, "sandbox_id", cur.SandboxID, "reason", cur.Error)
+		return nil
+	})
+	each(SnapshotDeleting, func(sn Snapshot) error {
+		unlock, ok := s.tryLock(sn.ID)
+		if !ok {
+			return nil
+		}
+		defer unlock()
+		if err := s.deleteSnapshotLocked(ctx, ss, sn); err != nil {
+			return err
+		}
+		s.log.Info("snapshot delete finished", "snapshot_id", sn.ID)
+		return nil
+	})
+	cutoff := s.now().Add(-s.cfg.Retention)
+	each(SnapshotFailed, func(sn Snapshot) error {
+		if sn.CreatedAt.After(cutoff) {
+			return nil
+		}
+		unlock, ok := s.tryLock(sn.ID)
+		if !ok {
+			return nil
+		}
+		defer unlock()
+		if err := os.RemoveAll(s.snapshotDir(sn.ID)); err != nil {
+			return err
+		}
+		return ss.DeleteSnapshot(ctx, sn.ID)
+	})
+	return errors.Join(errs...)
+}
+
+// sweepSnapshots removes directories under Config.SnapshotDir that no record owns. It lists
+// the disk first and asks the store second: a snapshot's record is written before its
+// directory, so one being taken is never mistaken for an orphan. Names that are not snapshot
+// ids are left alone. With checkReady (at start) it also records failed every ready snapshot of
+// this node whose directory lacks its snapshot.json (its files are gone).
+func (s *Service) sweepSnapshots(ctx context.Context, checkReady bool) error {
+	ss, ok := s.store.(SnapshotStore)
+	if !ok || s.cfg.SnapshotDir == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(s.cfg.SnapshotDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("list snapshot directories: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		id := e.Name()
+		if !ValidSnapshotID(id) || s.snaps.taking(id) {
+			continue
+		}
+		_, err := ss.GetSnapshot(ctx, id)
+		if errcode.Of(err) != errcode.SnapshotNotFound {
+			continue // owned, or the store cannot say
+		}
+		s.log.Warn("sweeping an orphaned snapshot directory", "snapshot_id", id)
+		if err := os.RemoveAll(s.snapshotDir(id)); err != nil {
+			errs = append(errs, fmt.Errorf("remove orphaned snapshot directory %s: %w", id, err))
+		}
+	}
+	if !checkReady {
+		return errors.Join(errs...)
+	}
+	after := ""
+	for {
+		page, err := ss.ListSnapshots(ctx, SnapshotFilter{States: []SnapshotState{SnapshotReady}, After: after, Limit: MaxSnapshotList})
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		for _, sn := range page {
+			if sn.Node != "" && sn.Node != s.local.name {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(s.snapshotDir(sn.ID), runtime.SnapshotInfoFile)); !errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			sn.State, sn.Error = SnapshotFailed, "its files were gone when the server started"
+			sn.Version++
+			if err := ss.UpdateSnapshot(ctx, sn); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.log.Warn("snapshot's files are gone: recorded failed", "snapshot_id", sn.ID)
+		}
+		if len(page) < MaxSnapshotList {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	return errors.Join(errs...)
 }

@@ -80,6 +80,9 @@ type Config struct {
 	// tests observe. The fake takes Spec.IDMap and records it (IDMap) but applies nothing:
 	// commands still run as this process's user.
 	TakesIDRange bool
+	// MemorySnapshots makes Capabilities list runtime.SnapshotFilesMemory (snapshot.go): the
+	// fake saves the files only and pretends, for control-plane tests of memory snapshots.
+	MemorySnapshots bool
 }
 
 // Runtime is the fake runtime. Its methods are safe for concurrent use.
@@ -89,6 +92,8 @@ type Runtime struct {
 	ownDir bool
 	log    *slog.Logger
 	idMaps bool // Config.TakesIDRange
+	// memSnaps: Config.MemorySnapshots.
+	memSnaps bool
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -106,6 +111,7 @@ type sandbox struct {
 	handle runtime.Handle
 	env    map[string]string
 	idMap  runtime.IDMap
+	diskMB int64          // Spec.DiskMB (the fake enforces nothing; a snapshot reports it)
 	status runtime.Status // created, running or stopped (what Stop and Kill leave)
 	// stop ends the agent; nil before Start.
 	stop context.CancelFunc
@@ -145,7 +151,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Name == "" {
 		cfg.Name = "fake"
 	}
-	r := &Runtime{name: cfg.Name, dir: cfg.Dir, log: cfg.Logger, idMaps: cfg.TakesIDRange, sandboxes: map[string]*sandbox{}, calls: map[Op]int{}}
+	r := &Runtime{name: cfg.Name, dir: cfg.Dir, log: cfg.Logger, idMaps: cfg.TakesIDRange, memSnaps: cfg.MemorySnapshots, sandboxes: map[string]*sandbox{}, calls: map[Op]int{}}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -179,6 +185,13 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 		Images:        []string{"host", runtime.ImageOCI},
 		NetworkModes:  slices.Clone(networkModes),
 		IDMappedFiles: r.idMaps,
+		Snapshots:     r.snapshotKinds(),
+		MemorySnapshotReason: func() string {
+			if r.memSnaps {
+				return ""
+			}
+			return memoryReason
+		}(),
 	}
 }
 
@@ -331,6 +344,15 @@ func (r *Runtime) create(spec runtime.Spec) (*sandbox, error) {
 			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the rootfs of sandbox %s", spec.ID)
 		}
 	}
+	if spec.Snapshot != nil {
+		if err := r.restoreSnapshot(dir, spec); err != nil {
+			_ = os.RemoveAll(dir)
+			if _, ok := errcode.As(err); ok {
+				return nil, err
+			}
+			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot restore sandbox %s from snapshot %s", spec.ID, spec.Snapshot.Dir)
+		}
+	}
 	if spec.Network == runtime.NetworkEgress && len(spec.CABundle) > 0 {
 		if err := os.WriteFile(filepath.Join(dir, CABundleFile), spec.CABundle, 0o444); err != nil {
 			_ = os.RemoveAll(dir)
@@ -339,7 +361,7 @@ func (r *Runtime) create(spec runtime.Spec) (*sandbox, error) {
 	}
 	r.gen++
 	sb := &sandbox{id: spec.ID, dir: dir, handle: runtime.Handle("fake:" + strconv.FormatUint(r.gen, 10)),
-		env: spec.Env, idMap: spec.IDMap, status: runtime.StatusCreated, exited: make(chan struct{})}
+		env: spec.Env, idMap: spec.IDMap, diskMB: spec.DiskMB, status: runtime.StatusCreated, exited: make(chan struct{})}
 	r.sandboxes[spec.ID] = sb
 	return sb, nil
 }
