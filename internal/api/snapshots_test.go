@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,10 +17,16 @@ import (
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 )
 
-// snapServer is the REST API over the fake control plane, with a Go client.
+// snapServer is the REST API over the fake control plane (no snapshot directory: snapshots
+// are UNSUPPORTED_OPERATION), with a Go client.
 func snapServer(t *testing.T) (*sandbox.Service, *httptest.Server, *client.Client) {
+	return snapServerWith(t, sandbox.Config{})
+}
+
+// snapServerWith is snapServer with cfg (SnapshotDir: snapshots on the fake runtime).
+func snapServerWith(t *testing.T, cfg sandbox.Config) (*sandbox.Service, *httptest.Server, *client.Client) {
 	t.Helper()
-	svc := fakecp.Service(t)
+	svc := fakecp.New(t, cfg).Service
 	h := api.New(svc, api.Options{Token: testToken})
 	hs := httptest.NewServer(h)
 	t.Cleanup(func() { h.Close(); hs.CloseClientConnections(); hs.Close() })
@@ -83,9 +91,10 @@ func TestSnapshotRoutesValidation(t *testing.T) {
 	}
 }
 
-// TestSnapshotRoutesUnsupported: an operation the control plane refuses is 501
-// UNSUPPORTED_OPERATION with its message, on every route and through the Go client (whose
-// paths are thereby checked against the routes: a wrong path would be 404 INVALID_ARGUMENT).
+// TestSnapshotRoutesUnsupported: on a server that keeps no snapshots (no snapshot directory)
+// every snapshot operation is 501 UNSUPPORTED_OPERATION with its message, on every route and
+// through the Go client (whose paths are thereby checked against the routes: a wrong path
+// would be 404 INVALID_ARGUMENT).
 func TestSnapshotRoutesUnsupported(t *testing.T) {
 	_, _, c := snapServer(t)
 	ctx := t.Context()
@@ -111,10 +120,6 @@ func TestSnapshotRoutesUnsupported(t *testing.T) {
 		},
 		"sleep": func(ctx context.Context) error { _, err := c.Sleep(ctx, id); return err },
 		"wake":  func(ctx context.Context) error { _, err := c.Wake(ctx, id); return err },
-		"diff": func(ctx context.Context) error {
-			_, err := c.Diff(ctx, id, sandbox.DiffRequest{Limit: 10})
-			return err
-		},
 		"create from a snapshot": func(ctx context.Context) error {
 			_, err := c.Create(ctx, sandbox.CreateRequest{Snapshot: "snap-0123456789ab", AutoWake: true})
 			return err
@@ -126,4 +131,125 @@ func TestSnapshotRoutesUnsupported(t *testing.T) {
 			t.Errorf("%s: %v, want UNSUPPORTED_OPERATION (501)", name, err)
 		}
 	}
+}
+
+// TestSnapshotForkDiffREST drives the real control plane on the fake runtime through the REST
+// API and its Go client: exec with changes and checkpoint, snapshot (201, kind files), list
+// (paged with next_cursor), get, fork into two (independent files), diff against the snapshot,
+// another sandbox and the image, delete, and SNAPSHOT_NOT_FOUND (404) after.
+func TestSnapshotForkDiffREST(t *testing.T) {
+	_, hs, c := snapServerWith(t, sandbox.Config{SnapshotDir: t.TempDir()})
+	ctx := t.Context()
+	sb, err := c.Create(ctx, sandbox.CreateRequest{Labels: map[string]string{"src": "yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	sh := func(id, script string, changes, checkpoint bool) sandbox.ExecResult {
+		t.Helper()
+		res, err := c.Exec(ctx, id, api.ExecRequest{Command: []string{"sh", "-c", script}, Changes: changes, Checkpoint: checkpoint}, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec %q in %s: %+v %v", script, id, res, err)
+		}
+		return res
+	}
+	res := sh(id, "echo one > a.txt && printf 'x\\000y' > bin", true, true)
+	if len(res.Changes) != 2 || res.Changes[0].Path != "/workspace/a.txt" || res.Changes[0].Change != sandbox.ChangeAdded || res.SnapshotID == "" {
+		t.Fatalf("exec changes/checkpoint: %+v", res)
+	}
+	// An explicit snapshot, with labels; the body is optional.
+	snap, err := c.Snapshot(ctx, id, sandbox.SnapshotRequest{Labels: map[string]string{"at": "one"}})
+	if err != nil || snap.Kind != "files" || snap.State != sandbox.SnapshotReady || snap.SandboxID != id || snap.Labels["at"] != "one" {
+		t.Fatalf("snapshot: %+v %v", snap, err)
+	}
+	// Memory on a runtime without it: refused with the reason, never a files-only snapshot.
+	if _, err := c.Snapshot(ctx, id, sandbox.SnapshotRequest{Memory: true}); errcode.Of(err) != errcode.UnsupportedOp {
+		t.Fatalf("memory snapshot on the fake: %v, want UNSUPPORTED_OPERATION", err)
+	}
+	// Pages: two snapshots of this sandbox (the checkpoint and this one), one per page.
+	p1, err := c.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: id, Limit: 1})
+	if err != nil || p1.Count != 1 || p1.NextCursor == "" {
+		t.Fatalf("page 1: %+v %v", p1, err)
+	}
+	p2, err := c.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: id, Limit: 1, After: p1.NextCursor})
+	if err != nil || p2.Count != 1 || p2.Snapshots[0].ID == p1.Snapshots[0].ID {
+		t.Fatalf("page 2: %+v %v", p2, err)
+	}
+	var viaSandbox api.SnapshotList
+	if err := getJSON(hs.URL+"/v1/sandboxes/"+id+"/snapshots", &viaSandbox); err != nil || viaSandbox.Count != 2 {
+		t.Fatalf("GET /v1/sandboxes/{id}/snapshots: %+v %v", viaSandbox, err)
+	}
+	if got, err := c.GetSnapshot(ctx, snap.ID); err != nil || got.ID != snap.ID {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+
+	sh(id, "echo two > a.txt && rm bin && echo new > c.txt", false, false) // after the snapshot
+	fr, err := c.Fork(ctx, id, sandbox.ForkRequest{Count: 2, SnapshotID: snap.ID, Labels: map[string]string{"fork": "1"}})
+	if err != nil || len(fr.Sandboxes) != 2 || fr.SnapshotID != snap.ID || fr.Kind != "files" {
+		t.Fatalf("fork: %+v %v", fr, err)
+	}
+	f1, f2 := fr.Sandboxes[0], fr.Sandboxes[1]
+	if f1.ID == f2.ID || f1.FromSnapshot != snap.ID || f1.State != sandbox.StateRunning || f1.Labels["src"] != "yes" || f1.Labels["fork"] != "1" {
+		t.Fatalf("forks: %+v", fr.Sandboxes)
+	}
+	if out := sh(f1.ID, "cat a.txt", false, false); out.Stdout != "one\n" {
+		t.Fatalf("fork's a.txt %q, want the snapshot's", out.Stdout)
+	}
+	sh(f1.ID, "echo f1 > a.txt", false, false)
+	if out := sh(f2.ID, "cat a.txt", false, false); out.Stdout != "one\n" {
+		t.Fatalf("a write in one fork shows in the other: %q", out.Stdout)
+	}
+
+	// The source against its snapshot: a.txt modified, bin deleted, c.txt added; paged.
+	d, err := c.Diff(ctx, id, sandbox.DiffRequest{SnapshotID: snap.ID})
+	if err != nil || d.Against != "snapshot:"+snap.ID {
+		t.Fatalf("diff: %+v %v", d, err)
+	}
+	got := map[string]string{}
+	for _, ch := range d.Changes {
+		got[ch.Path] = ch.Change
+	}
+	if got["/workspace/a.txt"] != sandbox.ChangeModified || got["/workspace/bin"] != sandbox.ChangeDeleted || got["/workspace/c.txt"] != sandbox.ChangeAdded || !strings.Contains(d.Diff, "+two") {
+		t.Fatalf("diff against the snapshot: %+v", d)
+	}
+	var page sandbox.DiffResult
+	if err := getJSON(hs.URL+"/v1/sandboxes/"+id+"/diff?snapshot_id="+snap.ID+"&limit=1&no_unified=true", &page); err != nil || len(page.Changes) != 1 || page.NextCursor == "" || page.Diff != "" {
+		t.Fatalf("GET diff page: %+v %v", page, err)
+	}
+	if d, err := c.Diff(ctx, f1.ID, sandbox.DiffRequest{OtherSandboxID: f2.ID}); err != nil || d.Against != "sandbox:"+f2.ID || len(d.Changes) != 1 || d.Changes[0].Path != "/workspace/a.txt" {
+		t.Fatalf("diff of two forks: %+v %v", d, err)
+	}
+	if d, err := c.Diff(ctx, f2.ID, sandbox.DiffRequest{}); err != nil || !strings.HasPrefix(d.Against, "image:") {
+		t.Fatalf("diff against the image: %+v %v", d, err)
+	}
+
+	if err := c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetSnapshot(ctx, snap.ID); errcode.Of(err) != errcode.SnapshotNotFound || errcode.HTTPStatus(errcode.Of(err)) != 404 {
+		t.Fatalf("get after delete: %v, want SNAPSHOT_NOT_FOUND (404)", err)
+	}
+	if _, err := c.Fork(ctx, id, sandbox.ForkRequest{SnapshotID: snap.ID}); errcode.Of(err) != errcode.SnapshotNotFound {
+		t.Fatalf("fork of a deleted snapshot: %v", err)
+	}
+	// The forks outlive their snapshot.
+	if out := sh(f2.ID, "cat a.txt", false, false); out.Stdout != "one\n" {
+		t.Fatalf("fork after its snapshot's delete: %q", out.Stdout)
+	}
+}
+
+// getJSON GETs url with the test token and decodes a 200 reply.
+func getJSON(url string, out any) error {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%d %s", resp.StatusCode, b)
+	}
+	return json.Unmarshal(b, out)
 }

@@ -64,9 +64,9 @@ func TestToolsList(t *testing.T) {
 			return s
 		}
 		wantArgs := map[string][]string{
-			"run_python":     {"code", "sandbox_id", "timeout_seconds", "network", "keep"}, // issue 16
-			"run_shell":      {"code", "sandbox_id", "timeout_seconds", "network", "keep"},
-			"fetch_metrics":  {"name", "prefix", "sandbox_id", "window_seconds"},
+			"run_python":    {"code", "sandbox_id", "timeout_seconds", "network", "keep"}, // issue 16
+			"run_shell":     {"code", "sandbox_id", "timeout_seconds", "network", "keep"},
+			"fetch_metrics": {"name", "prefix", "sandbox_id", "window_seconds"},
 			"sandbox_create": {"image", "runtime", "cpu", "memory_mb", "disk_mb", "ttl_seconds", "env", "labels", "requirements", "network", "secrets",
 				"snapshot", "auto_wake", "ttl_while_sleeping"}, // issue 15
 			// network (issue 12)

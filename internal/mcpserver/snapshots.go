@@ -142,6 +142,37 @@ type DiffOut struct {
 	Diff          string      `json:"diff,omitempty" jsonschema:"A unified diff of this page's changed text files, at most max_diff_bytes."`
 	DiffTruncated bool        `json:"diff_truncated,omitempty" jsonschema:"The unified diff was cut at max_diff_bytes, or files were left out of it (see skipped)."`
 	Skipped       []string    `json:"skipped,omitempty" jsonschema:"Changed files left out of the unified diff (binary or too large); read them with file_read."`
+	// ContentFallback: the bound on content read per diff was reached.
+	ContentFallback bool `json:"content_fallback,omitempty" jsonschema:"The server's bound on bytes compared per diff was reached: some files of equal size and metadata were compared by modification time, not content."`
+}
+
+func changesOut(cs []sandbox.DiffChange) []ChangeOut {
+	out := make([]ChangeOut, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, ChangeOut{Path: c.Path, Change: c.Change, Type: c.Type, Size: c.Size, Mode: c.Mode, Target: c.Target})
+	}
+	return out
+}
+
+// renderChanges is exec's text for its changes (bounded like sandbox_diff's).
+func renderChanges(cs []ChangeOut, truncated bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%d path(s) changed", len(cs))
+	for i, c := range cs {
+		if i == maxDiffText {
+			fmt.Fprintf(&b, "\n… %d more in the structured reply", len(cs)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n%s %s (%s %s, %d bytes)", changeSign(c.Change), c.Path, c.Type, c.Mode, c.Size)
+	}
+	if truncated {
+		b.WriteString("\n(more changed than listed: sandbox_diff against a snapshot lists them all)")
+	}
+	return b.String()
+}
+
+func changeSign(change string) string {
+	return map[string]string{sandbox.ChangeAdded: "A", sandbox.ChangeModified: "M", sandbox.ChangeDeleted: "D"}[change]
 }
 
 const (
@@ -335,9 +366,8 @@ func (s *Server) sandboxDiff(ctx context.Context, _ *mcp.CallToolRequest, in Dif
 	}
 	out := DiffOut{SandboxID: res.SandboxID, Against: res.Against, Changes: []ChangeOut{}, NextCursor: res.NextCursor,
 		Diff: res.Diff, DiffTruncated: res.DiffTruncated, Skipped: res.Skipped}
-	for _, c := range res.Changes {
-		out.Changes = append(out.Changes, ChangeOut{Path: c.Path, Change: c.Change, Type: c.Type, Size: c.Size, Mode: c.Mode, Target: c.Target})
-	}
+	out.Changes = changesOut(res.Changes)
+	out.ContentFallback = res.ContentFallback
 	out.Count = len(out.Changes)
 	return out, renderDiff(out), nil
 }
@@ -351,8 +381,7 @@ func renderDiff(d DiffOut) string {
 			fmt.Fprintf(&b, "\n… %d more in the structured reply", d.Count-i)
 			break
 		}
-		sign := map[string]string{sandbox.ChangeAdded: "A", sandbox.ChangeModified: "M", sandbox.ChangeDeleted: "D"}[c.Change]
-		fmt.Fprintf(&b, "\n%s %s (%s %s, %d bytes)", sign, c.Path, c.Type, c.Mode, c.Size)
+		fmt.Fprintf(&b, "\n%s %s (%s %s, %d bytes)", changeSign(c.Change), c.Path, c.Type, c.Mode, c.Size)
 	}
 	if d.NextCursor != "" {
 		fmt.Fprintf(&b, "\nMore changes: call again with cursor %q.", d.NextCursor)

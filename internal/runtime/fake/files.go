@@ -14,8 +14,8 @@ import (
 // OpFiles is SandboxFiles and SnapshotFiles, for SetFault and Calls.
 const OpFiles Op = "files"
 
-// The trees of a fake snapshot directory (what the fake's Snapshotter copies there): the
-// sandbox's workspace as SnapshotWorkspaceDir and, for a sandbox of an OCI image, its writable
+// The trees of a fake snapshot directory's DiskDir (what the fake's Snapshotter copies there):
+// the sandbox's workspace as SnapshotWorkspaceDir and, for a sandbox of an OCI image, its writable
 // layer as SnapshotUpperDir.
 const (
 	SnapshotWorkspaceDir = "workspace"
@@ -65,7 +65,8 @@ func (r *Runtime) SnapshotFiles(ctx context.Context, dir string, info runtime.Sn
 	if _, err := os.Stat(filepath.Join(dir, runtime.SnapshotInfoFile)); err != nil {
 		return runtime.Files{}, nil, errcode.New(errcode.SnapshotNotFound, "snapshot directory %s holds no complete snapshot", dir)
 	}
-	return runtime.Files{Trees: filesTrees(dir, SnapshotWorkspaceDir, SnapshotUpperDir), IDMap: info.IDMap},
+	// The saved disk is under DiskDir (snapshot.go), as the fake's Snapshotter writes it.
+	return runtime.Files{Trees: filesTrees(filepath.Join(dir, DiskDir), SnapshotWorkspaceDir, SnapshotUpperDir), IDMap: info.IDMap},
 		func() error { return nil }, nil
 }
 
