@@ -121,6 +121,7 @@ func main() {
 	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
 	rf := runsBenchFlags()   // issue 14's figures (runs.go)
 	sqf := sqlFlags()        // execute_sql (issue 16, sql.go)
+	snf := snapshotFlags()   // files snapshots and fork (issue 15, snapshots.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -209,6 +210,14 @@ func main() {
 	}
 	defer removeCgroupParents(parents)
 	res.Runtime = res.Runtimes[0].Version
+	if *snf.only { // files snapshot and fork figures at the runtime (snapshots.go)
+		res.Stats = benchSnapshots(ctx, rts[0], dir, *snf.n, *snf.forks)
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
 	prom := api.NewPrometheus()
 	svcCfg := sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30, *netf.sandboxes+30)}
 	if svcCfg.Egress, err = egressConfig(dir); err != nil { // the network figures' egress (network.go)
@@ -329,6 +338,7 @@ func main() {
 	}
 	// What network egress adds to a runc create, at the runtime (egresscreate.go).
 	res.Stats = append(res.Stats, benchEgressCreate(ctx, rts[0], *nCreate)...)
+	res.Stats = append(res.Stats, benchSnapshots(ctx, rts[0], dir, *snf.n, *snf.forks)...)
 	execs := map[string][]float64{}
 	for i := 0; i < *nExec; i++ {
 		for _, name := range names {

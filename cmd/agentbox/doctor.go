@@ -89,6 +89,10 @@ func cmdDoctor(args []string) int {
 				if r := c.Runtime.TransparentEgressReason; r != "" {
 					fmt.Printf("     %-16s no transparent egress: %s\n", "", r)
 				}
+				fmt.Printf("     %-16s snapshots: %s\n", "", snapshotKinds(c.Runtime.Snapshots))
+				if r := c.Runtime.MemorySnapshotReason; r != "" {
+					fmt.Printf("     %-16s no memory snapshots: %s\n", "", r)
+				}
 			}
 			if c.Fix != "" {
 				fmt.Printf("     %-16s fix: %s\n", "", c.Fix)
@@ -227,4 +231,12 @@ func detailMissing(all string, missing []string) string {
 		return all
 	}
 	return "missing: " + strings.Join(missing, " ")
+}
+
+// snapshotKinds is a runtime's snapshot kinds as doctor prints them.
+func snapshotKinds(kinds []string) string {
+	if len(kinds) == 0 {
+		return "none"
+	}
+	return strings.Join(kinds, " ")
 }

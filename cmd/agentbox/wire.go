@@ -197,6 +197,9 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox,
 		Egress: eg, PreviewURL: previewURL,
 		Images: images,
+		// Snapshots (issue 15): on the runtimes' file system, so a files snapshot can be a
+		// reflink or hard link of a disk.
+		SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"), SnapshotBudgetBytes: cfg.SnapshotBudgetMB << 20,
 	}, log)
 	if err != nil {
 		return nil, err

@@ -62,6 +62,9 @@ type Config struct {
 	// Overcommit × (what the state dir's file system has free at start plus what adopted
 	// sandboxes' disks hold, less a tenth of its size, at most 4 GiB, kept for the host).
 	DiskBudgetMB int64
+	// SnapshotBudgetMB bounds what ready user snapshots hold on disk together (issue 15); the
+	// oldest are retired to make room. 0 = sandbox.DefaultSnapshotBudgetBytes (10 GiB).
+	SnapshotBudgetMB int64
 	// CgroupParent names the cgroup under which sandboxes get one each ("agentbox"). Two
 	// servers on one host must use different parents.
 	CgroupParent string
@@ -210,7 +213,7 @@ func (c *Config) Validate() error {
 	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
 		errs = append(errs, "default TTL must be positive and not above the max TTL")
 	}
-	if c.CPUBudget < 0 || c.MemoryBudgetMB < 0 || c.DiskBudgetMB < 0 {
+	if c.CPUBudget < 0 || c.MemoryBudgetMB < 0 || c.DiskBudgetMB < 0 || c.SnapshotBudgetMB < 0 {
 		errs = append(errs, "budgets must not be negative")
 	}
 	if c.UIDPoolBase != 0 && (c.UIDPoolBase < 65536 || c.UIDPoolBase > 1<<32-1<<16) {

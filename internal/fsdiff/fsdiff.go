@@ -53,6 +53,9 @@ type Tree struct {
 	// to them, so two sandboxes with different ranges compare equal for the same in-sandbox
 	// owner.
 	UIDBase, GIDBase uint32
+	// Exclude are in-sandbox paths under Path left out with everything below them (mount
+	// points: the tree holds only an empty directory or file there).
+	Exclude []string
 }
 
 // Types of an Entry or Change.
@@ -300,8 +303,8 @@ func (w *walker) walkDir(ti, fd int, p, rel string, depth int) error {
 		if rel != "" {
 			crel = rel + "/" + name
 		}
-		if w.otherRoot(ti, c) {
-			continue // a nested tree wins
+		if w.otherRoot(ti, c) || slices.Contains(t.Exclude, c) {
+			continue // a nested tree wins; a mount point is not the sandbox's file
 		}
 		ctxOnly := false
 		if w.cursor != "" && PathCompare(c, w.cursor) <= 0 {

@@ -96,6 +96,8 @@ func TestDiffAgainstImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, upper, "workspace/shadowed", []byte("never listed"), 0o644)
+	write(t, upper, "proc/mountpoint", []byte("excluded"), 0o644)
+	trees[0].Exclude = []string{"/proc"}
 	write(t, ws, "a/b/c.txt", []byte("hello\n"), 0o644)
 	write(t, ws, "a-b", []byte("x"), 0o644)
 	write(t, ws, "suid", []byte("#!/bin/sh\n"), 0o4755)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -172,11 +173,20 @@ func filesReader(rt runtime.Runtime, what string) (runtime.FilesReader, error) {
 	return fr, nil
 }
 
-// treesOf converts a runtime's Files to fsdiff trees (owners relative to the id range's base).
+// volatileMounts are mounted in every sandbox over its root (memory or kernel file systems):
+// a root layer holds at most their empty mount points, never the sandbox's files.
+var volatileMounts = []string{"/dev", "/proc", "/sys", "/tmp"}
+
+// treesOf converts a runtime's Files to fsdiff trees (owners relative to the id range's base;
+// the runtime's mount points, and the volatile mounts in a root layer, left out).
 func treesOf(f runtime.Files) []fsdiff.Tree {
 	out := make([]fsdiff.Tree, 0, len(f.Trees))
 	for _, t := range f.Trees {
-		out = append(out, fsdiff.Tree{Path: t.Path, Dir: t.Dir, Layer: t.Layer, UIDBase: f.IDMap.UIDBase, GIDBase: f.IDMap.GIDBase})
+		ex := slices.Clone(t.Exclude)
+		if t.Path == "/" && t.Layer {
+			ex = append(ex, volatileMounts...)
+		}
+		out = append(out, fsdiff.Tree{Path: t.Path, Dir: t.Dir, Layer: t.Layer, UIDBase: f.IDMap.UIDBase, GIDBase: f.IDMap.GIDBase, Exclude: ex})
 	}
 	return out
 }

@@ -21,3 +21,6 @@ func SetCommitPauseBound(d time.Duration) (restore func()) {
 	old := commitPauseBound.Swap(int64(d))
 	return func() { commitPauseBound.Store(old) }
 }
+
+// SweepSnapshots runs the periodic sweep of snapshot directories once.
+func (s *Service) SweepSnapshots(ctx context.Context) error { return s.sweepSnapshots(ctx, false) }

@@ -401,8 +401,9 @@ func (s *Service) settleGone(ctx context.Context, j Job, sb Sandbox) (Job, error
 	switch sb.State {
 	case StateLost, StateFailed:
 		j.State, j.Error = JobUnknown, "the sandbox was lost ("+sb.Error+"); its agent's exit record is gone with it"
-	case StateCreating, StateRunning, StateStopping:
-		// Stopping: sandboxEnding, called as the sandbox left running, settles it.
+	case StateCreating, StateRunning, StateStopping, StateSleeping:
+		// Stopping: sandboxEnding, called as the sandbox left running, settles it. Sleeping:
+		// jobsSlept settled it unless memory was saved; then it continues at wake.
 		return j, nil
 	default:
 		reason := "destroyed"
@@ -703,7 +704,7 @@ func (s *Service) watchJob(sandboxID, jobID string) {
 			if err != nil || !j.State.Active() {
 				return
 			}
-			sb, gc, err := s.running(s.bg, sandboxID)
+			sb, gc, err := s.runningOr(s.bg, sandboxID, false) // a sleeping sandbox ends the watch
 			if err != nil {
 				if errcode.Is(err, errcode.SandboxNotRunning) {
 					if _, err := s.settleGone(s.bg, j, sb); err != nil {

@@ -18,6 +18,9 @@ import (
 //	creating, no create in flight  → host resources deleted → failed
 //	running/failed/lost, expired   → stopping → … → destroyed
 //	running, Adopt failed at start → adopted, or lost if Adopt refuses it (reconcile's adopt)
+//	running, SleepSnapshot set     → an unfinished sleep or wake settled (sleep.go's rules)
+//	creating, SleepSnapshot set    → a wake's leftovers deleted → sleeping
+//	sleeping, ttl_while_sleeping and expired → stopping → … → destroyed
 //
 // Reconcile runs it over every unsettled sandbox at start and Converge on every tick. A failure
 // is kept per sandbox (logged, recorded as an "error" event, retried with backoff) and never
@@ -72,7 +75,7 @@ func (s *Service) createDeadline() time.Duration { return s.cfg.ReadyTimeout + t
 // and expired ones) whose backoff allows, and returns what failed, joined. A sandbox another
 // call is working on (its lock is held) is left to that call.
 func (s *Service) Converge(ctx context.Context) error {
-	list, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateStopping, StateFailed, StateLost}, Limit: 100000})
+	list, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateSleeping, StateStopping, StateFailed, StateLost}, Limit: 100000})
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -105,9 +108,15 @@ func (s *Service) unsettled(sb Sandbox, now time.Time, orphaned bool) bool {
 	case StateStopping:
 		return true
 	case StateCreating:
+		if sb.SleepSnapshot != "" { // a wake
+			return orphaned || now.Sub(sb.UpdatedAt) > s.createDeadline()+sleepTimeout
+		}
 		return orphaned || now.Sub(sb.CreatedAt) > s.createDeadline()
 	case StateRunning:
-		return !sb.ExpiresAt.After(now) || s.unadopted.has(sb.ID)
+		return !sb.ExpiresAt.After(now) || s.unadopted.has(sb.ID) || sb.SleepSnapshot != ""
+	case StateSleeping:
+		// By default a sleeping sandbox's TTL is paused (it moves on at wake).
+		return sb.TTLWhileSleeping && !sb.ExpiresAt.After(now)
 	case StateFailed, StateLost:
 		return !sb.ExpiresAt.After(now)
 	}
@@ -127,6 +136,13 @@ func (s *Service) step(ctx context.Context, id string, orphaned bool) error {
 		return nil
 	}
 	switch {
+	case sb.State == StateCreating && sb.SleepSnapshot != "":
+		var rt runtime.Runtime
+		if rt, err = s.runtimeOf(sb); err == nil {
+			_, err = s.backToSleep(ctx, sb, rt, "wake abandoned: the server stopped during it, or it passed its deadline")
+		}
+	case sb.State == StateRunning && sb.SleepSnapshot != "":
+		_, err = s.settleSleep(ctx, sb)
 	case sb.State == StateCreating:
 		err = s.abandonCreate(ctx, sb, orphaned)
 	case sb.State == StateStopping:
@@ -203,6 +219,10 @@ func (s *Service) finishDestroy(ctx context.Context, sb Sandbox, reason string) 
 	if err := rt.Delete(ctx, sb.ID); err != nil {
 		return sb, fmt.Errorf("delete host resources: %w", err)
 	}
+	if err := s.deleteSleepSnapshot(ctx, sb.SleepSnapshot); err != nil {
+		return sb, err
+	}
+	sb.SleepSnapshot = ""
 	s.releaseIDRange(ctx, sb.ID)
 	if ns, ok := s.store.(NetStore); ok {
 		if err := ns.DeleteExposures(ctx, sb.ID); err != nil {
@@ -219,7 +239,7 @@ func (s *Service) finishDestroy(ctx context.Context, sb Sandbox, reason string) 
 // cannot settle (its state unreadable, a delete failing) is logged, recorded and left to the
 // control loop: it never stops the server from starting. Only a store it cannot read is an error.
 func (s *Service) Reconcile(ctx context.Context) error {
-	live, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateStopping, StateFailed, StateLost}, Limit: 100000})
+	live, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateSleeping, StateStopping, StateFailed, StateLost}, Limit: 100000})
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -255,6 +275,33 @@ func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (
 	rt, rerr := s.runtimeOf(sb)
 	if rerr != nil {
 		return sb.State.Live(), rerr // not ours to judge: leave it as it is
+	}
+	if sb.State == StateRunning && sb.SleepSnapshot != "" {
+		// A sleep (or a wake's last step) the server did not finish.
+		if sb, err = s.settleSleep(ctx, sb); err != nil {
+			return true, s.stepFailed(ctx, sb.ID, err)
+		}
+	}
+	switch sb.State {
+	case StateSleeping:
+		if sb, err = s.checkSleeping(ctx, sb); err != nil {
+			return true, s.stepFailed(ctx, sb.ID, err)
+		}
+		if sb.State != StateSleeping {
+			return false, nil
+		}
+		if s.unsettled(sb, now, false) {
+			return false, s.step(ctx, sb.ID, false)
+		}
+		return true, nil // its id range stays held
+	case StateCreating:
+		if sb.SleepSnapshot == "" {
+			break
+		}
+		if err := s.step(ctx, sb.ID, true); err != nil {
+			return true, err
+		}
+		return true, nil // a wake, back to sleeping: its id range stays held
 	}
 	switch sb.State {
 	case StateRunning:
@@ -375,7 +422,10 @@ func (s *Service) watch(rt runtime.Runtime, id string) {
 		defer unlock()
 		sb, err := s.store.GetSandbox(s.bg, id)
 		if err != nil || sb.State != StateRunning {
-			return // destroyed or already settled
+			return // destroyed, asleep or already settled
+		}
+		if st, err := rt.State(s.bg, id); err == nil && st == runtime.StatusRunning {
+			return // it slept and woke again since: the wake watches the new one
 		}
 		if _, err := s.transition(s.bg, sb, StateLost, "sandbox init exited", "the sandbox stopped unexpectedly"); err != nil {
 			s.log.Warn("record lost sandbox", "sandbox_id", id, "err", err)

@@ -202,7 +202,7 @@ func (s *Service) netLoop(n *netSandbox, sess *guest.NetSession) {
 		if n.ctx.Err() != nil {
 			return
 		}
-		_, gc, err := s.running(n.ctx, n.id)
+		_, gc, err := s.runningOr(n.ctx, n.id, false)
 		if c := errcode.Of(err); c == errcode.SandboxNotRunning || c == errcode.SandboxNotFound {
 			s.forgetNet(n)
 			return

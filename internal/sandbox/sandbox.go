@@ -23,9 +23,14 @@ const (
 )
 
 // transitions is the one state table: from → allowed targets.
+//
+// Sleep and wake (sleep.go): running → sleeping once the sleep snapshot is complete; a wake
+// takes sleeping → creating (the runtime creating it again from the snapshot, SleepSnapshot
+// still set) → running, or back → sleeping when the wake fails or the server stopped during it.
 var transitions = map[State][]State{
-	StateCreating: {StateRunning, StateStopping, StateFailed, StateLost},
-	StateRunning:  {StateStopping, StateLost, StateFailed},
+	StateCreating: {StateRunning, StateStopping, StateFailed, StateLost, StateSleeping},
+	StateRunning:  {StateStopping, StateLost, StateFailed, StateSleeping},
+	StateSleeping: {StateCreating, StateStopping, StateLost},
 	StateStopping: {StateDestroyed, StateFailed, StateLost},
 	StateFailed:   {StateStopping, StateDestroyed},
 	StateLost:     {StateStopping, StateDestroyed},
@@ -42,10 +47,16 @@ func CanTransition(from, to State) bool {
 }
 
 // Live reports whether a sandbox in state s holds (or may hold) host resources and counts
-// against capacity.
+// against capacity. A sleeping sandbox is live: it holds its snapshot (disk) and its id range,
+// and counts against the live bound and the disk budget, though not the CPU and memory budgets
+// (HoldsCompute).
 func (s State) Live() bool {
-	return s == StateCreating || s == StateRunning || s == StateStopping
+	return s == StateCreating || s == StateRunning || s == StateStopping || s == StateSleeping
 }
+
+// HoldsCompute reports whether a live sandbox in state s counts against the CPU and memory
+// budgets: every live state but sleeping.
+func (s State) HoldsCompute() bool { return s.Live() && s != StateSleeping }
 
 // Terminal reports whether s is an end state.
 func (s State) Terminal() bool { return s == StateDestroyed }
@@ -53,7 +64,7 @@ func (s State) Terminal() bool { return s == StateDestroyed }
 // Valid reports whether s is a known state.
 func (s State) Valid() bool {
 	switch s {
-	case StateCreating, StateRunning, StateStopping, StateDestroyed, StateFailed, StateLost:
+	case StateCreating, StateRunning, StateStopping, StateDestroyed, StateFailed, StateLost, StateSleeping:
 		return true
 	}
 	return false

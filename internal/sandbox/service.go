@@ -209,6 +209,9 @@ type Capacity struct {
 	MemoryUsedMB   int64   `json:"memory_used_mb"`
 	DiskBudgetMB   int64   `json:"disk_budget_mb"`
 	DiskUsedMB     int64   `json:"disk_used_mb"`
+	// Sleeping is how many of Live sleep: they count against the live bound and the disk
+	// budget, not the CPU and memory budgets.
+	Sleeping int `json:"sleeping"`
 	// Overcommit is how far the budgets let limits exceed the host (1: hard reservations).
 	Overcommit float64 `json:"overcommit,omitempty"`
 	// What the host really has free now, and what admission keeps for it.
@@ -240,6 +243,7 @@ type Service struct {
 	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 	recWake recordWake // wakes watchers of connection records (netwake.go)
+	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
 	snaps   snapState  // snapshots being taken and in use (snapshots.go)
 	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
 
@@ -372,9 +376,6 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 		}
 		return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on runtime %s; available images: %s", truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "))
 	}
-	if req.AutoWake || req.TTLWhileSleeping {
-		return nil, notYet("auto_wake and ttl_while_sleeping")
-	}
 	switch {
 	case req.CPU < 0 || req.CPU > MaxCPU:
 		return nil, errcode.New(errcode.InvalidArgument, "cpu must be between 0.01 and %d cores (fractions allowed); got %g", MaxCPU, req.CPU)
@@ -500,6 +501,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 		DiskMB: req.DiskMB, PidsLimit: s.cfg.PidsLimit, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
 		Owner: OwnerFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
+		AutoWake: req.AutoWake, TTLWhileSleeping: req.TTLWhileSleeping,
 	}
 	if pinned != nil {
 		sb.ImageDigest = pinned.img.Digest
@@ -642,8 +644,8 @@ func (s *Service) allocateIDRange(ctx context.Context, sb Sandbox) (int64, error
 	return 0, err
 }
 
-// bringUp starts sb and waits for its agent; for an egress sandbox it opens its network
-// session too, which it returns.
+// bringUp starts sb (from snap, a snapshot to create it from, if not nil) and waits for its
+// agent; for an egress sandbox it opens its network session too, which it returns.
 func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, idmap runtime.IDMap, img *pinnedImage, snap *runtime.SnapshotSource) (runtime.Handle, *guest.NetSession, error) {
 	spec := runtime.Spec{ID: sb.ID, Image: sb.Image, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
 		DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit, Env: sb.Env, IDMap: idmap, Snapshot: snap}
@@ -703,7 +705,10 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 	}
 	s.bus.publish()
 	s.log.Info("sandbox state", "sandbox_id", sb.ID, "from", from, "to", to, "reason", reason)
-	if from == StateRunning {
+	switch {
+	case from == StateRunning && to == StateSleeping:
+		s.unadopted.remove(sb.ID) // its jobs: jobsSlept (sleep.go)
+	case from == StateRunning, from == StateSleeping && (to == StateStopping || to == StateLost):
 		s.unadopted.remove(sb.ID)
 		s.sandboxEnding(ctx, sb, to, reason) // its jobs: canceled or unknown
 	}
@@ -736,7 +741,7 @@ const MaxList = 1000
 func (s *Service) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 	for _, st := range f.States {
 		if !st.Valid() {
-			return nil, errcode.New(errcode.InvalidArgument, "state %q is unknown; use creating, running, stopping, destroyed, failed or lost", st)
+			return nil, errcode.New(errcode.InvalidArgument, "state %q is unknown; use creating, running, sleeping, stopping, destroyed, failed or lost", st)
 		}
 	}
 	if f.Limit < 0 || f.Limit > MaxList {
@@ -746,7 +751,7 @@ func (s *Service) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 		f.Limit = MaxList
 	}
 	if len(f.States) == 0 {
-		f.States = []State{StateCreating, StateRunning, StateStopping, StateFailed, StateLost}
+		f.States = []State{StateCreating, StateRunning, StateSleeping, StateStopping, StateFailed, StateLost}
 	}
 	return s.store.ListSandboxes(ctx, f)
 }
@@ -806,8 +811,8 @@ func (s *Service) Extend(ctx context.Context, id string, ttlSeconds int64) (Sand
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if sb.State != StateRunning {
-		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running sandbox can be extended", id, sb.State)
+	if sb.State != StateRunning && sb.State != StateSleeping {
+		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running or sleeping sandbox can be extended", id, sb.State)
 	}
 	now := s.now().UTC().Truncate(time.Millisecond)
 	exp := sb.ExpiresAt.Add(time.Duration(ttlSeconds) * time.Second)
@@ -826,14 +831,29 @@ func (s *Service) Extend(ctx context.Context, id string, ttlSeconds int64) (Sand
 	return sb, nil
 }
 
-// running returns the record and guest client of a running sandbox.
+// running returns the record and guest client of a running sandbox. A sleeping sandbox created
+// with auto_wake is woken first; without, it is SANDBOX_NOT_RUNNING saying to wake it.
 func (s *Service) running(ctx context.Context, id string) (Sandbox, *guest.Client, error) {
+	return s.runningOr(ctx, id, true)
+}
+
+// runningOr is running; with wake false a sleeping sandbox is never woken (the server's own
+// background work: job watches, network sessions).
+func (s *Service) runningOr(ctx context.Context, id string, wake bool) (Sandbox, *guest.Client, error) {
 	if err := checkID(id); err != nil {
 		return Sandbox{}, nil, err
 	}
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return sb, nil, err
+	}
+	if sb.State == StateSleeping {
+		if !wake || !sb.AutoWake {
+			return sb, nil, sleepingErr(id)
+		}
+		if sb, err = s.Wake(ctx, id); err != nil {
+			return sb, nil, err
+		}
 	}
 	if sb.State != StateRunning {
 		msg := "create a new sandbox with sandbox_create"
@@ -885,6 +905,16 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 	unlock := s.lock(sb.ID)
 	defer unlock()
 	cur, gerr := s.store.GetSandbox(ctx, sb.ID)
+	if gerr == nil && (cur.State == StateSleeping || cur.State == StateCreating && cur.SleepSnapshot != "") {
+		// It went to sleep while the call ran (and may have woken since): not lost.
+		return errcode.New(errcode.SandboxNotRunning, "sandbox %s went to sleep while the call ran; wake it with sandbox_wake and retry", sb.ID).With("state", string(StateSleeping))
+	}
+	if gerr == nil && cur.State == StateRunning {
+		// Under the lock: a sandbox woken since the first look runs again.
+		if st2, err2 := rt.State(ctx, sb.ID); err2 != nil || st2 == runtime.StatusRunning {
+			return err
+		}
+	}
 	if gerr == nil && (cur.State == StateStopping || cur.State == StateDestroyed) {
 		// The server itself stopped it while the call ran: say why, not "unexpectedly".
 		why := "it was destroyed while the call ran; create a new sandbox"
@@ -1099,7 +1129,7 @@ func (s *Service) Capacity(ctx context.Context) (Capacity, error) {
 	}
 	c := Capacity{MaxSandboxes: s.cfg.MaxSandboxes, Live: u.Live, Free: max(0, s.cfg.MaxSandboxes-u.Live),
 		CPUBudget: s.cfg.CPUBudget, CPUUsed: u.CPU, MemoryBudgetMB: s.cfg.MemoryBudgetMB, MemoryUsedMB: u.MemoryMB,
-		DiskBudgetMB: s.cfg.DiskBudgetMB, DiskUsedMB: u.DiskMB, Overcommit: s.cfg.Overcommit,
+		DiskBudgetMB: s.cfg.DiskBudgetMB, DiskUsedMB: u.DiskMB, Sleeping: u.Sleeping, Overcommit: s.cfg.Overcommit,
 		MemoryReserveMB: s.local.memoryReserveMB, DiskReserveMB: s.local.diskReserveMB}
 	if s.local.headroom != nil {
 		if hr, err := s.local.headroom(ctx); err == nil {

@@ -1,15 +1,558 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
 
-// Sleep and wake (issue 15): cp-sleep's. Stubs until they land: UNSUPPORTED_OPERATION.
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
 
-// Sleep saves sandbox id and releases its memory and CPU; state sleeping.
-func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
-	return Sandbox{}, notYet("sandbox_sleep")
+// Sleep and wake (issue 15).
+//
+// Sleep saves a running sandbox into a sleep snapshot (runtime.Snapshotter with Release: the
+// runtime stops it and deletes every host resource of it but the snapshot) and records it
+// sleeping: it holds no memory, CPU or process, only its snapshot (disk) and its id range. Wake
+// creates it again from the snapshot under the same id and id range (Spec.Snapshot InPlace: the
+// snapshot's disk is hard-linked, the snapshot stays whole until the sandbox runs) and deletes
+// the snapshot once it runs.
+//
+// Intent is written before every act, so a server killed at any point converges:
+//
+//	sleep: running, SleepSnapshot set (and its record, creating) → runtime saves and releases →
+//	       snapshot record ready → sleeping (SleptAt)
+//	wake:  sleeping → creating (admission of cpu and memory, SleepSnapshot still set) → runtime
+//	       creates from the snapshot, agent answers → running → snapshot deleted, SleepSnapshot
+//	       cleared
+//
+// What the control loop (Reconcile at start, Converge on every tick) does with a sandbox no
+// call is working on:
+//
+//	running, SleepSnapshot set, container running → a sleep that never released (or a wake
+//	    that ran but did not delete its snapshot): the snapshot is deleted, the sandbox runs on
+//	running, SleepSnapshot set, container gone, snapshot complete (snapshot.json) → sleeping
+//	running, SleepSnapshot set, container gone, no complete snapshot → lost (the partial
+//	    snapshot is deleted)
+//	creating, SleepSnapshot set (a wake interrupted, or past its deadline) → the runtime's
+//	    leftovers deleted (the snapshot's disk is a hard link: the snapshot stays whole) →
+//	    sleeping again
+//	sleeping, snapshot incomplete or gone → lost
+//	sleeping, ttl_while_sleeping and expired → stopping → destroyed (snapshot deleted, id
+//	    range freed)
+//
+// TTL: by default the time a sandbox sleeps does not count (its expiry moves on by the time
+// slept when it wakes, and a sleeping sandbox never expires); with ttl_while_sleeping the TTL
+// runs on while it sleeps and an expired sleeping sandbox is destroyed.
+
+// Bounds of sleep and wake.
+const (
+	// sleepTimeout bounds one sleep (saving memory may take a while).
+	sleepTimeout = 5 * time.Minute
+)
+
+// WakeAdmitter is the optional part of a Store that admits a wake in one transaction with the
+// count of what the node's live sandboxes hold (internal/store/sqlite implements it).
+type WakeAdmitter interface {
+	// AdmitWake writes sb's state, updated_at and version (sb.Version-1 must be stored, else
+	// CONFLICT) and appends ev if sb's cpu and memory_mb, added to what the other live
+	// sandboxes of sb.Node hold, fit a's CPU and MemoryMB; else it writes nothing and returns
+	// an *OverCapacityError.
+	AdmitWake(ctx context.Context, sb Sandbox, ev Event, a Admission) error
 }
 
-// Wake restores a sleeping sandbox under its id.
+// sleepRecords is what sleep and wake need of the store's snapshot records (optional: without
+// them a sleep snapshot is known by its sandbox's SleepSnapshot and its directory alone).
+type sleepRecords interface {
+	CreateSnapshot(ctx context.Context, sn Snapshot) error
+	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
+	UpdateSnapshot(ctx context.Context, sn Snapshot) error
+	DeleteSnapshot(ctx context.Context, id string) error
+}
+
+// sleepingErr is what a call that needs a running sandbox gets from a sleeping one without
+// auto_wake.
+func sleepingErr(id string) error {
+	return errcode.New(errcode.SandboxNotRunning, "sandbox %s is sleeping; wake it with sandbox_wake and retry (a sandbox created with auto_wake wakes on its first call)", id).
+		With("state", string(StateSleeping))
+}
+
+// sleepDir is the directory of sleep snapshot snapID.
+func (s *Service) sleepDir(snapID string) string { return s.snapshotDir(snapID) }
+
+// snapshotter returns sb's runtime as a Snapshotter, or UNSUPPORTED_OPERATION naming it.
+func (s *Service) snapshotter(sb Sandbox, op string) (runtime.Runtime, runtime.Snapshotter, error) {
+	rt, err := s.runtimeOf(sb)
+	if err != nil {
+		return nil, nil, err
+	}
+	sn, ok := rt.(runtime.Snapshotter)
+	if !ok || !slices.Contains(rt.Capabilities().Snapshots, runtime.SnapshotFiles) {
+		return nil, nil, errcode.New(errcode.UnsupportedOp, "runtime %s cannot save a sandbox (it takes no snapshots), so sandbox %s cannot %s", sb.Runtime, sb.ID, op).
+			With("runtime", sb.Runtime)
+	}
+	if s.cfg.SnapshotDir == "" {
+		return nil, nil, errcode.New(errcode.UnsupportedOp, "this server has no snapshot directory, so sandbox %s cannot %s", sb.ID, op)
+	}
+	return rt, sn, nil
+}
+
+// readSnapshotInfo reads a complete snapshot's info (runtime.SnapshotInfoFile); ok is false
+// when dir holds no complete snapshot.
+func readSnapshotInfo(dir string) (info runtime.SnapshotInfo, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, runtime.SnapshotInfoFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return info, false, nil
+	}
+	if err != nil {
+		return info, false, err
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return info, false, fmt.Errorf("snapshot %s: %s: %w", filepath.Base(dir), runtime.SnapshotInfoFile, err)
+	}
+	return info, true, nil
+}
+
+// Sleep saves running sandbox id and releases its memory, CPU and processes; it returns the
+// record, state sleeping. A sleeping sandbox is returned as it is. The runtime saves memory and
+// processes where it can (Capabilities.Snapshots lists files+memory), else files only: then
+// the sandbox's processes end, and its running jobs are settled unknown.
+func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return Sandbox{}, err
+	}
+	// From here on nothing depends on the caller staying.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sleepTimeout)
+	defer cancel()
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.GetSandbox(wctx, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	switch sb.State {
+	case StateSleeping:
+		return sb, nil
+	case StateRunning:
+	default:
+		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running sandbox can sleep", id, sb.State).With("state", string(sb.State))
+	}
+	rt, sn, err := s.snapshotter(sb, "sleep")
+	if err != nil {
+		return sb, err
+	}
+	memory := slices.Contains(rt.Capabilities().Snapshots, runtime.SnapshotFilesMemory)
+	kind := runtime.SnapshotFiles
+	if memory {
+		kind = runtime.SnapshotFilesMemory
+	}
+
+	// 1. Intent: the sandbox names its sleep snapshot, the record says creating.
+	snapID := NewSnapshotID()
+	now := s.stamp()
+	sb.SleepSnapshot, sb.UpdatedAt = snapID, now
+	sb.Version++
+	ev := Event{SandboxID: id, Type: "sleep", From: StateRunning, To: StateRunning, At: now,
+		Reason: "sleep requested: saving " + kind + " to snapshot " + snapID}
+	if err := s.store.UpdateSandbox(wctx, sb, ev); err != nil {
+		return sb, fmt.Errorf("sleep %s: %w", id, err)
+	}
+	s.bus.publish()
+	rec := Snapshot{ID: snapID, SandboxID: id, State: SnapshotCreating, Kind: kind, Purpose: SnapshotPurposeSleep,
+		Runtime: sb.Runtime, Image: sb.Image, ImageDigest: sb.ImageDigest, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
+		DiskMB: sb.DiskMB, Node: sb.Node, CreatedAt: now, Version: 1}
+	if sb.Network.Policy != nil {
+		n := sb.Network
+		rec.Network = &n
+	}
+	if recs, ok := s.store.(sleepRecords); ok {
+		if err := recs.CreateSnapshot(wctx, rec); err != nil {
+			return s.sleepFailed(wctx, sb, rt, fmt.Errorf("record snapshot %s: %w", snapID, err))
+		}
+	}
+	dir := s.sleepDir(snapID)
+	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
+		return s.sleepFailed(wctx, sb, rt, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return s.sleepFailed(wctx, sb, rt, err)
+	}
+
+	// 2. The runtime saves and releases. The agent's client and the network session end
+	// first; the exit watch sees the sandbox sleeping when its init exits and leaves it.
+	s.dropGuest(id)
+	began := time.Now()
+	info, err := sn.Snapshot(wctx, id, dir, runtime.SnapshotOptions{Memory: memory, Release: true})
+	if err != nil {
+		return s.sleepFailed(wctx, sb, rt, err)
+	}
+	s.log.Info("sandbox saved for sleep", "sandbox_id", id, "snapshot_id", snapID, "kind", info.Kind,
+		"size_bytes", info.SizeBytes, "took", time.Since(began))
+
+	// 3. The snapshot is complete: its record is ready, the sandbox sleeps.
+	return s.finishSleep(wctx, sb, info, "sleep: "+info.Kind+" saved to snapshot "+snapID)
+}
+
+// finishSleep records running sb, whose sleep snapshot is complete (info), as sleeping, and
+// settles its jobs.
+func (s *Service) finishSleep(ctx context.Context, sb Sandbox, info runtime.SnapshotInfo, reason string) (Sandbox, error) {
+	if recs, ok := s.store.(sleepRecords); ok {
+		if rec, err := recs.GetSnapshot(ctx, sb.SleepSnapshot); err == nil {
+			rec.State, rec.Kind, rec.SizeBytes, rec.IDBase = SnapshotReady, info.Kind, info.SizeBytes, int64(info.IDMap.UIDBase)
+			rec.Version++
+			if err := recs.UpdateSnapshot(ctx, rec); err != nil {
+				s.log.Warn("record sleep snapshot ready", "snapshot_id", rec.ID, "err", err)
+			}
+		}
+	}
+	sb.SleptAt = s.stamp()
+	sb.Handle = ""
+	sb.Error = ""
+	out, err := s.transition(ctx, sb, StateSleeping, reason, "")
+	if err != nil {
+		return out, err
+	}
+	s.jobsSlept(ctx, out, info.Kind == runtime.SnapshotFilesMemory)
+	return out, nil
+}
+
+// sleepFailed undoes a sleep that failed (cause): the snapshot's directory and record are
+// deleted and the sandbox runs on, or is recorded lost if the failure stopped it.
+func (s *Service) sleepFailed(ctx context.Context, sb Sandbox, rt runtime.Runtime, cause error) (Sandbox, error) {
+	s.log.Warn("sleep failed", "sandbox_id", sb.ID, "snapshot_id", sb.SleepSnapshot, "err", cause)
+	if err := s.deleteSleepSnapshot(ctx, sb.SleepSnapshot); err != nil {
+		s.log.Warn("delete a failed sleep's snapshot (the control loop retries)", "sandbox_id", sb.ID, "err", err)
+		return sb, s.sleepErr(sb, cause)
+	}
+	st, serr := rt.State(ctx, sb.ID)
+	sb.SleepSnapshot = ""
+	if serr == nil && st != runtime.StatusRunning {
+		out, err := s.transition(ctx, sb, StateLost, "sleep failed and stopped the sandbox: "+truncate(errcode.Message(cause), 512), "the sandbox stopped while it was being put to sleep")
+		if err != nil {
+			return out, err
+		}
+		return out, errcode.Wrap(errcode.SandboxNotRunning, cause, "sandbox %s could not sleep and stopped: %s", sb.ID, errcode.Message(cause)).With("state", string(StateLost))
+	}
+	sb.UpdatedAt = s.stamp()
+	sb.Version++
+	ev := Event{SandboxID: sb.ID, Type: "sleep", From: StateRunning, To: StateRunning, At: sb.UpdatedAt,
+		Reason: truncate("sleep failed; the sandbox runs on: "+errcode.Message(cause), 1024)}
+	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
+		s.log.Warn("record failed sleep (the control loop settles it)", "sandbox_id", sb.ID, "err", err)
+	} else {
+		s.bus.publish()
+	}
+	s.startNet(sb, rt, nil) // its network session, reopened in the background
+	return sb, s.sleepErr(sb, cause)
+}
+
+func (s *Service) sleepErr(sb Sandbox, cause error) error {
+	if errcode.Of(cause) == errcode.UnsupportedOp {
+		return cause
+	}
+	return errcode.Wrap(errcode.RuntimeUnavailable, cause, "sandbox %s could not sleep: %s; it runs on", sb.ID, errcode.Message(cause))
+}
+
+// deleteSleepSnapshot deletes a sleep snapshot's directory, then its record.
+func (s *Service) deleteSleepSnapshot(ctx context.Context, snapID string) error {
+	if snapID == "" {
+		return nil
+	}
+	if err := os.RemoveAll(s.sleepDir(snapID)); err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", snapID, err)
+	}
+	if recs, ok := s.store.(sleepRecords); ok {
+		if err := recs.DeleteSnapshot(ctx, snapID); err != nil && errcode.Of(err) != errcode.SnapshotNotFound {
+			return fmt.Errorf("delete snapshot record %s: %w", snapID, err)
+		}
+	}
+	return nil
+}
+
+// jobsSlept settles sb's active jobs as it falls asleep: with memory saved their processes
+// continue at wake, so their records stay running (their watches end while it sleeps and are
+// re-armed at wake); without, they ended, and are settled unknown.
+func (s *Service) jobsSlept(ctx context.Context, sb Sandbox, memory bool) {
+	if memory {
+		return
+	}
+	js, err := s.jobStore()
+	if err != nil {
+		return
+	}
+	jobs, _, err := js.ListJobs(ctx, sb.ID, []JobState{JobStarting, JobRunning}, MaxList)
+	if err != nil {
+		s.log.Warn("list a sleeping sandbox's jobs to settle them", "sandbox_id", sb.ID, "err", err)
+		return
+	}
+	now := s.stamp()
+	for _, j := range jobs {
+		j.FinishedAt = &now
+		j.State = JobUnknown
+		j.Error = "the sandbox slept without memory (runtime " + sb.Runtime + " saves files only), so its processes ended; the job's exit was not recorded"
+		if _, err := s.saveJob(ctx, j, endReason(j)); err != nil {
+			s.log.Warn("settle job of a sleeping sandbox", "sandbox_id", sb.ID, "job_id", j.ID, "err", err)
+		}
+	}
+}
+
+// Wake restores sleeping sandbox id under its id and returns it running, its agent answering.
+// A running sandbox is returned as it is. A wake the budgets cannot take is CAPACITY_UNAVAILABLE
+// and the sandbox sleeps on; so does one whose runtime fails (RUNTIME_UNAVAILABLE): its
+// snapshot is intact.
 func (s *Service) Wake(ctx context.Context, id string) (Sandbox, error) {
-	return Sandbox{}, notYet("sandbox_wake")
+	if err := checkID(id); err != nil {
+		return Sandbox{}, err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyTimeout+sleepTimeout)
+	defer cancel()
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.GetSandbox(wctx, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	switch sb.State {
+	case StateRunning:
+		return sb, nil
+	case StateSleeping:
+	default:
+		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a sleeping sandbox can be woken", id, sb.State).With("state", string(sb.State))
+	}
+	return s.wake(wctx, sb)
+}
+
+// wake is Wake of sleeping sb; the caller holds its lock.
+func (s *Service) wake(ctx context.Context, sb Sandbox) (Sandbox, error) {
+	id := sb.ID
+	if sb.TTLWhileSleeping && !sb.ExpiresAt.After(s.now()) {
+		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s's TTL ran out at %s while it slept (ttl_while_sleeping); it is being destroyed", id, sb.ExpiresAt.UTC().Format(time.RFC3339)).
+			With("state", string(sb.State))
+	}
+	rt, _, err := s.snapshotter(sb, "wake")
+	if err != nil {
+		return sb, err
+	}
+	dir := s.sleepDir(sb.SleepSnapshot)
+	info, ok, err := readSnapshotInfo(dir)
+	if err != nil {
+		return sb, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its sleep snapshot %s is unreadable", id, sb.SleepSnapshot)
+	}
+	if sb.SleepSnapshot == "" || !ok {
+		out, terr := s.transition(ctx, sb, StateLost, "wake: its sleep snapshot "+sb.SleepSnapshot+" is gone", "the sandbox's sleep snapshot was gone when it was woken")
+		if terr != nil {
+			return out, terr
+		}
+		return out, errcode.New(errcode.SandboxNotRunning, "sandbox %s cannot be woken: its sleep snapshot is gone; create a new sandbox", id).With("state", string(StateLost))
+	}
+	if err := s.local.checkHeadroom(ctx); err != nil {
+		return sb, err
+	}
+	var idmap runtime.IDMap
+	if rt.Capabilities().TakesIDRange() {
+		if idmap, err = s.idMapOf(ctx, id); err != nil {
+			return sb, err
+		}
+	}
+	var pinned *pinnedImage
+	if sb.Image != "" && sb.Image != image.Host {
+		if pinned, err = s.resolveImage(ctx, sb.Image); err != nil {
+			return sb, err
+		}
+		defer pinned.release()
+		if sb.ImageDigest != "" && pinned.img.Digest != sb.ImageDigest {
+			return sb, errcode.New(errcode.RuntimeUnavailable, "sandbox %s cannot be woken: its image %q now resolves to %s, not the %s it was created from", id, truncate(sb.Image, 128), pinned.img.Digest, sb.ImageDigest)
+		}
+	}
+
+	// 1. Intent and admission: the sandbox leaves sleeping for creating if cpu and memory fit.
+	slept := sb
+	sb.State, sb.UpdatedAt = StateCreating, s.stamp()
+	sb.Version++
+	ev := Event{SandboxID: id, Type: "state", From: StateSleeping, To: StateCreating, At: sb.UpdatedAt,
+		Reason: "wake requested: restoring " + info.Kind + " from snapshot " + slept.SleepSnapshot}
+	if err := s.admitWake(ctx, sb, ev); err != nil {
+		return slept, err
+	}
+	s.bus.publish()
+
+	// 2. The runtime creates it from the snapshot, in place, and its agent answers.
+	src := &runtime.SnapshotSource{Dir: dir, Info: info, Memory: info.Kind == runtime.SnapshotFilesMemory, InPlace: true}
+	began := time.Now()
+	handle, sess, err := s.bringUp(ctx, rt, sb, idmap, pinned, src)
+	if err != nil {
+		s.log.Warn("wake failed", "sandbox_id", id, "err", err)
+		out, aerr := s.backToSleep(ctx, sb, rt, "wake failed: "+truncate(errcode.Message(err), 512))
+		if aerr != nil {
+			s.log.Error("return a failed wake to sleep (the control loop retries)", "sandbox_id", id, "err", aerr)
+		}
+		if errcode.Of(err) == errcode.Internal {
+			err = errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s could not be woken by runtime %s; it sleeps on with its snapshot intact; see the server log", id, sb.Runtime)
+		}
+		return out, err
+	}
+
+	// 3. Running: the TTL moves on by the time slept, unless it ran on during the sleep.
+	now := s.stamp()
+	sleptFor := now.Sub(slept.SleptAt)
+	if !slept.TTLWhileSleeping && !slept.SleptAt.IsZero() && sleptFor > 0 {
+		sb.ExpiresAt = sb.ExpiresAt.Add(sleptFor)
+		if limit := now.Add(s.cfg.MaxTTL); sb.ExpiresAt.After(limit) {
+			sb.ExpiresAt = limit
+		}
+	}
+	sb.Handle, sb.SleptAt = string(handle), time.Time{}
+	out, err := s.transition(ctx, sb, StateRunning, fmt.Sprintf("wake: %s restored from snapshot %s after sleeping %s", info.Kind, slept.SleepSnapshot, sleptFor.Round(time.Second)), "")
+	if err != nil {
+		s.dropGuest(id)
+		if sess != nil {
+			sess.Close()
+		}
+		return out, err
+	}
+	s.log.Info("sandbox woken", "sandbox_id", id, "kind", info.Kind, "took", time.Since(began))
+	s.watch(rt, id)
+	s.reattachJobs(ctx, id)
+	s.startNet(out, rt, sess)
+
+	// 4. The snapshot's work is done: delete it, then forget it.
+	return s.dropSleepSnapshot(ctx, out), nil
+}
+
+// dropSleepSnapshot deletes running sb's sleep snapshot and clears SleepSnapshot; a failure
+// leaves both to the control loop.
+func (s *Service) dropSleepSnapshot(ctx context.Context, sb Sandbox) Sandbox {
+	if err := s.deleteSleepSnapshot(ctx, sb.SleepSnapshot); err != nil {
+		s.log.Warn("delete a woken sandbox's sleep snapshot (the control loop retries)", "sandbox_id", sb.ID, "err", err)
+		return sb
+	}
+	snap := sb.SleepSnapshot
+	sb.SleepSnapshot, sb.UpdatedAt = "", s.stamp()
+	sb.Version++
+	ev := Event{SandboxID: sb.ID, Type: "wake", From: sb.State, To: sb.State, At: sb.UpdatedAt, Reason: "sleep snapshot " + snap + " deleted"}
+	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
+		s.log.Warn("record a woken sandbox's snapshot deleted (the control loop retries)", "sandbox_id", sb.ID, "err", err)
+		sb.SleepSnapshot = snap
+		sb.Version--
+		return sb
+	}
+	s.bus.publish()
+	return sb
+}
+
+// admitWake writes the wake's intent behind the cpu and memory budgets (WakeAdmitter where the
+// store has it, else a count then an update).
+func (s *Service) admitWake(ctx context.Context, sb Sandbox, ev Event) error {
+	a := s.local.admission
+	var err error
+	if wa, ok := s.store.(WakeAdmitter); ok {
+		err = wa.AdmitWake(ctx, sb, ev, a)
+	} else {
+		var u Usage
+		if u, err = s.store.CountLive(ctx); err == nil {
+			if over := (Admission{CPU: a.CPU, MemoryMB: a.MemoryMB}).Check(u, sb); over != nil {
+				err = over
+			} else {
+				err = s.store.UpdateSandbox(ctx, sb, ev)
+			}
+		}
+	}
+	var over *OverCapacityError
+	if errors.As(err, &over) {
+		e := overCapacity(over)
+		return errcode.Wrap(errcode.CapacityUnavailable, e, "sandbox %s cannot be woken now: %s; it sleeps on — retry sandbox_wake later, or destroy other sandboxes", sb.ID, errcode.Message(e)).
+			With("state", string(StateSleeping)).With("resource", over.Resource)
+	}
+	if err != nil {
+		return fmt.Errorf("wake %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// backToSleep deletes what a wake of sb (creating, SleepSnapshot set) left on the host and
+// records it sleeping again; the snapshot is whole (the wake used its disk in place).
+func (s *Service) backToSleep(ctx context.Context, sb Sandbox, rt runtime.Runtime, reason string) (Sandbox, error) {
+	s.dropGuest(sb.ID)
+	if err := rt.Delete(ctx, sb.ID); err != nil {
+		return sb, fmt.Errorf("delete a failed wake's leftovers: %w", err)
+	}
+	if _, ok, err := readSnapshotInfo(s.sleepDir(sb.SleepSnapshot)); err == nil && !ok {
+		return s.transition(ctx, sb, StateLost, reason+"; its sleep snapshot is gone", "the sandbox's sleep snapshot was gone after a failed wake")
+	}
+	return s.transition(ctx, sb, StateSleeping, reason+"; it sleeps on", "")
+}
+
+// idMapOf returns the id range sandbox id holds.
+func (s *Service) idMapOf(ctx context.Context, id string) (runtime.IDMap, error) {
+	held, err := s.store.ListIDRanges(ctx)
+	if err != nil {
+		return runtime.IDMap{}, fmt.Errorf("list id ranges: %w", err)
+	}
+	for _, r := range held {
+		if r.SandboxID == id {
+			return runtime.IDMap{UIDBase: uint32(r.Base), GIDBase: uint32(r.Base), Count: uint32(r.Count)}, nil
+		}
+	}
+	return runtime.IDMap{}, errcode.New(errcode.RuntimeUnavailable, "sandbox %s holds no host id range, so it cannot be woken with its files' owners", id)
+}
+
+// settleSleep settles running sb whose SleepSnapshot is set and on which no call is working
+// (the control loop; the caller holds its lock): a sleep or wake the server did not finish.
+func (s *Service) settleSleep(ctx context.Context, sb Sandbox) (Sandbox, error) {
+	rt, err := s.runtimeOf(sb)
+	if err != nil {
+		return sb, err
+	}
+	st, err := rt.State(ctx, sb.ID)
+	if err != nil {
+		return sb, fmt.Errorf("read state: %w", err)
+	}
+	if st == runtime.StatusRunning {
+		// A sleep that never released, or a wake that did not delete its snapshot.
+		return s.dropSleepSnapshot(ctx, sb), nil
+	}
+	info, ok, err := readSnapshotInfo(s.sleepDir(sb.SleepSnapshot))
+	if err != nil {
+		return sb, err
+	}
+	if ok {
+		if err := rt.Delete(ctx, sb.ID); err != nil {
+			return sb, fmt.Errorf("delete a released sandbox's leftovers: %w", err)
+		}
+		s.dropGuest(sb.ID)
+		return s.finishSleep(ctx, sb, info, "sleep finished by the control loop: snapshot "+sb.SleepSnapshot+" was complete")
+	}
+	if err := s.deleteSleepSnapshot(ctx, sb.SleepSnapshot); err != nil {
+		return sb, err
+	}
+	s.dropGuest(sb.ID)
+	sb.SleepSnapshot = ""
+	return s.transition(ctx, sb, StateLost, "the server stopped during a sleep before its snapshot was complete",
+		"the sandbox stopped while it was being put to sleep, before its snapshot was complete")
+}
+
+// checkSleeping settles sleeping sb at start: a sandbox whose snapshot is incomplete or gone is
+// lost; runtime leftovers of it (a release the server did not see finish) are deleted.
+func (s *Service) checkSleeping(ctx context.Context, sb Sandbox) (Sandbox, error) {
+	_, ok, err := readSnapshotInfo(s.sleepDir(sb.SleepSnapshot))
+	if err != nil {
+		return sb, err
+	}
+	if sb.SleepSnapshot == "" || !ok {
+		return s.transition(ctx, sb, StateLost, "reconcile: its sleep snapshot "+sb.SleepSnapshot+" is gone", "the sandbox's sleep snapshot was gone when the server started")
+	}
+	rt, err := s.runtimeOf(sb)
+	if err != nil {
+		return sb, err
+	}
+	if err := rt.Delete(ctx, sb.ID); err != nil {
+		return sb, fmt.Errorf("delete a sleeping sandbox's runtime leftovers: %w", err)
+	}
+	return sb, nil
 }

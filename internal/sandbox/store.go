@@ -57,12 +57,15 @@ type Pruner interface {
 	PruneSandboxes(ctx context.Context, before time.Time) (int, error)
 }
 
-// Usage is what the live sandboxes (creating, running, stopping) hold together.
+// Usage is what the live sandboxes (creating, running, stopping, sleeping) hold together.
+// Sleeping ones count in Live and DiskMB, not in CPU and MemoryMB (State.HoldsCompute);
+// Sleeping is how many of Live sleep.
 type Usage struct {
 	Live     int
 	CPU      float64
 	MemoryMB int64
 	DiskMB   int64
+	Sleeping int
 }
 
 // Admission bounds what one node holds: how many live sandboxes, and the sums of their cpu,

@@ -74,7 +74,8 @@ func (r *Runtime) SnapshotFiles(ctx context.Context, dir string, info runtime.Sn
 func filesTrees(base, workspace, upper string) []runtime.FileTree {
 	trees := []runtime.FileTree{{Path: "/workspace", Dir: filepath.Join(base, workspace)}}
 	if fi, err := os.Lstat(filepath.Join(base, upper)); err == nil && fi.IsDir() {
-		trees = append(trees, runtime.FileTree{Path: "/", Dir: filepath.Join(base, upper), Layer: true})
+		trees = append(trees, runtime.FileTree{Path: "/", Dir: filepath.Join(base, upper), Layer: true,
+			Exclude: []string{"/.agentbox", "/tmp"}}) // as WritableLayer's
 	}
 	return trees
 }

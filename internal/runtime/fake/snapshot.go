@@ -146,6 +146,15 @@ func ReadSnapshotInfo(dir string) (runtime.SnapshotInfo, error) {
 // restoreSnapshot fills new sandbox dir from the snapshot src (create's half of Spec.Snapshot).
 func (r *Runtime) restoreSnapshot(dir string, spec runtime.Spec) error {
 	src := spec.Snapshot
+	if !filepath.IsAbs(src.Dir) {
+		return errcode.New(errcode.InvalidArgument, "snapshot directory %q is not an absolute path", src.Dir)
+	}
+	if src.Info.Kind != runtime.SnapshotFiles && src.Info.Kind != runtime.SnapshotFilesMemory {
+		return errcode.New(errcode.InvalidArgument, "snapshot kind %q is unknown (want %s or %s)", src.Info.Kind, runtime.SnapshotFiles, runtime.SnapshotFilesMemory)
+	}
+	if src.Memory && !r.memSnaps {
+		return errcode.New(errcode.UnsupportedOp, "runtime %s cannot restore memory: %s", r.name, memoryReason)
+	}
 	info, err := ReadSnapshotInfo(src.Dir)
 	if err != nil {
 		return err

@@ -115,3 +115,54 @@ func TestSnapshotCutOffAndRelease(t *testing.T) {
 		t.Fatalf("snapshot of an unknown sandbox = %v, want SANDBOX_NOT_FOUND", err)
 	}
 }
+
+// TestSnapshotRefusals: the refusals the shared suite (runtimetest.RunSnapshots) asks of every
+// runtime; the suite itself runs commands at the sandbox's absolute paths (/workspace,
+// /home/agent, chown as root), which the fake's commands, run on the host, must not touch.
+func TestSnapshotRefusals(t *testing.T) {
+	rt := newFake(t)
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	runtimetest.Start(t, rt, spec)
+	ctx := t.Context()
+	for name, dir := range map[string]string{"missing": filepath.Join(t.TempDir(), "missing"), "relative": "relative/dir"} {
+		if _, err := rt.Snapshot(ctx, spec.ID, dir, runtime.SnapshotOptions{}); !errcode.Is(err, errcode.InvalidArgument) {
+			t.Errorf("snapshot into a %s dir = %v, want INVALID_ARGUMENT", name, err)
+		}
+	}
+	if _, err := rt.Snapshot(ctx, "not-an-id", t.TempDir(), runtime.SnapshotOptions{}); !errcode.Is(err, errcode.InvalidArgument) {
+		t.Errorf("snapshot of a malformed id = %v", err)
+	}
+	idle := runtimetest.DefaultSpec(runtimetest.NewID())
+	t.Cleanup(func() { _ = rt.Delete(context.Background(), idle.ID) })
+	if _, err := rt.Create(ctx, idle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Snapshot(ctx, idle.ID, t.TempDir(), runtime.SnapshotOptions{}); !errcode.Is(err, errcode.SandboxNotRunning) {
+		t.Errorf("snapshot of a created sandbox = %v, want SANDBOX_NOT_RUNNING", err)
+	}
+	dir := t.TempDir()
+	info, err := rt.Snapshot(ctx, spec.ID, dir, runtime.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]struct {
+		src  runtime.SnapshotSource
+		code errcode.Code
+	}{
+		"incomplete dir": {runtime.SnapshotSource{Dir: t.TempDir(), Info: info}, errcode.InvalidArgument},
+		"unknown kind":   {runtime.SnapshotSource{Dir: dir, Info: runtime.SnapshotInfo{Kind: "bogus"}}, errcode.InvalidArgument},
+		"relative dir":   {runtime.SnapshotSource{Dir: "snap", Info: info}, errcode.InvalidArgument},
+		"memory":         {runtime.SnapshotSource{Dir: dir, Info: info, Memory: true}, errcode.UnsupportedOp},
+	}
+	for name, b := range bad {
+		s := runtimetest.DefaultSpec(runtimetest.NewID())
+		s.Snapshot = &b.src
+		if _, err := rt.Create(ctx, s); !errcode.Is(err, b.code) {
+			t.Errorf("create from %s = %v, want %s", name, err, b.code)
+			_ = rt.Delete(ctx, s.ID)
+		}
+		if slices.Contains(rt.Resources(), s.ID) {
+			t.Errorf("create from %s left %s", name, s.ID)
+		}
+	}
+}

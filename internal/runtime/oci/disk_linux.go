@@ -302,18 +302,26 @@ func cloneSparse(src, dst string, size int64) (err error) {
 // goes: the caller keeps the descriptor until the file system is mounted, so that a crash in
 // between leaves no device behind. Direct I/O keeps the image's blocks out of the host's page
 // cache (the sandbox's own page cache already holds them), which is also several times faster.
-func attachLoop(image string) (string, *os.File, error) {
+// With readOnly the device is read-only (LO_FLAGS_READ_ONLY) over a read-only descriptor.
+func attachLoop(image string, readOnly bool) (string, *os.File, error) {
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", nil, err
 	}
 	defer ctl.Close()
-	backing, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
+	mode := os.O_RDWR
+	if readOnly {
+		mode = os.O_RDONLY
+	}
+	backing, err := os.OpenFile(image, mode|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", nil, err
 	}
 	defer backing.Close()
 	flags := uint32(unix.LO_FLAGS_AUTOCLEAR | unix.LO_FLAGS_DIRECT_IO)
+	if readOnly {
+		flags |= unix.LO_FLAGS_READ_ONLY
+	}
 	var lastErr error
 	for range 64 {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
@@ -389,7 +397,14 @@ func (r *Runtime) makeDisk(ctx context.Context, dir string, sizeMB int64) error 
 		}
 		r.disks.mu.Unlock()
 	}
-	dev, lf, err := attachLoop(img)
+	return mountDisk(dir)
+}
+
+// mountDisk attaches the sandbox's image (dir/disk.img) to a loop device and mounts it at
+// dir/disk, mode 0711.
+func mountDisk(dir string) error {
+	img := filepath.Join(dir, diskImageName)
+	dev, lf, err := attachLoop(img, false)
 	if err != nil {
 		return fmt.Errorf("attach %s to a loop device: %w", img, err)
 	}

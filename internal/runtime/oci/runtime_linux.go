@@ -167,6 +167,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			r.caps.Hardening = append(r.caps.Hardening, runtime.HardeningTransparentEgress)
 		}
 	}
+	// Files snapshots need only the sandbox's disk (probed above); memory ones are the
+	// flavour's (saveMemory, memorySnapshotReason).
+	r.caps.Snapshots = []string{runtime.SnapshotFiles}
+	r.caps.MemorySnapshotReason = memoryReasonFor(r.flavor)
+	r.sweepSnapMounts()
 	r.caps.Available = true
 	return r, nil
 }
@@ -251,6 +256,7 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 	c.NetworkModes = append([]string(nil), r.caps.NetworkModes...)
 	c.Hardening = append([]string(nil), r.caps.Hardening...)
 	c.Images = append([]string(nil), r.caps.Images...)
+	c.Snapshots = append([]string(nil), r.caps.Snapshots...)
 	return c
 }
 
@@ -418,6 +424,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	if diskMB == 0 {
 		diskMB = DefaultDiskMB
 	}
+	if spec.Snapshot != nil {
+		if diskMB, err = r.checkSnapshotSource(spec); err != nil {
+			return "", err
+		}
+	}
 	if err := r.checkDiskSpace(diskMB); err != nil {
 		return "", err
 	}
@@ -442,7 +453,14 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	if err := r.closeSandboxDir(dir, spec.IDMap); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot close the directory of sandbox %s to other host users", id)
 	}
-	if err := r.makeDisk(ctx, dir, diskMB); err != nil {
+	if err := recordIDMap(dir, spec.IDMap); err != nil {
+		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the id range of sandbox %s", id)
+	}
+	if spec.Snapshot != nil {
+		if err := r.diskFromSnapshot(ctx, dir, spec.Snapshot, spec.IDMap); err != nil {
+			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the disk of sandbox %s from its snapshot", id)
+		}
+	} else if err := r.makeDisk(ctx, dir, diskMB); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the %d MiB disk of sandbox %s", diskMB, id)
 	}
 	if err := makeSandboxDirs(dir); err != nil {

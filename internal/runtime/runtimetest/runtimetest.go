@@ -146,6 +146,9 @@ func Run(t *testing.T, rt runtime.Runtime, kill Killer) {
 		}
 		testUserNamespace(t, rt)
 	})
+	if _, ok := rt.(runtime.Snapshotter); ok && slices.Contains(caps.Snapshots, runtime.SnapshotFiles) {
+		t.Run("Snapshots", func(t *testing.T) { t.Parallel(); RunSnapshots(t, rt, SnapshotConfig{}) })
+	}
 }
 
 // RunContract runs the cases that test the runtime contract's logic and nothing of the host

@@ -64,9 +64,9 @@ func (s *Store) AdmitSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbox
 		}
 		live := liveStates()
 		var u sandbox.Usage
-		err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(cpu), 0), COALESCE(SUM(memory_mb), 0), COALESCE(SUM(disk_mb), 0)
+		err := tx.QueryRowContext(ctx, `SELECT `+usageColumns+`
 			FROM sandboxes WHERE node = ? AND state IN (`+placeholders(len(live))+`)`, append([]any{sb.Node}, live...)...).
-			Scan(&u.Live, &u.CPU, &u.MemoryMB, &u.DiskMB)
+			Scan(&u.Live, &u.CPU, &u.MemoryMB, &u.DiskMB, &u.Sleeping)
 		if err != nil {
 			return fmt.Errorf("count live sandboxes of node %q: %w", sb.Node, err)
 		}
@@ -190,8 +190,8 @@ func (s *Store) ListSandboxes(ctx context.Context, filter sandbox.ListFilter) ([
 func (s *Store) CountLive(ctx context.Context) (sandbox.Usage, error) {
 	live := liveStates()
 	var u sandbox.Usage
-	err := s.read.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(cpu), 0), COALESCE(SUM(memory_mb), 0), COALESCE(SUM(disk_mb), 0)
-		FROM sandboxes WHERE state IN (`+placeholders(len(live))+`)`, live...).Scan(&u.Live, &u.CPU, &u.MemoryMB, &u.DiskMB)
+	err := s.read.QueryRowContext(ctx, `SELECT `+usageColumns+`
+		FROM sandboxes WHERE state IN (`+placeholders(len(live))+`)`, live...).Scan(&u.Live, &u.CPU, &u.MemoryMB, &u.DiskMB, &u.Sleeping)
 	if err != nil {
 		return sandbox.Usage{}, fmt.Errorf("sqlite: count live sandboxes: %w", err)
 	}
@@ -487,11 +487,20 @@ func fromMillis(ms int64) time.Time {
 	return t
 }
 
+// usageColumns sums a sandbox.Usage over live sandboxes, in Scan order Live, CPU, MemoryMB,
+// DiskMB, Sleeping: a sleeping sandbox counts against the live bound and disk, not cpu and
+// memory (sandbox.State.HoldsCompute).
+const usageColumns = `COUNT(*),
+	COALESCE(SUM(CASE WHEN state = 'sleeping' THEN 0 ELSE cpu END), 0),
+	COALESCE(SUM(CASE WHEN state = 'sleeping' THEN 0 ELSE memory_mb END), 0),
+	COALESCE(SUM(disk_mb), 0),
+	COALESCE(SUM(CASE WHEN state = 'sleeping' THEN 1 ELSE 0 END), 0)`
+
 // liveStates are the states that count against capacity and are never pruned, as query args.
 func liveStates() []any {
 	var out []any
 	for _, st := range []sandbox.State{sandbox.StateCreating, sandbox.StateRunning, sandbox.StateStopping,
-		sandbox.StateDestroyed, sandbox.StateFailed, sandbox.StateLost} {
+		sandbox.StateDestroyed, sandbox.StateFailed, sandbox.StateLost, sandbox.StateSleeping} {
 		if st.Live() {
 			out = append(out, string(st))
 		}
