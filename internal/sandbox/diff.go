@@ -240,7 +240,7 @@ func (s *Service) snapshotSide(ctx context.Context, snap Snapshot) ([]fsdiff.Tre
 		return nil, nil, err
 	}
 	dir := s.snapshotDir(snap.ID)
-	info, err := readSnapshotInfo(dir)
+	info, err := readDiffSnapshotInfo(dir)
 	if err != nil {
 		return nil, nil, errcode.Wrap(errcode.SnapshotNotFound, err, "the files of snapshot %s are not on this server", snap.ID)
 	}
@@ -255,9 +255,10 @@ func (s *Service) snapshotSide(ctx context.Context, snap Snapshot) ([]fsdiff.Tre
 	}, nil
 }
 
-// readSnapshotInfo reads dir's SnapshotInfoFile (what the runtime wrote when it completed the
-// snapshot), bounded.
-func readSnapshotInfo(dir string) (runtime.SnapshotInfo, error) {
+// readDiffSnapshotInfo reads dir's SnapshotInfoFile (what the runtime wrote when it completed
+// the snapshot), bounded. (Named apart from sleep.go's readSnapshotInfo, which says whether
+// the snapshot is complete: merge of cp-sleep and diff.)
+func readDiffSnapshotInfo(dir string) (runtime.SnapshotInfo, error) {
 	f, err := os.Open(filepath.Join(dir, runtime.SnapshotInfoFile))
 	if err != nil {
 		return runtime.SnapshotInfo{}, err
