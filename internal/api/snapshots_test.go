@@ -119,7 +119,6 @@ func TestSnapshotRoutesUnsupported(t *testing.T) {
 			return err
 		},
 		"sleep": func(ctx context.Context) error { _, err := c.Sleep(ctx, id); return err },
-		"wake":  func(ctx context.Context) error { _, err := c.Wake(ctx, id); return err },
 		"create from a snapshot": func(ctx context.Context) error {
 			_, err := c.Create(ctx, sandbox.CreateRequest{Snapshot: "snap-0123456789ab", AutoWake: true})
 			return err

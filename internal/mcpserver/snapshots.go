@@ -231,8 +231,8 @@ Reply: {snapshot_id, kind: "files" | "files+memory", sandboxes: [{sandbox_id, st
 		Title: "Put a sandbox to sleep",
 		Description: `Park an idle sandbox without losing it: its state is saved (files; memory and processes too where the runtime can), then it stops and releases its memory and CPU; state "sleeping". sandbox_wake brings it back under the same sandbox_id. Arguments: sandbox_id (required).
 Use it when you will need a sandbox again later but not now (waiting for a user, a long pause between steps). While it sleeps exec and file tools fail with SANDBOX_NOT_RUNNING (unless it was created with auto_wake, which wakes it on the first call); by default its TTL clock stops while it sleeps (unless created with ttl_while_sleeping).
-Reply: the sandbox record, state "sleeping", slept_at.
-` + errorsDoc(errNotFound, errNotRunning, errSnapUnsup, errInvalid),
+Reply: the sandbox record, state "sleeping", slept_at. A sleeping sandbox is returned as it is.
+` + errorsDoc(errNotFound, errNotRunning, "UNSUPPORTED_OPERATION (this server keeps no snapshots, or the sandbox's runtime cannot save it)", errInvalid),
 		Annotations: &mcp.ToolAnnotations{Title: "Put a sandbox to sleep", DestructiveHint: ptr(false), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, nil, s.sandboxSleep)
 
@@ -240,8 +240,8 @@ Reply: the sandbox record, state "sleeping", slept_at.
 		Name:  "sandbox_wake",
 		Title: "Wake a sleeping sandbox",
 		Description: `Restore a sleeping sandbox under the same sandbox_id and return it running. Arguments: sandbox_id (required). Its files are as they were; where memory was captured its processes and jobs continue, else jobs that were running are reported unknown.
-Reply: the sandbox record, state "running".
-` + errorsDoc(errNotFound, "SANDBOX_NOT_RUNNING (the sandbox is not sleeping: destroyed, failed or already awake — check sandbox_get)",
+Reply: the sandbox record, state "running". Waking a running sandbox returns it as it is.
+` + errorsDoc(errNotFound, "SANDBOX_NOT_RUNNING (the sandbox was destroyed, failed, was lost, or its TTL ran out while it slept: create a new one)",
 			"CAPACITY_UNAVAILABLE (no room to restore it now: destroy other sandboxes or retry later)", errInvalid),
 		Annotations: &mcp.ToolAnnotations{Title: "Wake a sleeping sandbox", DestructiveHint: ptr(false), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, nil, s.sandboxWake)
