@@ -101,6 +101,7 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
                                         what changed: A/M/D MODE TYPE SIZE PATH, then a unified diff
                                         (default: against the sandbox's image)
   agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
+                [--changes] [--checkpoint]   the paths it changed, a snapshot after it (stderr)
   agentbox exec --background ... ID -- ARGV...   start it as a detached job; prints the job id
   agentbox job start [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
                                         start a detached job (it outlives this command and

@@ -187,13 +187,8 @@ func cmdDiff(args []string) int {
 			printJSON(res)
 			return 0
 		}
-		sign := map[string]string{sandbox.ChangeAdded: "A", sandbox.ChangeModified: "M", sandbox.ChangeDeleted: "D"}
 		for _, ch := range res.Changes {
-			line := fmt.Sprintf("%s %s %s %d %s", sign[ch.Change], ch.Mode, ch.Type, ch.Size, ch.Path)
-			if ch.Target != "" {
-				line += " -> " + ch.Target
-			}
-			fmt.Println(line)
+			fmt.Println(changeLine(ch))
 		}
 		if res.Diff != "" {
 			fmt.Println()
@@ -211,4 +206,31 @@ func cmdDiff(args []string) int {
 		}
 		return 0
 	})
+}
+
+// changeLine renders one change: A/M/D MODE TYPE SIZE PATH [-> TARGET].
+func changeLine(ch sandbox.DiffChange) string {
+	sign := map[string]string{sandbox.ChangeAdded: "A", sandbox.ChangeModified: "M", sandbox.ChangeDeleted: "D"}[ch.Change]
+	line := fmt.Sprintf("%s %s %s %d %s", sign, ch.Mode, ch.Type, ch.Size, ch.Path)
+	if ch.Target != "" {
+		line += " -> " + ch.Target
+	}
+	return line
+}
+
+// printExecChanges writes exec --changes and --checkpoint's results to stderr (stdout is the
+// command's).
+func printExecChanges(res sandbox.ExecResult) {
+	for _, ch := range res.Changes {
+		fmt.Fprintln(os.Stderr, changeLine(ch))
+	}
+	if res.ChangesTruncated {
+		fmt.Fprintln(os.Stderr, "agentbox: more paths changed than listed (agentbox diff --snapshot lists them all)")
+	}
+	if res.SnapshotID != "" {
+		fmt.Fprintf(os.Stderr, "agentbox: checkpoint %s\n", res.SnapshotID)
+	}
+	if res.CheckpointError != "" {
+		fmt.Fprintf(os.Stderr, "agentbox: checkpoint failed: %s\n", res.CheckpointError)
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -17,8 +18,13 @@ import (
 // cliServer is the REST API over the fake control plane, with AGENTBOX_URL and AGENTBOX_TOKEN
 // set for the CLI run in process.
 func cliServer(t *testing.T) (*sandbox.Service, *client.Client) {
+	return cliServerWith(t, sandbox.Config{})
+}
+
+// cliServerWith is cliServer with cfg (SnapshotDir: snapshots on the fake runtime).
+func cliServerWith(t *testing.T, cfg sandbox.Config) (*sandbox.Service, *client.Client) {
 	t.Helper()
-	svc := fakecp.Service(t)
+	svc := fakecp.New(t, cfg).Service
 	h := api.New(svc, api.Options{Token: testToken})
 	hs := httptest.NewServer(h)
 	t.Cleanup(func() { h.Close(); hs.CloseClientConnections(); hs.Close() })
@@ -105,5 +111,77 @@ func TestSnapshotCLIUnsupported(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "agentbox: UNSUPPORTED_OPERATION: ") {
 			t.Errorf("agentbox %s: exit %d, stderr %q; want 1 and UNSUPPORTED_OPERATION", strings.Join(args, " "), code, stderr)
 		}
+	}
+}
+
+// TestSnapshotCLI drives the commands against the real control plane on the fake runtime:
+// exec --changes --checkpoint, snapshot, snapshots ls, fork --count 2, diff --snapshot and
+// --with (and --json), sleep, wake, create --snapshot, snapshots rm.
+func TestSnapshotCLI(t *testing.T) {
+	_, c := cliServerWith(t, sandbox.Config{SnapshotDir: t.TempDir()})
+	ctx := t.Context()
+	sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	must := func(args ...string) (string, string) {
+		t.Helper()
+		code, out, errs := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("agentbox %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+		}
+		return out, errs
+	}
+	_, errs := must("exec", "--changes", "--checkpoint", "--no-stdin", id, "--", "sh", "-c", "echo one > a.txt")
+	if !strings.Contains(errs, "A 0644 file 4 /workspace/a.txt") || !strings.Contains(errs, "checkpoint snap-") {
+		t.Fatalf("exec --changes --checkpoint: stderr %q", errs)
+	}
+	out, errs := must("snapshot", "--label", "at=one", id)
+	snap := strings.TrimSpace(out)
+	if !strings.HasPrefix(snap, "snap-") || !strings.Contains(errs, "files, ready") {
+		t.Fatalf("snapshot: %q %q", out, errs)
+	}
+	out, _ = must("snapshots", "ls", "--sandbox", id)
+	if !strings.Contains(out, "ID") || !strings.Contains(out, snap) || !strings.Contains(out, "at=one") {
+		t.Fatalf("snapshots ls: %q", out)
+	}
+	must("exec", "--no-stdin", id, "--", "sh", "-c", "echo two > a.txt")
+	out, _ = must("fork", "--count", "2", "--snapshot", snap, id)
+	forks := strings.Fields(out)
+	if len(forks) != 2 || !strings.HasPrefix(forks[0], "sb-") {
+		t.Fatalf("fork: %q", out)
+	}
+	out, errs = must("diff", "--snapshot", snap, id)
+	if !strings.Contains(out, "M 0644 file 4 /workspace/a.txt") || !strings.Contains(out, "+two") || !strings.Contains(errs, "against snapshot:"+snap) {
+		t.Fatalf("diff --snapshot: %q %q", out, errs)
+	}
+	out, _ = must("diff", "--json", "--with", forks[1], forks[0])
+	var d sandbox.DiffResult
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d.Against != "sandbox:"+forks[1] || len(d.Changes) != 0 {
+		t.Fatalf("diff --json --with a sibling fork: %q %v", out, err)
+	}
+	out, _ = must("sleep", id)
+	if out != id+" sleeping\n" {
+		t.Fatalf("sleep: %q", out)
+	}
+	if code, _, errs := runCLI(t, "exec", "--no-stdin", id, "--", "true"); code != 1 || !strings.Contains(errs, "SANDBOX_NOT_RUNNING") || !strings.Contains(errs, "wake") {
+		t.Fatalf("exec while asleep: %d %q", code, errs)
+	}
+	out, _ = must("wake", id)
+	if out != id+" running\n" {
+		t.Fatalf("wake: %q", out)
+	}
+	out, _ = must("sandbox", "create", "--snapshot", snap, "--auto-wake", "--json")
+	var from sandbox.Sandbox
+	if err := json.Unmarshal([]byte(out), &from); err != nil || from.FromSnapshot != snap || !from.AutoWake {
+		t.Fatalf("create --snapshot: %q %v", out, err)
+	}
+	out, _ = must("snapshots", "rm", snap)
+	if strings.TrimSpace(out) != snap {
+		t.Fatalf("snapshots rm: %q", out)
+	}
+	if code, _, errs := runCLI(t, "snapshots", "get", snap); code != 1 || !strings.Contains(errs, "SNAPSHOT_NOT_FOUND") {
+		t.Fatalf("get after rm: %d %q", code, errs)
 	}
 }
