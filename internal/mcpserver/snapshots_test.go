@@ -57,6 +57,7 @@ func TestSnapshotToolsValidation(t *testing.T) {
 			{"snapshot_list", obj{"limit": 0}, []string{"limit", "1"}},
 			{"snapshot_list", obj{"limit": 1001}, []string{"limit", "1000"}},
 			{"snapshot_delete", obj{}, []string{"snapshot_id"}},
+			{"snapshot_delete", obj{"snapshot_id": "../../etc"}, []string{"snapshot_id", "snap-"}},
 			{"sandbox_snapshot", obj{"sandbox_id": id, "memory": "yes"}, []string{"memory"}},
 			{"sandbox_snapshot", obj{"sandbox_id": id, "bogus": 1}, []string{"bogus"}},
 			{"sandbox_sleep", obj{}, []string{"sandbox_id"}},

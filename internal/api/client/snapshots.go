@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -97,14 +98,36 @@ func (b *Backend) ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) (
 	return out.Snapshots, b.unreachable(err)
 }
 
+// checkSnapshotID refuses a malformed snapshot id before it is put in a URL path, with the
+// service's words.
+func checkSnapshotID(id string) error {
+	if !sandbox.ValidSnapshotID(id) {
+		return errcode.New(errcode.InvalidArgument, "snapshot_id %q is not a snapshot id (snap- and 12 lowercase hex digits); snapshot_list shows them", truncateID(id))
+	}
+	return nil
+}
+
+func truncateID(id string) string {
+	if len(id) > 64 {
+		return id[:64] + "…"
+	}
+	return id
+}
+
 // GetSnapshot returns one snapshot.
 func (b *Backend) GetSnapshot(ctx context.Context, id string) (sandbox.Snapshot, error) {
+	if err := checkSnapshotID(id); err != nil {
+		return sandbox.Snapshot{}, err
+	}
 	out, err := b.c.GetSnapshot(ctx, id)
 	return out, b.unreachable(err)
 }
 
 // DeleteSnapshot deletes a snapshot.
 func (b *Backend) DeleteSnapshot(ctx context.Context, id string) error {
+	if err := checkSnapshotID(id); err != nil {
+		return err
+	}
 	return b.unreachable(b.c.DeleteSnapshot(ctx, id))
 }
 
