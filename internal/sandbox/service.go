@@ -243,8 +243,8 @@ type Service struct {
 	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 	recWake recordWake // wakes watchers of connection records (netwake.go)
-	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
 	snaps   snapState  // snapshots being taken and in use (snapshots.go)
+	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
 
 	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
 	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
