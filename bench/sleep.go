@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
@@ -70,7 +72,12 @@ func runSleep(ctx context.Context, rts []runtime.Runtime, root string, res *Resu
 }
 
 func benchSleep(ctx context.Context, rt runtime.Runtime, snap runtime.Snapshotter, root string, cycles, residentMB int) ([]Stat, error) {
-	spec := runtime.Spec{ID: sandboxid.New(), Image: "host", CPU: 1, MemoryMB: 256 + int64(residentMB), DiskMB: 1024, PidsLimit: 256}
+	// An id range as the control plane gives every gVisor sandbox (Capabilities.IDMappedFiles).
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	base := uint32(1<<31) + (binary.LittleEndian.Uint32(b[:])%(1<<15-1))<<16
+	spec := runtime.Spec{ID: sandboxid.New(), Image: "host", CPU: 1, MemoryMB: 256 + int64(residentMB), DiskMB: 1024, PidsLimit: 256,
+		IDMap: runtime.IDMap{UIDBase: base, GIDBase: base, Count: 1 << 16}}
 	// The floor: a plain create → first exec of the same spec, in turns with the cycles.
 	var floor, sleeps, wakes, held, image []float64
 	fspec := spec
