@@ -7,7 +7,7 @@ export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
 export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/agentbox
-HOST_PKGS := runc crun iproute2 python3 e2fsprogs gcc libc6-dev tmux procps git curl python3-pip busybox-static
+HOST_PKGS := runc crun iproute2 python3 e2fsprogs gcc libc6-dev tmux procps git curl python3-pip busybox-static criu
 # gVisor's runsc is built from the Go module proxy at this pinned version (Debian's runsc is from
 # 2022-12 and lacks four years of fixes: statx, /proc/self/limits, clone3, …) into RUNSC, which
 # comes before /usr/bin in PATH. `go version -m` tells which version an installed one is.

@@ -122,6 +122,7 @@ func main() {
 	rf := runsBenchFlags()   // issue 14's figures (runs.go)
 	sqf := sqlFlags()        // execute_sql (issue 16, sql.go)
 	snf := snapshotFlags()   // files snapshots and fork (issue 15, snapshots.go)
+	slf := sleepFlags()      // gVisor sleep/wake (issue 15, sleep.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -303,6 +304,17 @@ func main() {
 		}
 		return
 	}
+	if *slf.only { // gVisor sleep/wake (issue 15, sleep.go)
+		runSleep(ctx, rts, filepath.Join(dir, "gvisor"), &res, slf)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
 	if *metricsOnly {
 		stats := benchMetrics(ctx, c, "http://"+ln.Addr().String(), token, warm["runc"], *scrapeLive, *nScrapes)
 		for _, s := range stats {
@@ -428,6 +440,7 @@ func main() {
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
 	runNetwork(ctx, c, &res, netf)                                // issue 12's figures (network.go)
 	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // issue 13's figures (images.go)
+	runSleep(ctx, rts, filepath.Join(dir, "gvisor"), &res, slf)   // issue 15's sleep/wake (sleep.go)
 	if rr := runRuns(ctx, guestBin, rf); rr != nil {              // issue 14's figures (runs.go)
 		res.Stats = append(res.Stats, rr.Stats...)
 		writeRunsResults(rr, *rf.out)

@@ -89,9 +89,16 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 	} else {
 		rp = startReaper(log)
 	}
-	ln, err := listenUnix(cfg.Socket)
+	uln, err := listenUnix(cfg.Socket)
 	if err != nil {
 		return err
+	}
+	// Quiesce and listen again around a checkpoint of the sandbox (quiesce_unix.go).
+	ln := newRelistener(uln, cfg.Socket, log)
+	sigDone := make(chan struct{})
+	defer close(sigDone)
+	if !cfg.Embedded {
+		ln.handleSignals(sigDone)
 	}
 	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser, env: cfg.Env, net: newNetAgent(log)}
 	if err := s.initJobs(cfg); err != nil {
@@ -112,6 +119,7 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 		MaxHeaderBytes:    1 << 20,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnState:         ln.connState,
 	}
 	srv.RegisterOnShutdown(s.jobs.drain) // log reads waiting for output answer now
 	served := make(chan error, 1)

@@ -43,7 +43,12 @@ func (e *commandError) Unwrap() error { return e.err }
 // command runs the OCI runtime with its global flags and returns its stdout. These commands leave no
 // process behind, so pipes are safe here (unlike create).
 func (r *Runtime) command(ctx context.Context, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	return r.commandFor(ctx, commandTimeout, args...)
+}
+
+// commandFor is command with its own timeout (a checkpoint writes memory_mb of pages).
+func (r *Runtime) commandFor(ctx context.Context, timeout time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := r.newCmd(ctx, args...)

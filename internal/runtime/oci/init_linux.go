@@ -154,6 +154,9 @@ func (r *Runtime) Adopt(ctx context.Context, id string, h runtime.Handle) error 
 	if err := r.resumeIfPaused(ctx, id); err != nil {
 		return err
 	}
+	if err := r.relistenIfQuiesced(ctx, id); err != nil { // checkpoint_linux.go
+		return err
+	}
 	r.guardMemory(id)
 	return nil
 }

@@ -173,6 +173,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	r.caps.MemorySnapshotReason = memoryReasonFor(r.flavor)
 	r.sweepSnapMounts()
 	r.caps.Available = true
+	r.probeMemorySnapshots(ctx) // checkpoint_linux.go
 	return r, nil
 }
 
@@ -428,7 +429,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		if diskMB, err = r.checkSnapshotSource(spec); err != nil {
 			return "", err
 		}
+		if spec.Snapshot.Memory && !start {
+			return "", errcode.New(errcode.InvalidArgument, "a memory restore creates and starts the sandbox in one step (Run), never Create then Start").With("argument", "snapshot")
+		}
 	}
+	restoring := spec.Snapshot != nil && spec.Snapshot.Memory
 	if err := r.checkDiskSpace(diskMB); err != nil {
 		return "", err
 	}
@@ -509,6 +514,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot mount the root file system of sandbox %s; the server log has the cause", id)
 		}
 	}
+	if restoring {
+		if err := checkRestoreSpec(spec.Snapshot, s); err != nil {
+			return "", err
+		}
+	}
 	data, err := json.Marshal(s)
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "cannot encode the OCI spec of sandbox %s", id)
@@ -530,6 +540,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	verb := []string{"create"}
 	if start {
 		verb = []string{"run", "--detach"}
+	}
+	if restoring {
+		verb = restoreVerb(spec.Snapshot) // checkpoint_linux.go
+		cctx, cancel = context.WithTimeout(ctx, checkpointTimeout)
+		defer cancel()
 	}
 	cmd := r.newCmd(cctx, append(append(r.createFlags(spec), verb...), "--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -560,6 +575,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	}
 	if start {
 		r.guardMemory(id)
+	}
+	if restoring {
+		if err := r.afterRestore(ctx, id); err != nil {
+			return "", err
+		}
 	}
 	return h, nil
 }

@@ -124,19 +124,6 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string, opts runtime.Sna
 	return info, nil
 }
 
-// saveMemory takes a files+memory snapshot of sandbox id into dir. Not built here: refused
-// before anything is saved. (gVisor's checkpoint replaces this function: checkpoint_linux.go.)
-func (r *Runtime) saveMemory(ctx context.Context, id, dir string, opts runtime.SnapshotOptions) (runtime.SnapshotInfo, error) {
-	return runtime.SnapshotInfo{}, errcode.New(errcode.UnsupportedOp, "runtime %s cannot snapshot the memory of sandbox %s: %s", r.name, id, r.memorySnapshotReason()).
-		With("argument", "memory")
-}
-
-// restoreMemory is create's refusal of Spec.Snapshot.Memory (gVisor's restore replaces it).
-func (r *Runtime) restoreMemory(src *runtime.SnapshotSource) error {
-	return errcode.New(errcode.UnsupportedOp, "runtime %s cannot restore memory from a snapshot: %s", r.name, r.memorySnapshotReason()).
-		With("argument", "memory")
-}
-
 // memorySnapshotReason is Capabilities().MemorySnapshotReason, or a default text.
 func (r *Runtime) memorySnapshotReason() string {
 	if r.caps.MemorySnapshotReason != "" {
@@ -177,10 +164,16 @@ func (r *Runtime) copyFrozen(ctx context.Context, id, img, dst string, size int6
 // the image to dst, and deletes the rest of the sandbox.
 // It reports whether the image was moved.
 func (r *Runtime) releaseInto(ctx context.Context, id, dst string) (bool, error) {
-	sdir := r.sandboxDir(id)
 	if err := r.Stop(ctx, id); err != nil {
 		return false, err
 	}
+	return r.releaseStopped(ctx, id, dst)
+}
+
+// releaseStopped is releaseInto of a sandbox whose processes are gone (a checkpoint that ended
+// it: checkpoint_linux.go).
+func (r *Runtime) releaseStopped(ctx context.Context, id, dst string) (bool, error) {
+	sdir := r.sandboxDir(id)
 	if err := unmountRootfs(sdir); err != nil {
 		return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot unmount the root file system of sandbox %s; retry", id)
 	}
@@ -339,7 +332,9 @@ func (r *Runtime) sandboxIDMap(id string) runtime.IDMap {
 func (r *Runtime) checkSnapshotSource(spec runtime.Spec) (int64, error) {
 	src := spec.Snapshot
 	if src.Memory {
-		return 0, r.restoreMemory(src)
+		if err := r.restoreMemory(src); err != nil {
+			return 0, err
+		}
 	}
 	if src.Info.Kind != runtime.SnapshotFiles && src.Info.Kind != runtime.SnapshotFilesMemory {
 		return 0, errcode.New(errcode.InvalidArgument, "snapshot kind %q is not %q or %q", src.Info.Kind, runtime.SnapshotFiles, runtime.SnapshotFilesMemory).With("argument", "snapshot")

@@ -47,6 +47,13 @@ func RunSnapshots(t *testing.T, rt runtime.Runtime, cfg SnapshotConfig) {
 		}
 		testSnapshotMemoryRefused(t, rt, snap, cfg)
 	})
+	t.Run("Memory", func(t *testing.T) {
+		t.Parallel()
+		if !slices.Contains(rt.Capabilities().Snapshots, runtime.SnapshotFilesMemory) {
+			t.Skipf("runtime %s takes no memory snapshots: %s", rt.Name(), rt.Capabilities().MemorySnapshotReason)
+		}
+		testMemorySnapshot(t, rt, snap, cfg) // memsnapshot.go
+	})
 	if fr, ok := rt.(runtime.FilesReader); ok {
 		t.Run("FilesReader", func(t *testing.T) { t.Parallel(); testSnapshotFiles(t, rt, snap, fr, cfg) })
 	}
