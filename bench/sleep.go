@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
@@ -70,7 +72,8 @@ func runSleep(ctx context.Context, rts []runtime.Runtime, root string, res *Resu
 }
 
 func benchSleep(ctx context.Context, rt runtime.Runtime, snap runtime.Snapshotter, root string, cycles, residentMB int) ([]Stat, error) {
-	spec := runtime.Spec{ID: sandboxid.New(), Image: "host", CPU: 1, MemoryMB: 256 + int64(residentMB), DiskMB: 1024, PidsLimit: 256}
+	spec := runtime.Spec{ID: sandboxid.New(), Image: "host", CPU: 1, MemoryMB: 256 + int64(residentMB), DiskMB: 1024, PidsLimit: 256,
+		IDMap: benchIDMap()}
 	// The floor: a plain create → first exec of the same spec, in turns with the cycles.
 	var floor, sleeps, wakes, held, image []float64
 	fspec := spec
@@ -99,7 +102,7 @@ func benchSleep(ctx context.Context, rt runtime.Runtime, snap runtime.Snapshotte
 	c.Close()
 	time.Sleep(500 * time.Millisecond) // idle
 	for i := 0; i < cycles; i++ {
-		fspec.ID = sandboxid.New()
+		fspec.ID, fspec.IDMap = sandboxid.New(), benchIDMap()
 		t0 := time.Now()
 		if err := createFirstExec(ctx, rt, fspec); err != nil { // deletes it on failure
 			return nil, err
@@ -159,6 +162,15 @@ func benchSleep(ctx context.Context, rt runtime.Runtime, snap runtime.Snapshotte
 		}
 	}
 	return out, nil
+}
+
+// benchIDMap is a range of 65536 host ids as the control plane gives every gVisor sandbox
+// (Capabilities.IDMappedFiles): a random 65536-aligned base in [2^31, 2^32-2^16).
+func benchIDMap() runtime.IDMap {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	base := uint32(1<<31) + (binary.LittleEndian.Uint32(b[:])%(1<<15-1))<<16
+	return runtime.IDMap{UIDBase: base, GIDBase: base, Count: 1 << 16}
 }
 
 func agentClient(ctx context.Context, rt runtime.Runtime, id string) (*guest.Client, error) {

@@ -100,38 +100,14 @@ func benchSnapshots(ctx context.Context, rt runtime.Runtime, dir string, n, fork
 	st.Floor = fmt.Sprintf("%s p50 %.1f ms (size %d MiB allocated)", fs.Name, fs.P50, info.SizeBytes>>20)
 	stats := []Stat{st}
 
-	// Fork: forks sandboxes from the last snapshot at once.
-	ids := make([]string, forks)
-	errs := make([]error, forks)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for i := range forks {
-		ids[i] = sandboxid.New()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fs := spec
-			fs.ID = ids[i]
-			fs.Snapshot = &runtime.SnapshotSource{Dir: last, Info: info}
-			c, err := startWait(ctx, rt, fs)
-			if c != nil {
-				c.Close()
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
-	took := ms(time.Since(t0))
-	for _, id := range ids {
-		_ = rt.Delete(ctx, id)
-	}
-	for i, err := range errs {
-		if err != nil {
-			log.Fatalf("fork %d of %d from a snapshot: %v", i, forks, err)
-		}
-	}
+	// Fork: forks sandboxes from the last snapshot at once, beside its floor in the same run:
+	// as many fresh sandboxes (no snapshot) created at once.
+	fresh := createMany(ctx, rt, spec, nil, forks)
+	copies := copyMany(ctx, filepath.Join(last, "disk.img"), base, forks)
+	took := createMany(ctx, rt, spec, &runtime.SnapshotSource{Dir: last, Info: info}, forks)
 	fk := summarize(fmt.Sprintf(measureSnapshotFork, forks), "ms", []float64{took})
 	fk.Runtime = rt.Name()
+	fk.Floor = fmt.Sprintf("%d fresh sandboxes created at once: %.1f ms; %d `cp --sparse=always` of the image at once: %.1f ms", forks, fresh, forks, copies)
 	stats = append(stats, fk)
 	os.RemoveAll(base)
 	return stats
@@ -158,4 +134,65 @@ func startWait(ctx context.Context, rt runtime.Runtime, spec runtime.Spec) (*gue
 		return nil, err
 	}
 	return c, nil
+}
+
+// createMany creates n sandboxes like spec (from src when set) at once, waits for every agent,
+// and returns the time in ms; it deletes them.
+func createMany(ctx context.Context, rt runtime.Runtime, spec runtime.Spec, src *runtime.SnapshotSource, n int) float64 {
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range n {
+		ids[i] = sandboxid.New()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := spec
+			s.ID, s.Snapshot = ids[i], src
+			c, err := startWait(ctx, rt, s)
+			if c != nil {
+				c.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	took := ms(time.Since(t0))
+	for _, id := range ids {
+		_ = rt.Delete(ctx, id)
+	}
+	for i, err := range errs {
+		if err != nil {
+			log.Fatalf("create %d of %d (from a snapshot: %v): %v", i, n, src != nil, err)
+		}
+	}
+	return took
+}
+
+// copyMany copies img n times at once with `cp --sparse=always` into dir (the data a fork on a
+// file system without reflinks must write) and returns the time in ms; it removes the copies.
+func copyMany(ctx context.Context, img, dir string, n int) float64 {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	t0 := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := exec.CommandContext(ctx, "cp", "--sparse=always", img, filepath.Join(dir, fmt.Sprintf("copy%d.img", i))).CombinedOutput()
+			if err != nil {
+				errs[i] = fmt.Errorf("%v: %s", err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	took := ms(time.Since(t0))
+	for i, err := range errs {
+		if err != nil {
+			log.Fatalf("cp of the snapshot's image: %v", err)
+		}
+		os.Remove(filepath.Join(dir, fmt.Sprintf("copy%d.img", i)))
+	}
+	return took
 }

@@ -14,7 +14,7 @@ import (
 )
 
 func cmdExec(args []string) int {
-	c := newClientCmd("exec", "agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...")
+	c := newClientCmd("exec", "agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] [--changes] [--checkpoint] ID -- ARGV...")
 	timeout := c.fs.Float64("timeout", 0, "seconds before the command's process group is killed (default 300)")
 	cwd := c.fs.String("cwd", "", "working directory inside the sandbox (default /workspace)")
 	user := c.fs.String("user", "", `run as "root" instead of the sandbox's default user`)
@@ -22,6 +22,9 @@ func cmdExec(args []string) int {
 	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
 	noStdin := c.fs.Bool("no-stdin", false, "do not forward this process's standard input")
 	background := c.fs.Bool("background", false, "start the command as a detached job and print its id (see agentbox job, agentbox logs)")
+	// issue 15: the paths the command changed, a snapshot after it (both on stderr)
+	changes := c.fs.Bool("changes", false, "after the command, list the paths it changed on stderr (A/M/D MODE TYPE SIZE PATH)")
+	checkpoint := c.fs.Bool("checkpoint", false, "snapshot the sandbox after the command; its id goes to stderr")
 	hasArgv := func(n int) bool { return n >= 3 }
 	return c.run(args, hasArgv, func(ctx context.Context, cl *client.Client, pos []string) int {
 		if pos[1] != "--" {
@@ -29,7 +32,7 @@ func cmdExec(args []string) int {
 			return 2
 		}
 		id, argv := pos[0], pos[2:]
-		req := api.ExecRequest{Command: argv, Cwd: *cwd, TimeoutSeconds: *timeout, User: *user}
+		req := api.ExecRequest{Command: argv, Cwd: *cwd, TimeoutSeconds: *timeout, User: *user, Changes: *changes, Checkpoint: *checkpoint}
 		if len(env) > 0 {
 			req.Env = env
 		}
@@ -65,6 +68,8 @@ func cmdExec(args []string) int {
 		}
 		if c.json {
 			printJSON(res)
+		} else {
+			printExecChanges(res)
 		}
 		if res.TimedOut {
 			fmt.Fprintf(os.Stderr, "agentbox: the command timed out after %d ms and its process group was killed\n", res.DurationMs)

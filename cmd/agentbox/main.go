@@ -42,6 +42,8 @@ func run(args []string) int {
 		"sql":       cmdSQL,       // execute_sql (issue 16, sql.go)
 		"audit":     cmdAudit,     // the audit log (issue 16, audit.go)
 		"approvals": cmdApprovals, // approvals (issue 16, approvals.go)
+		// snapshots, fork, sleep, wake, diff (issue 15, snapshots.go)
+		"snapshot": cmdSnapshot, "snapshots": cmdSnapshots, "fork": cmdFork, "sleep": cmdSleep, "wake": cmdWake, "diff": cmdDiff,
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -79,6 +81,7 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
                           [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K]
                           [--allow-host H]... [--deny-host H]... [--egress]
                           [--secret NAME=env:VAR@host1,host2]... (or NAME=file:/path@host)
+                          [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping]
                                         prints the new id; --allow-host gives it a network policy
                                         (default: no network at all)
   agentbox sandbox ls [--json] [--state S] [--label K=V]
@@ -88,7 +91,17 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox sandbox events [--json] ID
   agentbox sandbox commit ID NAME[:TAG] turn the sandbox's root changes into a local image (a
                                         template: create --image NAME:TAG)
+  agentbox snapshot [--memory] [--label K=V]... ID   save its files (and memory, where the
+                                        runtime can); prints the snapshot id
+  agentbox snapshots ls [--sandbox ID] [--cursor SNAP] [--limit N] [--json]  |  snapshots get|rm SNAP
+  agentbox fork [--count N] [--snapshot SNAP | --memory] [--ttl SECONDS] [--label K=V]... ID
+                                        N independent sandboxes from the same point; prints their ids
+  agentbox sleep ID  |  agentbox wake ID   park a sandbox (memory and CPU released), bring it back
+  agentbox diff [--with OTHER | --snapshot SNAP] [--no-unified] [--json] ID
+                                        what changed: A/M/D MODE TYPE SIZE PATH, then a unified diff
+                                        (default: against the sandbox's image)
   agentbox exec [--timeout SECONDS] [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
+                [--changes] [--checkpoint]   the paths it changed, a snapshot after it (stderr)
   agentbox exec --background ... ID -- ARGV...   start it as a detached job; prints the job id
   agentbox job start [--env K=V]... [--cwd DIR] [--user root] ID -- ARGV...
                                         start a detached job (it outlives this command and

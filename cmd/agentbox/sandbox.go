@@ -30,7 +30,7 @@ func cmdSandbox(args []string) int {
 }
 
 func sandboxCreate(args []string) int {
-	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]...")
+	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]... [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping]")
 	var req sandbox.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
 	c.fs.StringVar(&req.Image, "image", "", "image: host (the default: the host's /usr) or an OCI image reference (python:3.12-slim, ghcr.io/org/img:tag, name@sha256:…, a committed NAME:TAG), pulled by the server if not cached")
@@ -43,6 +43,10 @@ func sandboxCreate(args []string) int {
 	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
 	c.fs.Var(labels, "label", "label K=V (repeatable)")
 	c.fs.StringVar(&req.IdempotencyKey, "idempotency-key", "", "a key that makes retrying safe: a create with a key this caller already used returns that sandbox instead of a new one")
+	// snapshots and sleep (issue 15, snapshots.go)
+	c.fs.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot (agentbox snapshots ls) instead of an image: its files, and its processes when it holds memory")
+	c.fs.BoolVar(&req.AutoWake, "auto-wake", false, "an exec or file call on the sandbox while it sleeps wakes it first")
+	c.fs.BoolVar(&req.TTLWhileSleeping, "ttl-while-sleeping", false, "the TTL keeps running while the sandbox sleeps (default: sleeping time does not count)")
 	var nw networkFlags // network (issue 12, network.go)
 	nw.register(c)
 	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {

@@ -164,6 +164,17 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
 	// the REST API's contract (issue 16, openapi.go)
+	// snapshots, fork, sleep, wake and diff (issue 15, snapshots.go)
+	m.HandleFunc("POST /v1/sandboxes/{id}/snapshots", s.createSnapshot)
+	m.HandleFunc("GET /v1/sandboxes/{id}/snapshots", s.listSandboxSnapshots)
+	m.HandleFunc("GET /v1/snapshots", s.listSnapshots)
+	m.HandleFunc("GET /v1/snapshots/{snapshot_id}", s.getSnapshot)
+	m.HandleFunc("DELETE /v1/snapshots/{snapshot_id}", s.deleteSnapshot)
+	m.HandleFunc("POST /v1/sandboxes/{id}/fork", s.forkSandbox)
+	m.HandleFunc("POST /v1/sandboxes/{id}/sleep", s.sleepSandbox)
+	m.HandleFunc("POST /v1/sandboxes/{id}/wake", s.wakeSandbox)
+	m.HandleFunc("GET /v1/sandboxes/{id}/diff", s.diffSandbox)
+	m.HandleFunc("POST /v1/sandboxes/{id}/diff", s.diffSandbox)
 	m.HandleFunc("GET /v1/openapi.json", s.openAPI)
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
 	s.keyRoutes() // API keys (issue 16, keys.go): /v1/keys

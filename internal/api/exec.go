@@ -24,11 +24,17 @@ type ExecRequest struct {
 	User           string            `json:"user,omitempty"`
 	// Background starts the command as a detached job (as POST …/jobs) and returns the job.
 	Background bool `json:"background,omitempty"`
+	// Changes returns the paths the command changed (result changes, changes_truncated);
+	// Checkpoint snapshots the sandbox after it (result snapshot_id, or checkpoint_error).
+	// Issue 15 (sandbox/execchanges.go).
+	Changes    bool `json:"changes,omitempty"`
+	Checkpoint bool `json:"checkpoint,omitempty"`
 }
 
 // ToService converts and checks the wire form.
 func (e ExecRequest) ToService() (sandbox.ExecRequest, error) {
-	req := sandbox.ExecRequest{Argv: e.Command, Env: e.Env, Cwd: e.Cwd, MaxOutputBytes: e.MaxOutputBytes, User: e.User}
+	req := sandbox.ExecRequest{Argv: e.Command, Env: e.Env, Cwd: e.Cwd, MaxOutputBytes: e.MaxOutputBytes, User: e.User,
+		Changes: e.Changes, Checkpoint: e.Checkpoint}
 	if e.Stdin != "" && e.StdinBase64 != "" {
 		return req, errcode.New(errcode.InvalidArgument, "give stdin or stdin_base64, not both")
 	}

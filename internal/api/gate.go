@@ -38,8 +38,18 @@ var restActions = map[string]string{
 	"POST /v1/batches/matrix":                      "run_matrix",
 	"POST /v1/batches/agent-compare":               "agent_compare",
 	"POST /v1/batches/agent-test":                  "agent_test",
-	"POST /v1/run_python":                          "run_python", // issue 16 (snippet.go)
-	"POST /v1/run_shell":                           "run_shell",
+	// issue 15 (snapshots.go)
+	"POST /v1/sandboxes/{id}/snapshots":  "sandbox_snapshot",
+	"GET /v1/snapshots":                  "snapshot_list",
+	"GET /v1/sandboxes/{id}/snapshots":   "snapshot_list",
+	"DELETE /v1/snapshots/{snapshot_id}": "snapshot_delete",
+	"POST /v1/sandboxes/{id}/fork":       "sandbox_fork",
+	"POST /v1/sandboxes/{id}/sleep":      "sandbox_sleep",
+	"POST /v1/sandboxes/{id}/wake":       "sandbox_wake",
+	"GET /v1/sandboxes/{id}/diff":        "sandbox_diff",
+	"POST /v1/sandboxes/{id}/diff":       "sandbox_diff",
+	"POST /v1/run_python":                "run_python", // issue 16 (snippet.go)
+	"POST /v1/run_shell":                 "run_shell",
 }
 
 // gated serves r through Options.Gate: the call is described (route, path, query, and a JSON

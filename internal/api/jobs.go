@@ -15,6 +15,10 @@ import (
 // ToJob converts an exec body into a job start: a job takes the command, env, cwd and user;
 // stdin, timeout_seconds and max_output_bytes belong to a blocking exec and are refused.
 func (e ExecRequest) ToJob() (sandbox.JobStartRequest, error) {
+	if e.Changes || e.Checkpoint {
+		return sandbox.JobStartRequest{}, errcode.New(errcode.InvalidArgument,
+			"changes and checkpoint apply to a blocking exec, not a job (background): after a job, take sandbox_snapshot and sandbox_diff yourself")
+	}
 	if e.Stdin != "" || e.StdinBase64 != "" || e.TimeoutSeconds != 0 || e.MaxOutputBytes != 0 {
 		return sandbox.JobStartRequest{}, errcode.New(errcode.InvalidArgument,
 			"a job (background) takes command, env, cwd and user only: stdin, timeout_seconds and max_output_bytes apply to a blocking exec (a job runs until it ends or job_cancel; its whole output is kept)")

@@ -41,6 +41,10 @@ var Required = map[string]string{
 	"sandbox_commit": ScopeOperate, "image_pull": ScopeOperate,
 	"run": ScopeOperate, "run_cancel": ScopeOperate, "run_batch": ScopeOperate, "run_matrix": ScopeOperate,
 	"agent_compare": ScopeOperate, "agent_test": ScopeOperate,
+	// snapshots, fork, sleep, wake, diff (issue 15): reads list and compare; the rest write
+	"snapshot_list": ScopeRead, "sandbox_diff": ScopeRead,
+	"sandbox_snapshot": ScopeOperate, "snapshot_delete": ScopeOperate, "sandbox_fork": ScopeOperate,
+	"sandbox_sleep": ScopeOperate, "sandbox_wake": ScopeOperate,
 
 	// REST routes.
 	"GET /health":                                  Public,
@@ -112,6 +116,17 @@ var Required = map[string]string{
 	"POST /v1/approvals/{id}/deny":                 ScopeAdmin,
 	"POST /v1/sql":                                 ScopeAdmin, // the views show every caller's calls and sandboxes
 	"DELETE /v1/keys/{ref}":                        ScopeAdmin,
+	// issue 15 (snapshots, fork, sleep, wake, diff)
+	"GET /v1/sandboxes/{id}/snapshots":   ScopeRead,
+	"GET /v1/snapshots":                  ScopeRead,
+	"GET /v1/snapshots/{snapshot_id}":    ScopeRead,
+	"GET /v1/sandboxes/{id}/diff":        ScopeRead,
+	"POST /v1/sandboxes/{id}/diff":       ScopeRead, // the same read, with a body
+	"POST /v1/sandboxes/{id}/snapshots":  ScopeOperate,
+	"DELETE /v1/snapshots/{snapshot_id}": ScopeOperate,
+	"POST /v1/sandboxes/{id}/fork":       ScopeOperate,
+	"POST /v1/sandboxes/{id}/sleep":      ScopeOperate,
+	"POST /v1/sandboxes/{id}/wake":       ScopeOperate,
 }
 
 // RequiredScope is the scope a call of tool needs: its entry in Required, else admin.

@@ -27,6 +27,9 @@ type ExecIn struct {
 	MaxOutputBytes int64             `json:"max_output_bytes,omitempty" jsonschema:"Output kept per stream; default 1048576 (1 MiB), at most 16777216. The rest is counted, not kept."`
 	User           string            `json:"user,omitempty" jsonschema:"Who runs the command: omit for the sandbox's unprivileged user agent (uid 1000, home /home/agent), or \"root\" for package installs and other system changes inside the sandbox."`
 	Background     bool              `json:"background,omitempty" jsonschema:"Start the command as a detached job (as job_start) and return at once with {job_id, sandbox_id, state, started_at, argv}; stdin, timeout_seconds and max_output_bytes do not apply."`
+	// issue 15 (snapshots.go)
+	Changes    bool `json:"changes,omitempty" jsonschema:"Also return the paths the command changed in the sandbox's files (changes: [{path, change: added|modified|deleted, type, size, mode}], at most 1000; changes_truncated when more did). Not with background."`
+	Checkpoint bool `json:"checkpoint,omitempty" jsonschema:"Snapshot the sandbox after the command (snapshot_id in the reply; checkpoint_error, with the command's result kept, if it could not be taken): a point to fork from or diff against. Not with background."`
 }
 
 // ExecOut is exec's reply. A non-zero exit_code is a normal result.
@@ -43,6 +46,11 @@ type ExecOut struct {
 	DurationMs   int64  `json:"duration_ms" jsonschema:"Wall time in milliseconds."`
 	TimedOut     bool   `json:"timed_out" jsonschema:"True when timeout_seconds passed and the command was killed."`
 	OOMKilled    bool   `json:"oom_killed,omitempty" jsonschema:"True when the sandbox ran out of memory (memory_mb) and the command was killed for it."`
+	// With changes or checkpoint (issue 15).
+	Changes          []ChangeOut `json:"changes,omitempty" jsonschema:"With changes: the paths the command changed."`
+	ChangesTruncated bool        `json:"changes_truncated,omitempty" jsonschema:"With changes: more paths changed than are listed; sandbox_diff against a snapshot lists them all."`
+	SnapshotID       string      `json:"snapshot_id,omitempty" jsonschema:"With checkpoint: the snapshot taken after the command."`
+	CheckpointError  string      `json:"checkpoint_error,omitempty" jsonschema:"With checkpoint: why no snapshot was taken (the command's result stands)."`
 	// With background: true the reply is job_start's instead (MarshalJSON).
 	JobID     string     `json:"job_id,omitempty" jsonschema:"With background: the job's id; then only job_id, sandbox_id, state, started_at and argv are present."`
 	SandboxID string     `json:"sandbox_id,omitempty" jsonschema:"With background: the sandbox the job runs in."`
@@ -78,7 +86,7 @@ func (s *Server) addExecTool() {
 		Title: "Run a command in a sandbox",
 		Description: `Run a command in a running sandbox and wait for it to finish.
 Arguments: sandbox_id (required), command (required: an argv array such as ["python3", "test.py"]; it is NOT a shell string — use ["sh", "-c", "make 2>&1 | tail -50"] for shell syntax), env, cwd (default /workspace), stdin (text), timeout_seconds (default 300, max 86400), max_output_bytes (default 1 MiB per stream), user (omit for the unprivileged user "agent"; "root" to install packages or change the system inside the sandbox).
-Reply: {exit_code, signal, stdout, stderr, truncated, stdout_bytes, stderr_bytes, duration_ms, timed_out, oom_killed}. A non-zero exit_code is a normal result (read stderr), not an error. timed_out means the command was killed at timeout_seconds. oom_killed means the sandbox ran out of memory and the command was killed (SIGKILL): use less memory or create a sandbox with more memory_mb. truncated means output was cut: redirect it to a file and page through it with file_read, or filter it (grep, tail).
+Reply: {exit_code, signal, stdout, stderr, truncated, stdout_bytes, stderr_bytes, duration_ms, timed_out, oom_killed}. changes: true adds the paths the command changed ({changes: [{path, change, type, size, mode}], changes_truncated}: use it to see what a command did); checkpoint: true snapshots the sandbox after the command (snapshot_id, or checkpoint_error) so you can fork from that point or diff against it later. A non-zero exit_code is a normal result (read stderr), not an error. timed_out means the command was killed at timeout_seconds. oom_killed means the sandbox ran out of memory and the command was killed (SIGKILL): use less memory or create a sandbox with more memory_mb. truncated means output was cut: redirect it to a file and page through it with file_read, or filter it (grep, tail).
 If the call carries a progressToken, output is streamed as progress notifications while the command runs. Cancelling the call kills the command.
 Many clients give up on a call after about a minute: run longer jobs in the background, e.g. ["sh", "-c", "nohup make test > /workspace/test.log 2>&1 &"], then poll with exec (tail, test -e) or file_read.
 ` + errorsDoc(errNotFound, errNotRunning, errInvalid, "COMMAND_TIMEOUT (the sandbox stopped answering: retry once, then destroy it and use a new one)", "OUTPUT_LIMIT_EXCEEDED (ask for less max_output_bytes)"),
@@ -90,6 +98,9 @@ Many clients give up on a call after about a minute: run longer jobs in the back
 
 func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) (ExecOut, string, error) {
 	if in.Background {
+		if in.Changes || in.Checkpoint {
+			return ExecOut{}, "", errcode.New(errcode.InvalidArgument, "changes and checkpoint apply to a blocking exec, not background: after a job, use sandbox_snapshot and sandbox_diff yourself")
+		}
 		if in.Stdin != "" || in.TimeoutSeconds != 0 || in.MaxOutputBytes != 0 {
 			return ExecOut{}, "", errcode.New(errcode.InvalidArgument, "with background: true the command runs as a job: stdin, timeout_seconds and max_output_bytes do not apply (a job runs until it ends or job_cancel; its whole output is kept for job_logs)")
 		}
@@ -104,7 +115,8 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) 
 		return ExecOut{}, "", errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 0.001 and 86400; got %g", in.TimeoutSeconds)
 	}
 	r := sandbox.ExecRequest{Argv: in.Command, Env: in.Env, Cwd: in.Cwd, Stdin: []byte(in.Stdin),
-		Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second)), MaxOutputBytes: in.MaxOutputBytes, User: in.User}
+		Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second)), MaxOutputBytes: in.MaxOutputBytes, User: in.User,
+		Changes: in.Changes, Checkpoint: in.Checkpoint}
 	if in.TimeoutSeconds > 0 && r.Timeout < time.Millisecond {
 		r.Timeout = time.Millisecond
 	}
@@ -128,8 +140,19 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecIn) 
 	}
 	out := ExecOut{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Stdout, Stderr: res.Stderr,
 		StdoutBase64: res.StdoutBase64, StderrBase64: res.StderrBase64, Truncated: res.Truncated, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
-		DurationMs: res.DurationMs, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
-	return out, renderExec(out, r.MaxOutputBytes), nil
+		DurationMs: res.DurationMs, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
+		ChangesTruncated: res.ChangesTruncated, SnapshotID: res.SnapshotID, CheckpointError: res.CheckpointError}
+	text := renderExec(out, r.MaxOutputBytes)
+	if in.Changes {
+		out.Changes = changesOut(res.Changes)
+		text += renderChanges(out.Changes, out.ChangesTruncated)
+	}
+	if out.SnapshotID != "" {
+		text += fmt.Sprintf("\ncheckpoint: snapshot %s (fork from it with sandbox_fork snapshot_id, diff against it with sandbox_diff snapshot_id)", out.SnapshotID)
+	} else if out.CheckpointError != "" {
+		text += "\ncheckpoint failed: " + out.CheckpointError
+	}
+	return out, text, nil
 }
 
 // progress forwards a command's output as notifications/progress: message = the text, progress

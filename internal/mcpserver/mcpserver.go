@@ -56,6 +56,8 @@ type Backend interface {
 	NetworkBackend
 	// images (issue 13, images.go)
 	ImageBackend
+	// snapshots, fork, sleep, wake, diff (issue 15, snapshots.go)
+	SnapshotBackend
 }
 
 // Bounds of the MCP surface (the REST API streams larger files).
@@ -157,6 +159,7 @@ func (s *Server) Close() {
 const instructions = `agentbox gives you disposable Linux sandboxes (containers with no network unless created with a network policy) to run commands and handle files in, isolated from the user's machine.
 The loop: sandbox_create → exec / file_write / file_read / file_list with its sandbox_id → sandbox_destroy when done.
 Sandboxes expire after ttl_seconds (default 30 minutes); sandbox_extend keeps one alive. Destroy what you no longer need: capacity is shared.
+To explore: sandbox_snapshot saves a point to return to, sandbox_fork makes up to 20 independent copies of a sandbox to try alternatives in parallel, sandbox_diff shows what changed (against a snapshot, another sandbox or the image); sandbox_sleep parks an idle sandbox (memory and CPU released) until sandbox_wake.
 For a self-contained task (check out a repository, set up, run a command, validate, collect changed files and artifacts, clean up), run does it all in one call as a durable record the server executes (wait: true to block until it settled); run_batch and run_matrix fan tasks out, agent_compare and agent_test measure coding agents.
 Errors come back as {"error": {"code", "message"}}; the message says what to change. A command that exits non-zero is a normal result, not an error.`
 

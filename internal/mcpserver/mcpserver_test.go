@@ -23,8 +23,15 @@ var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", 
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
 	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs (issue 14)
 	"run_python", "run_shell", // data-assistant tools (issue 16)
-	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy", "sandbox_expose", "sandbox_extend", "sandbox_get", "sandbox_list", "sandbox_metrics",
-	"sandbox_network_update", "sandbox_secret_calls", "sandbox_unexpose", "watch", "watch_fleet"}
+	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy",
+	"sandbox_diff", // issue 15
+	"sandbox_expose", "sandbox_extend",
+	"sandbox_fork", // issue 15
+	"sandbox_get", "sandbox_list", "sandbox_metrics", "sandbox_network_update", "sandbox_secret_calls",
+	"sandbox_sleep", "sandbox_snapshot", // issue 15
+	"sandbox_unexpose",
+	"sandbox_wake", "snapshot_delete", "snapshot_list", // issue 15
+	"watch", "watch_fleet"}
 
 // TestToolsList: every tool is listed with a description, an input schema and an output schema;
 // the argument names clients rely on are there.
@@ -57,10 +64,11 @@ func TestToolsList(t *testing.T) {
 			return s
 		}
 		wantArgs := map[string][]string{
-			"run_python":     {"code", "sandbox_id", "timeout_seconds", "network", "keep"}, // issue 16
-			"run_shell":      {"code", "sandbox_id", "timeout_seconds", "network", "keep"},
-			"fetch_metrics":  {"name", "prefix", "sandbox_id", "window_seconds"},
-			"sandbox_create": {"image", "runtime", "cpu", "memory_mb", "disk_mb", "ttl_seconds", "env", "labels", "requirements", "network", "secrets"},
+			"run_python":    {"code", "sandbox_id", "timeout_seconds", "network", "keep"}, // issue 16
+			"run_shell":     {"code", "sandbox_id", "timeout_seconds", "network", "keep"},
+			"fetch_metrics": {"name", "prefix", "sandbox_id", "window_seconds"},
+			"sandbox_create": {"image", "runtime", "cpu", "memory_mb", "disk_mb", "ttl_seconds", "env", "labels", "requirements", "network", "secrets",
+				"snapshot", "auto_wake", "ttl_while_sleeping"}, // issue 15
 			// network (issue 12)
 			"sandbox_network_update": {"sandbox_id", "allow", "deny"},
 			"sandbox_connections":    {"sandbox_id", "after", "limit"},
@@ -85,6 +93,14 @@ func TestToolsList(t *testing.T) {
 			"run_matrix":    {"base", "axes", "max_parallel", "wait"},
 			"agent_compare": {"baseline", "candidate", "target_repo_url", "target_ref", "task", "build_command", "setup_command", "validation_commands", "repetitions"},
 			"agent_test":    {"candidate", "keep_sandbox"},
+			// snapshots, fork, sleep, wake, diff (issue 15): the issue's names
+			"sandbox_snapshot": {"sandbox_id", "memory", "labels"},
+			"snapshot_list":    {"sandbox_id", "cursor", "limit"},
+			"snapshot_delete":  {"snapshot_id"},
+			"sandbox_fork":     {"sandbox_id", "count", "snapshot_id", "memory", "ttl_seconds", "labels"},
+			"sandbox_sleep":    {"sandbox_id"},
+			"sandbox_wake":     {"sandbox_id"},
+			"sandbox_diff":     {"sandbox_id", "other_sandbox_id", "snapshot_id", "cursor", "limit", "max_diff_bytes"},
 		}
 		wantOut := map[string][]string{
 			"sandbox_create": {"sandbox_id", "state"},
@@ -108,6 +124,14 @@ func TestToolsList(t *testing.T) {
 			"run_python":    {"sandbox_id", "kept", "exit_code", "stdout", "stderr", "truncated", "timed_out", "duration_ms", "value", "exception", "artifacts"},
 			"run_shell":     {"sandbox_id", "kept", "exit_code", "stdout", "stderr", "artifacts"},
 			"fetch_metrics": {"metrics", "truncated", "sandbox", "history"},
+			// issue 15
+			"sandbox_snapshot": {"snapshot_id", "kind", "size_bytes", "sandbox_id", "state", "created_at"},
+			"snapshot_list":    {"snapshots", "count", "next_cursor"},
+			"snapshot_delete":  {"snapshot_id", "deleted"},
+			"sandbox_fork":     {"sandboxes", "kind", "snapshot_id", "count"},
+			"sandbox_sleep":    {"sandbox_id", "state", "slept_at"},
+			"sandbox_wake":     {"sandbox_id", "state"},
+			"sandbox_diff":     {"changes", "diff", "next_cursor", "against", "diff_truncated", "skipped"},
 		}
 		for name, tl := range c.tools {
 			if len(tl.Description) < 100 {
@@ -128,7 +152,8 @@ func TestToolsList(t *testing.T) {
 				}
 			}
 			// Issue 16's data-assistant tools take an optional sandbox_id (omitted: a fresh sandbox, or the server).
-			optionalID := name == "run_python" || name == "run_shell" || name == "fetch_metrics"
+			optionalID := name == "run_python" || name == "run_shell" || name == "fetch_metrics" ||
+				name == "snapshot_list" // issue 15: a filter
 			if _, ok := in.Properties["sandbox_id"]; ok && !optionalID && !slices.Contains(in.Required, "sandbox_id") {
 				t.Errorf("%s: sandbox_id must be required", name)
 			}

@@ -145,13 +145,14 @@ func errorsDoc(items ...string) string {
 }
 
 func (s *Server) addTools() {
-	s.addMetricsTools() // metrics (issue 11): sandbox_metrics
-	s.addImageTools()   // images (issue 13): image_list, image_pull, sandbox_commit
-	s.addRunTools()     // durable runs (issue 14, runs.go): run, run_*, agent_*, batch_get
-	s.addAPICallTool()  // the raw API tool (issue 16, apicall.go): api_call
-	s.addSQLTool()      // execute_sql (issue 16, sql.go)
-	s.addSnippetTools() // data-assistant tools (issue 16, snippet.go): run_python, run_shell
-	s.addFetchMetrics() // issue 16 (fetch_metrics.go): fetch_metrics
+	s.addMetricsTools()  // metrics (issue 11): sandbox_metrics
+	s.addImageTools()    // images (issue 13): image_list, image_pull, sandbox_commit
+	s.addRunTools()      // durable runs (issue 14, runs.go): run, run_*, agent_*, batch_get
+	s.addAPICallTool()   // the raw API tool (issue 16, apicall.go): api_call
+	s.addSQLTool()       // execute_sql (issue 16, sql.go)
+	s.addSnippetTools()  // data-assistant tools (issue 16, snippet.go): run_python, run_shell
+	s.addFetchMetrics()  // issue 16 (fetch_metrics.go): fetch_metrics
+	s.addSnapshotTools() // issue 15 (snapshots.go): sandbox_snapshot, snapshot_list, snapshot_delete, sandbox_fork, sandbox_sleep, sandbox_wake, sandbox_diff
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",
@@ -159,7 +160,8 @@ func (s *Server) addTools() {
 The sandbox has the host's tools read-only (sh, coreutils, git, python3, …), a writable /workspace (the default working directory) and /home/agent, a /tmp, and by default NO network: nothing can be downloaded inside it (bring files in with file_write) unless you pass network.
 All arguments are optional: image (default "host": the host's own /usr; or any OCI image reference as Docker users write it: "python:3.12-slim", "node:22", "ghcr.io/org/img:tag", "name@sha256:…", or a name sandbox_commit made; pulled if not cached, see image_list and image_pull; the sandbox's root is then the image's, writable, with its Env, WorkingDir and User), runtime, cpu (cores, default 1), memory_mb (default 512), disk_mb, ttl_seconds (lifetime, default 1800 = 30 min, at most the server's max TTL, usually 86400), env (variables for every command), labels, requirements ({"isolation": "process"|"kernel"|"vm", "network": "none"|"egress"}: minimum guarantees; the call fails rather than fall back to weaker isolation; a network policy picks a runtime offering egress by itself).
 network: "none" (default) or {"allow": ["pypi.org", "files.pythonhosted.org", "*.github.com"], "deny": [...]}: only those hosts are reachable (HTTP_PROXY is set for every command, so pip, npm, git and curl work); a refused request gets a 403 whose body names the rule, and sandbox_network_update changes the policy live (only on sandboxes created with a policy, even an empty allow list). secrets: {"NAME": {"from": "env:VAR" or "file:/path", "hosts": ["api.example.com"], "body": false}}: the sandbox sees NAME=<placeholder>; the real value is swapped in by agentbox's proxy on requests to those hosts only (the server must allow the source: --secret-env, --secret-dir).
-Reply: {sandbox_id, state: "running", image, image_digest (OCI images), runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, …}.
+snapshot: a snapshot_id (sandbox_snapshot, snapshot_list): start from that saved state instead of an image (its files, and its processes when its kind is files+memory; image, runtime and disk_mb are the snapshot's). auto_wake: true lets exec and file calls wake the sandbox if it was put to sleep (sandbox_sleep); ttl_while_sleeping: true lets its TTL run on while it sleeps (default: sleeping time does not count).
+Reply: {sandbox_id, state: "running", image, image_digest (OCI images), runtime, isolation, cpu, memory_mb, disk_mb, created_at, expires_at, expires_in_seconds, from_snapshot, from_pool, …}.
 Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend adds time. Call sandbox_destroy when done.
 ` + errorsDoc("CAPACITY_UNAVAILABLE (the server is full: destroy sandboxes you no longer need, or wait for others to finish, then retry)",
 			"RUNTIME_UNAVAILABLE (this server cannot provide the runtime or requirements asked for: stop, or ask for less)",
@@ -228,7 +230,7 @@ Use it before creating sandboxes with special requirements, or when sandbox_crea
 // SandboxInfo is a sandbox as tools and resources report it.
 type SandboxInfo struct {
 	SandboxID        string            `json:"sandbox_id" jsonschema:"The sandbox's id (sb- and 12 hex digits); pass it as sandbox_id to the other tools."`
-	State            string            `json:"state" jsonschema:"creating, running, stopping, destroyed, failed or lost. Only running accepts exec and file tools."`
+	State            string            `json:"state" jsonschema:"creating, running, sleeping (sandbox_sleep: wake it with sandbox_wake), stopping, destroyed, failed or lost. Only running accepts exec and file tools."`
 	Image            string            `json:"image" jsonschema:"Root filesystem image: host or the OCI image reference it was created with."`
 	ImageDigest      string            `json:"image_digest,omitempty" jsonschema:"For an OCI image, the digest the sandbox is pinned to (sha256:…)."`
 	Runtime          string            `json:"runtime" jsonschema:"Runtime that runs the sandbox."`
@@ -243,12 +245,19 @@ type SandboxInfo struct {
 	ExpiresInSeconds int64             `json:"expires_in_seconds" jsonschema:"Seconds until expiry; 0 once it has ended."`
 	Reason           string            `json:"reason,omitempty" jsonschema:"Why a finished sandbox ended (destroyed on request, ttl expired, failed or lost)."`
 	Network          *PolicyIn         `json:"network,omitempty" jsonschema:"The sandbox's egress policy; absent: network none (no network at all)."`
+	// snapshots, sleep and pools (issue 15)
+	FromSnapshot     string    `json:"from_snapshot,omitempty" jsonschema:"The snapshot the sandbox was made from (sandbox_create snapshot, sandbox_fork)."`
+	AutoWake         bool      `json:"auto_wake,omitempty" jsonschema:"An exec or file call while it sleeps wakes it first."`
+	TTLWhileSleeping bool      `json:"ttl_while_sleeping,omitempty" jsonschema:"Its TTL keeps running while it sleeps (default: sleeping time does not count)."`
+	SleptAt          time.Time `json:"slept_at,omitzero" jsonschema:"When it went to sleep (state sleeping)."`
+	FromPool         bool      `json:"from_pool,omitempty" jsonschema:"It was claimed from a warm pool of ready sandboxes rather than started for this create."`
 }
 
 func (s *Server) info(sb sandbox.Sandbox) SandboxInfo {
 	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
 		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, EnvNames: sb.EnvVarNames(),
-		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error}
+		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error,
+		FromSnapshot: sb.FromSnapshot, AutoWake: sb.AutoWake, TTLWhileSleeping: sb.TTLWhileSleeping, SleptAt: sb.SleptAt, FromPool: sb.FromPool}
 	if p := sb.Network.Policy; p != nil {
 		in.Network = &PolicyIn{Allow: nonNil(p.Allow), Deny: nonNil(p.Deny)}
 	}
@@ -303,6 +312,10 @@ type CreateIn struct {
 	// network (issue 12, network.go): the published schema is networkSchema's oneOf.
 	Network any                 `json:"network,omitempty"`
 	Secrets map[string]SecretIn `json:"secrets,omitempty" jsonschema:"Secrets by environment variable name: {\"OPENAI_API_KEY\": {\"from\": \"env:OPENAI_API_KEY\", \"hosts\": [\"api.openai.com\"]}}. The sandbox sees NAME=<placeholder>; agentbox's proxy swaps in the real value only on requests to the secret's hosts (which the network policy must allow). The value never enters the sandbox."`
+	// snapshots and sleep (issue 15, snapshots.go)
+	Snapshot         string `json:"snapshot,omitempty" jsonschema:"Start from this snapshot (a snapshot_id from sandbox_snapshot or snapshot_list) instead of an image: its files, and its running processes when its kind is files+memory. The image, runtime and disk_mb are the snapshot's; do not pass others."`
+	AutoWake         bool   `json:"auto_wake,omitempty" jsonschema:"When the sandbox sleeps (sandbox_sleep), an exec or file call wakes it first instead of failing with SANDBOX_NOT_RUNNING."`
+	TTLWhileSleeping bool   `json:"ttl_while_sleeping,omitempty" jsonschema:"Let the TTL keep running while the sandbox sleeps (default: sleeping time does not count against ttl_seconds)."`
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, in CreateIn) (SandboxInfo, string, error) {
@@ -311,7 +324,8 @@ func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, i
 		return SandboxInfo{}, "", errcode.New(errcode.CapacityUnavailable, "this MCP server already tracks %d sandboxes; destroy the ones you no longer need (sandbox_list shows them) and retry", maxHeld)
 	}
 	req := sandbox.CreateRequest{Image: in.Image, Runtime: in.Runtime, CPU: in.CPU, MemoryMB: in.MemoryMB,
-		DiskMB: in.DiskMB, TTLSeconds: in.TTLSeconds, Env: in.Env, Labels: in.Labels, IdempotencyKey: in.IdempotencyKey}
+		DiskMB: in.DiskMB, TTLSeconds: in.TTLSeconds, Env: in.Env, Labels: in.Labels, IdempotencyKey: in.IdempotencyKey,
+		Snapshot: in.Snapshot, AutoWake: in.AutoWake, TTLWhileSleeping: in.TTLWhileSleeping}
 	if in.Requirements != nil {
 		req.Requirements = sandbox.Requirements{Isolation: in.Requirements.Isolation, Network: in.Requirements.Network}
 	}

@@ -461,6 +461,10 @@ type FileTree struct {
 	// and a directory with trusted.overlay.opaque=y hides what is below it. Trees nested in
 	// a layer's Path (/workspace in /) are listed apart and win over the layer.
 	Layer bool
+	// Exclude are in-sandbox paths under Path that the tree holds only as mount points (the
+	// runtime made them for its mounts: /proc, the agent's binary, ...): a diff skips them and
+	// what is below them.
+	Exclude []string
 }
 
 // Files is what a FilesReader shows of a sandbox or a snapshot: its trees, read-only to the

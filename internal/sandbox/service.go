@@ -194,6 +194,8 @@ type ExecRequest struct {
 	Timeout        time.Duration // default guest.DefaultTimeout
 	MaxOutputBytes int64         // default guest.DefaultMaxOutputBytes
 	User           string
+	// Changes and Checkpoint: the paths the command changed, a snapshot after it (execchanges.go).
+	Changes, Checkpoint bool
 }
 
 // Capacity is how much of the server's bounds is used.
@@ -242,6 +244,7 @@ type Service struct {
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 	recWake recordWake // wakes watchers of connection records (netwake.go)
 	snaps   snapState  // snapshots being taken and in use (snapshots.go)
+	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
 
 	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
 	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
@@ -970,6 +973,12 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 	if err != nil {
 		return ExecResult{}, err
 	}
+	var changes *execChanges
+	if req.Changes {
+		if changes, err = s.beginExecChanges(ctx, sb); err != nil {
+			return ExecResult{}, err
+		}
+	}
 	// The agent enforces the timeout; this bound only catches an agent that stopped answering.
 	cctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)
 	defer cancel()
@@ -981,6 +990,9 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 			return res, errcode.New(errcode.CommandTimeout, "sandbox %s's agent did not answer within the command's timeout; the sandbox may be overloaded", id)
 		}
 		return res, s.guestFailed(ctx, sb, err)
+	}
+	if req.Changes || req.Checkpoint {
+		return res, s.finishExec(ctx, sb, req, changes, &res)
 	}
 	return res, nil
 }

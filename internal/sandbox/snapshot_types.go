@@ -132,8 +132,9 @@ type DiffRequest struct {
 type DiffChange struct {
 	Path   string `json:"path"`
 	Change string `json:"change"` // ChangeAdded, ChangeModified, ChangeDeleted
-	// Type is "file", "dir", "symlink" or "other"; Size and Mode are the new side's (the old
-	// side's for a deletion). Mode is octal with type bits removed ("0644", "4755").
+	// Type is "file", "dir", "symlink" or "other" ("unknown" for a deletion seen only as an
+	// overlay whiteout: what was deleted is the image's); Size and Mode are the new side's (the
+	// old side's for a deletion). Mode is octal with type bits removed ("0644", "4755").
 	Type string `json:"type"`
 	Size int64  `json:"size"`
 	Mode string `json:"mode"`
@@ -153,4 +154,7 @@ type DiffResult struct {
 	Diff          string   `json:"diff,omitempty"`
 	DiffTruncated bool     `json:"diff_truncated,omitempty"`
 	Skipped       []string `json:"skipped,omitempty"`
+	// ContentFallback says the bound on content read per diff was reached, so some files of
+	// equal size and metadata were compared by mtime instead of content.
+	ContentFallback bool `json:"content_fallback,omitempty"`
 }

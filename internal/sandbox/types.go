@@ -47,6 +47,13 @@ type ExecResult struct {
 	TimedOut     bool   `json:"timed_out"`
 	// OOMKilled: the sandbox ran out of memory (memory_mb) and the command was killed for it.
 	OOMKilled bool `json:"oom_killed,omitempty"`
+	// Changes (exec with changes) are the paths the command changed, at most MaxExecChanges;
+	// ChangesTruncated says more changed. SnapshotID (exec with checkpoint) is the snapshot
+	// taken after the command; CheckpointError says why none was (execchanges.go).
+	Changes          []DiffChange `json:"changes,omitempty"`
+	ChangesTruncated bool         `json:"changes_truncated,omitempty"`
+	SnapshotID       string       `json:"snapshot_id,omitempty"`
+	CheckpointError  string       `json:"checkpoint_error,omitempty"`
 }
 
 // execResultFrom converts the agent's result.

@@ -113,7 +113,7 @@ func (b *Backend) Exec(ctx context.Context, id string, req sandbox.ExecRequest, 
 		return sandbox.ExecResult{}, err
 	}
 	wire := api.ExecRequest{Command: req.Argv, Env: req.Env, Cwd: req.Cwd, MaxOutputBytes: req.MaxOutputBytes,
-		User: req.User, TimeoutSeconds: req.Timeout.Seconds()}
+		User: req.User, TimeoutSeconds: req.Timeout.Seconds(), Changes: req.Changes, Checkpoint: req.Checkpoint}
 	if len(req.Stdin) > 0 {
 		wire.StdinBase64 = base64.StdEncoding.EncodeToString(req.Stdin)
 	}
