@@ -174,20 +174,43 @@ func (r *Runtime) releaseInto(ctx context.Context, id, dst string) (bool, error)
 // it: checkpoint_linux.go).
 func (r *Runtime) releaseStopped(ctx context.Context, id, dst string) (bool, error) {
 	sdir := r.sandboxDir(id)
+	disk, img := filepath.Join(sdir, diskMountName), filepath.Join(sdir, diskImageName)
+	// Every write of the stopped sandbox reaches the image now, through the host's mount: a
+	// copy of that mount in another mount namespace (one made while the disk was mounted: a
+	// concurrent create's, an `ip netns exec`) keeps the file system alive after our unmount,
+	// and nothing would flush it then.
+	if isMountPoint(disk) {
+		if err := syncFS(disk); err != nil {
+			return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot sync the disk of sandbox %s", id)
+		}
+	}
 	if err := unmountRootfs(sdir); err != nil {
 		return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot unmount the root file system of sandbox %s; retry", id)
 	}
 	if err := r.removeDisk(ctx, id); err != nil {
 		return false, err
 	}
-	// removeDisk gives up waiting on a busy loop device (a lazily unmounted disk): the image is
-	// not moved while anything may still write it.
+	// removeDisk gives up waiting on a busy loop device (such a copy of the mount). The image
+	// is then not moved: the file system still open on it would write its superblock when its
+	// last holder lets go, into a disk a wake may have mounted by then. It was synced with no
+	// writer left, so a copy of it is the sandbox's disk, whole.
+	held := ""
 	for _, l := range loopDevices() {
 		if sandboxOf(l.Backing, r.sandboxesDirs()) == id {
-			return false, errcode.New(errcode.RuntimeUnavailable, "the disk of sandbox %s is still held by %s after its unmount; retry", id, l.Dev)
+			held = l.Dev
 		}
 	}
-	if err := os.Rename(filepath.Join(sdir, diskImageName), dst); err != nil {
+	if held != "" {
+		var st unix.Stat_t
+		if err := unix.Stat(img, &st); err != nil {
+			return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot read the disk of sandbox %s", id)
+		}
+		r.log.Info("disk still held by a copy of its mount elsewhere: copying it into the snapshot instead of moving it", "sandbox_id", id, "loop", held)
+		if err := cloneSparse(img, dst, st.Size); err != nil {
+			_ = os.Remove(dst)
+			return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot copy the disk of sandbox %s into the snapshot", id)
+		}
+	} else if err := os.Rename(img, dst); err != nil {
 		return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot move the disk of sandbox %s into the snapshot", id)
 	}
 	if err := r.Delete(ctx, id); err != nil {

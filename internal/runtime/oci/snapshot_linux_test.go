@@ -3,9 +3,11 @@ package oci
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,4 +228,52 @@ func BenchmarkShiftIDs(b *testing.B) {
 		n += k
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "inodes/s")
+}
+
+// TestSnapshotReleaseWhileMountHeldElsewhere: a sleep (Release) whose disk is still held after
+// the unmount by a copy of its mount in another mount namespace (made while the sandbox ran, as a
+// concurrent create's or `ip netns exec`'s is) copies the synced image instead of failing with
+// the sandbox already stopped (it failed, "still held by /dev/loopN", before), and the wake under
+// the same id finds every write, the unsynced one too.
+func TestSnapshotReleaseWhileMountHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	rt := newRunc(t)
+	ctx := context.Background()
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec.IDMap = runtimetest.TestIDMap()
+	c := runtimetest.Start(t, rt, spec)
+	if res := runtimetest.Exec(t, c, "sh", "-c", "echo kept > /workspace/f"); res.ExitCode != 0 {
+		t.Fatal(res)
+	}
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "300")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopHolder := func() { _ = holder.Process.Kill(); _ = holder.Wait() }
+	defer stopHolder()
+	disk := filepath.Join(rt.sandboxDir(spec.ID), diskMountName)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mi, _ := os.ReadFile("/proc/" + strconv.Itoa(holder.Process.Pid) + "/mountinfo")
+		if strings.Contains(string(mi), disk) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder's namespace never showed the disk's mount")
+		}
+	}
+	dir := t.TempDir()
+	info, err := rt.Snapshot(ctx, spec.ID, dir, runtime.SnapshotOptions{Release: true})
+	if err != nil {
+		t.Fatalf("release while the disk is held elsewhere: %v", err)
+	}
+	stopHolder()
+	if st, _ := rt.State(ctx, spec.ID); st != runtime.StatusAbsent {
+		t.Errorf("after release the sandbox is %s, want absent", st)
+	}
+	wake := spec
+	wake.Snapshot = &runtime.SnapshotSource{Dir: dir, Info: info, InPlace: true}
+	c = runtimetest.Start(t, rt, wake)
+	if res := runtimetest.Exec(t, c, "cat", "/workspace/f"); res.Stdout != "kept\n" {
+		t.Errorf("after wake /workspace/f = %q (exit %d, %s), want kept", res.Stdout, res.ExitCode, res.Stderr)
+	}
 }
