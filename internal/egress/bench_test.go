@@ -105,6 +105,26 @@ func BenchmarkProxyThroughput(b *testing.B) {
 			c.Close()
 		}
 	})
+	b.Run("forward", func(b *testing.B) { // absolute-form: the body of known length is spliced
+		proxy := benchProxy(b, "bench.test:"+port)
+		b.SetBytes(size)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			c, err := net.Dial("tcp", proxy)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fmt.Fprintf(c, "GET http://bench.test:%s/ HTTP/1.1\r\nHost: bench.test:%s\r\n\r\n", port, port)
+			resp, err := http.ReadResponse(bufio.NewReaderSize(c, 64<<10), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != size {
+				b.Fatalf("read %d: %v", n, err)
+			}
+			c.Close()
+		}
+	})
 	b.Run("connect", func(b *testing.B) {
 		proxy := benchProxy(b, "bench.test:"+port)
 		b.SetBytes(size)

@@ -8,6 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// spliceChunk is the most one splice(2) moves, and the pipe's size.
+const spliceChunk = 1 << 20
+
 // spliceN moves exactly n bytes from src to dst with splice(2) through a pipe, never through
 // user space: the body of a forwarded response, whose length is known, when both ends are
 // sockets (the sandbox's unix connection, the upstream's TCP one). Go's own splice (io.Copy to
@@ -30,12 +33,16 @@ func spliceN(dst net.Conn, src net.Conn, n int64) (written int64, ok bool, err e
 	}
 	defer unix.Close(p[0])
 	defer unix.Close(p[1])
+	// A pipe holds 64 KiB by default, so each splice in moves at most that and each wait for
+	// the upstream moves 64 KiB: at 1 MiB (what Go's own splice sets, and pipe-max-size's
+	// default) a wake-up moves what the socket holds. Unchanged where the kernel refuses.
+	unix.FcntlInt(uintptr(p[0]), unix.F_SETPIPE_SZ, spliceChunk)
 	const flags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
 	for written < n {
 		var in int
 		var serr error
 		if err := rc.Read(func(fd uintptr) bool {
-			m, e := unix.Splice(int(fd), nil, p[1], nil, int(min(n-written, 1<<20)), flags)
+			m, e := unix.Splice(int(fd), nil, p[1], nil, int(min(n-written, spliceChunk)), flags)
 			if e == unix.EAGAIN {
 				return false
 			}

@@ -29,6 +29,8 @@ import (
 // sandbox never dials the host). In a session opened with PassFDs (runc, crun) the agent
 // instead sends the accepted TCP socket itself with the header (SCM_RIGHTS, "fd": true) and
 // relays nothing; the host checks it (readStreamFrame, takeSocket) and serves it directly.
+// With PassListeners too, the agent hands over its TCP listeners themselves the same way
+// (NetStreamHeader.Listener; takeListenerFD) and the host accepts the sandbox's connections.
 //
 // Inbound (preview URLs): POST /v1/tcp with "Upgrade: agentbox-tcp/1" and a DialPortRequest
 // body; the agent connects to the port on the sandbox's loopback and answers 101, or a JSON
@@ -63,6 +65,13 @@ type NetSessionRequest struct {
 	// isolation "process": runc, crun), never under gVisor, whose sockets are its own. Not
 	// part of the listeners' configuration: each session says it anew.
 	PassFDs bool `json:"pass_fds,omitempty"`
+	// PassListeners (with PassFDs) asks the agent to hand the host its TCP listeners
+	// themselves (the HTTP proxy, the resolver's TCP side, the transparent ports), each over a
+	// parked connection as a frame with NetStreamHeader.Listener and its descriptor; the host
+	// then accepts the sandbox's connections itself, and the agent stops accepting on a
+	// listener the current session holds until that session ends. A new connection then costs
+	// one wake-up of the host, not the agent's accept, its hand-over and the host's read of it.
+	PassListeners bool `json:"pass_listeners,omitempty"`
 }
 
 // NetSessionReply says where the listeners are.
@@ -93,6 +102,9 @@ type NetStreamHeader struct {
 	// same sendmsg): the host serves that socket itself and the parked connection carries
 	// nothing more. Only in a session opened with PassFDs.
 	FD bool `json:"fd,omitempty"`
+	// Listener (with FD, in a session opened with PassListeners) says the descriptor is the
+	// listening socket of Kind bound at Dst: the host accepts from it for the session's life.
+	Listener bool `json:"listener,omitempty"`
 }
 
 // DialPortRequest is the body of POST /v1/tcp.
@@ -123,6 +135,9 @@ func (r NetSessionRequest) Validate() error {
 	}
 	if r.DNSPort < -1 || r.DNSPort > 65535 {
 		return errcode.New(errcode.InvalidArgument, "dns_port %d is out of range: -1–65535 (-1: no resolver; 0 picks a free port)", r.DNSPort).With("field", "dns_port")
+	}
+	if r.PassListeners && !r.PassFDs {
+		return errcode.New(errcode.InvalidArgument, "pass_listeners needs pass_fds").With("field", "pass_listeners")
 	}
 	if len(r.TransparentPorts) > MaxTransparentPorts {
 		return errcode.New(errcode.InvalidArgument, "transparent_ports lists %d ports; at most %d", len(r.TransparentPorts), MaxTransparentPorts).With("field", "transparent_ports")

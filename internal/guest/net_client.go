@@ -42,12 +42,16 @@ type NetSession struct {
 	bad   atomic.Int64
 	// passFDs: the session was opened with NetSessionRequest.PassFDs.
 	passFDs bool
-	start   atomic.Pointer[func(*NetStream) func()]
+	// passListeners: opened with PassListeners; listeners counts those taken.
+	passListeners bool
+	listeners     atomic.Int64
+	start         atomic.Pointer[func(*NetStream) func()]
 
 	mu      sync.Mutex
 	parkers int // dialing or parked
 	want    int // demand not yet answered with a dial
 	conns   map[net.Conn]struct{}
+	lns     map[string]net.Listener // the agent's listeners the host accepts on, by address
 }
 
 // NetStream is one connection from inside the sandbox. Conn is the connection to the agent
@@ -57,6 +61,7 @@ type NetSession struct {
 type NetStream struct {
 	net.Conn
 	Header NetStreamHeader
+	ln     *net.TCPListener // a listener handed over (Header.Listener); Conn is nil then
 }
 
 // CloseWrite half-closes the stream: the sandbox's side reads EOF and may still send.
@@ -102,6 +107,10 @@ func (s *NetSession) end() {
 			_ = c.Close()
 		}
 		s.conns = nil
+		for _, ln := range s.lns {
+			_ = ln.Close()
+		}
+		s.lns = nil
 		s.mu.Unlock()
 	})
 }
@@ -111,6 +120,83 @@ func (s *NetSession) Done() <-chan struct{} { return s.done }
 
 // BadStreams counts the streams skipped for a bad header.
 func (s *NetSession) BadStreams() int64 { return s.bad.Load() }
+
+// Listeners counts the agent's listeners the host accepts on (a session opened with
+// PassListeners).
+func (s *NetSession) Listeners() int64 { return s.listeners.Load() }
+
+// takeListener keeps ln, handed over for h, if the session asked for listeners and h.Dst is
+// the address the reply gave for h.Kind and not yet taken; false: the caller closes ln.
+func (s *NetSession) takeListener(ln *net.TCPListener, h NetStreamHeader) bool {
+	if !s.passListeners {
+		return false
+	}
+	var want []string
+	switch h.Kind {
+	case "proxy":
+		want = []string{s.Reply.ProxyAddr}
+	case "dns":
+		want = []string{s.Reply.DNSAddr}
+	case "transparent":
+		want = s.Reply.Transparent
+	}
+	if h.Dst == "" || !slices.Contains(want, h.Dst) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lns == nil || s.lns[h.Dst] != nil {
+		return false
+	}
+	s.lns[h.Dst] = ln
+	s.listeners.Add(1)
+	return true
+}
+
+// acceptLoop accepts the sandbox's connections on ln (an agent's listener of kind, in the
+// sandbox's network namespace) until the session ends, and serves each as a stream whose
+// socket was handed over: through Handle's start in this goroutine (which waits for a slot,
+// so a sandbox at its bound accepts nothing more), else Accept. The connection's addresses
+// are the kernel's: for a transparent one, dst is its local address (the original
+// destination under the runtime's AnyIP route).
+func (s *NetSession) acceptLoop(ln *net.TCPListener, kind string) {
+	defer s.wg.Done()
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			select {
+			case <-s.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			select { // EMFILE and the like: let it pass
+			case <-s.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		st := &NetStream{Conn: c, Header: NetStreamHeader{Kind: kind, Src: c.RemoteAddr().String(), FD: true}}
+		if kind == "transparent" {
+			st.Header.Dst = c.LocalAddr().String()
+		}
+		if start := s.start.Load(); start != nil {
+			if run := (*start)(st); run != nil {
+				go run()
+			}
+			continue
+		}
+		select {
+		case s.ready <- st:
+		case <-s.done:
+			_ = c.Close()
+			return
+		}
+	}
+}
 
 // track adds (or, with add false, removes) a parked connection closed by end; false: ended.
 func (s *NetSession) track(c net.Conn, add bool) bool {
@@ -220,6 +306,16 @@ func (s *NetSession) park() (run func()) {
 		_ = conn.Close()
 		return nil
 	}
+	if st.ln != nil {
+		if !s.takeListener(st.ln, st.Header) {
+			s.bad.Add(1)
+			_ = st.ln.Close()
+			return nil
+		}
+		s.wg.Add(1)
+		go s.acceptLoop(st.ln, st.Header.Kind)
+		return nil
+	}
 	if start := s.start.Load(); start != nil {
 		return (*start)(st)
 	}
@@ -286,6 +382,8 @@ func readStreamFrame(conn net.Conn, br *bufio.Reader, wantFD bool) (_ *NetStream
 	switch {
 	case h.FD && !wantFD:
 		return nil, errors.New("a handed-over socket in a session that did not ask for them")
+	case h.Listener && !h.FD:
+		return nil, errors.New("a listener's header without its descriptor")
 	case h.FD && len(fds) != 1:
 		return nil, fmt.Errorf("a header saying fd came with %d descriptors", len(fds))
 	case !h.FD && len(fds) > 0:
@@ -297,6 +395,14 @@ func readStreamFrame(conn net.Conn, br *bufio.Reader, wantFD bool) (_ *NetStream
 		}
 		fd := fds[0]
 		fds = nil
+		if h.Listener {
+			ln, err := takeListenerFD(fd, h)
+			if err != nil {
+				return nil, err
+			}
+			_ = conn.Close()
+			return &NetStream{Header: h, ln: ln}, nil
+		}
 		tc, err := takeSocket(fd, h)
 		if err != nil {
 			return nil, err
@@ -366,7 +472,8 @@ func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSes
 		return nil, ctx.Err()
 	}
 	lr.unlimit()
-	s := &NetSession{Reply: reply, passFDs: req.PassFDs, c: c, ctl: conn, ready: make(chan *NetStream), done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	s := &NetSession{Reply: reply, passFDs: req.PassFDs, passListeners: req.PassFDs && req.PassListeners, c: c, ctl: conn,
+		ready: make(chan *NetStream), done: make(chan struct{}), conns: map[net.Conn]struct{}{}, lns: map[string]net.Listener{}}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.control(&bufConn{Conn: conn, br: br})

@@ -18,6 +18,10 @@ func takeSocket(fd int, h NetStreamHeader) (*net.TCPConn, error) {
 	return nil, errors.New("handed-over sockets are taken on Linux only")
 }
 
+func takeListenerFD(fd int, h NetStreamHeader) (*net.TCPListener, error) {
+	return nil, errors.New("handed-over listeners are taken on Linux only")
+}
+
 func closeFD(int) {}
 
 func isPlainTCP(int) bool { return false }

@@ -222,6 +222,7 @@ func TestImpostorNetFDHostile(t *testing.T) {
 			return int(f.Fd()), func() { f.Close(); c.Close() }
 		}),
 		one("mismatched dst", `{"kind":"transparent","dst":"127.0.0.9:443","fd":true}`, tcpFD),
+		one("listener not asked for", `{"kind":"proxy","dst":"127.0.0.1:3128","fd":true,"listener":true}`, listenFD),
 	}
 	next := make(chan sendFn, len(bad)+1)
 	for _, b := range bad {
@@ -310,4 +311,194 @@ func TestImpostorNetFDHostile(t *testing.T) {
 	if len(hostile) != len(bad) { // eight streams with one descriptor each, one with two, one with none
 		t.Fatalf("%d hostile descriptors noted, want %d: %v", len(hostile), len(bad), hostile)
 	}
+}
+
+// TestNetListenerHandoff: in a session opened with PassListeners the agent hands the host its
+// listeners (here the proxy's and a transparent one) and the host accepts the sandbox's
+// connections itself: each stream is a *net.TCPConn with the kernel's addresses (a
+// transparent one's dst its local address), carrying bytes both ways. Once that session ends,
+// the agent accepts on its listeners again: a later session without PassListeners gets the
+// next connection through the agent.
+func TestNetListenerHandoff(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	s := openSession(t, a, guest.NetSessionRequest{DNSPort: -1, TransparentPorts: []int{0}, PassFDs: true, PassListeners: true})
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Listeners() < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := s.Listeners(); n != 2 {
+		t.Fatalf("the host accepts on %d of the agent's listeners, want 2 (proxy, transparent)", n)
+	}
+	_, port, _ := net.SplitHostPort(s.Reply.Transparent[0])
+	for _, tc := range []struct{ kind, addr string }{
+		{"proxy", s.Reply.ProxyAddr},
+		{"transparent", "127.0.0.7:" + port},
+	} {
+		for range 3 {
+			c := dialTCP(t, tc.addr)
+			st := acceptOne(t, s)
+			tcp, ok := st.Conn.(*net.TCPConn)
+			if !ok {
+				t.Fatalf("%s: stream conn is %T, want *net.TCPConn", tc.kind, st.Conn)
+			}
+			if !st.Header.FD || st.Header.Kind != tc.kind || tcp.LocalAddr().String() != tc.addr || tcp.RemoteAddr().String() != c.LocalAddr().String() {
+				t.Fatalf("%s: header %+v, local %s, remote %s; want fd, local %s, remote %s", tc.kind, st.Header, tcp.LocalAddr(), tcp.RemoteAddr(), tc.addr, c.LocalAddr())
+			}
+			if tc.kind == "transparent" && st.Header.Dst != tc.addr {
+				t.Fatalf("transparent dst %q, want %q", st.Header.Dst, tc.addr)
+			}
+			go echo(st)
+			echoHalfClose(t, c, 1<<20)
+		}
+	}
+	if n := s.BadStreams(); n != 0 {
+		t.Fatalf("%d bad streams", n)
+	}
+	// The session ends; the agent takes its listeners back.
+	s.Close()
+	s2 := openSession(t, a, guest.NetSessionRequest{DNSPort: -1, TransparentPorts: []int{0}, PassFDs: true})
+	if s2.Reply.ProxyAddr != s.Reply.ProxyAddr {
+		t.Fatalf("the second session's proxy is %s, the first's %s", s2.Reply.ProxyAddr, s.Reply.ProxyAddr)
+	}
+	c := dialTCP(t, s2.Reply.ProxyAddr)
+	st := acceptOne(t, s2)
+	if s2.Listeners() != 0 || st.Header.Kind != "proxy" || !st.Header.FD {
+		t.Fatalf("after the listeners' session ended: header %+v, listeners %d; want a socket the agent handed over", st.Header, s2.Listeners())
+	}
+	go echo(st)
+	echoHalfClose(t, c, 1<<20)
+}
+
+// TestImpostorNetListenerHostile: a hostile agent in a PassListeners session handing over, as
+// a listener, a connected socket, a listener bound elsewhere than the reply's proxy address,
+// a listener header without a descriptor, or the proxy's listener twice: each is refused and
+// counted, and none of those descriptors stays open in the host; the good listener (at the
+// reply's proxy address) is accepted on, and a connection to it arrives as a stream.
+func TestImpostorNetListenerHostile(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	good, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	goodAddr := good.Addr().String()
+	lfile := func(l net.Listener) int {
+		f, _ := l.(*net.TCPListener).File()
+		t.Cleanup(func() { f.Close() })
+		return int(f.Fd())
+	}
+	other, _ := net.Listen("tcp4", "127.0.0.1:0")
+	defer other.Close()
+	peer, _ := net.Dial("tcp4", goodAddr)
+	defer peer.Close()
+	conn, _ := good.Accept()
+	cf, _ := conn.(*net.TCPConn).File()
+	conn.Close()
+	defer cf.Close()
+	type msg struct {
+		h   string
+		fds []int
+	}
+	lh := func(dst string) string { return `{"kind":"proxy","dst":"` + dst + `","fd":true,"listener":true}` }
+	hostile := map[objID]string{fdObj(t, int(cf.Fd())): "connected socket", fdObj(t, lfile(other)): "listener elsewhere"}
+	bad := []msg{
+		{lh(goodAddr), []int{int(cf.Fd())}},
+		{lh(other.Addr().String()), []int{lfile(other)}},
+		{`{"kind":"proxy","dst":"` + goodAddr + `","listener":true}`, nil},
+	}
+	goodFD := lfile(good)
+	base := map[objID]int{}
+	for id := range hostile {
+		base[id] = countOpen(id)
+	}
+	next := make(chan msg, len(bad)+2)
+	next <- msg{lh(goodAddr), []int{goodFD}}
+	for _, b := range bad {
+		next <- b
+	}
+	next <- msg{lh(goodAddr), []int{goodFD}} // twice: refused the second time
+	done := make(chan struct{})
+	im := startImpostor(t, func(im *impostor, w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/net/session":
+			conn, _ := hijack101(t, w, r, guest.NetProtocol)
+			if conn == nil {
+				return
+			}
+			defer conn.Close()
+			_, _ = conn.Write([]byte(`{"proxy_addr":"` + goodAddr + `","token":"` + token + `"}` + "\n"))
+			<-done
+		case "/v1/net/accept":
+			conn, _ := hijack101(t, w, r, guest.NetConnProtocol)
+			if conn == nil {
+				return
+			}
+			defer conn.Close()
+			select {
+			case m := <-next:
+				var oob []byte
+				if len(m.fds) > 0 {
+					oob = unix.UnixRights(m.fds...)
+				}
+				if _, _, err := conn.(*net.UnixConn).WriteMsgUnix(frame(m.h), oob, nil); err != nil {
+					t.Errorf("sendmsg: %v", err)
+				}
+				_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, _ = conn.Read(make([]byte, 1)) // until the host closes it
+			case <-done:
+			}
+		}
+	})
+	s, err := im.c.NetSession(ctxT(t, 10*time.Second), guest.NetSessionRequest{DNSPort: -1, PassFDs: true, PassListeners: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { close(done); s.Close() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for (s.BadStreams() < int64(len(bad)+1) || s.Listeners() < 1) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.Listeners() != 1 || s.BadStreams() != int64(len(bad)+1) {
+		t.Fatalf("listeners taken %d, streams refused %d; want 1 and %d", s.Listeners(), s.BadStreams(), len(bad)+1)
+	}
+	c := dialTCP(t, goodAddr)
+	st := acceptOne(t, s)
+	if tcp, ok := st.Conn.(*net.TCPConn); !ok || tcp.RemoteAddr().String() != c.LocalAddr().String() || st.Header.Kind != "proxy" {
+		t.Fatalf("delivered %T %+v, want the connection from %s", st.Conn, st.Header, c.LocalAddr())
+	}
+	go echo(st)
+	echoHalfClose(t, c, 1<<20)
+	// Only the impostor's own descriptors (closed at the test's end) may remain: every copy
+	// the host received is closed.
+	var left []string
+	for time.Now().Before(deadline) {
+		left = left[:0]
+		open := openObjs()
+		for id, name := range hostile {
+			if l, ok := open[id]; ok && countOpen(id) > base[id] {
+				left = append(left, name+" ("+l+")")
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Fatalf("descriptors of refused listeners still open in the host: %s", strings.Join(left, ", "))
+	}
+}
+
+// countOpen counts this process's descriptors on object id.
+func countOpen(id objID) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join("/proc/self/fd", e.Name()), &st) == nil && (objID{st.Dev, st.Ino}) == id {
+			n++
+		}
+	}
+	return n
 }

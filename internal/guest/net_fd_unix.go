@@ -100,6 +100,59 @@ func takeSocket(fd int, h NetStreamHeader) (*net.TCPConn, error) {
 	return tc, nil
 }
 
+// takeListenerFD checks that fd, handed over by the (untrusted) agent for a listener header
+// h, is a listening TCP socket (IPv4 or IPv6; Go listens with MPTCP where the kernel has it,
+// which accepts plain TCP clients as TCP) bound at h.Dst; it returns it as a *net.TCPListener
+// and closes fd either way. Whether h.Dst is one of the session's is the caller's check.
+func takeListenerFD(fd int, h NetStreamHeader) (*net.TCPListener, error) {
+	f := os.NewFile(uintptr(fd), "agent-listener")
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("fstat a handed-over descriptor: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("a handed-over descriptor is not a socket (mode %#o)", st.Mode&unix.S_IFMT)
+	}
+	for _, c := range []struct {
+		opt  int
+		name string
+		ok   func(int) bool
+	}{
+		{unix.SO_TYPE, "SO_TYPE", func(v int) bool { return v == unix.SOCK_STREAM }},
+		{unix.SO_DOMAIN, "SO_DOMAIN", func(v int) bool { return v == unix.AF_INET || v == unix.AF_INET6 }},
+		{unix.SO_PROTOCOL, "SO_PROTOCOL", func(v int) bool { return v == unix.IPPROTO_TCP || v == unix.IPPROTO_MPTCP }},
+		{unix.SO_ACCEPTCONN, "SO_ACCEPTCONN", func(v int) bool { return v == 1 }},
+	} {
+		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, c.opt)
+		if err != nil {
+			return nil, fmt.Errorf("getsockopt %s of a handed-over listener: %w", c.name, err)
+		}
+		if !c.ok(v) {
+			return nil, fmt.Errorf("a handed-over listener is not a listening TCP socket (%s %d)", c.name, v)
+		}
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil, fmt.Errorf("getsockname of a handed-over listener: %w", err)
+	}
+	local := sockaddrPort(sa)
+	want, _ := netip.ParseAddrPort(h.Dst)
+	if !local.IsValid() || local.Addr().Unmap() != want.Addr().Unmap() || local.Port() != want.Port() {
+		return nil, fmt.Errorf("a listener's dst %s is not its socket's address %s", want, local)
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("a handed-over listener: %w", err)
+	}
+	tl, ok := l.(*net.TCPListener)
+	if !ok {
+		_ = l.Close()
+		return nil, fmt.Errorf("a handed-over listener is a %T, not TCP", l)
+	}
+	return tl, nil
+}
+
 func sockaddrPort(sa unix.Sockaddr) netip.AddrPort {
 	switch a := sa.(type) {
 	case *unix.SockaddrInet4:

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,8 +57,13 @@ type netAgent struct {
 	first, resolved *NetSessionRequest
 	reply           NetSessionReply
 	lns             []net.Listener
-	udp             *net.UDPConn
-	cur             *agentSession
+	// tcp are the TCP listeners with their stream kinds (what PassListeners hands over), and
+	// heldBy the session each was handed to: while that session is current, the agent does
+	// not accept on it.
+	tcp    []kindListener
+	heldBy map[net.Listener]*agentSession
+	udp    *net.UDPConn
+	cur    *agentSession
 	// changed is closed (and replaced) whenever cur changes.
 	changed chan struct{}
 	closed  bool
@@ -72,7 +78,14 @@ type netAgent struct {
 }
 
 func newNetAgent(log *slog.Logger) *netAgent {
-	return &netAgent{log: log, changed: make(chan struct{}), quit: make(chan struct{}), dnsSem: make(chan struct{}, maxDNSInFlight)}
+	return &netAgent{log: log, changed: make(chan struct{}), quit: make(chan struct{}), dnsSem: make(chan struct{}, maxDNSInFlight),
+		heldBy: map[net.Listener]*agentSession{}}
+}
+
+// kindListener is a TCP listener and the kind of the streams it accepts.
+type kindListener struct {
+	ln   net.Listener
+	kind string
 }
 
 // agentSession is a net session on the agent's side: its control connection, its token and
@@ -275,6 +288,13 @@ func (a *netAgent) bind(req NetSessionRequest) (NetSessionReply, error) {
 	first := req
 	first.TransparentPorts = slices.Clone(req.TransparentPorts)
 	a.first, a.resolved, a.reply, a.lns, a.udp = &first, &resolved, reply, lns, udp
+	a.tcp = []kindListener{{proxy, "proxy"}}
+	if dnsTCP != nil {
+		a.tcp = append(a.tcp, kindListener{dnsTCP, "dns"})
+	}
+	for _, ln := range transparent {
+		a.tcp = append(a.tcp, kindListener{ln, "transparent"})
+	}
 	a.startLoop(func() { a.acceptLoop(proxy, "proxy") })
 	if udp != nil {
 		a.startLoop(func() { a.acceptLoop(dnsTCP, "dns") })
@@ -446,6 +466,12 @@ func (a *netAgent) acceptLoop(ln net.Listener, kind string) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			if errors.Is(err, os.ErrDeadlineExceeded) { // handed to the host, or was
+				if !a.waitHeld(ln) {
+					return
+				}
+				continue
+			}
 			if a.acceptLg.allow() {
 				a.log.Warn("guest: accepting a connection failed", "listener", ln.Addr().String(), "err", err)
 			}
@@ -472,6 +498,88 @@ func (a *netAgent) acceptLoop(ln net.Listener, kind string) {
 			_ = c.Close()
 			return
 		}
+	}
+}
+
+// waitHeld waits while the current session holds ln (the host accepts on it) and reports
+// false when the agent closes; once no session holds it, ln accepts again.
+func (a *netAgent) waitHeld(ln net.Listener) bool {
+	for {
+		a.mu.Lock()
+		s := a.heldBy[ln]
+		held := s != nil && s == a.cur && !s.isDone()
+		if !held {
+			delete(a.heldBy, ln)
+			if dl, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
+				_ = dl.SetDeadline(time.Time{})
+			}
+		}
+		changed := a.changed
+		a.mu.Unlock()
+		if !held {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-s.done:
+		case <-a.quit:
+			return false
+		}
+	}
+}
+
+// handListeners hands sess's host each TCP listener (a session opened with PassListeners),
+// each over a parked connection: a frame whose header says fd and listener, with the
+// listener's descriptor (SCM_RIGHTS). A listener handed over is held by sess: the agent stops
+// accepting on it (its Accept is woken by a past deadline) until sess is no longer current.
+// One that cannot be handed over stays the agent's.
+func (a *netAgent) handListeners(sess *agentSession) {
+	a.mu.Lock()
+	lns := slices.Clone(a.tcp)
+	a.mu.Unlock()
+	for _, kl := range lns {
+		tl, ok := kl.ln.(*net.TCPListener)
+		if !ok {
+			continue
+		}
+		pc, cur, err := a.take(time.Now().Add(pendingWait), false)
+		if err != nil {
+			return
+		}
+		if cur != sess {
+			if !cur.park(pc) {
+				_ = pc.Close()
+			}
+			return
+		}
+		uc, ok := pc.(*net.UnixConn)
+		raw, err := tl.SyscallConn()
+		if !ok || err != nil {
+			_ = pc.Close()
+			return
+		}
+		frame := appendStreamHeader(nil, NetStreamHeader{Kind: kl.kind, Dst: kl.ln.Addr().String(), FD: true, Listener: true})
+		_ = uc.SetWriteDeadline(time.Now().Add(pendingWait))
+		var n int
+		var sendErr error
+		if err := raw.Control(func(fd uintptr) {
+			n, _, sendErr = uc.WriteMsgUnix(frame, syscall.UnixRights(int(fd)), nil)
+		}); err != nil {
+			sendErr = err
+		}
+		_ = uc.Close()
+		if sendErr != nil || n != len(frame) {
+			if a.fullLog.allow() {
+				a.log.Warn("guest: cannot hand a listener to the host; the agent keeps accepting on it", "listener", kl.ln.Addr().String(), "err", sendErr)
+			}
+			return
+		}
+		a.mu.Lock()
+		if a.cur == sess && !sess.isDone() {
+			a.heldBy[kl.ln] = sess
+			_ = tl.SetDeadline(time.Now()) // wakes the agent's Accept
+		}
+		a.mu.Unlock()
 	}
 }
 
@@ -679,6 +787,7 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := newAgentSession(conn)
 	sess.passFDs.Store(req.PassFDs)
+	passListeners := req.PassFDs && req.PassListeners
 	reply.Token = sess.token
 	// The session is current before the host learns its token: a POST /v1/net/accept that
 	// follows the reply at once must find it.
@@ -694,6 +803,9 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
+	if passListeners {
+		s.net.goTracked(func() { s.net.handListeners(sess) })
+	}
 	// Not r.Context(): net/http may cancel it once the connection is taken over. The session
 	// ends when the host closes the connection, when another replaces it (which closes it)
 	// or when the agent closes. The host sends nothing on it; what it sends is discarded.

@@ -97,6 +97,9 @@ func (s *Service) netRequest(rt runtime.Runtime) guest.NetSessionRequest {
 	// each one over (SCM_RIGHTS) and the proxy serves it with no relay in between; gVisor's
 	// sockets live in its own kernel, so its agent relays the bytes.
 	req.PassFDs = rt.Capabilities().Isolation == runtime.IsolationProcess
+	// And its listeners: the host accepts the sandbox's connections itself, so a new
+	// connection wakes the host once, not the agent and then the host.
+	req.PassListeners = req.PassFDs
 	if slices.Contains(rt.Capabilities().Hardening, runtime.HardeningTransparentEgress) {
 		req.TransparentPorts = s.cfg.Egress.TransparentPorts
 		if req.TransparentPorts == nil {
