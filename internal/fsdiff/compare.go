@@ -340,6 +340,21 @@ func readText(m *Manifest, e *Entry) (string, bool) {
 }
 
 // unified makes a unified diff of the changed text files, at most maxBytes bytes.
+// splitLines splits s after each newline for difflib, which wants every line to end in one:
+// difflib.SplitLines adds an empty last line to text that ends in a newline (a one-line file
+// read as two lines), so this drops it, and ends an unterminated last line with one.
+func splitLines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	lines := strings.SplitAfter(s, "\n")
+	if lines[len(lines)-1] == "" {
+		return lines[:len(lines)-1]
+	}
+	lines[len(lines)-1] += "\n"
+	return lines
+}
+
 func unified(changes []Change, maxBytes int64) (diff string, truncated bool, skipped []string) {
 	var sb strings.Builder
 	for _, c := range changes {
@@ -373,7 +388,7 @@ func unified(changes []Change, maxBytes int64) (diff string, truncated bool, ski
 		if n == nil {
 			to = "/dev/null"
 		}
-		d, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{A: difflib.SplitLines(a), B: difflib.SplitLines(b),
+		d, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{A: splitLines(a), B: splitLines(b),
 			FromFile: from, ToFile: to, Context: 3})
 		if err != nil || d == "" {
 			continue

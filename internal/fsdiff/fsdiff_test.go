@@ -444,3 +444,27 @@ func TestManifestChanges(t *testing.T) {
 		t.Errorf("limit 2: %d changes, truncated %v", len(cs), trunc)
 	}
 }
+
+// TestSplitLinesOneLineFile: a one-line file is one line in the unified diff (difflib's own
+// SplitLines made it two, "@@ -1,2 +1,2 @@" with an empty context line).
+func TestSplitLinesOneLineFile(t *testing.T) {
+	for in, want := range map[string][]string{"": nil, "a\n": {"a\n"}, "a": {"a\n"}, "a\nb\n": {"a\n", "b\n"}, "a\nb": {"a\n", "b\n"}} {
+		if got := splitLines(in); !slices.Equal(got, want) {
+			t.Errorf("splitLines(%q) = %q, want %q", in, got, want)
+		}
+	}
+	old, cur := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(old, "f"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cur, "f"), []byte("two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Diff(context.Background(), []Tree{{Path: "/w", Dir: old}}, []Tree{{Path: "/w", Dir: cur}}, Options{Unified: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Diff, "@@ -1 +1 @@\n-one\n+two\n") {
+		t.Errorf("unified diff of a one-line file:\n%s", res.Diff)
+	}
+}
