@@ -504,3 +504,35 @@ func TestCreateImageConcurrent(t *testing.T) {
 		t.Fatalf("runtime resources left: %v", r)
 	}
 }
+
+// TestWakeAfterTagMoved: a sandbox of an OCI image wakes on the image it slept on even when its
+// tag moved meanwhile (the wake resolves the record's digest, not the tag: it was refused before).
+func TestWakeAfterTagMoved(t *testing.T) {
+	c := imagefake.New(t.TempDir())
+	e := newFakeEnv(t, sandbox.Config{Images: c, SnapshotDir: filepath.Join(t.TempDir(), "snapshots")})
+	c.InUse = func(ctx context.Context) (map[string]int, error) { return e.svc.ImagesInUse(ctx) }
+	c.AddRemote("python:3.12-slim", pyConfig)
+	sb := e.create(t, sandbox.CreateRequest{Image: "python:3.12-slim"})
+	if _, err := e.svc.Sleep(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.AddRemote("python:3.12-slim", image.Config{Env: []string{"PYTHON_VERSION=3.12.8"}})
+	if moved, err := e.svc.PullImage(t.Context(), "python:3.12-slim", nil); err != nil || moved.Digest == sb.ImageDigest {
+		t.Fatalf("pull: %+v %v", moved, err)
+	}
+	woke, err := e.svc.Wake(t.Context(), sb.ID)
+	if err != nil {
+		t.Fatalf("wake after the tag moved: %v", err)
+	}
+	if woke.State != sandbox.StateRunning || woke.ImageDigest != sb.ImageDigest {
+		t.Fatalf("woke %s on %s, want running on %s", woke.State, woke.ImageDigest, sb.ImageDigest)
+	}
+	img, err := c.Get(t.Context(), "python:3.12-slim@"+sb.ImageDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := c.LayerDirs(t.Context(), img)
+	if rfs := e.rt.Rootfs(sb.ID); rfs == nil || !slices.Equal(rfs.Layers, want) {
+		t.Fatalf("woken on layers %+v, want the slept image's %v", rfs, want)
+	}
+}

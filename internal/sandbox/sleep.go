@@ -387,12 +387,16 @@ func (s *Service) wake(ctx context.Context, sb Sandbox) (Sandbox, error) {
 	}
 	var pinned *pinnedImage
 	if sb.Image != "" && sb.Image != image.Host {
-		if pinned, err = s.resolveImage(ctx, sb.Image); err != nil {
+		ref := sb.Image
+		if sb.ImageDigest != "" {
+			ref = digestRef(ref, sb.ImageDigest) // the image it slept on, wherever its tag moved since
+		}
+		if pinned, err = s.resolveImage(ctx, ref); err != nil {
 			return sb, err
 		}
 		defer pinned.release()
 		if sb.ImageDigest != "" && pinned.img.Digest != sb.ImageDigest {
-			return sb, errcode.New(errcode.RuntimeUnavailable, "sandbox %s cannot be woken: its image %q now resolves to %s, not the %s it was created from", id, truncate(sb.Image, 128), pinned.img.Digest, sb.ImageDigest)
+			return sb, errcode.New(errcode.RuntimeUnavailable, "sandbox %s cannot be woken: its image %q resolves to %s, not the %s it was created from", id, truncate(sb.Image, 128), pinned.img.Digest, sb.ImageDigest)
 		}
 	}
 
