@@ -18,6 +18,7 @@ type Store interface {
 	sandbox.Pruner
 	sandbox.JobStore
 	sandbox.NetStore
+	sandbox.PoolStore // warm pools (issue 15)
 	runs.Store
 	auth.Store       // API keys (issue 16)
 	audit.Store      // the audit log (issue 16)
