@@ -532,4 +532,3 @@ func ParsePoolFlag(v string) (Pool, error) {
 	}
 	return p, nil
 }
-
