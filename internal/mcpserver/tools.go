@@ -214,6 +214,7 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 	s.addFileTools()
 	s.addJobTools()
 	s.addNetworkTools() // network (issue 12): sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose, sandbox_unexpose
+	s.addPoolTools()    // warm pools (issue 15, pools.go): pool_set, pool_list, pool_delete
 
 	addTool(s, &mcp.Tool{
 		Name:  "health",
@@ -243,12 +244,13 @@ type SandboxInfo struct {
 	ExpiresInSeconds int64             `json:"expires_in_seconds" jsonschema:"Seconds until expiry; 0 once it has ended."`
 	Reason           string            `json:"reason,omitempty" jsonschema:"Why a finished sandbox ended (destroyed on request, ttl expired, failed or lost)."`
 	Network          *PolicyIn         `json:"network,omitempty" jsonschema:"The sandbox's egress policy; absent: network none (no network at all)."`
+	FromPool         bool              `json:"from_pool,omitempty" jsonschema:"true: the create claimed a ready sandbox from a warm pool instead of starting one (pool_list)."`
 }
 
 func (s *Server) info(sb sandbox.Sandbox) SandboxInfo {
 	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
 		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, EnvNames: sb.EnvVarNames(),
-		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error}
+		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error, FromPool: sb.FromPool}
 	if p := sb.Network.Policy; p != nil {
 		in.Network = &PolicyIn{Allow: nonNil(p.Allow), Deny: nonNil(p.Deny)}
 	}
