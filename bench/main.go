@@ -121,6 +121,7 @@ func main() {
 	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
 	rf := runsBenchFlags()   // issue 14's figures (runs.go)
 	sqf := sqlFlags()        // execute_sql (issue 16, sql.go)
+	pof := poolsBenchFlags() // warm pools (issue 15, pools.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -260,6 +261,17 @@ func main() {
 	}
 	if *auf.only { // the audit log's overhead (issue 16, audit.go)
 		res.Stats = benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
+	if *pof.only { // warm pools (issue 15, pools.go)
+		res.Stats = benchPools(ctx, svc, c, warm["runc"], pof)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
@@ -424,6 +436,7 @@ func main() {
 	}
 	// issue 16's figure (audit.go)
 	res.Stats = append(res.Stats, benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)...)
+	res.Stats = append(res.Stats, benchPools(ctx, svc, c, warm["runc"], pof)...) // issue 15's pool figures (pools.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}
