@@ -74,7 +74,8 @@ func benchPools(ctx context.Context, svc *sandbox.Service, c *client.Client, war
 		}
 		t1 := time.Now()
 		if _, err := c.Exec(ctx, warmID, trueCmd, nil); err != nil {
-			log.Fatalf("pools: exec: %v", err)
+			sb, _ := c.Get(ctx, warmID)
+			log.Fatalf("pools: exec %d: %v (the warm sandbox: %s, %s)", i, err, sb.State, sb.Error)
 		}
 		ex := ms(time.Since(t1))
 		hits, execs, adds = append(hits, hit), append(execs, ex), append(adds, hit-ex)
