@@ -217,6 +217,9 @@ func (s *Service) DeletePool(ctx context.Context, name string) error {
 	if err := ps.DeletePool(ctx, name); err != nil {
 		return err
 	}
+	s.pools.mu.Lock()
+	delete(s.pools.stats, name) // a pool set again under this name starts its counts anew
+	s.pools.mu.Unlock()
 	s.pools.kick()
 	s.log.Info("pool deleted", "pool", name)
 	return nil
@@ -253,9 +256,10 @@ func matchPool(pools []Pool, req CreateRequest) (Pool, bool) {
 
 // claim is Create's hook: a create of a pool's shape takes one of its ready sandboxes. ok says
 // the create is answered (by the claimed sandbox, the key's earlier sandbox, or err); !ok means
-// start one as usual. Only creates with network none, no secrets and no snapshot can match.
+// start one as usual. Only creates with network none, no secrets, no snapshot and none of the
+// sleep options (a pooled sandbox was started without them) can match.
 func (s *Service) claim(ctx context.Context, req CreateRequest, withNetwork bool) (_ Sandbox, ok bool, _ error) {
-	if withNetwork || len(req.Secrets) > 0 || req.Snapshot != "" || poolFillFrom(ctx) != "" {
+	if withNetwork || len(req.Secrets) > 0 || req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping || poolFillFrom(ctx) != "" {
 		return Sandbox{}, false, nil
 	}
 	ps, ok := s.store.(PoolStore)
@@ -444,13 +448,6 @@ func (s *Service) retire(ctx context.Context, name string, p Pool, exists bool) 
 			continue
 		}
 		s.retireOne(ctx, sb.ID, name)
-	}
-	if !exists {
-		s.pools.mu.Lock()
-		if st := s.pools.stats[name]; st != nil && len(members) == 0 {
-			delete(s.pools.stats, name)
-		}
-		s.pools.mu.Unlock()
 	}
 }
 
