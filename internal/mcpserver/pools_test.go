@@ -79,6 +79,11 @@ func TestPoolTools(t *testing.T) {
 			if list.Count != 2 {
 				t.Fatalf("sandbox_list shows %d sandboxes; want the caller's 2 (pooled ones hidden)", list.Count)
 			}
+			var h mcpserver.HealthOut
+			c.ok("health", nil, &h)
+			if len(h.Capacity.Pools) != 1 || h.Capacity.Pools[0].Hits != 1 || h.Capacity.Pools[0].Size != 2 || h.Capacity.MaxPooled == 0 {
+				t.Fatalf("health's capacity.pools: %+v", h.Capacity)
+			}
 			var del mcpserver.PoolDeleteOut
 			c.ok("pool_delete", obj{"name": "py"}, &del)
 			c.ok("pool_list", nil, &l)
