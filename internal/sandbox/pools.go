@@ -42,6 +42,10 @@ const (
 	// poolRefillEvery is how often the refill loop looks at the pools without being kicked.
 	poolRefillEvery = time.Second
 	poolBackoffMax  = time.Minute
+	// poolRefillDelay is how long after a claim the refill waits before starting a sandbox, so
+	// that the claimant's first calls (its first exec) do not share the CPU with a container
+	// start.
+	poolRefillDelay = 150 * time.Millisecond
 )
 
 var poolNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -51,6 +55,7 @@ var poolNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // ready to use.
 type poolState struct {
 	interactive atomic.Int64 // creates in flight that are not refills
+	lastClaim   atomic.Int64 // when the last claim was made (unix nanoseconds)
 	once        sync.Once
 	kickCh      chan struct{}
 	started     atomic.Bool
@@ -301,6 +306,7 @@ func (s *Service) claim(ctx context.Context, req CreateRequest, withNetwork bool
 	if claimed.ID == "" {
 		return Sandbox{}, false, nil
 	}
+	s.pools.lastClaim.Store(time.Now().UnixNano())
 	s.bus.publish()
 	s.log.Info("sandbox claimed from pool", "sandbox_id", claimed.ID, "pool", p.Name, "owner", owner)
 	return claimed, true, nil
@@ -370,7 +376,7 @@ func (s *Service) refillPass(ctx context.Context) {
 			if c.Ready+c.Starting >= p.Size || !s.refillDue(p.Name) {
 				break
 			}
-			if s.pools.interactive.Load() > 0 {
+			if s.pools.interactive.Load() > 0 || !s.afterClaimDelay(ctx) {
 				return // interactive creates go first; the next pass (kicked or ticked) resumes
 			}
 			err := s.fillOne(ctx, p)
@@ -384,6 +390,24 @@ func (s *Service) refillPass(ctx context.Context) {
 			}
 			c.Ready++
 			counts[p.Name] = c
+		}
+	}
+}
+
+// afterClaimDelay waits until poolRefillDelay has passed since the last claim (false if ctx
+// ended first, or an interactive create started meanwhile).
+func (s *Service) afterClaimDelay(ctx context.Context) bool {
+	for {
+		wait := poolRefillDelay - time.Since(time.Unix(0, s.pools.lastClaim.Load()))
+		if wait <= 0 {
+			return s.pools.interactive.Load() == 0
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
 		}
 	}
 }

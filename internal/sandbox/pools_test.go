@@ -2,14 +2,17 @@ package sandbox_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
 // Warm pools on the fake runtime (real SQLite, real guest agents in-process).
@@ -391,4 +394,51 @@ func TestPoolValidation(t *testing.T) {
 	if err != nil || p != (sandbox.Pool{Name: "py", Image: "host", Runtime: "runc", CPU: 0.5, MemoryMB: 256, DiskMB: 512, Network: "none", Size: 2}) {
 		t.Fatalf("ParsePoolFlag: %+v %v", p, err)
 	}
+}
+
+// BenchmarkPoolClaim: what a create of a pool's shape costs in the control plane when the
+// pool has a ready sandbox (validation, the pool lookup, the claim's one write transaction), on
+// SQLite in a temp dir; the refill and the destroy are outside the timer.
+//
+//	go test ./internal/sandbox -run '^$' -bench BenchmarkPoolClaim -benchtime 200x
+func BenchmarkPoolClaim(b *testing.B) {
+	e := newFakeEnvB(b)
+	if _, err := e.svc.SetPool(b.Context(), sandbox.Pool{Name: "b", Size: 1}); err != nil {
+		b.Fatal(err)
+	}
+	req := sandbox.CreateRequest{Env: map[string]string{"K": "v"}, Labels: map[string]string{"l": "1"}}
+	for b.Loop() {
+		b.StopTimer()
+		e.svc.RefillPools(b.Context())
+		b.StartTimer()
+		sb, err := e.svc.Create(b.Context(), req)
+		if err != nil || !sb.FromPool {
+			b.Fatalf("create: %+v %v", sb, err)
+		}
+		b.StopTimer()
+		e.svc.Destroy(b.Context(), sb.ID)
+		b.StartTimer()
+	}
+}
+
+// newFakeEnvB is newFakeEnv for a benchmark (the real clock).
+func newFakeEnvB(b *testing.B) *fakeEnv {
+	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "agentbox.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt, err := fake.New(fake.Config{Name: "runc"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		svc.Close()
+		rt.Shutdown(context.Background())
+		st.Close()
+	})
+	return &fakeEnv{svc: svc, st: st, rt: rt}
 }
