@@ -307,21 +307,18 @@ func TestPoolsAdoptedAfterRestart(t *testing.T) {
 func TestPoolCrashedRefillIsSwept(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 1})
-	// The server dies in the middle of a refill: its record stays creating.
+	// The server dies in the middle of a refill: its record stays creating while the runtime's
+	// create hangs; a new server starts over the same store and runtime.
 	block := make(chan struct{})
 	e.rt.SetFault(func(ctx context.Context, op fake.Op, id string) error {
 		if op == fake.OpRun || op == fake.OpCreate {
-			select {
-			case <-block:
-			case <-ctx.Done():
-			}
-			return context.Canceled
+			<-block
+			return errInjected
 		}
 		return nil
 	})
-	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { e.svc.RefillPools(ctx); close(done) }()
+	go func() { e.svc.RefillPools(t.Context()); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for e.pool(t, "p").Starting != 1 {
 		if time.Now().After(deadline) {
@@ -329,25 +326,27 @@ func TestPoolCrashedRefillIsSwept(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	cancel()
 	members, _ := e.svc.List(t.Context(), sandbox.ListFilter{Pool: "p"})
-	e.rt.SetFault(nil)
-	close(block)
-	<-done
-	e.restart(t)
-	e.clock.Add(10 * time.Minute) // past the create deadline
-	if err := e.svc.Converge(t.Context()); err != nil {
-		t.Logf("converge: %v", err)
-	}
-	if len(members) != 1 {
+	if len(members) != 1 || members[0].State != sandbox.StateCreating {
 		t.Fatalf("members while refilling: %+v", members)
 	}
-	if st := e.state(t, members[0].ID); st.Live() {
-		t.Fatalf("the crashed refill's sandbox is %s; want swept", st)
+	e.restart(t) // Reconcile: a creating record of no create of this server is swept
+	got, err := e.svc.Get(t.Context(), members[0].ID)
+	if err != nil || got.State != sandbox.StateFailed {
+		t.Fatalf("the crashed refill's sandbox after restart: %s %v; want failed (swept)", got.State, err)
 	}
+	if p := e.pool(t, "p"); p.Starting != 0 || p.Ready != 0 {
+		t.Fatalf("the swept sandbox still counts toward the pool: %+v", p)
+	}
+	e.rt.SetFault(nil)
+	close(block) // the dead server's create returns at last; it changes nothing
+	<-done
 	e.svc.RefillPools(t.Context())
 	if p := e.pool(t, "p"); p.Ready != 1 {
 		t.Fatalf("refill after the sweep: %+v", p)
+	}
+	if got, _ := e.svc.Get(t.Context(), members[0].ID); got.State != sandbox.StateFailed {
+		t.Fatalf("the dead server's create revived its record: %s", got.State)
 	}
 }
 
