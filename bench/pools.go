@@ -36,6 +36,8 @@ const (
 	measurePoolExec  = "exec round trip (same run, the pool figure's floor)"
 	measurePoolAdds  = "warm-pool create adds to the exec (paired: hit − exec)"
 	measurePoolCold  = "cold create of the pool's shape → first exec (a miss)"
+	measurePoolClaim = "warm-pool create alone (POST /v1/sandboxes, a claim)"
+	measurePoolFirst = "first exec in a claimed sandbox"
 	benchPoolName    = "bench"
 	benchPoolSize    = 4
 	poolReadyTimeout = 2 * time.Minute
@@ -57,7 +59,7 @@ func benchPools(ctx context.Context, svc *sandbox.Service, c *client.Client, war
 		log.Fatalf("pools: set: %v", err)
 	}
 	trueCmd := api.ExecRequest{Command: []string{"true"}}
-	var hits, execs, adds []float64
+	var hits, execs, adds, claims, firsts []float64
 	for i := 0; i < n; i++ {
 		waitPoolReady(ctx, c, benchPoolSize) // each claim finds the pool full: a hit, never a race with the refill
 		t0 := time.Now()
@@ -65,10 +67,12 @@ func benchPools(ctx context.Context, svc *sandbox.Service, c *client.Client, war
 		if err != nil {
 			log.Fatalf("pools: create: %v", err)
 		}
+		tc := time.Now()
 		if r, err := c.Exec(ctx, sb.ID, trueCmd, nil); err != nil || r.ExitCode != 0 {
 			log.Fatalf("pools: first exec: %v %+v", err, r)
 		}
 		hit := ms(time.Since(t0))
+		claims, firsts = append(claims, ms(tc.Sub(t0))), append(firsts, ms(time.Since(tc)))
 		if !sb.FromPool {
 			log.Fatalf("pools: create %d was not claimed from the pool", i)
 		}
@@ -111,7 +115,7 @@ func benchPools(ctx context.Context, svc *sandbox.Service, c *client.Client, war
 	add := summarize(measurePoolAdds, "ms", adds)
 	add.Floor = "target p50 ≤ 5 ms, p99 ≤ 20 ms"
 	cold := summarize(measurePoolCold, "ms", colds)
-	out := []Stat{hit, exec, add, cold}
+	out := []Stat{hit, exec, add, summarize(measurePoolClaim, "ms", claims), summarize(measurePoolFirst, "ms", firsts), cold}
 	for i := range out {
 		out[i].Runtime = "runc"
 	}
