@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
 )
 
 // Warm pools (issue 15).
@@ -409,6 +410,24 @@ func (s *Service) afterClaimDelay(ctx context.Context) bool {
 			return false
 		case <-t.C:
 		}
+	}
+}
+
+// primePooled runs `true` once in a sandbox made for a pool, before it becomes claimable: the
+// first command a sandbox runs pays for warming its agent's exec path, and that is the pool's
+// cost, not its claimant's. It runs as the default user and leaves nothing; a failure is only
+// logged (the sandbox is still usable, or its watch finds it lost).
+func (s *Service) primePooled(ctx context.Context, id string) {
+	s.guestsMu.Lock()
+	gc := s.guests[id]
+	s.guestsMu.Unlock()
+	if gc == nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := gc.Exec(pctx, guest.ExecRequest{Argv: []string{"true"}, TimeoutMs: 10_000}, nil); err != nil {
+		s.log.Warn("pools: priming a pooled sandbox failed", "sandbox_id", id, "err", err)
 	}
 }
 

@@ -538,6 +538,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 		return Sandbox{}, err
 	}
 	sb.Handle = string(handle)
+	if poolFill != "" {
+		s.primePooled(wctx, sb.ID) // pools.go: its claimant's first exec finds the agent warm
+	}
 	out, err := s.transition(wctx, sb, StateRunning, "agent ready", "")
 	if err == nil {
 		s.watch(rt, sb.ID)
