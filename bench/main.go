@@ -123,6 +123,7 @@ func main() {
 	sqf := sqlFlags()        // execute_sql (issue 16, sql.go)
 	snf := snapshotFlags()   // files snapshots and fork (issue 15, snapshots.go)
 	slf := sleepFlags()      // gVisor sleep/wake (issue 15, sleep.go)
+	pof := poolsBenchFlags() // warm pools (issue 15, pools.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -270,6 +271,17 @@ func main() {
 	}
 	if *auf.only { // the audit log's overhead (issue 16, audit.go)
 		res.Stats = benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
+	if *pof.only { // warm pools (issue 15, pools.go)
+		res.Stats = benchPools(ctx, svc, c, warm["runc"], pof)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
@@ -447,6 +459,7 @@ func main() {
 	}
 	// issue 16's figure (audit.go)
 	res.Stats = append(res.Stats, benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)...)
+	res.Stats = append(res.Stats, benchPools(ctx, svc, c, warm["runc"], pof)...) // issue 15's pool figures (pools.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}

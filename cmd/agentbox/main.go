@@ -44,6 +44,7 @@ func run(args []string) int {
 		"approvals": cmdApprovals, // approvals (issue 16, approvals.go)
 		// snapshots, fork, sleep, wake, diff (issue 15, snapshots.go)
 		"snapshot": cmdSnapshot, "snapshots": cmdSnapshots, "fork": cmdFork, "sleep": cmdSleep, "wake": cmdWake, "diff": cmdDiff,
+		"pool": cmdPool, // warm pools (issue 15, pools.go)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -137,6 +138,11 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox image prune [--all]          remove what no live sandbox uses
   agentbox image import FILE.tar        a ` + "`docker save`" + ` or OCI-layout tarball (- for stdin)
   agentbox image push NAME REF          push a cached (e.g. committed) image to a registry
+  agentbox pool set NAME --size N [--image I] [--runtime R] [--cpu C] [--memory-mb M] [--disk-mb D]
+                                        keep N ready sandboxes of that shape: a create of the
+                                        same shape claims one (from_pool) instead of starting one
+  agentbox pool ls [--json]             pools: ready, size, starting, hits, misses, shape
+  agentbox pool rm NAME...              delete pools (their ready sandboxes are destroyed)
   agentbox run [--repo URL] [--ref REF] [--setup ARGV] [--validate ARGV]... [--artifact GLOB]...
                [--file LOCAL:PATH]... [--env K=V]... [--image I] [--allow-host H]... [--keep]
                [--timeout SECONDS] [--detach] [--json] -- CMD ARGS...

@@ -45,6 +45,7 @@ func cmdServe(args []string) int {
 	tlsFlags.register(fs)           // TLS and exposure (issue 16, tls.go)
 	registerAuditFlags(fs, &cfg)    // the audit log (issue 16, audit.go)
 	registerApprovalFlags(fs, &cfg) // approvals (issue 16, approvals.go)
+	pools := registerPoolFlags(fs)  // warm pools (issue 15, pools.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -89,6 +90,9 @@ func cmdServe(args []string) int {
 		return fail(err)
 	}
 	defer cp.Close()
+	if err := pools.apply(ctx, cp.svc); err != nil { // warm pools (issue 15, pools.go)
+		return fail(err)
+	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -176,6 +176,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/sandboxes/{id}/diff", s.diffSandbox)
 	m.HandleFunc("POST /v1/sandboxes/{id}/diff", s.diffSandbox)
 	m.HandleFunc("GET /v1/openapi.json", s.openAPI)
+	// warm pools (issue 15, pools.go): /v1/pools
+	s.poolRoutes()
 	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
 	s.keyRoutes() // API keys (issue 16, keys.go): /v1/keys
 	// the audit log (issue 16, audit.go)

@@ -183,6 +183,11 @@ func ops() []op {
 		{pattern: "GET /v1/batches", summary: "List batches, newest first", tag: "runs", status: 200, resp: runs.BatchList{}, query: []qp{{"before", "string", "Page: batches before this id.", false}, limit("At most this many batches.")}},
 		{pattern: "GET /v1/batches/{id}", summary: "Get a batch", tag: "runs", status: 200, resp: runs.Batch{}},
 		{pattern: "POST /v1/batches/{id}/cancel", summary: "Cancel a batch", tag: "runs", status: 200, resp: runs.Batch{}},
+		// Warm pools (issue 15, pools.go).
+		{pattern: "GET /v1/pools", summary: "Warm pools: shape, size, ready, hits and misses", tag: "pools", status: 200, resp: PoolList{}},
+		{pattern: "PUT /v1/pools/{name}", summary: "Create or replace a warm pool (admin)", tag: "pools", req: PoolSetRequest{}, status: 200, resp: sandbox.PoolStatus{}},
+		{pattern: "POST /v1/pools/{name}", summary: "Create or replace a warm pool (admin; as PUT)", tag: "pools", req: PoolSetRequest{}, status: 200, resp: sandbox.PoolStatus{}},
+		{pattern: "DELETE /v1/pools/{name}", summary: "Delete a warm pool; its ready sandboxes are destroyed (admin)", tag: "pools", status: 200, resp: PoolDeleted{}},
 	}
 }
 

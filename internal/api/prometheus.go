@@ -91,6 +91,8 @@ func (p *Prometheus) attach(svc *sandbox.Service, jobs JobCounter, log *slog.Log
 	p.once.Do(func() {
 		p.reg.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log})
 		p.hist.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log, noSandboxes: true})
+		p.reg.MustRegister(poolCollector{svc}) // warm pools (issue 15, prometheus_pools.go)
+		p.hist.MustRegister(poolCollector{svc})
 	})
 }
 

@@ -127,6 +127,12 @@ var Required = map[string]string{
 	"POST /v1/sandboxes/{id}/fork":       ScopeOperate,
 	"POST /v1/sandboxes/{id}/sleep":      ScopeOperate,
 	"POST /v1/sandboxes/{id}/wake":       ScopeOperate,
+	// Warm pools (issue 15): setting one reserves server capacity, so it is admin.
+	"pool_list": ScopeRead, "pool_set": ScopeAdmin, "pool_delete": ScopeAdmin,
+	"GET /v1/pools":           ScopeRead,
+	"PUT /v1/pools/{name}":    ScopeAdmin,
+	"POST /v1/pools/{name}":   ScopeAdmin,
+	"DELETE /v1/pools/{name}": ScopeAdmin,
 }
 
 // RequiredScope is the scope a call of tool needs: its entry in Required, else admin.

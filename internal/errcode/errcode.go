@@ -137,3 +137,11 @@ const (
 )
 
 func init() { Codes = append(Codes, SnapshotNotFound) } // snapshots (issue 15)
+
+// Warm pools (issue 15).
+const (
+	// PoolNotFound: no warm pool of that name.
+	PoolNotFound Code = "POOL_NOT_FOUND"
+)
+
+func init() { Codes = append(Codes, PoolNotFound) } // warm pools (issue 15)

@@ -9,6 +9,8 @@ func HTTPStatus(code Code) int {
 		return http.StatusForbidden
 	case ApprovalNotFound, SnapshotNotFound:
 		return http.StatusNotFound
+	case PoolNotFound: // warm pools (issue 15)
+		return http.StatusNotFound
 	case SandboxNotFound, FileNotFound, JobNotFound, ImageNotFound, RunNotFound:
 		return http.StatusNotFound
 	case SandboxNotRunning, Conflict:

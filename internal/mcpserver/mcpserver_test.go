@@ -21,6 +21,7 @@ var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", 
 	"exec", "execute_sql", "fetch_metrics", "file_list", "file_read", "file_write", "health",
 	"image_list", "image_pull", // images (issue 13)
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
+	"pool_delete", "pool_list", "pool_set", // warm pools (issue 15)
 	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs (issue 14)
 	"run_python", "run_shell", // data-assistant tools (issue 16)
 	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy",

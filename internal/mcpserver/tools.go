@@ -216,12 +216,13 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 	s.addFileTools()
 	s.addJobTools()
 	s.addNetworkTools() // network (issue 12): sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose, sandbox_unexpose
+	s.addPoolTools()    // warm pools (issue 15, pools.go): pool_set, pool_list, pool_delete
 
 	addTool(s, &mcp.Tool{
 		Name:  "health",
 		Title: "Server health and capacity",
 		Description: `Check the agentbox server in one call. Takes no arguments.
-Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb, overcommit, host_memory_available_mb, host_memory_reserve_mb, host_disk_free_mb, host_disk_reserve_mb}, sandboxes (the same list as sandbox_list), count}.
+Reply: {status: "ok", version, control_plane, runtimes: [{name, available, isolation ("process", "kernel" or "vm"), images, network_modes, reason}], capacity: {max_sandboxes, live, free, cpu_budget, cpu_used, cpu_free, memory_budget_mb, memory_used_mb, memory_free_mb, disk_budget_mb, disk_used_mb, disk_free_mb, overcommit, host_memory_available_mb, host_memory_reserve_mb, host_disk_free_mb, host_disk_reserve_mb, pools (the warm pools, as pool_list), max_pooled}, sandboxes (the same list as sandbox_list), count}.
 Use it before creating sandboxes with special requirements, or when sandbox_create reports CAPACITY_UNAVAILABLE.`,
 		Annotations: &mcp.ToolAnnotations{Title: "Server health and capacity", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, nil, s.health)
@@ -436,6 +437,9 @@ type CapacityInfo struct {
 	HostMemoryReserveMB   int64 `json:"host_memory_reserve_mb,omitempty" jsonschema:"Memory admission keeps for the host (MiB)."`
 	HostDiskFreeMB        int64 `json:"host_disk_free_mb,omitempty" jsonschema:"Disk the state directory's file system has free now (MiB)."`
 	HostDiskReserveMB     int64 `json:"host_disk_reserve_mb,omitempty" jsonschema:"Disk admission keeps for the host (MiB)."`
+	// Warm pools (issue 15, pools.go): their sandboxes count in live and the budgets.
+	Pools     []PoolInfo `json:"pools,omitempty" jsonschema:"Warm pools: target size, ready, starting, hits and misses (pool_list)."`
+	MaxPooled int        `json:"max_pooled,omitempty" jsonschema:"Bound on the sum of the pools' sizes."`
 }
 
 func capacityInfo(c sandbox.Capacity) CapacityInfo {
@@ -443,7 +447,10 @@ func capacityInfo(c sandbox.Capacity) CapacityInfo {
 		CPUUsed: c.CPUUsed, CPUFree: -1, MemoryBudgetMB: c.MemoryBudgetMB, MemoryUsedMB: c.MemoryUsedMB, MemoryFreeMB: -1,
 		DiskBudgetMB: c.DiskBudgetMB, DiskUsedMB: c.DiskUsedMB, DiskFreeMB: -1, Overcommit: c.Overcommit,
 		HostMemoryAvailableMB: c.MemoryAvailableMB, HostMemoryReserveMB: c.MemoryReserveMB,
-		HostDiskFreeMB: c.DiskFreeMB, HostDiskReserveMB: c.DiskReserveMB}
+		HostDiskFreeMB: c.DiskFreeMB, HostDiskReserveMB: c.DiskReserveMB, MaxPooled: c.MaxPooled}
+	for _, p := range c.Pools { // warm pools (issue 15)
+		ci.Pools = append(ci.Pools, poolInfo(p))
+	}
 	if c.CPUBudget > 0 {
 		ci.CPUFree = max(0, c.CPUBudget-c.CPUUsed)
 	}

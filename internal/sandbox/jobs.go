@@ -84,7 +84,8 @@ func (s *Service) StartJob(ctx context.Context, sandboxID string, req JobStartRe
 	if err := validateCommand(req.Argv, req.Env, req.Cwd, req.User); err != nil {
 		return Job{}, err
 	}
-	if _, _, err := s.running(ctx, sandboxID); err != nil {
+	sb, _, err := s.running(ctx, sandboxID)
+	if err != nil {
 		return Job{}, err
 	}
 	now := s.stamp()
@@ -106,7 +107,7 @@ func (s *Service) StartJob(ctx context.Context, sandboxID string, req JobStartRe
 		return Job{}, fmt.Errorf("record job: %w", err)
 	}
 	info, err := withGuest(wctx, s, sandboxID, func(gc *guest.Client) (guest.JobInfo, error) {
-		return gc.StartJob(wctx, guest.JobStartRequest{JobID: j.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User})
+		return gc.StartJob(wctx, guest.JobStartRequest{JobID: j.ID, Argv: req.Argv, Env: callEnv(sb, req.Env), Cwd: req.Cwd, User: req.User})
 	})
 	if err != nil {
 		j2 := j

@@ -497,6 +497,7 @@ func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
 // Run performs background duties until ctx ends: the control loop (every second), the orphan
 // sweep (every SweepInterval, a minute) and pruning of old finished records (every hour).
 func (s *Service) Run(ctx context.Context) {
+	s.startPools(ctx) // warm pools' refill loop (pools.go)
 	tick := time.NewTicker(min(time.Second, s.cfg.SweepInterval))
 	defer tick.Stop()
 	lastSweep, lastPrune := s.now(), time.Time{}

@@ -81,7 +81,7 @@ func (s *Service) PTY(ctx context.Context, id string, req PTYRequest) (*PTY, err
 	if err != nil {
 		return nil, err
 	}
-	g, err := gc.PTY(ctx, guest.PTYRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Term: req.Term, Rows: req.Rows, Cols: req.Cols})
+	g, err := gc.PTY(ctx, guest.PTYRequest{Argv: req.Argv, Env: callEnv(sb, req.Env), Cwd: req.Cwd, User: req.User, Term: req.Term, Rows: req.Rows, Cols: req.Cols})
 	if err != nil {
 		return nil, s.guestFailed(ctx, sb, err)
 	}

@@ -149,6 +149,11 @@ type Event struct {
 type ListFilter struct {
 	States []State
 	Labels map[string]string
+	// Pool selects only the sandboxes that warm pool holds (Sandbox.Pool); NoPooled leaves out
+	// every sandbox a pool holds (Service.List sets it unless Pool is given: pooled sandboxes
+	// are nobody's until claimed).
+	Pool     string
+	NoPooled bool
 	// Limit bounds the result; 0 means the store's default bound.
 	Limit int
 }

@@ -84,6 +84,8 @@ type Config struct {
 	// snapshots hold together; DefaultSnapshotBudgetBytes (10 GiB).
 	SnapshotDir         string
 	SnapshotBudgetBytes int64
+	// MaxPooled bounds the sum of all warm pools' sizes (pools.go); MaxSandboxes/2.
+	MaxPooled int
 }
 
 func (c *Config) setDefaults() {
@@ -219,6 +221,10 @@ type Capacity struct {
 	MemoryReserveMB   int64 `json:"host_memory_reserve_mb,omitempty"`
 	DiskFreeMB        int64 `json:"host_disk_free_mb,omitempty"`
 	DiskReserveMB     int64 `json:"host_disk_reserve_mb,omitempty"`
+	// Pools are the warm pools: target size, ready, hits and misses (pooled sandboxes count in
+	// Live and the budgets like any other); MaxPooled bounds their sizes' sum.
+	Pools     []PoolStatus `json:"pools,omitempty"`
+	MaxPooled int          `json:"max_pooled,omitempty"`
 }
 
 // Service is the sandbox control plane. It is safe for concurrent use.
@@ -245,6 +251,7 @@ type Service struct {
 	recWake recordWake // wakes watchers of connection records (netwake.go)
 	snaps   snapState  // snapshots being taken and in use (snapshots.go)
 	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
+	pools   poolState  // warm pools' counters and refill loop (pools.go)
 
 	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
 	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
@@ -480,6 +487,14 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	if len(req.IdempotencyKey) > MaxIdempotencyKey || strings.ContainsFunc(req.IdempotencyKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return Sandbox{}, errcode.New(errcode.InvalidArgument, "idempotency_key must be at most %d characters without control characters", MaxIdempotencyKey)
 	}
+	poolFill := poolFillFrom(ctx) // a warm pool's refill (pools.go), else an interactive create
+	if poolFill == "" {
+		s.pools.interactive.Add(1)
+		defer s.pools.interactive.Add(-1)
+		if sb, ok, err := s.claim(ctx, req, plan != nil); ok {
+			return sb, err
+		}
+	}
 	var pinned *pinnedImage
 	if req.Image != image.Host {
 		// Before the record: a pull that fails (or a caller that hangs up during it) leaves
@@ -501,6 +516,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
 		Owner: OwnerFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
 		AutoWake: req.AutoWake, TTLWhileSleeping: req.TTLWhileSleeping,
+	}
+	if poolFill != "" { // nobody's until claimed; the pool replaces it before the longest TTL ends
+		sb.Pool, sb.Owner, sb.ExpiresAt = poolFill, PoolOwnerPrefix+poolFill, now.Add(s.cfg.MaxTTL)
 	}
 	if pinned != nil {
 		sb.ImageDigest = pinned.img.Digest
@@ -544,6 +562,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 		return Sandbox{}, err
 	}
 	sb.Handle = string(handle)
+	if poolFill != "" {
+		s.primePooled(wctx, sb.ID) // pools.go: its claimant's first exec finds the agent warm
+	}
 	out, err := s.transition(wctx, sb, StateRunning, "agent ready", "")
 	if err == nil {
 		s.watch(rt, sb.ID)
@@ -752,6 +773,7 @@ func (s *Service) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 	if len(f.States) == 0 {
 		f.States = []State{StateCreating, StateRunning, StateSleeping, StateStopping, StateFailed, StateLost}
 	}
+	f.NoPooled = f.Pool == "" // a pool's sandboxes are nobody's until claimed (pools.go)
 	return s.store.ListSandboxes(ctx, f)
 }
 
@@ -982,7 +1004,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 	// The agent enforces the timeout; this bound only catches an agent that stopped answering.
 	cctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)
 	defer cancel()
-	gres, err := gc.Exec(cctx, guest.ExecRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Stdin: req.Stdin,
+	gres, err := gc.Exec(cctx, guest.ExecRequest{Argv: req.Argv, Env: callEnv(sb, req.Env), Cwd: req.Cwd, Stdin: req.Stdin,
 		TimeoutMs: req.Timeout.Milliseconds(), MaxOutputBytes: req.MaxOutputBytes, User: req.User}, guest.OutputFunc(onOutput))
 	res := execResultFrom(gres)
 	if err != nil {
@@ -1134,6 +1156,12 @@ func (s *Service) Capacity(ctx context.Context) (Capacity, error) {
 		if hr, err := s.local.headroom(ctx); err == nil {
 			c.MemoryAvailableMB, c.DiskFreeMB = hr.MemoryAvailableMB, hr.DiskFreeMB
 		}
+	}
+	if _, ok := s.store.(PoolStore); ok {
+		if c.Pools, err = s.ListPools(ctx); err != nil {
+			return Capacity{}, err
+		}
+		c.MaxPooled = s.maxPooled()
 	}
 	return c, nil
 }

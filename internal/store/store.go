@@ -19,6 +19,7 @@ type Store interface {
 	sandbox.JobStore
 	sandbox.NetStore
 	sandbox.SnapshotStore // snapshots (issue 15)
+	sandbox.PoolStore     // warm pools (issue 15)
 	runs.Store
 	auth.Store       // API keys (issue 16)
 	audit.Store      // the audit log (issue 16)

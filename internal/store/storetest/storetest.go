@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests = append(tests, sqlTests...)      // execute_sql's views (issue 16, sql.go)
 	tests = append(tests, approvalTests...) // approvals (issue 16)
 	tests = append(tests, snapshotTests...) // snapshots (issue 15)
+	tests = append(tests, poolTests...)     // warm pools (issue 15, pools.go)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

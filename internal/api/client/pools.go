@@ -1,0 +1,51 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Warm pools (issue 15).
+
+// ListPools returns the server's warm pools with their ready counts, hits and misses.
+func (c *Client) ListPools(ctx context.Context) (api.PoolList, error) {
+	var l api.PoolList
+	err := c.doJSON(ctx, http.MethodGet, "/v1/pools", nil, nil, &l)
+	return l, err
+}
+
+// SetPool creates or replaces a warm pool.
+func (c *Client) SetPool(ctx context.Context, p sandbox.Pool) (sandbox.PoolStatus, error) {
+	var st sandbox.PoolStatus
+	size := p.Size
+	req := api.PoolSetRequest{Image: p.Image, Runtime: p.Runtime, CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB,
+		Network: p.Network, Size: &size}
+	err := c.doJSON(ctx, http.MethodPut, api.PoolPath(p.Name), nil, req, &st)
+	return st, err
+}
+
+// DeletePool removes a warm pool (its ready sandboxes are destroyed in the background).
+func (c *Client) DeletePool(ctx context.Context, name string) error {
+	return c.doJSON(ctx, http.MethodDelete, api.PoolPath(name), nil, nil, nil)
+}
+
+// SetPool, ListPools and DeletePool make Backend an mcpserver.PoolBackend.
+
+// SetPool creates or replaces a warm pool.
+func (b *Backend) SetPool(ctx context.Context, p sandbox.Pool) (sandbox.PoolStatus, error) {
+	return b.c.SetPool(ctx, p)
+}
+
+// ListPools returns the server's warm pools.
+func (b *Backend) ListPools(ctx context.Context) ([]sandbox.PoolStatus, error) {
+	l, err := b.c.ListPools(ctx)
+	return l.Pools, err
+}
+
+// DeletePool removes a warm pool.
+func (b *Backend) DeletePool(ctx context.Context, name string) error {
+	return b.c.DeletePool(ctx, name)
+}

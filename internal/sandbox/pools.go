@@ -1,0 +1,574 @@
+package sandbox
+
+import (
+	"context"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
+)
+
+// Warm pools (issue 15).
+//
+// A pool keeps Size running sandboxes of one shape. They are ordinary sandbox records (counted
+// against capacity, driven by the control loop, adopted after a restart) whose Pool field names
+// the pool and whose owner is "pool:<name>"; Service.List leaves them out unless asked for a
+// pool's members. A create whose shape (after defaults) equals a pool's claims the pool's oldest
+// ready sandbox in one conditional store update (PoolStore.ClaimPooled): the record takes the
+// caller's owner, labels, env, TTL and idempotency key, loses its Pool and gains FromPool. A
+// claimed sandbox is never returned to a pool: it is destroyed like any other, so nothing of one
+// claimant can reach another.
+//
+// Env: a pooled sandbox was started without its claimant's env. The claimant's env is kept on
+// the record (Sandbox.Env) and, for a sandbox with FromPool, laid under every later command's
+// own env (exec, jobs, pty, and what runs on them): callEnv.
+//
+// Refill: a loop started by Run keeps every pool at its size, one create at a time, never while
+// an interactive create is in flight, backing off (1 s doubling to a minute) after failures. It
+// also retires (destroys) what a pool holds beyond its size or after the pool is deleted.
+
+// Bounds of pools.
+const (
+	// MaxPools bounds how many pools a server keeps.
+	MaxPools = 32
+	// PoolOwnerPrefix prefixes the owner of a sandbox a pool holds ("pool:<name>").
+	PoolOwnerPrefix = "pool:"
+	// poolRefillEvery is how often the refill loop looks at the pools without being kicked.
+	poolRefillEvery = time.Second
+	poolBackoffMax  = time.Minute
+	// poolRefillDelay is how long after a claim the refill waits before starting a sandbox, so
+	// that the claimant's first calls (its first exec) do not share the CPU with a container
+	// start.
+	poolRefillDelay = 150 * time.Millisecond
+)
+
+var poolNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// poolState is the service's in-memory side of pools: hit and miss counters, refill backoff,
+// the refill loop's wake-up and the count of interactive creates in flight. Its zero value is
+// ready to use.
+type poolState struct {
+	interactive atomic.Int64 // creates in flight that are not refills
+	lastClaim   atomic.Int64 // when the last claim was made (unix nanoseconds)
+	once        sync.Once
+	kickCh      chan struct{}
+	started     atomic.Bool
+
+	mu    sync.Mutex
+	stats map[string]*poolStats // by pool name; at most MaxPools (+ names whose members retire)
+}
+
+type poolStats struct {
+	hits, misses int64
+	failures     int
+	nextTry      time.Time
+	lastErr      string
+}
+
+func (p *poolState) kickChan() chan struct{} {
+	p.once.Do(func() { p.kickCh = make(chan struct{}, 1) })
+	return p.kickCh
+}
+
+// kick wakes the refill loop (never blocks).
+func (p *poolState) kick() {
+	select {
+	case p.kickChan() <- struct{}{}:
+	default:
+	}
+}
+
+func (p *poolState) stat(name string) *poolStats {
+	if p.stats == nil {
+		p.stats = map[string]*poolStats{}
+	}
+	st := p.stats[name]
+	if st == nil {
+		st = &poolStats{}
+		p.stats[name] = st
+	}
+	return st
+}
+
+type poolFillKey struct{}
+
+// poolFillFrom returns the pool a create refills (Create's caller is the refill loop), or "".
+func poolFillFrom(ctx context.Context) string {
+	n, _ := ctx.Value(poolFillKey{}).(string)
+	return n
+}
+
+func (s *Service) poolStore() (PoolStore, error) {
+	ps, ok := s.store.(PoolStore)
+	if !ok {
+		return nil, errcode.New(errcode.UnsupportedOp, "this server's store keeps no warm pools")
+	}
+	return ps, nil
+}
+
+// maxPooled is the server-wide bound on the sum of all pools' sizes.
+func (s *Service) maxPooled() int {
+	if s.cfg.MaxPooled > 0 {
+		return s.cfg.MaxPooled
+	}
+	return max(1, s.cfg.MaxSandboxes/2)
+}
+
+// normalizePool validates p and fills its shape's defaults as a create would.
+func (s *Service) normalizePool(p *Pool) error {
+	if !poolNameRE.MatchString(p.Name) {
+		return errcode.New(errcode.InvalidArgument, "name: a pool name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit; got %q", truncate(p.Name, 80))
+	}
+	if p.Size < 0 || p.Size > s.maxPooled() {
+		return errcode.New(errcode.InvalidArgument, "size must be between 0 and %d (the server's bound on pooled sandboxes); got %d", s.maxPooled(), p.Size)
+	}
+	switch p.Network {
+	case "", "none":
+		p.Network = "none"
+	default:
+		return errcode.New(errcode.InvalidArgument, "network: pools hold sandboxes with network %q only; got %q", "none", truncate(p.Network, 64))
+	}
+	req := CreateRequest{Image: p.Image, Runtime: p.Runtime, CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB}
+	if _, err := s.validateCreate(&req); err != nil {
+		return err
+	}
+	p.Image, p.Runtime, p.CPU, p.MemoryMB, p.DiskMB = req.Image, req.Runtime, req.CPU, req.MemoryMB, req.DiskMB
+	return nil
+}
+
+// SetPool creates or replaces a pool (its shape and size). Sandboxes of an old shape are
+// retired and the pool is refilled in the background.
+func (s *Service) SetPool(ctx context.Context, p Pool) (PoolStatus, error) {
+	ps, err := s.poolStore()
+	if err != nil {
+		return PoolStatus{}, err
+	}
+	if err := s.normalizePool(&p); err != nil {
+		return PoolStatus{}, err
+	}
+	pools, err := ps.ListPools(ctx)
+	if err != nil {
+		return PoolStatus{}, err
+	}
+	total, exists := p.Size, false
+	for _, o := range pools {
+		if o.Name == p.Name {
+			exists = true
+			p.CreatedAt = o.CreatedAt
+			continue
+		}
+		total += o.Size
+	}
+	if !exists && len(pools) >= MaxPools {
+		return PoolStatus{}, errcode.New(errcode.InvalidArgument, "name: this server keeps at most %d pools; delete one first (pool_delete)", MaxPools)
+	}
+	if total > s.maxPooled() {
+		return PoolStatus{}, errcode.New(errcode.InvalidArgument, "size: all pools together may keep at most %d sandboxes (the server's bound on pooled sandboxes); the other pools keep %d, so this one may keep at most %d; got %d",
+			s.maxPooled(), total-p.Size, s.maxPooled()-(total-p.Size), p.Size)
+	}
+	now := s.stamp()
+	if p.CreatedAt.IsZero() {
+		p.CreatedAt = now
+	}
+	p.UpdatedAt = now
+	if err := ps.PutPool(ctx, p); err != nil {
+		return PoolStatus{}, err
+	}
+	s.pools.mu.Lock()
+	st := s.pools.stat(p.Name)
+	st.failures, st.nextTry, st.lastErr = 0, time.Time{}, ""
+	s.pools.mu.Unlock()
+	s.pools.kick()
+	s.log.Info("pool set", "pool", p.Name, "image", p.Image, "runtime", p.Runtime, "size", p.Size)
+	return s.poolStatus(ctx, ps, p)
+}
+
+// ListPools returns every pool with what it holds now and its hits and misses.
+func (s *Service) ListPools(ctx context.Context) ([]PoolStatus, error) {
+	ps, err := s.poolStore()
+	if err != nil {
+		return nil, err
+	}
+	pools, err := ps.ListPools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := ps.CountPooled(ctx, s.local.name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PoolStatus, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, s.statusOf(p, counts[p.Name]))
+	}
+	return out, nil
+}
+
+// DeletePool removes a pool; the ready sandboxes it holds are destroyed in the background.
+func (s *Service) DeletePool(ctx context.Context, name string) error {
+	if !poolNameRE.MatchString(name) {
+		return errcode.New(errcode.InvalidArgument, "name: a pool name is 1-63 characters of a-z, 0-9, '-' and '_'; got %q", truncate(name, 80))
+	}
+	ps, err := s.poolStore()
+	if err != nil {
+		return err
+	}
+	if err := ps.DeletePool(ctx, name); err != nil {
+		return err
+	}
+	s.pools.mu.Lock()
+	delete(s.pools.stats, name) // a pool set again under this name starts its counts anew
+	s.pools.mu.Unlock()
+	s.pools.kick()
+	s.log.Info("pool deleted", "pool", name)
+	return nil
+}
+
+func (s *Service) poolStatus(ctx context.Context, ps PoolStore, p Pool) (PoolStatus, error) {
+	counts, err := ps.CountPooled(ctx, s.local.name)
+	if err != nil {
+		return PoolStatus{}, err
+	}
+	return s.statusOf(p, counts[p.Name]), nil
+}
+
+func (s *Service) statusOf(p Pool, c PoolCount) PoolStatus {
+	out := PoolStatus{Pool: p, Ready: c.Ready, Starting: c.Starting}
+	s.pools.mu.Lock()
+	if st := s.pools.stats[p.Name]; st != nil {
+		out.Hits, out.Misses, out.LastError = st.hits, st.misses, st.lastErr
+	}
+	s.pools.mu.Unlock()
+	return out
+}
+
+// matchPool returns the pool whose shape req (validated, defaults filled) has, if any.
+func matchPool(pools []Pool, req CreateRequest) (Pool, bool) {
+	for _, p := range pools {
+		if p.Size > 0 && p.Image == req.Image && p.Runtime == req.Runtime && p.CPU == req.CPU &&
+			p.MemoryMB == req.MemoryMB && p.DiskMB == req.DiskMB {
+			return p, true
+		}
+	}
+	return Pool{}, false
+}
+
+// claim is Create's hook: a create of a pool's shape takes one of its ready sandboxes. ok says
+// the create is answered (by the claimed sandbox, the key's earlier sandbox, or err); !ok means
+// start one as usual. Only creates with network none, no secrets, no snapshot and none of the
+// sleep options (a pooled sandbox was started without them) can match.
+func (s *Service) claim(ctx context.Context, req CreateRequest, withNetwork bool) (_ Sandbox, ok bool, _ error) {
+	if withNetwork || len(req.Secrets) > 0 || req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping || poolFillFrom(ctx) != "" {
+		return Sandbox{}, false, nil
+	}
+	ps, ok := s.store.(PoolStore)
+	if !ok {
+		return Sandbox{}, false, nil
+	}
+	pools, err := ps.ListPools(ctx)
+	if err != nil {
+		s.log.Warn("pools: cannot read the pools; starting a sandbox", "err", err)
+		return Sandbox{}, false, nil
+	}
+	p, found := matchPool(pools, req)
+	if !found {
+		return Sandbox{}, false, nil
+	}
+	now := s.stamp()
+	owner := OwnerFrom(ctx)
+	claimed, prior, err := ps.ClaimPooled(ctx, PoolClaim{Pool: p.Name, Node: s.local.name, Owner: owner,
+		IdempotencyKey: req.IdempotencyKey, Env: req.Env, Labels: req.Labels,
+		ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second), At: now})
+	if err != nil {
+		return Sandbox{}, true, err
+	}
+	if prior.ID != "" {
+		asked := Sandbox{Image: req.Image, Runtime: req.Runtime, CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
+			Env: req.Env, Labels: req.Labels, IdempotencyKey: req.IdempotencyKey}
+		sb, err := s.sameCreate(ctx, prior, asked, req)
+		return sb, true, err
+	}
+	s.pools.mu.Lock()
+	st := s.pools.stat(p.Name)
+	if claimed.ID == "" {
+		st.misses++
+	} else {
+		st.hits++
+	}
+	s.pools.mu.Unlock()
+	s.pools.kick()
+	if claimed.ID == "" {
+		return Sandbox{}, false, nil
+	}
+	s.pools.lastClaim.Store(time.Now().UnixNano())
+	s.bus.publish()
+	s.log.Info("sandbox claimed from pool", "sandbox_id", claimed.ID, "pool", p.Name, "owner", owner)
+	return claimed, true, nil
+}
+
+// callEnv is the env a command in sb runs with: a sandbox claimed from a pool was started
+// without its claimant's env, so that env (kept on the record) is laid under the command's own.
+// Other sandboxes have theirs as the agent's base env already.
+func callEnv(sb Sandbox, env map[string]string) map[string]string {
+	if !sb.FromPool || len(sb.Env) == 0 {
+		return env
+	}
+	out := maps.Clone(sb.Env)
+	maps.Copy(out, env)
+	return out
+}
+
+// runPools is the refill loop: it keeps each pool at its size until ctx ends.
+func (s *Service) runPools(ctx context.Context) {
+	tick := time.NewTicker(poolRefillEvery)
+	defer tick.Stop()
+	for {
+		s.refillPass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-s.pools.kickChan():
+		}
+	}
+}
+
+// refillPass retires what pools hold beyond their size (or of a deleted pool, or of an old
+// shape), then creates the missing sandboxes one at a time, yielding to interactive creates.
+func (s *Service) refillPass(ctx context.Context) {
+	ps, ok := s.store.(PoolStore)
+	if !ok {
+		return
+	}
+	pools, err := ps.ListPools(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("pools: cannot read the pools", "err", err)
+		}
+		return
+	}
+	counts, err := ps.CountPooled(ctx, s.local.name)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("pools: cannot count pooled sandboxes", "err", err)
+		}
+		return
+	}
+	byName := map[string]Pool{}
+	for _, p := range pools {
+		byName[p.Name] = p
+	}
+	for name, c := range counts {
+		p, exists := byName[name]
+		if !exists || c.Ready+c.Starting > p.Size || s.hasStale(ctx, p) {
+			s.retirePooled(ctx, name, p, exists)
+		}
+	}
+	for _, p := range pools {
+		for ctx.Err() == nil {
+			c := counts[p.Name]
+			if c.Ready+c.Starting >= p.Size || !s.refillDue(p.Name) {
+				break
+			}
+			if s.pools.interactive.Load() > 0 || !s.afterClaimDelay(ctx) {
+				return // interactive creates go first; the next pass (kicked or ticked) resumes
+			}
+			err := s.fillOne(ctx, p)
+			if ctx.Err() != nil {
+				return
+			}
+			s.refillDone(p.Name, err)
+			if err != nil {
+				s.log.Warn("pools: refill failed", "pool", p.Name, "err", err)
+				break
+			}
+			c.Ready++
+			counts[p.Name] = c
+		}
+	}
+}
+
+// afterClaimDelay waits until poolRefillDelay has passed since the last claim (false if ctx
+// ended first, or an interactive create started meanwhile).
+func (s *Service) afterClaimDelay(ctx context.Context) bool {
+	for {
+		wait := poolRefillDelay - time.Since(time.Unix(0, s.pools.lastClaim.Load()))
+		if wait <= 0 {
+			return s.pools.interactive.Load() == 0
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// primePooled runs `true` once in a sandbox made for a pool, before it becomes claimable: the
+// first command a sandbox runs pays for warming its agent's exec path, and that is the pool's
+// cost, not its claimant's. It runs as the default user and leaves nothing; a failure is only
+// logged (the sandbox is still usable, or its watch finds it lost).
+func (s *Service) primePooled(ctx context.Context, id string) {
+	s.guestsMu.Lock()
+	gc := s.guests[id]
+	s.guestsMu.Unlock()
+	if gc == nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := gc.Exec(pctx, guest.ExecRequest{Argv: []string{"true"}, TimeoutMs: 10_000}, nil); err != nil {
+		s.log.Warn("pools: priming a pooled sandbox failed", "sandbox_id", id, "err", err)
+	}
+}
+
+// fillOne creates one sandbox for p (through Create, as the pool).
+func (s *Service) fillOne(ctx context.Context, p Pool) error {
+	_, err := s.Create(context.WithValue(ctx, poolFillKey{}, p.Name), CreateRequest{Image: p.Image, Runtime: p.Runtime,
+		CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB})
+	return err
+}
+
+func (s *Service) refillDue(name string) bool {
+	s.pools.mu.Lock()
+	defer s.pools.mu.Unlock()
+	return !s.now().Before(s.pools.stat(name).nextTry)
+}
+
+func (s *Service) refillDone(name string, err error) {
+	s.pools.mu.Lock()
+	defer s.pools.mu.Unlock()
+	st := s.pools.stat(name)
+	if err == nil {
+		st.failures, st.nextTry, st.lastErr = 0, time.Time{}, ""
+		return
+	}
+	st.failures++
+	st.nextTry = s.now().Add(min(poolBackoffMax, time.Second<<min(st.failures-1, 6)))
+	st.lastErr = truncate(errcode.Message(err), 512)
+}
+
+// poolMembers lists the running sandboxes pool name holds (bounded by the pooled bound).
+func (s *Service) poolMembers(ctx context.Context, name string) ([]Sandbox, error) {
+	return s.store.ListSandboxes(ctx, ListFilter{Pool: name, States: []State{StateRunning}, Limit: MaxList})
+}
+
+// hasStale reports whether p holds a ready sandbox of another shape than p's (the pool was set
+// to a new shape).
+func (s *Service) hasStale(ctx context.Context, p Pool) bool {
+	members, err := s.poolMembers(ctx, p.Name)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(members, func(sb Sandbox) bool { return !p.holds(sb) })
+}
+
+func (p Pool) holds(sb Sandbox) bool {
+	return sb.Image == p.Image && sb.Runtime == p.Runtime && sb.CPU == p.CPU && sb.MemoryMB == p.MemoryMB && sb.DiskMB == p.DiskMB
+}
+
+// retire destroys the ready sandboxes pool name holds that it should not: all of them when the
+// pool is gone, those of an old shape, and the newest beyond its size. A sandbox claimed
+// meanwhile is left alone (the destroy is conditional on the record still being pooled).
+func (s *Service) retirePooled(ctx context.Context, name string, p Pool, exists bool) {
+	members, err := s.poolMembers(ctx, name)
+	if err != nil {
+		return
+	}
+	keep := 0
+	for _, sb := range members { // oldest first
+		if exists && p.holds(sb) && keep < p.Size {
+			keep++
+			continue
+		}
+		s.retireOne(ctx, sb.ID, name)
+	}
+}
+
+func (s *Service) retireOne(ctx context.Context, id, pool string) {
+	unlock, ok := s.tryLock(id)
+	if !ok {
+		return
+	}
+	defer unlock()
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil || sb.Pool != pool || sb.State != StateRunning {
+		return
+	}
+	if _, err := s.stopAndDestroy(ctx, sb, "retired from pool "+pool); err != nil && ctx.Err() == nil {
+		if errcode.Of(err) != errcode.Conflict { // a claim won the race: it is the claimant's now
+			s.log.Warn("pools: retire", "sandbox_id", id, "pool", pool, "err", err)
+		}
+	}
+}
+
+// startPools starts the refill loop once, on the service's background context and ctx both.
+func (s *Service) startPools(ctx context.Context) {
+	if _, ok := s.store.(PoolStore); !ok || !s.pools.started.CompareAndSwap(false, true) {
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.bg, cancel)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer stop()
+		defer cancel()
+		s.runPools(rctx)
+	}()
+}
+
+// ParsePoolFlag parses serve's --pool value: comma-separated key=value pairs, name and size
+// required, the shape's fields optional (the server's defaults): e.g.
+// "name=py,image=python:3.12,runtime=runc,cpu=1,memory_mb=512,disk_mb=1024,size=4".
+func ParsePoolFlag(v string) (Pool, error) {
+	var p Pool
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool %q: %q is not key=value (keys: name, image, runtime, cpu, memory_mb, disk_mb, network, size)", truncate(v, 200), truncate(kv, 80))
+		}
+		if seen[k] {
+			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool: %s is given twice", k)
+		}
+		seen[k] = true
+		var err error
+		switch k {
+		case "name":
+			p.Name = val
+		case "image":
+			p.Image = val
+		case "runtime":
+			p.Runtime = val
+		case "network":
+			p.Network = val
+		case "cpu":
+			p.CPU, err = strconv.ParseFloat(val, 64)
+		case "memory_mb":
+			p.MemoryMB, err = strconv.ParseInt(val, 10, 64)
+		case "disk_mb":
+			p.DiskMB, err = strconv.ParseInt(val, 10, 64)
+		case "size":
+			p.Size, err = strconv.Atoi(val)
+		default:
+			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool: unknown key %q (keys: name, image, runtime, cpu, memory_mb, disk_mb, network, size)", truncate(k, 40))
+		}
+		if err != nil {
+			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool: %s must be a number; got %q", k, truncate(val, 40))
+		}
+	}
+	if !seen["name"] || !seen["size"] {
+		return Pool{}, errcode.New(errcode.InvalidArgument, "--pool %q: name and size are required, e.g. name=py,image=python:3.12,size=4", truncate(v, 200))
+	}
+	return p, nil
+}
