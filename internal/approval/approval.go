@@ -107,8 +107,9 @@ var ReadOnly = map[string]bool{
 	"sandbox_connections": true, "sandbox_secret_calls": true,
 	"file_read": true, "file_list": true,
 	"job_list": true, "job_status": true, "job_logs": true, "job_wait": true,
-	"image_list": true,
-	"run_get":    true, "run_list": true, "run_events": true, "run_logs": true, "run_artifact": true, "batch_get": true,
+	"image_list":    true,
+	"snapshot_list": true, "sandbox_diff": true, "pool_list": true, // issue 15
+	"run_get": true, "run_list": true, "run_events": true, "run_logs": true, "run_artifact": true, "batch_get": true,
 	"watch": true, "watch_fleet": true,
 	"execute_sql": true, "fetch_metrics": true,
 }
