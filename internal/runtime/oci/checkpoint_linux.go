@@ -232,31 +232,10 @@ func (r *Runtime) saveMemory(ctx context.Context, id, dir string, opts runtime.S
 
 // checkpointRunning saves sandbox id's memory into mem and copies its disk image img (size
 // bytes) to dst, of one instant, and leaves it running (resumed, its agent listening again).
-func (r *Runtime) checkpointRunning(ctx context.Context, id, mem, img, dst string, size int64) (err error) {
+func (r *Runtime) checkpointRunning(ctx context.Context, id, mem, img, dst string, size int64) error {
 	defer r.relistenAfter(ctx, id)
-	if err := r.Pause(ctx, id); err != nil {
-		return err
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotResumeTimeout)
-		defer cancel()
-		if rerr := r.Resume(rctx, id); rerr != nil {
-			r.log.Error("resume after a memory snapshot", "sandbox_id", id, "err", rerr)
-			if err == nil {
-				err = rerr
-			}
-		}
-	}()
-	if err := r.checkpoint(ctx, id, mem, true); err != nil {
-		return err
-	}
-	if err := syncFS(filepath.Join(r.sandboxDir(id), diskMountName)); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot sync the disk of sandbox %s", id)
-	}
-	if err := cloneSparse(img, dst, size); err != nil {
-		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot copy the disk of sandbox %s", id)
-	}
-	return nil
+	// The checkpoint first: saving flushes the sandbox's pending file writes to its disk.
+	return r.copyFrozen(ctx, id, img, dst, size, func() error { return r.checkpoint(ctx, id, mem, true) })
 }
 
 // checkpointRelease saves sandbox id's memory into mem, which ends the sandbox, then moves its

@@ -108,7 +108,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string, opts runtime.Sna
 	if opts.Release {
 		moved, err = r.releaseInto(ctx, id, dst)
 	} else {
-		err = r.copyFrozen(ctx, id, img, dst, ist.Size)
+		err = r.copyFrozen(ctx, id, img, dst, ist.Size, nil)
 	}
 	if err != nil {
 		return runtime.SnapshotInfo{}, err
@@ -133,8 +133,9 @@ func (r *Runtime) memorySnapshotReason() string {
 }
 
 // copyFrozen copies the disk image img (size bytes) of sandbox id to dst while the sandbox is
-// paused and its file system synced; it always resumes the sandbox.
-func (r *Runtime) copyFrozen(ctx context.Context, id, img, dst string, size int64) (err error) {
+// paused and its file system synced; it always resumes the sandbox. frozen, when not nil, runs
+// first while the sandbox is paused (a memory checkpoint of the same instant as the copy).
+func (r *Runtime) copyFrozen(ctx context.Context, id, img, dst string, size int64, frozen func() error) (err error) {
 	if err := r.Pause(ctx, id); err != nil {
 		return err
 	}
@@ -148,6 +149,11 @@ func (r *Runtime) copyFrozen(ctx context.Context, id, img, dst string, size int6
 			}
 		}
 	}()
+	if frozen != nil {
+		if err := frozen(); err != nil {
+			return err
+		}
+	}
 	if err := syncFS(filepath.Join(r.sandboxDir(id), diskMountName)); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot sync the disk of sandbox %s", id)
 	}
