@@ -7,7 +7,13 @@ export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
 export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/agentbox
-HOST_PKGS := runc crun iproute2 python3 e2fsprogs gcc libc6-dev tmux procps git curl python3-pip busybox-static criu
+# postgresql-15: the Postgres store's tests (internal/store/postgres) start a throwaway server from
+# its binaries (internal/testenv/pglab); the package's own service is not used.
+HOST_PKGS := runc crun iproute2 python3 e2fsprogs gcc libc6-dev tmux procps git curl python3-pip busybox-static criu xvfb x11-xserver-utils xauth postgresql-15 containernetworking-plugins openssl
+# The test cluster (hack/k8s): binaries built from the Go module proxy by hack/k8s/build.sh into a
+# cache keyed by a hash of its tool modules (AGENTBOX_K8S_CACHE, default /var/cache/agentbox/k8s);
+# cluster-up.sh keeps its state in AGENTBOX_K8S_STATE (default /var/lib/agentbox-k8s).
+K8S := hack/k8s
 # gVisor's runsc is built from the Go module proxy at this pinned version (Debian's runsc is from
 # 2022-12 and lacks four years of fixes: statx, /proc/self/limits, clone3, …) into RUNSC, which
 # comes before /usr/bin in PATH. `go version -m` tells which version an installed one is.
@@ -17,7 +23,7 @@ RUNSC := /usr/local/bin/runsc
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients
 
-.PHONY: all build run test test-unit bench bench-audit bench-sql deps deps-runsc deps-mcp vet clean
+.PHONY: all build cross run test test-unit bench bench-audit bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp vet clean k8s k8s-up k8s-down
 
 all: build
 
@@ -56,6 +62,13 @@ $(MCPCLIENTS)/node_modules/.package-lock.json: $(MCPCLIENTS)/package.json $(MCPC
 	cd $(MCPCLIENTS) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# cross builds the binary for the other platforms a joined machine runs (issue 17): the CLI and
+# `agentbox join` work there; serve, mcp and doctor are Linux's (server_other.go says so).
+CROSS := darwin/arm64 darwin/amd64 windows/amd64
+cross:
+	@for p in $(CROSS); do echo "cross-build $$p"; \
+	  GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -o /dev/null ./cmd/agentbox || exit 1; done
+
 run: deps build
 	./$(BIN) serve
 
@@ -67,16 +80,47 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 # test runs every test: unit, store, guest, runtime (real runc), service, API, end-to-end (the shell
-# under tmux among them) and the
-# real MCP clients (test/mcpclients). Tests that need root run when root (CI is root).
+# under tmux among them), the real MCP clients (test/mcpclients) and the Kubernetes tests on a real
+# single-node cluster (hack/k8s: built or taken from its cache, brought up before the tests and torn
+# down after them, pass or fail; AGENTBOX_TEST_KUBECONFIG names it to the tests). When
+# AGENTBOX_TEST_KUBECONFIG is already set, or a cluster from `make k8s-up` already runs, the tests
+# use that cluster and make test neither starts nor stops one. cluster-up.sh is all or nothing.
+# Tests that need root run when root (CI is root).
 # One pass, under the race detector, replaces a plain one: every package runs under it (all are
 # pure Go; the test binaries need not be static, since what runs in a sandbox is the agentbox
 # binary that testenv.Binary builds with CGO_ENABLED=0). It needs cgo for the test binaries only.
-test: deps deps-mcp vet build
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 60m ./...
+# AGENTBOX_TEST_REQUIRE_POSTGRES makes a test that needs Postgres fail, not skip, when none can be
+# had: here the Postgres store's suite always runs (deps installs postgresql-15).
+test: deps deps-mcp vet cross build
+	@set -euo pipefail; \
+	if [ -n "$${AGENTBOX_TEST_KUBECONFIG:-}" ]; then \
+	  echo "make test: Kubernetes tests on the cluster in $$AGENTBOX_TEST_KUBECONFIG"; \
+	elif kc=$$($(K8S)/cluster-up.sh -running); then \
+	  echo "make test: Kubernetes tests on the cluster already running ($$kc), which stays up"; \
+	  export AGENTBOX_TEST_KUBECONFIG=$$kc; \
+	else \
+	  bin=$$($(K8S)/build.sh); \
+	  kc=$$($(K8S)/cluster-up.sh "$$bin"); \
+	  trap 'st=$$?; $(K8S)/teardown.sh || { [ $$st != 0 ] || st=1; }; exit $$st' EXIT; \
+	  trap 'exit 130' INT TERM; \
+	  export AGENTBOX_TEST_KUBECONFIG=$$kc; \
+	fi; \
+	AGENTBOX_TEST_REQUIRE_POSTGRES=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 60m ./...
 
 test-unit:
 	$(GO) test -count=1 -short ./...
+
+# k8s builds the test cluster's binaries (hack/k8s/build.sh: about 9 minutes cold under nice, a
+# second when its cache holds them) and prints their directory; k8s-up starts a cluster and prints
+# its kubeconfig; k8s-down stops it and removes everything it made.
+k8s: deps
+	@$(K8S)/build.sh
+
+k8s-up: k8s
+	@$(K8S)/cluster-up.sh "$$($(K8S)/build.sh)"
+
+k8s-down:
+	@$(K8S)/teardown.sh
 
 # bench also installs podman: the image-pull figure is measured beside `podman pull` of the same image.
 BENCH_PKGS := podman
@@ -97,6 +141,24 @@ bench-audit: build
 # bench-sql: execute_sql's count-by-tool-in-the-last-hour over 1,000,000 audit records (issue 16).
 bench-sql:
 	$(GO) run ./bench -sql-only -out bench/results-sql.json
+
+# bench-remoteexec: remote_exec of `true` over a joined agent on loopback (issue 17), beside host floors.
+bench-remoteexec:
+	$(GO) run ./bench -remoteexec-only -out bench/results-remoteexec.json
+
+# bench-kube: the kubernetes runtime (issue 18) on the test cluster: create → first exec on the
+# runc and gVisor classes beside local runc and a plain client-go pod, then 100 creates on one
+# replica and over two (Postgres from pglab), in one run. It uses a running cluster (make k8s-up)
+# or brings one up and tears it down.
+bench-kube: build
+	@set -euo pipefail; \
+	if [ -n "$${AGENTBOX_TEST_KUBECONFIG:-}" ]; then :; \
+	elif kc=$$($(K8S)/cluster-up.sh -running); then export AGENTBOX_TEST_KUBECONFIG=$$kc; \
+	else \
+	  bin=$$($(K8S)/build.sh); kc=$$($(K8S)/cluster-up.sh "$$bin"); \
+	  trap '$(K8S)/teardown.sh' EXIT; export AGENTBOX_TEST_KUBECONFIG=$$kc; \
+	fi; \
+	$(GO) run ./bench -kube-only -out bench/results-kube.json
 
 clean:
 	rm -rf bin

@@ -118,12 +118,16 @@ func main() {
 	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
 	netf := networkFlags()
 	imf := imagesFlags()
-	auf := auditBenchFlags() // the audit log (issue 16, audit.go)
-	rf := runsBenchFlags()   // issue 14's figures (runs.go)
-	sqf := sqlFlags()        // execute_sql (issue 16, sql.go)
-	snf := snapshotFlags()   // files snapshots and fork (issue 15, snapshots.go)
-	slf := sleepFlags()      // gVisor sleep/wake (issue 15, sleep.go)
-	pof := poolsBenchFlags() // warm pools (issue 15, pools.go)
+	auf := auditBenchFlags()    // the audit log (issue 16, audit.go)
+	rf := runsBenchFlags()      // issue 14's figures (runs.go)
+	sqf := sqlFlags()           // execute_sql (issue 16, sql.go)
+	snf := snapshotFlags()      // files snapshots and fork (issue 15, snapshots.go)
+	slf := sleepFlags()         // gVisor sleep/wake (issue 15, sleep.go)
+	pof := poolsBenchFlags()    // warm pools (issue 15, pools.go)
+	mcf := machinesBenchFlags() // joined machines (issue 17, machines.go)
+	blf := blobsFlags()         // the file relay (issue 17, blobs.go)
+	ref := remoteExecFlags()    // remote_exec on a joined machine (issue 17, remoteexec.go)
+	kbf := kubeBenchFlags()     // the kubernetes runtime (issue 18, kube.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -145,6 +149,14 @@ func main() {
 		serveLab(*netf.labServe) // the lab's server, re-executed in its network namespace (lab.go)
 		return
 	}
+	if *blf.only { // the file relay's throughput (issue 17, blobs.go): no sandboxes
+		runBlobsBench(context.Background(), blf, *out)
+		return
+	}
+	if *ref.only { // remote_exec over a joined agent on loopback (issue 17, remoteexec.go): no sandboxes
+		runRemoteExecBench(context.Background(), ref, *out)
+		return
+	}
 	if *sqf.only { // execute_sql over 1M audit records (issue 16, sql.go): no sandboxes
 		runSQLBench(context.Background(), sqf, *out)
 		return
@@ -152,9 +164,23 @@ func main() {
 	if os.Geteuid() != 0 {
 		log.Fatal("bench needs root (real sandboxes): sudo make bench")
 	}
+	if *mcf.only { // joined machines (issue 17, machines.go): a serve child and in-process agents
+		res := Results{CPUs: goruntime.NumCPU(), When: time.Now().UTC()}
+		res.Host, _ = os.Hostname()
+		res.Stats = runMachinesBench(context.Background(), absBin(*bin), mcf)
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
 	guestBin, err := filepath.Abs(*bin)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *kbf.only { // the kubernetes runtime next to local runc and plain pods (issue 18, kube.go)
+		runKubeBench(context.Background(), guestBin, kbf, *out)
+		return
 	}
 	if *rf.only {
 		rr := runRuns(context.Background(), absBin(*bin), rf)
@@ -460,6 +486,9 @@ func main() {
 	// issue 16's figure (audit.go)
 	res.Stats = append(res.Stats, benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)...)
 	res.Stats = append(res.Stats, benchPools(ctx, svc, c, warm["runc"], pof)...) // issue 15's pool figures (pools.go)
+	res.Stats = append(res.Stats, benchRemoteExec(ctx, ref)...)                  // issue 17's remote_exec (remoteexec.go)
+	res.Stats = append(res.Stats, benchBlobs(ctx, blf)...)                       // issue 17's file relay (blobs.go)
+	res.Stats = append(res.Stats, runMachinesBench(ctx, absBin(*bin), mcf)...)   // issue 17's 200 joined machines (machines.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}

@@ -29,8 +29,10 @@ type pkg struct {
 var dbDrivers = []string{"database/sql", "modernc.org/sqlite", "github.com/mattn/go-sqlite3",
 	"github.com/jackc/pgx", "github.com/lib/pq"}
 
-// storeDrivers may import dbDrivers: they are the only code that knows a database.
-var storeDrivers = []string{module + "internal/store/sqlite", module + "internal/store/postgres"}
+// storeDrivers may import dbDrivers: they are the only code that knows a database (sqlstore
+// is the SQL they share; pglab creates the throwaway Postgres databases tests run on).
+var storeDrivers = []string{module + "internal/store/sqlite", module + "internal/store/postgres",
+	module + "internal/store/sqlstore", module + "internal/testenv/pglab"}
 
 // under reports whether path is p or one of its subpackages.
 func under(path, p string) bool { return path == p || strings.HasPrefix(path, p+"/") }
@@ -72,6 +74,17 @@ func violations(pkgs []pkg) []string {
 			forbid(p, p.Deps, "the runtime contract is lifecycle only; the guest protocol is the runtimes' business",
 				module+"internal/guest")
 		}
+		if path == module+"internal/machine/agent" || path == module+"internal/machine/proto" || path == module+"internal/gpu" {
+			forbid(p, p.Deps, "the machine side builds for every platform and knows nothing of the server (issue 17)",
+				module+"internal/sandbox", module+"internal/store", module+"internal/runtime", module+"internal/api",
+				module+"internal/mcpserver", module+"internal/runs")
+			if path != module+"internal/machine/agent" {
+				forbid(p, p.Deps, "proto and gpu are below the agent", module+"internal/machine/agent")
+			}
+		}
+		forbid(p, slices.Concat(p.Deps, p.TestImports, p.XTestImports),
+			"agentbox talks to Kubernetes through client-go only; k8s.io/kubernetes is built in hack/k8s's own modules",
+			"k8s.io/kubernetes")
 		if !underAny(path, storeDrivers...) {
 			direct := slices.Concat(p.Imports, p.TestImports, p.XTestImports)
 			forbid(p, direct, "only store drivers talk to a database", dbDrivers...)
@@ -132,6 +145,7 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/config", Imports: m("modernc.org/sqlite")},
 		{ImportPath: module + "internal/sandbox", XTestImports: m("github.com/jackc/pgx/v5")},
 		{ImportPath: module + "cmd/agentbox", Imports: []string{"database/sql"}},
+		{ImportPath: module + "internal/runtime/kubernetes", Deps: []string{"k8s.io/kubernetes/pkg/api/v1/pod"}},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {
@@ -145,6 +159,7 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/sandbox", Deps: m("internal/runtime", "internal/guest", "internal/storeutil")},
 		{ImportPath: module + "cmd/agentbox", Deps: m("internal/store/sqlite", "modernc.org/sqlite", "internal/api")},
 		{ImportPath: module + "internal/mcpserver", Deps: m("internal/sandbox")},
+		{ImportPath: module + "internal/testenv/kubelab", Imports: []string{"k8s.io/client-go/kubernetes", "k8s.io/api/core/v1"}},
 	}
 	if v := violations(good); len(v) != 0 {
 		t.Errorf("allowed edges reported: %q", v)

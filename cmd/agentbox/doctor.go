@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -37,6 +39,9 @@ func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	stateDir := fs.String("state-dir", config.DefaultStateDir(), "state directory to check for free space")
+	storeFlag := fs.String("store", "", "the store to check, as agentbox serve --store takes it (default the SQLite file in the state dir)")
+	kcfg := config.Default()
+	registerKubeFlags(fs, &kcfg) // the cluster of the kubernetes runtime (issue 18, kube_wire.go)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -69,7 +74,11 @@ func cmdDoctor(args []string) int {
 	add(diskCheck(*stateDir))
 	add(overlayCheck(runs)) // images (issue 13, images.go)
 	add(imageCacheCheck(*stateDir))
+	add(storeCheck(*storeFlag, *stateDir)) // the store (issue 18, doctor_store.go)
 	for _, c := range runs {
+		add(c)
+	}
+	for _, c := range kubeChecks(kcfg) {
 		add(c)
 	}
 	if *asJSON {

@@ -5,6 +5,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/agentbox/agentbox/internal/hostjobs"
 )
 
 func main() {
@@ -45,6 +47,13 @@ func run(args []string) int {
 		// snapshots, fork, sleep, wake, diff (issue 15, snapshots.go)
 		"snapshot": cmdSnapshot, "snapshots": cmdSnapshots, "fork": cmdFork, "sleep": cmdSleep, "wake": cmdWake, "diff": cmdDiff,
 		"pool": cmdPool, // warm pools (issue 15, pools.go)
+		// joined machines (issue 17, join.go, machine.go)
+		"join": cmdJoin, "machine": cmdMachine,
+		// the supervisor of one remote job on a joined machine (hidden; issue 17, hostjobs)
+		hostjobs.SupervisorCommand: hostjobs.Supervise,
+		// the kubernetes runtime (issue 18, kube.go): the guest image, and inside pods the
+		// init container's install and the agent tunnel (hidden)
+		"kube-guest-image": cmdKubeGuestImage, "guest-install": cmdGuestInstall, "guest-kube": cmdGuestKube, "guest-tunnel": cmdGuestTunnel,
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:])
@@ -61,7 +70,7 @@ func run(args []string) int {
 const usage = `agentbox — disposable Linux computers for AI agents, on your own machine
 
 Server:
-  agentbox serve [--listen ADDR] [--state-dir DIR] [--allow-remote] ...
+  agentbox serve [--listen ADDR] [--state-dir DIR] [--store postgres://…|sqlite://PATH] [--allow-remote] ...
                                         run the control plane (REST API on 127.0.0.1:8765)
                  [--run-workers N] [--checkout-dir DIR]... [--artifact-mb N] [--run-retention D]
                                         durable runs: workers, file:// repos, blob store, history
@@ -69,9 +78,21 @@ Server:
                  [--allow-private-network]  HTTPS and exposure beyond loopback (README: security)
                  [--audit-retention D] [--audit-max-rows N]
                                         the audit log: how long and how many records are kept
-  agentbox doctor                       what this host supports and how to fix what is missing
+                 [--lease-ttl D]        several replicas on one Postgres: the lifecycle lease's TTL
+                                        (README: Several replicas)
+  agentbox doctor [--store S]           what this host supports and how to fix what is missing
+                 [--runtime kubernetes --kube-config F --kube-namespace NS]
+                 [--kube-runtime-class-process C] [--kube-runtime-class-kernel C] [--kube-host-image REF]
+                                        sandboxes as pods on a Kubernetes cluster (README: Kubernetes)
+  agentbox kube-guest-image [-o FILE]   the guest image of this binary, for the cluster's nodes
+  agentbox doctor [--kube-config F]     what this host (and cluster) supports and how to fix what is missing
   agentbox token create [--scope read|operate|admin] [--expires D] NAME   a named API key
                                         (printed once, last); token ls; token revoke NAME|ID
+
+Joined machines (your own computers, dialling out to the server; README "Joined machines"):
+  agentbox join URL --token T [--name N] [--install] [--fingerprint SHA256]   on the machine
+  agentbox machine ls|get|rm|alias      the joined machines (get, rm, alias take id, name or alias)
+  agentbox machine token create [--expires D] [--uses N] · token ls · token revoke ID   join tokens
 
 MCP (for Claude Code, Codex, Cursor, Claude Desktop, any MCP client):
   agentbox mcp [--state-dir DIR]        serve MCP on stdio; uses the running server, or runs the
@@ -143,6 +164,11 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
                                         same shape claims one (from_pool) instead of starting one
   agentbox pool ls [--json]             pools: ready, size, starting, hits, misses, shape
   agentbox pool rm NAME...              delete pools (their ready sandboxes are destroyed)
+  agentbox machine exec NAME [--shell S] [--timeout-ms N] [--elevated] [--env K=V]... [--cwd D] -- 'SCRIPT'
+                                        run a script on a joined machine (exit 124: timed out,
+                                        125: connection lost; the outcome is then unknown)
+  agentbox machine screenshot NAME [--display N] -o FILE.png
+                                        a screenshot of a joined machine's display
   agentbox run [--repo URL] [--ref REF] [--setup ARGV] [--validate ARGV]... [--artifact GLOB]...
                [--file LOCAL:PATH]... [--env K=V]... [--image I] [--allow-host H]... [--keep]
                [--timeout SECONDS] [--detach] [--json] -- CMD ARGS...
@@ -163,6 +189,15 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox approvals show ID            one approval: tool, digest, summary, decision, outcome
   agentbox approvals approve|deny [--reason TEXT] ID   decide (needs the admin token)
   agentbox version
+
+Remote jobs on joined machines (issue 17; MACHINE is an id, name or alias):
+  agentbox machine job start [--shell sh|bash|cmd|powershell] [--env K=V]... [--cwd DIR] [--gpu N]
+                             MACHINE -- COMMAND...   a detached job; prints its id (--gpu reserves
+                                        that GPU for it alone: CUDA_VISIBLE_DEVICES)
+  agentbox machine job ls [--limit N] MACHINE  |  machine job status MACHINE JOB
+                                        (exit code: the job's; 3 running; 1 canceled/failed/unknown)
+  agentbox machine job logs [--tail N | --offset N [--max-bytes N]] MACHINE JOB
+  agentbox machine job cancel [--grace SECONDS] MACHINE JOB   its whole tree; its GPU released
 
 Internal:
   agentbox guest --socket PATH          the in-sandbox agent (runs as PID 1 of a sandbox)

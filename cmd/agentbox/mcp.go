@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -81,6 +83,11 @@ func cmdMCP(args []string) int {
 		cp.prom.Attach(cp.svc, cp.svc, log)  // no REST server attaches it here
 		opts.Metrics = cp.metricsSource(ctx) // fetch_metrics (issue 16); over REST: the server's /metrics
 	}
+	if cb, ok := backend.(*client.Backend); ok { // joined machines (issue 17): the server's registry
+		opts.Machines = cb.Machines()
+		opts.RemoteJobs = cb.RemoteJobs()
+		opts.Remote = cb.Machines() // remote_exec, remote_screenshot through the server
+	}
 	srv := mcpserver.New(backend, opts)
 	defer srv.Close()
 	if _, inProcess := backend.(*sandbox.Service); inProcess {
@@ -141,13 +148,13 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpt
 	if err != nil {
 		return nil, nil, nil, "", nil, nil, err
 	}
-	cp.startLoop(ctx) // TTLs, destroys, the orphan sweep; cp.Close stops it and waits
 	// Durable runs (issue 14): no HTTP server in process, so artifact URLs have no address to
 	// name (run_artifact returns small files inline).
 	if err := cp.startRuns(ctx, cfg, log, func() string { return "" }); err != nil {
 		cp.Close()
 		return nil, nil, nil, "", nil, nil, err
 	}
+	cp.startLoop(ctx) // TTLs, destroys, the orphan sweep, the run workers; cp.Close stops it and waits
 	closeFn := cp.Close
 	inProcess.Store(cp)
 	return cp.svc, cp.runsBackend(), cp.store, "in-process (state dir " + cfg.StateDir + ")", cp.gates, closeFn, nil

@@ -15,12 +15,19 @@ import (
 
 // Warm pools (issue 15): `agentbox pool set|ls|rm` and serve's --pool.
 
-// poolFlags collects serve's repeatable --pool name=…,image=…,size=N.
-type poolFlags []sandbox.Pool
+// poolFlags is serve's warm-pool flags: the repeatable --pool name=…,image=…,size=N and
+// --max-pooled.
+type poolFlags struct {
+	pools     poolValues
+	maxPooled int
+}
 
-func (p *poolFlags) String() string { return fmt.Sprint(len(*p), " pools") }
+// poolList collects the --pool values.
+type poolValues []sandbox.Pool
 
-func (p *poolFlags) Set(v string) error {
+func (p *poolValues) String() string { return fmt.Sprint(len(*p), " pools") }
+
+func (p *poolValues) Set(v string) error {
 	pool, err := sandbox.ParsePoolFlag(v)
 	if err != nil {
 		return fmt.Errorf("%s", errcode.Message(err))
@@ -29,17 +36,18 @@ func (p *poolFlags) Set(v string) error {
 	return nil
 }
 
-// registerPoolFlags adds --pool to serve's flags.
+// registerPoolFlags adds --pool and --max-pooled to serve's flags.
 func registerPoolFlags(fs *flag.FlagSet) *poolFlags {
 	var p poolFlags
-	fs.Var(&p, "pool", "a warm pool, repeatable: name=NAME,size=N[,image=I][,runtime=R][,cpu=C][,memory_mb=M][,disk_mb=D][,network=none] "+
+	fs.IntVar(&p.maxPooled, "max-pooled", 0, "most sandboxes all warm pools together may keep (they count against --max-sandboxes, which bounds it; default half of --max-sandboxes)")
+	fs.Var(&p.pools, "pool", "a warm pool, repeatable: name=NAME,size=N[,image=I][,runtime=R][,cpu=C][,memory_mb=M][,disk_mb=D][,network=none|egress] "+
 		"(set at start, replacing the stored pool of that name; pools set at run time persist too)")
 	return &p
 }
 
 // apply sets the flags' pools on svc (validated as pool_set does).
 func (p *poolFlags) apply(ctx context.Context, svc *sandbox.Service) error {
-	for _, pool := range *p {
+	for _, pool := range p.pools {
 		if _, err := svc.SetPool(ctx, pool); err != nil {
 			return fmt.Errorf("--pool name=%s: %w", pool.Name, err)
 		}
@@ -70,7 +78,7 @@ func poolSet(args []string) int {
 	c.fs.Float64Var(&p.CPU, "cpu", 0, "CPU limit in cores (default: the server's)")
 	c.fs.Int64Var(&p.MemoryMB, "memory-mb", 0, "memory limit in MiB (default: the server's)")
 	c.fs.Int64Var(&p.DiskMB, "disk-mb", 0, "disk size in MiB (default: the server's)")
-	c.fs.StringVar(&p.Network, "network", "", "none (the default; the only one pools hold)")
+	c.fs.StringVar(&p.Network, "network", "", "none (the default) or egress (for creates with a network policy; each claimant's policy and secrets apply at its claim)")
 	return c.run(args, exactly(1), func(ctx context.Context, cl *client.Client, pos []string) int {
 		if *size < 0 {
 			fmt.Fprintln(os.Stderr, "agentbox pool set: --size is required (0 or more)")

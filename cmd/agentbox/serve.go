@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -14,7 +16,10 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/mcpserver"
+	"github.com/agentbox/agentbox/internal/remotejobs"
+	"github.com/agentbox/agentbox/internal/remoteops"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -23,6 +28,7 @@ func cmdServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address for the REST API (loopback only unless --allow-remote)")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory (database, runtime state, sandbox dirs)")
+	fs.StringVar(&cfg.Store, "store", "", "durable store: postgres://user:password@host/db (or postgresql://…) for Postgres, sqlite://PATH for a SQLite file elsewhere; default the SQLite file agentbox.db in the state dir")
 	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow a non-loopback listen address (anyone who can reach it and has the token controls sandboxes)")
 	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime")
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once")
@@ -37,25 +43,33 @@ func cmdServe(args []string) int {
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (servers sharing a host need different ones)")
 	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, fmt.Sprintf("first host uid of the pool sandboxes' user-namespace ranges (%d ids each) come from (default %d)", sandbox.IDRangeSize, sandbox.DefaultIDPoolBase))
 	fs.DurationVar(&cfg.JobRetention, "job-retention", cfg.JobRetention, "how long finished job records are kept")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "several replicas on one store: how long the node's lifecycle lease lasts unless renewed (renewed every third of it); another replica takes a dead holder's lifecycle work (TTLs, reconcile, pool refill, run workers) over within it")
 	fs.IntVar(&cfg.MaxJobsPerSandbox, "max-jobs-per-sandbox", cfg.MaxJobsPerSandbox, fmt.Sprintf("most running jobs in one sandbox (1–%d)", sandbox.DefaultMaxJobs))
 	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
 	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go)
+	registerKubeFlags(fs, &cfg)   // the kubernetes runtime (issue 18, kube_wire.go)
 	var tlsFlags serveTLS
 	tlsFlags.register(fs)           // TLS and exposure (issue 16, tls.go)
 	registerAuditFlags(fs, &cfg)    // the audit log (issue 16, audit.go)
 	registerApprovalFlags(fs, &cfg) // approvals (issue 16, approvals.go)
 	pools := registerPoolFlags(fs)  // warm pools (issue 15, pools.go)
+	relay := registerRelayFlags(fs) // the file relay (issue 17, relay.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	cfg.MaxPooled = pools.maxPooled // warm pools (issue 15, pools.go)
 	if *noAuth {
 		if host, _, err := net.SplitHostPort(cfg.Listen); err != nil || !config.IsLoopback(host) || cfg.AllowRemote {
 			fmt.Fprintf(os.Stderr, "agentbox serve: --insecure-no-auth works only on a loopback --listen address and without --allow-remote (got %q)\n", cfg.Listen)
 			return 2
 		}
+	}
+	if err := relay.check(); err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox serve: %v\n", err)
+		return 2
 	}
 	tlsFlags.allowPrivateNet = cfg.AllowPrivateNetwork
 	if err := tlsFlags.checkListen(cfg.Listen, cfg.AllowRemote); err != nil {
@@ -121,10 +135,23 @@ func cmdServe(args []string) int {
 	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs (issue 14)
 		return fail(err)
 	}
+	machines := machine.New(cp.store, machine.Options{Logger: log}) // joined machines (issue 17)
+	defer machines.Close()
+	// remote jobs (issue 17): over the registry's connections; a background check releases the
+	// GPUs of jobs that ended while nobody asked and settles records a crash left starting.
+	rjobs := remotejobs.New(machines, cp.store, remotejobs.Options{Owner: sandbox.OwnerFrom, Logger: log})
+	go rjobs.Run(ctx, 30*time.Second)
+	relaySvc, err := relay.start(ctx, cp.store, cfg.StateDir, machines, func() string { return url }, log) // the file relay (issue 17)
+	if err != nil {
+		return fail(err)
+	}
+	defer relaySvc.Close()
 	var handler *api.Server // api_call (issue 16, apicall.go) calls it in process
 	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
 		APICall: apiCallVia(&handler), Gate: cp.gates,
-		SQL: cp.store, Metrics: cp.metricsSource(ctx)}) // execute_sql, fetch_metrics (issue 16)
+		SQL: cp.store, Metrics: cp.metricsSource(ctx), Machines: mcpserver.RegistryMachines{R: machines}, RemoteJobs: rjobs, // execute_sql, fetch_metrics (issue 16)
+		Relay:  relaySvc,                                                                                                      // remote_pull, remote_push (issue 17)
+		Remote: mcpserver.RemoteServices{Exec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines)}}) // remote_exec, remote_screenshot (issue 17)
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
@@ -132,17 +159,21 @@ func cmdServe(args []string) int {
 	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv), Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
 		Gate: cp.gates, Keys: cp.keys, Audit: cp.store, SQL: cp.store,
-		Approvals: cp.approvals}) // issue 16: the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
+		Approvals: cp.approvals, Machines: machines, RemoteJobs: rjobs, // issue 16: the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
+		Blobs:      relaySvc,                                                                     // the file relay (issue 17)
+		RemoteExec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines), // remote_exec, remote_screenshot (issue 17)
+		Lease: cp.owner.Status}) // several replicas (issue 18): GET /health's "replica"
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
-	srv.RegisterOnShutdown(mcpSrv.Close)  // ends MCP event streams, which would hold Shutdown up
-	srv.RegisterOnShutdown(handler.Close) // and long polls for events
+	srv.RegisterOnShutdown(mcpSrv.Close)   // ends MCP event streams, which would hold Shutdown up
+	srv.RegisterOnShutdown(handler.Close)  // and long polls for events
+	srv.RegisterOnShutdown(machines.Close) // and machines' sessions (hijacked, so Shutdown would not end them)
 	// The control loop may be destroying a sandbox: cp.Close (deferred above) stops it and waits
 	// for it before the store closes and the state-dir lock is released.
 	cp.startLoop(ctx)
 	defer cp.stopRuns() // runs' workers stop first: they use the sandbox service
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("agentbox serving", "url", url, "mcp", url+"/mcp", "state_dir", cfg.StateDir, "token_file", tokenSource(cfg), "tls_fingerprint", info.TLSFingerprint)
+	log.Info("agentbox serving", "replica", cp.replica, "url", url, "mcp", url+"/mcp", "state_dir", cfg.StateDir, "token_file", tokenSource(cfg), "tls_fingerprint", info.TLSFingerprint)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

@@ -85,7 +85,7 @@ func runShell(ctx context.Context, cl *client.Client, id string, req sandbox.PTY
 	done := make(chan struct{})
 	defer close(done)
 	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
+	notifyResize(winch)
 	defer signal.Stop(winch)
 	go func() {
 		for {

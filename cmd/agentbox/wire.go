@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -7,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -27,13 +30,15 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/statedir"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/store/postgres"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
 // controlPlane is everything a server process owns.
 type controlPlane struct {
 	svc    *sandbox.Service
-	store  *sqlite.Store
+	store  store.Store  // SQLite (the default) or Postgres (--store)
 	images *image.Store // the image cache (issue 13)
 	lock   *statedir.Lock
 	prom   *api.Prometheus // the service's Observer, served at GET /metrics
@@ -48,28 +53,77 @@ type controlPlane struct {
 	audit *audit.Recorder
 	// approvals (issue 16): the queue and the chain's last gate.
 	approvals *approval.Service
-	// The control loop (startLoop): its cancel and the channel closed when it has returned.
+	// Several replicas (issue 18): this process's replica id and the owner of the node's
+	// lifecycle lease, which runs the lifecycle work (startLoop) only while it holds it.
+	replica string
+	owner   *sandbox.Owner
+	log     *slog.Logger // nil: slog.Default()
+	// The lifecycle work (startLoop): its cancel and the channel closed when it has returned
+	// (and the lease is released).
 	loopStop context.CancelFunc
 	loopDone chan struct{}
 }
 
-// startLoop runs the service's control loop (TTLs, destroys, the orphan sweep, pruning) in the
-// background until Close.
+// startLoop runs the node's lifecycle work in the background until Close, while this replica
+// holds the node's lifecycle lease (alone on its store: always, from the start): the service's
+// control loop (TTLs, destroys, the orphan sweep, pruning) with the warm pools' refill, and the
+// run workers (startRuns built them). On a takeover — the lease gained after another replica
+// may have held it — it first reconciles the store with the runtime (records without a runtime
+// object become lost, runtime objects without a record are deleted). Losing the lease stops
+// all of it at once. Call startRuns first.
 func (cp *controlPlane) startLoop(ctx context.Context) {
+	if cp.owner == nil { // alone on its store
+		cp.owner = sandbox.NewOwner(sandbox.OwnerConfig{Name: sandbox.LifecycleLease(cp.svc.Config().Node), Holder: cp.replica})
+		_, _ = cp.owner.TryAcquire(ctx)
+	}
+	log := cp.log
+	if log == nil {
+		log = slog.Default()
+	}
 	rctx, stop := context.WithCancel(ctx)
 	cp.loopStop, cp.loopDone = stop, make(chan struct{})
-	go func() { defer close(cp.loopDone); cp.svc.Run(rctx) }()
+	var follow sync.WaitGroup
+	if cn, ok := any(cp.store).(sandbox.ChangeNotifier); ok {
+		// Every replica: another replica's writes wake this one's event watchers, run and
+		// batch waits, the run dispatcher and approval waits at once.
+		wake := []func(){cp.svc.StoreChanged}
+		if cp.runs != nil {
+			wake = append(wake, cp.runs.StoreChanged)
+		}
+		if cp.approvals != nil {
+			wake = append(wake, cp.approvals.StoreChanged)
+		}
+		follow.Go(func() { sandbox.FollowChanges(rctx, cn, log, wake...) })
+	}
+	go func() {
+		defer close(cp.loopDone)
+		defer follow.Wait()
+		cp.owner.Run(rctx, func(ctx context.Context, takeover bool) {
+			if takeover {
+				if err := cp.svc.Reconcile(ctx); err != nil && ctx.Err() == nil {
+					log.Warn("reconcile on taking the lifecycle lease; the control loop retries", "err", err)
+				}
+			}
+			var wg sync.WaitGroup
+			wg.Go(func() { cp.svc.Run(ctx) })
+			if cp.runs != nil {
+				wg.Go(func() { cp.runs.Run(ctx) })
+			}
+			wg.Wait()
+		})
+	}()
 }
 
-// Close stops the run workers (they use the sandbox service), then the control loop, and waits
-// for it: a destroy it is doing finishes before the store closes and the state-dir lock is
-// released, so no other process takes the state dir while this one still works in it.
+// Close stops the lifecycle work (run workers and control loop) and waits for it: a destroy it
+// is doing finishes before the store closes and the state-dir lock is released, so no other
+// process takes the state dir while this one still works in it; the lease is released, so
+// another replica takes the work over at once.
 func (cp *controlPlane) Close() {
-	cp.stopRuns()
 	if cp.loopStop != nil {
 		cp.loopStop()
 		<-cp.loopDone
 	}
+	cp.stopRuns()
 	cp.svc.Close()
 	if c, ok := any(cp.images).(io.Closer); ok {
 		c.Close()
@@ -88,6 +142,31 @@ func reservedIDs() []sandbox.IDRange {
 		out = append(out, sandbox.IDRange{Base: r.First, Count: r.Count})
 	}
 	return out
+}
+
+// openStore opens the store cfg.Store selects (config.ParseStore): SQLite's agentbox.db in the
+// state dir by default. It logs the driver and where, never a DSN's password.
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store.Store, error) {
+	spec, err := config.ParseStore(cfg.Store, cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	switch spec.Driver {
+	case config.StorePostgres:
+		st, err := postgres.Open(ctx, spec.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		log.Info("store", "driver", "postgres", "dsn", postgres.Redact(spec.DSN))
+		return st, nil
+	default:
+		st, err := sqlite.Open(ctx, spec.Path)
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		log.Debug("store", "driver", "sqlite", "path", spec.Path)
+		return st, nil
+	}
 }
 
 // buildControlPlane takes the state-dir lock, opens the store, probes the runtimes, builds the
@@ -112,9 +191,9 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 			return nil, err
 		}
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(cfg.StateDir, "agentbox.db"))
+	st, err := openStore(ctx, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, err
 	}
 	defer func() {
 		if !ok {
@@ -137,7 +216,16 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 			return nil, fmt.Errorf("find own executable: %w", err)
 		}
 	}
-	rts, err := newRuntimes(ctx, cfg.StateDir, cfg.CgroupParent, guestBin, log)
+	var rts []runtime.Runtime
+	node := ""
+	if config.KubeRuntime(cfg.DefaultRuntime) {
+		// The kubernetes runtimes only (kube_wire.go): every replica on the same namespace is
+		// the same node, so that admission's bounds hold across them (issue 18).
+		rts, err = newKubeRuntimes(ctx, cfg, guestBin, log)
+		node = "kube:" + cfg.KubeNamespace
+	} else {
+		rts, err = newRuntimes(ctx, cfg.StateDir, cfg.CgroupParent, guestBin, log)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -180,19 +268,28 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		}
 	}()
 	prom := api.NewPrometheus()
+	// Several replicas (issue 18): a store that tells of other processes' changes (Postgres)
+	// is shared with other replicas.
+	_, shared := any(st).(sandbox.ChangeNotifier)
+	headroom := func(context.Context) (sandbox.Headroom, error) {
+		mem, err := hostinfo.MemAvailableMiB()
+		if err != nil {
+			return sandbox.Headroom{}, err
+		}
+		free, _, err := hostinfo.DiskSpaceMiB(stateDir)
+		return sandbox.Headroom{MemoryAvailableMB: mem, DiskFreeMB: free}, err
+	}
+	if node != "" {
+		headroom = nil // pods use the cluster's nodes, not this host's memory and disk
+	}
 	svc, err := sandbox.NewService(st, rts, sandbox.Config{
+		Node:           node,
+		Shared:         shared,
 		Observer:       prom,
 		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
-		MaxSandboxes: cfg.MaxSandboxes, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget, DiskBudgetMB: diskBudget,
+		MaxSandboxes: cfg.MaxSandboxes, MaxPooled: cfg.MaxPooled, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget, DiskBudgetMB: diskBudget,
 		Overcommit: over, MemoryReserveMB: max(256, memTotal/20), DiskReserveMB: min(diskTotal/10, 4096),
-		Headroom: func(context.Context) (sandbox.Headroom, error) {
-			mem, err := hostinfo.MemAvailableMiB()
-			if err != nil {
-				return sandbox.Headroom{}, err
-			}
-			free, _, err := hostinfo.DiskSpaceMiB(stateDir)
-			return sandbox.Headroom{MemoryAvailableMB: mem, DiskFreeMB: free}, err
-		},
+		Headroom:   headroom,
 		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
 		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox,
 		Egress: eg, PreviewURL: previewURL,
@@ -204,8 +301,35 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	if err := svc.Reconcile(ctx); err != nil {
-		return nil, fmt.Errorf("reconcile: %w", err)
+	// Several replicas (issue 18): the node's lifecycle lease. Alone on its store (SQLite) a
+	// server takes it at once and reconciles before serving, as it always did; a replica whose
+	// lease another holds serves at once and leaves reconcile to the holder (or to its own
+	// takeover).
+	replica := sandbox.NewReplicaID()
+	var leases sandbox.LeaseStore // nil: always held
+	if ls, isLeaser := any(st).(sandbox.LeaseStore); isLeaser && shared {
+		// Only a shared store's leases: alone on SQLite (the state-dir lock held) a server
+		// restarted after a SIGKILL must not wait for its dead predecessor's lease to expire.
+		leases = ls
+	}
+	// The last replica id on this state dir is a dead process's (the state-dir lock is ours):
+	// its lease, if still live, is taken over at once.
+	idFile := filepath.Join(cfg.StateDir, "replica-id")
+	prev, _ := os.ReadFile(idFile)
+	if err := os.WriteFile(idFile, []byte(replica+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("record the replica id: %w", err)
+	}
+	owner := sandbox.NewOwner(sandbox.OwnerConfig{Leases: leases, Name: sandbox.LifecycleLease(svc.Config().Node),
+		Holder: replica, TTL: cfg.LeaseTTL, Log: log, OnChange: prom.ObserveLease, Predecessor: strings.TrimSpace(string(prev))})
+	held, err := owner.TryAcquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("replica", "replica", replica, "lease", sandbox.LifecycleLease(svc.Config().Node), "lease_held", held, "lease_ttl", cfg.LeaseTTL)
+	if held {
+		if err := svc.Reconcile(ctx); err != nil {
+			return nil, fmt.Errorf("reconcile: %w", err)
+		}
 	}
 	// approvals (issue 16): the queue (always served) and, when on, the chain's last gate.
 	approvals, err := approval.New(st, approval.Config{Required: cfg.ApprovalRequired, Tools: cfg.ApprovalTools,
@@ -214,7 +338,8 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth"))}
+	cp := &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+		replica: replica, owner: owner, log: log}
 	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))
 	cp.gates = append(cp.gates, cp.audit, auth.ScopeGate{})
@@ -275,7 +400,7 @@ func defaultDiskBudgetMB(ctx context.Context, dir string, rts []runtime.Runtime)
 }
 
 // startRuns builds the run service (issue 14) over the sandbox service and the store, under
-// <state>/runs, and starts its workers on ctx; baseURL is the server's address as clients reach
+// <state>/runs; its workers run with the lifecycle work (startLoop); baseURL is the server's address as clients reach
 // it (artifact URLs).
 func (cp *controlPlane) startRuns(ctx context.Context, cfg config.Config, log *slog.Logger, baseURL func() string) error {
 	budget := int64(runs.DefaultArtifactBudgetBytes)
@@ -284,17 +409,12 @@ func (cp *controlPlane) startRuns(ctx context.Context, cfg config.Config, log *s
 	}
 	svc, err := runs.New(runs.Config{Sandboxes: cp.svc, Store: cp.store, Dir: filepath.Join(cfg.StateDir, "runs"), BaseURL: baseURL,
 		Workers: cfg.RunWorkers, CheckoutDirs: cfg.CheckoutDirs, ArtifactBudgetBytes: budget, Retention: cfg.RunRetention,
-		Log: log.With("component", "runs")})
+		Log: log.With("component", "runs"), Shared: cp.svc.Config().Shared})
 	if err != nil {
 		return fmt.Errorf("run service: %w", err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); svc.Run(rctx) }()
-	cp.runs = svc
+	cp.runs = svc // its workers run with the lifecycle work (startLoop)
 	cp.runsStop = func() {
-		stop()
-		<-done
 		if err := svc.Close(); err != nil {
 			log.Warn("run service close", "err", err)
 		}
@@ -302,8 +422,8 @@ func (cp *controlPlane) startRuns(ctx context.Context, cfg config.Config, log *s
 	return nil
 }
 
-// stopRuns stops the run workers (before the sandbox service and the store they use close);
-// safe to call more than once.
+// stopRuns waits for the run workers to stop (before the sandbox service and the store they use
+// close); safe to call more than once.
 func (cp *controlPlane) stopRuns() {
 	cp.runsOnce.Do(func() {
 		if cp.runsStop != nil {

@@ -21,8 +21,12 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/blobs"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/machine"
+	"github.com/agentbox/agentbox/internal/remotejobs"
+	"github.com/agentbox/agentbox/internal/remoteops"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/snippet"
@@ -69,6 +73,21 @@ type Options struct {
 	Audit AuditLister
 	// Approvals serves /v1/approvals (issue 16, approvals.go); nil: UNSUPPORTED_OPERATION.
 	Approvals Approvals
+	// RemoteExec and Screenshots serve /v1/machines/{ref}/exec and /screenshot (issue 17,
+	// remote.go); nil: UNSUPPORTED_OPERATION.
+	RemoteExec  *remoteops.Exec
+	Screenshots *remoteops.Screenshots
+	// Machines serves /v1/machines (issue 17, machines.go); nil: UNSUPPORTED_OPERATION.
+	Machines *machine.Registry
+	// RemoteJobs serves /v1/machines/{ref}/jobs (issue 17, remotejobs.go); nil:
+	// UNSUPPORTED_OPERATION.
+	RemoteJobs *remotejobs.Service
+	// Blobs serves the file relay (issue 17, blobs.go): /v1/blobs and the machines' pull and
+	// push; nil: UNSUPPORTED_OPERATION.
+	Blobs *blobs.Service
+	// Lease, if set, reports this replica and whether it holds its node's lifecycle lease
+	// (issue 18); GET /health shows it as "replica".
+	Lease func() sandbox.LeaseStatus
 }
 
 // Server is the REST API.
@@ -185,6 +204,10 @@ func (s *Server) routes() {
 
 	m.HandleFunc("POST /v1/sql", s.sqlQuery) // execute_sql (issue 16, sql.go)
 	s.approvalRoutes()                       // approvals (issue 16, approvals.go): /v1/approvals
+	s.remoteRoutes()                         // joined machines (issue 17, remote.go): exec, screenshot
+	s.machineRoutes()                        // joined machines (issue 17, machines.go): /v1/machines
+	s.remoteJobRoutes()                      // remote jobs (issue 17, remotejobs.go): /v1/machines/{ref}/jobs
+	s.blobRoutes()                           // the file relay (issue 17, blobs.go): /v1/blobs, /v1/machines/{ref}/pull|push
 	// data-assistant tools (issue 16, snippet.go)
 	m.HandleFunc("POST /v1/run_python", s.runSnippet(snippet.Python))
 	m.HandleFunc("POST /v1/run_shell", s.runSnippet(snippet.Shell))
@@ -248,11 +271,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 		writeError(w, errcode.New(errcode.AuthFailed, "Host %q is not a loopback name; agentbox answers only requests addressed to 127.0.0.1, [::1] or localhost", r.Host), http.StatusForbidden)
 		return
 	}
-	// Exempt: /health, and a GET of a run's artifact with expires and sig, which its handler
-	// verifies (runs.go).
+	// Exempt: /health, and a GET of a run's artifact or a blob with expires and sig, which its
+	// handler verifies (runs.go, blobs.go).
 	caller, owner, authErr := s.authenticate(r)
 	authed := authErr == nil
-	if !authed && r.URL.Path != "/health" && !signedArtifactRequest(r) {
+	if !authed && r.URL.Path != "/health" && !signedArtifactRequest(r) && !machineCredentialRequest(r) && !signedBlobRequest(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
 		writeError(w, authErr, 0)
 		if len(s.opts.Gate) > 0 { // the audit log hears of refused requests too (never the credential)
@@ -328,7 +351,11 @@ func LoopbackHost(hostport string) bool {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": version.Version})
+	body := map[string]any{"status": "ok", "version": version.Version}
+	if s.opts.Lease != nil {
+		body["replica"] = s.opts.Lease()
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // errorBody is the JSON error shape of every REST error.

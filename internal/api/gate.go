@@ -16,6 +16,8 @@ import (
 // restActions names the MCP tool a REST route is the same operation as, so that a gate rule
 // naming a tool (an approval for "exec") covers both surfaces.
 var restActions = map[string]string{
+	"POST /v1/machines/{ref}/pull":                 "remote_pull", // the file relay (issue 17)
+	"POST /v1/machines/{ref}/push":                 "remote_push",
 	"POST /v1/sandboxes":                           "sandbox_create",
 	"GET /v1/sandboxes":                            "sandbox_list",
 	"GET /v1/sandboxes/{id}":                       "sandbox_get",
@@ -50,7 +52,13 @@ var restActions = map[string]string{
 	"POST /v1/sandboxes/{id}/diff":       "sandbox_diff",
 	"POST /v1/run_python":                "run_python", // issue 16 (snippet.go)
 	"POST /v1/run_shell":                 "run_shell",
+	// joined machines (issue 17, remote.go)
+	"POST /v1/machines/{ref}/exec":      "remote_exec",
+	"GET /v1/machines/{ref}/screenshot": "remote_screenshot",
 }
+
+// secretBodies are routes whose JSON body holds a secret: the gate records its length only.
+var secretBodies = map[string]bool{"POST /v1/machines/join": true}
 
 // gated serves r through Options.Gate: the call is described (route, path, query, and a JSON
 // body up to MaxJSONBody; any other body by its length only, never its content, which is
@@ -69,7 +77,9 @@ func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, s
 		args["query"] = q
 	}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
+		if secretBodies[pattern] {
+			args["body_bytes"] = r.ContentLength // a join token is never recorded
+		} else if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
 			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
 			if err != nil {
 				writeError(w, errcode.New(errcode.InvalidArgument, "request body: %v (at most %d bytes of JSON)", err, MaxJSONBody), 0)

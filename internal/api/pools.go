@@ -18,7 +18,8 @@ type PoolSetRequest struct {
 	CPU      float64 `json:"cpu,omitempty"`
 	MemoryMB int64   `json:"memory_mb,omitempty"`
 	DiskMB   int64   `json:"disk_mb,omitempty"`
-	// Network is "none" (the default; the only one pools hold).
+	// Network is "none" (the default) or "egress" (sandboxes with the egress plumbing ready; a
+	// create with any network policy, and secrets, claims one and its policy applies at the claim).
 	Network string `json:"network,omitempty"`
 	// Size is required: 0 parks the pool (keeps none ready).
 	Size *int `json:"size"`

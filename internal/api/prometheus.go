@@ -37,6 +37,8 @@ type Prometheus struct {
 	httpDur  *prometheus.HistogramVec
 	create   *prometheus.HistogramVec
 	exec     *prometheus.HistogramVec
+	// lease is 1 while this replica holds its node's lifecycle lease (issue 18; ObserveLease).
+	lease prometheus.Gauge
 	// hist is the registry fetch_metrics' history samples (issue 16): the same series but the
 	// per-sandbox ones, whose sampling would move every caller's cpu_percent window.
 	hist *prometheus.Registry
@@ -70,10 +72,24 @@ func NewPrometheus() *Prometheus {
 		Help:    "Exec latency (request to the command's end) by runtime and outcome (ok, a non-zero exit included, or the error code).",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60, 300},
 	}, []string{"runtime", "outcome"})
-	p.reg.MustRegister(p.httpReqs, p.httpDur, p.create, p.exec)
+	p.lease = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "agentbox_lifecycle_lease_held",
+		Help: "1 while this replica holds its node's lifecycle lease and so runs the node's lifecycle work (TTLs, reconcile, pool refill, run workers); 0 otherwise.",
+	})
+	p.reg.MustRegister(p.httpReqs, p.httpDur, p.create, p.exec, p.lease)
 	p.hist = prometheus.NewRegistry()
-	p.hist.MustRegister(p.httpReqs, p.httpDur, p.create, p.exec)
+	p.hist.MustRegister(p.httpReqs, p.httpDur, p.create, p.exec, p.lease)
 	return p
+}
+
+// ObserveLease records whether this replica holds its node's lifecycle lease
+// (sandbox.OwnerConfig.OnChange).
+func (p *Prometheus) ObserveLease(held bool) {
+	v := 0.0
+	if held {
+		v = 1
+	}
+	p.lease.Set(v)
 }
 
 // ObserveCreate records one create.

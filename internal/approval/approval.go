@@ -109,6 +109,8 @@ var ReadOnly = map[string]bool{
 	"job_list": true, "job_status": true, "job_logs": true, "job_wait": true,
 	"image_list":    true,
 	"snapshot_list": true, "sandbox_diff": true, "pool_list": true, // issue 15
+	"machine_list": true, "machine_status": true, "remote_job_list": true, "remote_job_status": true, // issue 17
+	"remote_job_logs": true, "remote_screenshot": true,
 	"run_get": true, "run_list": true, "run_events": true, "run_logs": true, "run_artifact": true, "batch_get": true,
 	"watch": true, "watch_fleet": true,
 	"execute_sql": true, "fetch_metrics": true,

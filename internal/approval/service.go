@@ -359,6 +359,17 @@ func (s *Service) join(id string) (wake func() chan struct{}, leave func()) {
 		}
 }
 
+// StoreChanged wakes every waiting call to reread its approval: another replica may have
+// decided it (sandbox.FollowChanges calls it on the shared store's change notifications).
+func (s *Service) StoreChanged() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.wake {
+		close(w.ch)
+		w.ch = make(chan struct{})
+	}
+}
+
 func (s *Service) wakeUp(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -45,10 +45,20 @@ var Required = map[string]string{
 	"snapshot_list": ScopeRead, "sandbox_diff": ScopeRead,
 	"sandbox_snapshot": ScopeOperate, "snapshot_delete": ScopeOperate, "sandbox_fork": ScopeOperate,
 	"sandbox_sleep": ScopeOperate, "sandbox_wake": ScopeOperate,
+	// the file relay (issue 17): moving files to and from joined machines writes
+	"remote_pull": ScopeOperate, "remote_push": ScopeOperate,
+	// joined machines (issue 17): running on a machine operates it; its screen may show
+	// anything, so a screenshot needs operate too
+	"remote_exec": ScopeOperate, "remote_screenshot": ScopeOperate,
 
 	// REST routes.
 	"GET /health":                                  Public,
-	"/v1/runs/{id}/artifacts/{path...}":            Public,    // a signed URL, or the caller's key (checked by the handler)
+	"/v1/runs/{id}/artifacts/{path...}":            Public, // a signed URL, or the caller's key (checked by the handler)
+	"GET /v1/blobs/{id}":                           Public, // a signed link, or the owner's key (checked by the handler)
+	"POST /v1/blobs":                               ScopeOperate,
+	"DELETE /v1/blobs/{id}":                        ScopeOperate,
+	"POST /v1/machines/{ref}/pull":                 ScopeOperate,
+	"POST /v1/machines/{ref}/push":                 ScopeOperate,
 	"/v1/":                                         ScopeRead, // the "no such endpoint" answer
 	"GET /metrics":                                 ScopeRead,
 	"GET /v1/sandboxes":                            ScopeRead,
@@ -73,6 +83,8 @@ var Required = map[string]string{
 	"GET /v1/sandboxes/{id}/expose":                ScopeRead,
 	"GET /v1/images":                               ScopeRead,
 	"GET /v1/images/inspect":                       ScopeRead,
+	"POST /v1/machines/{ref}/exec":                 ScopeOperate, // remote_exec (issue 17)
+	"GET /v1/machines/{ref}/screenshot":            ScopeOperate, // remote_screenshot: the screen may show anything
 	"GET /v1/runs":                                 ScopeRead,
 	"GET /v1/runs/{id}":                            ScopeRead,
 	"GET /v1/runs/{id}/events":                     ScopeRead,
@@ -133,6 +145,29 @@ var Required = map[string]string{
 	"PUT /v1/pools/{name}":    ScopeAdmin,
 	"POST /v1/pools/{name}":   ScopeAdmin,
 	"DELETE /v1/pools/{name}": ScopeAdmin,
+	// Joined machines (issue 17): join and connect check their own credential (a join token,
+	// the machine's key); reading the registry is read; removing machines, aliases and join
+	// tokens are admin.
+	"machine_list": ScopeRead, "machine_status": ScopeRead,
+	"POST /v1/machines/join":                    Public,
+	"GET /v1/machines/connect":                  Public,
+	"GET /v1/machines":                          ScopeRead,
+	"GET /v1/machines/{ref}":                    ScopeRead,
+	"GET /v1/machines/{ref}/agent":              ScopeRead, // asks the machine's agent over its session
+	"DELETE /v1/machines/{ref}":                 ScopeAdmin,
+	"POST /v1/machines/{ref}/aliases":           ScopeAdmin,
+	"DELETE /v1/machines/{ref}/aliases/{alias}": ScopeAdmin,
+	"POST /v1/machines/tokens":                  ScopeAdmin,
+	"GET /v1/machines/tokens":                   ScopeAdmin,
+	"DELETE /v1/machines/tokens/{ref}":          ScopeAdmin,
+	// Remote jobs (issue 17): starting or canceling one runs or stops code on a joined machine.
+	"remote_job_start": ScopeOperate, "remote_job_cancel": ScopeOperate,
+	"remote_job_list": ScopeRead, "remote_job_status": ScopeRead, "remote_job_logs": ScopeRead,
+	"POST /v1/machines/{ref}/jobs":                 ScopeOperate,
+	"GET /v1/machines/{ref}/jobs":                  ScopeRead,
+	"GET /v1/machines/{ref}/jobs/{job_id}":         ScopeRead,
+	"GET /v1/machines/{ref}/jobs/{job_id}/logs":    ScopeRead,
+	"POST /v1/machines/{ref}/jobs/{job_id}/cancel": ScopeOperate,
 }
 
 // RequiredScope is the scope a call of tool needs: its entry in Required, else admin.

@@ -36,6 +36,9 @@ type Config struct {
 	// StateDir holds the database, runtime state and sandbox directories.
 	// Default /var/lib/agentbox as root, $XDG_STATE_HOME/agentbox otherwise.
 	StateDir string
+	// Store selects the durable store (--store): "" for SQLite's agentbox.db in StateDir,
+	// sqlite://PATH, or a postgres:// DSN (ParseStore). It may hold a password: never log it.
+	Store string
 	// Listen is the REST/MCP address. Non-loopback needs AllowRemote.
 	Listen      string
 	AllowRemote bool
@@ -48,6 +51,7 @@ type Config struct {
 	DefaultTTL     time.Duration // 30m
 	MaxTTL         time.Duration // 24h
 	MaxSandboxes   int           // 200
+	MaxPooled      int           // bound on the sum of warm pools' sizes (0: MaxSandboxes/2)
 	// Overcommit is how far the sums of live sandboxes' limits may exceed what the host has
 	// (DefaultOvercommit). Limits are ceilings, not reservations: an idle sandbox uses a few MiB
 	// whatever its memory_mb, so admission refuses what would really run out (the live bound,
@@ -132,7 +136,40 @@ type Config struct {
 	ApprovalTools    []string
 	ApprovalTimeout  time.Duration
 	ApprovalElicit   bool
+	// Several replicas (issue 18): LeaseTTL is how long the node's lifecycle lease lasts
+	// unless renewed (renewed every third of it; --lease-ttl): a dead holder's lifecycle work is
+	// taken over by another replica within it.
+	LeaseTTL time.Duration
+	// Kubernetes (issue 18): with --runtime kubernetes (or kubernetes-gvisor) the server runs
+	// every sandbox as a pod in KubeNamespace of the cluster KubeConfig names (--kube-config;
+	// "": the in-cluster config), under RuntimeClass KubeRuntimeClassProcess
+	// (--kube-runtime-class-process, runtime kubernetes) or KubeRuntimeClassKernel
+	// (--kube-runtime-class-kernel, runtime kubernetes-gvisor; "" for either: not offered).
+	// KubeGuestImage is the guest image its pods take the agent from (--kube-guest-image;
+	// default the one `agentbox kube-guest-image` builds from this binary); KubeHostImage what
+	// image "host" runs there (--kube-host-image; "": image "host" is not offered);
+	// KubeNodeName pins pods to a node (--kube-node-name).
+	KubeConfig              string
+	KubeContext             string
+	KubeNamespace           string
+	KubeRuntimeClassProcess string
+	KubeRuntimeClassKernel  string
+	KubeGuestImage          string
+	KubeHostImage           string
+	KubeNodeName            string
+	// KubeGuestDelivery is how the agent gets into pods (--kube-guest-delivery): image-volume
+	// (default) or init-container.
+	KubeGuestDelivery string
 }
+
+// Bounds of --lease-ttl.
+const (
+	MinLeaseTTL = 3 * time.Second
+	MaxLeaseTTL = 10 * time.Minute
+)
+
+// KubeRuntime reports whether runtime name is one of the kubernetes runtimes.
+func KubeRuntime(name string) bool { return name == "kubernetes" || name == "kubernetes-gvisor" }
 
 // Bounds of the audit log's settings.
 const (
@@ -156,7 +193,9 @@ func Default() Config {
 		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes, CgroupParent: "agentbox",
 		Overcommit: DefaultOvercommit, JobRetention: DefaultJobRetention, MaxJobsPerSandbox: sandbox.DefaultMaxJobs,
 		RunRetention:   runs.DefaultRetention,
-		AuditRetention: audit.DefaultRetention, AuditMaxRows: audit.DefaultMaxRows}
+		AuditRetention: audit.DefaultRetention, AuditMaxRows: audit.DefaultMaxRows,
+		LeaseTTL:      sandbox.DefaultLeaseTTL,
+		KubeNamespace: "default", KubeRuntimeClassProcess: "runc", KubeRuntimeClassKernel: "gvisor"}
 	c.ApprovalRequired, c.ApprovalTimeout = os.Getenv("AGENTBOX_APPROVAL_REQUIRED") == "1", 5*time.Minute // approvals (issue 16)
 	c.StateDir = DefaultStateDir()
 	c.TokenFile = DefaultTokenFile()
@@ -198,6 +237,9 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Sprintf("state dir %q must be an absolute path", c.StateDir))
 	}
+	if _, err := ParseStore(c.Store, c.StateDir); err != nil {
+		errs = append(errs, err.Error())
+	}
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
 		errs = append(errs, fmt.Sprintf("listen address %q must be host:port: %v", c.Listen, err))
@@ -206,6 +248,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSandboxes < 1 {
 		errs = append(errs, "max sandboxes must be at least 1")
+	}
+	if c.MaxPooled < 0 || c.MaxPooled > c.MaxSandboxes {
+		errs = append(errs, fmt.Sprintf("max pooled must be between 0 (half of max sandboxes) and max sandboxes (%d); got %d", c.MaxSandboxes, c.MaxPooled))
 	}
 	if c.Overcommit < 1 {
 		errs = append(errs, fmt.Sprintf("overcommit must be at least 1 (1 = limits are hard reservations); got %g", c.Overcommit))
@@ -266,6 +311,10 @@ func (c *Config) Validate() error {
 	}
 	if c.RunRetention < MinRunRetention {
 		errs = append(errs, fmt.Sprintf("--run-retention %v must be at least %v (how long settled runs, their logs and artifacts are kept; default %v)", c.RunRetention, MinRunRetention, runs.DefaultRetention))
+	}
+	// several replicas (issue 18)
+	if c.LeaseTTL < MinLeaseTTL || c.LeaseTTL > MaxLeaseTTL {
+		errs = append(errs, fmt.Sprintf("--lease-ttl %v must be between %v and %v (default %v)", c.LeaseTTL, MinLeaseTTL, MaxLeaseTTL, sandbox.DefaultLeaseTTL))
 	}
 	// approvals (issue 16)
 	if c.ApprovalTimeout < time.Second || c.ApprovalTimeout > 24*time.Hour {

@@ -142,14 +142,46 @@ func (ck *checked) connection(t *Target, kind Kind) Connection {
 		Decision: ck.decision, Rule: ck.rule, Reason: ck.reason}
 }
 
-// bufConn is a net.Conn whose reads come from r (bytes already buffered or peeked, then
-// the connection).
+// bufConn is a net.Conn whose reads come first from pre (bytes already buffered or peeked),
+// then from the connection itself; or, when r is set, from r alone (what the connection's
+// reads were wrapped in).
 type bufConn struct {
 	net.Conn
-	r io.Reader
+	pre []byte
+	r   io.Reader
 }
 
-func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b *bufConn) Read(p []byte) (int, error) {
+	if b.r != nil {
+		return b.r.Read(p)
+	}
+	if len(b.pre) > 0 {
+		n := copy(p, b.pre)
+		b.pre = b.pre[n:]
+		return n, nil
+	}
+	return b.Conn.Read(p)
+}
+
+// WriteTo writes pre, then copies the connection itself, so that io.Copy from a bufConn to a
+// TCP connection still moves the bytes with splice(2) (a wrapper without it would copy them
+// through user space for the connection's life).
+func (b *bufConn) WriteTo(w io.Writer) (int64, error) {
+	if b.r != nil {
+		return io.Copy(w, struct{ io.Reader }{b.r})
+	}
+	var n int64
+	for len(b.pre) > 0 {
+		m, err := w.Write(b.pre)
+		b.pre = b.pre[m:]
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	m, err := io.Copy(w, b.Conn)
+	return n + m, err
+}
 
 // CloseWrite half-closes when the underlying connection can.
 func (b *bufConn) CloseWrite() error { return closeWrite(b.Conn) }
@@ -381,8 +413,9 @@ func (p *Proxy) serveConnect(ctx context.Context, t *Target, c net.Conn, br *buf
 		return false
 	}
 	var sc net.Conn = c
-	if br.Buffered() > 0 { // bytes sent before the 200: read them first
-		sc = &bufConn{Conn: c, r: br}
+	if k := br.Buffered(); k > 0 { // bytes sent before the 200: read them first
+		pre, _ := br.Peek(k)
+		sc = &bufConn{Conn: c, pre: bytes.Clone(pre)}
 	}
 	p.relay(ctx, t, sc, up, ck.host, port, true, true, &rec)
 	p.record(rec, start)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -844,5 +845,85 @@ func TestPlainHTTPForwardOneWriteAndStreaming(t *testing.T) {
 	close(next)
 	if err != nil || line != "first\n" {
 		t.Fatalf("first line %q, %v", line, err)
+	}
+}
+
+// bufConn keeps io.Copy's fast paths: copying from it to a TCP connection splices.
+var _ io.WriterTo = (*bufConn)(nil)
+
+// TestPeekedBytesThenUpload: bytes read before the relay starts (sent with the CONNECT before
+// its 200; a transparent connection's peeked HTTP Host) reach the upstream first, then 4 MiB
+// more in order, and the record counts them all.
+func TestPeekedBytesThenUpload(t *testing.T) {
+	const size = 4 << 20
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // reads everything until EOF, answers with its length and SHA-256
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h := sha256.New()
+			n, _ := io.Copy(h, c)
+			fmt.Fprintf(c, "%d %x", n, h.Sum(nil))
+			c.Close()
+		}
+	}()
+	defer wg.Wait()
+	defer ln.Close()
+	ps := strconv.Itoa(portOf(t, ln.Addr().String()))
+	for _, tc := range []struct {
+		name   string
+		kind   Kind
+		prefix string // what the upstream sees before the payload
+		send   string // what the sandbox sends before the payload
+	}{
+		{"connect-pipelined", KindProxy, "first bytes with the CONNECT\n",
+			"CONNECT web.test:" + ps + " HTTP/1.1\r\nHost: web.test:" + ps + "\r\n\r\nfirst bytes with the CONNECT\n"},
+		{"transparent", KindTransparent, "POST / HTTP/1.1\r\nHost: web.test\r\n\r\n", "POST / HTTP/1.1\r\nHost: web.test\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, []string{"web.test:" + ps}, nil)
+			e.res.set("web.test", "127.0.0.1")
+			c := e.start(tc.kind, netip.MustParseAddrPort("93.184.216.34:"+ps))
+			if _, err := io.WriteString(c, tc.send); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			if tc.kind == KindProxy {
+				resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("CONNECT: %v %v", resp, err)
+				}
+			}
+			if _, err := c.Write(payload); err != nil {
+				t.Fatal(err)
+			}
+			c.(*net.TCPConn).CloseWrite()
+			got, _ := io.ReadAll(br)
+			h := sha256.New()
+			io.WriteString(h, tc.prefix)
+			h.Write(payload)
+			want := fmt.Sprintf("%d %x", len(tc.prefix)+size, h.Sum(nil))
+			if string(got) != want {
+				t.Fatalf("upstream got %q, want %q", got, want)
+			}
+			c.Close()
+			rec := e.rec.wait(t, 1)[0]
+			if rec.Decision != Allowed || rec.BytesOut != int64(len(tc.prefix)+size) || rec.BytesIn != int64(len(want)) {
+				t.Fatalf("record %+v; want bytes out %d, in %d", rec, len(tc.prefix)+size, len(want))
+			}
+		})
 	}
 }

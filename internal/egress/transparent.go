@@ -162,7 +162,7 @@ func (p *Proxy) serveTransparent(ctx context.Context, t *Target, c net.Conn, ori
 		return
 	}
 	rec.Addr = ap.String()
-	sc := &bufConn{Conn: c, r: io.MultiReader(bytes.NewReader(peek.buf.Bytes()), c)}
+	sc := &bufConn{Conn: c, pre: peek.buf.Bytes()}
 	p.relay(ctx, t, sc, up, ck.host, port, isTLS, name != "", &rec)
 	p.record(rec, start)
 }

@@ -145,3 +145,24 @@ const (
 )
 
 func init() { Codes = append(Codes, PoolNotFound) } // warm pools (issue 15)
+
+// Joined machines (issue 17).
+const (
+	// MachineNotFound: no joined machine of that id, name or alias (or it was removed).
+	MachineNotFound Code = "MACHINE_NOT_FOUND"
+	// MachineOffline: the machine is joined but has no live connection to this server now
+	// (details.last_seen: its last heartbeat, or null).
+	MachineOffline Code = "MACHINE_OFFLINE"
+	// GPUBusy: the GPU a remote job asked for (details.gpu_index) is reserved by another job
+	// (details.job_id) until that job ends or is canceled.
+	GPUBusy Code = "GPU_BUSY"
+	// RateLimited: a quota is spent (details.limit names it); details.retry_at says when enough
+	// of it frees up.
+	RateLimited Code = "RATE_LIMITED"
+	// BlobNotFound: no stored blob of that id (or it expired and was deleted).
+	BlobNotFound Code = "BLOB_NOT_FOUND"
+)
+
+func init() {
+	Codes = append(Codes, MachineNotFound, MachineOffline, GPUBusy, RateLimited, BlobNotFound)
+} // issue 17

@@ -11,6 +11,14 @@ func HTTPStatus(code Code) int {
 		return http.StatusNotFound
 	case PoolNotFound: // warm pools (issue 15)
 		return http.StatusNotFound
+	case MachineNotFound, BlobNotFound: // joined machines (issue 17)
+		return http.StatusNotFound
+	case MachineOffline:
+		return http.StatusServiceUnavailable
+	case GPUBusy:
+		return http.StatusConflict
+	case RateLimited:
+		return http.StatusTooManyRequests
 	case SandboxNotFound, FileNotFound, JobNotFound, ImageNotFound, RunNotFound:
 		return http.StatusNotFound
 	case SandboxNotRunning, Conflict:

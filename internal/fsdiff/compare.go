@@ -1,19 +1,14 @@
-//go:build linux
-
 package fsdiff
 
 import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"os"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/pmezard/go-difflib/difflib"
-	"golang.org/x/sys/unix"
 )
 
 // Change is one path that differs between the old and the new side.
@@ -218,34 +213,6 @@ func join(om, nm *Manifest, same func(o, n *Entry) bool, emit func(Change) bool)
 	}
 }
 
-// openBeneath opens rel under dir for reading without following any symlink (nor leaving
-// dir), non-blocking, and checks it is a regular file.
-func openBeneath(dir, rel string) (*os.File, error) {
-	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(dfd)
-	return openAt(dfd, rel)
-}
-
-// openAt is openBeneath relative to an open directory.
-func openAt(dfd int, rel string) (*os.File, error) {
-	fd, err := unix.Openat2(dfd, rel, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return nil, fmt.Errorf("%s is not a regular file", rel)
-	}
-	return os.NewFile(uintptr(fd), rel), nil
-}
-
 // comparer compares files' content for one Diff: the trees' directories opened once, two
 // buffers, and the byte budget.
 type comparer struct {
@@ -256,24 +223,6 @@ type comparer struct {
 
 func newComparer(budget int64) *comparer {
 	return &comparer{dirs: map[string]int{}, ba: make([]byte, 64<<10), bb: make([]byte, 64<<10), budget: budget}
-}
-
-func (c *comparer) open(dir, rel string) (*os.File, error) {
-	dfd, ok := c.dirs[dir]
-	if !ok {
-		var err error
-		if dfd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-			return nil, err
-		}
-		c.dirs[dir] = dfd
-	}
-	return openAt(dfd, rel)
-}
-
-func (c *comparer) close() {
-	for _, fd := range c.dirs {
-		unix.Close(fd)
-	}
 }
 
 // equal streams both files and stops at the first difference. It spends the budget (bytes

@@ -25,6 +25,9 @@ type Client struct {
 	// dial opens a connection of its own for the upgraded endpoints that hand the caller the
 	// raw connection (net_client.go).
 	dial Dialer
+	// parkedListeners: NetSession does not ask for the listeners with its reply, so the agent
+	// hands them over parked connections, as it does for an older host (tests).
+	parkedListeners bool
 }
 
 // Dialer opens a byte stream to the agent.

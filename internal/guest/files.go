@@ -84,13 +84,7 @@ func fsError(err error, path string) error {
 // noSpace is the error of a write that found its file system full (blocks or inodes): the
 // sandbox's disk, whose size is its disk_mb, or a memory-backed /tmp or /dev/shm.
 func noSpace(err error, path string) error {
-	var st unix.Statfs_t
-	for dir := path; ; dir = filepath.Dir(dir) {
-		if unix.Statfs(dir, &st) == nil || dir == "/" || dir == "." {
-			break
-		}
-	}
-	if st.Type == unix.TMPFS_MAGIC {
+	if onTmpfs(path) {
 		return errcode.Wrap(errcode.FileTooLarge, err, "no space left writing %s: it is on a memory-backed file system (/tmp and /dev/shm are sized from the sandbox's memory_mb and count against it); delete files there or write under /workspace", path).
 			With("path", path).With("reason", "tmpfs_full")
 	}

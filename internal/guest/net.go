@@ -30,7 +30,9 @@ import (
 // instead sends the accepted TCP socket itself with the header (SCM_RIGHTS, "fd": true) and
 // relays nothing; the host checks it (readStreamFrame, takeSocket) and serves it directly.
 // With PassListeners too, the agent hands over its TCP listeners themselves the same way
-// (NetStreamHeader.Listener; takeListenerFD) and the host accepts the sandbox's connections.
+// (NetStreamHeader.Listener; takeListenerFD) and the host accepts the sandbox's connections;
+// with ListenersInReply, all of them come with the session's reply line instead (one
+// message, NetSessionReply.Listeners), so that opening the session is one round trip.
 //
 // Inbound (preview URLs): POST /v1/tcp with "Upgrade: agentbox-tcp/1" and a DialPortRequest
 // body; the agent connects to the port on the sandbox's loopback and answers 101, or a JSON
@@ -72,6 +74,15 @@ type NetSessionRequest struct {
 	// listener the current session holds until that session ends. A new connection then costs
 	// one wake-up of the host, not the agent's accept, its hand-over and the host's read of it.
 	PassListeners bool `json:"pass_listeners,omitempty"`
+	// ListenersInReply (with PassListeners) asks the agent to hand its TCP listeners over with
+	// the session's reply itself: the 101 is exactly netSession101, and the reply line comes in
+	// one message with every listener's descriptor (SCM_RIGHTS), NetSessionReply.Listeners
+	// naming them in order. The session then needs no parked connection to take them, and the
+	// host keeps one parked (for the resolver's UDP queries) instead of netParkedIdle: a
+	// create's session costs one round trip. An agent that cannot (no unix connection, another
+	// OS) hands them over parked connections as before, and says so by listing none.
+	// Client.NetSession sets it with PassListeners.
+	ListenersInReply bool `json:"listeners_in_reply,omitempty"`
 }
 
 // NetSessionReply says where the listeners are.
@@ -81,6 +92,10 @@ type NetSessionReply struct {
 	Transparent []string `json:"transparent,omitempty"`
 	// Token names the session in POST /v1/net/accept: 32 random hex digits, new each session.
 	Token string `json:"token"`
+	// Listeners are the listeners handed over with this reply (a session asking
+	// ListenersInReply), one header (Kind, Dst, FD and Listener set) per descriptor that came
+	// with the reply line, in their order; at most MaxTransparentPorts+2.
+	Listeners []NetStreamHeader `json:"listeners,omitempty"`
 }
 
 // NetAcceptRequest is the body of POST /v1/net/accept: a parked connection of the session
@@ -120,7 +135,11 @@ const (
 	// asks for more; netParkedMax bounds them (parked or being dialed) in a burst, when the
 	// agent asks for one more per local connection that found none waiting.
 	netParkedIdle = 4
-	netParkedMax  = 64
+	// netParkedIdleHeld is how many the host keeps parked in a session that took the agent's
+	// listeners with its reply: they carry only the resolver's UDP queries (and connections
+	// the agent relays, e.g. MPTCP ones), and the demand byte asks for more.
+	netParkedIdleHeld = 1
+	netParkedMax      = 64
 	// netParkedTrim: parked connections past netParkedIdle are closed by the agent once no
 	// connection asked for one for this long.
 	netParkedTrim = 30 * time.Second
@@ -138,6 +157,9 @@ func (r NetSessionRequest) Validate() error {
 	}
 	if r.PassListeners && !r.PassFDs {
 		return errcode.New(errcode.InvalidArgument, "pass_listeners needs pass_fds").With("field", "pass_listeners")
+	}
+	if r.ListenersInReply && !r.PassListeners {
+		return errcode.New(errcode.InvalidArgument, "listeners_in_reply needs pass_listeners").With("field", "listeners_in_reply")
 	}
 	if len(r.TransparentPorts) > MaxTransparentPorts {
 		return errcode.New(errcode.InvalidArgument, "transparent_ports lists %d ports; at most %d", len(r.TransparentPorts), MaxTransparentPorts).With("field", "transparent_ports")

@@ -3,9 +3,12 @@
 package guest_test
 
 import (
+	"context"
 	"io"
 	"net"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/guest"
 )
@@ -142,5 +145,56 @@ func BenchmarkNetSessionConnect(b *testing.B) {
 			b.Fatal(err)
 		}
 		c.Close()
+	}
+}
+
+// BenchmarkNetSessionOpen is what opening an egress session adds to a create (runc, crun):
+// from NetSession until the host accepts on all 4 of the agent's listeners (the proxy, the
+// resolver's TCP side, ports 80 and 443), and the CPU both sides spent (the agent runs in
+// this process) per session, including the parked connections dialed in the background,
+// counted once they settle. The listeners come with the reply, or over parked connections
+// (what an older host asks for). Each session replaces the one before.
+func BenchmarkNetSessionOpen(b *testing.B) {
+	for _, mode := range []string{"in-reply", "parked"} {
+		b.Run(mode, func(b *testing.B) {
+			a := startAgentWith(b, b.TempDir(), nil)
+			if mode == "parked" {
+				guest.ListenersOverParked(a.c)
+			}
+			req := guest.NetSessionRequest{DNSPort: 0, TransparentPorts: []int{0, 0}, PassFDs: true, PassListeners: true}
+			var prev *guest.NetSession
+			cpu := func() time.Duration {
+				var ru syscall.Rusage
+				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			}
+			var cpuTotal time.Duration
+			b.ResetTimer()
+			for range b.N {
+				c0 := cpu()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				s, err := a.c.NetSession(ctx, req)
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for s.Listeners() < 4 {
+					time.Sleep(50 * time.Microsecond)
+				}
+				b.StopTimer()
+				time.Sleep(20 * time.Millisecond) // the parked connections settle
+				cpuTotal += cpu() - c0
+				if prev != nil {
+					prev.Close()
+				}
+				prev = s
+				b.StartTimer()
+			}
+			b.StopTimer()
+			if prev != nil {
+				prev.Close()
+			}
+			b.ReportMetric(float64(cpuTotal.Microseconds())/float64(b.N), "cpu-µs/op")
+		})
 	}
 }

@@ -48,6 +48,7 @@ type NetSession struct {
 	start         atomic.Pointer[func(*NetStream) func()]
 
 	mu      sync.Mutex
+	idle    int // parked connections kept while nothing asks for more
 	parkers int // dialing or parked
 	want    int // demand not yet answered with a dial
 	conns   map[net.Conn]struct{}
@@ -245,7 +246,7 @@ func (s *NetSession) spawn(after bool) {
 	}
 	n := 0
 	for s.conns != nil && s.parkers < netParkedMax {
-		if s.parkers < netParkedIdle {
+		if s.parkers < s.idle {
 		} else if s.want > 0 {
 			s.want--
 		} else {
@@ -282,7 +283,7 @@ func (s *NetSession) park() (run func()) {
 		s.spawn(true)
 	}()
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	conn, br, lr, stopUp, err := s.c.upgradeBuf(ctx, "/net/accept", NetConnProtocol, NetAcceptRequest{Token: s.Reply.Token}, netCodes, 1<<10, true)
+	conn, br, lr, stopUp, err := s.c.upgradeBuf(ctx, "/net/accept", NetConnProtocol, NetAcceptRequest{Token: s.Reply.Token}, netCodes, 1<<10, netConn101)
 	if err != nil {
 		cancel()
 		pause = true
@@ -441,19 +442,41 @@ func validStreamHeader(h *NetStreamHeader) error {
 // bounds the dial and the upgrade only; the session lasts until Close or until the control
 // connection breaks.
 func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSession, error) {
+	req.ListenersInReply = req.PassListeners && req.PassFDs && !c.parkedListeners
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	conn, br, lr, stop, err := c.upgradeBuf(ctx, "/net/session", NetProtocol, req, netCodes, MaxNetHeader+1, false)
+	var exact []byte
+	if req.ListenersInReply {
+		exact = netSession101
+	}
+	conn, br, lr, stop, err := c.upgradeBuf(ctx, "/net/session", NetProtocol, req, netCodes, MaxNetHeader+1, exact)
 	if err != nil {
 		return nil, err
 	}
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+	}()
 	fail := func(err error) (*NetSession, error) {
 		stop()
 		_ = conn.Close()
 		return nil, ctxErr(ctx, err)
 	}
-	line, err := readLineMax(br, MaxNetHeader)
+	var line []byte
+	uc, isUnix := conn.(*net.UnixConn)
+	if req.ListenersInReply && isUnix && br.Buffered() == 0 {
+		// Exactly the 101 was read: the reply line comes with the listeners' descriptors.
+		var rest []byte
+		line, rest, fds, err = readReplyWithRights(uc, MaxNetHeader)
+		if err == nil && len(rest) > 0 { // demand bytes sent after the reply: the control's
+			br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(rest), lr), MaxNetHeader+1)
+		}
+	} else {
+		line, err = readLineMax(br, MaxNetHeader)
+	}
 	switch {
 	case errors.Is(err, errLineTooLong):
 		return fail(oversized("the net session (its reply line)", MaxNetHeader))
@@ -473,12 +496,59 @@ func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSes
 	}
 	lr.unlimit()
 	s := &NetSession{Reply: reply, passFDs: req.PassFDs, passListeners: req.PassFDs && req.PassListeners, c: c, ctl: conn,
-		ready: make(chan *NetStream), done: make(chan struct{}), conns: map[net.Conn]struct{}{}, lns: map[string]net.Listener{}}
+		ready: make(chan *NetStream), done: make(chan struct{}), conns: map[net.Conn]struct{}{}, lns: map[string]net.Listener{},
+		idle: netParkedIdle}
 	s.ctx, s.stop = context.WithCancel(context.Background())
+	if len(reply.Listeners) > 0 || len(fds) > 0 {
+		if s.takeReplyListeners(fds) {
+			s.idle = netParkedIdleHeld
+		}
+		fds = nil
+	}
 	s.wg.Add(1)
 	go s.control(&bufConn{Conn: conn, br: br})
 	s.spawn(false)
 	return s, nil
+}
+
+// takeReplyListeners takes the listeners handed over with the reply (Reply.Listeners, one
+// descriptor each, in order), each checked as one handed over a parked connection is, and
+// accepts on them; it closes every descriptor. A reply whose descriptors do not match its
+// list is refused whole (counted in BadStreams; the agent's listeners are then not accepted
+// on until the session ends). It reports whether every listener was taken.
+func (s *NetSession) takeReplyListeners(fds []int) bool {
+	hs := s.Reply.Listeners
+	if len(fds) != len(hs) || !s.passListeners {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+		s.bad.Add(1)
+		return false
+	}
+	all := true
+	for i, h := range hs {
+		if err := validStreamHeader(&h); err != nil || !h.FD || !h.Listener {
+			closeFD(fds[i])
+			s.bad.Add(1)
+			all = false
+			continue
+		}
+		ln, err := takeListenerFD(fds[i], h)
+		if err != nil {
+			s.bad.Add(1)
+			all = false
+			continue
+		}
+		if !s.takeListener(ln, h) {
+			_ = ln.Close()
+			s.bad.Add(1)
+			all = false
+			continue
+		}
+		s.wg.Add(1)
+		go s.acceptLoop(ln, h.Kind)
+	}
+	return all
 }
 
 // validNetReply checks the addresses of a session's reply against what was asked.
@@ -504,6 +574,12 @@ func validNetReply(r *NetSessionReply, req NetSessionRequest) error {
 		if _, err := netip.ParseAddrPort(a); err != nil {
 			return fmt.Errorf("bad transparent address %q", cleanText(a, 64))
 		}
+	}
+	if len(r.Listeners) > 0 && !req.ListenersInReply {
+		return fmt.Errorf("%d listeners in a reply to a session that did not ask for them", len(r.Listeners))
+	}
+	if len(r.Listeners) > MaxTransparentPorts+2 {
+		return fmt.Errorf("%d listeners in the reply; at most %d", len(r.Listeners), MaxTransparentPorts+2)
 	}
 	return nil
 }
@@ -534,16 +610,19 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 // read what it reads bounded) and stop, which detaches ctx from the connection (false: ctx
 // ended and closed it).
 func (c *Client) upgrade(ctx context.Context, path, proto string, body any, codes []errcode.Code) (net.Conn, *bufio.Reader, *limitedConnReader, func() bool, error) {
-	return c.upgradeBuf(ctx, path, proto, body, codes, 32<<10, false)
+	return c.upgradeBuf(ctx, path, proto, body, codes, 32<<10, nil)
 }
 
 // netConn101 is the agent's whole answer to a good POST /v1/net/accept.
 var netConn101 = []byte("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + NetConnProtocol + "\r\n\r\n")
 
-// upgradeBuf is upgrade with a reader of bufSize bytes. With exact101, the reply is first read
-// as exactly netConn101's bytes: when they are those, nothing past them was read (br holds
-// nothing); otherwise they are parsed as any reply.
-func (c *Client) upgradeBuf(ctx context.Context, path, proto string, body any, codes []errcode.Code, bufSize int, exact101 bool) (net.Conn, *bufio.Reader, *limitedConnReader, func() bool, error) {
+// netSession101 is the agent's 101 to a POST /v1/net/session asking ListenersInReply.
+var netSession101 = []byte("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + NetProtocol + "\r\n\r\n")
+
+// upgradeBuf is upgrade with a reader of bufSize bytes. With exact101 (netConn101 or
+// netSession101), the reply is first read as exactly its bytes: when they are those, nothing
+// past them was read (br holds nothing); otherwise they are parsed as any reply.
+func (c *Client) upgradeBuf(ctx context.Context, path, proto string, body any, codes []errcode.Code, bufSize int, exact101 []byte) (net.Conn, *bufio.Reader, *limitedConnReader, func() bool, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, nil, nil, nil, errcode.Wrap(errcode.InvalidArgument, err, "cannot encode request")
@@ -576,10 +655,10 @@ func (c *Client) upgradeBuf(ctx context.Context, path, proto string, body any, c
 	}
 	lr := &limitedConnReader{r: conn, left: maxHeaderBytes + maxErrorReply + 4<<10}
 	var br *bufio.Reader
-	if exact101 {
-		got := make([]byte, len(netConn101))
+	if exact101 != nil {
+		got := make([]byte, len(exact101))
 		n, _ := io.ReadFull(lr, got)
-		if n == len(got) && bytes.Equal(got, netConn101) {
+		if n == len(got) && bytes.Equal(got, exact101) {
 			return conn, bufio.NewReaderSize(lr, bufSize), lr, stop, nil
 		}
 		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(got[:n]), lr), bufSize)

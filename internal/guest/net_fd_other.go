@@ -3,6 +3,7 @@
 package guest
 
 import (
+	"bufio"
 	"errors"
 	"net"
 )
@@ -25,3 +26,10 @@ func takeListenerFD(fd int, h NetStreamHeader) (*net.TCPListener, error) {
 func closeFD(int) {}
 
 func isPlainTCP(int) bool { return false }
+
+func dupCloexec(int) (int, error) { return -1, errors.New("listeners are handed over on Linux only") }
+
+func readReplyWithRights(uc *net.UnixConn, max int) (line, rest []byte, fds []int, err error) {
+	line, err = readLineMax(bufio.NewReaderSize(uc, 1), max)
+	return line, nil, nil, err
+}

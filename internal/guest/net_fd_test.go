@@ -318,11 +318,28 @@ func TestImpostorNetFDHostile(t *testing.T) {
 // connections itself: each stream is a *net.TCPConn with the kernel's addresses (a
 // transparent one's dst its local address), carrying bytes both ways. Once that session ends,
 // the agent accepts on its listeners again: a later session without PassListeners gets the
-// next connection through the agent.
+// next connection through the agent. The listeners come with the session's reply (taken
+// before NetSession returns), or, for a host that does not ask for that, over parked
+// connections.
 func TestNetListenerHandoff(t *testing.T) {
 	t.Parallel()
+	t.Run("in-reply", func(t *testing.T) { t.Parallel(); testNetListenerHandoff(t, true) })
+	t.Run("parked", func(t *testing.T) { t.Parallel(); testNetListenerHandoff(t, false) })
+}
+
+func testNetListenerHandoff(t *testing.T, inReply bool) {
 	a := startAgent(t)
+	if !inReply {
+		guest.ListenersOverParked(a.c)
+	}
 	s := openSession(t, a, guest.NetSessionRequest{DNSPort: -1, TransparentPorts: []int{0}, PassFDs: true, PassListeners: true})
+	if inReply {
+		if n, m := s.Listeners(), len(s.Reply.Listeners); n != 2 || m != 2 {
+			t.Fatalf("NetSession returned accepting on %d of the agent's listeners (%d in the reply), want 2 (proxy, transparent)", n, m)
+		}
+	} else if len(s.Reply.Listeners) != 0 {
+		t.Fatalf("the reply lists %d listeners to a session that did not ask", len(s.Reply.Listeners))
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Listeners() < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -501,4 +518,112 @@ func countOpen(id objID) int {
 		}
 	}
 	return n
+}
+
+// TestImpostorNetReplyListenersHostile: a hostile agent handing listeners over with the
+// session's reply: a connected socket as the proxy's listener, a listener bound elsewhere, a
+// listener at an address the reply does not give, or more descriptors than the reply lists.
+// Each bad one is refused and counted, a good one beside them is accepted on, and none of the
+// hostile descriptors stays open in the host.
+func TestImpostorNetReplyListenersHostile(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	good, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	goodAddr := good.Addr().String()
+	lfile := func(l net.Listener) int {
+		f, _ := l.(*net.TCPListener).File()
+		t.Cleanup(func() { f.Close() })
+		return int(f.Fd())
+	}
+	other, _ := net.Listen("tcp4", "127.0.0.1:0")
+	defer other.Close()
+	peer, _ := net.Dial("tcp4", goodAddr)
+	defer peer.Close()
+	conn, _ := good.Accept()
+	cf, _ := conn.(*net.TCPConn).File()
+	conn.Close()
+	defer cf.Close()
+	goodFD, otherFD, connFD := lfile(good), lfile(other), int(cf.Fd())
+	hostile := map[objID]string{fdObj(t, connFD): "connected socket", fdObj(t, otherFD): "listener elsewhere"}
+	base := map[objID]int{}
+	for id := range hostile {
+		base[id] = countOpen(id)
+	}
+	lh := func(dst string) string { return `{"kind":"proxy","dst":"` + dst + `","fd":true,"listener":true}` }
+	type scenario struct {
+		listeners []string
+		fds       []int
+		taken     int64 // listeners the host accepts on
+		bad       int64
+	}
+	cases := []scenario{
+		{[]string{lh(goodAddr)}, []int{connFD}, 0, 1},                                                                              // a connected socket
+		{[]string{lh(goodAddr)}, []int{otherFD}, 0, 1},                                                                             // bound elsewhere
+		{[]string{lh(other.Addr().String())}, []int{otherFD}, 0, 1},                                                                // not the reply's address
+		{[]string{lh(goodAddr)}, []int{goodFD, otherFD}, 0, 1},                                                                     // more descriptors than listed
+		{[]string{`{"kind":"dns","dst":"` + goodAddr + `","fd":true,"listener":true}`, lh(goodAddr)}, []int{connFD, goodFD}, 1, 1}, // one bad beside a good one
+	}
+	next := make(chan scenario, 1)
+	done := make(chan struct{})
+	defer close(done)
+	im := startImpostor(t, func(im *impostor, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/net/session" {
+			return // no parked connection is served
+		}
+		sc := <-next
+		conn, _ := hijack101(t, w, r, guest.NetProtocol)
+		if conn == nil {
+			return
+		}
+		defer conn.Close()
+		line := `{"proxy_addr":"` + goodAddr + `","token":"` + token + `","listeners":[` + strings.Join(sc.listeners, ",") + `]}` + "\n"
+		if _, _, err := conn.(*net.UnixConn).WriteMsgUnix([]byte(line), unix.UnixRights(sc.fds...), nil); err != nil {
+			t.Errorf("sendmsg: %v", err)
+		}
+		select {
+		case <-done:
+		case <-r.Context().Done():
+		}
+	})
+	for i, sc := range cases {
+		next <- sc
+		s, err := im.c.NetSession(ctxT(t, 10*time.Second), guest.NetSessionRequest{DNSPort: -1, PassFDs: true, PassListeners: true})
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if s.Listeners() != sc.taken || s.BadStreams() != sc.bad {
+			t.Errorf("case %d: listeners taken %d, refused %d; want %d and %d", i, s.Listeners(), s.BadStreams(), sc.taken, sc.bad)
+		}
+		if sc.taken > 0 {
+			c := dialTCP(t, goodAddr)
+			st := acceptOne(t, s)
+			if tcp, ok := st.Conn.(*net.TCPConn); !ok || tcp.RemoteAddr().String() != c.LocalAddr().String() {
+				t.Fatalf("case %d: delivered %T %+v, want the connection from %s", i, st.Conn, st.Header, c.LocalAddr())
+			}
+			go echo(st)
+			echoHalfClose(t, c, 64<<10)
+		}
+		s.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var left []string
+	for time.Now().Before(deadline) {
+		left = left[:0]
+		open := openObjs()
+		for id, name := range hostile {
+			if l, ok := open[id]; ok && countOpen(id) > base[id] {
+				left = append(left, name+" ("+l+")")
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Fatalf("descriptors of refused listeners still open in the host: %s", strings.Join(left, ", "))
+	}
 }

@@ -3,8 +3,10 @@
 package guest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -170,4 +172,53 @@ func closeFD(fd int) { _ = unix.Close(fd) }
 func isPlainTCP(fd int) bool {
 	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
 	return err == nil && v == unix.IPPROTO_TCP
+}
+
+// dupCloexec duplicates fd, close-on-exec (a listener's, for the session's reply).
+func dupCloexec(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
+
+// maxReplyFDs is the most descriptors a session's reply carries: its TCP listeners (the proxy,
+// the resolver's TCP side and the transparent ports).
+const maxReplyFDs = MaxTransparentPorts + 2
+
+// readReplyWithRights reads a session's reply line (at most max bytes, newline excluded) from
+// uc, with room for maxReplyFDs descriptors' ancillary data (more: an error; the kernel drops
+// those past the room). It returns the line, what came after it, and every descriptor
+// received, which the caller owns, even with an error.
+func readReplyWithRights(uc *net.UnixConn, max int) (line, rest []byte, fds []int, err error) {
+	buf := make([]byte, max+2)
+	oob := make([]byte, unix.CmsgSpace(4*maxReplyFDs))
+	n := 0
+	for {
+		m, oobn, flags, _, rerr := uc.ReadMsgUnix(buf[n:], oob)
+		if oobn > 0 {
+			msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, msg := range msgs {
+				if got, err := unix.ParseUnixRights(&msg); err == nil {
+					fds = append(fds, got...)
+				}
+			}
+			if perr != nil && rerr == nil {
+				rerr = perr
+			}
+		}
+		if flags&unix.MSG_CTRUNC != 0 && rerr == nil {
+			rerr = fmt.Errorf("more than %d descriptors came with the reply", maxReplyFDs)
+		}
+		n += m
+		if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 && rerr == nil {
+			if i > max {
+				return nil, nil, fds, errLineTooLong
+			}
+			return buf[:i], buf[i+1 : n], fds, nil
+		}
+		switch {
+		case rerr != nil:
+			return nil, nil, fds, rerr
+		case m == 0:
+			return nil, nil, fds, io.ErrUnexpectedEOF
+		case n >= len(buf):
+			return nil, nil, fds, errLineTooLong
+		}
+	}
 }

@@ -583,6 +583,49 @@ func (a *netAgent) handListeners(sess *agentSession) {
 	}
 }
 
+// listenerDups returns the TCP listeners (those a session may hold) with a duplicate of each
+// one's descriptor (close-on-exec), which the caller sends and closes; a listener whose
+// descriptor cannot be duplicated is left out (it stays the agent's).
+func (a *netAgent) listenerDups() ([]kindListener, []int) {
+	a.mu.Lock()
+	lns := slices.Clone(a.tcp)
+	a.mu.Unlock()
+	var out []kindListener
+	var fds []int
+	for _, kl := range lns {
+		tl, ok := kl.ln.(*net.TCPListener)
+		if !ok {
+			continue
+		}
+		raw, err := tl.SyscallConn()
+		if err != nil {
+			continue
+		}
+		var fd int
+		var derr error
+		if err := raw.Control(func(f uintptr) { fd, derr = dupCloexec(int(f)) }); err != nil || derr != nil {
+			continue
+		}
+		out = append(out, kl)
+		fds = append(fds, fd)
+	}
+	return out, fds
+}
+
+// hold marks lns, handed to sess, as held by it: the agent stops accepting on them (each
+// Accept is woken by a past deadline) while sess is current.
+func (a *netAgent) hold(sess *agentSession, lns []kindListener) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cur != sess || sess.isDone() {
+		return
+	}
+	for _, kl := range lns {
+		a.heldBy[kl.ln] = sess
+		_ = kl.ln.(*net.TCPListener).SetDeadline(time.Now())
+	}
+}
+
 // relay hands c to a parked connection (waiting for one, or for a session if none is up):
 // the header frame, then the bytes both ways. A parked connection that fails the header's
 // write (the host dropped it) is replaced by the next, until the wait's deadline.
@@ -781,29 +824,77 @@ func (s *server) handleNetSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	conn, br, ok := s.switchProtocols(w, NetProtocol)
-	if !ok {
-		return
+	passListeners := req.PassFDs && req.PassListeners
+	var conn net.Conn
+	var br *bufio.Reader
+	if passListeners && req.ListenersInReply {
+		// The 101 by hand, always the same bytes, so that the host reads exactly it and then
+		// the reply line with its descriptors (a plain read past it would drop them).
+		var brw *bufio.ReadWriter
+		if conn, brw, err = http.NewResponseController(w).Hijack(); err != nil {
+			s.log.Warn("guest: cannot take over the connection", "proto", NetProtocol, "err", err)
+			return
+		}
+		_ = conn.SetDeadline(time.Time{})
+		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := conn.Write(netSession101); err != nil {
+			_ = conn.Close()
+			return
+		}
+		br = brw.Reader
+	} else {
+		var ok bool
+		if conn, br, ok = s.switchProtocols(w, NetProtocol); !ok {
+			return
+		}
 	}
 	sess := newAgentSession(conn)
 	sess.passFDs.Store(req.PassFDs)
-	passListeners := req.PassFDs && req.PassListeners
 	reply.Token = sess.token
+	// No demand byte (want) goes on the control connection before the reply line: the host
+	// reads the line first.
+	sess.ctlMu.Lock()
 	// The session is current before the host learns its token: a POST /v1/net/accept that
 	// follows the reply at once must find it.
 	if !s.net.setSession(sess) {
+		sess.ctlMu.Unlock()
 		sess.close()
 		return
 	}
+	var handed []kindListener
+	var fds []int
+	if _, ok := conn.(*net.UnixConn); ok && passListeners && req.ListenersInReply {
+		handed, fds = s.net.listenerDups()
+		for _, kl := range handed {
+			reply.Listeners = append(reply.Listeners, NetStreamHeader{Kind: kl.kind, Dst: kl.ln.Addr().String(), FD: true, Listener: true})
+		}
+	}
 	line, _ := json.Marshal(reply)
+	line = append(line, '\n')
 	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := conn.Write(append(line, '\n')); err != nil {
+	if len(fds) > 0 {
+		var n int
+		n, _, err = conn.(*net.UnixConn).WriteMsgUnix(line, syscall.UnixRights(fds...), nil)
+		if err == nil && n != len(line) {
+			err = io.ErrShortWrite
+		}
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+	} else {
+		_, err = conn.Write(line)
+	}
+	_ = conn.SetWriteDeadline(time.Time{})
+	sess.ctlMu.Unlock()
+	if err != nil {
 		sess.close()
 		s.net.clearSession(sess)
 		return
 	}
-	_ = conn.SetWriteDeadline(time.Time{})
-	if passListeners {
+	switch {
+	case len(handed) > 0:
+		s.net.hold(sess, handed)
+	case passListeners:
 		s.net.goTracked(func() { s.net.handListeners(sess) })
 	}
 	// Not r.Context(): net/http may cancel it once the connection is taken over. The session

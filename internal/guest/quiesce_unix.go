@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -29,10 +30,24 @@ import (
 //   - SignalRelisten (SIGUSR2): listen on the socket path again.
 //
 // The processes the agent started (commands, jobs) are untouched: they are saved with the rest.
+//
+// On gVisor the agent does not wait for SignalRelisten: at the quiesce it opens gVisor's
+// checkpoint waiter (checkpointWaiter), whose read returns once the next checkpoint has ended —
+// "restore" in a sandbox restored from it, "resume" in the one that ran on, "error" if it failed
+// — and it listens again then, inside the sentry, as soon as the restored kernel runs. The host
+// sends SignalRelisten only if the agent has not answered within a grace (an agent of an older
+// version, or another runtime), and after a checkpoint that left the sandbox running; a
+// relisten of a listening agent does nothing.
 const (
 	SignalQuiesce  = unix.SIGUSR1
 	SignalRelisten = unix.SIGUSR2
 )
+
+// checkpointWaiter is gVisor's /proc/gvisor/checkpoint: a read of an open descriptor blocks
+// until the first checkpoint after the open has ended, then returns "resume\n", "restore\n" or
+// "error\n". It exists in every gVisor sandbox (read-only: nothing in the sandbox can trigger a
+// checkpoint through it), and not elsewhere.
+const checkpointWaiter = "/proc/gvisor/checkpoint"
 
 // relistener is the agent's net.Listener across quiesces: Accept hands out the connections of
 // whichever unix listener is current, and none while quiesced. It keeps every connection it
@@ -53,6 +68,9 @@ type relistener struct {
 	// hijacked ones are checked for a closed descriptor when more arrive).
 	open     map[net.Conn]bool
 	hijacked map[net.Conn]bool
+	// waiter is the checkpoint waiter opened at the last quiesce, nil once it fired or the
+	// agent listens again.
+	waiter *os.File
 }
 
 // newRelistener starts serving ln (a unix listener on path) through a relistener.
@@ -104,6 +122,10 @@ func (l *relistener) Close() error {
 	l.once.Do(func() { close(l.closed) })
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.waiter != nil {
+		_ = l.waiter.Close()
+		l.waiter = nil
+	}
 	if l.inner != nil {
 		err := l.inner.Close()
 		l.inner = nil
@@ -144,10 +166,12 @@ func connClosed(c net.Conn) bool {
 	return err != nil || rc.Control(func(uintptr) {}) != nil
 }
 
-// quiesce closes the listener and every connection, then removes the socket file.
+// quiesce closes the listener and every connection, then removes the socket file (the host's
+// "done": the checkpoint may start then, so the checkpoint waiter is opened before it).
 func (l *relistener) quiesce() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.watchCheckpointLocked()
 	if l.inner != nil {
 		_ = l.inner.Close()
 		l.inner = nil
@@ -167,10 +191,38 @@ func (l *relistener) quiesce() {
 	l.log.Info("guest: quiesced for a checkpoint", "closed_connections", n)
 }
 
+// watchCheckpointLocked opens the checkpoint waiter (closing the previous one) and relistens
+// once the checkpoint after this quiesce has ended. Without a waiter (not gVisor) it does
+// nothing: the host's SignalRelisten wakes the agent. The caller holds l.mu.
+func (l *relistener) watchCheckpointLocked() {
+	if l.waiter != nil {
+		_ = l.waiter.Close()
+		l.waiter = nil
+	}
+	f, err := os.Open(checkpointWaiter)
+	if err != nil {
+		return
+	}
+	l.waiter = f
+	go func() {
+		var buf [16]byte
+		n, err := f.Read(buf[:])
+		if err != nil {
+			return // closed: a relisten or a later quiesce replaced it
+		}
+		l.log.Info("guest: the checkpoint ended", "result", strings.TrimSpace(string(buf[:n])))
+		l.relisten()
+	}()
+}
+
 // relisten listens on the socket path again (nothing if it already does).
 func (l *relistener) relisten() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.waiter != nil {
+		_ = l.waiter.Close()
+		l.waiter = nil
+	}
 	select {
 	case <-l.closed:
 		return

@@ -84,6 +84,9 @@ type Options struct {
 	// Runs serves the run tools (issue 14, runs.go): *runs.Service in process, or
 	// client.RunsBackend over a running serve; nil: they answer UNSUPPORTED_OPERATION.
 	Runs RunsBackend
+	// Relay serves remote_pull and remote_push (issue 17, blobs.go): *blobs.Service in
+	// agentbox serve; nil: they answer UNSUPPORTED_OPERATION.
+	Relay RelayBackend
 	// APICall serves the api_call tool (issue 16, apicall.go): one request to agentbox's own
 	// REST API; nil: api_call answers UNSUPPORTED_OPERATION.
 	APICall APICallFunc
@@ -96,6 +99,15 @@ type Options struct {
 	// Metrics is the server's metrics registry with its history, for fetch_metrics (issue 16,
 	// fetch_metrics.go); nil: the Backend's scrape if it has one (current values only).
 	Metrics *metricsnap.Source
+	// Remote serves remote_exec and remote_screenshot (issue 17, remote.go); nil: they answer
+	// UNSUPPORTED_OPERATION.
+	Remote RemoteBackend
+	// Machines serves machine_list and machine_status (issue 17, machines.go); nil: they
+	// answer UNSUPPORTED_OPERATION.
+	Machines MachineBackend
+	// RemoteJobs serves the remote job tools (issue 17, remotejobs.go): *remotejobs.Service in
+	// process, client.RemoteJobsBackend over a running serve; nil: UNSUPPORTED_OPERATION.
+	RemoteJobs RemoteJobBackend
 }
 
 // Server is the MCP server: one per process, shared by every session and transport.

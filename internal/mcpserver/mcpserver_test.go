@@ -21,7 +21,12 @@ var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", 
 	"exec", "execute_sql", "fetch_metrics", "file_list", "file_read", "file_write", "health",
 	"image_list", "image_pull", // images (issue 13)
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
+	"machine_list", "machine_status", // joined machines (issue 17)
 	"pool_delete", "pool_list", "pool_set", // warm pools (issue 15)
+	"remote_exec",                                                                                      // joined machines (issue 17)
+	"remote_job_cancel", "remote_job_list", "remote_job_logs", "remote_job_start", "remote_job_status", // remote jobs (issue 17)
+	"remote_pull", "remote_push", // the file relay (issue 17)
+	"remote_screenshot",                                                                                             // joined machines (issue 17)
 	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs (issue 14)
 	"run_python", "run_shell", // data-assistant tools (issue 16)
 	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy",

@@ -30,7 +30,7 @@ type PoolSetIn struct {
 	CPU      float64 `json:"cpu,omitempty" jsonschema:"CPU limit in cores (default: the server's)."`
 	MemoryMB int64   `json:"memory_mb,omitempty" jsonschema:"Memory limit in MiB (default: the server's)."`
 	DiskMB   int64   `json:"disk_mb,omitempty" jsonschema:"Disk size in MiB (default: the server's)."`
-	Network  string  `json:"network,omitempty" jsonschema:"none (the default and, for now, the only network a pool holds)."`
+	Network  string  `json:"network,omitempty" jsonschema:"none (the default) or egress: sandboxes with the egress proxy ready, for creates with a network policy; each claimant's allow/deny policy and secrets apply when it claims one."`
 	Size     *int    `json:"size" jsonschema:"How many ready sandboxes the pool keeps: 0 (parks it) to the server's bound on pooled sandboxes (max_pooled in pool_list; all pools together)."`
 }
 
@@ -42,7 +42,7 @@ type PoolInfo struct {
 	CPU       float64   `json:"cpu" jsonschema:"CPU limit in cores."`
 	MemoryMB  int64     `json:"memory_mb" jsonschema:"Memory limit in MiB."`
 	DiskMB    int64     `json:"disk_mb" jsonschema:"Disk size in MiB."`
-	Network   string    `json:"network" jsonschema:"none."`
+	Network   string    `json:"network" jsonschema:"none or egress."`
 	Size      int       `json:"size" jsonschema:"How many ready sandboxes it keeps (the target)."`
 	Ready     int       `json:"ready" jsonschema:"Ready sandboxes it holds now."`
 	Starting  int       `json:"starting" jsonschema:"Sandboxes being started for it now."`
@@ -76,7 +76,7 @@ type PoolDeleteOut struct {
 	Deleted bool   `json:"deleted" jsonschema:"true."`
 }
 
-const poolClaimDoc = `A sandbox_create whose shape (image, runtime, cpu, memory_mb, disk_mb after defaults; network none, no secrets) equals a pool's takes one of its ready sandboxes instead of starting one (its reply says from_pool: true): it gets the caller's env, labels, TTL and idempotency key, and is never handed to anyone else afterwards. Pooled sandboxes count against capacity but are nobody's: sandbox_list does not show them.`
+const poolClaimDoc = `A sandbox_create whose shape (image, runtime, cpu, memory_mb, disk_mb after defaults; network: none matches a pool of network none, any allow/deny policy a pool of network egress) equals a pool's takes one of its ready sandboxes instead of starting one (its reply says from_pool: true): it gets the caller's env, labels, TTL, idempotency key, and for egress its network policy and secrets, and is never handed to anyone else afterwards. Creates from a snapshot or with auto_wake or ttl_while_sleeping always start a sandbox. Pooled sandboxes count against capacity but are nobody's: sandbox_list does not show them.`
 
 func (s *Server) addPoolTools() {
 	addTool(s, &mcp.Tool{

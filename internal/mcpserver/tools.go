@@ -152,6 +152,9 @@ func (s *Server) addTools() {
 	s.addSQLTool()       // execute_sql (issue 16, sql.go)
 	s.addSnippetTools()  // data-assistant tools (issue 16, snippet.go): run_python, run_shell
 	s.addFetchMetrics()  // issue 16 (fetch_metrics.go): fetch_metrics
+	s.addRemoteTools()   // joined machines (issue 17, remote.go): remote_exec, remote_screenshot
+	s.addMachineTools()  // joined machines (issue 17, machines.go): machine_list, machine_status
+	s.addRelayTools()    // the file relay (issue 17, blobs.go): remote_pull, remote_push
 	s.addSnapshotTools() // issue 15 (snapshots.go): sandbox_snapshot, snapshot_list, snapshot_delete, sandbox_fork, sandbox_sleep, sandbox_wake, sandbox_diff
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
@@ -215,8 +218,9 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 	s.addWatchTools() // watch, watch_fleet (watch.go)
 	s.addFileTools()
 	s.addJobTools()
-	s.addNetworkTools() // network (issue 12): sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose, sandbox_unexpose
-	s.addPoolTools()    // warm pools (issue 15, pools.go): pool_set, pool_list, pool_delete
+	s.addNetworkTools()   // network (issue 12): sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose, sandbox_unexpose
+	s.addPoolTools()      // warm pools (issue 15, pools.go): pool_set, pool_list, pool_delete
+	s.addRemoteJobTools() // remote jobs (issue 17, remotejobs.go): remote_job_*
 
 	addTool(s, &mcp.Tool{
 		Name:  "health",

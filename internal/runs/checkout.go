@@ -20,7 +20,9 @@ import (
 // Checkout: a constant script run as the phase's job, with the url, ref, dir and mode as its
 // arguments (never interpolated). Mode "shallow" fetches the ref alone at depth 1 and falls
 // back to a full fetch (for a commit the server will not serve by id); mode "bundle" fetches
-// from a bundle file the host made of a file:// repository. The last line of its stdout is the
+// from a bundle file the host made of a file:// repository. A fetch that fails is tried again
+// three times, 1, 2 and 4 s apart (a network cut, or the server — whose egress proxy carries the
+// fetch — restarting mid-fetch, does not fail the run). The last line of its stdout is the
 // resolved commit.
 const checkoutScript = `set -eu
 url="$1"; ref="$2"; dir="$3"; mode="$4"
@@ -30,14 +32,21 @@ cd "$dir"
 git init -q .
 depth="--depth=1"
 if [ "$mode" = bundle ]; then depth=""; fi
-if git fetch -q $depth "$url" "$want"; then
-  git checkout -q --detach FETCH_HEAD
-else
-  echo "fetching $want alone failed; fetching every branch and tag" >&2
-  git fetch -q "$url" "+refs/heads/*:refs/remotes/origin/*" "+refs/tags/*:refs/tags/*"
-  git checkout -q --detach "$want"
-fi
-git rev-parse HEAD
+fetch() {
+  if git fetch -q $depth "$url" "$want"; then
+    git checkout -q --detach FETCH_HEAD
+  else
+    echo "fetching $want alone failed; fetching every branch and tag" >&2
+    git fetch -q "$url" "+refs/heads/*:refs/remotes/origin/*" "+refs/tags/*:refs/tags/*" &&
+      git checkout -q --detach "$want"
+  fi
+}
+for wait in 1 2 4 0; do
+  if fetch; then git rev-parse HEAD; exit 0; fi
+  [ "$wait" = 0 ] && exit 128
+  echo "fetch failed; trying again in ${wait}s" >&2
+  sleep "$wait"
+done
 `
 
 // maxBundleBytes bounds the bundle of a file:// repository.

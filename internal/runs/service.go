@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/linksign"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -62,6 +63,10 @@ type Config struct {
 	ArtifactURLTTL time.Duration
 	Log            *slog.Logger
 	Now            func() time.Time
+	// Shared says other replicas share the store (Postgres): a cancel requested through
+	// another replica is only in the store, so the dispatcher rereads its executing runs'
+	// records every pass (at most Workers reads a second) and signals their cancels.
+	Shared bool
 }
 
 // Defaults.
@@ -73,13 +78,13 @@ const (
 
 // Service runs runs. It is safe for concurrent use.
 type Service struct {
-	cfg   Config
-	log   *slog.Logger
-	now   func() time.Time
-	store Store
-	sb    Backend
-	blobs *blobStore
-	key   []byte
+	cfg    Config
+	log    *slog.Logger
+	now    func() time.Time
+	store  Store
+	sb     Backend
+	blobs  *blobStore
+	signer *linksign.Signer // artifact URLs (sign.go)
 	// onSettled is called when a run settles (the batch service's hook: hooks.go).
 	onSettled func(context.Context, Run)
 
@@ -96,7 +101,7 @@ type Service struct {
 	// retryAt holds queued runs back after a capacity refusal (backoff).
 	retryAt map[string]retry
 	wg      sync.WaitGroup
-	started bool
+	// runDone is closed when the current (or last) Run has returned; nil before the first.
 	runDone chan struct{}
 }
 
@@ -134,7 +139,7 @@ func New(cfg Config) (*Service, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("runs: %w", err)
 	}
-	key, err := loadKey(filepath.Join(cfg.Dir, "url-key"))
+	signer, err := linksign.Load(filepath.Join(cfg.Dir, "url-key"), cfg.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -143,18 +148,22 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, now: cfg.Now, store: cfg.Store, sb: cfg.Sandboxes,
-		blobs: blobs, key: key, wakeCh: make(chan struct{}, 1), changed: make(chan struct{}),
-		active: map[string]context.CancelFunc{}, retryAt: map[string]retry{}, runDone: make(chan struct{})}
+		blobs: blobs, signer: signer, wakeCh: make(chan struct{}, 1), changed: make(chan struct{}),
+		active: map[string]context.CancelFunc{}, retryAt: map[string]retry{}}
 	s.onSettled = s.batchRunSettled // batch.go: a batch's counts and settled state
 	return s, nil
 }
 
 // Run resumes every unsettled run and executes queued ones until ctx ends; Close waits for it.
+// It may be called again after it returned: with several replicas the workers run only on the
+// holder of the node's lifecycle lease, one term at a time (sandbox.Owner), and a later term
+// resumes what an earlier one (or another replica) left.
 func (s *Service) Run(ctx context.Context) {
+	done := make(chan struct{})
 	s.mu.Lock()
-	s.started = true
+	s.runDone = done
 	s.mu.Unlock()
-	defer close(s.runDone)
+	defer close(done)
 	s.dispatch(ctx)
 	s.wg.Wait()
 }
@@ -162,12 +171,19 @@ func (s *Service) Run(ctx context.Context) {
 // Close waits for the workers to stop (after Run's ctx ended).
 func (s *Service) Close() error {
 	s.mu.Lock()
-	started := s.started
+	done := s.runDone
 	s.mu.Unlock()
-	if started {
-		<-s.runDone
+	if done != nil {
+		<-done
 	}
 	return nil
+}
+
+// StoreChanged tells the service another replica changed runs in the shared store: waits
+// reread their run now, and the dispatcher looks for queued runs (sandbox.FollowChanges).
+func (s *Service) StoreChanged() {
+	s.notify()
+	s.wake()
 }
 
 // wake tells the dispatcher to look for queued runs now.
@@ -383,6 +399,22 @@ func (s *Service) Cancel(ctx context.Context, id string) (Run, error) {
 		return s.present(r), nil
 	}
 	return Run{}, errcode.New(errcode.Conflict, "run %s kept changing; try again", id)
+}
+
+// checkCancels signals the cancel of each executing run whose record asks for it (a cancel
+// requested through another replica).
+func (s *Service) checkCancels(ctx context.Context) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.active))
+	for id := range s.active {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		if r, err := s.store.GetRun(ctx, id); err == nil && r.CancelRequested {
+			s.signalCancel(id)
+		}
+	}
 }
 
 func (s *Service) signalCancel(id string) {

@@ -30,6 +30,9 @@ func (s *Service) dispatch(ctx context.Context) {
 			return
 		}
 		s.claimQueued(ctx, slots)
+		if s.cfg.Shared {
+			s.checkCancels(ctx)
+		}
 		if time.Since(lastPrune) > pruneEvery {
 			lastPrune, lastGC = time.Now(), time.Now()
 			s.prune(ctx)

@@ -51,13 +51,16 @@ type Capabilities struct {
 	// CgroupMode is "v1", "hybrid" or "v2".
 	CgroupMode string `json:"cgroup_mode,omitempty"`
 	// Images the runtime can run: "host", and ImageOCI when it takes Spec.Rootfs (an OCI
-	// image's unpacked layers).
+	// image's unpacked layers), or ImageRef when its backend pulls Spec.Image itself.
 	Images []string `json:"images"`
 	// OCIImageReason says why a runtime that could take ImageOCI does not on this host (no
 	// overlayfs with id-mapped lower layers, say); "" otherwise. `agentbox doctor` shows it.
 	OCIImageReason string `json:"oci_image_reason,omitempty"`
 	// Network modes the runtime can give a sandbox (NetworkNone, NetworkEgress).
 	NetworkModes []string `json:"network_modes"`
+	// EgressReason says why a runtime does not offer NetworkEgress (kubernetes: its agent's
+	// egress listeners are not wired to the server's proxy); "" for one that does.
+	EgressReason string `json:"egress_reason,omitempty"`
 	// TransparentEgressReason says why a runtime that gives NetworkEgress sandboxes the
 	// transparent path elsewhere (runc, crun) does not on this host (Hardening then lacks
 	// HardeningTransparentEgress; the proxy path still works); "" otherwise.
@@ -194,6 +197,23 @@ type Snapshotter interface {
 
 // ImageOCI is the Capabilities.Images entry of a runtime that takes Spec.Rootfs.
 const ImageOCI = "oci"
+
+// ImageRef is the Capabilities.Images entry of a runtime that takes an OCI image as its
+// reference (Spec.Image) and has its backend resolve and pull it (Kubernetes: the kubelet):
+// the control plane neither pulls nor unpacks it, and Spec.Rootfs is nil.
+const ImageRef = "ref"
+
+// TakesImage reports whether a runtime of c runs an image of kind ("host" or ImageOCI): an
+// ImageOCI image also runs on a runtime that takes ImageRef.
+func (c Capabilities) TakesImage(kind string) bool {
+	return slices.Contains(c.Images, kind) || (kind == ImageOCI && slices.Contains(c.Images, ImageRef))
+}
+
+// PullsImages reports whether the runtime's backend resolves image references itself
+// (ImageRef) rather than taking the control plane's unpacked layers.
+func (c Capabilities) PullsImages() bool {
+	return slices.Contains(c.Images, ImageRef) && !slices.Contains(c.Images, ImageOCI)
+}
 
 // Rootfs is an OCI image's root file system as the runtime mounts it.
 type Rootfs struct {

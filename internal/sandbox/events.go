@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -76,4 +77,42 @@ func (s *Service) Subscribe(ctx context.Context, after int64) (<-chan Event, err
 		}
 	}()
 	return out, nil
+}
+
+// StoreChanged wakes the service's event subscribers to reread the store now: another replica
+// recorded something (FollowChanges calls it on the store's change notifications).
+func (s *Service) StoreChanged() { s.bus.publish() }
+
+// FollowChanges calls every wake function on each change notification of cn until ctx ends, so
+// a watcher on this replica sees another replica's changes within milliseconds rather than at
+// its next periodic recheck. When the notifier fails it wakes them once (a change may have gone
+// unseen) and listens again after a backoff (1 s, doubling, at most 30 s).
+func FollowChanges(ctx context.Context, cn ChangeNotifier, log *slog.Logger, wake ...func()) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	all := func() {
+		for _, w := range wake {
+			w()
+		}
+	}
+	backoff := time.Second
+	for ctx.Err() == nil {
+		ch, err := cn.Changes(ctx)
+		if err == nil {
+			for range ch {
+				backoff = time.Second // a notifier that delivers is healthy again
+				all()
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		all()
+		log.Warn("store change notifications interrupted; watchers fall back to rereading periodically until they resume", "err", err, "retry_in", backoff)
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
 }

@@ -536,3 +536,68 @@ func TestWakeAfterTagMoved(t *testing.T) {
 		t.Fatalf("woken on layers %+v, want the slept image's %v", rfs, want)
 	}
 }
+
+// refRuntime is a fake runtime that pulls images itself (runtime.ImageRef, as kubernetes does)
+// and records the specs it is given.
+type refRuntime struct {
+	runtime.Runtime
+	mu    sync.Mutex
+	specs []runtime.Spec
+}
+
+func (r *refRuntime) Capabilities() runtime.Capabilities {
+	c := r.Runtime.Capabilities()
+	c.Images = []string{runtime.ImageRef}
+	return c
+}
+
+func (r *refRuntime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle, error) {
+	r.mu.Lock()
+	r.specs = append(r.specs, spec)
+	r.mu.Unlock()
+	spec.Image = "host" // the fake runs only host sandboxes: it stands in for the backend's pull
+	return r.Runtime.Create(ctx, spec)
+}
+
+// TestCreateImageRefPassThrough: on a runtime that pulls images itself the reference goes to
+// it as written: no image cache is needed, nothing is pulled or unpacked, no digest is pinned;
+// image "host" is refused (the runtime does not declare it) and a bad reference is
+// INVALID_ARGUMENT.
+func TestCreateImageRefPassThrough(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f, err := fake.New(fake.Config{Name: "kubernetes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Shutdown(context.Background())
+	rt := &refRuntime{Runtime: f}
+	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{DefaultRuntime: "kubernetes"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{Image: "python:3.12-slim"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	defer svc.Destroy(context.Background(), sb.ID)
+	if sb.Image != "python:3.12-slim" || sb.ImageDigest != "" || sb.Runtime != "kubernetes" {
+		t.Fatalf("record %+v", sb)
+	}
+	rt.mu.Lock()
+	specs := slices.Clone(rt.specs)
+	rt.mu.Unlock()
+	if len(specs) != 1 || specs[0].Image != "python:3.12-slim" || specs[0].Rootfs != nil {
+		t.Fatalf("specs %+v", specs)
+	}
+	if _, err := svc.Create(t.Context(), sandbox.CreateRequest{}); errcode.Of(err) != errcode.InvalidArgument {
+		t.Fatalf("image host on a ref-only runtime: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := svc.Create(t.Context(), sandbox.CreateRequest{Image: "Bad Ref"}); errcode.Of(err) != errcode.InvalidArgument {
+		t.Fatalf("bad reference: %v, want INVALID_ARGUMENT", err)
+	}
+}

@@ -61,6 +61,14 @@ func (r *retries) failed(id string, now time.Time) int {
 	return rt.attempts
 }
 
+// known reports whether a step or destroy of id failed in this process and awaits a retry.
+func (r *retries) known(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.m[id]
+	return ok
+}
+
 func (r *retries) clear(id string) {
 	r.mu.Lock()
 	delete(r.m, id)
@@ -70,6 +78,10 @@ func (r *retries) clear(id string) {
 // createDeadline is how long after its record was written a create may still be making its
 // sandbox: the bring-up bound (ReadyTimeout + 30 s) and a margin.
 func (s *Service) createDeadline() time.Duration { return s.cfg.ReadyTimeout + time.Minute }
+
+// destroyGrace is how long a stopping record another replica may still be finishing (a destroy
+// bounds its delete to a minute) is left to it before the control loop finishes it.
+const destroyGrace = 2 * time.Minute
 
 // Converge runs one pass of the control loop over every unsettled sandbox (creating, stopping,
 // and expired ones) whose backoff allows, and returns what failed, joined. A sandbox another
@@ -82,6 +94,9 @@ func (s *Service) Converge(ctx context.Context) error {
 	now := s.now()
 	var errs []error
 	for _, sb := range list {
+		if s.cfg.Shared && sb.State == StateRunning && !s.loopWatched.has(sb.ID) {
+			s.watchFromLoop(sb)
+		}
 		if !s.unsettled(sb, now, false) || !s.retries.due(sb.ID, now) {
 			continue
 		}
@@ -106,7 +121,10 @@ func (s *Service) Converge(ctx context.Context) error {
 func (s *Service) unsettled(sb Sandbox, now time.Time, orphaned bool) bool {
 	switch sb.State {
 	case StateStopping:
-		return true
+		// Alone on the store, a destroy in flight holds the sandbox's lock, which the loop
+		// respects. Shared, another replica may be finishing it: the loop waits out
+		// destroyGrace, unless the destroy failed here (its retry is this process's).
+		return !s.cfg.Shared || orphaned || s.retries.known(sb.ID) || now.Sub(sb.UpdatedAt) > destroyGrace
 	case StateCreating:
 		if sb.SleepSnapshot != "" { // a wake
 			return orphaned || now.Sub(sb.UpdatedAt) > s.createDeadline()+sleepTimeout
@@ -238,6 +256,11 @@ func (s *Service) finishDestroy(ctx context.Context, sb Sandbox, reason string) 
 // half-done destroys finish; host resources that no live record owns are deleted. A sandbox it
 // cannot settle (its state unreadable, a delete failing) is logged, recorded and left to the
 // control loop: it never stops the server from starting. Only a store it cannot read is an error.
+//
+// With several replicas on one store (Config.Shared) it runs wherever the node's lifecycle
+// lease is taken (lease.go), while other replicas serve: a creating record is then failed only
+// past its deadline, an unfinished snapshot only by the control loop's rules, and the sweep
+// spares whatever has a live record when it looks, not only what was live when it began.
 func (s *Service) Reconcile(ctx context.Context) error {
 	live, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateSleeping, StateStopping, StateFailed, StateLost}, Limit: 100000})
 	if err != nil {
@@ -256,12 +279,19 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			s.log.Warn("reconcile: sandbox left to the control loop", "sandbox_id", sb.ID, "err", err)
 		}
 	}
-	if err := s.sweep(ctx, func(id string) bool { return owned[id] }); err != nil {
+	isOwned := func(id string) bool { return owned[id] }
+	if s.cfg.Shared {
+		// Other replicas create while this one reconciles: a sandbox whose record was written
+		// after the list above is theirs, not an orphan (the sweep lists the runtime first).
+		byStore := s.ownedByStore(ctx)
+		isOwned = func(id string) bool { return owned[id] || byStore(id) }
+	}
+	if err := s.sweep(ctx, isOwned); err != nil {
 		s.log.Warn("reconcile: sweep incomplete; the periodic sweep retries", "err", err)
 	}
 	// Snapshots (snapshots.go): half-taken ones failed, half-deleted ones deleted, directories
 	// no record owns removed, ready ones whose files are gone failed.
-	if err := s.convergeSnapshots(ctx, true); err != nil {
+	if err := s.convergeSnapshots(ctx, !s.cfg.Shared); err != nil {
 		s.log.Warn("reconcile: snapshots left to the control loop", "err", err)
 	}
 	if err := s.sweepSnapshots(ctx, true); err != nil {
@@ -298,7 +328,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (
 		if sb.SleepSnapshot == "" {
 			break
 		}
-		if err := s.step(ctx, sb.ID, true); err != nil {
+		if err := s.step(ctx, sb.ID, !s.cfg.Shared); err != nil {
 			return true, err
 		}
 		return true, nil // a wake, back to sleeping: its id range stays held
@@ -333,10 +363,13 @@ func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (
 		}
 		return true, aerr
 	case StateCreating, StateStopping:
-		if err := s.step(ctx, sb.ID, true); err != nil {
+		// Alone on its store, no create of this server is in flight at start: a creating
+		// record is orphaned. Shared, another replica may be making it: it is abandoned only
+		// past its deadline (the control loop's rule), and kept until then.
+		if err := s.step(ctx, sb.ID, !s.cfg.Shared); err != nil {
 			return true, err
 		}
-		return false, nil
+		return sb.State == StateCreating && s.cfg.Shared && !s.unsettled(sb, now, false), nil
 	default: // failed, lost: not live; the sweep deletes what they left
 		if s.unsettled(sb, now, false) {
 			return false, s.step(ctx, sb.ID, false)
@@ -405,9 +438,28 @@ func (s *idSet) has(id string) bool {
 	return s.m[id]
 }
 
+// watchFromLoop watches running sb (watch) once for the control loop: with other replicas a
+// sandbox may have been made by one that died since, and its exit must still be recorded at
+// once. A second watch of a sandbox its own replica watches too is harmless: the first to record
+// it lost wins, the other finds it no longer running.
+func (s *Service) watchFromLoop(sb Sandbox) {
+	rt, err := s.runtimeOf(sb)
+	if err != nil {
+		return
+	}
+	if _, ok := rt.(runtime.Waiter); !ok {
+		return
+	}
+	s.loopWatched.add(sb.ID)
+	s.watchThen(rt, sb.ID, func() { s.loopWatched.remove(sb.ID) })
+}
+
 // watch waits, in the background, for the sandbox's init to exit (runtime.Waiter), and then
 // records a sandbox that was running as lost at once, not at the next call to it.
-func (s *Service) watch(rt runtime.Runtime, id string) {
+func (s *Service) watch(rt runtime.Runtime, id string) { s.watchThen(rt, id, nil) }
+
+// watchThen is watch, calling done (if set) when the watch ends.
+func (s *Service) watchThen(rt runtime.Runtime, id string, done func()) {
 	w, ok := rt.(runtime.Waiter)
 	if !ok {
 		return
@@ -415,6 +467,9 @@ func (s *Service) watch(rt runtime.Runtime, id string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		if done != nil {
+			defer done()
+		}
 		if err := w.Wait(s.bg, id); err != nil {
 			return // the service is closing
 		}
@@ -496,8 +551,12 @@ func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
 
 // Run performs background duties until ctx ends: the control loop (every second), the orphan
 // sweep (every SweepInterval, a minute) and pruning of old finished records (every hour).
+//
+// With several replicas it runs only on the holder of the node's lifecycle lease, for as long
+// as it holds it (lease.go): when ctx ends Run returns once the pools' refill loop has too, so a
+// later term starts afresh.
 func (s *Service) Run(ctx context.Context) {
-	s.startPools(ctx) // warm pools' refill loop (pools.go)
+	defer s.startPools(ctx)() // warm pools' refill loop (pools.go)
 	tick := time.NewTicker(min(time.Second, s.cfg.SweepInterval))
 	defer tick.Stop()
 	lastSweep, lastPrune := s.now(), time.Time{}

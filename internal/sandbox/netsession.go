@@ -46,7 +46,7 @@ type netState struct {
 type netSandbox struct {
 	id     string
 	policy atomic.Pointer[egress.Compiled]
-	target *egress.Target
+	target atomic.Pointer[egress.Target] // replaced when a pooled sandbox is claimed (pools.go)
 	req    guest.NetSessionRequest
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -138,7 +138,7 @@ func (s *Service) startNet(sb Sandbox, rt runtime.Runtime, sess *guest.NetSessio
 	}
 	n := &netSandbox{id: sb.ID, req: s.netRequest(rt), slots: make(chan struct{}, maxNetStreams), changed: make(chan struct{})}
 	n.policy.Store(compiled)
-	n.target = &egress.Target{SandboxID: sb.ID, Policy: n.policy.Load, Secrets: sb.Secrets}
+	n.target.Store(&egress.Target{SandboxID: sb.ID, Policy: n.policy.Load, Secrets: sb.Secrets})
 	n.ctx, n.cancel = context.WithCancel(s.bg)
 	s.net.mu.Lock()
 	if old := s.net.m[sb.ID]; old != nil {
@@ -176,6 +176,14 @@ func (s *Service) forgetNet(n *netSandbox) {
 func (s *Service) setNetPolicy(id string, compiled *egress.Compiled) {
 	if n := s.netOf(id); n != nil {
 		n.policy.Store(compiled)
+	}
+}
+
+// setNetSecrets makes secrets those of the next connection of sandbox id (a claimed pooled
+// sandbox's: it was started without any).
+func (s *Service) setNetSecrets(id string, secrets []egress.Secret) {
+	if n := s.netOf(id); n != nil {
+		n.target.Store(&egress.Target{SandboxID: id, Policy: n.policy.Load, Secrets: secrets})
 	}
 }
 
@@ -301,7 +309,7 @@ func (s *Service) startStream(n *netSandbox, sess *guest.NetSession, st *guest.N
 		// and TCP then splice. A handed-over socket (st.Header.FD) is the sandbox's own TCP
 		// socket, which the proxy splices straight to the upstream; it holds this slot, so
 		// maxNetStreams bounds them as it bounds relayed streams.
-		s.net.proxy.Serve(n.ctx, n.target, st.Conn, kind, dst)
+		s.net.proxy.Serve(n.ctx, n.target.Load(), st.Conn, kind, dst)
 	}
 }
 

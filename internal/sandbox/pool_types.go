@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/egress"
 )
 
 // Warm pools (issue 15): a pool keeps Size ready sandboxes of one shape so that a create of that
@@ -17,7 +19,9 @@ type Pool struct {
 	CPU      float64 `json:"cpu"`
 	MemoryMB int64   `json:"memory_mb"`
 	DiskMB   int64   `json:"disk_mb"`
-	// Network is "none": pools hold sandboxes without network only.
+	// Network is "none" (the default) or "egress": a pool of egress sandboxes holds them with
+	// the egress plumbing up and a policy that allows nothing; a create with any network
+	// policy (and secrets) claims one, and its policy and secrets apply at the claim.
 	Network string `json:"network"`
 	// Size is how many ready sandboxes the pool keeps (0 keeps none: the pool is parked).
 	Size      int       `json:"size"`
@@ -57,6 +61,11 @@ type PoolClaim struct {
 	Labels         map[string]string
 	ExpiresAt      time.Time
 	At             time.Time
+	// Network and Secrets replace the sandbox's when Network.Policy is set and the sandbox has
+	// a policy too (an egress sandbox: the claimant's policy and secrets; a sandbox started
+	// without egress keeps network none, which the service then sees is not what was asked).
+	Network Network
+	Secrets []egress.Secret
 }
 
 // PoolStore is what warm pools need of durable state. internal/store.Store includes it.
@@ -72,7 +81,8 @@ type PoolStore interface {
 	//   - when c.IdempotencyKey is set and a sandbox of c.Owner already has that key, changes
 	//     nothing and returns that sandbox as prior;
 	//   - else takes the oldest running sandbox of node c.Node that pool c.Pool holds, sets its
-	//     pool to "", from_pool, owner, idempotency key, env, labels and expires_at from c, bumps
+	//     pool to "", from_pool, owner, idempotency key, env, labels, expires_at (and, when
+	//     c.Network.Policy is set, network and secrets) from c, bumps
 	//     its version, appends a "claim" event, and returns it as claimed;
 	//   - else (none ready) changes nothing and returns two zero records.
 	// Two claimants never get the same sandbox, whatever races between them (or between server

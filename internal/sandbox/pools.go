@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 )
@@ -25,6 +26,13 @@ import (
 // caller's owner, labels, env, TTL and idempotency key, loses its Pool and gains FromPool. A
 // claimed sandbox is never returned to a pool: it is destroyed like any other, so nothing of one
 // claimant can reach another.
+//
+// Network: a pool's network is "none" or "egress". An egress pool's sandboxes are started with
+// the egress plumbing (proxy env, CA bundle, network session) and a policy that allows nothing;
+// a create with any network policy matches it, and its claim writes the claimant's policy and
+// secrets to the record in the same transaction, then applies them to the sandbox's session
+// (as sandbox_network_update does) before the create returns. The secrets' placeholders reach
+// the claimant's commands as its env does (callEnv).
 //
 // Env: a pooled sandbox was started without its claimant's env. The claimant's env is kept on
 // the record (Sandbox.Env) and, for a sandbox with FromPool, laid under every later command's
@@ -47,6 +55,11 @@ const (
 	// that the claimant's first calls (its first exec) do not share the CPU with a container
 	// start.
 	poolRefillDelay = 150 * time.Millisecond
+	// poolCacheFor is how long a create trusts the pools it (or the refill loop) last read.
+	poolCacheFor = 2 * time.Second
+	// PoolNetworkNone and PoolNetworkEgress are a pool's networks.
+	PoolNetworkNone   = "none"
+	PoolNetworkEgress = "egress"
 )
 
 var poolNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -63,6 +76,14 @@ type poolState struct {
 
 	mu    sync.Mutex
 	stats map[string]*poolStats // by pool name; at most MaxPools (+ names whose members retire)
+	// The pools as last read from the store, so that a create does not read them: cached is
+	// valid while cachedGen == gen and for poolCacheFor after cachedAt. SetPool and DeletePool
+	// bump gen (a read that began before a change is never kept); the refill loop re-reads
+	// them every pass, which also brings in another server process's changes.
+	gen       uint64
+	cachedGen uint64
+	cachedAt  time.Time
+	cached    []Pool
 }
 
 type poolStats struct {
@@ -97,6 +118,41 @@ func (p *poolState) stat(name string) *poolStats {
 	return st
 }
 
+// invalidate forgets the cached pools (a pool was set or deleted).
+func (p *poolState) invalidate() {
+	p.mu.Lock()
+	p.gen++
+	p.cached = nil
+	p.mu.Unlock()
+}
+
+// listPools returns the pools: the cached ones while they are fresh, else the store's (which
+// it caches).
+func (s *Service) listPools(ctx context.Context, ps PoolStore, fresh bool) ([]Pool, error) {
+	s.pools.mu.Lock()
+	gen := s.pools.gen
+	if !fresh && s.pools.cached != nil && s.pools.cachedGen == gen && time.Since(s.pools.cachedAt) < poolCacheFor {
+		out := s.pools.cached
+		s.pools.mu.Unlock()
+		return out, nil
+	}
+	s.pools.mu.Unlock()
+	began := time.Now()
+	pools, err := ps.ListPools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.pools.mu.Lock()
+	if s.pools.gen == gen { // no SetPool or DeletePool since the read began
+		s.pools.cached, s.pools.cachedGen, s.pools.cachedAt = slices.Clip(pools), gen, began
+		if s.pools.cached == nil {
+			s.pools.cached = []Pool{}
+		}
+	}
+	s.pools.mu.Unlock()
+	return pools, nil
+}
+
 type poolFillKey struct{}
 
 // poolFillFrom returns the pool a create refills (Create's caller is the refill loop), or "".
@@ -113,10 +169,11 @@ func (s *Service) poolStore() (PoolStore, error) {
 	return ps, nil
 }
 
-// maxPooled is the server-wide bound on the sum of all pools' sizes.
+// maxPooled is the server-wide bound on the sum of all pools' sizes (serve --max-pooled; at
+// most the live bound, by default half of it).
 func (s *Service) maxPooled() int {
 	if s.cfg.MaxPooled > 0 {
-		return s.cfg.MaxPooled
+		return min(s.cfg.MaxPooled, s.cfg.MaxSandboxes)
 	}
 	return max(1, s.cfg.MaxSandboxes/2)
 }
@@ -130,13 +187,18 @@ func (s *Service) normalizePool(p *Pool) error {
 		return errcode.New(errcode.InvalidArgument, "size must be between 0 and %d (the server's bound on pooled sandboxes); got %d", s.maxPooled(), p.Size)
 	}
 	switch p.Network {
-	case "", "none":
-		p.Network = "none"
+	case "", PoolNetworkNone:
+		p.Network = PoolNetworkNone
+	case PoolNetworkEgress:
 	default:
-		return errcode.New(errcode.InvalidArgument, "network: pools hold sandboxes with network %q only; got %q", "none", truncate(p.Network, 64))
+		return errcode.New(errcode.InvalidArgument, "network: a pool's network is %q or %q (each claimant brings its own allow/deny policy); got %q", PoolNetworkNone, PoolNetworkEgress, truncate(p.Network, 64))
 	}
-	req := CreateRequest{Image: p.Image, Runtime: p.Runtime, CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB}
-	if _, err := s.validateCreate(&req); err != nil {
+	req := p.createRequest()
+	rt, err := s.validateCreate(&req)
+	if err != nil {
+		return err
+	}
+	if _, err := s.validateNetwork(&req, rt); err != nil { // an egress pool needs the proxy and a runtime with egress
 		return err
 	}
 	p.Image, p.Runtime, p.CPU, p.MemoryMB, p.DiskMB = req.Image, req.Runtime, req.CPU, req.MemoryMB, req.DiskMB
@@ -181,6 +243,7 @@ func (s *Service) SetPool(ctx context.Context, p Pool) (PoolStatus, error) {
 	if err := ps.PutPool(ctx, p); err != nil {
 		return PoolStatus{}, err
 	}
+	s.pools.invalidate()
 	s.pools.mu.Lock()
 	st := s.pools.stat(p.Name)
 	st.failures, st.nextTry, st.lastErr = 0, time.Time{}, ""
@@ -223,6 +286,7 @@ func (s *Service) DeletePool(ctx context.Context, name string) error {
 	if err := ps.DeletePool(ctx, name); err != nil {
 		return err
 	}
+	s.pools.invalidate()
 	s.pools.mu.Lock()
 	delete(s.pools.stats, name) // a pool set again under this name starts its counts anew
 	s.pools.mu.Unlock()
@@ -249,43 +313,60 @@ func (s *Service) statusOf(p Pool, c PoolCount) PoolStatus {
 	return out
 }
 
-// matchPool returns the pool whose shape req (validated, defaults filled) has, if any.
-func matchPool(pools []Pool, req CreateRequest) (Pool, bool) {
+// matchPool returns the pool whose shape req (validated, defaults filled; egress: it has a
+// network policy) has, if any.
+func matchPool(pools []Pool, req CreateRequest, egress bool) (Pool, bool) {
 	for _, p := range pools {
 		if p.Size > 0 && p.Image == req.Image && p.Runtime == req.Runtime && p.CPU == req.CPU &&
-			p.MemoryMB == req.MemoryMB && p.DiskMB == req.DiskMB {
+			p.MemoryMB == req.MemoryMB && p.DiskMB == req.DiskMB && (p.Network == PoolNetworkEgress) == egress {
 			return p, true
 		}
 	}
 	return Pool{}, false
 }
 
+// createRequest is the create that fills p: an egress pool's sandboxes start with a policy that
+// allows nothing (a claim replaces it).
+func (p Pool) createRequest() CreateRequest {
+	req := CreateRequest{Image: p.Image, Runtime: p.Runtime, CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB}
+	if p.Network == PoolNetworkEgress {
+		req.Network = &Network{Policy: &egress.Policy{}}
+	}
+	return req
+}
+
 // claim is Create's hook: a create of a pool's shape takes one of its ready sandboxes. ok says
 // the create is answered (by the claimed sandbox, the key's earlier sandbox, or err); !ok means
-// start one as usual. Only creates with network none, no secrets, no snapshot and none of the
-// sleep options (a pooled sandbox was started without them) can match.
-func (s *Service) claim(ctx context.Context, req CreateRequest, withNetwork bool) (_ Sandbox, ok bool, _ error) {
-	if withNetwork || len(req.Secrets) > 0 || req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping || poolFillFrom(ctx) != "" {
+// start one as usual. plan is the create's validated network (nil: none). Creates from a
+// snapshot or with one of the sleep options (a pooled sandbox was started without them) never
+// match.
+func (s *Service) claim(ctx context.Context, req CreateRequest, plan *netPlan) (_ Sandbox, ok bool, _ error) {
+	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping || poolFillFrom(ctx) != "" {
 		return Sandbox{}, false, nil
 	}
 	ps, ok := s.store.(PoolStore)
 	if !ok {
 		return Sandbox{}, false, nil
 	}
-	pools, err := ps.ListPools(ctx)
+	pools, err := s.listPools(ctx, ps, false)
 	if err != nil {
 		s.log.Warn("pools: cannot read the pools; starting a sandbox", "err", err)
 		return Sandbox{}, false, nil
 	}
-	p, found := matchPool(pools, req)
+	p, found := matchPool(pools, req, plan != nil)
 	if !found {
 		return Sandbox{}, false, nil
 	}
 	now := s.stamp()
 	owner := OwnerFrom(ctx)
-	claimed, prior, err := ps.ClaimPooled(ctx, PoolClaim{Pool: p.Name, Node: s.local.name, Owner: owner,
+	c := PoolClaim{Pool: p.Name, Node: s.local.name, Owner: owner,
 		IdempotencyKey: req.IdempotencyKey, Env: req.Env, Labels: req.Labels,
-		ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second), At: now})
+		ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second), At: now}
+	if plan != nil {
+		np := normalPolicy(plan.policy.Policy())
+		c.Network, c.Secrets = Network{Policy: &np}, plan.secrets
+	}
+	claimed, prior, err := ps.ClaimPooled(ctx, c)
 	if err != nil {
 		return Sandbox{}, true, err
 	}
@@ -295,6 +376,21 @@ func (s *Service) claim(ctx context.Context, req CreateRequest, withNetwork bool
 		sb, err := s.sameCreate(ctx, prior, asked, req)
 		return sb, true, err
 	}
+	if claimed.ID != "" && !p.holds(claimed) {
+		// The pool was set to another shape and this one of the old shape was not retired
+		// yet: it is not what the caller asked for. It is the caller's now (nobody else can
+		// claim it), so it is destroyed, and the create starts a sandbox of its shape.
+		s.log.Info("pools: claimed a sandbox of the pool's old shape; destroying it", "sandbox_id", claimed.ID, "pool", p.Name)
+		id, dctx := claimed.ID, context.WithoutCancel(ctx)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if _, err := s.Destroy(dctx, id); err != nil {
+				s.log.Warn("pools: destroy a sandbox of an old shape", "sandbox_id", id, "err", err)
+			}
+		}()
+		claimed = Sandbox{}
+	}
 	s.pools.mu.Lock()
 	st := s.pools.stat(p.Name)
 	if claimed.ID == "" {
@@ -303,24 +399,37 @@ func (s *Service) claim(ctx context.Context, req CreateRequest, withNetwork bool
 		st.hits++
 	}
 	s.pools.mu.Unlock()
-	s.pools.kick()
 	if claimed.ID == "" {
+		s.pools.kick()
 		return Sandbox{}, false, nil
 	}
+	if plan != nil { // recorded above; now live, before the claimant has the sandbox's id
+		s.setNetPolicy(claimed.ID, plan.policy)
+		s.setNetSecrets(claimed.ID, plan.secrets)
+	}
 	s.pools.lastClaim.Store(time.Now().UnixNano())
+	// The refill is woken once the claimant's first calls are likely done (afterClaimDelay
+	// waits as long anyway): until then even its reads of the pools would share the CPU
+	// with them.
+	time.AfterFunc(poolRefillDelay, s.pools.kick)
 	s.bus.publish()
 	s.log.Info("sandbox claimed from pool", "sandbox_id", claimed.ID, "pool", p.Name, "owner", owner)
 	return claimed, true, nil
 }
 
 // callEnv is the env a command in sb runs with: a sandbox claimed from a pool was started
-// without its claimant's env, so that env (kept on the record) is laid under the command's own.
-// Other sandboxes have theirs as the agent's base env already.
+// without its claimant's env and secrets, so that env and the secrets' placeholders (kept on
+// the record) are laid under the command's own. Other sandboxes have them as the agent's base
+// env already.
 func callEnv(sb Sandbox, env map[string]string) map[string]string {
-	if !sb.FromPool || len(sb.Env) == 0 {
+	if !sb.FromPool || len(sb.Env)+len(sb.Secrets) == 0 {
 		return env
 	}
-	out := maps.Clone(sb.Env)
+	out := make(map[string]string, len(sb.Env)+len(sb.Secrets)+len(env))
+	maps.Copy(out, sb.Env)
+	for _, sc := range sb.Secrets {
+		out[sc.Name] = sc.Placeholder
+	}
 	maps.Copy(out, env)
 	return out
 }
@@ -347,7 +456,7 @@ func (s *Service) refillPass(ctx context.Context) {
 	if !ok {
 		return
 	}
-	pools, err := ps.ListPools(ctx)
+	pools, err := s.listPools(ctx, ps, true)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("pools: cannot read the pools", "err", err)
@@ -365,16 +474,21 @@ func (s *Service) refillPass(ctx context.Context) {
 	for _, p := range pools {
 		byName[p.Name] = p
 	}
+	held := 0 // what the pools hold together, kept within maxPooled (a server restarted with a
+	// lower --max-pooled than its stored pools' sizes add up to fills them in name order)
 	for name, c := range counts {
 		p, exists := byName[name]
 		if !exists || c.Ready+c.Starting > p.Size || s.hasStale(ctx, p) {
 			s.retirePooled(ctx, name, p, exists)
 		}
+		if exists {
+			held += min(c.Ready+c.Starting, p.Size)
+		}
 	}
 	for _, p := range pools {
 		for ctx.Err() == nil {
 			c := counts[p.Name]
-			if c.Ready+c.Starting >= p.Size || !s.refillDue(p.Name) {
+			if c.Ready+c.Starting >= p.Size || held >= s.maxPooled() || !s.refillDue(p.Name) {
 				break
 			}
 			if s.pools.interactive.Load() > 0 || !s.afterClaimDelay(ctx) {
@@ -391,6 +505,7 @@ func (s *Service) refillPass(ctx context.Context) {
 			}
 			c.Ready++
 			counts[p.Name] = c
+			held++
 		}
 	}
 }
@@ -433,8 +548,7 @@ func (s *Service) primePooled(ctx context.Context, id string) {
 
 // fillOne creates one sandbox for p (through Create, as the pool).
 func (s *Service) fillOne(ctx context.Context, p Pool) error {
-	_, err := s.Create(context.WithValue(ctx, poolFillKey{}, p.Name), CreateRequest{Image: p.Image, Runtime: p.Runtime,
-		CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB})
+	_, err := s.Create(context.WithValue(ctx, poolFillKey{}, p.Name), p.createRequest())
 	return err
 }
 
@@ -473,7 +587,8 @@ func (s *Service) hasStale(ctx context.Context, p Pool) bool {
 }
 
 func (p Pool) holds(sb Sandbox) bool {
-	return sb.Image == p.Image && sb.Runtime == p.Runtime && sb.CPU == p.CPU && sb.MemoryMB == p.MemoryMB && sb.DiskMB == p.DiskMB
+	return sb.Image == p.Image && sb.Runtime == p.Runtime && sb.CPU == p.CPU && sb.MemoryMB == p.MemoryMB && sb.DiskMB == p.DiskMB &&
+		(sb.Network.Policy != nil) == (p.Network == PoolNetworkEgress)
 }
 
 // retire destroys the ready sandboxes pool name holds that it should not: all of them when the
@@ -511,20 +626,25 @@ func (s *Service) retireOne(ctx context.Context, id, pool string) {
 	}
 }
 
-// startPools starts the refill loop once, on the service's background context and ctx both.
-func (s *Service) startPools(ctx context.Context) {
+// startPools starts the refill loop, on the service's background context and ctx both, unless
+// it runs already; wait waits for a loop it started to end (after ctx does).
+func (s *Service) startPools(ctx context.Context) (wait func()) {
 	if _, ok := s.store.(PoolStore); !ok || !s.pools.started.CompareAndSwap(false, true) {
-		return
+		return func() {}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.bg, cancel)
+	done := make(chan struct{})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(done)
+		defer s.pools.started.Store(false)
 		defer stop()
 		defer cancel()
 		s.runPools(rctx)
 	}()
+	return func() { <-done }
 }
 
 // ParsePoolFlag parses serve's --pool value: comma-separated key=value pairs, name and size

@@ -360,7 +360,7 @@ func TestPoolValidation(t *testing.T) {
 		{sandbox.Pool{Name: "Bad Name", Size: 1}, "name"},
 		{sandbox.Pool{Name: "p", Size: -1}, "size must be between 0 and 5"},
 		{sandbox.Pool{Name: "p", Size: 6}, "size must be between 0 and 5"},
-		{sandbox.Pool{Name: "p", Size: 1, Network: "allow"}, "network"},
+		{sandbox.Pool{Name: "p", Size: 1, Network: "allow"}, `"none" or "egress"`},
 		{sandbox.Pool{Name: "p", Size: 1, MemoryMB: 1}, "memory_mb"},
 		{sandbox.Pool{Name: "p", Size: 1, CPU: -1}, "cpu"},
 	} {
@@ -440,4 +440,58 @@ func newFakeEnvB(b *testing.B) *fakeEnv {
 		st.Close()
 	})
 	return &fakeEnv{svc: svc, st: st, rt: rt}
+}
+
+// A create right after a pool was set to a new shape, before the refill retired the old
+// shape's sandboxes, never gets one of the old shape: it starts a sandbox of its own shape,
+// and the old one it took is destroyed.
+func TestPoolClaimNeverGivesAnOldShape(t *testing.T) {
+	e := newFakeEnv(t, sandbox.Config{})
+	e.setPool(t, sandbox.Pool{Name: "p", Size: 1})
+	e.svc.RefillPools(t.Context())
+	old, _ := e.svc.List(t.Context(), sandbox.ListFilter{Pool: "p", States: []sandbox.State{sandbox.StateRunning}})
+	if len(old) != 1 {
+		t.Fatalf("pool members: %+v", old)
+	}
+	e.setPool(t, sandbox.Pool{Name: "p", Size: 1, MemoryMB: 256}) // no refill pass yet
+	sb, err := e.svc.Create(t.Context(), sandbox.CreateRequest{MemoryMB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID == old[0].ID || sb.MemoryMB != 256 || sb.FromPool {
+		t.Fatalf("create of the new shape: %+v; want a started sandbox of 256 MB, not the old member %s", sb, old[0].ID)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := e.svc.Get(t.Context(), old[0].ID)
+		if err == nil && got.State == sandbox.StateDestroyed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old-shape member: %+v %v; want destroyed", got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p := e.pool(t, "p"); p.Hits != 0 || p.Misses != 1 {
+		t.Fatalf("pool counts: %+v; want the create counted a miss", p)
+	}
+	if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPoolMaxPooled: serve --max-pooled bounds the pools' sizes together, within the live bound.
+func TestPoolMaxPooled(t *testing.T) {
+	e := newFakeEnv(t, sandbox.Config{MaxSandboxes: 10, MaxPooled: 3})
+	if _, err := e.svc.SetPool(t.Context(), sandbox.Pool{Name: "p", Size: 4}); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "between 0 and 3") {
+		t.Fatalf("a pool over --max-pooled: %v", err)
+	}
+	e.setPool(t, sandbox.Pool{Name: "p", Size: 3})
+	if cp, _ := e.svc.Capacity(t.Context()); cp.MaxPooled != 3 {
+		t.Fatalf("capacity's max_pooled: %d; want 3", cp.MaxPooled)
+	}
+	big := newFakeEnv(t, sandbox.Config{MaxSandboxes: 4, MaxPooled: 50})
+	if cp, _ := big.svc.Capacity(t.Context()); cp.MaxPooled != 4 {
+		t.Fatalf("max_pooled above the live bound: %d; want the live bound 4", cp.MaxPooled)
+	}
 }

@@ -99,7 +99,7 @@ func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runt
 	}
 	kind := imageKind(req.Image)
 	offers := func(c runtime.Capabilities) bool {
-		return (mode == "" || slices.Contains(c.NetworkModes, mode)) && slices.Contains(c.Images, kind)
+		return (mode == "" || slices.Contains(c.NetworkModes, mode)) && c.TakesImage(kind)
 	}
 	if def, ok := s.local.runtimes[s.cfg.DefaultRuntime]; req.Runtime == "" && want == "" && ok && !offers(def.Capabilities()) {
 		// The default runtime cannot give the network needed: choose among those that can.
@@ -151,6 +151,11 @@ func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runt
 			}
 			return nil, errcode.New(errcode.RuntimeUnavailable, "%s", msg).With("image", req.Image)
 		}
+		if len(unusable) == 0 && !s.anyRuntimeTakes(kind) {
+			// No runtime here runs image "host" (a server on a cluster without --kube-host-image).
+			return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on this server's runtimes (%s): create with an image reference (e.g. python:3.12-slim)",
+				req.Image, s.isolationList())
+		}
 		if mode != "" {
 			msg := fmt.Sprintf("no usable runtime with %s isolation or stronger offers network mode %s (the sandbox has a network policy or requirements.network %s); %s",
 				cmp.Or(string(want), "process"), mode, mode, s.networkHint(mode))
@@ -172,11 +177,21 @@ func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runt
 	return s.local.runtimes[fits[0].Name], nil
 }
 
+// anyRuntimeTakes reports whether some runtime of the server runs images of kind.
+func (s *Service) anyRuntimeTakes(kind string) bool {
+	for _, c := range s.Runtimes() {
+		if c.TakesImage(kind) {
+			return true
+		}
+	}
+	return false
+}
+
 // imageHint says which runtimes run OCI images, for an error message.
 func (s *Service) imageHint() string {
 	var names []string
 	for _, c := range s.Runtimes() {
-		if c.Available && slices.Contains(c.Images, runtime.ImageOCI) {
+		if c.Available && c.TakesImage(runtime.ImageOCI) {
 			names = append(names, c.Name)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +48,11 @@ type Config struct {
 	DiskReserveMB   int64
 	// Node names this host on sandbox records; LocalNode.
 	Node string
+	// Shared says the store is shared with other replicas of this server (Postgres): a create,
+	// destroy or snapshot on record may be another replica's, in flight, so Reconcile judges
+	// them by the control loop's deadlines rather than as orphans of a process that stopped.
+	// Alone on its store (SQLite, the state-dir lock held) it is false.
+	Shared bool
 	// Now is the service's clock (TTLs, the control loop, pruning); time.Now.
 	Now          func() time.Time
 	ReadyTimeout time.Duration // create → agent answering; 15s
@@ -257,6 +261,9 @@ type Service struct {
 	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
 	// leaves running.
 	unadopted idSet
+	// loopWatched holds the running sandboxes the control loop watches (Config.Shared: those
+	// another replica created, whose exit that replica's own watch, if it died, cannot record).
+	loopWatched idSet
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.
@@ -366,16 +373,16 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 		if err := CheckImageRef("image", req.Image); err != nil {
 			return nil, err
 		}
-		if s.cfg.Images == nil {
-			return nil, errcode.New(errcode.InvalidArgument, "image %q: this server has no image cache, so only image %q is available", truncate(req.Image, 128), image.Host)
-		}
 	}
 	rt, err := s.pickRuntime(req)
 	if err != nil {
 		return nil, err
 	}
 	caps := rt.Capabilities()
-	if kind := imageKind(req.Image); !slices.Contains(caps.Images, kind) {
+	if req.Image != image.Host && s.cfg.Images == nil && !caps.PullsImages() {
+		return nil, errcode.New(errcode.InvalidArgument, "image %q: this server has no image cache, so only image %q is available", truncate(req.Image, 128), image.Host)
+	}
+	if kind := imageKind(req.Image); !caps.TakesImage(kind) {
 		if kind == runtime.ImageOCI {
 			return nil, errcode.New(errcode.InvalidArgument, "image %q is an OCI image, which runtime %s does not run (it runs: %s); %s",
 				truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "), s.imageHint())
@@ -491,12 +498,12 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	if poolFill == "" {
 		s.pools.interactive.Add(1)
 		defer s.pools.interactive.Add(-1)
-		if sb, ok, err := s.claim(ctx, req, plan != nil); ok {
+		if sb, ok, err := s.claim(ctx, req, plan); ok {
 			return sb, err
 		}
 	}
 	var pinned *pinnedImage
-	if req.Image != image.Host {
+	if req.Image != image.Host && !rt.Capabilities().PullsImages() { // a runtime that pulls takes the reference as is
 		// Before the record: a pull that fails (or a caller that hangs up during it) leaves
 		// nothing. The lease keeps the image until the record names its digest.
 		ref := req.Image
@@ -799,6 +806,18 @@ func (s *Service) destroy(ctx context.Context, id, reason string) (Sandbox, erro
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	out, err := s.stopAndDestroy(wctx, sb, reason)
+	for attempt := 0; err != nil && errcode.Of(err) == errcode.Conflict && attempt < 3; attempt++ {
+		// Another replica changed it meanwhile (its control loop reaping or finishing it, or a
+		// destroy of its own): read it again and finish what is left.
+		cur, gerr := s.store.GetSandbox(wctx, id)
+		if gerr != nil {
+			break
+		}
+		if cur.State == StateDestroyed {
+			return cur, nil
+		}
+		out, err = s.stopAndDestroy(wctx, cur, reason)
+	}
 	if err != nil && out.State == StateStopping {
 		// Intent is recorded; the control loop finishes the delete with backoff.
 		s.retries.failed(id, s.now())

@@ -38,8 +38,14 @@ import (
 //	running, SleepSnapshot set, container running → a sleep that never released (or a wake
 //	    that ran but did not delete its snapshot): the snapshot is deleted, the sandbox runs on
 //	running, SleepSnapshot set, container gone, snapshot complete (snapshot.json) → sleeping
-//	running, SleepSnapshot set, container gone, no complete snapshot → lost (the partial
-//	    snapshot is deleted)
+//	running, SleepSnapshot set, a checkpoint of it still in flight (the dead server's child)
+//	    → waited for, then as below
+//	running, SleepSnapshot set, container gone, no complete snapshot, its disk whole (moved
+//	    into the snapshot, or still in the runtime's directory) → the runtime finishes the
+//	    snapshot with the disk (kind files: a memory image whose save nobody saw end is not
+//	    trusted) → sleeping, its jobs settled unknown
+//	running, SleepSnapshot set, container gone, no complete snapshot, no disk → lost (the
+//	    partial snapshot is deleted)
 //	creating, SleepSnapshot set (a wake interrupted, or past its deadline) → the runtime's
 //	    leftovers deleted (the snapshot's disk is a hard link: the snapshot stays whole) →
 //	    sleeping again
@@ -517,6 +523,19 @@ func (s *Service) backToSleep(ctx context.Context, sb Sandbox, rt runtime.Runtim
 	return s.transition(ctx, sb, StateSleeping, reason+"; it sleeps on", "")
 }
 
+// releaseFinisher is the optional part of a runtime that finishes a releasing snapshot (a
+// sleep) its server died in the middle of (internal/runtime/oci implements it).
+type releaseFinisher interface {
+	// AwaitSave waits for a save of sandbox id still in flight (a checkpoint command the dead
+	// server started) and the end of the sandbox it stops.
+	AwaitSave(ctx context.Context, id string) error
+	// FinishRelease completes the release of stopped sandbox id into dir, which holds no
+	// snapshot info, with m, its id range: its disk is moved in if it is not there yet, the
+	// rest of the sandbox deleted, and the info (kind files: memory is never claimed) written
+	// and returned. ok is false when there is no disk to finish with.
+	FinishRelease(ctx context.Context, id, dir string, m runtime.IDMap) (info runtime.SnapshotInfo, ok bool, err error)
+}
+
 // idMapOf returns the id range sandbox id holds.
 func (s *Service) idMapOf(ctx context.Context, id string) (runtime.IDMap, error) {
 	held, err := s.store.ListIDRanges(ctx)
@@ -538,6 +557,13 @@ func (s *Service) settleSleep(ctx context.Context, sb Sandbox) (Sandbox, error) 
 	if err != nil {
 		return sb, err
 	}
+	fin, canFinish := rt.(releaseFinisher)
+	if canFinish {
+		// A checkpoint the dead server started goes on without it, and ends the sandbox.
+		if err := fin.AwaitSave(ctx, sb.ID); err != nil {
+			return sb, err
+		}
+	}
 	st, err := rt.State(ctx, sb.ID)
 	if err != nil {
 		return sb, fmt.Errorf("read state: %w", err)
@@ -546,7 +572,8 @@ func (s *Service) settleSleep(ctx context.Context, sb Sandbox) (Sandbox, error) 
 		// A sleep that never released, or a wake that did not delete its snapshot.
 		return s.dropSleepSnapshot(ctx, sb), nil
 	}
-	info, ok, err := readSnapshotInfo(s.sleepDir(sb.SleepSnapshot))
+	dir := s.sleepDir(sb.SleepSnapshot)
+	info, ok, err := readSnapshotInfo(dir)
 	if err != nil {
 		return sb, err
 	}
@@ -556,6 +583,25 @@ func (s *Service) settleSleep(ctx context.Context, sb Sandbox) (Sandbox, error) 
 		}
 		s.dropGuest(sb.ID)
 		return s.finishSleep(ctx, sb, info, "sleep finished by the control loop: snapshot "+sb.SleepSnapshot+" was complete")
+	}
+	if canFinish {
+		// The sandbox stopped and its disk is whole (in the snapshot, or still in the
+		// runtime's directory): the sleep is finished with its files.
+		var idmap runtime.IDMap
+		if rt.Capabilities().TakesIDRange() {
+			if idmap, err = s.idMapOf(ctx, sb.ID); err != nil {
+				return sb, err
+			}
+		}
+		info, done, err := fin.FinishRelease(ctx, sb.ID, dir, idmap)
+		if err != nil {
+			return sb, fmt.Errorf("finish an interrupted sleep: %w", err)
+		}
+		if done {
+			s.dropGuest(sb.ID)
+			return s.finishSleep(ctx, sb, info, "sleep finished by the control loop after the server stopped during it: files saved to snapshot "+sb.SleepSnapshot+
+				" (memory, if it was being saved, is not kept: its image could not be verified)")
+		}
 	}
 	if err := s.deleteSleepSnapshot(ctx, sb.SleepSnapshot); err != nil {
 		return sb, err

@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrLocked is returned when another process holds the state dir.
@@ -31,14 +29,14 @@ func Acquire(dir string) (*Lock, error) {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	path := filepath.Join(dir, "lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // Go opens files close-on-exec
 	if err != nil {
 		return nil, fmt.Errorf("open lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := tryLock(f); err != nil {
 		b, _ := os.ReadFile(path)
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		if errors.Is(err, errWouldBlock) {
 			return nil, fmt.Errorf("%w (pid %s holds %s)", ErrLocked, strings.TrimSpace(string(b)), dir)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)

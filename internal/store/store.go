@@ -1,6 +1,6 @@
 // Package store is the contract for agentbox's durable state: one interface in domain terms,
 // composed of what each control-plane service needs, with a shared test suite (storetest) that
-// every driver (sqlite now, postgres later) must pass.
+// every driver (sqlite, postgres) must pass.
 package store
 
 import (
@@ -25,5 +25,9 @@ type Store interface {
 	audit.Store      // the audit log (issue 16)
 	sqlquery.Querier // execute_sql over the published views (issue 16)
 	approval.Store   // approvals (issue 16)
+	MachineStore     // joined machines and join tokens (issue 17, machines.go)
+	RemoteJobStore   // remote jobs (issue 17, remotejobs.go)
+	BlobStore        // the file relay (issue 17, blobs.go)
+	Leases           // leases of lifecycle work across replicas (issue 18, leases.go)
 	Close() error
 }

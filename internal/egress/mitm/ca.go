@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -93,16 +92,10 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 		return nil, fmt.Errorf("egress CA: %w", err)
 	}
 	defer lock.Close()
-	for {
-		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
+	if err := lockFile(lock); err != nil {
 		return nil, fmt.Errorf("egress CA: lock %s: %w", lock.Name(), err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlockFile(lock)
 
 	keyPath, certPath := filepath.Join(dir, CAKeyFile), filepath.Join(dir, CACertFile)
 	key, err := readKey(keyPath)

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -179,7 +178,7 @@ func (s Sources) readFile(from, p string) (string, error) {
 			"secret source %q is not allowed: it resolves (through a symlink) outside the server's secret dirs (%s)",
 			trunc(from), strings.Join(s.Dirs, ", "))
 	}
-	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := openNoFollow(real)
 	if err != nil {
 		return "", errcode.New(errcode.InvalidArgument, "secret source %q cannot be read by the server", trunc(from))
 	}

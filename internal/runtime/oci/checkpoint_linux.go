@@ -17,7 +17,11 @@ package oci
 // agent therefore lets go of them first: the runtime sends it guest.SignalQuiesce (runsc kill
 // <id> USR1) and waits for the socket file to vanish; after the checkpoint it sends
 // guest.SignalRelisten (USR2) to the sandbox that ran on and to every restored one, and waits
-// for the agent to answer a dial. Requests in flight at that moment fail; upgraded streams (a
+// for the agent to answer a dial. A restored gVisor agent needs no signal: it listens again as
+// soon as the restored kernel runs (gVisor's checkpoint waiter, guest.SignalRelisten's comment),
+// while the host records the sandbox's init and OOM guard; a restore then only dials it, and
+// signals it after relistenGrace if it has not answered (an agent of an older version). The
+// `runsc kill` is off the wake's critical path. Requests in flight at that moment fail; upgraded streams (a
 // terminal, the egress session) end and are opened again by their clients. Processes started by
 // the agent (exec'd commands, jobs) are not touched and continue.
 //
@@ -332,12 +336,36 @@ func (r *Runtime) quiesceAgent(ctx context.Context, id string) error {
 
 // relistenAgent asks sandbox id's agent to listen again and waits until it answers a dial.
 func (r *Runtime) relistenAgent(ctx context.Context, id string) error {
-	if _, err := r.command(ctx, "kill", id, "USR2"); err != nil {
-		return r.classify(err, "wake the agent of", id)
+	return r.relistenAgentAfter(ctx, id, 0)
+}
+
+// relistenAgentAfter is relistenAgent that first gives the agent grace to listen again on its
+// own (after a restore, gVisor's checkpoint waiter wakes it: guest.SignalRelisten's comment),
+// and signals it only if it has not answered by then.
+func (r *Runtime) relistenAgentAfter(ctx context.Context, id string, grace time.Duration) error {
+	signal := func() error {
+		if _, err := r.command(ctx, "kill", id, "USR2"); err != nil {
+			return r.classify(err, "wake the agent of", id)
+		}
+		return nil
+	}
+	signalled := grace <= 0
+	if signalled {
+		if err := signal(); err != nil {
+			return err
+		}
 	}
 	dial := r.dialer(id)
-	deadline := time.Now().Add(relistenTimeout)
+	start := time.Now()
+	deadline := start.Add(grace + relistenTimeout)
 	for {
+		if !signalled && time.Since(start) >= grace {
+			r.log.Debug("the agent did not listen again on its own after a restore; signalling it", "sandbox_id", id, "grace", grace)
+			if err := signal(); err != nil {
+				return err
+			}
+			signalled = true
+		}
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
 		c, err := dial(dctx)
 		cancel()
@@ -457,9 +485,16 @@ func (r *Runtime) relistenIfQuiesced(ctx context.Context, id string) error {
 	return r.relistenAgent(ctx, id)
 }
 
-// afterRestore makes the restored sandbox's agent listen again (it was quiesced when saved).
+// relistenGrace is how long a restore waits for its agent to listen again on its own before
+// it sends guest.SignalRelisten.
+const relistenGrace = 250 * time.Millisecond
+
+// afterRestore waits for the restored sandbox's agent to listen again (it was quiesced when
+// saved; on gVisor it does by itself as the restored kernel starts, meanwhile the caller
+// recorded the sandbox's init, which the dial checks the socket's peer against; else it is
+// signalled after relistenGrace).
 func (r *Runtime) afterRestore(ctx context.Context, id string) error {
-	return r.relistenAgent(ctx, id)
+	return r.relistenAgentAfter(ctx, id, relistenGrace)
 }
 
 // syncTree fsyncs the regular files directly in dir, then dir.

@@ -41,9 +41,8 @@ import (
 )
 
 const (
-	// diskImageName and diskMountName are the image and its mount point in the sandbox dir.
+	// diskImageName is the image in the sandbox dir (diskMountName, in spec.go, its mount point).
 	diskImageName = "disk.img"
-	diskMountName = "disk"
 	// DefaultDiskMB is the disk of a sandbox whose Spec.DiskMB is 0.
 	DefaultDiskMB = 1024
 	// minDiskMB and maxDiskMB bound Spec.DiskMB (the control plane's own bounds).

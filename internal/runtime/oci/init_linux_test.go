@@ -177,7 +177,11 @@ func TestWaitCostsNoThreads(t *testing.T) {
 			t.Fatalf("Wait: %v", err)
 		}
 	}
-	if during-before > 20 {
+	// A Wait that held an OS thread would cost one per waiter (n); a parked one costs none, but
+	// the scheduler may still start a few threads while the goroutines' setup syscalls (pidfd_open,
+	// /proc reads) block on a loaded machine — 43 were seen once under make test — so the bound is
+	// well below n and well above that noise.
+	if during-before > n/3 {
 		t.Fatalf("%d waiting sandboxes took %d more OS threads (%d → %d)", n, during-before, before, during)
 	}
 	t.Logf("%d waits: threads %d → %d", n, before, during)

@@ -24,7 +24,7 @@ func TestRuncJobLogsLongPoll(t *testing.T) {
 		t.Fatalf("mkfifo: %+v", r)
 	}
 	jobID := "job-00000000100a"
-	if _, err := c.StartJob(ctx, guest.JobStartRequest{JobID: jobID, Argv: []string{"sh", "-c", `while read l < /tmp/in; do echo "got $l"; done`}}); err != nil {
+	if _, err := c.StartJob(ctx, guest.JobStartRequest{JobID: jobID, Argv: []string{"sh", "-c", `while :; do if read l < /tmp/in; then echo "got $l"; fi; done`}}); err != nil {
 		t.Fatal(err)
 	}
 	type reply struct {

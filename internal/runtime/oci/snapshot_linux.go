@@ -4,14 +4,16 @@ package oci
 // the file system of Root, holding:
 //
 //	disk.img       the sandbox's disk image, sparse (a reflink where the file system has them,
-//	               else its data extents only: cloneSparse)
+//	               else its data extents only, written with direct I/O: copyImage)
 //	snapshot.json  runtime.SnapshotInfo, written last: a directory without it holds nothing usable
 //
-// Consistency: the sandbox is frozen (Pause, with its marker so that a server killed meanwhile
-// leaves it to Adopt to thaw), its disk's file system is synced (syncfs: every write a process
-// made is on the image, none half-made), the image is copied, and the sandbox is thawed. With
-// Release (sleep) the sandbox is stopped, its overlays and disk unmounted and the loop device
-// detached, and the image is moved (renamed) into the snapshot: nothing is copied.
+// Consistency: the sandbox is frozen (its cgroup's freezer, or Pause; the pause marker first,
+// so that a server killed meanwhile leaves it to Adopt to thaw), its disk's file system is
+// synced (syncfs: every write a process made is on the image, none half-made), the image is
+// copied, and the sandbox is thawed while the copy is fsynced. With Release (sleep) the
+// sandbox is stopped, its overlays and disk unmounted and the loop device detached, and the
+// image is moved (renamed) into the snapshot: nothing is copied. Snapshot returns once the
+// image and snapshot.json are on the host's device.
 //
 // A sandbox made from a snapshot (Spec.Snapshot; diskFromSnapshot) gets a sparse copy of the
 // image (or, InPlace, a hard link to it), mounted as a fresh disk is; if its id range differs
@@ -26,6 +28,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -75,15 +80,23 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string, opts runtime.Sna
 	if !r.stateExists(id) {
 		return info, errcode.New(errcode.SandboxNotFound, "sandbox %s does not exist in runtime %s", id, r.name)
 	}
-	st, err := r.State(ctx, id)
-	if err != nil {
-		return info, err
-	}
-	if st != runtime.StatusRunning {
-		return info, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s, not running: only a running sandbox can be snapshotted", id, st)
-	}
 	if opts.Memory {
+		if err := r.checkRunning(ctx, id); err != nil {
+			return info, err
+		}
 		return r.saveMemory(ctx, id, dir, opts)
+	}
+	steps := newStepTimer()
+	running := func() error { return r.checkRunning(ctx, id) }
+	// A release (which stops the sandbox) asks the runtime first whether it runs; a copy asks
+	// once the sandbox is thawed, while the copy is fsynced (a process of the runtime costs
+	// tens of milliseconds on a loaded host; asked while the cgroup is frozen, the runtime
+	// would call a created sandbox paused, and so running), and a copy of a sandbox that turns
+	// out not to be running is discarded.
+	if opts.Release {
+		if err := running(); err != nil {
+			return info, err
+		}
 	}
 	sdir := r.sandboxDir(id)
 	img := filepath.Join(sdir, diskImageName)
@@ -105,22 +118,44 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string, opts runtime.Sna
 	}()
 	began := time.Now()
 	dst := filepath.Join(dir, diskImageName)
+	syncDst := func() error {
+		if err := syncPath(dst); err != nil {
+			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the snapshot of sandbox %s to disk", id)
+		}
+		return nil
+	}
 	if opts.Release {
-		moved, err = r.releaseInto(ctx, id, dst)
+		if moved, err = r.releaseInto(ctx, id, dst); err == nil {
+			steps.mark("release")
+			err = syncDst()
+		}
 	} else {
-		err = r.copyFrozen(ctx, id, img, dst, ist.Size, nil)
+		// A pre-flush of data the sandbox has written but its file system not yet placed: the
+		// syncfs in the frozen window then writes only what was written since. (Its error is
+		// left to that syncfs, the one that counts. A clean disk is not pre-flushed: the flush
+		// of the host's device that a syncfs ends with would be paid twice for nothing.)
+		if disk := filepath.Join(sdir, diskMountName); pendingWrites(disk) {
+			_ = syncFS(disk)
+			steps.mark("preflush")
+		}
+		// The copy is made durable while the sandbox resumes (it is no longer read).
+		err = r.copyFrozenThen(ctx, id, img, dst, ist.Size, nil, syncDst, running, steps)
+		if err != nil && errcode.Of(err) != errcode.SandboxNotRunning {
+			if rerr := running(); rerr != nil {
+				err = rerr // the more precise cause (a pause of a stopped sandbox fails)
+			}
+		}
 	}
 	if err != nil {
 		return runtime.SnapshotInfo{}, err
 	}
-	if err := syncPath(dst); err != nil {
-		return runtime.SnapshotInfo{}, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot write the snapshot of sandbox %s to disk", id)
-	}
+	steps.mark("fsync")
 	info.SizeBytes = allocatedBytes(dir)
 	if err := writeSnapshotInfo(dir, info); err != nil {
 		return runtime.SnapshotInfo{}, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the snapshot of sandbox %s", id)
 	}
-	r.log.Debug("snapshot", "sandbox_id", id, "release", opts.Release, "size_bytes", info.SizeBytes, "took", time.Since(began))
+	steps.mark("record")
+	r.log.Debug("snapshot", "sandbox_id", id, "release", opts.Release, "size_bytes", info.SizeBytes, "took", time.Since(began), "steps", steps.String())
 	return info, nil
 }
 
@@ -135,16 +170,40 @@ func (r *Runtime) memorySnapshotReason() string {
 // copyFrozen copies the disk image img (size bytes) of sandbox id to dst while the sandbox is
 // paused and its file system synced; it always resumes the sandbox. frozen, when not nil, runs
 // first while the sandbox is paused (a memory checkpoint of the same instant as the copy).
-func (r *Runtime) copyFrozen(ctx context.Context, id, img, dst string, size int64, frozen func() error) (err error) {
-	if err := r.Pause(ctx, id); err != nil {
+func (r *Runtime) copyFrozen(ctx context.Context, id, img, dst string, size int64, frozen func() error) error {
+	return r.copyFrozenThen(ctx, id, img, dst, size, frozen, nil, nil, newStepTimer())
+}
+
+// copyFrozenThen is copyFrozen; then, when not nil, runs after the copy at the same time as the
+// resume (work on the copy that no longer needs the sandbox frozen), and thawed, when not nil,
+// after the resume (a check that needs the sandbox thawed); all must succeed, and thawed's
+// error comes first. steps records how long each step took.
+func (r *Runtime) copyFrozenThen(ctx context.Context, id, img, dst string, size int64, frozen, then, thawed func() error, steps *stepTimer) (err error) {
+	thaw := func(ctx context.Context) error { return r.Resume(ctx, id) }
+	if frozen == nil {
+		thaw, err = r.pauseForCopy(ctx, id)
+	} else {
+		// A memory checkpoint: the runtime's own pause, which its checkpoint expects.
+		err = r.Pause(ctx, id)
+	}
+	if err != nil {
 		return err
 	}
-	defer func() {
+	steps.mark("pause")
+	resumed := false
+	resume := func() error {
+		resumed = true
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotResumeTimeout)
 		defer cancel()
-		if rerr := r.Resume(rctx, id); rerr != nil {
-			r.log.Error("resume after a snapshot", "sandbox_id", id, "err", rerr)
-			if err == nil {
+		if err := thaw(rctx); err != nil {
+			r.log.Error("resume after a snapshot", "sandbox_id", id, "err", err)
+			return err
+		}
+		return nil
+	}
+	defer func() {
+		if !resumed {
+			if rerr := resume(); err == nil {
 				err = rerr
 			}
 		}
@@ -153,18 +212,88 @@ func (r *Runtime) copyFrozen(ctx context.Context, id, img, dst string, size int6
 		if err := frozen(); err != nil {
 			return err
 		}
+		steps.mark("frozen")
 	}
 	if err := syncFS(filepath.Join(r.sandboxDir(id), diskMountName)); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot sync the disk of sandbox %s", id)
 	}
+	steps.mark("syncfs")
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := cloneSparse(img, dst, size); err != nil {
+	if err := copyImage(img, dst, size); err != nil {
 		return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot copy the disk of sandbox %s", id)
+	}
+	steps.mark("copy")
+	var thenErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if then != nil {
+			thenErr = then()
+		}
+	}()
+	rerr := resume()
+	if rerr == nil && thawed != nil {
+		rerr = thawed()
+	}
+	<-done
+	steps.mark("resume+then")
+	if rerr != nil {
+		return rerr
+	}
+	return thenErr
+}
+
+// pendingWrites reports whether the ext4 file system mounted at dir may hold written data not
+// yet on its device: its delayed-allocation blocks (ext4's sysfs), or true when that is not
+// known. Rewrites of blocks already placed are not counted (the frozen syncfs writes them).
+func pendingWrites(dir string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return true
+	}
+	dev, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return true
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/fs/ext4", filepath.Base(dev), "delayed_allocation_blocks"))
+	if err != nil {
+		return true
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return err != nil || n > 0
+}
+
+// checkRunning asks the runtime whether sandbox id is running: nil, or SANDBOX_NOT_RUNNING
+// (or the runtime's error).
+func (r *Runtime) checkRunning(ctx context.Context, id string) error {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st != runtime.StatusRunning {
+		return errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s, not running: only a running sandbox can be snapshotted", id, st)
 	}
 	return nil
 }
+
+// stepTimer records how long the steps of an operation took, for its debug log.
+type stepTimer struct {
+	last  time.Time
+	parts []string
+}
+
+func newStepTimer() *stepTimer { return &stepTimer{last: time.Now()} }
+
+// mark records the time since the previous mark as step name's.
+func (t *stepTimer) mark(name string) {
+	now := time.Now()
+	t.parts = append(t.parts, fmt.Sprintf("%s=%.1fms", name, float64(now.Sub(t.last).Microseconds())/1000))
+	t.last = now
+}
+
+func (t *stepTimer) String() string { return strings.Join(t.parts, " ") }
 
 // releaseInto stops sandbox id, unmounts its overlays and disk (the order Delete uses), moves
 // the image to dst, and deletes the rest of the sandbox.
@@ -212,7 +341,7 @@ func (r *Runtime) releaseStopped(ctx context.Context, id, dst string) (bool, err
 			return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot read the disk of sandbox %s", id)
 		}
 		r.log.Info("disk still held by a copy of its mount elsewhere: copying it into the snapshot instead of moving it", "sandbox_id", id, "loop", held)
-		if err := cloneSparse(img, dst, st.Size); err != nil {
+		if err := copyImage(img, dst, st.Size); err != nil {
 			_ = os.Remove(dst)
 			return false, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot copy the disk of sandbox %s into the snapshot", id)
 		}
@@ -395,13 +524,15 @@ func (r *Runtime) checkSnapshotSource(spec runtime.Spec) (int64, error) {
 // mounts a fresh one, with its files moved into m's id range, and what the snapshot's agent
 // left that a new agent must not see removed.
 func (r *Runtime) diskFromSnapshot(ctx context.Context, dir string, src *runtime.SnapshotSource, m runtime.IDMap) error {
+	steps := newStepTimer()
+	defer func() { r.log.Debug("disk from a snapshot", "dir", dir, "steps", steps.String()) }()
 	img := filepath.Join(dir, diskImageName)
 	from := src.Info.IDMap
 	shift := from.UIDBase != m.UIDBase || from.GIDBase != m.GIDBase
 	if src.InPlace && !shift {
 		err := os.Link(filepath.Join(src.Dir, diskImageName), img)
 		if errors.Is(err, unix.EXDEV) { // another file system after all: copy
-			err = cloneSparse(filepath.Join(src.Dir, diskImageName), img, src.Info.DiskMB<<20)
+			err = copyImage(filepath.Join(src.Dir, diskImageName), img, src.Info.DiskMB<<20)
 		}
 		if err != nil {
 			_ = os.Remove(img)
@@ -410,14 +541,23 @@ func (r *Runtime) diskFromSnapshot(ctx context.Context, dir string, src *runtime
 	} else {
 		// A shift rewrites the image: an in-place one would change the snapshot (and a crash
 		// in the middle would leave it half-shifted), so it is copied.
-		if err := cloneSparse(filepath.Join(src.Dir, diskImageName), img, src.Info.DiskMB<<20); err != nil {
+		release, err := acquireForkCopy(ctx)
+		if err != nil {
+			return err
+		}
+		steps.mark("wait")
+		err = copyImage(filepath.Join(src.Dir, diskImageName), img, src.Info.DiskMB<<20)
+		release()
+		if err != nil {
 			_ = os.Remove(img)
 			return fmt.Errorf("copy the snapshot's disk: %w", err)
 		}
 	}
+	steps.mark("copy")
 	if err := mountDisk(dir); err != nil {
 		return err
 	}
+	steps.mark("mount")
 	disk := filepath.Join(dir, diskMountName)
 	// The old agent's socket and log: the new agent binds its own socket and writes its own log.
 	for _, p := range []string{filepath.Join(disk, "run", "agent.sock"), filepath.Join(disk, "guest.log")} {
@@ -432,7 +572,130 @@ func (r *Runtime) diskFromSnapshot(ctx context.Context, dir string, src *runtime
 			return fmt.Errorf("move the snapshot's files into the sandbox's id range: %w", err)
 		}
 		took := time.Since(began)
+		steps.mark("shift")
 		r.log.Debug("shifted the ids of a snapshot's files", "inodes", n, "took", took, "per_second", int(float64(n)/max(took.Seconds(), 1e-9)))
 	}
 	return nil
+}
+
+// A files snapshot of a runc or crun sandbox freezes the sandbox's cgroup itself, as `runc
+// pause` does, without starting a process of the runtime each way (each costs tens of
+// milliseconds on a loaded host): the same pausedMarker is written first, so that a server
+// killed meanwhile leaves the sandbox to Adopt (resumeIfPaused: `runc resume` thaws a cgroup
+// frozen so, the runtime reading its status from the freezer). gVisor's pause is not a
+// cgroup freeze (runsc stops the sentry's tasks), and a sandbox whose init is not found in the
+// freezer cgroup (a runtime run without cgroups) is paused through the runtime.
+const (
+	// freezeTimeout bounds the wait for every task of a cgroup to freeze; beyond it the cgroup
+	// is thawed and the runtime's own pause (which retries harder) is used.
+	freezeTimeout = 2 * time.Second
+	// freezePoll is the interval between reads of the freezer's state.
+	freezePoll = 200 * time.Microsecond
+)
+
+// cgroupFreezer is one sandbox's freezer: v1 freezer.state or v2 cgroup.freeze.
+type cgroupFreezer struct {
+	dir string
+	v2  bool
+}
+
+// freezerOf returns sandbox id's cgroup freezer, if the sandbox's init (pid) is in it.
+func (r *Runtime) freezerOf(id string, pid int) (cgroupFreezer, bool) {
+	if r.flavor == FlavorGVisor || pid <= 0 {
+		return cgroupFreezer{}, false
+	}
+	for _, mnt := range r.cgroupMounts {
+		dir := filepath.Join(mnt, cgroupPath(r.cgroupParent, id))
+		f := cgroupFreezer{dir: dir}
+		if _, err := os.Stat(filepath.Join(dir, "freezer.state")); err != nil {
+			if _, err := os.Stat(filepath.Join(dir, "cgroup.freeze")); err != nil {
+				continue
+			}
+			f.v2 = true
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil || !slices.Contains(strings.Fields(string(b)), strconv.Itoa(pid)) {
+			continue
+		}
+		return f, true
+	}
+	return cgroupFreezer{}, false
+}
+
+// set freezes (or thaws) the cgroup and, freezing, waits until every task is frozen.
+func (f cgroupFreezer) set(ctx context.Context, freeze bool) error {
+	file, val := filepath.Join(f.dir, "freezer.state"), "THAWED"
+	if f.v2 {
+		file, val = filepath.Join(f.dir, "cgroup.freeze"), "0"
+	}
+	if freeze {
+		val = map[bool]string{false: "FROZEN", true: "1"}[f.v2]
+	}
+	if err := os.WriteFile(file, []byte(val), 0); err != nil {
+		return err
+	}
+	if !freeze {
+		return nil
+	}
+	deadline := time.Now().Add(freezeTimeout)
+	for i := 1; ; i++ {
+		if f.isFrozen() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s did not freeze within %s", f.dir, freezeTimeout)
+		}
+		if !f.v2 && i%25 == 0 {
+			_ = os.WriteFile(file, []byte(val), 0) // as runc does: a task can escape one write
+		}
+		time.Sleep(freezePoll)
+	}
+}
+
+// isFrozen reports whether every task of the cgroup is frozen.
+func (f cgroupFreezer) isFrozen() bool {
+	if f.v2 {
+		b, err := os.ReadFile(filepath.Join(f.dir, "cgroup.events"))
+		return err == nil && slices.Contains(strings.Split(string(b), "\n"), "frozen 1")
+	}
+	b, err := os.ReadFile(filepath.Join(f.dir, "freezer.state"))
+	return err == nil && strings.TrimSpace(string(b)) == "FROZEN"
+}
+
+// pauseForCopy freezes sandbox id for a files snapshot's copy (its cgroup's freezer, else
+// Pause) and returns what thaws it.
+func (r *Runtime) pauseForCopy(ctx context.Context, id string) (resume func(context.Context) error, err error) {
+	ref, _ := r.initOf(id)
+	f, ok := r.freezerOf(id, ref.pid)
+	if !ok {
+		if err := r.Pause(ctx, id); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return r.Resume(ctx, id) }, nil
+	}
+	marker := filepath.Join(r.sandboxDir(id), pausedMarker)
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot mark sandbox %s paused", id)
+	}
+	thaw := func(tctx context.Context) error {
+		if err := f.set(tctx, false); err != nil {
+			return errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot thaw sandbox %s", id)
+		}
+		_ = os.Remove(marker)
+		return nil
+	}
+	if err := f.set(ctx, true); err != nil {
+		r.log.Warn("freezing the cgroup failed; pausing through the runtime", "sandbox_id", id, "err", err)
+		if terr := thaw(ctx); terr != nil {
+			return nil, terr
+		}
+		if err := r.Pause(ctx, id); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return r.Resume(ctx, id) }, nil
+	}
+	return thaw, nil
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/agentbox/agentbox/internal/hostinfo"
 )
 
+// diskMountName is the mount point of a sandbox's disk image in its sandbox dir.
+const diskMountName = "disk"
+
 // Paths inside every sandbox.
 const (
 	guestDir        = "/.agentbox"

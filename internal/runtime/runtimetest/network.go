@@ -28,8 +28,21 @@ func EgressSpec(id string) runtime.Spec {
 // runtime.MaxCABundleBytes is INVALID_ARGUMENT naming the bound, and leaves nothing.
 func testEgressContract(t *testing.T, rt runtime.Runtime) {
 	ctx := context.Background()
-	if modes := rt.Capabilities().NetworkModes; !strings.Contains(strings.Join(modes, ","), runtime.NetworkEgress) {
-		t.Fatalf("network modes %v lack %s", modes, runtime.NetworkEgress)
+	if modes := rt.Capabilities().NetworkModes; !slices.Contains(modes, runtime.NetworkEgress) {
+		if rt.Capabilities().EgressReason == "" {
+			t.Fatalf("network modes %v lack %s", modes, runtime.NetworkEgress)
+		}
+		// A runtime that says why it has no egress (EgressReason: kubernetes) refuses it as
+		// any unsupported mode, and leaves nothing.
+		spec := EgressSpec(NewID())
+		t.Cleanup(func() { _ = rt.Delete(context.Background(), spec.ID) })
+		if _, err := runtime.CreateAndStart(ctx, rt, spec); !errcode.Is(err, errcode.InvalidArgument) || !strings.Contains(errcode.Message(err), runtime.NetworkNone) {
+			t.Errorf("network egress on a runtime without it: %v, want INVALID_ARGUMENT naming %q", err, runtime.NetworkNone)
+		}
+		if listed(t, rt, spec.ID) {
+			t.Errorf("a refused egress create left %s behind", spec.ID)
+		}
+		return
 	}
 	for _, withCA := range []bool{true, false} {
 		spec := EgressSpec(NewID())

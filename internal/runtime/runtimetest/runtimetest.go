@@ -151,6 +151,18 @@ func Run(t *testing.T, rt runtime.Runtime, kill Killer) {
 	}
 }
 
+// RunCluster is the suite of a runtime whose sandboxes are pods on a cluster (kubernetes): the
+// contract's cases (RunContract) and the host cases that hold for a pod — hostname, and, on a
+// test cluster whose node is this host, /dev/null. A pod always has its cluster network
+// interface (what it can reach is the runtime's NetworkPolicy's business, tested with the
+// runtime), never a user namespace or the egress path, so NetworkLoopbackOnly, the egress host
+// cases and UserNamespace do not apply.
+func RunCluster(t *testing.T, rt runtime.Runtime, kill Killer) {
+	RunContract(t, rt, kill)
+	t.Run("Hostname", func(t *testing.T) { t.Parallel(); testHostname(t, rt) })
+	t.Run("HostDevNull", func(t *testing.T) { testHostDevNull(t, rt) })
+}
+
 // RunContract runs the cases that test the runtime contract's logic and nothing of the host
 // (no containers, cgroups or mounts are looked at), so that a runtime without containers (the
 // fake) passes them too: lifecycle and states, Agent, Wait, Adopt, Handle, network modes, List

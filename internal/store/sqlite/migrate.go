@@ -7,22 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/store/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one schema step: migrations/NNNN_name.sql holds version NNNN.
-type migration struct {
-	version int64
-	name    string
-	sql     string
-}
+// migration is one schema step (sqlstore.Migration, shared with the Postgres driver).
+type migration = sqlstore.Migration
 
 // embeddedMigrations returns the migrations compiled into the binary.
 func embeddedMigrations() ([]migration, error) {
@@ -33,35 +27,8 @@ func embeddedMigrations() ([]migration, error) {
 	return loadMigrations(sub)
 }
 
-// loadMigrations reads every *.sql file at the root of fsys, named NNNN_name.sql, and returns
-// them by version. Versions must run 1, 2, 3, ... without gaps or duplicates.
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "*.sql")
-	if err != nil {
-		return nil, fmt.Errorf("load migrations: %w", err)
-	}
-	ms := make([]migration, 0, len(names))
-	for _, file := range names {
-		base := strings.TrimSuffix(path.Base(file), ".sql")
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.ParseInt(num, 10, 64)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("load migration %s: name must be NNNN_description.sql with NNNN > 0", file)
-		}
-		body, err := fs.ReadFile(fsys, file)
-		if err != nil {
-			return nil, fmt.Errorf("load migration %s: %w", file, err)
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != int64(i+1) {
-			return nil, fmt.Errorf("load migration %s: expected version %d (versions must run 1, 2, 3, ... with no gaps or duplicates)", m.name, i+1)
-		}
-	}
-	return ms, nil
-}
+// loadMigrations reads the migrations in fsys (sqlstore.LoadMigrations).
+func loadMigrations(fsys fs.FS) ([]migration, error) { return sqlstore.LoadMigrations(fsys) }
 
 // migrate brings db's schema to the newest of ms in one transaction: either every pending
 // migration is applied and recorded in schema_migrations, or none is. A database already at the
@@ -69,7 +36,7 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 func migrate(ctx context.Context, db *sql.DB, ms []migration) (err error) {
 	var latest int64
 	if len(ms) > 0 {
-		latest = ms[len(ms)-1].version
+		latest = ms[len(ms)-1].Version
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -97,15 +64,15 @@ func migrate(ctx context.Context, db *sql.DB, ms []migration) (err error) {
 	}
 	now := time.Now().UnixMilli()
 	for _, m := range ms {
-		if m.version <= current {
+		if m.Version <= current {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate: apply %s: %w", m.name, err)
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migrate: apply %s: %w", m.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.version, m.name, now); err != nil {
-			return fmt.Errorf("migrate: record %s: %w", m.name, err)
+			m.Version, m.Name, now); err != nil {
+			return fmt.Errorf("migrate: record %s: %w", m.Name, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {

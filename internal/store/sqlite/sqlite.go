@@ -20,9 +20,11 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	msqlite "modernc.org/sqlite" // also registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/store/sqlstore"
 )
 
 // busyTimeoutMS is how long a connection waits for a lock held by another connection (another
@@ -31,9 +33,10 @@ const busyTimeoutMS = 10000
 
 // Store is a store.Store on one SQLite database file. It is safe for concurrent use.
 type Store struct {
-	path  string
-	write *sql.DB // exactly one connection: every write is serialized in-process
-	read  *sql.DB // read-only connections; the same pool as write for an in-memory database
+	*sqlstore.Store // the SQL shared with the other drivers, in the SQLite dialect
+	path            string
+	write           *sql.DB // exactly one connection: every write is serialized in-process
+	read            *sql.DB // read-only connections; the same pool as write for an in-memory database
 	// execute_sql's own read-only connections (sqlview.go), opened on first use.
 	queryOnce sync.Once
 	query     *sql.DB
@@ -65,6 +68,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	write.SetConnMaxLifetime(0)
 	write.SetConnMaxIdleTime(0)
 	s := &Store{path: path, write: write, read: write}
+	done := func() (*Store, error) {
+		s.Store = sqlstore.New(dialect, s.write, s.read)
+		return s, nil
+	}
 
 	if err := migrate(ctx, write, migrations); err != nil {
 		_ = write.Close()
@@ -72,7 +79,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	if path == ":memory:" {
 		// Every connection to ":memory:" is a database of its own: share the writer.
-		return s, nil
+		return done()
 	}
 	// The database holds sandboxes' environments. Its directory is searchable by others (a
 	// state dir must be, for sandboxes in user namespaces), so the files themselves are
@@ -96,7 +103,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
 	}
 	s.read = read
-	return s, nil
+	return done()
 }
 
 // Close closes the database. It is safe to call more than once.
@@ -108,18 +115,39 @@ func (s *Store) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if s.read != s.write {
-		if err := s.read.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := s.write.Close(); err != nil {
+	if err := s.Store.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sqlite: close %s: %w", s.path, err)
 	}
 	return nil
+}
+
+// dialect is SQLite's: `?` placeholders, modernc.org/sqlite's extended result codes for
+// constraint violations, no write hook (the writer's transactions begin IMMEDIATE on its one
+// connection), LIMIT -1 and json_each.
+var dialect = sqlstore.Dialect{
+	Name:          "sqlite",
+	Classify:      classify,
+	LimitAll:      "-1",
+	NowMillis:     `CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)`,
+	RunLabelMatch: `EXISTS (SELECT 1 FROM json_each(runs.doc, '$.spec.labels') AS l WHERE l.key = ? AND l.value = ?)`,
+}
+
+// classify tells a unique-index violation from a primary-key one.
+func classify(err error) sqlstore.ErrorKind {
+	var e *msqlite.Error
+	if !errors.As(err, &e) {
+		return sqlstore.ErrOther
+	}
+	switch e.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+		return sqlstore.ErrUnique
+	case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return sqlstore.ErrPrimaryKey
+	}
+	return sqlstore.ErrOther
 }
 
 // dsn returns the modernc.org/sqlite data source name for path. Every connection gets the busy

@@ -34,6 +34,20 @@ func TestStoreConformance(t *testing.T) {
 	})
 }
 
+// TestStoreConformanceShared runs the suite's two-store cases on two stores on one file (two
+// server processes on one database).
+func TestStoreConformanceShared(t *testing.T) {
+	storetest.RunShared(t, func(t *testing.T) (store.Store, store.Store) {
+		a, path := openTemp(t)
+		b, err := Open(t.Context(), path)
+		if err != nil {
+			a.Close()
+			t.Fatalf("second Open: %v", err)
+		}
+		return a, b
+	})
+}
+
 func TestStoreConformanceInMemory(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		s, err := Open(t.Context(), ":memory:")
@@ -134,7 +148,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 	s, path := openTemp(t)
 	if _, err := s.write.ExecContext(t.Context(), `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'from_the_future', 0)`, latest+1); err != nil {
 		t.Fatal(err)
@@ -178,7 +192,7 @@ func TestMigrateIsAtomic(t *testing.T) {
 		t.Errorf("%d tables left behind by a failed migration, want 0 (all rolled back)", n)
 	}
 	// With the broken one fixed, both apply, once.
-	ms[1].sql = "CREATE TABLE two (id BIGINT PRIMARY KEY);"
+	ms[1].SQL = "CREATE TABLE two (id BIGINT PRIMARY KEY);"
 	for i := 0; i < 2; i++ {
 		if err := migrate(t.Context(), db, ms); err != nil {
 			t.Fatalf("migrate %d: %v", i, err)
@@ -194,7 +208,7 @@ func TestLoadMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatalf("embedded migrations: %v", err)
 	}
-	if len(ms) == 0 || ms[0].name != "0001_init" {
+	if len(ms) == 0 || ms[0].Name != "0001_init" {
 		t.Fatalf("embedded migrations = %+v, want 0001_init first", ms)
 	}
 	for _, c := range []struct {
@@ -212,7 +226,7 @@ func TestLoadMigrations(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("%s: loadMigrations error = %v, want ok=%v", c.name, err, c.ok)
 		}
-		if c.ok && (len(ms) != 2 || ms[0].version != 1 || ms[1].version != 2) {
+		if c.ok && (len(ms) != 2 || ms[0].Version != 1 || ms[1].Version != 2) {
 			t.Errorf("%s: migrations = %+v, want versions 1, 2", c.name, ms)
 		}
 	}

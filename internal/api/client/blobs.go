@@ -1,0 +1,73 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/blobs"
+)
+
+// The file relay (issue 17 §8).
+
+// RemotePull copies a regular file from a joined machine into a blob (POST
+// /v1/machines/{ref}/pull).
+func (c *Client) RemotePull(ctx context.Context, machine, path string) (blobs.Result, error) {
+	var r blobs.Result
+	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machine)+"/pull", nil, api.RemotePullRequest{Path: path}, &r)
+	return r, err
+}
+
+// RemotePush writes a blob to dest on a joined machine (POST /v1/machines/{ref}/push).
+func (c *Client) RemotePush(ctx context.Context, machine, blobID, dest string) (blobs.PushResult, error) {
+	var r blobs.PushResult
+	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machine)+"/push", nil, api.RemotePushRequest{BlobID: blobID, DestPath: dest}, &r)
+	return r, err
+}
+
+// UploadBlob stores size bytes of r as a blob named name (POST /v1/blobs); size -1 sends it
+// chunked (the server cuts it at its per-file limit).
+func (c *Client) UploadBlob(ctx context.Context, name string, size int64, r io.Reader) (blobs.Result, error) {
+	u := c.base + "/v1/blobs?" + url.Values{"name": {name}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, io.NopCloser(r))
+	if err != nil {
+		return blobs.Result{}, err
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return blobs.Result{}, fmt.Errorf("cannot reach the agentbox server at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return blobs.Result{}, decodeError(resp)
+	}
+	var res blobs.Result
+	return res, json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res)
+}
+
+// DownloadBlob opens a blob with the bearer token (GET /v1/blobs/{id}) and returns its body,
+// size and SHA-256 (hex).
+func (c *Client) DownloadBlob(ctx context.Context, id string) (io.ReadCloser, int64, string, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/blobs/"+url.PathEscape(id), nil, nil, "")
+	if err != nil {
+		return nil, 0, "", err
+	}
+	return resp.Body, resp.ContentLength, resp.Header.Get("X-Agentbox-SHA256"), nil
+}
+
+// DeleteBlob deletes a blob (DELETE /v1/blobs/{id}).
+func (c *Client) DeleteBlob(ctx context.Context, id string) error {
+	return c.doJSON(ctx, http.MethodDelete, "/v1/blobs/"+url.PathEscape(id), nil, nil, nil)
+}

@@ -1,0 +1,81 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/agentbox/agentbox/internal/machine"
+	"github.com/agentbox/agentbox/internal/machine/agent"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// ListMachines lists the joined machines (issue 17), by name.
+func (c *Client) ListMachines(ctx context.Context) ([]machine.Info, error) {
+	var out struct {
+		Machines []machine.Info `json:"machines"`
+	}
+	err := c.doJSON(ctx, http.MethodGet, "/v1/machines", nil, nil, &out)
+	return out.Machines, err
+}
+
+// GetMachine returns the machine whose id, name or alias is ref.
+func (c *Client) GetMachine(ctx context.Context, ref string) (machine.Info, error) {
+	var out machine.Info
+	err := c.doJSON(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(ref), nil, nil, &out)
+	return out, err
+}
+
+// ProbeMachine asks machine ref's agent who it is, over its live session.
+func (c *Client) ProbeMachine(ctx context.Context, ref string) (agent.Info, error) {
+	var out agent.Info
+	err := c.doJSON(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(ref)+"/agent", nil, nil, &out)
+	return out, err
+}
+
+// RemoveMachine removes machine ref and cuts its connection (admin scope).
+func (c *Client) RemoveMachine(ctx context.Context, ref string) (machine.Info, error) {
+	var out machine.Info
+	err := c.doJSON(ctx, http.MethodDelete, "/v1/machines/"+url.PathEscape(ref), nil, nil, &out)
+	return out, err
+}
+
+// AddMachineAlias gives machine ref an alias (admin scope).
+func (c *Client) AddMachineAlias(ctx context.Context, ref, alias string) (machine.Info, error) {
+	var out machine.Info
+	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(ref)+"/aliases", nil, map[string]string{"alias": alias}, &out)
+	return out, err
+}
+
+// RemoveMachineAlias takes an alias from machine ref (admin scope).
+func (c *Client) RemoveMachineAlias(ctx context.Context, ref, alias string) (machine.Info, error) {
+	var out machine.Info
+	err := c.doJSON(ctx, http.MethodDelete, "/v1/machines/"+url.PathEscape(ref)+"/aliases/"+url.PathEscape(alias), nil, nil, &out)
+	return out, err
+}
+
+// CreateJoinToken makes a join token (admin scope); its secret is in the reply, once.
+func (c *Client) CreateJoinToken(ctx context.Context, req machine.TokenRequest) (machine.CreatedToken, error) {
+	var out machine.CreatedToken
+	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/tokens", nil, req, &out)
+	return out, err
+}
+
+// ListJoinTokens lists the join tokens without their secrets (admin scope).
+func (c *Client) ListJoinTokens(ctx context.Context) ([]store.JoinToken, error) {
+	var out struct {
+		Tokens []store.JoinToken `json:"tokens"`
+	}
+	err := c.doJSON(ctx, http.MethodGet, "/v1/machines/tokens", nil, nil, &out)
+	return out.Tokens, err
+}
+
+// RevokeJoinToken revokes a join token by id or prefix (admin scope).
+func (c *Client) RevokeJoinToken(ctx context.Context, ref string) (store.JoinToken, error) {
+	var out store.JoinToken
+	err := c.doJSON(ctx, http.MethodDelete, "/v1/machines/tokens/"+url.PathEscape(ref), nil, nil, &out)
+	return out, err
+}
+
+// Machines is the client that serves MCP's machine tools over a running serve (issue 17).
+func (b *Backend) Machines() *Client { return b.c }

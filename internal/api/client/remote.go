@@ -1,0 +1,37 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/remoteexec"
+	"github.com/agentbox/agentbox/internal/screenshot"
+)
+
+// Joined machines (issue 17): remote_exec and remote_screenshot over REST. With these the
+// Client is an mcpserver.RemoteBackend.
+
+// RemoteExec calls POST /v1/machines/{machine}/exec.
+func (c *Client) RemoteExec(ctx context.Context, machine string, req remoteexec.Request) (*remoteexec.Result, error) {
+	var res remoteexec.Result
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machine)+"/exec", nil, req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// RemoteScreenshot calls GET /v1/machines/{machine}/screenshot.
+func (c *Client) RemoteScreenshot(ctx context.Context, machine string, display *int) (*screenshot.Shot, error) {
+	q := url.Values{}
+	if display != nil {
+		q.Set("display", strconv.Itoa(*display))
+	}
+	var res api.ScreenshotReply
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(machine)+"/screenshot", q, nil, &res); err != nil {
+		return nil, err
+	}
+	return &res.Shot, nil
+}

@@ -1,0 +1,105 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/remotejobs"
+)
+
+// Remote jobs (issue 17).
+
+// StartRemoteJob starts a detached job on a joined machine.
+func (c *Client) StartRemoteJob(ctx context.Context, machine string, req remotejobs.StartRequest) (remotejobs.Job, error) {
+	var j remotejobs.Job
+	err := c.doJSON(ctx, http.MethodPost, api.RemoteJobPath(machine, "", ""), nil, req, &j)
+	return j, err
+}
+
+// ListRemoteJobs lists a machine's newest limit jobs.
+func (c *Client) ListRemoteJobs(ctx context.Context, machine string, limit int) (remotejobs.List, error) {
+	var l remotejobs.List
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	err := c.doJSON(ctx, http.MethodGet, api.RemoteJobPath(machine, "", ""), q, nil, &l)
+	return l, err
+}
+
+// RemoteJobStatus returns one job.
+func (c *Client) RemoteJobStatus(ctx context.Context, machine, id string) (remotejobs.Job, error) {
+	var j remotejobs.Job
+	err := c.doJSON(ctx, http.MethodGet, api.RemoteJobPath(machine, id, ""), nil, nil, &j)
+	return j, err
+}
+
+// RemoteJobLogs reads part of a job's output.
+func (c *Client) RemoteJobLogs(ctx context.Context, machine, id string, req remotejobs.LogsRequest) (remotejobs.Logs, error) {
+	q := url.Values{}
+	if req.TailLines != 0 {
+		q.Set("tail_lines", strconv.Itoa(req.TailLines))
+	}
+	if req.Offset != nil {
+		q.Set("offset_bytes", strconv.FormatInt(*req.Offset, 10))
+	}
+	if req.MaxBytes != 0 {
+		q.Set("max_bytes", strconv.Itoa(req.MaxBytes))
+	}
+	var l remotejobs.Logs
+	err := c.doJSON(ctx, http.MethodGet, api.RemoteJobPath(machine, id, "/logs"), q, nil, &l)
+	return l, err
+}
+
+// CancelRemoteJob ends a job's whole tree.
+func (c *Client) CancelRemoteJob(ctx context.Context, machine, id string, grace time.Duration) (remotejobs.Job, error) {
+	g := int(grace / time.Second)
+	var j remotejobs.Job
+	err := c.doJSON(ctx, http.MethodPost, api.RemoteJobPath(machine, id, "/cancel"), nil, api.RemoteJobCancelRequest{GraceSeconds: &g}, &j)
+	return j, err
+}
+
+// RemoteJobs returns the remote jobs part of the Backend (mcpserver.RemoteJobBackend) over the
+// REST API.
+func (b *Backend) RemoteJobs() *RemoteJobsBackend { return &RemoteJobsBackend{c: b.c, b: b} }
+
+// RemoteJobsBackend presents the server's remote job service with the method set of
+// *remotejobs.Service that the MCP surface uses.
+type RemoteJobsBackend struct {
+	c *Client
+	b *Backend
+}
+
+// Start starts a job.
+func (r *RemoteJobsBackend) Start(ctx context.Context, machine string, req remotejobs.StartRequest) (remotejobs.Job, error) {
+	j, err := r.c.StartRemoteJob(ctx, machine, req)
+	return j, r.b.unreachable(err)
+}
+
+// List lists a machine's jobs.
+func (r *RemoteJobsBackend) List(ctx context.Context, machine string, limit int) (remotejobs.List, error) {
+	l, err := r.c.ListRemoteJobs(ctx, machine, limit)
+	return l, r.b.unreachable(err)
+}
+
+// Status returns one job.
+func (r *RemoteJobsBackend) Status(ctx context.Context, machine, id string) (remotejobs.Job, error) {
+	j, err := r.c.RemoteJobStatus(ctx, machine, id)
+	return j, r.b.unreachable(err)
+}
+
+// Logs reads part of a job's output.
+func (r *RemoteJobsBackend) Logs(ctx context.Context, machine, id string, req remotejobs.LogsRequest) (remotejobs.Logs, error) {
+	l, err := r.c.RemoteJobLogs(ctx, machine, id, req)
+	return l, r.b.unreachable(err)
+}
+
+// Cancel ends a job's whole tree.
+func (r *RemoteJobsBackend) Cancel(ctx context.Context, machine, id string, grace time.Duration) (remotejobs.Job, error) {
+	j, err := r.c.CancelRemoteJob(ctx, machine, id, grace)
+	return j, r.b.unreachable(err)
+}

@@ -1,0 +1,126 @@
+// Package hostjobs is the machine side of remote jobs (issue 17): a joined machine's agent starts
+// detached commands that outlive the call, the agent and (on Linux, under systemd) the agent's
+// service restart. Each job lives in a directory of the agent's state dir: its spec, its output
+// (stdout and stderr interleaved, written by the job itself), a pid file and an exit marker
+// written atomically by a small supervisor (the agentbox binary re-executed as a hidden
+// subcommand, in its own session, never a child the agent's death kills). The job's state is
+// read from those files on every call, so an agent that restarts re-adopts its jobs without
+// remembering anything: a job with an exit marker ended as it says; one without whose process
+// is alive runs; one without whose process is gone is `unknown`, never a success.
+//
+// NewHandler serves the jobs under /jobs/ (the agent mounts it over the machine's connection);
+// Client calls it from the server.
+package hostjobs
+
+import (
+	"regexp"
+	"time"
+)
+
+// States of a job.
+const (
+	StateRunning  = "running"
+	StateExited   = "exited"
+	StateCanceled = "canceled"
+	StateUnknown  = "unknown"
+)
+
+// Bounds, all enforced on both sides of the wire.
+const (
+	// MaxRunning is how many jobs may run at once on one machine.
+	MaxRunning = 64
+	// MaxKept is how many job directories the agent keeps; the oldest ended ones go first.
+	MaxKept = 1000
+	// MaxCommandBytes bounds the command string.
+	MaxCommandBytes = 128 << 10
+	// MaxEnv bounds the number of env entries; MaxEnvBytes their total size.
+	MaxEnv      = 256
+	MaxEnvBytes = 128 << 10
+	// MaxCwdBytes bounds cwd.
+	MaxCwdBytes = 4096
+	// MaxGPUIndex bounds gpu_index (nvidia-smi numbers GPUs from 0).
+	MaxGPUIndex = 63
+	// DefaultListLimit and MaxListLimit bound list.
+	DefaultListLimit = 20
+	MaxListLimit     = 1000
+	// DefaultTailLines and MaxTailLines bound a logs tail; DefaultLogBytes and MaxLogBytes
+	// a logs page (a tail is of the last MaxLogBytes at most).
+	DefaultTailLines = 200
+	MaxTailLines     = 10000
+	DefaultLogBytes  = 64 << 10
+	MaxLogBytes      = 256 << 10
+	// MaxGraceSeconds bounds cancel's grace between SIGTERM and SIGKILL.
+	MaxGraceSeconds     = 600
+	DefaultGraceSeconds = 10
+)
+
+// idPattern is a job id: the server chooses it (so its record exists before the machine is
+// asked), the machine checks it (it names a directory).
+var idPattern = regexp.MustCompile(`^rjob-[0-9a-f]{16}$`)
+
+// ValidID reports whether id is a well-formed remote job id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// StartRequest is what starts a job.
+type StartRequest struct {
+	// JobID is chosen by the server (rjob-<16 hex>); starting an id that exists returns that
+	// job unchanged (a retried start after a lost reply starts nothing twice).
+	JobID   string `json:"job_id"`
+	Command string `json:"command"`
+	// Shell is the dialect: sh | bash on POSIX, cmd | powershell on Windows; "" is the
+	// platform's default.
+	Shell string            `json:"shell,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	// GPUIndex, if set, is exported to the job as CUDA_VISIBLE_DEVICES.
+	GPUIndex *int `json:"gpu_index,omitempty"`
+}
+
+// Job is one job as the machine knows it.
+type Job struct {
+	JobID    string   `json:"job_id"`
+	State    string   `json:"state"`
+	Success  bool     `json:"success"`
+	Message  string   `json:"message"`
+	Command  string   `json:"command"`
+	Shell    string   `json:"shell"`
+	Cwd      string   `json:"cwd,omitempty"`
+	EnvNames []string `json:"env_names,omitempty"`
+	GPUIndex *int     `json:"gpu_index,omitempty"`
+	// ExitCode is set for `exited` (a job killed by a signal other than SIGKILL has 128+signal).
+	ExitCode *int `json:"exit_code,omitempty"`
+	// Signal names the signal that ended it, if one did.
+	Signal     string     `json:"signal,omitempty"`
+	PID        int        `json:"pid,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	LogBytes   int64      `json:"log_bytes"`
+}
+
+// Ended reports whether the job's state is final.
+func (j Job) Ended() bool { return j.State != StateRunning }
+
+// List is a page of jobs, newest first.
+type List struct {
+	Jobs []Job `json:"jobs"`
+	// Omitted counts the older jobs left out by the limit.
+	Omitted int `json:"omitted"`
+}
+
+// LogsRequest selects part of a job's output: the last TailLines lines (default 200), or, with
+// Offset set, MaxBytes bytes from it.
+type LogsRequest struct {
+	TailLines int
+	Offset    *int64
+	MaxBytes  int
+}
+
+// Logs is a slice of a job's output.
+type Logs struct {
+	JobID      string `json:"job_id"`
+	Data       []byte `json:"data"` // base64 on the wire
+	Offset     int64  `json:"offset"`
+	NextOffset int64  `json:"next_offset"`
+	TotalBytes int64  `json:"total_bytes"`
+	State      string `json:"state"`
+}

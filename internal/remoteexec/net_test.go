@@ -1,0 +1,8 @@
+package remoteexec_test
+
+import "net"
+
+type (
+	netConn   = net.Conn
+	netDialer = net.Dialer
+)

@@ -1,0 +1,394 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/kubernetes/tunnel"
+)
+
+// Bounds of the agent connection.
+const (
+	// pollRunning is how often a dial looks at a pod that is not running yet.
+	pollRunning = 50 * time.Millisecond
+	// retryAfter: a tunnel that failed to open answers the same error, without I/O, for this
+	// long (WaitReady dials every few milliseconds).
+	retryAfter = 100 * time.Millisecond
+	// maxStderr bounds what is kept of guest-tunnel's stderr for error messages.
+	maxStderr = 4 << 10
+	// openTimeout bounds opening one tunnel (the exec and its first ping).
+	openTimeout = 30 * time.Second
+)
+
+// hardWaiting are container waiting reasons that will not clear by themselves: a dial reports
+// them at once instead of waiting for the pod to run.
+var hardWaiting = []string{"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+	"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+// agentTunnel is one sandbox's connection to its agent: a yamux session over the stdin and stdout
+// of `agentbox guest-tunnel` exec'd in the sandbox's container.
+type agentTunnel struct {
+	r   *Runtime
+	id  string
+	sem chan struct{} // one opening at a time
+
+	mu        sync.Mutex
+	sess      *yamux.Session
+	stop      context.CancelFunc // ends the exec
+	lastErr   error
+	lastErrAt time.Time
+	closed    bool
+}
+
+// Agent returns a Dialer whose connections reach the sandbox's agent through the tunnel,
+// opening (and, when it broke, re-opening) it as needed.
+func (r *Runtime) Agent(ctx context.Context, id string) (runtime.Dialer, error) {
+	if err := r.usable(); err != nil {
+		return nil, err
+	}
+	p, err := r.getPod(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		cm, err := r.getKept(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if cm == nil {
+			return nil, errcode.New(errcode.SandboxNotFound, "sandbox %s has no pod in namespace %s", id, r.cfg.Namespace)
+		}
+	}
+	return func(ctx context.Context) (net.Conn, error) { return r.dial(ctx, id) }, nil
+}
+
+func (r *Runtime) dial(ctx context.Context, id string) (net.Conn, error) {
+	for attempt := 0; ; attempt++ {
+		t, err := r.tunnelFor(id)
+		if err != nil {
+			return nil, err
+		}
+		sess, err := t.session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c, err := tunnel.Dial(ctx, sess)
+		var pe *tunnel.PeerError
+		switch {
+		case err == nil:
+			return c, nil
+		case errors.As(err, &pe):
+			return nil, errcode.Wrap(errcode.SandboxNotRunning, &runtime.AgentPeerError{ID: id}, "sandbox %s: %s", id, pe.Msg)
+		case sess.IsClosed() && attempt == 0 && ctx.Err() == nil:
+			t.drop(sess) // the exec ended (a kubelet or API server restart): open a new one
+			continue
+		}
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+}
+
+func (r *Runtime) tunnelFor(id string) (*agentTunnel, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %s is closed", r.cfg.Name)
+	}
+	t := r.tunnels[id]
+	if t == nil {
+		t = &agentTunnel{r: r, id: id, sem: make(chan struct{}, 1)}
+		r.tunnels[id] = t
+	}
+	return t, nil
+}
+
+// dropTunnel ends sandbox id's tunnel (Stop, Delete).
+func (r *Runtime) dropTunnel(id string) {
+	r.mu.Lock()
+	t := r.tunnels[id]
+	delete(r.tunnels, id)
+	r.mu.Unlock()
+	if t != nil {
+		t.close()
+	}
+}
+
+func (t *agentTunnel) close() {
+	t.mu.Lock()
+	t.closed = true
+	sess, stop := t.sess, t.stop
+	t.sess, t.stop = nil, nil
+	t.mu.Unlock()
+	if sess != nil {
+		_ = sess.Close()
+	}
+	if stop != nil {
+		stop()
+	}
+}
+
+// drop forgets sess if it is still the tunnel's.
+func (t *agentTunnel) drop(sess *yamux.Session) {
+	t.mu.Lock()
+	var stop context.CancelFunc
+	if t.sess == sess {
+		stop = t.stop
+		t.sess, t.stop = nil, nil
+	}
+	t.mu.Unlock()
+	_ = sess.Close()
+	if stop != nil {
+		stop()
+	}
+}
+
+// live returns the open session, or why a new one should not be tried yet.
+func (t *agentTunnel) live() (*yamux.Session, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errcode.New(errcode.SandboxNotRunning, "sandbox %s has been stopped or deleted", t.id)
+	}
+	if t.sess != nil && !t.sess.IsClosed() {
+		return t.sess, nil
+	}
+	if t.lastErr != nil && time.Since(t.lastErrAt) < retryAfter {
+		return nil, t.lastErr
+	}
+	return nil, nil
+}
+
+func (t *agentTunnel) session(ctx context.Context) (*yamux.Session, error) {
+	if s, err := t.live(); s != nil || err != nil {
+		return s, err
+	}
+	select {
+	case t.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-t.sem }()
+	if s, err := t.live(); s != nil || err != nil {
+		return s, err
+	}
+	began := time.Now()
+	sess, stop, err := t.r.openTunnel(ctx, t.id)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			t.lastErr, t.lastErrAt = err, time.Now()
+		}
+		return nil, err
+	}
+	if t.closed {
+		_ = sess.Close()
+		stop()
+		return nil, errcode.New(errcode.SandboxNotRunning, "sandbox %s has been stopped or deleted", t.id)
+	}
+	if t.stop != nil {
+		t.stop()
+	}
+	t.sess, t.stop, t.lastErr = sess, stop, nil
+	t.r.log.Debug("agent tunnel open", "sandbox_id", t.id, "took", time.Since(began))
+	return sess, nil
+}
+
+// waitRunning waits until the sandbox's container runs; a pod that has stopped, failed to
+// start, or does not exist is an error at once.
+func (r *Runtime) waitRunning(ctx context.Context, id string) error {
+	for {
+		p, err := r.getPod(ctx, id)
+		if err != nil {
+			return err
+		}
+		why := "its pod is not created yet (Start)"
+		if p == nil {
+			cm, err := r.getKept(ctx, id)
+			if err != nil {
+				return err
+			}
+			if cm == nil {
+				return errcode.New(errcode.SandboxNotFound, "sandbox %s has no pod in namespace %s", id, r.cfg.Namespace)
+			}
+		} else {
+			switch podStatus(p) {
+			case runtime.StatusRunning:
+				for _, cs := range p.Status.ContainerStatuses {
+					if cs.Name == ContainerName && cs.State.Running != nil {
+						return nil
+					}
+				}
+				why = "its container is not running yet"
+			case runtime.StatusStopped:
+				return errcode.New(errcode.SandboxNotRunning, "sandbox %s has stopped (pod phase %s%s)", id, p.Status.Phase, podReason(p))
+			default:
+				if reason, hard := waitingReason(p); hard {
+					return errcode.New(errcode.SandboxNotRunning, "sandbox %s's pod cannot start: %s", id, reason)
+				}
+				why = "its pod is " + string(p.Status.Phase) + podReason(p)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %s: %s: %w", id, why, ctx.Err())
+		case <-time.After(pollRunning):
+		}
+	}
+}
+
+// waitingReason is the first container's waiting reason and message, and whether it is hard.
+func waitingReason(p *corev1.Pod) (string, bool) {
+	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			return fmt.Sprintf("container %s: %s: %s", cs.Name, w.Reason, w.Message), slices.Contains(hardWaiting, w.Reason)
+		}
+		if term := cs.State.Terminated; term != nil && term.ExitCode != 0 && cs.Name == InstallContainerName {
+			return fmt.Sprintf("container %s exited %d: %s %s", cs.Name, term.ExitCode, term.Reason, term.Message), true
+		}
+	}
+	return "", false
+}
+
+func podReason(p *corev1.Pod) string {
+	if r, _ := waitingReason(p); r != "" {
+		return ", " + r
+	}
+	if p.Status.Reason != "" {
+		return ", " + p.Status.Reason + ": " + p.Status.Message
+	}
+	return ""
+}
+
+// openTunnel execs guest-tunnel in the sandbox's container and starts a yamux client on its
+// stdio; it returns once the pod side has answered a ping.
+func (r *Runtime) openTunnel(ctx context.Context, id string) (*yamux.Session, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	if err := r.waitRunning(ctx, id); err != nil {
+		return nil, nil, err
+	}
+	req := r.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(r.cfg.Namespace).Name(id).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: ContainerName,
+			Command: []string{GuestBinaryPath, "guest-tunnel", "--socket", GuestSocketPath},
+			Stdin:   true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewWebSocketExecutor(r.rest, "GET", req.URL().String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox %s: exec: %w", id, err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	stderr := &boundedBuffer{max: maxStderr}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		err := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: stderr})
+		if err == nil {
+			err = io.EOF
+		}
+		_ = outW.CloseWithError(err)
+		_ = inR.CloseWithError(err)
+	}()
+	conn := &execConn{StdioConn: tunnel.StdioConn{In: outR, Out: inW}, ended: ended, stop: stop}
+	sess, err := yamux.Client(conn, tunnel.Config())
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	pinged := make(chan error, 1)
+	go func() { _, err := sess.Ping(); pinged <- err }()
+	select {
+	case err = <-pinged:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		_ = sess.Close()
+		stop()
+		select {
+		case <-ended:
+		case <-time.After(time.Second):
+		}
+		if msg := stderr.String(); msg != "" {
+			err = fmt.Errorf("%w (guest-tunnel: %s)", err, msg)
+		}
+		return nil, nil, fmt.Errorf("sandbox %s: open the agent tunnel: %w", id, err)
+	}
+	return sess, func() { _ = sess.Close(); stop() }, nil
+}
+
+// execConn is the server's end of the tunnel's exec. Closing it ends the exec cleanly: stdin
+// first (guest-tunnel sees EOF and exits, so the exec ends with its status), and only then, or
+// after closeGrace, the stream itself.
+type execConn struct {
+	tunnel.StdioConn
+	ended <-chan struct{}
+	stop  context.CancelFunc
+	once  sync.Once
+}
+
+// closeGrace bounds how long a closing tunnel waits for guest-tunnel to exit.
+const closeGrace = 2 * time.Second
+
+func (c *execConn) Close() error {
+	c.once.Do(func() {
+		_ = c.Out.Close()
+		select {
+		case <-c.ended:
+		case <-time.After(closeGrace):
+		}
+		c.stop()
+		_ = c.In.Close()
+	})
+	return nil
+}
+
+// boundedBuffer keeps the first max bytes written to it.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(bytes.TrimSpace(b.buf.Bytes()))
+}
+
+func encodePod(p *corev1.Pod) ([]byte, error) { return json.Marshal(p) }
+
+func decodePod(b []byte) (*corev1.Pod, error) {
+	var p corev1.Pod
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, err
+	}
+	if p.Name == "" {
+		return nil, errors.New("no pod name")
+	}
+	return &p, nil
+}

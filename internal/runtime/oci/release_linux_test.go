@@ -1,0 +1,67 @@
+package oci
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+)
+
+// TestAwaitSave: a checkpoint command of a sandbox (a process whose command line names this
+// runtime's --root, the checkpoint verb and the id last, as a dead server's `runsc checkpoint`
+// does) is waited for until it ends; another sandbox's, or none, is not waited for.
+func TestAwaitSave(t *testing.T) {
+	rt := newRunc(t)
+	const id, other = "sb-0123456789ab", "sb-ba9876543210"
+	// sh -c SCRIPT NAME ARGS…: the shell's own command line carries the rest.
+	cmd := exec.Command("sh", "-c", "sleep 0.7; true", "runsc", "--root", rt.stateDir(), "checkpoint", "--image-path", "/nonexistent", id)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	defer func() { cmd.Process.Kill(); <-done }()
+	for deadline := time.Now().Add(5 * time.Second); !rt.saveInFlight(id); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the checkpoint command is never seen in flight")
+		}
+	}
+	began := time.Now()
+	if err := rt.AwaitSave(t.Context(), other); err != nil || time.Since(began) > 200*time.Millisecond {
+		t.Fatalf("AwaitSave of another sandbox = %v after %s; want nil at once", err, time.Since(began))
+	}
+	if err := rt.AwaitSave(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	default:
+		t.Fatalf("AwaitSave returned after %s with the checkpoint still running", time.Since(began))
+	}
+	if rt.saveInFlight(id) {
+		t.Fatal("still in flight after AwaitSave")
+	}
+}
+
+// TestFinishReleaseRefusals: a running sandbox's release is not finished (CONFLICT), and one
+// with no disk anywhere is not finished (ok false), nothing written.
+func TestFinishReleaseRefusals(t *testing.T) {
+	rt := newRunc(t)
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	runtimetest.Start(t, rt, spec)
+	id := spec.ID
+	dir := t.TempDir()
+	if _, ok, err := rt.FinishRelease(t.Context(), id, dir, runtime.IDMap{}); ok || errcode.Of(err) != errcode.Conflict {
+		t.Fatalf("FinishRelease of a running sandbox = %v, %v; want CONFLICT", ok, err)
+	}
+	if _, ok, err := rt.FinishRelease(t.Context(), "sb-000000000000", dir, runtime.IDMap{}); ok || err != nil {
+		t.Fatalf("FinishRelease with no disk = %v, %v; want not ok, no error", ok, err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("FinishRelease refused but wrote %v", ents)
+	}
+}
