@@ -29,8 +29,15 @@ type joinProc struct {
 
 func startJoin(t *testing.T, m *machinelab.Machine, bin string, args ...string) *joinProc {
 	t.Helper()
+	return startJoinEnv(t, m, bin, nil, args...)
+}
+
+// startJoinEnv is startJoin with env (nil: the test's own) as the agent's environment.
+func startJoinEnv(t *testing.T, m *machinelab.Machine, bin string, env []string, args ...string) *joinProc {
+	t.Helper()
 	p := &joinProc{logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = m.Command(append([]string{bin, "join"}, args...)...)
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
