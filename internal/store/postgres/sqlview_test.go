@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,66 +11,27 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sqlquery"
+	"github.com/agentbox/agentbox/internal/store/storetest"
 	"github.com/agentbox/agentbox/internal/testenv/pglab"
 )
 
-// The secret values the fixture stores where no view may show them.
-const (
-	secretEnv         = "S3CR3T-ENV-VALUE"
-	secretPlaceholder = "AGENTBOX-PLACEHOLDER-XYZ"
-)
-
-// sqlFixture opens a store with a row in every published view's table (a sandbox whose env and
-// secrets hold secret values, an event, a job, a run and its event, audit records).
+// sqlFixture opens a store holding storetest.SQLFixture's rows.
 func sqlFixture(t *testing.T) *Store {
 	t.Helper()
 	s := open(t)
 	t.Cleanup(func() { s.Close() })
-	ctx := t.Context()
-	now := time.Date(2026, 12, 2, 14, 3, 5, 123e6, time.UTC).UnixMilli()
-	stmts := []string{
-		fmt.Sprintf(`INSERT INTO sandboxes (id, state, image, runtime, isolation, cpu, memory_mb, disk_mb, pids_limit, env, labels,
-			created_at, updated_at, expires_at, error_msg, version, owner, idempotency_key, node, handle, network, secrets)
-			VALUES ('sb_1', 'running', 'host', 'runc', 'process', 1, 512, 1024, 256, '{"TOKEN":"%s"}', '{"team":"a"}',
-			%d, %d, %d, '', 1, 'alice', 'idem', 'local', 'h', '', '[{"name":"K","placeholder":"%s","from":"env:K"}]')`, secretEnv, now, now, now+3600e3, secretPlaceholder),
-		fmt.Sprintf(`INSERT INTO events (sandbox_id, type, from_state, to_state, reason, at) VALUES ('sb_1', 'state_changed', 'creating', 'running', 'started', %d)`, now),
-		fmt.Sprintf(`INSERT INTO jobs (id, sandbox_id, argv, env_names, cwd, user_name, state, exit_code, signal, oom_killed, started_at, finished_at,
-			log_bytes, log_truncated, tail, error_msg, created_at, updated_at, version) VALUES ('job_1', 'sb_1', '["sleep","1"]', '["TOKEN"]', '/workspace',
-			'agent', 'exited', 0, '', FALSE, %d, %d, 3, FALSE, '\x736563726574'::bytea, '', %d, %d, 1)`, now, now+1000, now, now),
-		fmt.Sprintf(`INSERT INTO runs (id, owner, idempotency_key, batch_id, state, created_at, updated_at, settled_at, version, doc)
-			VALUES ('run_1', 'alice', '', '', 'succeeded', %d, %d, %d, 1, '{"spec":{"env":{"X":"%s"}}}')`, now, now, now, secretEnv),
-		fmt.Sprintf(`INSERT INTO run_events (run_id, time, from_state, to_state, phase, reason) VALUES ('run_1', %d, 'queued', 'running', 'start', '')`, now),
-	}
-	for i, tool := range []string{"exec", "exec", "file_write", "run_python"} {
-		stmts = append(stmts, fmt.Sprintf(`INSERT INTO audit_log (at, surface, caller_id, caller_name, tool, action, sandbox_id, args_sha256, summary, outcome, duration_ms, approval_id)
-			VALUES (%d, 'mcp', 'key_1', 'ci', '%s', '%s', 'sb_1', 'abc', '{}', 'ok', 1.5, '')`, now+int64(i), tool, tool))
-	}
-	for _, q := range stmts {
-		if _, err := s.db.ExecContext(ctx, q); err != nil {
+	for _, q := range storetest.SQLFixture(`'\\x736563726574'::bytea`) {
+		if _, err := s.db.ExecContext(t.Context(), q); err != nil {
 			t.Fatalf("fixture %.60s: %v", q, err)
 		}
 	}
 	return s
 }
 
-// wantRefused runs q and wants INVALID_ARGUMENT saying what is allowed, and mention in the
-// message.
+// wantRefused runs q and wants INVALID_ARGUMENT naming mention.
 func wantRefused(t *testing.T, s *Store, q, mention string) {
 	t.Helper()
-	res, err := s.Query(t.Context(), q, 0)
-	if err == nil {
-		t.Fatalf("Query(%q) = %d rows, want INVALID_ARGUMENT", q, res.RowCount)
-	}
-	if errcode.Of(err) != errcode.InvalidArgument {
-		t.Fatalf("Query(%q): %v (code %s), want INVALID_ARGUMENT", q, err, errcode.Of(err))
-	}
-	msg := errcode.Message(err)
-	if !strings.Contains(msg, "read-only SELECT") || !strings.Contains(msg, sqlquery.ViewNames()) {
-		t.Errorf("Query(%q): message %q does not say what is allowed", q, msg)
-	}
-	if !strings.Contains(strings.ToLower(msg), strings.ToLower(mention)) {
-		t.Errorf("Query(%q): message %q does not mention %q", q, msg, mention)
-	}
+	storetest.WantSQLRefused(t, s, q, mention)
 }
 
 // TestSQLRefused: every statement kind but a SELECT over the views is refused with
@@ -123,62 +82,9 @@ func TestSQLRefused(t *testing.T) {
 	}
 }
 
-// TestSQLViews: a typical query per view answers (the same queries and answers as SQLite's),
-// every view's columns are the contract's, and no value in any view is a secret.
-func TestSQLViews(t *testing.T) {
-	s := sqlFixture(t)
-	ctx := t.Context()
-	typical := map[string]string{
-		"audit_log":  `SELECT tool, count(*) AS n FROM audit_log WHERE time_ms >= now_ms() - 3600000::bigint * 24 * 365 * 10 GROUP BY tool ORDER BY n DESC, tool`,
-		"events":     `SELECT sandbox_id, to_state, time FROM events ORDER BY seq`,
-		"sandboxes":  `SELECT id, state, json_extract(labels, '$.team') AS team, created_at FROM sandboxes WHERE state = 'running'`,
-		"jobs":       `SELECT id, state, exit_code, finished_at_ms - started_at_ms AS ms, oom_killed FROM jobs`,
-		"runs":       `SELECT state, count(*) FROM runs GROUP BY state`,
-		"run_events": `SELECT r.id, e.phase FROM runs r JOIN run_events e ON e.run_id = r.id`,
-	}
-	want := map[string][][]any{
-		"audit_log":  {{"exec", float64(2)}, {"file_write", float64(1)}, {"run_python", float64(1)}},
-		"events":     {{"sb_1", "running", "2026-12-02T14:03:05.123Z"}},
-		"sandboxes":  {{"sb_1", "running", "a", "2026-12-02T14:03:05.123Z"}},
-		"jobs":       {{"job_1", "exited", float64(0), float64(1000), float64(0)}},
-		"runs":       {{"succeeded", float64(1)}},
-		"run_events": {{"run_1", "start"}},
-	}
-	for _, v := range sqlquery.Views {
-		t.Run(v.Name, func(t *testing.T) {
-			res, err := s.Query(ctx, typical[v.Name], 0)
-			if err != nil {
-				t.Fatalf("typical query: %v", err)
-			}
-			b, _ := json.Marshal(res.Rows)
-			var got [][]any
-			json.Unmarshal(b, &got)
-			if fmt.Sprint(got) != fmt.Sprint(want[v.Name]) {
-				t.Errorf("typical query: rows %v, want %v", got, want[v.Name])
-			}
-			all, err := s.Query(ctx, "SELECT * FROM "+v.Name, 0)
-			if err != nil {
-				t.Fatalf("SELECT *: %v", err)
-			}
-			var names []string
-			for _, c := range v.Columns {
-				names = append(names, c.Name)
-			}
-			if !slices.Equal(all.Columns, names) {
-				t.Errorf("columns %v, want the contract's %v", all.Columns, names)
-			}
-			if all.RowCount == 0 {
-				t.Fatalf("no rows")
-			}
-			b, _ = json.Marshal(all)
-			for _, secret := range []string{secretEnv, secretPlaceholder, "c2VjcmV0" /* the job's output, base64 */, "idem", `"h"`} {
-				if strings.Contains(string(b), secret) {
-					t.Errorf("view %s shows %q: %s", v.Name, secret, b)
-				}
-			}
-		})
-	}
-}
+// TestSQLViews: storetest.RunSQLViews on the fixture (the same queries and answers on
+// every driver).
+func TestSQLViews(t *testing.T) { storetest.RunSQLViews(t, sqlFixture(t)) }
 
 // TestSQLBounds: max_rows and the result's byte bound cut the rows and say so; one value over
 // MaxValueBytes is OUTPUT_LIMIT_EXCEEDED; a runaway query is interrupted at the timeout and
