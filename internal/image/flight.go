@@ -8,7 +8,8 @@ import (
 // flights runs one function per key at a time for any number of callers (a pull of an image,
 // the download of a layer). Unlike x/sync/singleflight, the shared work runs under its own
 // context, cancelled only when every caller waiting for it has gone, and its progress is
-// reported to each of them.
+// reported to each of them. The last caller to leave cancels the work and returns once it has
+// ended.
 type flights struct {
 	mu sync.Mutex
 	m  map[string]*flight
@@ -71,13 +72,19 @@ func (g *flights) do(ctx context.Context, key string, progress ProgressFunc, fn 
 		g.mu.Lock()
 		delete(f.subs, id)
 		f.waiters--
-		if f.waiters == 0 {
+		last := f.waiters == 0
+		if last {
 			f.cancel()
 			if g.m[key] == f {
 				delete(g.m, key)
 			}
 		}
 		g.mu.Unlock()
+		if last {
+			// The work nobody waits for is cancelled; the last caller returns once it has
+			// ended (its temporary files removed), not while it still writes.
+			<-f.done
+		}
 		return nil, ctx.Err()
 	}
 }
