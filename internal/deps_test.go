@@ -82,6 +82,10 @@ func violations(pkgs []pkg) []string {
 				forbid(p, p.Deps, "proto and gpu are below the agent", module+"internal/machine/agent")
 			}
 		}
+		if path == module+"cmd/agentbox" {
+			forbid(p, p.Deps, "client-go's clientset registers every Kubernetes API group at init in every agentbox process, each sandbox's agent included; the kubernetes runtime has its own small client (client.go)",
+				"k8s.io/client-go/kubernetes")
+		}
 		forbid(p, slices.Concat(p.Deps, p.TestImports, p.XTestImports),
 			"agentbox talks to Kubernetes through client-go only; k8s.io/kubernetes is built in hack/k8s's own modules",
 			"k8s.io/kubernetes")
@@ -146,6 +150,7 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/sandbox", XTestImports: m("github.com/jackc/pgx/v5")},
 		{ImportPath: module + "cmd/agentbox", Imports: []string{"database/sql"}},
 		{ImportPath: module + "internal/runtime/kubernetes", Deps: []string{"k8s.io/kubernetes/pkg/api/v1/pod"}},
+		{ImportPath: module + "cmd/agentbox", Deps: []string{"k8s.io/client-go/kubernetes/scheme"}},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {

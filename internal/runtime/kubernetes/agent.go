@@ -14,7 +14,6 @@ import (
 
 	"github.com/hashicorp/yamux"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -282,10 +281,9 @@ func (r *Runtime) openTunnel(ctx context.Context, id string) (*yamux.Session, co
 	if err := r.waitRunning(ctx, id); err != nil {
 		return nil, nil, err
 	}
-	req := r.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(r.cfg.Namespace).Name(id).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: ContainerName,
-			Command: []string{GuestBinaryPath, "guest-tunnel", "--socket", GuestSocketPath},
-			Stdin:   true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	req := r.api.execRequest(r.cfg.Namespace, id, &corev1.PodExecOptions{Container: ContainerName,
+		Command: []string{GuestBinaryPath, "guest-tunnel", "--socket", GuestSocketPath},
+		Stdin:   true, Stdout: true, Stderr: true})
 	ex, err := remotecommand.NewWebSocketExecutor(r.rest, "GET", req.URL().String())
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox %s: exec: %w", id, err)

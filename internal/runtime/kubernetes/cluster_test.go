@@ -115,13 +115,13 @@ func TestSandboxPod(t *testing.T) {
 		name      string
 		isolation runtime.Isolation
 	}{{"runc", runtime.IsolationProcess}, {"gvisor", runtime.IsolationKernel}} {
-		t.Run(class.name, func(t *testing.T) { testSandboxPod(t, newRuntime(t, l, class.isolation, class.name)) })
+		t.Run(class.name, func(t *testing.T) { testSandboxPod(t, l, newRuntime(t, l, class.isolation, class.name)) })
 	}
 }
 
-func testSandboxPod(t *testing.T, rt *kubernetes.Runtime) {
+func testSandboxPod(t *testing.T, l *kubetest.Lab, rt *kubernetes.Runtime) {
 	ctx := context.Background()
-	if _, err := rt.Clientset().NetworkingV1().NetworkPolicies(rt.Namespace()).Get(ctx, kubernetes.NetworkPolicyName, metav1.GetOptions{}); err != nil {
+	if _, err := l.Client.NetworkingV1().NetworkPolicies(rt.Namespace()).Get(ctx, kubernetes.NetworkPolicyName, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the deny-all NetworkPolicy: %v", err)
 	}
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
@@ -291,7 +291,7 @@ func TestInitContainerDelivery(t *testing.T) {
 			if res.Stdout != "1000\n1000\nok\n" {
 				t.Fatalf("%s", res)
 			}
-			p, err := rt.Clientset().CoreV1().Pods(ns).Get(ctx, id, metav1.GetOptions{})
+			p, err := l.Client.CoreV1().Pods(ns).Get(ctx, id, metav1.GetOptions{})
 			if err != nil || len(p.Spec.InitContainers) != 1 {
 				t.Fatalf("pod %v: init containers %d", err, len(p.Spec.InitContainers))
 			}

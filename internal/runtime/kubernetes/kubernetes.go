@@ -32,7 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -111,7 +110,7 @@ type Config struct {
 type Runtime struct {
 	cfg  Config
 	rest *rest.Config
-	cs   kubernetes.Interface
+	api  *client
 	http *http.Client
 	log  *slog.Logger
 	caps runtime.Capabilities
@@ -221,11 +220,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes runtime: %w", err)
 	}
-	cs, err := kubernetes.NewForConfigAndClient(rc, hc)
+	api, err := newClient(rc, hc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes runtime: %w", err)
 	}
-	r.rest, r.cs, r.http = rc, cs, hc
+	r.rest, r.api, r.http = rc, api, hc
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	info, err := r.Probe(pctx)
@@ -264,28 +263,28 @@ type ProbeInfo struct {
 // Probe asks the cluster what the runtime needs: its version, the namespace, the RuntimeClass.
 func (r *Runtime) Probe(ctx context.Context) (ProbeInfo, error) {
 	var info ProbeInfo
-	if r.cs == nil {
+	if r.api == nil {
 		return info, errors.New(r.caps.Reason)
 	}
-	v, err := r.cs.Discovery().ServerVersion()
+	v, err := r.api.serverVersion(ctx)
 	if err != nil {
 		return info, fmt.Errorf("the cluster's API server at %s does not answer: %w", r.rest.Host, err)
 	}
 	info.ServerVersion = v.GitVersion
 	var errs []error
-	if _, err := r.cs.CoreV1().Namespaces().Get(ctx, r.cfg.Namespace, metav1.GetOptions{}); err != nil {
+	if _, err := r.api.namespaces().Get(ctx, r.cfg.Namespace, metav1.GetOptions{}); err != nil {
 		errs = append(errs, fmt.Errorf("namespace %s: %w", r.cfg.Namespace, err))
 	} else {
 		info.Namespace = true
 	}
-	rcs, err := r.cs.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{Limit: 200})
+	rcs, err := r.api.runtimeClasses().List(ctx, metav1.ListOptions{Limit: 200})
 	if err == nil {
 		for _, c := range rcs.Items {
 			info.RuntimeClasses = append(info.RuntimeClasses, c.Name)
 		}
 	}
 	if r.cfg.RuntimeClass != "" {
-		c, err := r.cs.NodeV1().RuntimeClasses().Get(ctx, r.cfg.RuntimeClass, metav1.GetOptions{})
+		c, err := r.api.runtimeClasses().Get(ctx, r.cfg.RuntimeClass, metav1.GetOptions{})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("RuntimeClass %q (for %s isolation): %w", r.cfg.RuntimeClass, r.cfg.Isolation, err))
 		} else {
@@ -293,7 +292,7 @@ func (r *Runtime) Probe(ctx context.Context) (ProbeInfo, error) {
 		}
 	}
 	if info.Namespace {
-		_, err := r.cs.NetworkingV1().NetworkPolicies(r.cfg.Namespace).Get(ctx, NetworkPolicyName, metav1.GetOptions{})
+		_, err := r.api.networkPolicies(r.cfg.Namespace).Get(ctx, NetworkPolicyName, metav1.GetOptions{})
 		info.NetworkPolicy = err == nil
 	}
 	return info, errors.Join(errs...)
@@ -302,7 +301,7 @@ func (r *Runtime) Probe(ctx context.Context) (ProbeInfo, error) {
 // ensureNetworkPolicy creates the deny-all policy over agentbox's sandbox pods if it is missing.
 func (r *Runtime) ensureNetworkPolicy(ctx context.Context) error {
 	want := DenyAllPolicy(r.cfg.Namespace)
-	np := r.cs.NetworkingV1().NetworkPolicies(r.cfg.Namespace)
+	np := r.api.networkPolicies(r.cfg.Namespace)
 	_, err := np.Get(ctx, want.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = np.Create(ctx, want, metav1.CreateOptions{})
@@ -343,9 +342,6 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 	c.Images, c.NetworkModes, c.Hardening = slices.Clone(c.Images), slices.Clone(c.NetworkModes), slices.Clone(c.Hardening)
 	return c
 }
-
-// Clientset is the runtime's client (tests and doctor).
-func (r *Runtime) Clientset() kubernetes.Interface { return r.cs }
 
 func (r *Runtime) usable() error {
 	if !r.caps.Available {
@@ -437,7 +433,7 @@ func (r *Runtime) Run(ctx context.Context, spec runtime.Spec) (runtime.Handle, e
 }
 
 func (r *Runtime) createPod(ctx context.Context, pod *corev1.Pod) error {
-	_, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	_, err := r.api.pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
 		// An answer lost on the way (a timeout) may hide a pod that was made: leave nothing.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -465,7 +461,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 		ObjectMeta: metav1.ObjectMeta{Name: spec.ID, Namespace: r.cfg.Namespace, Labels: maps.Clone(pod.Labels), Annotations: maps.Clone(pod.Annotations)},
 		Data:       map[string]string{"pod.json": string(raw)},
 	}
-	if _, err := r.cs.CoreV1().ConfigMaps(r.cfg.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	if _, err := r.api.configMaps(r.cfg.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return "", apiErr(err, "create sandbox %s", spec.ID)
 	}
 	return runtime.Handle(pod.Annotations[AnnotationInstance]), nil
@@ -476,7 +472,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.usable(); err != nil {
 		return err
 	}
-	cms := r.cs.CoreV1().ConfigMaps(r.cfg.Namespace)
+	cms := r.api.configMaps(r.cfg.Namespace)
 	cm, err := cms.Get(ctx, id, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && !r.mine(cm.ObjectMeta, id)) {
 		if p, perr := r.getPod(ctx, id); perr == nil && p != nil {
@@ -502,7 +498,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 
 // getPod returns this runtime's pod of sandbox id, or nil.
 func (r *Runtime) getPod(ctx context.Context, id string) (*corev1.Pod, error) {
-	p, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
+	p, err := r.api.pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -517,7 +513,7 @@ func (r *Runtime) getPod(ctx context.Context, id string) (*corev1.Pod, error) {
 
 // getKept returns the ConfigMap Create kept for sandbox id, or nil.
 func (r *Runtime) getKept(ctx context.Context, id string) (*corev1.ConfigMap, error) {
-	cm, err := r.cs.CoreV1().ConfigMaps(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
+	cm, err := r.api.configMaps(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -589,7 +585,7 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	}
 	if p.Spec.ActiveDeadlineSeconds == nil || *p.Spec.ActiveDeadlineSeconds != 1 {
 		patch := []byte(`{"spec":{"activeDeadlineSeconds":1}}`)
-		if _, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Patch(ctx, id, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := r.api.pods(r.cfg.Namespace).Patch(ctx, id, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
@@ -620,7 +616,7 @@ func podDone(p *corev1.Pod) bool {
 // pod's phase final; else: podStatus says stopped, e.g. its sandbox container exited), or ctx
 // ends.
 func (r *Runtime) waitDone(ctx context.Context, id string, strict bool) error {
-	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
+	pods := r.api.pods(r.cfg.Namespace)
 	for {
 		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", id).String()})
 		if err != nil {
@@ -737,10 +733,10 @@ func (r *Runtime) Adopt(ctx context.Context, id string, h runtime.Handle) error 
 // and any kept spec; an absent sandbox is nil.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	r.dropTunnel(id)
-	if r.cs == nil {
+	if r.api == nil {
 		return nil
 	}
-	err := r.cs.CoreV1().ConfigMaps(r.cfg.Namespace).Delete(ctx, id, metav1.DeleteOptions{})
+	err := r.api.configMaps(r.cfg.Namespace).Delete(ctx, id, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return apiErr(err, "delete sandbox %s", id)
 	}
@@ -753,7 +749,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 
 // deletePod deletes pod id (of uid, if given, or instance inst) and waits until it is gone.
 func (r *Runtime) deletePod(ctx context.Context, id string, uid types.UID, inst string) error {
-	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
+	pods := r.api.pods(r.cfg.Namespace)
 	p, err := pods.Get(ctx, id, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -807,13 +803,13 @@ func (r *Runtime) deletePod(ctx context.Context, id string, uid types.UID, inst 
 
 // List returns the ids of this runtime's pods and kept specs in the namespace.
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
-	if r.cs == nil {
+	if r.api == nil {
 		return nil, nil
 	}
 	seen := map[string]bool{}
 	opts := metav1.ListOptions{LabelSelector: r.selector(), Limit: listPage}
 	for {
-		pods, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, opts)
+		pods, err := r.api.pods(r.cfg.Namespace).List(ctx, opts)
 		if err != nil {
 			return nil, apiErr(err, "list pods in %s", r.cfg.Namespace)
 		}
@@ -828,7 +824,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	}
 	opts.Continue = ""
 	for {
-		cms, err := r.cs.CoreV1().ConfigMaps(r.cfg.Namespace).List(ctx, opts)
+		cms, err := r.api.configMaps(r.cfg.Namespace).List(ctx, opts)
 		if err != nil {
 			return nil, apiErr(err, "list configmaps in %s", r.cfg.Namespace)
 		}
