@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -37,9 +39,9 @@ func TestAwaitSave(t *testing.T) {
 	if err := rt.AwaitSave(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done:
-	default:
+	// Ended: reaped (done), or a zombie not yet reaped by cmd.Wait's goroutine (its cmdline,
+	// which AwaitSave reads, is empty from its exit on).
+	if !exited(done, cmd.Process.Pid) {
 		t.Fatalf("AwaitSave returned after %s with the checkpoint still running", time.Since(began))
 	}
 	if rt.saveInFlight(id) {
@@ -64,4 +66,20 @@ func TestFinishReleaseRefusals(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("FinishRelease refused but wrote %v", ents)
 	}
+}
+
+// exited reports whether child pid has ended: done is closed (reaped), or its /proc entry is
+// gone or a zombie's.
+func exited(done <-chan struct{}, pid int) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')') // the command name may hold spaces and parentheses
+	return i > 0 && len(b) > i+2 && b[i+2] == 'Z'
 }
