@@ -107,7 +107,8 @@ func NewOwner(cfg OwnerConfig) *Owner {
 	return &Owner{cfg: cfg, log: cfg.Log.With("lease", cfg.Name, "replica", cfg.Holder)}
 }
 
-// Held reports whether this replica holds the lease now.
+// Held reports whether this replica holds the lease now; after a loss it turns false once the
+// lifecycle work has stopped.
 func (o *Owner) Held() bool { return o.held.Load() }
 
 // Status reports the replica, the lease and whether it is held.
@@ -259,10 +260,14 @@ func (o *Owner) term(ctx context.Context, work func(ctx context.Context, takeove
 		switch {
 		case err == nil && !ok:
 			o.log.Warn("lifecycle lease renewal refused: another replica holds it")
+			stop()
+			<-done // not held is reported once the work has stopped
 			o.setHeld(false)
 			return
 		case err != nil && since >= ttl-ttl/3:
 			o.log.Warn("lifecycle lease: no renewal for 2/3 of its TTL; stopping lifecycle work", "err", err)
+			stop()
+			<-done
 			o.setHeld(false)
 			return
 		case err != nil:
