@@ -116,8 +116,15 @@ func TestJobsAndRelayBetweenJoinedMachines(t *testing.T) {
 		if err != nil || k.PID <= 0 {
 			t.Fatalf("start: %+v %v", k, err)
 		}
-		if cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(k.PID) + "/cmdline"); !bytes.HasPrefix(cmdline, []byte("sleep\x00300")) {
-			t.Fatalf("pid %d is %q, not the job", k.PID, cmdline)
+		// The job's shell execs sleep: wait for it (its cmdline is the shell's, or empty, until then).
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(k.PID) + "/cmdline")
+			if bytes.HasPrefix(cmdline, []byte("sleep\x00300")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d is %q, not the job", k.PID, cmdline)
+			}
 		}
 		if err := syscall.Kill(k.PID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
