@@ -44,6 +44,7 @@ func cmdServe(args []string) int {
 	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, fmt.Sprintf("first host uid of the pool sandboxes' user-namespace ranges (%d ids each) come from (default %d)", sandbox.IDRangeSize, sandbox.DefaultIDPoolBase))
 	fs.DurationVar(&cfg.JobRetention, "job-retention", cfg.JobRetention, "how long finished job records are kept")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "several replicas on one store: how long the node's lifecycle lease lasts unless renewed (renewed every third of it); another replica takes a dead holder's lifecycle work (TTLs, reconcile, pool refill, run workers) over within it")
+	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", 0, fmt.Sprintf("how long a create waits for the new sandbox's agent to answer (default %v; %v with --runtime kubernetes, whose kubelet pulls the image meanwhile)", config.DefaultReadyTimeout, config.KubeReadyTimeout))
 	fs.IntVar(&cfg.MaxJobsPerSandbox, "max-jobs-per-sandbox", cfg.MaxJobsPerSandbox, fmt.Sprintf("most running jobs in one sandbox (1–%d)", sandbox.DefaultMaxJobs))
 	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
 	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)

@@ -279,8 +279,12 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		free, _, err := hostinfo.DiskSpaceMiB(stateDir)
 		return sandbox.Headroom{MemoryAvailableMB: mem, DiskFreeMB: free}, err
 	}
+	readyTimeout := cfg.ReadyTimeout
 	if node != "" {
 		headroom = nil // pods use the cluster's nodes, not this host's memory and disk
+		if readyTimeout == 0 {
+			readyTimeout = config.KubeReadyTimeout
+		}
 	}
 	svc, err := sandbox.NewService(st, rts, sandbox.Config{
 		Node:           node,
@@ -291,7 +295,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		Overcommit: over, MemoryReserveMB: max(256, memTotal/20), DiskReserveMB: min(diskTotal/10, 4096),
 		Headroom:   headroom,
 		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
-		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox,
+		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox, ReadyTimeout: readyTimeout,
 		Egress: eg, PreviewURL: previewURL,
 		Images: images,
 		// Snapshots (issue 15): on the runtimes' file system, so a files snapshot can be a

@@ -140,6 +140,9 @@ type Config struct {
 	// unless renewed (renewed every third of it; --lease-ttl): a dead holder's lifecycle work is
 	// taken over by another replica within it.
 	LeaseTTL time.Duration
+	// ReadyTimeout bounds a create's wait for the new sandbox's agent to answer (--ready-timeout;
+	// 0: 15 s, or 3 min with the kubernetes runtime, whose kubelet pulls the image meanwhile).
+	ReadyTimeout time.Duration
 	// Kubernetes (issue 18): with --runtime kubernetes (or kubernetes-gvisor) the server runs
 	// every sandbox as a pod in KubeNamespace of the cluster KubeConfig names (--kube-config;
 	// "": the in-cluster config), under RuntimeClass KubeRuntimeClassProcess
@@ -166,6 +169,14 @@ type Config struct {
 const (
 	MinLeaseTTL = 3 * time.Second
 	MaxLeaseTTL = 10 * time.Minute
+)
+
+// Bounds and defaults of --ready-timeout.
+const (
+	MinReadyTimeout     = time.Second
+	MaxReadyTimeout     = 30 * time.Minute
+	DefaultReadyTimeout = 15 * time.Second
+	KubeReadyTimeout    = 3 * time.Minute
 )
 
 // KubeRuntime reports whether runtime name is one of the kubernetes runtimes.
@@ -315,6 +326,9 @@ func (c *Config) Validate() error {
 	// several replicas (issue 18)
 	if c.LeaseTTL < MinLeaseTTL || c.LeaseTTL > MaxLeaseTTL {
 		errs = append(errs, fmt.Sprintf("--lease-ttl %v must be between %v and %v (default %v)", c.LeaseTTL, MinLeaseTTL, MaxLeaseTTL, sandbox.DefaultLeaseTTL))
+	}
+	if c.ReadyTimeout != 0 && (c.ReadyTimeout < MinReadyTimeout || c.ReadyTimeout > MaxReadyTimeout) {
+		errs = append(errs, fmt.Sprintf("--ready-timeout %v must be between %v and %v (0 = the default: %v, %v with the kubernetes runtime)", c.ReadyTimeout, MinReadyTimeout, MaxReadyTimeout, DefaultReadyTimeout, KubeReadyTimeout))
 	}
 	// approvals (issue 16)
 	if c.ApprovalTimeout < time.Second || c.ApprovalTimeout > 24*time.Hour {

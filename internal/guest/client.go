@@ -45,6 +45,22 @@ func NewClient(dial Dialer) *Client {
 	return &Client{hc: &http.Client{Transport: tr}, dial: dial}
 }
 
+// PermanentError marks a Dialer's error that no retry clears (the sandbox cannot start: its
+// pod cannot pull its image, or has stopped): WaitReady returns it at once instead of
+// retrying until its deadline.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err as a PermanentError (nil stays nil).
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
 // NewUnixClient returns a client for an agent listening on a unix socket. It never follows a
 // symlink in the socket's last path component (see dialSocket).
 func NewUnixClient(socketPath string) *Client {
@@ -284,13 +300,13 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	start := time.Now()
 	for {
 		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		h, err := c.Health(hctx)
+		err := c.ready(hctx)
 		cancel()
-		if err == nil && h.OK {
+		if err == nil {
 			return nil
 		}
-		if err == nil {
-			err = fmt.Errorf("the agent answered health with ok=false: %+v", h)
+		if pe := (*PermanentError)(nil); errors.As(err, &pe) {
+			return fmt.Errorf("the agent cannot answer: %w", err)
 		}
 		delay := time.Millisecond
 		if time.Since(start) > time.Second {
@@ -302,4 +318,20 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		case <-time.After(delay):
 		}
 	}
+}
+
+// ready is one try of WaitReady: a dial of its own first, since net/http answers a dial that
+// the request's context cut short with the context's error alone, and the dialer's reason (a
+// pod still pulling its image, an init that has exited) is what a caller needs; then health.
+func (c *Client) ready(ctx context.Context) error {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	_ = conn.Close()
+	h, err := c.Health(ctx)
+	if err == nil && !h.OK {
+		err = fmt.Errorf("the agent answered health with ok=false: %+v", h)
+	}
+	return err
 }

@@ -699,6 +699,14 @@ func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, i
 	cancel()
 	if err != nil {
 		gc.Close()
+		if pe := (*guest.PermanentError)(nil); errors.As(err, &pe) {
+			// The runtime knows it will not start (a kubelet that cannot pull the image): its
+			// reason is the caller's to act on.
+			if _, typed := errcode.As(pe.Err); typed {
+				return "", nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "%s", errcode.Message(pe.Err))
+			}
+			return "", nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s cannot start (the server's log says why)", sb.ID)
+		}
 		return "", nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its agent did not answer within %s", sb.ID, s.cfg.ReadyTimeout)
 	}
 	var sess *guest.NetSession

@@ -105,8 +105,18 @@ func TestKubeREST(t *testing.T) {
 	}
 	// An OCI image reference passes through to the cluster (no local pull): one the node lacks
 	// fails the create (the kubelet's reason in the server's log), and leaves no pod.
+	began := time.Now()
 	if _, err = c.Create(ctx, sandbox.CreateRequest{Image: "localhost/agentbox-absent:1"}); err == nil {
 		t.Fatal("create of an image the node lacks succeeded")
+	} else if !strings.Contains(err.Error(), "ErrImage") && !strings.Contains(err.Error(), "ImagePullBackOff") {
+		t.Errorf("the create's error does not say why the pod did not start: %v", err)
+	}
+	// The kubelet's reason ends the create's wait for the agent at once (the server's ready
+	// timeout on this runtime is minutes, for real pulls).
+	if took := time.Since(began); took > time.Minute {
+		t.Errorf("the failed create took %v", took)
+	} else {
+		t.Logf("the create of an absent image failed in %v: %v", took.Round(time.Millisecond), err)
 	}
 	if logs := s.Logs.String(); !strings.Contains(logs, "ErrImage") && !strings.Contains(logs, "ImagePullBackOff") {
 		t.Errorf("the server's log does not say why the pod did not start:\n%s", logs)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes/tunnel"
 )
@@ -222,7 +223,7 @@ func (r *Runtime) waitRunning(ctx context.Context, id string) error {
 				return err
 			}
 			if cm == nil {
-				return errcode.New(errcode.SandboxNotFound, "sandbox %s has no pod in namespace %s", id, r.cfg.Namespace)
+				return guest.Permanent(errcode.New(errcode.SandboxNotFound, "sandbox %s has no pod in namespace %s", id, r.cfg.Namespace))
 			}
 		} else {
 			switch podStatus(p) {
@@ -234,10 +235,10 @@ func (r *Runtime) waitRunning(ctx context.Context, id string) error {
 				}
 				why = "its container is not running yet"
 			case runtime.StatusStopped:
-				return errcode.New(errcode.SandboxNotRunning, "sandbox %s has stopped (pod phase %s%s)", id, p.Status.Phase, podReason(p))
+				return guest.Permanent(errcode.New(errcode.SandboxNotRunning, "sandbox %s has stopped (pod phase %s%s)", id, p.Status.Phase, podReason(p)))
 			default:
 				if reason, hard := waitingReason(p); hard {
-					return errcode.New(errcode.SandboxNotRunning, "sandbox %s's pod cannot start: %s", id, reason)
+					return guest.Permanent(errcode.New(errcode.SandboxNotRunning, "sandbox %s's pod cannot start: %s", id, reason))
 				}
 				why = "its pod is " + string(p.Status.Phase) + podReason(p)
 			}
