@@ -30,6 +30,8 @@ func TestJobSettings(t *testing.T) {
 		{func(c *config.Config) { c.MaxJobsPerSandbox = 65 }, "max jobs per sandbox 65 must be between 1 and 64"},
 		{func(c *config.Config) { c.JobRetention = 0 }, "job retention 0s must be at least 1m"},
 		{func(c *config.Config) { c.JobRetention = -time.Hour }, "job retention -1h0m0s must be at least 1m"},
+		{func(c *config.Config) { c.ReadyTimeout = time.Millisecond }, "--ready-timeout 1ms must be between 1s and 30m0s"},
+		{func(c *config.Config) { c.ReadyTimeout = time.Hour }, "--ready-timeout 1h0m0s must be between 1s and 30m0s"},
 	} {
 		c := c
 		tc.set(&c)
