@@ -275,13 +275,41 @@ func benchGet(ctx context.Context, c *client.Client, id string, n, mib int) ([]S
 			nsPath, sbProxy = m[0], r.Stdout
 		}
 	}
-	var viaHost, inNetns []float64
+	// The relay peers (relay.go): the bare one always, the kernel one where BPF sockmaps load.
+	bareAddr, stopBare, err := startRelay(ctx, labIP+":80", nil)
+	if err != nil {
+		return nil, fmt.Errorf("the bare relay: %w", err)
+	}
+	defer stopBare()
+	kernelAddr, kernelSkip := "", ""
+	if k, err := newKernelRelay(); err != nil {
+		kernelSkip = err.Error()
+	} else {
+		defer k.close()
+		addr, stop, err := startRelay(ctx, labIP+":80", k)
+		if err != nil {
+			return nil, fmt.Errorf("the kernel relay: %w", err)
+		}
+		defer stop()
+		kernelAddr = addr
+	}
+	relayGet := func(addr string) (float64, error) {
+		cmd := exec.CommandContext(ctx, curlGet(url)[0], append([]string{"--noproxy", "*", "--connect-to", "::" + addr}, curlGet(url)[1:]...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.Output()
+		if err != nil {
+			return 0, err
+		}
+		secs, err := parseCurl(string(out), size)
+		return float64(mib) / secs, err
+	}
+	var viaHost, inNetns, viaBare, viaKernel []float64
 	// The proxy must be the sandbox's own (from its environment), not given here.
 	script := `[ -n "$http_proxy" ] && [ -n "$HTTP_PROXY" ] || { echo "no http_proxy in the sandbox's environment" >&2; exit 97; }; exec "$@"`
 	var proxied, direct []float64
 	// Host CPU (all cores, every process: lab server, proxy, curl) spent per path, and the
 	// floor's wall time: whether the floor itself is bound by this host's cores.
-	var cpu [4]float64
+	var cpu [6]float64
 	var floorSecs float64
 	for i := 0; i < n; i++ {
 		b0 := hostBusy()
@@ -320,6 +348,21 @@ func benchGet(ctx context.Context, c *client.Client, id string, n, mib int) ([]S
 		viaHost = append(viaHost, float64(mib)/secs)
 		b3 := hostBusy()
 		cpu[2] += b3 - b2
+		rate, err := relayGet(bareAddr)
+		if err != nil {
+			return nil, fmt.Errorf("GET from the host through the bare relay: %w", err)
+		}
+		viaBare = append(viaBare, rate)
+		b4 := hostBusy()
+		cpu[4] += b4 - b3
+		if kernelAddr != "" {
+			if rate, err = relayGet(kernelAddr); err != nil {
+				return nil, fmt.Errorf("GET from the host through the kernel relay: %w", err)
+			}
+			viaKernel = append(viaKernel, rate)
+			cpu[5] += hostBusy() - b4
+		}
+		b3 = hostBusy()
 		if nsPath == "" {
 			continue
 		}
@@ -344,6 +387,18 @@ func benchGet(ctx context.Context, c *client.Client, id string, n, mib int) ([]S
 	h.Floor = fmt.Sprintf("no proxy p50 %.0f MiB/s; %.0f%% of it (the sandbox's path: %.0f%%); %s", floor.P50, 100*h.P50/floor.P50, 100*s.P50/floor.P50, perGiB(2))
 	s.Runtime, floor.Runtime, h.Runtime = "runc", "runc", "runc"
 	stats := []Stat{s, h}
+	bare := summarizeRate("peer: the same GET from the host through a bare TCP relay (io.Copy both ways: splice; no HTTP, no policy)", "MiB/s", viaBare)
+	bare.Floor = fmt.Sprintf("no proxy p50 %.0f MiB/s; %.0f%% of it (the proxy alone: %.0f%% of this relay); %s", floor.P50, 100*bare.P50/floor.P50, 100*h.P50/bare.P50, perGiB(4))
+	bare.Runtime = "runc"
+	stats = append(stats, bare)
+	if len(viaKernel) > 0 {
+		kr := summarizeRate("peer: the same through an in-kernel relay (BPF sockmap redirects the lab's bytes to the client's socket; no user-space copy or wake-up)", "MiB/s", viaKernel)
+		kr.Floor = fmt.Sprintf("no proxy p50 %.0f MiB/s; %.0f%% of it: a second TCP connection's own cost; %s", floor.P50, 100*kr.P50/floor.P50, perGiB(5))
+		kr.Runtime = "runc"
+		stats = append(stats, kr)
+	} else {
+		fmt.Printf("kernel relay peer skipped: %s\n", kernelSkip)
+	}
 	if len(inNetns) > 0 {
 		ns := summarizeRate("hop: the same GET from a host process in the sandbox's network namespace, through its proxy", "MiB/s", inNetns)
 		ns.Floor = fmt.Sprintf("no proxy p50 %.0f MiB/s; %.0f%% of it (curl in the sandbox: %.0f%%): the sandbox's listener and loopback without its cgroups, seccomp, user namespace; %s",

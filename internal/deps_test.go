@@ -85,6 +85,8 @@ func violations(pkgs []pkg) []string {
 		if path == module+"cmd/agentbox" {
 			forbid(p, p.Deps, "client-go's clientset registers every Kubernetes API group at init in every agentbox process, each sandbox's agent included; the kubernetes runtime has its own small client (client.go)",
 				"k8s.io/client-go/kubernetes")
+			forbid(p, p.Deps, "BPF (cilium/ebpf) is the bench's in-kernel relay peer only, not part of the server",
+				"github.com/cilium/ebpf")
 		}
 		forbid(p, slices.Concat(p.Deps, p.TestImports, p.XTestImports),
 			"agentbox talks to Kubernetes through client-go only; k8s.io/kubernetes is built in hack/k8s's own modules",
