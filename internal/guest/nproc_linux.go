@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -41,4 +42,21 @@ func readPidsMax() int64 {
 		}
 	}
 	return 0
+}
+
+// LimitFileSize caps RLIMIT_FSIZE, soft and hard, at bytes (never raising it): no file the
+// agent or a command writes grows past it (a write past it fails with EFBIG; a command that
+// does not ignore SIGXFSZ dies of it), and without CAP_SYS_RESOURCE nothing it runs can raise
+// it back. The local runtimes set the same limit through the OCI spec; a pod has no field for
+// it, so the kubernetes runtime passes it to the agent (guest --fsize-mb).
+func LimitFileSize(bytes int64) error {
+	var cur unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &cur); err != nil {
+		return fmt.Errorf("getrlimit FSIZE: %w", err)
+	}
+	limit := min(uint64(bytes), cur.Max)
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: limit, Max: limit}); err != nil {
+		return fmt.Errorf("setrlimit FSIZE %d: %w", limit, err)
+	}
+	return nil
 }

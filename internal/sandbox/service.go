@@ -955,7 +955,7 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 	cur, gerr := s.store.GetSandbox(ctx, sb.ID)
 	if gerr == nil && (cur.State == StateSleeping || cur.State == StateCreating && cur.SleepSnapshot != "") {
 		// It went to sleep while the call ran (and may have woken since): not lost.
-		return errcode.New(errcode.SandboxNotRunning, "sandbox %s went to sleep while the call ran; wake it with sandbox_wake and retry", sb.ID).With("state", string(StateSleeping))
+		return errcode.New(errcode.SandboxNotRunning, "sandbox %s went to sleep while the call ran; wake it (%s) and retry", sb.ID, wakeHow(sb.ID)).With("state", string(StateSleeping))
 	}
 	if gerr == nil && cur.State == StateRunning {
 		// Under the lock: a sandbox woken since the first look runs again.

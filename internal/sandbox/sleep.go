@@ -85,7 +85,7 @@ type sleepRecords interface {
 // sleepingErr is what a call that needs a running sandbox gets from a sleeping one without
 // auto_wake.
 func sleepingErr(id string) error {
-	return errcode.New(errcode.SandboxNotRunning, "sandbox %s is sleeping; wake it with sandbox_wake and retry (a sandbox created with auto_wake wakes on its first call)", id).
+	return errcode.New(errcode.SandboxNotRunning, "sandbox %s is sleeping; wake it (%s) and retry (a sandbox created with auto_wake wakes on its first call)", id, wakeHow(id)).
 		With("state", string(StateSleeping))
 }
 
@@ -501,7 +501,7 @@ func (s *Service) admitWake(ctx context.Context, sb Sandbox, ev Event) error {
 	var over *OverCapacityError
 	if errors.As(err, &over) {
 		e := overCapacity(over)
-		return errcode.Wrap(errcode.CapacityUnavailable, e, "sandbox %s cannot be woken now: %s; it sleeps on — retry sandbox_wake later, or destroy other sandboxes", sb.ID, errcode.Message(e)).
+		return errcode.Wrap(errcode.CapacityUnavailable, e, "sandbox %s cannot be woken now: %s; it sleeps on — retry the wake later, or destroy other sandboxes", sb.ID, errcode.Message(e)).
 			With("state", string(StateSleeping)).With("resource", over.Resource)
 	}
 	if err != nil {
@@ -630,4 +630,9 @@ func (s *Service) checkSleeping(ctx context.Context, sb Sandbox) (Sandbox, error
 		return sb, fmt.Errorf("delete a sleeping sandbox's runtime leftovers: %w", err)
 	}
 	return sb, nil
+}
+
+// wakeHow names the wake call on every surface, for an error that tells a caller to wake id.
+func wakeHow(id string) string {
+	return fmt.Sprintf("sandbox_wake; CLI agentbox wake %s; REST POST /v1/sandboxes/%s/wake", id, id)
 }

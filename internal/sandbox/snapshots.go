@@ -169,7 +169,7 @@ func notRunning(sb Sandbox, op string) error {
 	what := "create a new sandbox"
 	switch sb.State {
 	case StateSleeping:
-		what = "wake it first (sandbox_wake)"
+		what = "wake it first (" + wakeHow(sb.ID) + ")"
 	case StateCreating:
 		what = "wait until it is running"
 	}
@@ -484,7 +484,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	}
 	switch {
 	case sn.Purpose == SnapshotPurposeSleep:
-		return errcode.New(errcode.Conflict, "snapshot %s holds sleeping sandbox %s; wake it (sandbox_wake) or destroy it", id, sn.SandboxID).With("sandbox_id", sn.SandboxID)
+		return errcode.New(errcode.Conflict, "snapshot %s holds sleeping sandbox %s; wake it (%s) or destroy it", id, sn.SandboxID, wakeHow(sn.SandboxID)).With("sandbox_id", sn.SandboxID)
 	case s.snaps.pinned(id):
 		return errcode.New(errcode.Conflict, "snapshot %s is in use by a fork or create in flight; retry once it has finished", id)
 	case sn.State == SnapshotCreating && s.snaps.taking(id):

@@ -154,6 +154,10 @@ func testSandboxPod(t *testing.T, l *kubetest.Lab, rt *kubernetes.Runtime) {
 		{[]string{"sh", "-c", "ls /var/run/secrets/kubernetes.io 2>/dev/null || echo none"}, "none"},
 		{[]string{"sh", "-c", "grep CapEff /proc/self/status"}, "CapEff:\t0000000000000000"},
 		{[]string{"sh", "-c", "grep NoNewPrivs /proc/self/status"}, "NoNewPrivs:\t1"},
+		// RLIMIT_FSIZE at the disk's size (the agent's --fsize-mb), hard too: not raised back.
+		{[]string{"sh", "-c", "grep 'Max file size' /proc/self/limits | tr -s ' '"}, "Max file size 1073741824 1073741824 bytes"},
+		{[]string{"sh", "-c", "ulimit -f unlimited 2>/dev/null || echo refused"}, "refused"},
+		{[]string{"sh", "-c", "cat /proc/1/limits | grep 'Max file size' | tr -s ' '"}, "Max file size 1073741824 1073741824 bytes"},
 	} {
 		if res := runtimetest.Exec(t, cl, tc.argv...); strings.TrimSpace(res.Stdout) != tc.want {
 			t.Errorf("%q: %s, want %q", tc.argv, res, tc.want)

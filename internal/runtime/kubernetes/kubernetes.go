@@ -133,7 +133,7 @@ var Hardening = []string{
 	"pod:runtime-class", "caps:drop-all+minimal", "no-new-privileges", "seccomp:runtime-default",
 	"rootfs:read-only", "no-service-account-token", "no-service-links",
 	"cgroup:cpu,memory(requests=limits)", "disk:emptydir-size-limit(kubelet-eviction)",
-	"tmp:memory-emptydir", "networkpolicy:deny-all-ingress-egress", "agent-peer:pid1",
+	"tmp:memory-emptydir", "networkpolicy:deny-all-ingress-egress", "agent-peer:pid1", "rlimits:fsize",
 }
 
 // RESTConfigFor loads a client configuration: kubeconfig (with its context) or, for "", the

@@ -157,7 +157,10 @@ func buildPod(in podInput) *corev1.Pod {
 				Image:           in.Image,
 				ImagePullPolicy: pull,
 				Command: []string{GuestBinaryPath, "guest", "--socket", GuestSocketPath,
-					"--user", fmt.Sprintf("%d:%d", AgentUID, AgentUID), "--workdir", workspaceDir},
+					"--user", fmt.Sprintf("%d:%d", AgentUID, AgentUID), "--workdir", workspaceDir,
+					// A pod has no rlimit field: the agent caps RLIMIT_FSIZE itself, at the
+					// disk's size, as the local runtimes' OCI spec does.
+					"--fsize-mb", strconv.FormatInt(diskMB, 10)},
 				WorkingDir:      workspaceDir,
 				Env:             buildEnv(in.Env),
 				Resources:       resources,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -157,6 +158,10 @@ func TestBuildPodCommandAndEnv(t *testing.T) {
 	}
 	if !slices.Contains(main.Command, GuestSocketPath) || !slices.Contains(main.Command, "1000:1000") {
 		t.Errorf("command %q lacks the socket or the agent user", main.Command)
+	}
+	// The agent caps RLIMIT_FSIZE at the disk's size (a pod has no rlimit field).
+	if i := slices.Index(main.Command, "--fsize-mb"); i < 0 || i+1 >= len(main.Command) || main.Command[i+1] != strconv.FormatInt(testInput().DiskMB, 10) {
+		t.Errorf("command %q does not pass --fsize-mb %d", main.Command, testInput().DiskMB)
 	}
 	init := p.Spec.InitContainers[0]
 	if init.Image != "localhost/agentbox-guest:0.1.0-abc" || init.Command[0] != "/agentbox" || init.Command[1] != "guest-install" {
