@@ -47,7 +47,7 @@ type netFlags struct {
 func networkFlags() netFlags {
 	return netFlags{
 		only:      flag.Bool("network-only", false, "measure only the network figures (writes -out only if it is not the default bench/results.json)"),
-		gets:      flag.Int("net-gets", 5, "HTTP GETs of -net-get-mib from the lab host through the egress proxy, each beside one from the host with no proxy (0 skips the network figures)"),
+		gets:      flag.Int("net-gets", 21, "HTTP GETs of -net-get-mib from the lab host through the egress proxy, each beside one from the host with no proxy (0 skips the network figures)"),
 		getMiB:    flag.Int("net-get-mib", 100, "size of each timed GET, MiB"),
 		conns:     flag.Int("net-conns", 200, "sequential connections (connect + GET /hello) timed per path for the per-connection overhead"),
 		sandboxes: flag.Int("net-sandboxes", 50, "egress sandboxes holding connections open at once"),
@@ -380,9 +380,9 @@ func benchGet(ctx context.Context, c *client.Client, id string, n, mib int) ([]S
 	gib := float64(n*mib) / 1024
 	perGiB := func(i int) string { return fmt.Sprintf("host CPU %.2f core-s/GiB", cpu[i]/gib) }
 	floor := summarizeRate("floor: the same GET from the host, no proxy", "MiB/s", direct)
-	floor.Floor = fmt.Sprintf("%s; %.2f of the host's %d cores busy while it runs", perGiB(1), cpu[1]/max(floorSecs, 1e-9), goruntime.NumCPU())
+	floor.Floor = fmt.Sprintf("%s; %.2f of the host's %d cores busy while it runs; %.0f–%.0f MiB/s", perGiB(1), cpu[1]/max(floorSecs, 1e-9), goruntime.NumCPU(), slices.Min(direct), slices.Max(direct))
 	s := summarizeRate(fmt.Sprintf("HTTP GET %d MiB through the egress proxy", mib), "MiB/s", proxied)
-	s.Floor = fmt.Sprintf("no proxy p50 %.0f MiB/s; %.0f%% of it; target ≥ 80%%; %s (no proxy: %s; this one counts the exec too)", floor.P50, 100*s.P50/floor.P50, perGiB(0), perGiB(1))
+	s.Floor = fmt.Sprintf("no proxy p50 %.0f MiB/s; %.0f%% of it; target ≥ 80%%; %.0f–%.0f MiB/s; %s (no proxy: %s; this one counts the exec too)", floor.P50, 100*s.P50/floor.P50, slices.Min(proxied), slices.Max(proxied), perGiB(0), perGiB(1))
 	h := summarizeRate("hop: the same GET from the host through an egress proxy alone (no sandbox)", "MiB/s", viaHost)
 	h.Floor = fmt.Sprintf("no proxy p50 %.0f MiB/s; %.0f%% of it (the sandbox's path: %.0f%%); %s", floor.P50, 100*h.P50/floor.P50, 100*s.P50/floor.P50, perGiB(2))
 	s.Runtime, floor.Runtime, h.Runtime = "runc", "runc", "runc"
