@@ -238,18 +238,7 @@ func hostProxy(ctx context.Context) (string, func(), error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); p.Serve(ctx, tg, c, egress.KindProxy, netip.AddrPort{}) }()
-		}
-	}()
+	acceptEach(ln, &wg, func(c net.Conn) { p.Serve(ctx, tg, c, egress.KindProxy, netip.AddrPort{}) })
 	return "http://" + ln.Addr().String(), func() { ln.Close(); cancel(); wg.Wait() }, nil
 }
 

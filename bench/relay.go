@@ -133,44 +133,32 @@ func startRelay(ctx context.Context, upstream string, k *kernelRelay) (string, f
 			delete(conns, c)
 		}
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	acceptEach(ln, &wg, func(c net.Conn) {
+		defer c.Close()
+		track(c, true)
+		defer track(c, false)
+		var d net.Dialer
+		u, err := d.DialContext(ctx, "tcp4", upstream)
+		if err != nil {
+			return
+		}
+		defer u.Close()
+		if k != nil {
+			if err := k.pair(u.(*net.TCPConn), c.(*net.TCPConn)); err != nil {
 				return
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				track(c, true)
-				defer track(c, false)
-				var d net.Dialer
-				u, err := d.DialContext(ctx, "tcp4", upstream)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				if k != nil {
-					if err := k.pair(u.(*net.TCPConn), c.(*net.TCPConn)); err != nil {
-						return
-					}
-				}
-				done := make(chan struct{})
-				go func() { defer close(done); io.Copy(u, c) }()
-				if k == nil {
-					io.Copy(c, u)
-					c.(*net.TCPConn).CloseWrite()
-				}
-				// The kernel relay's upstream bytes are in flight inside the kernel: the
-				// client's own close (curl has its Content-Length) ends the pair, not the
-				// upstream's EOF, which could pass bytes still queued for the client.
-				<-done
-			}()
 		}
-	}()
+		done := make(chan struct{})
+		go func() { defer close(done); io.Copy(u, c) }()
+		if k == nil {
+			io.Copy(c, u)
+			c.(*net.TCPConn).CloseWrite()
+		}
+		// The kernel relay's upstream bytes are in flight inside the kernel: the client's own
+		// close (curl has its Content-Length) ends the pair, not the upstream's EOF, which
+		// could pass bytes still queued for the client.
+		<-done
+	})
 	stop := func() {
 		ln.Close()
 		mu.Lock()
@@ -181,4 +169,21 @@ func startRelay(ctx context.Context, upstream string, k *kernelRelay) (string, f
 		wg.Wait()
 	}
 	return ln.Addr().String(), stop, nil
+}
+
+// acceptEach serves each connection ln accepts with handle in a goroutine of its own, counted
+// in wg (as is the accept loop), until ln is closed.
+func acceptEach(ln net.Listener, wg *sync.WaitGroup, handle func(net.Conn)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); handle(c) }()
+		}
+	}()
 }
