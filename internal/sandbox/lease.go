@@ -180,6 +180,17 @@ func (o *Owner) setHeld(v bool) {
 	}
 }
 
+// stopped reports the lease not held because Run is ending (the server stops): released, not
+// lost, so it is said at INFO.
+func (o *Owner) stopped() {
+	if o.held.Swap(false) {
+		o.log.Info("lifecycle lease released: this replica is stopping")
+		if o.cfg.OnChange != nil {
+			o.cfg.OnChange(false)
+		}
+	}
+}
+
 // Run holds the lease as long as it can until ctx ends, and runs work while it does: work's
 // context ends as soon as the lease may be lost (a renewal refused, or none succeeded for
 // 2/3 of the TTL), and Run waits for work to return before it tries again. takeover is false
@@ -200,7 +211,7 @@ func (o *Owner) Run(ctx context.Context, work func(ctx context.Context, takeover
 			}
 			cancel()
 		}
-		o.setHeld(false)
+		o.stopped()
 	}()
 	for ctx.Err() == nil {
 		if !o.Held() {
