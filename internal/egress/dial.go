@@ -186,14 +186,16 @@ func (p *Proxy) check(ctx context.Context, pol *Compiled, host string, port int)
 	if a, err := netip.ParseAddr(h); err == nil {
 		a = a.Unmap().WithZone("")
 		out := checked{host: a.String(), port: port}
-		d := pol.DecideAddr(a, port)
-		if !d.Allowed {
-			out.decision, out.rule, out.reason = Denied, d.Rule, d.Reason
-			return out
-		}
+		// The address's class first, as for names: no rule opens it, so the refusal must not
+		// tell the sandbox to add one.
 		if cl := p.guard.addrClass(a); cl != "" {
 			out.decision, out.rule = Denied, cl
 			out.reason = fmt.Sprintf("%s is %s, never reachable", a, cl)
+			return out
+		}
+		d := pol.DecideAddr(a, port)
+		if !d.Allowed {
+			out.decision, out.rule, out.reason = Denied, d.Rule, d.Reason
 			return out
 		}
 		out.decision, out.rule, out.reason, out.addrs = Allowed, d.Rule, d.Reason, []netip.Addr{a}

@@ -355,6 +355,15 @@ func TestNeverReachableRefusedEvenWithAllowStar(t *testing.T) {
 	if ck.ok() || !strings.Contains(ck.reason, "needs a CIDR or IP rule") {
 		t.Fatalf("IP literal under allow *: %+v", ck)
 	}
+	// A never-reachable IP literal that no rule names is refused for its class, and the 403
+	// does not tell the sandbox to add a rule that could not open it.
+	c := e.start(KindProxy, netip.AddrPort{})
+	defer c.Close()
+	resp, body, _ := connect(t, c, "10.9.8.7:443")
+	if resp.StatusCode != 403 || !strings.Contains(body, "10.9.8.7 is private (RFC 1918), never reachable") ||
+		strings.Contains(body, "Allow it") || !strings.Contains(body, "never reachable from a sandbox, whatever the policy says") {
+		t.Fatalf("private IP literal, no rule: %d\n%s", resp.StatusCode, body)
+	}
 }
 
 // An --egress-allow-cidr range that holds one of the host's own (non-loopback) addresses does
