@@ -293,9 +293,11 @@ func (c *Client) Remove(ctx context.Context, path string, recursive bool) error 
 	return doJSON[struct{}](ctx, c, call{method: http.MethodDelete, path: "/files", query: q, codes: fileCodes}, nil, nil, 0, nil)
 }
 
-// WaitReady polls Health until the agent answers or ctx ends. A failed dial of a socket that
-// does not exist yet costs microseconds, so it polls every millisecond for the first second
-// (an agent normally comes up in a few) and every 20 ms after that.
+// WaitReady polls Health until the agent answers or ctx ends; a dial error marked Permanent
+// ends it at once, and a timeout's error carries the last try's reason (the dialer's own, see
+// ready). A failed dial of a socket that does not exist yet costs microseconds, so it polls
+// every millisecond for the first second (an agent normally comes up in a few) and every 20 ms
+// after that.
 func (c *Client) WaitReady(ctx context.Context) error {
 	start := time.Now()
 	for {
