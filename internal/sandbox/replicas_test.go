@@ -398,8 +398,9 @@ func TestReplicasPoolRefillOnOneAndClaimsDoNotRace(t *testing.T) {
 	if n := len(members()); n != 3 {
 		t.Fatalf("the pool holds %d after B refilled it; want 3", n)
 	}
-	// A, the holder until it died, may have refilled some of what the claims took first (its
-	// refill starts 150 ms after a claim); B started the rest, each of them still in the pool.
+	// A, the holder until it died, may have refilled some of what the claims took first (it
+	// refills once it sees them: its 150 ms wait counts from its own claims only); B started the
+	// rest, each of them still in the pool.
 	fromB := 0
 	for _, sb := range members() {
 		if rtB.created(sb.ID) {
