@@ -175,7 +175,7 @@ const (
 const (
 	MinReadyTimeout     = time.Second
 	MaxReadyTimeout     = 30 * time.Minute
-	DefaultReadyTimeout = 15 * time.Second
+	DefaultReadyTimeout = sandbox.DefaultReadyTimeout
 	KubeReadyTimeout    = 3 * time.Minute
 )
 

@@ -325,6 +325,8 @@ func (c *Client) WaitReady(ctx context.Context) error {
 // ready is one try of WaitReady: a dial of its own first, since net/http answers a dial that
 // the request's context cut short with the context's error alone, and the dialer's reason (a
 // pod still pulling its image, an init that has exited) is what a caller needs; then health.
+// Dialing only after a health call timed out would not do: net/http (Go ≥ 1.26) lets such a
+// dial run on after its request gives up, one more per try, until CloseIdleConnections.
 func (c *Client) ready(ctx context.Context) error {
 	conn, err := c.dial(ctx)
 	if err != nil {

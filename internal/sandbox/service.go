@@ -19,6 +19,10 @@ import (
 	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
+// DefaultReadyTimeout is how long a create waits for the new sandbox's agent to answer when
+// Config.ReadyTimeout is zero.
+const DefaultReadyTimeout = 15 * time.Second
+
 // Config bounds and defaults the service. Zero values take the documented defaults.
 type Config struct {
 	DefaultImage   string  // "host"
@@ -55,7 +59,7 @@ type Config struct {
 	Shared bool
 	// Now is the service's clock (TTLs, the control loop, pruning); time.Now.
 	Now          func() time.Time
-	ReadyTimeout time.Duration // create → agent answering; 15s
+	ReadyTimeout time.Duration // create → agent answering; DefaultReadyTimeout
 	// Retention is how long finished sandboxes' records are kept; 7 days.
 	Retention time.Duration
 	// IDPoolBase is the first host id of the pool that sandboxes' id ranges (IDRangeSize ids
@@ -136,7 +140,7 @@ func (c *Config) setDefaults() {
 		c.IDPoolRanges = 2 * c.MaxSandboxes
 	}
 	if c.ReadyTimeout == 0 {
-		c.ReadyTimeout = 15 * time.Second
+		c.ReadyTimeout = DefaultReadyTimeout
 	}
 	if c.Retention == 0 {
 		c.Retention = 7 * 24 * time.Hour
