@@ -107,8 +107,10 @@ test: deps deps-mcp vet cross build
 	fi; \
 	AGENTBOX_TEST_REQUIRE_POSTGRES=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 60m ./...
 
+# test-unit runs the tests that need no root, runtime or cluster (-short), under the race
+# detector like make test (cgo for the test binaries only).
 test-unit:
-	$(GO) test -count=1 -short ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -short ./...
 
 # k8s builds the test cluster's binaries (hack/k8s/build.sh: about 9 minutes cold under nice, a
 # second when its cache holds them) and prints their directory; k8s-up starts a cluster and prints
