@@ -19,7 +19,21 @@ func run(args []string) int {
 		fmt.Fprint(os.Stderr, usage)
 		return 2
 	}
-	cmds := map[string]func([]string) int{
+	if f, ok := commands()[args[0]]; ok {
+		return f(args[1:])
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "agentbox: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// commands maps each verb of the binary to its command.
+func commands() map[string]func([]string) int {
+	return map[string]func([]string) int{
 		"serve":   cmdServe,
 		"mcp":     cmdMCP,
 		"guest":   cmdGuest,
@@ -55,16 +69,6 @@ func run(args []string) int {
 		// init container's install and the agent tunnel (hidden)
 		"kube-guest-image": cmdKubeGuestImage, "guest-install": cmdGuestInstall, "guest-kube": cmdGuestKube, "guest-tunnel": cmdGuestTunnel,
 	}
-	if f, ok := cmds[args[0]]; ok {
-		return f(args[1:])
-	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		fmt.Print(usage)
-		return 0
-	}
-	fmt.Fprintf(os.Stderr, "agentbox: unknown command %q\n\n%s", args[0], usage)
-	return 2
 }
 
 const usage = `agentbox — disposable Linux computers for AI agents, on your own machine
