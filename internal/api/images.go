@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // The image routes (/v1/images…) and commit. They call the service, which fronts the cache.
@@ -187,7 +188,7 @@ func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
 	case "true", "1":
 		force = true
 	default:
-		s.fail(w, r, errcode.New(errcode.InvalidArgument, "force must be true or false; got %q", truncate(v, 32)))
+		s.fail(w, r, errcode.New(errcode.InvalidArgument, "force must be true or false; got %q", text.Truncate(v, 32)))
 		return
 	}
 	removed, err := s.svc.RemoveImage(r.Context(), q.Get("ref"), force)
@@ -320,11 +321,4 @@ func (s *Server) commitSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, img)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

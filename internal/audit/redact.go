@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Bounds of a summary.
@@ -129,7 +129,7 @@ func summarize(surface string, v any) json.RawMessage {
 		var keys []string
 		if m, ok := v.(map[string]any); ok {
 			for k := range m {
-				keys = append(keys, truncate(k, 64))
+				keys = append(keys, text.TruncateNoting(k, 64))
 			}
 			slices.Sort(keys)
 			keys = keys[:min(len(keys), maxKeys)]
@@ -143,7 +143,7 @@ func summarizeREST(m map[string]any) map[string]any {
 	out := map[string]any{}
 	for _, k := range []string{"method", "path"} {
 		if s, ok := m[k].(string); ok {
-			out[k] = truncate(s, MaxStringBytes)
+			out[k] = text.TruncateNoting(s, MaxStringBytes)
 		}
 	}
 	if q, ok := m["query"].(map[string]any); ok {
@@ -153,10 +153,10 @@ func summarizeREST(m map[string]any) map[string]any {
 				break
 			}
 			if secretName(k) {
-				rq[truncate(k, 64)] = Redacted
+				rq[text.TruncateNoting(k, 64)] = Redacted
 				continue
 			}
-			rq[truncate(k, 64)] = redact("", v, 1)
+			rq[text.TruncateNoting(k, 64)] = redact("", v, 1)
 		}
 		out["query"] = rq
 	}
@@ -206,7 +206,7 @@ func redact(key string, v any, depth int) any {
 		if m, ok := v.(map[string]any); ok {
 			out := map[string]any{}
 			for _, k := range sortedKeys(m) {
-				out[truncate(k, MaxStringBytes)] = blobOf(m[k])
+				out[text.TruncateNoting(k, MaxStringBytes)] = blobOf(m[k])
 			}
 			return out
 		}
@@ -222,11 +222,11 @@ func redact(key string, v any, depth int) any {
 	}
 	switch x := v.(type) {
 	case string:
-		return truncate(x, MaxStringBytes)
+		return text.TruncateNoting(x, MaxStringBytes)
 	case map[string]any:
 		out := map[string]any{}
 		for _, k := range sortedKeys(x) {
-			out[truncate(k, 64)] = redact(k, x[k], depth+1)
+			out[text.TruncateNoting(k, 64)] = redact(k, x[k], depth+1)
 		}
 		if len(x) > maxKeys {
 			out["…"] = fmt.Sprintf("%d more members", len(x)-maxKeys)
@@ -281,7 +281,7 @@ func envNames(v any) any {
 	case map[string]any:
 		out := map[string]any{}
 		for _, k := range sortedKeys(x) {
-			out[truncate(k, MaxStringBytes)] = Redacted
+			out[text.TruncateNoting(k, MaxStringBytes)] = Redacted
 		}
 		return out
 	case []any:
@@ -292,7 +292,7 @@ func envNames(v any) any {
 			}
 			s, _ := e.(string)
 			name, _, _ := strings.Cut(s, "=")
-			out = append(out, truncate(name, MaxStringBytes)+"="+Redacted)
+			out = append(out, text.TruncateNoting(name, MaxStringBytes)+"="+Redacted)
 		}
 		return out
 	case nil:
@@ -311,7 +311,7 @@ func argv(v any, budget *int, depth int) any {
 		}
 		s := x
 		if len(s) > *budget {
-			s = truncate(s, *budget)
+			s = text.TruncateNoting(s, *budget)
 		}
 		*budget -= len(x)
 		return s
@@ -328,18 +328,6 @@ func argv(v any, budget *int, depth int) any {
 	default:
 		return redact("", v, depth+1)
 	}
-}
-
-// truncate cuts s to at most n bytes at a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
 func mustJSON(v any) json.RawMessage {

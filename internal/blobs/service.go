@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/linksign"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Result describes a stored blob and its download link (remote_pull, POST /v1/blobs).
@@ -93,7 +94,7 @@ func (s *Service) Get(ctx context.Context, owner, id string) (Result, error) {
 // unexpired.
 func (s *Service) readyAny(ctx context.Context, id string, owner *string) (store.Blob, error) {
 	if !validID(id) {
-		return store.Blob{}, errcode.New(errcode.InvalidArgument, "blob_id %q is not a blob id (they look like blob-0123456789abcdef01234567)", trunc(id, 64))
+		return store.Blob{}, errcode.New(errcode.InvalidArgument, "blob_id %q is not a blob id (they look like blob-0123456789abcdef01234567)", text.Truncate(id, 64))
 	}
 	b, err := s.st.GetBlob(ctx, id)
 	if err != nil {
@@ -148,7 +149,7 @@ func (s *Service) openBytes(b store.Blob) (*os.File, error) {
 // Delete removes owner's blob id (record, then bytes), ready or not.
 func (s *Service) Delete(ctx context.Context, owner, id string) error {
 	if !validID(id) {
-		return errcode.New(errcode.InvalidArgument, "blob_id %q is not a blob id (they look like blob-0123456789abcdef01234567)", trunc(id, 64))
+		return errcode.New(errcode.InvalidArgument, "blob_id %q is not a blob id (they look like blob-0123456789abcdef01234567)", text.Truncate(id, 64))
 	}
 	b, err := s.st.GetBlob(ctx, id)
 	if err != nil {
@@ -186,13 +187,6 @@ func checkPath(name, p string) error {
 		return errcode.New(errcode.InvalidArgument, "%s must be UTF-8 text without NUL bytes", name)
 	}
 	return nil
-}
-
-func trunc(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // store writes size bytes of r (size -1: up to MaxFileBytes) as blob b: the pending record

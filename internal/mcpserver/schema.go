@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Schemas are derived from the Go types of each tool's input and output (the `jsonschema` tag is
@@ -380,7 +381,7 @@ func kindOf(v any) string {
 	case nil:
 		return "null"
 	case string:
-		return fmt.Sprintf("a string (%q)", truncate(x, 40))
+		return fmt.Sprintf("a string (%q)", text.Truncate(x, 40))
 	case bool:
 		return fmt.Sprintf("%v", x)
 	case float64:
@@ -441,11 +442,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(ks)
 	return ks
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 //go:embed openapi.json
@@ -143,7 +144,7 @@ func matchSegments(tmpl, segs []string) (int, bool) {
 // checkPath refuses a path that is not a plain absolute path of non-empty segments.
 func checkPath(path string) error {
 	bad := func(why string) error {
-		return errcode.New(errcode.InvalidArgument, "path %q %s; give an absolute path of the REST API such as /v1/sandboxes/sb-0123456789ab (the query goes in query)", truncate(path, 200), why).With("argument", "path")
+		return errcode.New(errcode.InvalidArgument, "path %q %s; give an absolute path of the REST API such as /v1/sandboxes/sb-0123456789ab (the query goes in query)", text.Truncate(path, 200), why).With("argument", "path")
 	}
 	if !strings.HasPrefix(path, "/") {
 		return bad("must start with /")
@@ -176,11 +177,4 @@ func checkPath(path string) error {
 		}
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandboxid"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // DefaultReadyTimeout is how long a create waits for the new sandbox's agent to answer when
@@ -757,12 +758,8 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 // checkID refuses a malformed id (sandboxid.Check).
 func checkID(id string) error { return sandboxid.Check(id) }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// truncate cuts s to n bytes on a rune boundary (text.Truncate).
+func truncate(s string, n int) string { return text.Truncate(s, n) }
 
 // Get returns one sandbox's record.
 func (s *Service) Get(ctx context.Context, id string) (Sandbox, error) {
