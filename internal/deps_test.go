@@ -41,6 +41,26 @@ func underAny(path string, ps ...string) bool {
 	return slices.ContainsFunc(ps, func(p string) bool { return under(path, p) })
 }
 
+// leaves are packages every other may use (the machine agent's, built for every platform,
+// included): they depend on the standard library and on nothing of the module but what allowed
+// names.
+var leaves = map[string]struct {
+	allowed []string
+	why     string
+}{
+	module + "internal/text": {why: "text is a leaf: the standard library only"},
+	module + "internal/peerreply": {allowed: []string{module + "internal/errcode", module + "internal/text"},
+		why: "peerreply reads agents' replies for the server and the machine side alike: the standard library, errcode and text only"},
+	module + "internal/jobmodel": {allowed: []string{module + "internal/errcode"},
+		why: "jobmodel is what sandbox and machine jobs share: the standard library and errcode only"},
+}
+
+// std reports whether an import path is the standard library's (its first element has no dot).
+func std(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
 // violations applies the rules to a module's packages and returns every forbidden edge.
 func violations(pkgs []pkg) []string {
 	var out []string
@@ -80,6 +100,13 @@ func violations(pkgs []pkg) []string {
 				module+"internal/mcpserver", module+"internal/runs")
 			if path != module+"internal/machine/agent" {
 				forbid(p, p.Deps, "proto and gpu are below the agent", module+"internal/machine/agent")
+			}
+		}
+		if leaf, ok := leaves[path]; ok {
+			for _, d := range p.Deps {
+				if !std(d) && !slices.Contains(leaf.allowed, d) {
+					out = append(out, path+" → "+d+": "+leaf.why)
+				}
 			}
 		}
 		if path == module+"cmd/agentbox" {
@@ -153,6 +180,9 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "cmd/agentbox", Imports: []string{"database/sql"}},
 		{ImportPath: module + "internal/runtime/kubernetes", Deps: []string{"k8s.io/kubernetes/pkg/api/v1/pod"}},
 		{ImportPath: module + "cmd/agentbox", Deps: []string{"k8s.io/client-go/kubernetes/scheme"}},
+		{ImportPath: module + "internal/text", Deps: m("internal/errcode")},
+		{ImportPath: module + "internal/peerreply", Deps: m("internal/sandbox")},
+		{ImportPath: module + "internal/jobmodel", Deps: []string{"golang.org/x/text"}},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {
@@ -167,6 +197,7 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "cmd/agentbox", Deps: m("internal/store/sqlite", "modernc.org/sqlite", "internal/api")},
 		{ImportPath: module + "internal/mcpserver", Deps: m("internal/sandbox")},
 		{ImportPath: module + "internal/testenv/kubelab", Imports: []string{"k8s.io/client-go/kubernetes", "k8s.io/api/core/v1"}},
+		{ImportPath: module + "internal/peerreply", Deps: append(m("internal/errcode", "internal/text"), "net/http")},
 	}
 	if v := violations(good); len(v) != 0 {
 		t.Errorf("allowed edges reported: %q", v)

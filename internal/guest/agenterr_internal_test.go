@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
 )
 
 // TestAgentCodesCoverServer keeps the codes the client accepts in step with the server: every
@@ -68,45 +68,12 @@ func TestFrameDataBound(t *testing.T) {
 	}
 }
 
-func TestCleanText(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain":                   "plain",
-		"a\nb\tc\rd":              "a b c d",
-		"\x1b[31mred\x1b[0m":      "[31mred[0m",
-		"bidi\u202eevil\u200b":    "bidievil",
-		"bad\xffutf8":             "bad\uFFFDutf8",
-		"\u0085next\u009bcsi":     "nextcsi",
-		strings.Repeat("é", 1000): strings.Repeat("é", 510) + "…",
-	} {
-		got := cleanText(in, 1024)
-		if got != want {
-			t.Errorf("cleanText(%q) = %q, want %q", in, got, want)
-		}
-		if len(got) > 1024 || !utf8.ValidString(got) {
-			t.Errorf("cleanText(%q) = %q: over 1024 bytes or invalid UTF-8", in, got)
-		}
-	}
-}
-
-func TestCleanDetails(t *testing.T) {
-	in := map[string]any{"path": "/x\n", "size": 12.0, "origin": "server", "Bad-Key": 1.0, "nested": map[string]any{"a": 1},
-		"long": strings.Repeat("x", 1000)}
-	for i := range 20 {
-		in["k"+string(rune('a'+i))] = true
-	}
-	out := cleanDetails(in)
-	if len(out) != maxAgentDetails {
-		t.Errorf("%d details kept, want %d: %v", len(out), maxAgentDetails, out)
-	}
-	for _, k := range []string{"origin", "Bad-Key", "nested"} {
-		if _, ok := out[k]; ok {
-			t.Errorf("detail %q kept", k)
-		}
-	}
+// TestAgentErrorOrigin: an agent's error reaches callers cleaned and marked as the sandbox's.
+func TestAgentErrorOrigin(t *testing.T) {
 	legit := map[string]any{"path": "/x\n", "size": 12.0, "origin": "server", "long": strings.Repeat("x", 1000)}
-	e := agentError(ErrorBody{Code: "FILE_NOT_FOUND", Message: "gone", Details: legit}, fileCodes)
-	if e.Code != errcode.FileNotFound || e.Details["origin"] != agentOrigin || e.Details["path"] != "/x " || e.Details["size"] != 12.0 ||
-		len(e.Details["long"].(string)) > maxDetailValue {
-		t.Errorf("agentError = %+v", e)
+	e := agent.Error(ErrorBody{Code: "FILE_NOT_FOUND", Message: "gone\x1b[2J\u202e", Details: legit}, "", fileCodes)
+	if e.Code != errcode.FileNotFound || e.Message != "gone" || e.Details["origin"] != "sandbox_agent" || e.Details["path"] != "/x " ||
+		e.Details["size"] != 12.0 || len(e.Details["long"].(string)) > peerreply.MaxDetailValue {
+		t.Errorf("agent.Error = %+v", e)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
 )
 
 // Client talks to one guest agent. It is safe for concurrent use. It trusts nothing the agent
@@ -109,7 +110,7 @@ func (c *Client) do(ctx context.Context, k call) (*http.Response, error) {
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
-		return nil, ctxErr(ctx, decodeError(resp, k.codes))
+		return nil, ctxErr(ctx, agent.ReadError(resp, k.path, k.codes...))
 	}
 	return resp, nil
 }
@@ -121,19 +122,6 @@ func ctxErr(ctx context.Context, err error) error {
 		return ctx.Err()
 	}
 	return err
-}
-
-func decodeError(resp *http.Response, codes []errcode.Code) error {
-	data, err := readReply(resp.Body, "a call (error)", maxErrorReply)
-	if err != nil {
-		return err
-	}
-	var eb ErrorBody
-	if err := json.Unmarshal(data, &eb); err != nil || eb.Code == "" {
-		return errcode.New(errcode.Internal, "the sandbox's agent answered HTTP %d without an error body: %s", resp.StatusCode, compactErr(data)).
-			With("origin", agentOrigin)
-	}
-	return agentError(eb, codes)
 }
 
 // doJSON sends in (if not nil) as JSON and decodes a reply of at most limit bytes into out
@@ -152,10 +140,10 @@ func doJSON[T any](ctx context.Context, c *Client, k call, in any, out *T, limit
 	}
 	defer resp.Body.Close()
 	if out == nil {
-		_, err := readReply(resp.Body, k.path, 0)
+		_, err := agent.Read(resp.Body, k.path, 0)
 		return ctxErr(ctx, err)
 	}
-	return ctxErr(ctx, decodeReply(resp.Body, k.path, limit, out, valid))
+	return ctxErr(ctx, peerreply.Decode(agent, resp.Body, k.path, limit, out, valid))
 }
 
 // Health checks that the agent answers.
@@ -210,7 +198,7 @@ func readFrames(fr *frameReader, onOutput OutputFunc) (ExecResult, error) {
 		case err != nil:
 			return ExecResult{}, err
 		case f.Error != nil:
-			return ExecResult{}, agentError(*f.Error, execCodes)
+			return ExecResult{}, agent.Error(*f.Error, "", execCodes)
 		case f.Result != nil:
 			return *f.Result, nil
 		case len(f.Data) > 0:

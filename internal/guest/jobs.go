@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Detached jobs: commands the agent runs apart from any request. The agent owns each job: it
@@ -136,7 +138,7 @@ type JobCancelRequest struct {
 func ValidJobID(id string) error {
 	hex, ok := strings.CutPrefix(id, "job-")
 	if !ok || len(hex) != 12 || strings.IndexFunc(hex, func(r rune) bool { return (r < '0' || r > '9') && (r < 'a' || r > 'f') }) >= 0 {
-		return fmt.Errorf("job_id %q is not a job id: it must be \"job-\" followed by 12 lowercase hex digits", cutTo(id, 64))
+		return fmt.Errorf("job_id %q is not a job id: it must be \"job-\" followed by 12 lowercase hex digits", text.Cut(id, 64))
 	}
 	return nil
 }
@@ -168,7 +170,7 @@ func validJobInfo(j *JobInfo) error {
 			return fmt.Errorf("a %s job without finished_at", j.State)
 		}
 	default:
-		return fmt.Errorf("unknown job state %q", cleanText(j.State, 32))
+		return fmt.Errorf("unknown job state %q", text.Clean(j.State, 32))
 	}
 	if j.LogBytes < 0 {
 		return errors.New("negative log_bytes")
@@ -177,7 +179,7 @@ func validJobInfo(j *JobInfo) error {
 		return fmt.Errorf("cpu_seconds %g out of range", j.CPUSeconds)
 	}
 	if len(j.Signal) > 16 || strings.IndexFunc(j.Signal, func(c rune) bool { return (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '+' }) >= 0 {
-		return fmt.Errorf("bad signal name %q", cleanText(j.Signal, 32))
+		return fmt.Errorf("bad signal name %q", text.Clean(j.Signal, 32))
 	}
 	return nil
 }

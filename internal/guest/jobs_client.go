@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Bounds of the jobs replies (see reply.go for the reasoning).
@@ -111,7 +112,7 @@ func (c *Client) JobLogs(ctx context.Context, id string, req JobLogsRequest) (Jo
 		case req.TailLines == 0 && l.Offset != min(req.Offset, l.TotalBytes):
 			return fmt.Errorf("slice at %d for offset %d", l.Offset, req.Offset)
 		case l.State != "" && l.State != JobRunning && l.State != JobExited && l.State != JobKilled && l.State != JobCanceled:
-			return fmt.Errorf("unknown job state %q", cleanText(l.State, 32))
+			return fmt.Errorf("unknown job state %q", text.Clean(l.State, 32))
 		}
 		return nil
 	})
@@ -206,12 +207,12 @@ func decodeJobList(body io.Reader) ([]JobInfo, error) {
 	case err == nil:
 		return jobs, nil
 	case errors.Is(err, errOverBudget):
-		return nil, oversized(what, br.budget)
+		return nil, agent.Oversized(what, br.budget)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return nil, errcode.Wrap(errcode.SandboxNotRunning, err, "the sandbox's agent broke off its reply to %s (the sandbox may have stopped)", what)
 	}
 	if e, ok := errcode.As(err); ok {
 		return nil, e
 	}
-	return nil, malformed(what, err)
+	return nil, agent.Malformed(what, err)
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 const (
@@ -673,7 +674,7 @@ func intArg(r *http.Request, name string, lo, hi, def int64) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, errcode.New(errcode.InvalidArgument, "%s must be an integer from %d to %d, got %q", name, lo, hi, cutTo(v, 32)).With("argument", name)
+		return 0, errcode.New(errcode.InvalidArgument, "%s must be an integer from %d to %d, got %q", name, lo, hi, text.Cut(v, 32)).With("argument", name)
 	}
 	return n, nil
 }
@@ -742,7 +743,7 @@ func (s *server) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 	stream := q.Get("stream")
 	file := map[string]string{"": "output", JobStreamAll: "output", JobStreamStdout: "stdout", JobStreamStderr: "stderr"}[stream]
 	if file == "" {
-		s.writeError(w, errcode.New(errcode.InvalidArgument, `stream must be "all", "stdout" or "stderr", got %q`, cutTo(stream, 32)).With("argument", "stream"))
+		s.writeError(w, errcode.New(errcode.InvalidArgument, `stream must be "all", "stdout" or "stderr", got %q`, text.Cut(stream, 32)).With("argument", "stream"))
 		return
 	}
 	offset, err := intArg(r, "offset", 0, 1<<62, 0)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // NetSession is the host's side of a sandbox's egress session: a control connection to the
@@ -420,18 +421,18 @@ func readStreamFrame(conn net.Conn, br *bufio.Reader, wantFD bool) (_ *NetStream
 
 func validStreamHeader(h *NetStreamHeader) error {
 	if !slices.Contains(netKinds, h.Kind) {
-		return fmt.Errorf("unknown stream kind %q", cleanText(h.Kind, 32))
+		return fmt.Errorf("unknown stream kind %q", text.Clean(h.Kind, 32))
 	}
 	if h.Dst != "" {
 		if _, err := netip.ParseAddrPort(h.Dst); err != nil {
-			return fmt.Errorf("bad dst %q", cleanText(h.Dst, 64))
+			return fmt.Errorf("bad dst %q", text.Clean(h.Dst, 64))
 		}
 	} else if h.Kind == "transparent" {
 		return errors.New("a transparent stream without dst")
 	}
 	if h.Src != "" {
 		if _, err := netip.ParseAddrPort(h.Src); err != nil {
-			return fmt.Errorf("bad src %q", cleanText(h.Src, 64))
+			return fmt.Errorf("bad src %q", text.Clean(h.Src, 64))
 		}
 	}
 	return nil
@@ -479,16 +480,16 @@ func (c *Client) NetSession(ctx context.Context, req NetSessionRequest) (*NetSes
 	}
 	switch {
 	case errors.Is(err, errLineTooLong):
-		return fail(oversized("the net session (its reply line)", MaxNetHeader))
+		return fail(agent.Oversized("the net session (its reply line)", MaxNetHeader))
 	case err != nil:
 		return fail(errcode.Wrap(errcode.SandboxNotRunning, err, "the sandbox's agent broke off its reply to the net session (the sandbox may have stopped)"))
 	}
 	var reply NetSessionReply
 	if err := json.Unmarshal(line, &reply); err != nil {
-		return fail(malformed("the net session", err))
+		return fail(agent.Malformed("the net session", err))
 	}
 	if err := validNetReply(&reply, req); err != nil {
-		return fail(malformed("the net session", err))
+		return fail(agent.Malformed("the net session", err))
 	}
 	if !stop() {
 		_ = conn.Close()
@@ -554,17 +555,17 @@ func (s *NetSession) takeReplyListeners(fds []int) bool {
 // validNetReply checks the addresses of a session's reply against what was asked.
 func validNetReply(r *NetSessionReply, req NetSessionRequest) error {
 	if _, err := netip.ParseAddrPort(r.ProxyAddr); err != nil {
-		return fmt.Errorf("bad proxy_addr %q", cleanText(r.ProxyAddr, 64))
+		return fmt.Errorf("bad proxy_addr %q", text.Clean(r.ProxyAddr, 64))
 	}
 	if len(r.Token) != 32 || strings.Trim(r.Token, "0123456789abcdef") != "" {
-		return fmt.Errorf("bad token %q (32 hex digits)", cleanText(r.Token, 64))
+		return fmt.Errorf("bad token %q (32 hex digits)", text.Clean(r.Token, 64))
 	}
 	if (r.DNSAddr == "") != (req.DNSPort == -1) {
-		return fmt.Errorf("dns_addr %q for dns_port %d", cleanText(r.DNSAddr, 64), req.DNSPort)
+		return fmt.Errorf("dns_addr %q for dns_port %d", text.Clean(r.DNSAddr, 64), req.DNSPort)
 	}
 	if r.DNSAddr != "" {
 		if _, err := netip.ParseAddrPort(r.DNSAddr); err != nil {
-			return fmt.Errorf("bad dns_addr %q", cleanText(r.DNSAddr, 64))
+			return fmt.Errorf("bad dns_addr %q", text.Clean(r.DNSAddr, 64))
 		}
 	}
 	if len(r.Transparent) != len(req.TransparentPorts) {
@@ -572,7 +573,7 @@ func validNetReply(r *NetSessionReply, req NetSessionRequest) error {
 	}
 	for _, a := range r.Transparent {
 		if _, err := netip.ParseAddrPort(a); err != nil {
-			return fmt.Errorf("bad transparent address %q", cleanText(a, 64))
+			return fmt.Errorf("bad transparent address %q", text.Clean(a, 64))
 		}
 	}
 	if len(r.Listeners) > 0 && !req.ListenersInReply {
@@ -668,19 +669,19 @@ func (c *Client) upgradeBuf(ctx context.Context, path, proto string, body any, c
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		if lr.left <= 0 {
-			return fail(oversized(path+" (its header)", maxHeaderBytes))
+			return fail(agent.Oversized(path+" (its header)", maxHeaderBytes))
 		}
 		return fail(errcode.Wrap(errcode.SandboxNotRunning, err, "the sandbox's agent broke off its reply to %s (the sandbox may have stopped)", path))
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
 		if resp.StatusCode >= 300 {
-			return fail(decodeError(resp, codes))
+			return fail(agent.ReadError(resp, path, codes...))
 		}
-		return fail(errcode.New(errcode.Internal, "the sandbox's agent answered HTTP %d to %s instead of switching protocols", resp.StatusCode, path).With("origin", agentOrigin))
+		return fail(errcode.New(errcode.Internal, "the sandbox's agent answered HTTP %d to %s instead of switching protocols", resp.StatusCode, path).With("origin", agent.Origin))
 	}
 	if !strings.EqualFold(resp.Header.Get("Upgrade"), proto) {
-		return fail(malformed(path, fmt.Errorf("upgraded to %q, not %q", cleanText(resp.Header.Get("Upgrade"), 64), proto)))
+		return fail(agent.Malformed(path, fmt.Errorf("upgraded to %q, not %q", text.Clean(resp.Header.Get("Upgrade"), 64), proto)))
 	}
 	return conn, br, lr, stop, nil
 }

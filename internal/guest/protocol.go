@@ -31,6 +31,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/peerreply"
 )
 
 // Version is the guest protocol version (the URL prefix).
@@ -177,11 +179,7 @@ type Frame struct {
 }
 
 // ErrorBody is the wire form of an errcode.Error.
-type ErrorBody struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
+type ErrorBody = peerreply.ErrorBody
 
 // FileInfo describes one file inside the sandbox.
 type FileInfo struct {

@@ -39,7 +39,7 @@ func (p *PTYSession) Next() ([]byte, *PTYExit, error) {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.ErrClosedPipe) {
 				return nil, nil, errcode.New(errcode.SandboxNotRunning, "the guest agent closed the terminal before the command finished (the sandbox may have stopped)")
 			}
-			return nil, nil, errcode.Wrap(errcode.Internal, err, "reading the terminal from the sandbox's agent: %v", err).With("origin", agentOrigin)
+			return nil, nil, errcode.Wrap(errcode.Internal, err, "reading the terminal from the sandbox's agent: %v", err).With("origin", agent.Origin)
 		}
 		switch typ {
 		case ptyData:
@@ -50,18 +50,18 @@ func (p *PTYSession) Next() ([]byte, *PTYExit, error) {
 		case ptyExit:
 			var x PTYExit
 			if err := json.Unmarshal(payload, &x); err != nil {
-				return nil, nil, errcode.New(errcode.Internal, "the sandbox's agent sent a malformed exit frame").With("origin", agentOrigin)
+				return nil, nil, errcode.New(errcode.Internal, "the sandbox's agent sent a malformed exit frame").With("origin", agent.Origin)
 			}
 			p.exit = &x
 			return nil, p.exit, nil
 		case ptyError:
 			var eb ErrorBody
 			if err := json.Unmarshal(payload, &eb); err != nil || eb.Code == "" {
-				return nil, nil, errcode.New(errcode.Internal, "the sandbox's agent sent a malformed error frame").With("origin", agentOrigin)
+				return nil, nil, errcode.New(errcode.Internal, "the sandbox's agent sent a malformed error frame").With("origin", agent.Origin)
 			}
-			return nil, nil, agentError(eb, execCodes)
+			return nil, nil, agent.Error(eb, "", execCodes)
 		default:
-			return nil, nil, errcode.New(errcode.Internal, "the sandbox's agent sent an unexpected frame %q", typ).With("origin", agentOrigin)
+			return nil, nil, errcode.New(errcode.Internal, "the sandbox's agent sent an unexpected frame %q", typ).With("origin", agent.Origin)
 		}
 	}
 }
@@ -131,9 +131,9 @@ func (c *Client) PTY(ctx context.Context, req PTYRequest) (*PTYSession, error) {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
 		if resp.StatusCode >= 300 {
-			return nil, ctxErr(ctx, decodeError(resp, execCodes))
+			return nil, ctxErr(ctx, agent.ReadError(resp, "a terminal request", execCodes...))
 		}
-		return nil, errcode.New(errcode.Internal, "the sandbox's agent answered HTTP %d to a terminal request instead of switching protocols", resp.StatusCode).With("origin", agentOrigin)
+		return nil, errcode.New(errcode.Internal, "the sandbox's agent answered HTTP %d to a terminal request instead of switching protocols", resp.StatusCode).With("origin", agent.Origin)
 	}
 	conn, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {

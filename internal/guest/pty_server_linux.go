@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 const (
@@ -55,7 +56,7 @@ func (s *server) handlePTY(w http.ResponseWriter, r *http.Request) {
 		req.Term = DefaultTerm
 	}
 	if len(req.Term) > 64 || strings.ContainsAny(req.Term, "\x00=/ ") {
-		s.writeError(w, errcode.New(errcode.InvalidArgument, "term %q is not a terminal type name (at most 64 bytes, e.g. xterm-256color)", cutTo(req.Term, 64)))
+		s.writeError(w, errcode.New(errcode.InvalidArgument, "term %q is not a terminal type name (at most 64 bytes, e.g. xterm-256color)", text.Cut(req.Term, 64)))
 		return
 	}
 	login := len(req.Argv) == 0

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // The host reads nothing from an agent without a bound: root inside a sandbox can replace the
@@ -36,7 +38,7 @@ const (
 
 	maxHealthReply  = 4 << 10
 	maxOOMKillReply = 4 << 10
-	maxErrorReply   = 64 << 10
+	maxErrorReply   = peerreply.MaxErrorBody
 	// maxFileInfoReply bounds one FileInfo: its path, name and link target, escaped.
 	maxFileInfoReply = jsonGrowth*(2*maxPathBytes+maxNameBytes+maxLinkBytes) + replySlack
 	// maxListDecoded bounds the text of a listing's entries once decoded: MaxListEntries
@@ -58,54 +60,6 @@ func maxExecReply(maxOut int64) int64 {
 	return 2*jsonGrowth*maxOut + replySlack
 }
 
-// oversized is the error of a reply larger than its bound; the caller drops the connection.
-func oversized(what string, limit int64) error {
-	return errcode.New(errcode.Internal, "the sandbox's agent sent an oversized reply to %s (more than %d bytes); the connection to it was dropped", what, limit).
-		With("origin", agentOrigin)
-}
-
-// malformed is the error of a reply that is not what the protocol says.
-func malformed(what string, cause error) error {
-	return errcode.Wrap(errcode.Internal, cause, "the sandbox's agent sent a malformed reply to %s: %s", what, cleanText(errText(cause), 200)).
-		With("origin", agentOrigin)
-}
-
-func errText(err error) string {
-	if err == nil {
-		return "nothing"
-	}
-	return err.Error()
-}
-
-// readReply reads a whole reply body of at most limit bytes.
-func readReply(body io.Reader, what string, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(body, limit+1))
-	if int64(len(b)) > limit {
-		return nil, oversized(what, limit)
-	}
-	if err != nil {
-		return nil, errcode.Wrap(errcode.SandboxNotRunning, err, "the sandbox's agent broke off its reply to %s (the sandbox may have stopped)", what)
-	}
-	return b, nil
-}
-
-// decodeReply decodes a JSON reply of at most limit bytes into out and checks it with valid.
-func decodeReply[T any](body io.Reader, what string, limit int64, out *T, valid func(*T) error) error {
-	b, err := readReply(body, what, limit)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return malformed(what, err)
-	}
-	if valid != nil {
-		if err := valid(out); err != nil {
-			return malformed(what, err)
-		}
-	}
-	return nil
-}
-
 func validOOMKill(r *OOMKillResult) error {
 	if r.Killed < 0 || r.RSSBytes < 0 {
 		return errors.New("negative count")
@@ -118,7 +72,7 @@ func validExecResult(r *ExecResult) error {
 		return errors.New("negative count or duration")
 	}
 	if len(r.Signal) > 16 || strings.IndexFunc(r.Signal, func(c rune) bool { return (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '+' }) >= 0 {
-		return fmt.Errorf("bad signal name %q", cleanText(r.Signal, 32))
+		return fmt.Errorf("bad signal name %q", text.Clean(r.Signal, 32))
 	}
 	return nil
 }
@@ -127,7 +81,7 @@ func validFileInfo(fi *FileInfo) error {
 	switch fi.Type {
 	case "file", "dir", "symlink", "other":
 	default:
-		return fmt.Errorf("unknown file type %q", cleanText(fi.Type, 32))
+		return fmt.Errorf("unknown file type %q", text.Clean(fi.Type, 32))
 	}
 	if fi.Size < 0 {
 		return errors.New("negative size")
@@ -159,7 +113,7 @@ func (fr *frameReader) next() (Frame, error) {
 	}
 	var f Frame
 	if err := json.Unmarshal(line, &f); err != nil {
-		return Frame{}, malformed("exec", err)
+		return Frame{}, agent.Malformed("exec", err)
 	}
 	if err := validFrame(&f, int64(len(line))); err != nil {
 		return Frame{}, err
@@ -173,7 +127,7 @@ func (fr *frameReader) readLine() ([]byte, error) {
 	for {
 		chunk, err := fr.br.ReadSlice('\n')
 		if int64(len(fr.line)+len(chunk)) > fr.limit+1 {
-			return nil, oversized("exec (one frame)", fr.limit)
+			return nil, agent.Oversized("exec (one frame)", fr.limit)
 		}
 		switch {
 		case err == nil && len(fr.line) == 0:
@@ -200,18 +154,18 @@ func validFrame(f *Frame, size int64) error {
 		}
 	}
 	if kinds != 1 {
-		return malformed("exec", errors.New("a frame must be output, a result or an error"))
+		return agent.Malformed("exec", errors.New("a frame must be output, a result or an error"))
 	}
 	switch {
 	case f.Result != nil:
 		if err := validExecResult(f.Result); err != nil {
-			return malformed("exec", err)
+			return agent.Malformed("exec", err)
 		}
 	case f.Error != nil:
 	case size > maxOutputFrame || len(f.Data) > MaxFrameData:
-		return oversized("exec (one output frame)", maxOutputFrame)
+		return agent.Oversized("exec (one output frame)", maxOutputFrame)
 	case f.Stream != "stdout" && f.Stream != "stderr":
-		return malformed("exec", fmt.Errorf("unknown stream %q", cleanText(f.Stream, 32)))
+		return agent.Malformed("exec", fmt.Errorf("unknown stream %q", text.Clean(f.Stream, 32)))
 	}
 	return nil
 }
@@ -254,14 +208,14 @@ func decodeDirList(body io.Reader) (DirList, error) {
 	case err == nil:
 		return dl, nil
 	case errors.Is(err, errOverBudget):
-		return DirList{}, oversized(what, br.budget)
+		return DirList{}, agent.Oversized(what, br.budget)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return DirList{}, errcode.Wrap(errcode.SandboxNotRunning, err, "the sandbox's agent broke off its reply to %s (the sandbox may have stopped)", what)
 	}
 	if e, ok := errcode.As(err); ok {
 		return DirList{}, e
 	}
-	return DirList{}, malformed(what, err)
+	return DirList{}, agent.Malformed(what, err)
 }
 
 // decodeObject walks one JSON object, calling field for each key with the decoder at its
@@ -362,7 +316,7 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 func fileRange(resp *http.Response, offset, length, limit int64) (io.ReadCloser, int64, error) {
 	size, err := strconv.ParseInt(resp.Header.Get(SizeHeader), 10, 64)
 	if err != nil || size < 0 {
-		return nil, 0, malformed("read", fmt.Errorf("bad %s header %q", SizeHeader, cleanText(resp.Header.Get(SizeHeader), 32)))
+		return nil, 0, agent.Malformed("read", fmt.Errorf("bad %s header %q", SizeHeader, text.Clean(resp.Header.Get(SizeHeader), 32)))
 	}
 	if limit <= 0 {
 		limit = DefaultReadLimit
@@ -376,9 +330,9 @@ func fileRange(resp *http.Response, offset, length, limit int64) (io.ReadCloser,
 	}
 	switch {
 	case n > limit:
-		return nil, 0, malformed("read", fmt.Errorf("a range of %d bytes past the limit of %d", n, limit))
+		return nil, 0, agent.Malformed("read", fmt.Errorf("a range of %d bytes past the limit of %d", n, limit))
 	case resp.ContentLength >= 0 && resp.ContentLength != n:
-		return nil, 0, malformed("read", fmt.Errorf("%d bytes of content for a range of %d", resp.ContentLength, n))
+		return nil, 0, agent.Malformed("read", fmt.Errorf("%d bytes of content for a range of %d", resp.ContentLength, n))
 	}
 	return &rangeBody{body: resp.Body, size: n, left: n}, size, nil
 }
@@ -397,7 +351,7 @@ func (r *rangeBody) Read(p []byte) (int, error) {
 		n, err := r.body.Read(one[:])
 		switch {
 		case n > 0:
-			return 0, oversized("read (more than the range asked for)", r.size)
+			return 0, agent.Oversized("read (more than the range asked for)", r.size)
 		case err != nil && !errors.Is(err, io.EOF):
 			return 0, err
 		}
@@ -418,5 +372,4 @@ func (r *rangeBody) Read(p []byte) (int, error) {
 
 func (r *rangeBody) Close() error { return r.body.Close() }
 
-// compactErr is bytes.TrimSpace for the text of a non-JSON error reply.
-func compactErr(b []byte) string { return cleanText(string(bytes.TrimSpace(b)), maxAgentMessage) }
+func compactErr(b []byte) string { return text.Clean(string(bytes.TrimSpace(b)), peerreply.MaxMessage) }

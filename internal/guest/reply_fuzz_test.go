@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
 )
 
 var frameSeeds = []string{
@@ -85,17 +86,17 @@ func FuzzAgentError(f *testing.F) {
 	f.Add("FILE_NOT_FOUND", "/x\x1b[2J does not exist\u202e", "path", strings.Repeat("\xff", 300))
 	f.Add("CAPACITY_UNAVAILABLE", strings.Repeat("é", 2000), "origin", "server")
 	f.Fuzz(func(t *testing.T, code, msg, key, val string) {
-		e := agentError(ErrorBody{Code: code, Message: msg, Details: map[string]any{key: val}}, fileCodes)
+		e := agent.Error(ErrorBody{Code: code, Message: msg, Details: map[string]any{key: val}}, "", fileCodes)
 		if e.Code != errcode.Internal && !slices.Contains(fileCodes, e.Code) {
 			t.Fatalf("code %s passed on", e.Code)
 		}
-		if e.Details["origin"] != agentOrigin || len(e.Details) > maxAgentDetails+1 {
+		if e.Details["origin"] != agent.Origin || len(e.Details) > peerreply.MaxDetails+1 {
 			t.Fatalf("details %v", e.Details)
 		}
-		if v, ok := e.Details[key].(string); ok && key != "origin" && len(v) > maxDetailValue {
+		if v, ok := e.Details[key].(string); ok && key != "origin" && len(v) > peerreply.MaxDetailValue {
 			t.Fatalf("detail of %d bytes", len(v))
 		}
-		if len(e.Message) > maxAgentMessage+200 || !utf8.ValidString(e.Message) || strings.IndexFunc(e.Message, func(r rune) bool {
+		if len(e.Message) > peerreply.MaxMessage+200 || !utf8.ValidString(e.Message) || strings.IndexFunc(e.Message, func(r rune) bool {
 			return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
 		}) >= 0 {
 			t.Fatalf("message %q", e.Message)
@@ -109,7 +110,7 @@ func checkTyped(t *testing.T, err error) {
 	if !ok {
 		t.Fatalf("untyped error %v", err)
 	}
-	if errors.Is(err, errEndOfStream) || (e.Code == errcode.Internal && e.Details["origin"] != agentOrigin) {
+	if errors.Is(err, errEndOfStream) || (e.Code == errcode.Internal && e.Details["origin"] != agent.Origin) {
 		t.Fatalf("error %v (%v)", err, e.Details)
 	}
 }

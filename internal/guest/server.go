@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
 )
 
 const (
@@ -255,13 +256,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func errorBody(err error) ErrorBody {
-	e, ok := errcode.As(err)
-	if !ok {
-		return ErrorBody{Code: string(errcode.Internal), Message: errcode.Message(err)}
-	}
-	return ErrorBody{Code: string(e.Code), Message: e.Message, Details: e.Details}
-}
+// errorBody is err's wire form (an untyped error is INTERNAL, its text kept here).
+func errorBody(err error) ErrorBody { return peerreply.Body(err) }
 
 // writeError replies with err's code, HTTP status and message; untyped errors are logged and
 // reported as INTERNAL.

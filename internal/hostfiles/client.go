@@ -1,18 +1,17 @@
 package hostfiles
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // maxReply bounds a JSON reply (a write's result, an error) read from a machine.
@@ -46,12 +45,12 @@ func (c *Client) Read(ctx context.Context, path string, max int64) (io.ReadClose
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, 0, replyErr(resp)
+		return nil, 0, replyErr(resp, "file read")
 	}
 	size, err := strconv.ParseInt(resp.Header.Get(HeaderSize), 10, 64)
 	if err != nil || size < 0 || size != resp.ContentLength {
 		resp.Body.Close()
-		return nil, 0, errcode.New(errcode.Internal, "the machine's read reply announced size %q with Content-Length %d; refused", trunc(resp.Header.Get(HeaderSize), 32), resp.ContentLength)
+		return nil, 0, errcode.New(errcode.Internal, "the machine's read reply announced size %q with Content-Length %d; refused", text.TruncateNoting(resp.Header.Get(HeaderSize), 32), resp.ContentLength)
 	}
 	if size > max {
 		resp.Body.Close()
@@ -108,14 +107,14 @@ func (c *Client) Write(ctx context.Context, dest string, size, max int64, body i
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return WriteResult{}, replyErr(resp)
+		return WriteResult{}, replyErr(resp, "file write")
 	}
 	var res WriteResult
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxReply)).Decode(&res); err != nil {
 		return WriteResult{}, errcode.Wrap(errcode.Internal, err, "the machine's write reply is not JSON; the file's state at %s is unknown", dest)
 	}
 	if res.Size != size || len(res.Path) > 4096 || len(res.Mode) > 8 || len(res.Owner) > 64 || !utf8.ValidString(res.Path) {
-		return WriteResult{}, errcode.New(errcode.Internal, "the machine's write reply (size %d, path %q) does not match the %d bytes sent to %s", res.Size, trunc(res.Path, 256), size, dest)
+		return WriteResult{}, errcode.New(errcode.Internal, "the machine's write reply (size %d, path %q) does not match the %d bytes sent to %s", res.Size, text.TruncateNoting(res.Path, 256), size, dest)
 	}
 	return res, nil
 }
@@ -130,33 +129,20 @@ func transportErr(ctx context.Context, op string, err error) error {
 	return errcode.Wrap(errcode.MachineOffline, err, "the machine's file %s failed on the connection: %v", op, err)
 }
 
-// replyErr turns a machine's error reply into a typed error, trusting only a known code, a
-// bounded message and numeric details.
-func replyErr(resp *http.Response) error {
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxReply))
-	var b errorBody
-	if err := json.Unmarshal(raw, &b); err != nil || b.Error.Code == "" {
-		return errcode.New(errcode.Internal, "the machine answered HTTP %d: %s", resp.StatusCode, trunc(string(bytes.TrimSpace(raw)), 256))
-	}
-	code := b.Error.Code
-	if !slices.Contains(errcode.Codes, code) {
-		code = errcode.Internal
-	}
-	e := errcode.New(code, "%s", "machine: "+trunc(b.Error.Message, maxMessage))
-	for _, k := range []string{"size", "max", "free_bytes"} {
-		if v, ok := b.Error.Details[k].(float64); ok {
-			e = e.With(k, int64(v))
+// errorCodes are the codes the file handler returns (any other is INTERNAL).
+var errorCodes = []errcode.Code{errcode.InvalidArgument, errcode.FileNotFound, errcode.FileTooLarge, errcode.PermissionDenied, errcode.Internal}
+
+// replyErr turns a machine's error reply to what into a typed error (peerreply.Machine: a code
+// the handler returns, a bounded clean message and scalar details, marked as the machine's);
+// the sizes a refusal names are integers.
+func replyErr(resp *http.Response, what string) error {
+	err := peerreply.Machine.ReadError(resp, what, errorCodes...)
+	if e, ok := errcode.As(err); ok {
+		for _, k := range []string{"size", "max", "free_bytes"} {
+			if v, ok := e.Details[k].(float64); ok {
+				e.Details[k] = int64(v)
+			}
 		}
 	}
-	return e
-}
-
-func trunc(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
+	return err
 }

@@ -29,6 +29,7 @@ import (
 	"strconv"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
 )
 
 // Routes, under the /files/ prefix the agent mounts the handler at.
@@ -47,9 +48,6 @@ const (
 // DefaultMaxBytes is the per-file cap when a request names none (the server's default).
 const DefaultMaxBytes int64 = 100 << 20
 
-// maxMessage bounds an error message a machine sends back (Client truncates longer ones).
-const maxMessage = 2048
-
 // WriteResult is what a write did: the file as it now is.
 type WriteResult struct {
 	// Path is the destination written (as given, cleaned).
@@ -65,26 +63,8 @@ type WriteResult struct {
 	Owner string `json:"owner,omitempty"`
 }
 
-// errorBody is the JSON error every failed call answers with.
-type errorBody struct {
-	Error struct {
-		Code    errcode.Code   `json:"code"`
-		Message string         `json:"message"`
-		Details map[string]any `json:"details,omitempty"`
-	} `json:"error"`
-}
-
-func writeErr(w http.ResponseWriter, err error) {
-	var b errorBody
-	e, ok := errcode.As(err)
-	if !ok {
-		e = errcode.New(errcode.Internal, "%v", err)
-	}
-	b.Error.Code, b.Error.Message, b.Error.Details = e.Code, e.Message, e.Details
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(errcode.HTTPStatus(e.Code))
-	_ = json.NewEncoder(w).Encode(b)
-}
+// writeErr answers with err as a typed error (peerreply.WriteError).
+func writeErr(w http.ResponseWriter, err error) { peerreply.WriteError(w, err) }
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")

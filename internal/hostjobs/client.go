@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Client calls a machine's job handler. Nothing a machine replies is trusted: every reply is
@@ -32,7 +31,16 @@ const (
 	maxJobReply  = MaxCommandBytes + 64<<10
 	maxListReply = 8 << 20
 	maxLogsReply = MaxLogBytes*4/3 + 64<<10
-	maxErrReply  = 64 << 10
+	// maxMessage bounds a job's message.
+	maxMessage = 4096
+)
+
+// The error codes the job handler returns, by endpoint (any other is INTERNAL, marked as the
+// machine's).
+var (
+	startCodes = []errcode.Code{errcode.InvalidArgument, errcode.JobLimitExceeded, errcode.Internal}
+	listCodes  = []errcode.Code{errcode.InvalidArgument, errcode.Internal}
+	jobCodes   = []errcode.Code{errcode.InvalidArgument, errcode.JobNotFound, errcode.Internal}
 )
 
 // Start starts a job (idempotent on req.JobID).
@@ -42,10 +50,10 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (Job, error) {
 		return Job{}, err
 	}
 	var j Job
-	if err := c.do(ctx, http.MethodPost, "/jobs/", body, maxJobReply, &j); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/jobs/", body, maxJobReply, &j, startCodes); err != nil {
 		return Job{}, err
 	}
-	return j, checkJob(j, req.JobID)
+	return j, checkJob(&j, req.JobID)
 }
 
 // Status returns one job.
@@ -54,23 +62,23 @@ func (c *Client) Status(ctx context.Context, id string) (Job, error) {
 		return Job{}, notFound(id)
 	}
 	var j Job
-	if err := c.do(ctx, http.MethodGet, "/jobs/"+id, nil, maxJobReply, &j); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/jobs/"+id, nil, maxJobReply, &j, jobCodes); err != nil {
 		return Job{}, err
 	}
-	return j, checkJob(j, id)
+	return j, checkJob(&j, id)
 }
 
 // List returns the machine's newest limit jobs.
 func (c *Client) List(ctx context.Context, limit int) (List, error) {
 	var l List
-	if err := c.do(ctx, http.MethodGet, "/jobs/?limit="+strconv.Itoa(limit), nil, maxListReply, &l); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/jobs/?limit="+strconv.Itoa(limit), nil, maxListReply, &l, listCodes); err != nil {
 		return List{}, err
 	}
 	if len(l.Jobs) > limit || l.Omitted < 0 || l.Omitted > 1<<30 {
 		return List{}, badReply("a list of %d jobs (limit %d, omitted %d)", len(l.Jobs), limit, l.Omitted)
 	}
-	for _, j := range l.Jobs {
-		if err := checkJob(j, ""); err != nil {
+	for i := range l.Jobs {
+		if err := checkJob(&l.Jobs[i], ""); err != nil {
 			return List{}, err
 		}
 	}
@@ -93,12 +101,12 @@ func (c *Client) Logs(ctx context.Context, id string, req LogsRequest) (Logs, er
 		q.Set("tail_lines", strconv.Itoa(req.TailLines))
 	}
 	var l Logs
-	if err := c.do(ctx, http.MethodGet, "/jobs/"+id+"/logs?"+q.Encode(), nil, maxLogsReply, &l); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/jobs/"+id+"/logs?"+q.Encode(), nil, maxLogsReply, &l, jobCodes); err != nil {
 		return Logs{}, err
 	}
 	switch {
 	case l.JobID != id || !validState(l.State):
-		return Logs{}, badReply("logs of job %q in state %q", bound(l.JobID, 64), bound(l.State, 64))
+		return Logs{}, badReply("logs of job %q in state %q", text.Truncate(l.JobID, 64), text.Truncate(l.State, 64))
 	case len(l.Data) > req.MaxBytes, l.Offset < 0, l.TotalBytes < 0, l.Offset > l.TotalBytes,
 		l.NextOffset != l.Offset+int64(len(l.Data)), l.NextOffset > l.TotalBytes:
 		return Logs{}, badReply("a log slice of %d bytes at %d–%d of %d", len(l.Data), l.Offset, l.NextOffset, l.TotalBytes)
@@ -115,13 +123,13 @@ func (c *Client) Cancel(ctx context.Context, id string, grace time.Duration) (Jo
 	}
 	var j Job
 	path := "/jobs/" + id + "/cancel?grace_seconds=" + strconv.Itoa(int(grace/time.Second))
-	if err := c.do(ctx, http.MethodPost, path, nil, maxJobReply, &j); err != nil {
+	if err := c.do(ctx, http.MethodPost, path, nil, maxJobReply, &j, jobCodes); err != nil {
 		return Job{}, err
 	}
-	return j, checkJob(j, id)
+	return j, checkJob(&j, id)
 }
 
-func (c *Client) do(ctx context.Context, method, path string, body []byte, limit int64, out any) error {
+func (c *Client) do(ctx context.Context, method, path string, body []byte, limit int64, out any, codes []errcode.Code) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -139,25 +147,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, limit
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		var we wireError
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrReply))
-		if json.Unmarshal(b, &we) != nil || !slices.Contains(errcode.Codes, we.Error.Code) {
-			return badReply("HTTP %d", resp.StatusCode)
-		}
-		e := errcode.New(we.Error.Code, "%s", cleanText(we.Error.Message, 2048))
-		for k, v := range we.Error.Details {
-			if len(e.Details) < 8 && len(k) <= 64 && utf8.ValidString(k) {
-				if s, ok := v.(string); ok {
-					v = cleanText(s, 256)
-				} else if _, ok := v.(float64); !ok {
-					if _, ok := v.(bool); !ok {
-						continue
-					}
-				}
-				e.With(k, v)
-			}
-		}
-		return e
+		return peerreply.Machine.ReadError(resp, "remote jobs", codes...)
 	}
 	dec := json.NewDecoder(io.LimitReader(resp.Body, limit))
 	if err := dec.Decode(out); err != nil {
@@ -167,27 +157,24 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, limit
 }
 
 func badReply(f string, a ...any) error {
-	return errcode.New(errcode.Internal, "the machine's agent sent a bad jobs reply: %s", fmt.Sprintf(f, a...))
-}
-
-func cleanText(s string, n int) string {
-	return bound(string(bytes.ToValidUTF8([]byte(s), []byte("\uFFFD"))), n)
+	return peerreply.Machine.Malformedf("remote jobs", f, a...)
 }
 
 func validState(s string) bool {
 	return s == StateRunning || s == StateExited || s == StateCanceled || s == StateUnknown
 }
 
-// checkJob checks one job of a reply (want: the id asked for, if one was).
-func checkJob(j Job, want string) error {
+// checkJob checks one job of a reply (want: the id asked for, if one was) and cleans the
+// machine's own words in it (its message), which reach MCP clients as they are.
+func checkJob(j *Job, want string) error {
 	switch {
 	case !ValidID(j.JobID) || (want != "" && j.JobID != want):
-		return badReply("job id %q", bound(j.JobID, 64))
+		return badReply("job id %q", text.Truncate(j.JobID, 64))
 	case !validState(j.State):
-		return badReply("state %q", bound(j.State, 64))
+		return badReply("state %q", text.Truncate(j.State, 64))
 	case j.Success && (j.State != StateExited || j.ExitCode == nil || *j.ExitCode != 0):
 		return badReply("success for a job %s", j.State)
-	case len(j.Command) > MaxCommandBytes+4, len(j.Message) > 4096, len(j.Shell) > 16,
+	case len(j.Command) > MaxCommandBytes+4, len(j.Message) > maxMessage, len(j.Shell) > 16,
 		len(j.Cwd) > MaxCwdBytes, len(j.Signal) > 32, len(j.EnvNames) > MaxEnv:
 		return badReply("job %s has fields beyond their bounds", j.JobID)
 	case j.GPUIndex != nil && (*j.GPUIndex < 0 || *j.GPUIndex > MaxGPUIndex):
@@ -197,8 +184,9 @@ func checkJob(j Job, want string) error {
 	}
 	for _, n := range j.EnvNames {
 		if !validEnvName(n) {
-			return badReply("env name %q", bound(n, 64))
+			return badReply("env name %q", text.Truncate(n, 64))
 		}
 	}
+	j.Message = text.Clean(j.Message, maxMessage)
 	return nil
 }

@@ -8,19 +8,12 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/peerreply"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // listCommandBytes bounds each command in a list reply (status gives the whole of it).
 const listCommandBytes = 1024
-
-// wireError is the body of every error reply.
-type wireError struct {
-	Error struct {
-		Code    errcode.Code   `json:"code"`
-		Message string         `json:"message"`
-		Details map[string]any `json:"details,omitempty"`
-	} `json:"error"`
-}
 
 // NewHandler serves m's jobs under /jobs/ (full paths kept):
 //
@@ -48,7 +41,7 @@ func NewHandler(m *Manager) http.Handler {
 		}
 		l, err := m.List(r.Context(), limit)
 		for i := range l.Jobs {
-			l.Jobs[i].Command = bound(l.Jobs[i].Command, listCommandBytes)
+			l.Jobs[i].Command = text.Truncate(l.Jobs[i].Command, listCommandBytes)
 		}
 		reply(w, l, err)
 	})
@@ -98,7 +91,7 @@ func intParam(r *http.Request, name string, def int) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		return 0, errcode.New(errcode.InvalidArgument, "%s must be an integer, not %q", name, bound(s, 64))
+		return 0, errcode.New(errcode.InvalidArgument, "%s must be an integer, not %q", name, text.Truncate(s, 64))
 	}
 	return n, nil
 }
@@ -112,13 +105,4 @@ func reply(w http.ResponseWriter, v any, err error) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, err error) {
-	var body wireError
-	body.Error.Code, body.Error.Message = errcode.Of(err), errcode.Message(err)
-	if e, ok := errcode.As(err); ok {
-		body.Error.Details = e.Details
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(errcode.HTTPStatus(body.Error.Code))
-	json.NewEncoder(w).Encode(body)
-}
+func writeError(w http.ResponseWriter, err error) { peerreply.WriteError(w, err) }

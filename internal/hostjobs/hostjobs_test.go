@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/hostjobs"
@@ -324,5 +325,42 @@ func TestClientChecksReplies(t *testing.T) {
 	defer srv.Close()
 	if _, err := hostjobs.NewClient(srv.Client(), srv.URL).Logs(context.Background(), id, hostjobs.LogsRequest{}); err == nil {
 		t.Error("inconsistent log slice accepted")
+	}
+}
+
+// TestClientCleansMachineText: what a joined machine writes reaches MCP clients only cleaned:
+// an error's message and details and a job's message lose their ANSI escape sequences, bidi
+// and other control characters, invalid UTF-8 becomes U+FFFD, and the error is marked as the
+// machine's; a code the endpoint never returns is INTERNAL.
+func TestClientCleansMachineText(t *testing.T) {
+	id := newID()
+	hostile := `\u001b[31mred\u001b[0m \u001b]0;title\u0007\u202egnp.exe\u202c\u2066x\u2069\u200e\u061c` + "\xff"
+	serve := func(status int, body string) *hostjobs.Client {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+			w.Write([]byte(body))
+		}))
+		t.Cleanup(srv.Close)
+		return hostjobs.NewClient(srv.Client(), srv.URL)
+	}
+	clean := func(s string) bool {
+		return utf8.ValidString(s) && !strings.ContainsAny(s, "\x1b\x07\u202e\u202c\u2066\u2069\u200e\u061c")
+	}
+	_, err := serve(404, `{"error":{"code":"JOB_NOT_FOUND","message":"`+hostile+`","details":{"job_id":"`+hostile+`"}}}`).Status(context.Background(), id)
+	e, ok := errcode.As(err)
+	if !ok || e.Code != errcode.JobNotFound || e.Details["origin"] != "machine_agent" {
+		t.Fatalf("error reply: %v", err)
+	}
+	if !clean(e.Message) || e.Message != "red gnp.exex\uFFFD" || !clean(e.Details["job_id"].(string)) {
+		t.Errorf("error text not cleaned: %q %q", e.Message, e.Details["job_id"])
+	}
+	// Status never returns GPU_BUSY: a machine that says so is not believed.
+	_, err = serve(409, `{"error":{"code":"GPU_BUSY","message":"x"}}`).Status(context.Background(), id)
+	if e, ok := errcode.As(err); !ok || e.Code != errcode.Internal || e.Details["origin"] != "machine_agent" {
+		t.Errorf("foreign code: %v", err)
+	}
+	j, err := serve(200, `{"job_id":"`+id+`","state":"running","message":"`+hostile+`"}`).Status(context.Background(), id)
+	if err != nil || !clean(j.Message) || j.Message != "red gnp.exex\uFFFD" {
+		t.Errorf("job message not cleaned: %q %v", j.Message, err)
 	}
 }

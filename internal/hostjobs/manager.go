@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // SupervisorCommand is the hidden agentbox subcommand that supervises one job
@@ -225,7 +226,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Job, error) {
 		if !slices.Contains(errcode.Codes, code) {
 			code = errcode.Internal
 		}
-		err = errcode.New(code, "the job did not start: %s", bound(reply.Message, 1024))
+		err = errcode.New(code, "the job did not start: %s", text.Truncate(reply.Message, 1024))
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -298,18 +299,24 @@ func (m *Manager) spawn(ctx context.Context, argv []string, in supervisorInput) 
 	if err := cmd.Start(); err != nil {
 		return supervisorReply{}, errcode.Wrap(errcode.Internal, err, "cannot start the job's supervisor: %v", err)
 	}
-	// The agent reaps its supervisors while it lives; after it is gone, init (or a subreaper)
-	// does.
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
 	go func() {
 		json.NewEncoder(stdin).Encode(in)
 		stdin.Close()
 	}()
 	line := make(chan []byte, 1)
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		b, _ := bufio.NewReaderSize(io.LimitReader(stdout, 8<<10), 8<<10).ReadBytes('\n')
 		line <- b
+	}()
+	// The agent reaps its supervisors while it lives; after it is gone, init (or a subreaper)
+	// does. Wait closes the stdout pipe, so it waits for the reply line to be read first: a
+	// supervisor whose job ends at once may exit before the line is read.
+	waited := make(chan error, 1)
+	go func() {
+		<-read
+		waited <- cmd.Wait()
 	}()
 	timer := time.NewTimer(30 * time.Second)
 	defer timer.Stop()
@@ -612,14 +619,6 @@ func readJSON(path string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
-}
-
-// bound cuts s to n bytes.
-func bound(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // Validate checks a start request as the machine will (the server checks before it records

@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/machinereply"
+	"github.com/agentbox/agentbox/internal/peerreply"
 	"github.com/agentbox/agentbox/internal/shell"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // errorCodes are the codes /exec may answer with (TestHandlerCodes keeps them in step with the
@@ -51,11 +52,11 @@ func (c *Client) Exec(ctx context.Context, req Request) (*Result, error) {
 		if typed, ok := errcode.As(err); ok { // the transport's MACHINE_OFFLINE and friends
 			return nil, typed
 		}
-		return nil, errcode.Wrap(errcode.MachineOffline, err, "could not reach the machine: %s", machinereply.CleanText(err.Error(), 200))
+		return nil, errcode.Wrap(errcode.MachineOffline, err, "could not reach the machine: %s", text.Clean(err.Error(), 200))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, machinereply.ReadError(resp, "exec", errorCodes...)
+		return nil, peerreply.Machine.ReadError(resp, "exec", errorCodes...)
 	}
 	return readFrames(resp.Body, began)
 }
@@ -69,7 +70,7 @@ func readFrames(body io.Reader, began time.Time) (*Result, error) {
 	cutShort := func() (*Result, error) {
 		if !sawStart {
 			return nil, errcode.New(errcode.MachineOffline, "the connection to the machine broke before the command was known to start; it may or may not have run").
-				With("origin", machinereply.Origin)
+				With("origin", peerreply.Machine.Origin)
 		}
 		res.Partial, res.Reason, res.ExitCode = true, ReasonDisconnected, nil
 		res.TotalBytes = int64(stdout.Len() + stderr.Len())
@@ -79,21 +80,21 @@ func readFrames(body io.Reader, began time.Time) (*Result, error) {
 	for {
 		line, err := readLine(br)
 		if errors.Is(err, errLineTooLong) {
-			return nil, machinereply.Malformed("exec", "a frame longer than %d bytes", maxFrameLine)
+			return nil, peerreply.Machine.Malformedf("exec", "a frame longer than %d bytes", maxFrameLine)
 		}
 		if err != nil {
 			return cutShort()
 		}
 		var f frame
 		if err := json.Unmarshal(line, &f); err != nil {
-			return nil, machinereply.Malformed("exec", "a frame that is not JSON: %v", err)
+			return nil, peerreply.Machine.Malformedf("exec", "a frame that is not JSON: %v", err)
 		}
 		switch {
 		case f.Type == "start" && !sawStart:
 			switch shell.Dialect(f.Shell) {
 			case shell.Sh, shell.Bash, shell.Cmd, shell.PowerShell:
 			default:
-				return nil, machinereply.Malformed("exec", "start frame names shell %q", f.Shell)
+				return nil, peerreply.Machine.Malformedf("exec", "start frame names shell %q", f.Shell)
 			}
 			sawStart, res.Shell = true, f.Shell
 		case f.Type == "out" && sawStart:
@@ -104,36 +105,36 @@ func readFrames(body io.Reader, began time.Time) (*Result, error) {
 			case "stderr":
 				dst = &stderr
 			default:
-				return nil, machinereply.Malformed("exec", "an out frame of stream %q", f.Stream)
+				return nil, peerreply.Machine.Malformedf("exec", "an out frame of stream %q", f.Stream)
 			}
 			if len(f.Data) == 0 || len(f.Data) > MaxFrameData {
-				return nil, machinereply.Malformed("exec", "an out frame of %d bytes (1–%d)", len(f.Data), MaxFrameData)
+				return nil, peerreply.Machine.Malformedf("exec", "an out frame of %d bytes (1–%d)", len(f.Data), MaxFrameData)
 			}
 			if stdout.Len()+stderr.Len()+len(f.Data) > MaxOutputBytes {
-				return nil, machinereply.Malformed("exec", "more than %d bytes of output", MaxOutputBytes)
+				return nil, peerreply.Machine.Malformedf("exec", "more than %d bytes of output", MaxOutputBytes)
 			}
 			dst.Write(f.Data)
 		case f.Type == "result" && sawStart:
 			got := int64(stdout.Len() + stderr.Len())
 			switch {
 			case f.TotalBytes < got:
-				return nil, machinereply.Malformed("exec", "total_bytes %d is less than the %d bytes sent", f.TotalBytes, got)
+				return nil, peerreply.Machine.Malformedf("exec", "total_bytes %d is less than the %d bytes sent", f.TotalBytes, got)
 			case f.Truncated != (f.TotalBytes > got) || (f.Truncated && got != MaxOutputBytes):
-				return nil, machinereply.Malformed("exec", "truncated=%v with %d of %d bytes sent", f.Truncated, got, f.TotalBytes)
+				return nil, peerreply.Machine.Malformedf("exec", "truncated=%v with %d of %d bytes sent", f.Truncated, got, f.TotalBytes)
 			case f.DurationMS < 0 || f.DurationMS > 2*MaxTimeoutMS:
-				return nil, machinereply.Malformed("exec", "duration_ms %d", f.DurationMS)
+				return nil, peerreply.Machine.Malformedf("exec", "duration_ms %d", f.DurationMS)
 			case f.Partial != (f.Reason != "") || (f.Reason != "" && f.Reason != ReasonTimeout):
-				return nil, machinereply.Malformed("exec", "partial=%v with reason %q", f.Partial, f.Reason)
+				return nil, peerreply.Machine.Malformedf("exec", "partial=%v with reason %q", f.Partial, f.Reason)
 			case f.Partial && f.ExitCode != nil:
-				return nil, machinereply.Malformed("exec", "a partial result with an exit code")
+				return nil, peerreply.Machine.Malformedf("exec", "a partial result with an exit code")
 			case f.ExitCode != nil && (*f.ExitCode < -1<<31 || *f.ExitCode > 1<<32-1):
-				return nil, machinereply.Malformed("exec", "exit_code %d", *f.ExitCode)
+				return nil, peerreply.Machine.Malformedf("exec", "exit_code %d", *f.ExitCode)
 			}
 			res.ExitCode, res.Partial, res.Reason = f.ExitCode, f.Partial, f.Reason
 			res.Truncated, res.TotalBytes, res.DurationMS = f.Truncated, f.TotalBytes, f.DurationMS
 			return finish(res, &stdout, &stderr), nil
 		default:
-			return nil, machinereply.Malformed("exec", "an unexpected %q frame", machinereply.CleanText(f.Type, 32))
+			return nil, peerreply.Machine.Malformedf("exec", "an unexpected %q frame", text.Clean(f.Type, 32))
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/machinereply"
+	"github.com/agentbox/agentbox/internal/peerreply"
 	"github.com/agentbox/agentbox/internal/shell"
 )
 
@@ -34,22 +34,22 @@ type handler struct{ log *slog.Logger }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/exec" {
-		machinereply.WriteError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s", r.URL.Path))
+		peerreply.WriteError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s", r.URL.Path))
 		return
 	}
 	if r.Method != http.MethodPost {
-		machinereply.WriteError(w, errcode.New(errcode.InvalidArgument, "/exec takes POST"))
+		peerreply.WriteError(w, errcode.New(errcode.InvalidArgument, "/exec takes POST"))
 		return
 	}
 	var req Request
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		machinereply.WriteError(w, errcode.Wrap(errcode.InvalidArgument, err, "the exec request is not valid JSON of the expected fields (or is larger than %d bytes)", maxRequestBody))
+		peerreply.WriteError(w, errcode.Wrap(errcode.InvalidArgument, err, "the exec request is not valid JSON of the expected fields (or is larger than %d bytes)", maxRequestBody))
 		return
 	}
 	if err := req.Validate(runtime.GOOS); err != nil {
-		machinereply.WriteError(w, err)
+		peerreply.WriteError(w, err)
 		return
 	}
 	d, _ := shell.Resolve(runtime.GOOS, req.Shell)
@@ -57,13 +57,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.Elevated {
 		var err error
 		if spec, err = elevate(r.Context(), spec); err != nil {
-			machinereply.WriteError(w, err)
+			peerreply.WriteError(w, err)
 			return
 		}
 	}
 	if req.Cwd != "" {
 		if fi, err := os.Stat(req.Cwd); err != nil || !fi.IsDir() {
-			machinereply.WriteError(w, errcode.New(errcode.InvalidArgument, "cwd %q is not a directory on this machine", clip(req.Cwd)))
+			peerreply.WriteError(w, errcode.New(errcode.InvalidArgument, "cwd %q is not a directory on this machine", clip(req.Cwd)))
 			return
 		}
 	}
@@ -90,10 +90,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.mu.Unlock()
 		var ee *exec.Error
 		if errors.As(err, &ee) {
-			machinereply.WriteError(w, errcode.Wrap(errcode.InvalidArgument, err, "%s is not installed on this machine (not found on the agent's PATH); use one of the other shells", spec.Path))
+			peerreply.WriteError(w, errcode.Wrap(errcode.InvalidArgument, err, "%s is not installed on this machine (not found on the agent's PATH); use one of the other shells", spec.Path))
 			return
 		}
-		machinereply.WriteError(w, errcode.Wrap(errcode.Internal, err, "could not start %s: %v", spec.Path, err))
+		peerreply.WriteError(w, errcode.Wrap(errcode.Internal, err, "could not start %s: %v", spec.Path, err))
 		return
 	}
 	tree := afterStart(cmd)

@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/machinereply"
+	"github.com/agentbox/agentbox/internal/peerreply"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 var errorCodes = []errcode.Code{errcode.InvalidArgument, errcode.UnsupportedOp, errcode.Internal}
@@ -45,22 +46,22 @@ func (c *Client) Capture(ctx context.Context, display *int) (*Shot, error) {
 		if typed, ok := errcode.As(err); ok {
 			return nil, typed
 		}
-		return nil, errcode.Wrap(errcode.MachineOffline, err, "could not reach the machine: %s", machinereply.CleanText(err.Error(), 200))
+		return nil, errcode.Wrap(errcode.MachineOffline, err, "could not reach the machine: %s", text.Clean(err.Error(), 200))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, machinereply.ReadError(resp, "screenshot", errorCodes...)
+		return nil, peerreply.Machine.ReadError(resp, "screenshot", errorCodes...)
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
 	if err != nil {
 		return nil, errcode.Wrap(errcode.MachineOffline, err, "the connection to the machine broke during the screenshot")
 	}
 	if len(raw) > maxReply {
-		return nil, machinereply.Malformed("screenshot", "more than %d bytes", maxReply)
+		return nil, peerreply.Machine.Malformedf("screenshot", "more than %d bytes", maxReply)
 	}
 	var s Shot
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, machinereply.Malformed("screenshot", "not JSON: %v", err)
+		return nil, peerreply.Machine.Malformedf("screenshot", "not JSON: %v", err)
 	}
 	if err := check(&s); err != nil {
 		return nil, err
@@ -70,7 +71,9 @@ func (c *Client) Capture(ctx context.Context, display *int) (*Shot, error) {
 
 // check bounds and verifies what a machine sent.
 func check(s *Shot) error {
-	bad := func(format string, args ...any) error { return machinereply.Malformed("screenshot", format, args...) }
+	bad := func(format string, args ...any) error {
+		return peerreply.Machine.Malformedf("screenshot", format, args...)
+	}
 	if len(s.PNG) == 0 || len(s.PNG) > MaxPNGBytes {
 		return bad("a PNG of %d bytes (1–%d)", len(s.PNG), MaxPNGBytes)
 	}
@@ -88,13 +91,13 @@ func check(s *Shot) error {
 		return bad("%d displays", len(s.Displays))
 	}
 	for i, d := range s.Displays {
-		s.Displays[i] = machinereply.CleanText(d, maxNameBytes)
+		s.Displays[i] = text.Clean(d, maxNameBytes)
 	}
-	s.Display = machinereply.CleanText(s.Display, maxNameBytes)
+	s.Display = text.Clean(s.Display, maxNameBytes)
 	switch s.Platform {
 	case "linux", "darwin", "windows":
 	default:
-		return bad("platform %q", machinereply.CleanText(s.Platform, 32))
+		return bad("platform %q", text.Clean(s.Platform, 32))
 	}
 	if s.TakenAt.IsZero() || s.TakenAt.Year() < 2000 || s.TakenAt.After(time.Now().Add(24*time.Hour)) {
 		return bad("taken_at %v", s.TakenAt)

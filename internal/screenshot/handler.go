@@ -9,7 +9,8 @@ import (
 	"strconv"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/machinereply"
+	"github.com/agentbox/agentbox/internal/peerreply"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Options configures the machine-side handler.
@@ -34,19 +35,19 @@ func ParseDisplay(s string) (*int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 || n > MaxDisplay {
-		return nil, errcode.New(errcode.InvalidArgument, "display %q is not a display index: give 0–%d (0 is the first display; omit it for the machine's default)", machinereply.CleanText(s, 32), MaxDisplay)
+		return nil, errcode.New(errcode.InvalidArgument, "display %q is not a display index: give 0–%d (0 is the first display; omit it for the machine's default)", text.Clean(s, 32), MaxDisplay)
 	}
 	return &n, nil
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/screenshot" || r.Method != http.MethodGet {
-		machinereply.WriteError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s %s (GET /screenshot)", r.Method, r.URL.Path))
+		peerreply.WriteError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s %s (GET /screenshot)", r.Method, r.URL.Path))
 		return
 	}
 	display, err := ParseDisplay(r.URL.Query().Get("display"))
 	if err != nil {
-		machinereply.WriteError(w, err)
+		peerreply.WriteError(w, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), captureTimeout)
@@ -55,9 +56,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if _, typed := errcode.As(err); !typed {
 			h.log.Warn("screenshot failed", "err", err)
-			err = errcode.Wrap(errcode.Internal, err, "the screenshot failed: %s", machinereply.CleanText(err.Error(), 300))
+			err = errcode.Wrap(errcode.Internal, err, "the screenshot failed: %s", text.Clean(err.Error(), 300))
 		}
-		machinereply.WriteError(w, err)
+		peerreply.WriteError(w, err)
 		return
 	}
 	shot.Platform = runtime.GOOS

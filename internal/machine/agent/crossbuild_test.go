@@ -18,6 +18,8 @@ var MachineSide = []string{
 	"./internal/machine/agent",
 	"./internal/machine/proto",
 	"./internal/gpu",
+	"./internal/peerreply",
+	"./internal/text",
 }
 
 // TestMachineSideCrossCompiles builds (and vets) the machine-side packages for darwin/arm64,
