@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -138,11 +139,11 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	}
 	var grace *time.Duration
 	if g := body.GraceSeconds; g != nil {
-		if *g < 0 || *g > sandbox.MaxCancelGrace.Seconds() {
-			s.fail(w, r, errcode.New(errcode.InvalidArgument, "grace_seconds must be between 0 and %d; got %g", int(sandbox.MaxCancelGrace/time.Second), *g))
+		d, err := jobmodel.GraceSeconds(*g)
+		if err != nil {
+			s.fail(w, r, err)
 			return
 		}
-		d := time.Duration(*g * float64(time.Second))
 		grace = &d
 	}
 	j, err := s.svc.CancelJob(r.Context(), r.PathValue("id"), r.PathValue("job_id"), grace)

@@ -3,11 +3,10 @@ package api
 import (
 	"net/http"
 	"net/url"
-	"strconv"
-	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/hostjobs"
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/remotejobs"
 )
 
@@ -157,11 +156,12 @@ func (s *Server) cancelRemoteJob(w http.ResponseWriter, r *http.Request) {
 	} else if g != nil {
 		grace = int(*g)
 	}
-	if grace < 0 || grace > hostjobs.MaxGraceSeconds {
-		s.fail(w, r, errcode.New(errcode.InvalidArgument, "grace_seconds must be 0–%d, not %s", hostjobs.MaxGraceSeconds, strconv.Itoa(grace)))
+	d, err := jobmodel.GraceSeconds(float64(grace))
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	j, err := svc.Cancel(r.Context(), r.PathValue("ref"), r.PathValue("job_id"), time.Duration(grace)*time.Second)
+	j, err := svc.Cancel(r.Context(), r.PathValue("ref"), r.PathValue("job_id"), d)
 	if err != nil {
 		s.fail(w, r, err)
 		return

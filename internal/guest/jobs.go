@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/text"
 )
 
@@ -29,9 +30,9 @@ const (
 	// argument (a longer script goes in a file).
 	MaxJobArgvBytes = 64 << 10
 	// MaxJobLogBytes is the largest slice of a log one read returns (and its default).
-	MaxJobLogBytes = 256 << 10
+	MaxJobLogBytes = jobmodel.MaxLogBytes
 	// MaxJobTailLines is the most lines tail_lines may ask for.
-	MaxJobTailLines = 10000
+	MaxJobTailLines = jobmodel.MaxTailLines
 	// MaxJobWait is the longest a wait may hold the request.
 	MaxJobWait = time.Hour
 	// MaxJobLogWait is the longest a log read may wait for output (wait_ms): the long poll a
@@ -39,16 +40,16 @@ const (
 	MaxJobLogWait = 30 * time.Second
 	// DefaultJobCancelGrace is the time between SIGTERM and SIGKILL when a cancel gives none;
 	// MaxJobCancelGrace is the most it may give.
-	DefaultJobCancelGrace = 10 * time.Second
-	MaxJobCancelGrace     = 10 * time.Minute
+	DefaultJobCancelGrace = jobmodel.DefaultGrace
+	MaxJobCancelGrace     = jobmodel.MaxGrace
 )
 
-// Job states.
+// Job states: those of jobmodel an agent reports (the host adds starting, failed and unknown).
 const (
-	JobRunning  = "running"
-	JobExited   = "exited"
-	JobKilled   = "killed"
-	JobCanceled = "canceled"
+	JobRunning  = string(jobmodel.Running)
+	JobExited   = string(jobmodel.Exited)
+	JobKilled   = string(jobmodel.Killed)
+	JobCanceled = string(jobmodel.Canceled)
 )
 
 // Job log streams.
@@ -134,14 +135,9 @@ type JobCancelRequest struct {
 	GraceMs *int64 `json:"grace_ms,omitempty"`
 }
 
-// ValidJobID reports whether id has the form the host assigns: "job-" and 12 lowercase hex.
-func ValidJobID(id string) error {
-	hex, ok := strings.CutPrefix(id, "job-")
-	if !ok || len(hex) != 12 || strings.IndexFunc(hex, func(r rune) bool { return (r < '0' || r > '9') && (r < 'a' || r > 'f') }) >= 0 {
-		return fmt.Errorf("job_id %q is not a job id: it must be \"job-\" followed by 12 lowercase hex digits", text.Cut(id, 64))
-	}
-	return nil
-}
+// ValidJobID reports whether id has the form the host assigns (jobmodel.SandboxJobID): "job-"
+// and 12 lowercase hex digits.
+func ValidJobID(id string) error { return jobmodel.SandboxJobID.Check(id) }
 
 // argvBytes is the size of argv as MaxJobArgvBytes counts it.
 func argvBytes(argv []string) int {

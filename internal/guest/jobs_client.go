@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/text"
 )
 
@@ -102,16 +103,14 @@ func (c *Client) JobLogs(ctx context.Context, id string, req JobLogsRequest) (Jo
 	}
 	var jl JobLogs
 	err = doJSON(ctx, c, call{method: http.MethodGet, path: p, query: q, codes: jobCodes}, nil, &jl, maxJobLogsReply, func(l *JobLogs) error {
-		switch {
-		case l.Offset < 0 || l.TotalBytes < 0:
-			return errors.New("negative offset or size")
-		case int64(len(l.Data)) > limit:
-			return fmt.Errorf("%d bytes of log for a slice of at most %d", len(l.Data), limit)
-		case l.NextOffset != l.Offset+int64(len(l.Data)) || l.NextOffset > l.TotalBytes:
-			return fmt.Errorf("slice %d+%d, next %d, of a log of %d bytes", l.Offset, len(l.Data), l.NextOffset, l.TotalBytes)
-		case req.TailLines == 0 && l.Offset != min(req.Offset, l.TotalBytes):
-			return fmt.Errorf("slice at %d for offset %d", l.Offset, req.Offset)
-		case l.State != "" && l.State != JobRunning && l.State != JobExited && l.State != JobKilled && l.State != JobCanceled:
+		var offset *int64
+		if req.TailLines == 0 {
+			offset = &req.Offset
+		}
+		if err := jobmodel.CheckSlice(jobmodel.Slice{Offset: l.Offset, NextOffset: l.NextOffset, TotalBytes: l.TotalBytes}, len(l.Data), int(limit), offset); err != nil {
+			return err
+		}
+		if l.State != "" && l.State != JobRunning && l.State != JobExited && l.State != JobKilled && l.State != JobCanceled {
 			return fmt.Errorf("unknown job state %q", text.Clean(l.State, 32))
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/peerreply"
 	"github.com/agentbox/agentbox/internal/text"
 )
@@ -90,7 +91,7 @@ func (c *Client) Logs(ctx context.Context, id string, req LogsRequest) (Logs, er
 	if !ValidID(id) {
 		return Logs{}, notFound(id)
 	}
-	if err := checkLogs(&req); err != nil {
+	if err := req.Check(); err != nil {
 		return Logs{}, err
 	}
 	q := url.Values{}
@@ -104,14 +105,11 @@ func (c *Client) Logs(ctx context.Context, id string, req LogsRequest) (Logs, er
 	if err := c.do(ctx, http.MethodGet, "/jobs/"+id+"/logs?"+q.Encode(), nil, maxLogsReply, &l, jobCodes); err != nil {
 		return Logs{}, err
 	}
-	switch {
-	case l.JobID != id || !validState(l.State):
+	if l.JobID != id || !validState(l.State) {
 		return Logs{}, badReply("logs of job %q in state %q", text.Truncate(l.JobID, 64), text.Truncate(l.State, 64))
-	case len(l.Data) > req.MaxBytes, l.Offset < 0, l.TotalBytes < 0, l.Offset > l.TotalBytes,
-		l.NextOffset != l.Offset+int64(len(l.Data)), l.NextOffset > l.TotalBytes:
-		return Logs{}, badReply("a log slice of %d bytes at %d–%d of %d", len(l.Data), l.Offset, l.NextOffset, l.TotalBytes)
-	case req.Offset != nil && l.Offset != min(*req.Offset, l.TotalBytes):
-		return Logs{}, badReply("a log slice at %d for offset %d", l.Offset, *req.Offset)
+	}
+	if err := jobmodel.CheckSlice(jobmodel.Slice{Offset: l.Offset, NextOffset: l.NextOffset, TotalBytes: l.TotalBytes}, len(l.Data), req.MaxBytes, req.Offset); err != nil {
+		return Logs{}, badReply("%v", err)
 	}
 	return l, nil
 }

@@ -13,16 +13,17 @@
 package hostjobs
 
 import (
-	"regexp"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/jobmodel"
 )
 
-// States of a job.
+// States of a job: those of jobmodel a machine reports (the server adds starting and failed).
 const (
-	StateRunning  = "running"
-	StateExited   = "exited"
-	StateCanceled = "canceled"
-	StateUnknown  = "unknown"
+	StateRunning  = string(jobmodel.Running)
+	StateExited   = string(jobmodel.Exited)
+	StateCanceled = string(jobmodel.Canceled)
+	StateUnknown  = string(jobmodel.Unknown)
 )
 
 // Bounds, all enforced on both sides of the wire.
@@ -44,22 +45,20 @@ const (
 	DefaultListLimit = 20
 	MaxListLimit     = 1000
 	// DefaultTailLines and MaxTailLines bound a logs tail; DefaultLogBytes and MaxLogBytes
-	// a logs page (a tail is of the last MaxLogBytes at most).
-	DefaultTailLines = 200
-	MaxTailLines     = 10000
-	DefaultLogBytes  = 64 << 10
-	MaxLogBytes      = 256 << 10
-	// MaxGraceSeconds bounds cancel's grace between SIGTERM and SIGKILL.
-	MaxGraceSeconds     = 600
-	DefaultGraceSeconds = 10
+	// a logs page (a tail is of the last MaxLogBytes at most): jobmodel's.
+	DefaultTailLines = jobmodel.DefaultTailLines
+	MaxTailLines     = jobmodel.MaxTailLines
+	DefaultLogBytes  = jobmodel.DefaultLogBytes
+	MaxLogBytes      = jobmodel.MaxLogBytes
+	// MaxGraceSeconds bounds cancel's grace between SIGTERM and SIGKILL (jobmodel.MaxGrace).
+	MaxGraceSeconds     = jobmodel.MaxGraceSeconds
+	DefaultGraceSeconds = jobmodel.DefaultGraceSeconds
 )
 
-// idPattern is a job id: the server chooses it (so its record exists before the machine is
-// asked), the machine checks it (it names a directory).
-var idPattern = regexp.MustCompile(`^rjob-[0-9a-f]{16}$`)
-
-// ValidID reports whether id is a well-formed remote job id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// ValidID reports whether id is a well-formed remote job id (jobmodel.MachineJobID: rjob- and
+// 16 hex digits): the server chooses it (so its record exists before the machine is asked), the
+// machine checks it (it names a directory).
+func ValidID(id string) bool { return jobmodel.MachineJobID.Valid(id) }
 
 // StartRequest is what starts a job.
 type StartRequest struct {
@@ -109,11 +108,7 @@ type List struct {
 
 // LogsRequest selects part of a job's output: the last TailLines lines (default 200), or, with
 // Offset set, MaxBytes bytes from it.
-type LogsRequest struct {
-	TailLines int
-	Offset    *int64
-	MaxBytes  int
-}
+type LogsRequest = jobmodel.LogPage
 
 // Logs is a slice of a job's output.
 type Logs struct {

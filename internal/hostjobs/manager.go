@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/text"
 )
 
@@ -441,40 +442,9 @@ func (m *Manager) List(ctx context.Context, limit int) (List, error) {
 	return out, nil
 }
 
-// checkLogs validates a logs request and fills its defaults.
-func checkLogs(req *LogsRequest) error {
-	bad := func(f string, a ...any) error { return errcode.New(errcode.InvalidArgument, f, a...) }
-	if req.Offset != nil {
-		if req.TailLines != 0 {
-			return bad("tail_lines and offset_bytes together: pass one")
-		}
-		if *req.Offset < 0 {
-			return bad("offset_bytes must be ≥ 0, not %d", *req.Offset)
-		}
-		if req.MaxBytes == 0 {
-			req.MaxBytes = DefaultLogBytes
-		}
-		if req.MaxBytes < 1 || req.MaxBytes > MaxLogBytes {
-			return bad("max_bytes must be 1–%d, not %d", MaxLogBytes, req.MaxBytes)
-		}
-		return nil
-	}
-	if req.MaxBytes != 0 {
-		return bad("max_bytes goes with offset_bytes")
-	}
-	if req.TailLines == 0 {
-		req.TailLines = DefaultTailLines
-	}
-	if req.TailLines < 1 || req.TailLines > MaxTailLines {
-		return bad("tail_lines must be 1–%d, not %d", MaxTailLines, req.TailLines)
-	}
-	req.MaxBytes = MaxLogBytes
-	return nil
-}
-
 // Logs reads a slice of a job's output.
 func (m *Manager) Logs(ctx context.Context, id string, req LogsRequest) (Logs, error) {
-	if err := checkLogs(&req); err != nil {
+	if err := req.Check(); err != nil {
 		return Logs{}, err
 	}
 	j, err := m.Status(ctx, id) // state first: an ended job's slice is of its whole log
@@ -533,8 +503,8 @@ func lastLines(data []byte, start int64, n int) ([]byte, int64) {
 // Cancel ends a running job's whole process tree: SIGTERM, then SIGKILL after grace. It
 // returns the job once it ended (canceled, or how it ended first).
 func (m *Manager) Cancel(ctx context.Context, id string, grace time.Duration) (Job, error) {
-	if grace < 0 || grace > MaxGraceSeconds*time.Second {
-		return Job{}, errcode.New(errcode.InvalidArgument, "grace_seconds must be 0–%d", MaxGraceSeconds)
+	if err := jobmodel.CheckGrace(grace); err != nil {
+		return Job{}, err
 	}
 	j, err := m.Status(ctx, id)
 	if err != nil || j.Ended() {

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -318,10 +319,10 @@ func (s *Server) jobWait(ctx context.Context, req *mcp.CallToolRequest, in JobWa
 func (s *Server) jobCancel(ctx context.Context, _ *mcp.CallToolRequest, in JobCancelIn) (JobOut, string, error) {
 	var grace *time.Duration
 	if g := in.GraceSeconds; g != nil {
-		if math.IsNaN(*g) || *g < 0 || *g > sandbox.MaxCancelGrace.Seconds() {
-			return JobOut{}, "", errcode.New(errcode.InvalidArgument, "grace_seconds must be between 0 and %d; got %g", int(sandbox.MaxCancelGrace/time.Second), *g)
+		d, err := jobmodel.GraceSeconds(*g)
+		if err != nil {
+			return JobOut{}, "", err
 		}
-		d := time.Duration(*g * float64(time.Second))
 		grace = &d
 	}
 	j, err := s.b.CancelJob(ctx, in.SandboxID, in.JobID, grace)

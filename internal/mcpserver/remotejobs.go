@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/hostjobs"
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/remotejobs"
 )
 
@@ -282,14 +283,13 @@ func (s *Server) remoteJobCancel(ctx context.Context, _ *mcp.CallToolRequest, in
 	if err != nil {
 		return RemoteJobOut{}, "", err
 	}
-	grace := int64(hostjobs.DefaultGraceSeconds)
+	grace := jobmodel.DefaultGrace
 	if in.GraceSeconds != nil {
-		grace = *in.GraceSeconds
+		if grace, err = jobmodel.GraceSeconds(float64(*in.GraceSeconds)); err != nil {
+			return RemoteJobOut{}, "", err
+		}
 	}
-	if grace < 0 || grace > hostjobs.MaxGraceSeconds {
-		return RemoteJobOut{}, "", errcode.New(errcode.InvalidArgument, "grace_seconds must be 0–%d, not %d", hostjobs.MaxGraceSeconds, grace)
-	}
-	j, err := b.Cancel(ctx, in.Machine, in.JobID, time.Duration(grace)*time.Second)
+	j, err := b.Cancel(ctx, in.Machine, in.JobID, grace)
 	if err != nil {
 		return RemoteJobOut{}, "", err
 	}

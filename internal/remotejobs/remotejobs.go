@@ -9,8 +9,6 @@ package remotejobs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -21,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gpu"
 	"github.com/agentbox/agentbox/internal/hostjobs"
+	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -107,11 +106,7 @@ type Logs = hostjobs.Logs
 // LogsRequest selects it.
 type LogsRequest = hostjobs.LogsRequest
 
-func newID() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return "rjob-" + hex.EncodeToString(b)
-}
+func newID() string { return jobmodel.MachineJobID.New() }
 
 func (s *Service) client(ctx context.Context, ref string) (*hostjobs.Client, store.Machine, error) {
 	hc, m, err := s.machines.Client(ctx, ref)
@@ -260,8 +255,8 @@ func (s *Service) Logs(ctx context.Context, machineRef, id string, req LogsReque
 // Cancel ends the job's whole tree on the machine (SIGTERM, SIGKILL after grace) and releases
 // its GPU.
 func (s *Service) Cancel(ctx context.Context, machineRef, id string, grace time.Duration) (Job, error) {
-	if grace < 0 || grace > hostjobs.MaxGraceSeconds*time.Second {
-		return Job{}, errcode.New(errcode.InvalidArgument, "grace_seconds must be 0–%d", hostjobs.MaxGraceSeconds)
+	if err := jobmodel.CheckGrace(grace); err != nil {
+		return Job{}, err
 	}
 	mc, m, err := s.client(ctx, machineRef)
 	if err != nil {

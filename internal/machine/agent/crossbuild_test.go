@@ -18,6 +18,7 @@ var MachineSide = []string{
 	"./internal/machine/agent",
 	"./internal/machine/proto",
 	"./internal/gpu",
+	"./internal/jobmodel",
 	"./internal/peerreply",
 	"./internal/text",
 }
