@@ -139,8 +139,9 @@ func (p Peer) Read(body io.Reader, what string, limit int64) ([]byte, error) {
 		return nil, p.Oversized(what, limit)
 	}
 	if err != nil {
+		// What the connection did, not what the peer said: no origin mark.
 		return nil, errcode.Wrap(p.BrokenOff, err, "%s broke off its reply%s%s: %s", p.Name, to(what), p.BrokenHint,
-			text.Clean(err.Error(), 200)).With("origin", p.Origin)
+			text.Clean(err.Error(), 200))
 	}
 	return b, nil
 }
