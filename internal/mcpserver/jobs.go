@@ -117,19 +117,39 @@ type JobListOut struct {
 	Omitted int      `json:"omitted" jsonschema:"How many older jobs the limit left out."`
 }
 
-// JobLogsOut is job_logs's reply.
-type JobLogsOut struct {
+// LogDataOut is the text of a page of a job's log, as job_logs and remote_job_logs reply it.
+type LogDataOut struct {
 	JobID      string `json:"job_id" jsonschema:"The job's id."`
 	Data       string `json:"data" jsonschema:"The output slice as UTF-8 text (bytes that are not UTF-8 are replaced by U+FFFD; data_base64 then has the exact bytes)."`
 	DataBase64 string `json:"data_base64,omitempty" jsonschema:"The exact bytes in standard base64; present only when they are not valid UTF-8."`
-	Stream     string `json:"stream" jsonschema:"all, stdout or stderr."`
-	Offset     int64  `json:"offset" jsonschema:"Where the slice starts in the log."`
-	NextOffset int64  `json:"next_offset" jsonschema:"Pass as offset_bytes to read on."`
-	TotalBytes int64  `json:"total_bytes" jsonschema:"The log's size now; next_offset == total_bytes means you have read it all so far."`
-	Truncated  bool   `json:"truncated" jsonschema:"The log stopped being written (the sandbox's disk filled); the job was not stopped by it."`
-	State      string `json:"state" jsonschema:"The job's state as recorded."`
-	Source     string `json:"source" jsonschema:"agent (the whole log, on the sandbox's disk) or record (the sandbox is gone: only the last 64 KiB were kept)."`
-	Message    string `json:"message,omitempty" jsonschema:"A note, e.g. that earlier bytes are gone with the sandbox."`
+}
+
+// logData is the page data of job id as text, with the exact bytes when they are not UTF-8.
+func logData(id string, data []byte) LogDataOut {
+	out := LogDataOut{JobID: id, Data: strings.ToValidUTF8(string(data), "\uFFFD")}
+	if !utf8.Valid(data) {
+		out.DataBase64 = base64.StdEncoding.EncodeToString(data)
+	}
+	return out
+}
+
+// LogRangeOut is where a page of a job's log lies (jobmodel.Slice), as job_logs and
+// remote_job_logs reply it.
+type LogRangeOut struct {
+	Offset     int64 `json:"offset" jsonschema:"Where the slice starts in the log."`
+	NextOffset int64 `json:"next_offset" jsonschema:"Pass as offset_bytes to read on."`
+	TotalBytes int64 `json:"total_bytes" jsonschema:"The log's size now; next_offset == total_bytes means you have read it all so far."`
+}
+
+// JobLogsOut is job_logs's reply.
+type JobLogsOut struct {
+	LogDataOut
+	Stream string `json:"stream" jsonschema:"all, stdout or stderr."`
+	LogRangeOut
+	Truncated bool   `json:"truncated" jsonschema:"The log stopped being written (the sandbox's disk filled); the job was not stopped by it."`
+	State     string `json:"state" jsonschema:"The job's state as recorded."`
+	Source    string `json:"source" jsonschema:"agent (the whole log, on the sandbox's disk) or record (the sandbox is gone: only the last 64 KiB were kept)."`
+	Message   string `json:"message,omitempty" jsonschema:"A note, e.g. that earlier bytes are gone with the sandbox."`
 }
 
 const jobErrs = "JOB_NOT_FOUND (wrong job_id: check job_list)"
@@ -263,11 +283,9 @@ func (s *Server) jobLogs(ctx context.Context, _ *mcp.CallToolRequest, in JobLogs
 	if err != nil {
 		return JobLogsOut{}, "", err
 	}
-	out := JobLogsOut{JobID: l.JobID, Data: strings.ToValidUTF8(string(l.Data), "\uFFFD"), Stream: l.Stream, Offset: l.Offset,
-		NextOffset: l.NextOffset, TotalBytes: l.TotalBytes, Truncated: l.Truncated, State: string(l.State), Source: l.Source, Message: l.Message}
-	if !utf8.Valid(l.Data) {
-		out.DataBase64 = base64.StdEncoding.EncodeToString(l.Data)
-	}
+	out := JobLogsOut{LogDataOut: logData(l.JobID, l.Data), Stream: l.Stream,
+		LogRangeOut: LogRangeOut{Offset: l.Offset, NextOffset: l.NextOffset, TotalBytes: l.TotalBytes},
+		Truncated:   l.Truncated, State: string(l.State), Source: l.Source, Message: l.Message}
 	text := out.Data + fmt.Sprintf("\n[job_logs: bytes %d-%d of %d; next_offset %d; job %s]", out.Offset, out.NextOffset, out.TotalBytes, out.NextOffset, out.State)
 	return out, text, nil
 }

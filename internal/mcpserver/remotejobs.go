@@ -2,11 +2,9 @@ package mcpserver
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -114,13 +112,9 @@ type RemoteJobListOut struct {
 
 // RemoteJobLogsOut is remote_job_logs's reply.
 type RemoteJobLogsOut struct {
-	JobID      string `json:"job_id" jsonschema:"The job's id."`
-	Data       string `json:"data" jsonschema:"The output slice as UTF-8 text (bytes that are not UTF-8 are replaced by U+FFFD; data_base64 then has the exact bytes)."`
-	DataBase64 string `json:"data_base64,omitempty" jsonschema:"The exact bytes in standard base64; present only when they are not valid UTF-8."`
-	Offset     int64  `json:"offset" jsonschema:"Where the slice starts in the log."`
-	NextOffset int64  `json:"next_offset" jsonschema:"Pass as offset_bytes to read on."`
-	TotalBytes int64  `json:"total_bytes" jsonschema:"The log's size now; next_offset == total_bytes means you have read it all so far."`
-	State      string `json:"state" jsonschema:"The job's state."`
+	LogDataOut
+	LogRangeOut
+	State string `json:"state" jsonschema:"The job's state."`
 }
 
 const (
@@ -270,11 +264,8 @@ func (s *Server) remoteJobLogs(ctx context.Context, _ *mcp.CallToolRequest, in R
 	if err != nil {
 		return RemoteJobLogsOut{}, "", err
 	}
-	out := RemoteJobLogsOut{JobID: l.JobID, Data: strings.ToValidUTF8(string(l.Data), "\uFFFD"), Offset: l.Offset,
-		NextOffset: l.NextOffset, TotalBytes: l.TotalBytes, State: l.State}
-	if !utf8.Valid(l.Data) {
-		out.DataBase64 = base64.StdEncoding.EncodeToString(l.Data)
-	}
+	out := RemoteJobLogsOut{LogDataOut: logData(l.JobID, l.Data),
+		LogRangeOut: LogRangeOut{Offset: l.Offset, NextOffset: l.NextOffset, TotalBytes: l.TotalBytes}, State: l.State}
 	return out, out.Data, nil
 }
 
