@@ -81,11 +81,11 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if req.MaxBytes, err = boundedParam(q, "max_bytes", 1, sandbox.MaxJobLogBytes); err != nil {
+	if req.MaxBytes, err = boundedParam(q, "max_bytes", 1, jobmodel.MaxLogBytes); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	tail, err := boundedParam(q, "tail_lines", 1, sandbox.MaxTailLines)
+	tail, err := boundedParam(q, "tail_lines", 1, jobmodel.MaxTailLines)
 	if err != nil {
 		s.fail(w, r, err)
 		return

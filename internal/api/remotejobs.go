@@ -104,7 +104,7 @@ func (s *Server) remoteJobLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	var req remotejobs.LogsRequest
-	tail, err := boundedParam(q, "tail_lines", 1, hostjobs.MaxTailLines)
+	tail, err := boundedParam(q, "tail_lines", 1, jobmodel.MaxTailLines)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -114,7 +114,7 @@ func (s *Server) remoteJobLogs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	maxb, err := boundedParam(q, "max_bytes", 1, hostjobs.MaxLogBytes)
+	maxb, err := boundedParam(q, "max_bytes", 1, jobmodel.MaxLogBytes)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -146,11 +146,11 @@ func (s *Server) cancelRemoteJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	grace := hostjobs.DefaultGraceSeconds
+	grace := jobmodel.DefaultGraceSeconds
 	if req.GraceSeconds != nil {
 		grace = *req.GraceSeconds
 	}
-	if g, err := boundedParam(r.URL.Query(), "grace_seconds", 0, hostjobs.MaxGraceSeconds); err != nil {
+	if g, err := boundedParam(r.URL.Query(), "grace_seconds", 0, jobmodel.MaxGraceSeconds); err != nil {
 		s.fail(w, r, err)
 		return
 	} else if g != nil {

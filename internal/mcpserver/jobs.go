@@ -198,8 +198,8 @@ Reply: {data, next_offset, total_bytes, truncated, offset, state, source, …}. 
 	}, func(in *jsonschema.Schema) {
 		in.Properties["stream"].Enum = []any{"all", "stdout", "stderr"}
 		in.Properties["offset_bytes"].Minimum = ptr(0.0)
-		in.Properties["max_bytes"].Minimum, in.Properties["max_bytes"].Maximum = ptr(1.0), ptr(float64(sandbox.MaxJobLogBytes))
-		in.Properties["tail_lines"].Minimum, in.Properties["tail_lines"].Maximum = ptr(1.0), ptr(float64(sandbox.MaxTailLines))
+		in.Properties["max_bytes"].Minimum, in.Properties["max_bytes"].Maximum = ptr(1.0), ptr(float64(jobmodel.MaxLogBytes))
+		in.Properties["tail_lines"].Minimum, in.Properties["tail_lines"].Maximum = ptr(1.0), ptr(float64(jobmodel.MaxTailLines))
 	}, s.jobLogs)
 
 	addTool(s, &mcp.Tool{
@@ -221,7 +221,7 @@ Reply: the job's status, state "canceled" (or how it ended, if it ended first).
 ` + errorsDoc(errNotFound, jobErrs, errInvalid),
 		Annotations: &mcp.ToolAnnotations{Title: "Cancel a job", DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, func(in *jsonschema.Schema) {
-		in.Properties["grace_seconds"].Minimum, in.Properties["grace_seconds"].Maximum = ptr(0.0), ptr(sandbox.MaxCancelGrace.Seconds())
+		in.Properties["grace_seconds"].Minimum, in.Properties["grace_seconds"].Maximum = ptr(0.0), ptr(jobmodel.MaxGrace.Seconds())
 	}, s.jobCancel)
 }
 
@@ -273,8 +273,8 @@ func (s *Server) jobStatus(ctx context.Context, _ *mcp.CallToolRequest, in JobIn
 func (s *Server) jobLogs(ctx context.Context, _ *mcp.CallToolRequest, in JobLogsIn) (JobLogsOut, string, error) {
 	req := sandbox.JobLogsRequest{Stream: in.Stream, Offset: in.OffsetBytes, MaxBytes: in.MaxBytes}
 	if in.TailLines != nil {
-		if *in.TailLines < 1 || *in.TailLines > sandbox.MaxTailLines {
-			return JobLogsOut{}, "", errcode.New(errcode.InvalidArgument, "tail_lines must be between 1 and %d; got %d", sandbox.MaxTailLines, *in.TailLines)
+		if *in.TailLines < 1 || *in.TailLines > jobmodel.MaxTailLines {
+			return JobLogsOut{}, "", errcode.New(errcode.InvalidArgument, "tail_lines must be between 1 and %d; got %d", jobmodel.MaxTailLines, *in.TailLines)
 		}
 		n := int(*in.TailLines)
 		req.TailLines = &n

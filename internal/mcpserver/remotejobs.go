@@ -171,8 +171,8 @@ Reply: {data, offset, next_offset, total_bytes, state}. Page to the end by passi
 		Annotations: &mcp.ToolAnnotations{Title: "Read a remote job's output", ReadOnlyHint: true, OpenWorldHint: ptr(true)},
 	}, func(in *jsonschema.Schema) {
 		in.Properties["offset_bytes"].Minimum = ptr(0.0)
-		in.Properties["max_bytes"].Minimum, in.Properties["max_bytes"].Maximum = ptr(1.0), ptr(float64(hostjobs.MaxLogBytes))
-		in.Properties["tail_lines"].Minimum, in.Properties["tail_lines"].Maximum = ptr(1.0), ptr(float64(hostjobs.MaxTailLines))
+		in.Properties["max_bytes"].Minimum, in.Properties["max_bytes"].Maximum = ptr(1.0), ptr(float64(jobmodel.MaxLogBytes))
+		in.Properties["tail_lines"].Minimum, in.Properties["tail_lines"].Maximum = ptr(1.0), ptr(float64(jobmodel.MaxTailLines))
 	}, s.remoteJobLogs)
 
 	addTool(s, &mcp.Tool{
@@ -183,7 +183,7 @@ Reply: the job's status, state "canceled" (or how it ended, if it ended first).
 ` + errorsDoc(errMachine, errRemoteJob, errInvalid, errNoRemoteJob),
 		Annotations: &mcp.ToolAnnotations{Title: "Cancel a remote job", DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(true)},
 	}, func(in *jsonschema.Schema) {
-		in.Properties["grace_seconds"].Minimum, in.Properties["grace_seconds"].Maximum = ptr(0.0), ptr(float64(hostjobs.MaxGraceSeconds))
+		in.Properties["grace_seconds"].Minimum, in.Properties["grace_seconds"].Maximum = ptr(0.0), ptr(float64(jobmodel.MaxGraceSeconds))
 	}, s.remoteJobCancel)
 }
 
