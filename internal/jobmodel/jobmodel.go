@@ -169,11 +169,11 @@ func CheckSlice(s Slice, n int, max int, offset *int64) error {
 	case s.Offset < 0 || s.TotalBytes < 0:
 		return fmt.Errorf("negative offset or size")
 	case n > max:
-		return fmt.Errorf("%d bytes of log for a page of at most %d", n, max)
+		return fmt.Errorf("%d bytes of log for a slice of at most %d", n, max)
 	case s.NextOffset != s.Offset+int64(n) || s.NextOffset > s.TotalBytes:
-		return fmt.Errorf("page %d+%d, next %d, of a log of %d bytes", s.Offset, n, s.NextOffset, s.TotalBytes)
+		return fmt.Errorf("slice %d+%d, next %d, of a log of %d bytes", s.Offset, n, s.NextOffset, s.TotalBytes)
 	case offset != nil && s.Offset != min(*offset, s.TotalBytes):
-		return fmt.Errorf("page at %d for offset %d", s.Offset, *offset)
+		return fmt.Errorf("slice at %d for offset %d", s.Offset, *offset)
 	}
 	return nil
 }
