@@ -19,22 +19,21 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/mcprelay"
 	"github.com/agentbox/agentbox/internal/mcpserver"
+	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/statedir"
 )
 
-// Both control planes the MCP server can drive.
-var (
-	_ mcpserver.Backend = (*sandbox.Service)(nil)
-	_ mcpserver.Backend = (*client.Backend)(nil)
-)
+// The in-process control plane the MCP server drives when no server is running.
+var _ mcpserver.Backend = (*sandbox.Service)(nil)
 
-// cmdMCP serves MCP over stdio: JSON-RPC on stdout, logs on stderr. It uses the running server
-// of the state dir when there is one, else runs the control plane in-process (holding the
-// state-dir lock, so two clients never run two control planes on one state dir).
+// cmdMCP serves MCP over stdio: JSON-RPC on stdout, logs on stderr. With a running server (the
+// state dir's, or the one the CLI would use) it relays stdio to the server's /mcp endpoint, so
+// the server's one MCP implementation serves this client too, its session the owner of what it
+// creates; else it runs the control plane in-process (holding the state-dir lock, so two
+// clients never run two control planes on one state dir).
 func cmdMCP(args []string) int {
 	cfg := config.Default()
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
@@ -42,13 +41,13 @@ func cmdMCP(args []string) int {
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (in-process control plane only)")
 	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime (in-process control plane only)")
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once (in-process control plane only)")
-	registerEgressFlags(fs, &cfg) // network (issue 12; in-process control plane only)
-	registerImageFlags(fs, &cfg)  // images (issue 13, images.go; in-process control plane only)
-	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go; in-process control plane only)
+	registerEgressFlags(fs, &cfg) // network (in-process control plane only)
+	registerImageFlags(fs, &cfg)  // images (images.go; in-process control plane only)
+	registerRunFlags(fs, &cfg)    // durable runs (run.go; in-process control plane only)
 	var tlsOpts clientTLS
-	tlsOpts.register(fs)            // a running server over https (issue 16, tls.go)
-	registerAuditFlags(fs, &cfg)    // the audit log (issue 16, audit.go; in-process control plane only)
-	registerApprovalFlags(fs, &cfg) // approvals (issue 16, approvals.go; in-process control plane only)
+	tlsOpts.register(fs)            // a running server over https (tls.go)
+	registerAuditFlags(fs, &cfg)    // the audit log (audit.go; in-process control plane only)
+	registerApprovalFlags(fs, &cfg) // approvals (approvals.go; in-process control plane only)
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -71,29 +70,23 @@ func cmdMCP(args []string) int {
 	ctx, cancel := signalContext()
 	defer cancel()
 
-	backend, runsBE, sqlBE, where, gates, closeFn, err := mcpBackend(ctx, cfg, explicitDir, tlsOpts, log)
+	server, cp, where, err := mcpControlPlane(ctx, cfg, explicitDir, tlsOpts, log)
 	if err != nil {
 		return fail(err)
 	}
-	defer closeFn()
-	apiCall, closeAPI := mcpAPICall(backend, runsBE, gates, log) // api_call (issue 16, apicall.go)
+	if server != nil {
+		return relayMCP(ctx, server, log)
+	}
+	defer cp.Close()
+	apiCall, closeAPI := mcpAPICall(cp, log) // api_call (apicall.go)
 	defer closeAPI()
-	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: runsBE, APICall: apiCall, Gate: gates, SQL: sqlBE}
-	if cp := inProcess.Load(); cp != nil {
-		cp.prom.Attach(cp.svc, cp.svc, log)  // no REST server attaches it here
-		opts.Metrics = cp.metricsSource(ctx) // fetch_metrics (issue 16); over REST: the server's /metrics
-	}
-	if cb, ok := backend.(*client.Backend); ok { // joined machines (issue 17): the server's registry
-		opts.Machines = cb.Machines()
-		opts.RemoteJobs = cb.RemoteJobs()
-		opts.Remote = cb.Machines() // remote_exec, remote_screenshot through the server
-	}
-	srv := mcpserver.New(backend, opts)
+	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: cp.runsBackend(), APICall: apiCall, Gate: cp.gates, SQL: cp.store}
+	cp.prom.Attach(cp.svc, cp.svc, log)  // no REST server attaches it here
+	opts.Metrics = cp.metricsSource(ctx) // fetch_metrics over the process's own registry
+	srv := mcpserver.New(cp.svc, opts)
 	defer srv.Close()
-	if _, inProcess := backend.(*sandbox.Service); inProcess {
-		if err := srv.Adopt(ctx); err != nil {
-			return fail(err)
-		}
+	if err := srv.Adopt(ctx); err != nil {
+		return fail(err)
 	}
 	log.Info("agentbox mcp serving on stdio", "control_plane", where)
 	if err := srv.MCP().Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil && !errors.Is(err, mcp.ErrConnectionClosed) {
@@ -102,32 +95,46 @@ func cmdMCP(args []string) int {
 	return 0
 }
 
-// mcpBackend finds the control plane: the running server of the state dir; without an explicit
-// --state-dir, also the server the CLI would use ($AGENTBOX_URL, else 127.0.0.1:8765 — e.g. one
-// run by root for this user); else an in-process control plane.
-func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpts clientTLS, log *slog.Logger) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, string, gate.Chain, func(), error) {
-	running := func() (*client.Backend, string, error) {
+// mcpAPICall is api_call's transport for `agentbox mcp`'s in-process control plane: an api
+// handler over it with its gates; the func returned closes it.
+func mcpAPICall(cp *controlPlane, log *slog.Logger) (mcpserver.APICallFunc, func()) {
+	rs, _ := cp.runsBackend().(*runs.Service)
+	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates})
+	return h.Call, h.Close
+}
+
+// relayMCP relays stdio to the running server's MCP endpoint until either ends.
+func relayMCP(ctx context.Context, server *client.Client, log *slog.Logger) int {
+	endpoint := server.BaseURL() + "/mcp"
+	log.Info("agentbox mcp relaying stdio to the running server", "url", endpoint)
+	err := mcprelay.Run(ctx, &mcp.StdioTransport{}, mcprelay.Options{Endpoint: endpoint, HTTPClient: server.HTTP(), Logger: log,
+		OnSession: func(id string) { log.Info("mcp session opened on the server", "session", id) }})
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "agentbox mcp: the MCP session with the agentbox server at %s ended: %v\n", server.BaseURL(), err)
+		return 1
+	}
+	return 0
+}
+
+// mcpControlPlane finds the control plane: the running server of the state dir; without an
+// explicit --state-dir, also the server the CLI would use ($AGENTBOX_URL, else 127.0.0.1:8765 —
+// e.g. one run by root for this user); else an in-process control plane. Exactly one of the
+// server and the control plane is non-nil.
+func mcpControlPlane(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpts clientTLS, log *slog.Logger) (*client.Client, *controlPlane, string, error) {
+	running := func() (*client.Client, error) {
 		if info, err := config.ReadServerInfo(cfg.StateDir); err == nil && info.URL != "" {
-			if b, err := serverAt(ctx, cfg, info.URL, tlsOpts.forURL(info.URL, cfg.StateDir)); b != nil || err != nil {
-				return b, info.URL, err
+			if c, err := serverAt(ctx, cfg, info.URL, tlsOpts.forURL(info.URL, cfg.StateDir)); c != nil || err != nil {
+				return c, err
 			}
 		}
 		if explicitDir {
-			return nil, "", nil
+			return nil, nil
 		}
 		url := config.ServerURL()
-		b, err := serverAt(ctx, cfg, url, tlsOpts.forURL(url))
-		return b, url, err
+		return serverAt(ctx, cfg, url, tlsOpts.forURL(url))
 	}
-	// A running server gates every call itself (its key's scope); in process, the chain is ours.
-	use := func(b *client.Backend, url string) (mcpserver.Backend, mcpserver.RunsBackend, sqlquery.Querier, string, gate.Chain, func(), error) {
-		log.Info("using the running server", "url", url)
-		return b, b.Runs(), b.SQL(), "agentbox serve at " + url, nil, func() {}, nil
-	}
-	if b, url, err := running(); err != nil {
-		return nil, nil, nil, "", nil, nil, err
-	} else if b != nil {
-		return use(b, url)
+	if c, err := running(); err != nil || c != nil {
+		return c, nil, "", err
 	}
 	cp, err := buildControlPlane(ctx, cfg, log, nil) // no HTTP server: no preview URLs
 	if errors.Is(err, statedir.ErrLocked) {
@@ -136,34 +143,30 @@ func mcpBackend(ctx context.Context, cfg config.Config, explicitDir bool, tlsOpt
 		deadline := time.Now().Add(3 * time.Second)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
-			if b, url, rerr := running(); rerr != nil {
-				return nil, nil, nil, "", nil, nil, rerr
-			} else if b != nil {
-				return use(b, url)
+			if c, rerr := running(); rerr != nil || c != nil {
+				return c, nil, "", rerr
 			}
 		}
-		return nil, nil, nil, "", nil, nil, fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
+		return nil, nil, "", fmt.Errorf("%w\nanother `agentbox mcp` (or a server that is not answering) is using state dir %s, and two control planes must never share one. "+
 			"To let several MCP clients share sandboxes, run `agentbox serve --state-dir %s` and they will all connect to it; or give this one its own --state-dir", err, cfg.StateDir, cfg.StateDir)
 	}
 	if err != nil {
-		return nil, nil, nil, "", nil, nil, err
+		return nil, nil, "", err
 	}
-	// Durable runs (issue 14): no HTTP server in process, so artifact URLs have no address to
-	// name (run_artifact returns small files inline).
+	// Durable runs: no HTTP server in process, so artifact URLs have no address to name
+	// (run_artifact returns small files inline).
 	if err := cp.startRuns(ctx, cfg, log, func() string { return "" }); err != nil {
 		cp.Close()
-		return nil, nil, nil, "", nil, nil, err
+		return nil, nil, "", err
 	}
 	cp.startLoop(ctx) // TTLs, destroys, the orphan sweep, the run workers; cp.Close stops it and waits
-	closeFn := cp.Close
-	inProcess.Store(cp)
-	return cp.svc, cp.runsBackend(), cp.store, "in-process (state dir " + cfg.StateDir + ")", cp.gates, closeFn, nil
+	return nil, cp, "in-process (state dir " + cfg.StateDir + ")", nil
 }
 
-// serverAt returns a backend over the agentbox server at url if it answers /health (nil if
-// nobody answers there). A server that answers but refuses our token is an error, not a reason
-// to start another control plane.
-func serverAt(ctx context.Context, cfg config.Config, url string, trust client.TLS) (*client.Backend, error) {
+// serverAt returns a client of the agentbox server at url if it answers /health and takes our
+// token (nil if nobody answers there). A server that answers but refuses our token is an error,
+// not a reason to start another control plane.
+func serverAt(ctx context.Context, cfg config.Config, url string, trust client.TLS) (*client.Client, error) {
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	probe, err := client.NewTLS(url, "", trust)
@@ -193,7 +196,7 @@ func serverAt(ctx context.Context, cfg config.Config, url string, trust client.T
 		}
 		return nil, fmt.Errorf("the agentbox server at %s answers /health but not the API: %w", url, err)
 	}
-	return client.NewBackend(c), nil
+	return c, nil
 }
 
 // mcpHandlers returns the MCP HTTP endpoints `agentbox serve` mounts behind its auth, Host check

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -296,8 +295,8 @@ func TestMCPStdio(t *testing.T) {
 }
 
 // TestMCPStdioUsesRunningServer: with `agentbox serve` up on the state dir, `agentbox mcp` finds
-// it and its token and drives it over REST — sandboxes, streamed output and cancellation
-// included.
+// it and its token and relays stdio to its /mcp endpoint — sandboxes, streamed output and
+// cancellation included; the server's own MCP server answers (its control plane, its tools).
 func TestMCPStdioUsesRunningServer(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "abmcp")
@@ -310,8 +309,8 @@ func TestMCPStdioUsesRunningServer(t *testing.T) {
 	for _, v := range []string{"2026-07-28", "2025-06-18"} {
 		t.Run(v, func(t *testing.T) {
 			s := open(t, &mcp.CommandTransport{Command: mcpCmd(testToken)}, v)
-			if cp := s.loop(); cp != "agentbox serve at "+url {
-				t.Fatalf("control plane %q, want the server at %s", cp, url)
+			if cp := s.loop(); cp != "agentbox serve (state dir "+dir+")" {
+				t.Fatalf("control plane %q, want the server of %s", cp, dir)
 			}
 		})
 	}
@@ -323,16 +322,16 @@ func TestMCPStdioUsesRunningServer(t *testing.T) {
 		t.Fatalf("the server does not know %s: %v %v", sb.SandboxID, got, err)
 	}
 	s.ok("sandbox_destroy", map[string]any{"sandbox_id": sb.SandboxID}, nil)
-	// Issue 16 over the bridge: run_python through POST /v1/run_python, fetch_metrics from /metrics.
+	// run_python and fetch_metrics are the server's own: its registry, with the state collector.
 	var rp mcpserver.RunCodeOut
 	s.ok("run_python", map[string]any{"code": "print('hi')\n6*7"}, &rp)
 	if rp.Value == nil || rp.Value.JSON != float64(42) || rp.Stdout != "hi\n" {
-		t.Fatalf("run_python over the bridge: %+v", rp)
+		t.Fatalf("run_python through the relay: %+v", rp)
 	}
 	var fm mcpserver.FetchMetricsOut
-	s.ok("fetch_metrics", map[string]any{"prefix": "agentbox_http_requests"}, &fm)
-	if len(fm.Metrics) != 1 || !strings.Contains(fmt.Sprint(fm.Metrics[0].Samples), "POST /v1/run_python") {
-		t.Fatalf("fetch_metrics over the bridge: %+v", fm)
+	s.ok("fetch_metrics", map[string]any{"name": "agentbox_capacity_sandboxes_used"}, &fm)
+	if len(fm.Metrics) != 1 || len(fm.Metrics[0].Samples) != 1 {
+		t.Fatalf("fetch_metrics through the relay: %+v", fm)
 	}
 
 	cmd := mcpCmd("wrong-token-0123456789")

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -453,7 +452,3 @@ func (cp *controlPlane) metricsSource(ctx context.Context) *metricsnap.Source {
 	go src.Run(ctx)
 	return src
 }
-
-// inProcess is the control plane `agentbox mcp` runs in this process (nil over a running
-// server).
-var inProcess atomic.Pointer[controlPlane]

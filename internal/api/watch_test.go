@@ -3,7 +3,6 @@ package api_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -16,12 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 	"github.com/agentbox/agentbox/internal/watch"
@@ -440,74 +436,5 @@ func TestWatchMetricsSSE(t *testing.T) {
 	}
 	if len(at) < 3 || len(at) > 4 || time.Since(start) > 5*time.Second {
 		t.Fatalf("%d samples in %s, want 3 or 4 (one at once, then one a second for 3 s)", len(at), time.Since(start))
-	}
-}
-
-// TestMCPWatchOverREST: the MCP watch tool over client.Backend (`agentbox mcp` driving a
-// running serve) gets each transition pushed as progress through the REST event stream.
-func TestMCPWatchOverREST(t *testing.T) {
-	f := newFakeServer(t)
-	sb := f.create(t)
-	srv := mcpserver.New(client.NewBackend(f.c), mcpserver.Options{})
-	defer srv.Close()
-	ct, st := mcp.NewInMemoryTransports()
-	ss, err := srv.MCP().Connect(t.Context(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	var mu sync.Mutex
-	var got []string
-	cl := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			got = append(got, r.Params.Message)
-			mu.Unlock()
-		},
-	})
-	cs, err := cl.Connect(t.Context(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	done := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		p := &mcp.CallToolParams{Name: "watch", Arguments: map[string]any{"sandbox_id": sb.ID, "duration_seconds": 30}}
-		p.SetProgressToken("t1")
-		res, err := cs.CallTool(context.Background(), p)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
-	waitFor(t, 5*time.Second, "the snapshot", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 1 })
-	if _, err := f.svc.Destroy(t.Context(), sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case res := <-done:
-		if res == nil || res.IsError {
-			t.Fatalf("watch over REST: %+v", res)
-		}
-		var out mcpserver.WatchOut
-		b, _ := json.Marshal(res.StructuredContent)
-		if err := json.Unmarshal(b, &out); err != nil || out.Messages != 3 || out.LastState != "destroyed" || out.Ended != "sandbox_ended" {
-			t.Fatalf("summary %s", b)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("watch over REST did not end at destroy")
-	}
-	// The client may handle notifications after the reply that followed them on the wire.
-	waitFor(t, 2*time.Second, "every notification", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 4 })
-	mu.Lock()
-	defer mu.Unlock()
-	want := []string{"state running", "state running → stopping", "state stopping → destroyed", "end (state destroyed)"}
-	if len(got) != len(want) {
-		t.Fatalf("progress %q, want %d like %q", got, len(want), want)
-	}
-	for i := range want {
-		if !strings.HasPrefix(got[i], sb.ID+" "+want[i]) {
-			t.Fatalf("progress[%d] %q, want %q", i, got[i], want[i])
-		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/api"
-	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 )
@@ -128,24 +127,6 @@ func TestAPICall(t *testing.T) {
 	if nt < 10 {
 		t.Fatalf("the tool gate saw %d api_call calls", nt)
 	}
-
-	// Over a running serve's REST API (agentbox mcp as a bridge): the same tool through the client.
-	h2 := api.New(svc, api.Options{Token: "bridge-token"})
-	hs := httptest.NewServer(h2)
-	defer func() { hs.Close(); h2.Close() }()
-	bridge := mcpserver.New(svc, mcpserver.Options{APICall: apiclient.NewBackend(apiclient.New(hs.URL, "bridge-token")).Call})
-	defer bridge.Close()
-	bc := connect(t, bridge, "2025-11-25")
-	bc.ok("api_call", map[string]any{"method": "GET", "path": "/v1/sandboxes/" + id}, &out)
-	if sb, _ := out.Body.(map[string]any); out.Status != 200 || sb["sandbox_id"] != id {
-		t.Fatalf("get over REST: %+v", out)
-	}
-	bc.ok("api_call", map[string]any{"method": "GET", "path": "/v1/sandboxes/" + id + "/files", "query": map[string]any{"path": "big.bin"}}, &out)
-	if !out.Truncated || out.Bytes != mcpserver.MaxAPICallReply {
-		t.Fatalf("big file over REST: truncated %v bytes %d", out.Truncated, out.Bytes)
-	}
-	bc.fails("api_call", map[string]any{"method": "GET", "path": "/v1/sandboxes/sb-000000000000"}, "SANDBOX_NOT_FOUND")
-	bc.fails("api_call", map[string]any{"method": "GET", "path": "/v1/sandboxes/../../etc/passwd"}, "INVALID_ARGUMENT")
 
 	c.ok("api_call", map[string]any{"method": "DELETE", "path": "/v1/sandboxes/" + id}, &out)
 	if out.Status != 200 {

@@ -25,9 +25,9 @@ import (
 	"github.com/agentbox/agentbox/internal/watch"
 )
 
-// Backend is what the MCP surface needs from the control plane. *sandbox.Service satisfies it
-// directly; internal/api/client.Backend satisfies it over the REST API. Errors are *errcode.Error
-// where the caller can act on them.
+// Backend is what the MCP surface needs from the control plane: *sandbox.Service, in `agentbox
+// serve` or in an `agentbox mcp` without a server (with one, `agentbox mcp` relays to the
+// server's own MCP endpoint). Errors are *errcode.Error where the caller can act on them.
 type Backend interface {
 	Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error)
 	Get(ctx context.Context, id string) (sandbox.Sandbox, error)

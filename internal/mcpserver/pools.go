@@ -14,8 +14,8 @@ import (
 
 // Warm pools (issue 15): pool_set, pool_list, pool_delete.
 
-// PoolBackend is what the pool tools need from the control plane: *sandbox.Service in process,
-// client.Backend over a running serve. A backend without it answers UNSUPPORTED_OPERATION.
+// PoolBackend is what the pool tools need from the control plane (*sandbox.Service). A backend
+// without it answers UNSUPPORTED_OPERATION.
 type PoolBackend interface {
 	SetPool(ctx context.Context, p sandbox.Pool) (sandbox.PoolStatus, error)
 	ListPools(ctx context.Context) ([]sandbox.PoolStatus, error)

@@ -2,23 +2,16 @@ package mcpserver_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
-	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// TestPoolTools: pool_set, pool_list and pool_delete, in process and over REST (the bridge's
-// Backend); a create of the pool's shape is claimed from it and says so, and sees its env.
+// TestPoolTools: pool_set, pool_list and pool_delete; a create of the pool's shape is claimed from it and says so, and sees its env.
 func TestPoolTools(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		rest bool
-	}{{"in process", false}, {"over REST", true}} {
+	for _, tc := range []struct{ name string }{{"in process"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc := fakeService(t)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -26,11 +19,6 @@ func TestPoolTools(t *testing.T) {
 			go func() { svc.Run(ctx); close(done) }() // the refill loop runs with the control loop
 			t.Cleanup(func() { cancel(); <-done })
 			var b mcpserver.Backend = svc
-			if tc.rest {
-				hs := httptest.NewServer(api.New(svc, api.Options{Token: "tok"}))
-				t.Cleanup(hs.Close)
-				b = apiclient.NewBackend(apiclient.New(hs.URL, "tok"))
-			}
 			srv := mcpserver.New(b, mcpserver.Options{})
 			t.Cleanup(srv.Close)
 			c := connect(t, srv, protocolVersions[len(protocolVersions)-1])

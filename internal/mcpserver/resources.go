@@ -89,7 +89,7 @@ func (s *Server) readCapacity(ctx context.Context, req *mcp.ReadResourceRequest)
 }
 
 // watcher implements resource subscriptions on the backend's event stream (Backend.Subscribe:
-// the service's event bus in-process, a long poll of GET /v1/events over REST), so it sees
+// the service's event bus), so it sees
 // changes made by anyone, as they are recorded. It follows the stream only while someone is
 // subscribed.
 type watcher struct {

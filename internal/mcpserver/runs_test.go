@@ -12,8 +12,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentbox/agentbox/internal/api"
-	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -24,11 +22,8 @@ import (
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
-// Both run services the MCP server can drive.
-var (
-	_ mcpserver.RunsBackend = (*runs.Service)(nil)
-	_ mcpserver.RunsBackend = (*apiclient.RunsBackend)(nil)
-)
+// The run service the MCP server drives.
+var _ mcpserver.RunsBackend = (*runs.Service)(nil)
 
 // runService is a real run service on the fake runtime (commands run on the host in the runs'
 // Dir) and the SQLite store; base is the address its artifact URLs name.
@@ -133,19 +128,13 @@ func TestRunToolsRefuse(t *testing.T) {
 
 // TestRunTools: run with wait reports its transitions as progress; the record, list, events,
 // logs and artifacts (inline up to 1 MiB, else only the URL) read back; batches and matrices
-// with their failures and tables. In process, then over the REST API.
+// with their failures and tables.
 func TestRunTools(t *testing.T) {
-	for _, over := range []string{"in-process", "rest"} {
+	for _, over := range []string{"in-process"} {
 		t.Run(over, func(t *testing.T) {
 			base := "http://agentbox.test"
 			sbs, rs, work := runService(t, &base)
 			var rb mcpserver.RunsBackend = rs
-			if over == "rest" {
-				hs := httptest.NewServer(api.New(sbs, api.Options{Token: "tok-0123456789abcdef", Runs: rs}))
-				t.Cleanup(hs.Close)
-				base = hs.URL
-				rb = apiclient.NewBackend(apiclient.New(hs.URL, "tok-0123456789abcdef")).Runs()
-			}
 			srv := mcpserver.New(sbs, mcpserver.Options{Runs: rb})
 			t.Cleanup(srv.Close)
 			c := connect(t, srv, protocolVersions[1])

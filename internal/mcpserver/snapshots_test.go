@@ -1,18 +1,15 @@
 package mcpserver_test
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/agentbox/agentbox/internal/api"
-	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// snapshotBackends runs f against an MCP server over the control plane in process and over
-// the REST API (api/client.Backend), each on the fake control plane (no snapshot directory).
+// snapshotBackends runs f against an MCP server over the control plane in process, on the fake
+// control plane (no snapshot directory).
 func snapshotBackends(t *testing.T, f func(t *testing.T, c *client, svc *sandbox.Service)) {
 	snapshotBackendsWith(t, func(*testing.T) sandbox.Config { return sandbox.Config{} }, f)
 }
@@ -23,14 +20,6 @@ func snapshotBackendsWith(t *testing.T, cfg func(*testing.T) sandbox.Config, f f
 		svc := fakeServiceWith(t, cfg(t))
 		srv := mcpserver.New(svc, mcpserver.Options{})
 		t.Cleanup(srv.Close)
-		f(t, connect(t, srv, protocolVersions[1]), svc)
-	})
-	t.Run("rest", func(t *testing.T) {
-		svc := fakeServiceWith(t, cfg(t))
-		h := api.New(svc, api.Options{})
-		hs := httptest.NewServer(h)
-		srv := mcpserver.New(apiclient.NewBackend(apiclient.New(hs.URL, "")), mcpserver.Options{})
-		t.Cleanup(func() { srv.Close(); h.Close(); hs.CloseClientConnections(); hs.Close() })
 		f(t, connect(t, srv, protocolVersions[1]), svc)
 	})
 }

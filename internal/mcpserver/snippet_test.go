@@ -3,10 +3,7 @@ package mcpserver_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"image/png"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/api"
-	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -276,74 +272,6 @@ func TestRunShell(t *testing.T) {
 		t.Fatal("a cancelled call returned no error")
 	}
 	eventually(t, 60*time.Second, "the cancelled run's sandbox destroyed", func() bool { return live(t, svc) == 0 })
-}
-
-// TestSnippetsOverREST: an MCP server over a running server's REST API (as `agentbox mcp`
-// bridges) runs run_python through POST /v1/run_python, inline image included, and
-// fetch_metrics reads the server's /metrics (current values; no history in the bridge).
-func TestSnippetsOverREST(t *testing.T) {
-	svc := service(t, sandbox.Config{})
-	prom := api.NewPrometheus()
-	hs := httptest.NewServer(api.New(svc, api.Options{Token: "tok", Prometheus: prom}))
-	t.Cleanup(hs.Close)
-	srv := mcpserver.New(apiclient.NewBackend(apiclient.New(hs.URL, "tok")), mcpserver.Options{ControlPlane: "test"})
-	defer srv.Close()
-	c := connect(t, srv, protocolVersions[0])
-
-	res := c.call("run_python", obj{"code": pngSnippet})
-	var out mcpserver.RunCodeOut
-	decode(t, res, &out)
-	if res.IsError || out.Value == nil || len(out.Artifacts) != 2 || len(res.Content) != 2 {
-		t.Fatalf("over REST: %s (%d content blocks)", text(res), len(res.Content))
-	}
-	if im, ok := res.Content[1].(*mcp.ImageContent); !ok || im.MIMEType != "image/png" {
-		t.Fatalf("content[1] %T", res.Content[1])
-	}
-	gone(t, svc, out.SandboxID)
-
-	var fm mcpserver.FetchMetricsOut
-	c.ok("fetch_metrics", obj{"name": "agentbox_http_requests_total", "window_seconds": 60}, &fm)
-	if len(fm.Metrics) != 1 || fm.Metrics[0].Type != "counter" {
-		t.Fatalf("metrics: %+v", fm.Metrics)
-	}
-	found := false
-	for _, s := range fm.Metrics[0].Samples {
-		found = found || (s.Labels["route"] == "POST /v1/run_python" && s.Labels["code"] == "200" && s.Value >= 1)
-	}
-	if !found {
-		t.Errorf("no POST /v1/run_python count: %+v", fm.Metrics[0].Samples)
-	}
-	if fm.History == nil || fm.History.Available || !strings.Contains(fm.History.Note, "no history") {
-		t.Errorf("history over a bridge: %+v", fm.History)
-	}
-
-	// REST refuses bad bodies with 400 INVALID_ARGUMENT naming the field; nothing is created.
-	before := live(t, svc)
-	for body, want := range map[string]string{
-		`{"code": "1", "timeout_seconds": 601}`: "timeout_seconds",
-		`{"code": "1", "bogus": true}`:          "bogus",
-		`{"code": ""}`:                          "code",
-		`{"code": "1", "max_output_bytes": -1}`: "max_output_bytes",
-	} {
-		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/v1/run_python", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer tok")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		json.NewDecoder(resp.Body).Decode(&e)
-		resp.Body.Close()
-		if resp.StatusCode != 400 || e.Error.Code != "INVALID_ARGUMENT" || !strings.Contains(e.Error.Message, want) {
-			t.Errorf("%s: %d %+v", body, resp.StatusCode, e.Error)
-		}
-	}
-	if n := live(t, svc); n != before {
-		t.Fatalf("refused bodies left %d live sandboxes, want %d", n, before)
-	}
 }
 
 // TestFetchMetrics: fetch_metrics over the server's real registry by exact name, by prefix, for

@@ -3,19 +3,14 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentbox/agentbox/internal/api"
-	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -92,108 +87,6 @@ func TestSessionsHoldTheirOwn(t *testing.T) {
 	}
 	if got := list(a); len(got) != 0 {
 		t.Fatalf("a's list after the report: %v", got)
-	}
-}
-
-// TestRESTBackend: over the REST API (api/client.Backend), a subscriber is notified promptly
-// of a change made by someone else; env values are never echoed (REST or MCP); output that is
-// not UTF-8 keeps its exact bytes.
-func TestRESTBackend(t *testing.T) {
-	svc := fakeService(t)
-	hs := httptest.NewServer(api.New(svc, api.Options{}))
-	be := apiclient.NewBackend(apiclient.New(hs.URL, ""))
-	srv := mcpserver.New(be, mcpserver.Options{})
-	t.Cleanup(func() { srv.Close(); hs.CloseClientConnections(); hs.Close() })
-	c := connect(t, srv, protocolVersions[1])
-	ctx := context.Background()
-
-	var sb mcpserver.SandboxInfo
-	res := c.call("sandbox_create", obj{"env": obj{"SECRET": "hunter2-value", "A": "b"}})
-	decode(t, res, &sb)
-	raw, _ := json.Marshal(res.StructuredContent)
-	if res.IsError || strings.Contains(string(raw), "hunter2") || strings.Contains(text(res), "hunter2") || !slices.Equal(sb.EnvNames, []string{"A", "SECRET"}) {
-		t.Fatalf("create echoes env values or lacks env_names: %s %q", raw, text(res))
-	}
-	get := func(path string) string {
-		t.Helper()
-		resp, err := http.Get(hs.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	for _, p := range []string{"/v1/sandboxes/" + sb.SandboxID, "/v1/sandboxes"} {
-		if body := get(p); strings.Contains(body, "hunter2") || !strings.Contains(body, `"env_names":["A","SECRET"]`) {
-			t.Fatalf("GET %s: %s", p, body)
-		}
-	}
-	// The env still reaches commands.
-	var ex mcpserver.ExecOut
-	c.ok("exec", obj{"sandbox_id": sb.SandboxID, "command": []string{"sh", "-c", `printf '%s' "$SECRET"`}}, &ex)
-	if ex.Stdout != "hunter2-value" {
-		t.Fatalf("env inside: %+v", ex)
-	}
-
-	// Not UTF-8: text with replacement characters, and the exact bytes.
-	c.ok("exec", obj{"sandbox_id": sb.SandboxID, "command": []string{"printf", `\377\376ok`}}, &ex)
-	if ex.Stdout != "\uFFFD\uFFFDok" || ex.StdoutBase64 != "//5vaw==" || ex.StdoutBytes != 4 || ex.StderrBase64 != "" {
-		t.Fatalf("binary output over MCP: %+v", ex)
-	}
-	var frames []byte
-	r, err := be.Exec(ctx, sb.SandboxID, sandbox.ExecRequest{Argv: []string{"printf", `\377\376ok`}}, func(_ string, d []byte) { frames = append(frames, d...) })
-	if err != nil || string(frames) != "\xff\xfeok" || string(r.StdoutRaw()) != "\xff\xfeok" || r.StdoutBase64 != "//5vaw==" {
-		t.Fatalf("streamed over REST: %q %+v %v", frames, r, err)
-	}
-
-	// Subscriptions follow the event bus through a long poll.
-	if err := c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: mcpserver.SandboxURI(sb.SandboxID)}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond) // the first long poll is waiting
-	start := time.Now()
-	if _, err := svc.Destroy(ctx, sb.SandboxID); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, time.Second, "a notification over REST", func() bool { return slices.Contains(c.updates(), mcpserver.SandboxURI(sb.SandboxID)) })
-	t.Logf("notified %s after the destroy", time.Since(start).Round(time.Millisecond))
-
-	// Backend.Subscribe on its own: every event after the cursor, in order, promptly.
-	evs, err := be.Events(ctx, sandbox.EventFilter{})
-	if err != nil || len(evs) == 0 {
-		t.Fatalf("events: %v %v", evs, err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	ch, err := be.Subscribe(sctx, evs[len(evs)-1].Seq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := svc.Create(ctx, sandbox.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case ev := <-ch:
-		if ev.SandboxID != other.ID || ev.Seq <= evs[len(evs)-1].Seq {
-			t.Fatalf("first event %+v", ev)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("no event within 2s of a create")
-	}
-	cancel()
-	for range ch { // closes when ctx ends
-	}
-
-	// The long poll itself: held until the wait passes when nothing happens; bounded.
-	last, _ := be.Events(ctx, sandbox.EventFilter{})
-	t0 := time.Now()
-	body := get("/v1/events?after=" + itoa(last[len(last)-1].Seq) + "&wait=1s")
-	if d := time.Since(t0); d < 900*time.Millisecond || body != "{\"events\":[]}\n" {
-		t.Fatalf("long poll returned after %s: %s", d, body)
-	}
-	if body := get("/v1/events?wait=1h"); !strings.Contains(body, "INVALID_ARGUMENT") {
-		t.Fatalf("wait=1h: %s", body)
 	}
 }
 

@@ -15,8 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Source is what a Hub needs of the control plane: *sandbox.Service satisfies it, and so does
-// the MCP server's Backend (in-process or over REST).
+// Source is what a Hub needs of the control plane: *sandbox.Service satisfies it.
 type Source interface {
 	Get(ctx context.Context, id string) (sandbox.Sandbox, error)
 	Events(ctx context.Context, f sandbox.EventFilter) ([]sandbox.Event, error)

@@ -14,8 +14,7 @@ type JobLogReader interface {
 
 // JobLogsOf is the logs stream's pager over r (nil if r is nil). A reply's state is read before
 // its data, so a job reported ended has its whole log in the reply's range. The wait is
-// sandbox.JobLogsRequest.Wait: in-process, the agent's long poll; a Backend over REST does not
-// carry it and answers at once.
+// sandbox.JobLogsRequest.Wait: the agent's long poll.
 func JobLogsOf(r JobLogReader) JobLogPager {
 	if r == nil {
 		return nil

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"sync"
@@ -13,7 +14,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -110,10 +110,7 @@ func TestKubeReplicas(t *testing.T) {
 	// once (Postgres NOTIFY), not at B's 2-second recheck.
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
-	evs, err := client.NewBackend(b.client()).Subscribe(wctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := subscribeEvents(wctx, b.URL)
 	await := func(id string, to sandbox.State) time.Duration {
 		t.Helper()
 		start := time.Now()
@@ -177,4 +174,51 @@ func TestKubeReplicas(t *testing.T) {
 	waitPodGone(t, lab, ns, sb.ID)
 	t.Logf("lease taken over %v after the SIGKILL (lease TTL %v); the dead holder's sandbox destroyed %v after its expiry",
 		took.Round(time.Millisecond), leaseTTL, reaped.Sub(sb.ExpiresAt).Round(time.Millisecond))
+}
+
+// subscribeEvents long-polls GET /v1/events?after=N&wait=25s on the server at url, delivering
+// every event in order until ctx ends (then the channel closes); a failed poll is retried from
+// the last event delivered.
+func subscribeEvents(ctx context.Context, url string) <-chan sandbox.Event {
+	out := make(chan sandbox.Event, 64)
+	go func() {
+		defer close(out)
+		var cursor int64
+		for ctx.Err() == nil {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/events?after=%d&wait=25s", url, cursor), nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+token)
+			var l struct {
+				Events []sandbox.Event `json:"events"`
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("GET /v1/events: %s", resp.Status)
+				} else {
+					err = json.NewDecoder(resp.Body).Decode(&l)
+				}
+				resp.Body.Close()
+			}
+			if err != nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for _, ev := range l.Events {
+				select {
+				case out <- ev:
+					cursor = ev.Seq
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
 }

@@ -280,3 +280,28 @@ func (c *Client) FleetMetrics(ctx context.Context) (sandbox.FleetMetrics, error)
 	err := c.doJSON(ctx, http.MethodGet, "/v1/fleet/metrics", nil, nil, &m)
 	return m, err
 }
+
+// HTTP returns an http.Client for the server's other endpoints (its MCP endpoint, /mcp): the
+// client's TLS trust, with its bearer token on every request.
+func (c *Client) HTTP() *http.Client {
+	base := c.hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &http.Client{Transport: bearer{token: c.token, base: base}}
+}
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.token == "" {
+		return b.base.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}

@@ -10,10 +10,11 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 func jobPath(id, jobID, rest string) (string, error) {
-	if err := checkID(id); err != nil {
+	if err := sandboxid.Check(id); err != nil {
 		return "", err
 	}
 	if jobID != "" && !sandbox.ValidJobID(jobID) {
@@ -116,43 +117,4 @@ func (c *Client) CancelJob(ctx context.Context, id, jobID string, grace *time.Du
 	var j sandbox.Job
 	err = c.doJSON(ctx, http.MethodPost, p, nil, body, &j)
 	return j, err
-}
-
-// StartJob starts a detached job.
-func (b *Backend) StartJob(ctx context.Context, id string, req sandbox.JobStartRequest) (sandbox.Job, error) {
-	j, err := b.c.StartJob(ctx, id, api.ExecRequest{Command: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User})
-	return j, b.unreachable(err)
-}
-
-// ListJobs lists a sandbox's jobs.
-func (b *Backend) ListJobs(ctx context.Context, id string, limit int) (sandbox.JobList, error) {
-	l, err := b.c.ListJobs(ctx, id, limit)
-	return l, b.unreachable(err)
-}
-
-// JobStatus returns a job's status.
-func (b *Backend) JobStatus(ctx context.Context, id, jobID string) (sandbox.Job, error) {
-	j, err := b.c.JobStatus(ctx, id, jobID)
-	return j, b.unreachable(err)
-}
-
-// JobLogs reads a slice of a job's output.
-func (b *Backend) JobLogs(ctx context.Context, id, jobID string, req sandbox.JobLogsRequest) (sandbox.JobLogs, error) {
-	l, err := b.c.JobLogs(ctx, id, jobID, req)
-	return l, b.unreachable(err)
-}
-
-// WaitJob waits for a job to end.
-func (b *Backend) WaitJob(ctx context.Context, id, jobID string, timeout time.Duration) (sandbox.Job, error) {
-	if timeout%time.Second != 0 {
-		return sandbox.Job{}, errcode.New(errcode.InvalidArgument, "over REST a job wait's timeout is whole seconds; got %s", timeout)
-	}
-	j, err := b.c.WaitJob(ctx, id, jobID, timeout)
-	return j, b.unreachable(err)
-}
-
-// CancelJob cancels a job.
-func (b *Backend) CancelJob(ctx context.Context, id, jobID string, grace *time.Duration) (sandbox.Job, error) {
-	j, err := b.c.CancelJob(ctx, id, jobID, grace)
-	return j, b.unreachable(err)
 }

@@ -76,6 +76,3 @@ func (c *Client) RevokeJoinToken(ctx context.Context, ref string) (store.JoinTok
 	err := c.doJSON(ctx, http.MethodDelete, "/v1/machines/tokens/"+url.PathEscape(ref), nil, nil, &out)
 	return out, err
 }
-
-// Machines is the client that serves MCP's machine tools over a running serve (issue 17).
-func (b *Backend) Machines() *Client { return b.c }

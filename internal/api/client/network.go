@@ -67,59 +67,6 @@ func (c *Client) Exposures(ctx context.Context, id string) ([]sandbox.Exposure, 
 	return l.Exposures, err
 }
 
-// UpdateNetwork replaces a sandbox's egress policy.
-func (b *Backend) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.Sandbox{}, err
-	}
-	sb, err := b.c.UpdateNetwork(ctx, id, p)
-	return sb, b.unreachable(err)
-}
-
-// Connections pages a sandbox's connection records.
-func (b *Backend) Connections(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.ConnectionList{}, err
-	}
-	l, err := b.c.Connections(ctx, id, after, limit)
-	return l, b.unreachable(err)
-}
-
-// SecretCalls pages a sandbox's secret swaps.
-func (b *Backend) SecretCalls(ctx context.Context, id string, after int64, limit int) (sandbox.SecretCallList, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.SecretCallList{}, err
-	}
-	l, err := b.c.SecretCalls(ctx, id, after, limit)
-	return l, b.unreachable(err)
-}
-
-// Expose makes a port of the sandbox a preview URL.
-func (b *Backend) Expose(ctx context.Context, id string, port int, public bool) (sandbox.Exposure, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.Exposure{}, err
-	}
-	e, err := b.c.Expose(ctx, id, port, public)
-	return e, b.unreachable(err)
-}
-
-// Unexpose removes a preview URL.
-func (b *Backend) Unexpose(ctx context.Context, id string, port int) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
-	return b.unreachable(b.c.Unexpose(ctx, id, port))
-}
-
-// Exposures lists a sandbox's preview URLs.
-func (b *Backend) Exposures(ctx context.Context, id string) ([]sandbox.Exposure, error) {
-	if err := checkID(id); err != nil {
-		return nil, err
-	}
-	l, err := b.c.Exposures(ctx, id)
-	return l, b.unreachable(err)
-}
-
 // Network returns a sandbox's network as its record writes it: "none" or {"allow", "deny"}
 // (null from a server without the network feature).
 func (c *Client) Network(ctx context.Context, id string) (json.RawMessage, error) {

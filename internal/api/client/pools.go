@@ -33,19 +33,3 @@ func (c *Client) DeletePool(ctx context.Context, name string) error {
 }
 
 // SetPool, ListPools and DeletePool make Backend an mcpserver.PoolBackend.
-
-// SetPool creates or replaces a warm pool.
-func (b *Backend) SetPool(ctx context.Context, p sandbox.Pool) (sandbox.PoolStatus, error) {
-	return b.c.SetPool(ctx, p)
-}
-
-// ListPools returns the server's warm pools.
-func (b *Backend) ListPools(ctx context.Context) ([]sandbox.PoolStatus, error) {
-	l, err := b.c.ListPools(ctx)
-	return l.Pools, err
-}
-
-// DeletePool removes a warm pool.
-func (b *Backend) DeletePool(ctx context.Context, name string) error {
-	return b.c.DeletePool(ctx, name)
-}

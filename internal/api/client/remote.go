@@ -11,8 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/screenshot"
 )
 
-// Joined machines (issue 17): remote_exec and remote_screenshot over REST. With these the
-// Client is an mcpserver.RemoteBackend.
+// Joined machines: the CLI's remote exec and screenshot over REST.
 
 // RemoteExec calls POST /v1/machines/{machine}/exec.
 func (c *Client) RemoteExec(ctx context.Context, machine string, req remoteexec.Request) (*remoteexec.Result, error) {

@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/agentbox/agentbox/internal/api"
-	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -76,93 +75,4 @@ func (c *Client) Diff(ctx context.Context, id string, req sandbox.DiffRequest) (
 	var out sandbox.DiffResult
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/diff", nil, req, &out)
 	return out, err
-}
-
-// Snapshot snapshots sandbox id (the Backend's, for the MCP surface).
-func (b *Backend) Snapshot(ctx context.Context, id string, req sandbox.SnapshotRequest) (sandbox.Snapshot, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.Snapshot{}, err
-	}
-	out, err := b.c.Snapshot(ctx, id, req)
-	return out, b.unreachable(err)
-}
-
-// ListSnapshots lists one page of snapshots, as the service does.
-func (b *Backend) ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) ([]sandbox.Snapshot, error) {
-	if f.SandboxID != "" {
-		if err := checkID(f.SandboxID); err != nil {
-			return nil, err
-		}
-	}
-	out, err := b.c.ListSnapshots(ctx, f)
-	return out.Snapshots, b.unreachable(err)
-}
-
-// checkSnapshotID refuses a malformed snapshot id before it is put in a URL path, with the
-// service's words.
-func checkSnapshotID(id string) error {
-	if !sandbox.ValidSnapshotID(id) {
-		return errcode.New(errcode.InvalidArgument, "snapshot_id %q is not a snapshot id (snap- and 12 lowercase hex digits); snapshot_list shows them", truncateID(id))
-	}
-	return nil
-}
-
-func truncateID(id string) string {
-	if len(id) > 64 {
-		return id[:64] + "…"
-	}
-	return id
-}
-
-// GetSnapshot returns one snapshot.
-func (b *Backend) GetSnapshot(ctx context.Context, id string) (sandbox.Snapshot, error) {
-	if err := checkSnapshotID(id); err != nil {
-		return sandbox.Snapshot{}, err
-	}
-	out, err := b.c.GetSnapshot(ctx, id)
-	return out, b.unreachable(err)
-}
-
-// DeleteSnapshot deletes a snapshot.
-func (b *Backend) DeleteSnapshot(ctx context.Context, id string) error {
-	if err := checkSnapshotID(id); err != nil {
-		return err
-	}
-	return b.unreachable(b.c.DeleteSnapshot(ctx, id))
-}
-
-// Fork forks sandbox id.
-func (b *Backend) Fork(ctx context.Context, id string, req sandbox.ForkRequest) (sandbox.ForkResult, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.ForkResult{}, err
-	}
-	out, err := b.c.Fork(ctx, id, req)
-	return out, b.unreachable(err)
-}
-
-// Sleep puts sandbox id to sleep.
-func (b *Backend) Sleep(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.Sandbox{}, err
-	}
-	sb, err := b.c.Sleep(ctx, id)
-	return sb, b.unreachable(err)
-}
-
-// Wake wakes sandbox id.
-func (b *Backend) Wake(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.Sandbox{}, err
-	}
-	sb, err := b.c.Wake(ctx, id)
-	return sb, b.unreachable(err)
-}
-
-// Diff compares sandbox id.
-func (b *Backend) Diff(ctx context.Context, id string, req sandbox.DiffRequest) (sandbox.DiffResult, error) {
-	if err := checkID(id); err != nil {
-		return sandbox.DiffResult{}, err
-	}
-	out, err := b.c.Diff(ctx, id, req)
-	return out, b.unreachable(err)
 }

@@ -17,6 +17,3 @@ func (c *Client) Query(ctx context.Context, query string, maxRows int) (sqlquery
 }
 
 var _ sqlquery.Querier = (*Client)(nil)
-
-// SQL is the server's execute_sql for the MCP surface (mcpserver.Options.SQL).
-func (b *Backend) SQL() sqlquery.Querier { return b.c }

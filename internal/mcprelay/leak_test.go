@@ -1,0 +1,13 @@
+package mcprelay_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine (a subscription's long poll, a
+// connection) is still running when they end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
