@@ -53,6 +53,8 @@ var leaves = map[string]struct {
 		why: "peerreply reads agents' replies for the server and the machine side alike: the standard library, errcode and text only"},
 	module + "internal/jobmodel": {allowed: []string{module + "internal/errcode"},
 		why: "jobmodel is what sandbox and machine jobs share: the standard library and errcode only"},
+	module + "internal/wire": {allowed: []string{module + "internal/errcode"},
+		why: "the REST API's request and reply types are a leaf, so that the CLI's client needs nothing of the server to speak it: the standard library and errcode only"},
 }
 
 // std reports whether an import path is the standard library's (its first element has no dot).
@@ -183,6 +185,8 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/text", Deps: m("internal/errcode")},
 		{ImportPath: module + "internal/peerreply", Deps: m("internal/sandbox")},
 		{ImportPath: module + "internal/jobmodel", Deps: []string{"golang.org/x/text"}},
+		{ImportPath: module + "internal/wire", Deps: m("internal/sandbox")},
+		{ImportPath: module + "internal/wire", Deps: []string{"encoding/json", "github.com/google/uuid"}},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {
@@ -196,6 +200,7 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/sandbox", Deps: m("internal/runtime", "internal/guest", "internal/storeutil")},
 		{ImportPath: module + "cmd/agentbox", Deps: m("internal/store/sqlite", "modernc.org/sqlite", "internal/api")},
 		{ImportPath: module + "internal/mcpserver", Deps: m("internal/sandbox")},
+		{ImportPath: module + "internal/wire", Deps: []string{"encoding/json", "time", module + "internal/errcode"}},
 		{ImportPath: module + "internal/testenv/kubelab", Imports: []string{"k8s.io/client-go/kubernetes", "k8s.io/api/core/v1"}},
 		{ImportPath: module + "internal/peerreply", Deps: append(m("internal/errcode", "internal/text"), "net/http")},
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Bounds of agentbox top.
@@ -76,7 +77,7 @@ func cmdTop(args []string) int {
 }
 
 // topSample lists the sandboxes that are not destroyed and samples the running ones.
-func topSample(ctx context.Context, cl *client.Client) ([]sandbox.Sandbox, sandbox.FleetMetrics, error) {
+func topSample(ctx context.Context, cl *client.Client) ([]wire.Sandbox, sandbox.FleetMetrics, error) {
 	sbs, err := cl.List(ctx, nil, nil)
 	if err != nil {
 		return nil, sandbox.FleetMetrics{}, err
@@ -87,7 +88,7 @@ func topSample(ctx context.Context, cl *client.Client) ([]sandbox.Sandbox, sandb
 
 // renderTop writes the fleet's table: every sandbox that is not destroyed, sorted by id, with
 // its metrics when it is running.
-func renderTop(w io.Writer, sbs []sandbox.Sandbox, fleet sandbox.FleetMetrics, now time.Time) {
+func renderTop(w io.Writer, sbs []wire.Sandbox, fleet sandbox.FleetMetrics, now time.Time) {
 	byID := map[string]sandbox.SandboxMetrics{}
 	for _, m := range fleet.Sandboxes {
 		byID[m.SandboxID] = m
@@ -95,7 +96,7 @@ func renderTop(w io.Writer, sbs []sandbox.Sandbox, fleet sandbox.FleetMetrics, n
 	sort.Slice(sbs, func(i, j int) bool { return sbs[i].ID < sbs[j].ID })
 	running := 0
 	for _, sb := range sbs {
-		if sb.State == sandbox.StateRunning {
+		if sb.State == wire.StateRunning {
 			running++
 		}
 	}

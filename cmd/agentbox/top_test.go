@@ -15,14 +15,15 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 func TestRenderTop(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	pct, mem, jobs := 42.5, 25.0, 3
-	sbs := []sandbox.Sandbox{
-		{ID: "sb-bbbbbbbbbbbb", State: sandbox.StateFailed, Runtime: "runc", ExpiresAt: now.Add(time.Hour)},
-		{ID: "sb-aaaaaaaaaaaa", State: sandbox.StateRunning, Runtime: "gvisor", ExpiresAt: now.Add(90*time.Minute + 5*time.Second)},
+	sbs := []wire.Sandbox{
+		{ID: "sb-bbbbbbbbbbbb", State: wire.StateFailed, Runtime: "runc", ExpiresAt: now.Add(time.Hour)},
+		{ID: "sb-aaaaaaaaaaaa", State: wire.StateRunning, Runtime: "gvisor", ExpiresAt: now.Add(90*time.Minute + 5*time.Second)},
 	}
 	fleet := sandbox.FleetMetrics{TookSeconds: 0.012, Sandboxes: []sandbox.SandboxMetrics{{
 		SandboxID: "sb-aaaaaaaaaaaa", CPUPercent: &pct, MemoryPercent: &mem, RunningJobs: &jobs,

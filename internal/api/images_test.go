@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv/imagefake"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // imageServer is the REST server over the fake runtime and the fake image cache.
@@ -225,7 +226,7 @@ func TestCreateWithPullProgress(t *testing.T) {
 	var got []image.Progress
 	ctx := sandbox.WithPullProgress(t.Context(), func(p image.Progress) { mu.Lock(); got = append(got, p); mu.Unlock() })
 	sb, err := s.c.Create(ctx, sandbox.CreateRequest{Image: "node:22"})
-	if err != nil || sb.ImageDigest == "" || sb.State != sandbox.StateRunning {
+	if err != nil || sb.ImageDigest == "" || sb.State != wire.StateRunning {
 		t.Fatalf("create: %+v %v", sb, err)
 	}
 	mu.Lock()

@@ -48,7 +48,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.withHardening(&sb)
-	writeJSON(w, http.StatusOK, sb)
+	writeJSON(w, http.StatusOK, wireSandbox(sb))
 }
 
 // pageParams reads after (≥ 0) and limit (1–MaxRecordPage; 0 or absent: the service's default).

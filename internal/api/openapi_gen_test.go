@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // The OpenAPI document (internal/openapi/openapi.json) is generated here from the Go types of
@@ -93,12 +94,12 @@ func ops() []op {
 		{pattern: "GET /v1/events", summary: "The event log, oldest first", tag: "events", status: 200, resp: EventList{},
 			query: []qp{after, limit("At most this many events (bounded by the server)."), {"wait", "string", "Long-poll up to this Go duration (e.g. 30s) for an event after `after`.", false}, {"sandbox_id", "string", "Only this sandbox's events.", false}}},
 
-		{pattern: "POST /v1/sandboxes", summary: "Create a sandbox", tag: "sandboxes", req: sandbox.CreateRequest{}, status: 201, resp: sandbox.Sandbox{}, ndjson: ImageFrame{}},
+		{pattern: "POST /v1/sandboxes", summary: "Create a sandbox", tag: "sandboxes", req: sandbox.CreateRequest{}, status: 201, resp: wire.Sandbox{}, ndjson: ImageFrame{}},
 		{pattern: "GET /v1/sandboxes", summary: "List sandboxes", tag: "sandboxes", status: 200, resp: SandboxList{},
 			query: []qp{{"state", "string", "Only these states (comma-separated, repeatable).", true}, {"label", "string", "Only sandboxes with this label (key=value, repeatable).", true}, limit("At most this many sandboxes.")}},
-		{pattern: "GET /v1/sandboxes/{id}", summary: "Get a sandbox", tag: "sandboxes", status: 200, resp: sandbox.Sandbox{}},
-		{pattern: "DELETE /v1/sandboxes/{id}", summary: "Destroy a sandbox", tag: "sandboxes", status: 200, resp: sandbox.Sandbox{}},
-		{pattern: "POST /v1/sandboxes/{id}/extend", summary: "Push a sandbox's expiry further", tag: "sandboxes", req: ExtendRequest{}, status: 200, resp: sandbox.Sandbox{}},
+		{pattern: "GET /v1/sandboxes/{id}", summary: "Get a sandbox", tag: "sandboxes", status: 200, resp: wire.Sandbox{}},
+		{pattern: "DELETE /v1/sandboxes/{id}", summary: "Destroy a sandbox", tag: "sandboxes", status: 200, resp: wire.Sandbox{}},
+		{pattern: "POST /v1/sandboxes/{id}/extend", summary: "Push a sandbox's expiry further", tag: "sandboxes", req: ExtendRequest{}, status: 200, resp: wire.Sandbox{}},
 		{pattern: "GET /v1/sandboxes/{id}/events", summary: "One sandbox's events", tag: "events", status: 200, resp: EventList{},
 			query: []qp{after, limit("At most this many events (bounded by the server)."), {"wait", "string", "Long-poll up to this Go duration for an event after `after`.", false}}},
 		{pattern: "GET /v1/sandboxes/{id}/watch", summary: "Stream a sandbox's events, metrics, job output and connections (Server-Sent Events)", tag: "events", status: 200, respType: "text/event-stream",
@@ -129,7 +130,7 @@ func ops() []op {
 
 		{pattern: "GET /v1/sandboxes/{id}/metrics", summary: "A sandbox's resource use", tag: "metrics", status: 200, resp: sandbox.SandboxMetrics{}},
 
-		{pattern: "PATCH /v1/sandboxes/{id}/network", summary: "Change a sandbox's egress policy live", tag: "network", req: NetworkUpdate{}, status: 200, resp: sandbox.Sandbox{}},
+		{pattern: "PATCH /v1/sandboxes/{id}/network", summary: "Change a sandbox's egress policy live", tag: "network", req: NetworkUpdate{}, status: 200, resp: wire.Sandbox{}},
 		{pattern: "GET /v1/sandboxes/{id}/connections", summary: "The sandbox's egress connections", tag: "network", status: 200, resp: sandbox.ConnectionList{}, query: []qp{after, limit("At most this many records.")}},
 		{pattern: "GET /v1/sandboxes/{id}/secret-calls", summary: "Requests that had a secret swapped in", tag: "network", status: 200, resp: sandbox.SecretCallList{}, query: []qp{after, limit("At most this many records.")}},
 		{pattern: "POST /v1/sandboxes/{id}/expose", summary: "Expose a port as a preview URL", tag: "network", req: ExposeRequest{}, status: 201, resp: sandbox.Exposure{}},
@@ -153,9 +154,9 @@ func ops() []op {
 			query: []qp{{"sandbox_id", "string", "Only this sandbox's snapshots.", false}, {"cursor", "string", "Continue after this snapshot_id (the previous page's next_cursor).", false}, limit("At most this many snapshots (1–1000, default 100).")}},
 		{pattern: "GET /v1/snapshots/{snapshot_id}", summary: "Get a snapshot", tag: "snapshots", status: 200, resp: sandbox.Snapshot{}},
 		{pattern: "DELETE /v1/snapshots/{snapshot_id}", summary: "Delete a snapshot and its files", tag: "snapshots", status: 200, resp: DeletedSnapshot{}},
-		{pattern: "POST /v1/sandboxes/{id}/fork", summary: "Fork a sandbox into 1–20 new sandboxes from a snapshot (taken now, or snapshot_id)", tag: "snapshots", req: sandbox.ForkRequest{}, reqOptional: true, status: 201, resp: sandbox.ForkResult{}},
-		{pattern: "POST /v1/sandboxes/{id}/sleep", summary: "Put a sandbox to sleep: snapshot it, release its memory and CPU (state sleeping)", tag: "snapshots", status: 200, resp: sandbox.Sandbox{}},
-		{pattern: "POST /v1/sandboxes/{id}/wake", summary: "Wake a sleeping sandbox under the same id", tag: "snapshots", status: 200, resp: sandbox.Sandbox{}},
+		{pattern: "POST /v1/sandboxes/{id}/fork", summary: "Fork a sandbox into 1–20 new sandboxes from a snapshot (taken now, or snapshot_id)", tag: "snapshots", req: sandbox.ForkRequest{}, reqOptional: true, status: 201, resp: wire.ForkResult{}},
+		{pattern: "POST /v1/sandboxes/{id}/sleep", summary: "Put a sandbox to sleep: snapshot it, release its memory and CPU (state sleeping)", tag: "snapshots", status: 200, resp: wire.Sandbox{}},
+		{pattern: "POST /v1/sandboxes/{id}/wake", summary: "Wake a sleeping sandbox under the same id", tag: "snapshots", status: 200, resp: wire.Sandbox{}},
 		{pattern: "GET /v1/sandboxes/{id}/diff", summary: "What changed in a sandbox against another sandbox, a snapshot or its image (paged)", tag: "snapshots", status: 200, resp: sandbox.DiffResult{},
 			query: []qp{{"other_sandbox_id", "string", "Compare with this sandbox.", false}, {"snapshot_id", "string", "Compare with this snapshot (neither: the sandbox's image).", false},
 				{"cursor", "string", "Continue a paged diff (the previous page's next_cursor).", false}, limit("At most this many changes (1–10000, default 1000)."),
@@ -240,16 +241,20 @@ var pathParam = regexp.MustCompile(`\{([a-z_]+)(\.\.\.)?\}`)
 // schemaTypes are the types whose JSON is not what their Go fields say.
 var schemaTypes = map[reflect.Type]*jsonschema.Schema{
 	// encoding/json writes bytes as standard base64.
-	reflect.TypeFor[[]byte](): {Type: "string", ContentEncoding: "base64"},
-	reflect.TypeFor[sandbox.Network](): {
-		Description: `"none" (no network), or the egress policy {"allow": [...], "deny": [...]}.`,
-		OneOf: []*jsonschema.Schema{
-			{Type: "string", Enum: []any{"none"}},
-			{Type: "object", Properties: map[string]*jsonschema.Schema{
-				"allow": {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
-				"deny":  {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
-			}, AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}}},
-		},
+	reflect.TypeFor[[]byte]():          {Type: "string", ContentEncoding: "base64"},
+	reflect.TypeFor[sandbox.Network](): networkSchema,
+	reflect.TypeFor[wire.Network]():    networkSchema,
+}
+
+// networkSchema is the schema of a sandbox's network (sandbox.Network, wire.Network).
+var networkSchema = &jsonschema.Schema{
+	Description: `"none" (no network), or the egress policy {"allow": [...], "deny": [...]}.`,
+	OneOf: []*jsonschema.Schema{
+		{Type: "string", Enum: []any{"none"}},
+		{Type: "object", Properties: map[string]*jsonschema.Schema{
+			"allow": {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
+			"deny":  {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
+		}, AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}}},
 	},
 }
 

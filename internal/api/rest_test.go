@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestAuthAndHost checks the checks that come before any handler: the Host must be a loopback
@@ -111,7 +112,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 	if string(got) != "hello" {
 		t.Fatalf("read back %q", got)
 	}
-	if d, err := c.Destroy(ctx, sb.ID); err != nil || d.State != sandbox.StateDestroyed {
+	if d, err := c.Destroy(ctx, sb.ID); err != nil || d.State != wire.StateDestroyed {
 		t.Fatalf("destroy: %+v %v", d, err)
 	}
 	if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"true"}}, nil); err == nil {

@@ -42,7 +42,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 				return nil, err
 			}
 			s.withHardening(&sb)
-			return sb, nil
+			return wireSandbox(sb), nil
 		})
 		return
 	}
@@ -52,7 +52,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.withHardening(&sb)
-	writeJSON(w, http.StatusCreated, sb)
+	writeJSON(w, http.StatusCreated, wireSandbox(sb))
 }
 
 // withHardening fills each sandbox's Hardening with what its runtime enforces on every
@@ -65,12 +65,6 @@ func (s *Server) withHardening(sbs ...*sandbox.Sandbox) {
 	for _, sb := range sbs {
 		sb.Hardening = byRuntime[sb.Runtime]
 	}
-}
-
-// SandboxList is the reply of GET /v1/sandboxes.
-type SandboxList struct {
-	Sandboxes []sandbox.Sandbox `json:"sandboxes"`
-	Count     int               `json:"count"`
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +105,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	for i := range list {
 		s.withHardening(&list[i])
 	}
-	writeJSON(w, http.StatusOK, SandboxList{Sandboxes: list, Count: len(list)})
+	writeJSON(w, http.StatusOK, SandboxList{Sandboxes: wireSandboxes(list), Count: len(list)})
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +115,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.withHardening(&sb)
-	writeJSON(w, http.StatusOK, sb)
+	writeJSON(w, http.StatusOK, wireSandbox(sb))
 }
 
 func (s *Server) destroySandbox(w http.ResponseWriter, r *http.Request) {
@@ -131,7 +125,7 @@ func (s *Server) destroySandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.withHardening(&sb)
-	writeJSON(w, http.StatusOK, sb)
+	writeJSON(w, http.StatusOK, wireSandbox(sb))
 }
 
 // ExtendRequest is the body of POST /v1/sandboxes/{id}/extend.
@@ -151,7 +145,7 @@ func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.withHardening(&sb)
-	writeJSON(w, http.StatusOK, sb)
+	writeJSON(w, http.StatusOK, wireSandbox(sb))
 }
 
 // EventList is the reply of the events endpoints.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Snapshots, fork, sleep, wake and diff (issue 15): /v1/sandboxes/{id}/snapshots, /fork,
@@ -159,13 +160,10 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if res.Sandboxes == nil {
-		res.Sandboxes = []sandbox.Sandbox{}
-	}
 	for i := range res.Sandboxes {
 		s.withHardening(&res.Sandboxes[i])
 	}
-	writeJSON(w, http.StatusCreated, res)
+	writeJSON(w, http.StatusCreated, wire.ForkResult{SnapshotID: res.SnapshotID, Kind: res.Kind, Sandboxes: wireSandboxes(res.Sandboxes)})
 }
 
 func (s *Server) sleepSandbox(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +173,7 @@ func (s *Server) sleepSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.withHardening(&sb)
-	writeJSON(w, http.StatusOK, sb)
+	writeJSON(w, http.StatusOK, wireSandbox(sb))
 }
 
 func (s *Server) wakeSandbox(w http.ResponseWriter, r *http.Request) {
@@ -185,7 +183,7 @@ func (s *Server) wakeSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.withHardening(&sb)
-	writeJSON(w, http.StatusOK, sb)
+	writeJSON(w, http.StatusOK, wireSandbox(sb))
 }
 
 // CheckDiff checks a diff request at the edge: at most one of other_sandbox_id and

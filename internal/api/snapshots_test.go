@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // snapServer is the REST API over the fake control plane (no snapshot directory: snapshots
@@ -188,7 +189,7 @@ func TestSnapshotForkDiffREST(t *testing.T) {
 		t.Fatalf("fork: %+v %v", fr, err)
 	}
 	f1, f2 := fr.Sandboxes[0], fr.Sandboxes[1]
-	if f1.ID == f2.ID || f1.FromSnapshot != snap.ID || f1.State != sandbox.StateRunning || f1.Labels["src"] != "yes" || f1.Labels["fork"] != "1" {
+	if f1.ID == f2.ID || f1.FromSnapshot != snap.ID || f1.State != wire.StateRunning || f1.Labels["src"] != "yes" || f1.Labels["fork"] != "1" {
 		t.Fatalf("forks: %+v", fr.Sandboxes)
 	}
 	if out := sh(f1.ID, "cat a.txt", false, false); out.Stdout != "one\n" {

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 func freeBytes(t *testing.T, p string) int64 {
@@ -87,7 +88,7 @@ func TestDiskBoundedAcrossRestart(t *testing.T) {
 
 	s2 := startServer(t, dir)
 	c2 := s2.client()
-	if got, err := c2.Get(ctx, sb.ID); err != nil || got.State != sandbox.StateRunning {
+	if got, err := c2.Get(ctx, sb.ID); err != nil || got.State != wire.StateRunning {
 		t.Fatalf("after restart: %+v %v\n%s", got, err, s2.Logs)
 	}
 	if res, err := c2.Exec(ctx, sb.ID, apiExec("cat", "/workspace/marker"), nil); err != nil || res.Stdout != "kept\n" {

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 const token = "e2e-test-token-0123456789abcdef"
@@ -273,7 +274,7 @@ func TestKillAndRestart(t *testing.T) {
 	c2 := s2.client()
 	for _, id := range ids {
 		sb, err := c2.Get(ctx, id)
-		if err != nil || sb.State != sandbox.StateRunning {
+		if err != nil || sb.State != wire.StateRunning {
 			t.Fatalf("after restart %s: %+v %v\n%s", id, sb, err, s2.Logs)
 		}
 	}
@@ -311,10 +312,10 @@ func TestKillDuringCreate(t *testing.T) {
 	var ids []string
 	for _, sb := range list {
 		ids = append(ids, sb.ID)
-		if sb.State == sandbox.StateCreating || sb.State == sandbox.StateStopping {
+		if sb.State == wire.StateCreating || sb.State == wire.StateStopping {
 			t.Errorf("after restart %s is still %s", sb.ID, sb.State)
 		}
-		if sb.State == sandbox.StateRunning {
+		if sb.State == wire.StateRunning {
 			if res, err := c.Exec(ctx, sb.ID, apiExec("true"), nil); err != nil || res.ExitCode != 0 {
 				t.Errorf("adopted sandbox does not run: %v", err)
 			}

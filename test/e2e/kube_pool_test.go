@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestKubePool: a warm pool on the kubernetes runtime holds pre-created pods; a create of the
@@ -58,7 +59,7 @@ func TestKubePool(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	claim := time.Since(t0)
-	if !sb.FromPool || !pooled[sb.ID] || sb.State != sandbox.StateRunning {
+	if !sb.FromPool || !pooled[sb.ID] || sb.State != wire.StateRunning {
 		t.Fatalf("create of the pool's shape: from_pool %v, id %s (pooled pods %v), state %s", sb.FromPool, sb.ID, pooled, sb.State)
 	}
 	res, err := c.Exec(ctx, sb.ID, apiExec("sh", "-c", "echo claimed > /workspace/c && cat /workspace/c"), nil)

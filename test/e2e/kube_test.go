@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes/kubetest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // kubeServer starts `agentbox serve --runtime kubernetes` on the test cluster
@@ -63,7 +64,7 @@ func TestKubeREST(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, s.Logs)
 	}
-	if sb.Runtime != kubernetes.NameProcess || sb.Node != "kube:"+ns || sb.State != sandbox.StateRunning {
+	if sb.Runtime != kubernetes.NameProcess || sb.Node != "kube:"+ns || sb.State != wire.StateRunning {
 		t.Fatalf("created %+v", sb)
 	}
 	pod, err := lab.Client.CoreV1().Pods(ns).Get(ctx, sb.ID, metav1.GetOptions{})
@@ -148,7 +149,7 @@ func TestKubeReconcile(t *testing.T) {
 	if err := lab.Client.CoreV1().Pods(ns).Delete(ctx, gone.ID, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, c, gone.ID, sandbox.StateLost, 30*time.Second)
+	waitState(t, c, gone.ID, wire.StateLost, 30*time.Second)
 
 	if _, err := c.Exec(ctx, kept.ID, apiExec("sh", "-c", "echo kept > /workspace/state.txt"), nil); err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func TestKubeReconcile(t *testing.T) {
 	}
 	s2 := start(dir)
 	c2 := s2.client()
-	if sb, err := c2.Get(ctx, kept.ID); err != nil || sb.State != sandbox.StateRunning {
+	if sb, err := c2.Get(ctx, kept.ID); err != nil || sb.State != wire.StateRunning {
 		t.Fatalf("after restart: %+v %v\n%s", sb, err, s2.Logs)
 	}
 	if res, err := c2.Exec(ctx, kept.ID, apiExec("cat", "/workspace/state.txt"), nil); err != nil || res.Stdout != "kept\n" {
@@ -178,7 +179,7 @@ func TestKubeReconcile(t *testing.T) {
 	waitPodGone(t, lab, ns, kept.ID)
 }
 
-func waitState(t *testing.T, c *client.Client, id string, want sandbox.State, within time.Duration) {
+func waitState(t *testing.T, c *client.Client, id string, want wire.State, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/netlab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestNetwork is issue 12 end to end on runc, crun and gVisor (in parallel, one server each,
@@ -692,7 +693,7 @@ func (n *netEnv) liveUpdate(t *testing.T, sb, none sandbox.Sandbox) {
 	if r := n.sh(t, sb.ID, `cat /tmp/marker; kill -0 $(cat /tmp/sleeper) && echo sleeper`); r.Stdout != "before\nsleeper\n" {
 		t.Errorf("the sandbox was restarted by a policy change: %q %q", r.Stdout, r.Stderr)
 	}
-	if got, err := n.s.client().Get(context.Background(), sb.ID); err != nil || !got.CreatedAt.Equal(pre.CreatedAt) || got.State != sandbox.StateRunning {
+	if got, err := n.s.client().Get(context.Background(), sb.ID); err != nil || !got.CreatedAt.Equal(pre.CreatedAt) || got.State != wire.StateRunning {
 		t.Errorf("after the updates: %+v %v", got, err)
 	}
 }

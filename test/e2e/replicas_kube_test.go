@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/kubelab"
 	"github.com/agentbox/agentbox/internal/testenv/pglab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // leaseHeld reads GET /health's replica.held of s.
@@ -162,7 +163,7 @@ func TestKubeReplicas(t *testing.T) {
 	deadline := sb.ExpiresAt.Add(leaseTTL + 10*time.Second)
 	for {
 		got, err := c.Get(ctx, sb.ID)
-		if err == nil && got.State == sandbox.StateDestroyed {
+		if err == nil && got.State == wire.StateDestroyed {
 			break
 		}
 		if time.Now().After(deadline) {

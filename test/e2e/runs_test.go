@@ -28,6 +28,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/netlab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestRuns is issue 14 end to end: the built binary's `agentbox serve` on runc with a real
@@ -667,7 +668,7 @@ func (e *runsEnv) testKeep(t *testing.T) {
 		t.Errorf("kept_until is %v from now, want at least about 300 s", d)
 	}
 	sb, err := s.client().Get(context.Background(), r.SandboxID)
-	if err != nil || sb.State != sandbox.StateRunning || sb.ExpiresAt.Sub(*r.KeptUntil).Abs() > 2*time.Second {
+	if err != nil || sb.State != wire.StateRunning || sb.ExpiresAt.Sub(*r.KeptUntil).Abs() > 2*time.Second {
 		t.Fatalf("kept sandbox (kept_until %v): %+v %v", r.KeptUntil, sb, err)
 	}
 	res, err := s.client().Exec(context.Background(), r.SandboxID, apiExec("cat", "/workspace/kept.txt"), nil)

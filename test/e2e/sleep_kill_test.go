@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Issue 15: every operation survives a server SIGKILL in its middle with nothing leaked. Here
@@ -70,7 +71,7 @@ func killDuringSleepWake(t *testing.T, rt, op string) {
 	snaps := filepath.Join(dir, "snapshots")
 	sdir := filepath.Join(dir, "runtimes", rt, "sandboxes", id)
 	if op == "wake" {
-		if got, err := c.Sleep(ctx, id); err != nil || got.State != sandbox.StateSleeping {
+		if got, err := c.Sleep(ctx, id); err != nil || got.State != wire.StateSleeping {
 			t.Fatalf("sleep before the wake: %+v %v", got, err)
 		}
 		if _, err := os.Stat(sdir); !os.IsNotExist(err) {
@@ -120,13 +121,13 @@ func killDuringSleepWake(t *testing.T, rt, op string) {
 	// Restarted: the sandbox has converged, sleeping or running.
 	s2 := startServer(t, dir)
 	c2 := s2.client()
-	var got sandbox.Sandbox
+	var got wire.Sandbox
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		got, err = c2.Get(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State == sandbox.StateSleeping || (got.State == sandbox.StateRunning && got.SleepSnapshot == "") {
+		if got.State == wire.StateSleeping || (got.State == wire.StateRunning && got.SleepSnapshot == "") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -135,7 +136,7 @@ func killDuringSleepWake(t *testing.T, rt, op string) {
 	}
 	t.Logf("after the restart: %s", got.State)
 	memoryKept := true
-	if got.State == sandbox.StateSleeping {
+	if got.State == wire.StateSleeping {
 		// A sleep finished after the restart says what it kept, and keeps no less.
 		sn, err := c2.GetSnapshot(ctx, got.SleepSnapshot)
 		if err != nil || sn.State != sandbox.SnapshotReady {
@@ -146,7 +147,7 @@ func killDuringSleepWake(t *testing.T, rt, op string) {
 		if rt == "runc" && memoryKept {
 			t.Fatalf("runc sleep snapshot claims memory: %+v", sn)
 		}
-		if got, err = c2.Wake(ctx, id); err != nil || got.State != sandbox.StateRunning {
+		if got, err = c2.Wake(ctx, id); err != nil || got.State != wire.StateRunning {
 			t.Fatalf("wake after the restart: %+v %v\n%s", got, err, s2.Logs)
 		}
 	}
@@ -164,10 +165,10 @@ func killDuringSleepWake(t *testing.T, rt, op string) {
 		t.Fatalf("snapshot directories of a running sandbox: %v", lsR(snaps))
 	}
 	// It sleeps and wakes again.
-	if got, err = c2.Sleep(ctx, id); err != nil || got.State != sandbox.StateSleeping {
+	if got, err = c2.Sleep(ctx, id); err != nil || got.State != wire.StateSleeping {
 		t.Fatalf("sleep after the restart: %+v %v", got, err)
 	}
-	if got, err = c2.Wake(ctx, id); err != nil || got.State != sandbox.StateRunning {
+	if got, err = c2.Wake(ctx, id); err != nil || got.State != wire.StateRunning {
 		t.Fatalf("wake after the restart: %+v %v", got, err)
 	}
 	if r, err := c2.Exec(ctx, id, apiExec("cat", "/workspace/f"), nil); err != nil || r.Stdout != "kept\n" {

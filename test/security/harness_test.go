@@ -38,6 +38,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/netlab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // defaultParallel is how many attacks run at once unless -test.parallel says otherwise. Most
@@ -296,7 +297,7 @@ type arena struct {
 	rt string
 	// image is the image of the arena's sandboxes ("": host).
 	image string
-	sb    sandbox.Sandbox
+	sb    wire.Sandbox
 	id    string
 }
 
@@ -304,7 +305,7 @@ func (a *arena) gvisor() bool { return a.rt == "gvisor" }
 
 // newSandbox creates a sandbox on the arena's runtime; it is destroyed (and checked for leaks)
 // when the test ends.
-func (a *arena) newSandbox(req sandbox.CreateRequest) sandbox.Sandbox {
+func (a *arena) newSandbox(req sandbox.CreateRequest) wire.Sandbox {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -316,7 +317,7 @@ func (a *arena) newSandbox(req sandbox.CreateRequest) sandbox.Sandbox {
 		a.t.Fatalf("create on %s: %v", a.rt, err)
 	}
 	a.s.record(sb.ID)
-	if sb.Runtime != a.rt || sb.State != sandbox.StateRunning {
+	if sb.Runtime != a.rt || sb.State != wire.StateRunning {
 		a.t.Fatalf("create on %s gave a sandbox on %q in state %s", a.rt, sb.Runtime, sb.State)
 	}
 	t := a.t
@@ -380,7 +381,7 @@ func (a *arena) alive(id string, d time.Duration) {
 			return
 		}
 		sb, gerr := a.s.c.Get(context.Background(), id)
-		if gone := gerr == nil && sb.State != sandbox.StateRunning; gone || time.Now().After(deadline) {
+		if gone := gerr == nil && sb.State != wire.StateRunning; gone || time.Now().After(deadline) {
 			a.t.Fatalf("sandbox %s does not answer (waited up to %s) after the attack: %+v %v (record: state %s, error %q, %v; host cgroup: %s)", id, d, res, err, sb.State, sb.Error, gerr, a.cgroupDiag(id))
 		}
 		time.Sleep(200 * time.Millisecond)

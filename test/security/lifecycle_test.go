@@ -9,6 +9,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // marker is a unique sleep duration: a command line to find processes by, inside and on the host.
@@ -140,7 +141,7 @@ func lifecycleAttacks() []attack {
 				deadline := a.sb.ExpiresAt.Add(5 * time.Second)
 				for {
 					sb, err := a.s.c.Get(context.Background(), a.id)
-					if err == nil && sb.State == sandbox.StateDestroyed {
+					if err == nil && sb.State == wire.StateDestroyed {
 						a.t.Logf("destroyed %s after its expiry", time.Since(a.sb.ExpiresAt).Round(time.Millisecond))
 						break
 					}
@@ -185,9 +186,9 @@ func lifecycleAttacks() []attack {
 					s.record(sb.ID)
 					a.t.Logf("after restart: %s %s %q", sb.ID, sb.State, sb.Error)
 					switch sb.State {
-					case sandbox.StateCreating, sandbox.StateStopping:
+					case wire.StateCreating, wire.StateStopping:
 						a.t.Errorf("after restart %s is still %s", sb.ID, sb.State)
-					case sandbox.StateRunning:
+					case wire.StateRunning:
 						if res, err := s.c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"true"}}, nil); err != nil || res.ExitCode != 0 {
 							a.t.Errorf("adopted sandbox %s does not run commands: %v", sb.ID, err)
 						}

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // execP50 is the bound on the median round trip of `true` in a sandbox while another sandbox
@@ -73,7 +74,7 @@ func resourceAttacks() []attack {
 				}
 				a.t.Logf("bomb: exit %d %s %q", res.ExitCode, res.Signal, tail(res.Stderr, 200))
 				a.alive(a.id, 20*time.Second)
-				if sb, err := a.s.c.Get(context.Background(), a.id); err != nil || sb.State != sandbox.StateRunning {
+				if sb, err := a.s.c.Get(context.Background(), a.id); err != nil || sb.State != wire.StateRunning {
 					a.t.Errorf("after the bomb the sandbox is %s (%s) %v", sb.State, sb.Error, err)
 				}
 				bound := int64(130 << 20)

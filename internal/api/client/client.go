@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Client calls one agentbox server.
@@ -112,8 +113,8 @@ func (c *Client) Health(ctx context.Context) error {
 }
 
 // Create creates a sandbox.
-func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
-	var sb sandbox.Sandbox
+func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (wire.Sandbox, error) {
+	var sb wire.Sandbox
 	if p := sandbox.PullProgressFrom(ctx); p != nil && req.Image != "" && req.Image != "host" {
 		// The pull's progress (sandbox.WithPullProgress) as the server streams it.
 		err := c.imageOp(ctx, http.MethodPost, "/v1/sandboxes", req, nil, "", p, &sb)
@@ -124,14 +125,14 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox
 }
 
 // Get returns a sandbox.
-func (c *Client) Get(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	var sb sandbox.Sandbox
+func (c *Client) Get(ctx context.Context, id string) (wire.Sandbox, error) {
+	var sb wire.Sandbox
 	err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb)
 	return sb, err
 }
 
 // List lists sandboxes; states and labels filter.
-func (c *Client) List(ctx context.Context, states []string, labels map[string]string) ([]sandbox.Sandbox, error) {
+func (c *Client) List(ctx context.Context, states []string, labels map[string]string) ([]wire.Sandbox, error) {
 	q := url.Values{}
 	if len(states) > 0 {
 		q.Set("state", strings.Join(states, ","))
@@ -145,15 +146,15 @@ func (c *Client) List(ctx context.Context, states []string, labels map[string]st
 }
 
 // Destroy destroys a sandbox.
-func (c *Client) Destroy(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	var sb sandbox.Sandbox
+func (c *Client) Destroy(ctx context.Context, id string) (wire.Sandbox, error) {
+	var sb wire.Sandbox
 	err := c.doJSON(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb)
 	return sb, err
 }
 
 // Extend extends a sandbox's TTL.
-func (c *Client) Extend(ctx context.Context, id string, ttlSeconds int64) (sandbox.Sandbox, error) {
-	var sb sandbox.Sandbox
+func (c *Client) Extend(ctx context.Context, id string, ttlSeconds int64) (wire.Sandbox, error) {
+	var sb wire.Sandbox
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/extend", nil, api.ExtendRequest{TTLSeconds: ttlSeconds}, &sb)
 	return sb, err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Network (issue 12): egress policy, connection and secret-swap records, preview URLs.
@@ -28,8 +29,8 @@ func pageQuery(after int64, limit int) url.Values {
 }
 
 // UpdateNetwork replaces a sandbox's egress policy (PATCH /v1/sandboxes/{id}/network).
-func (c *Client) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error) {
-	var sb sandbox.Sandbox
+func (c *Client) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (wire.Sandbox, error) {
+	var sb wire.Sandbox
 	err := c.doJSON(ctx, http.MethodPatch, sandboxPath(id, "/network"), nil, p, &sb)
 	return sb, err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Snapshots, fork, sleep, wake and diff (issue 15).
@@ -50,22 +51,22 @@ func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 // Fork makes new sandboxes from a snapshot of sandbox id.
-func (c *Client) Fork(ctx context.Context, id string, req sandbox.ForkRequest) (sandbox.ForkResult, error) {
-	var out sandbox.ForkResult
+func (c *Client) Fork(ctx context.Context, id string, req sandbox.ForkRequest) (wire.ForkResult, error) {
+	var out wire.ForkResult
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/fork", nil, req, &out)
 	return out, err
 }
 
 // Sleep puts sandbox id to sleep.
-func (c *Client) Sleep(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	var sb sandbox.Sandbox
+func (c *Client) Sleep(ctx context.Context, id string) (wire.Sandbox, error) {
+	var sb wire.Sandbox
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/sleep", nil, nil, &sb)
 	return sb, err
 }
 
 // Wake wakes sleeping sandbox id.
-func (c *Client) Wake(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	var sb sandbox.Sandbox
+func (c *Client) Wake(ctx context.Context, id string) (wire.Sandbox, error) {
+	var sb wire.Sandbox
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/wake", nil, nil, &sb)
 	return sb, err
 }

@@ -1,0 +1,44 @@
+package api
+
+import (
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
+)
+
+// The conversions from the domain and store types to the wire types of the replies
+// (internal/wire): a store row is never a reply, so a field added to a record is not published
+// until it is added here.
+
+// SandboxList is the reply of GET /v1/sandboxes.
+type SandboxList = wire.SandboxList
+
+// wireSandbox is a sandbox's record as replies carry it: the names of its environment variables
+// and secrets, never their values; no runtime handle.
+func wireSandbox(sb sandbox.Sandbox) wire.Sandbox {
+	return wire.Sandbox{
+		ID: sb.ID, State: wire.State(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest,
+		Runtime: sb.Runtime, Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, PidsLimit: sb.PidsLimit,
+		EnvNames: sb.EnvVarNames(), Labels: sb.Labels,
+		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, ExpiresAt: sb.ExpiresAt,
+		Error: sb.Error, Hardening: sb.Hardening, Owner: sb.Owner, IdempotencyKey: sb.IdempotencyKey, Node: sb.Node,
+		Network: wireNetwork(sb.Network), SecretNames: sb.SecretVarNames(),
+		FromSnapshot: sb.FromSnapshot, AutoWake: sb.AutoWake, TTLWhileSleeping: sb.TTLWhileSleeping,
+		SleepSnapshot: sb.SleepSnapshot, SleptAt: sb.SleptAt, FromPool: sb.FromPool, Pool: sb.Pool, Version: sb.Version,
+	}
+}
+
+// wireSandboxes converts a list (never nil: an empty list is [] on the wire).
+func wireSandboxes(l []sandbox.Sandbox) []wire.Sandbox {
+	out := make([]wire.Sandbox, len(l))
+	for i, sb := range l {
+		out[i] = wireSandbox(sb)
+	}
+	return out
+}
+
+func wireNetwork(n sandbox.Network) wire.Network {
+	if n.Policy == nil {
+		return wire.Network{}
+	}
+	return wire.Network{Policy: &wire.Policy{Allow: n.Policy.Allow, Deny: n.Policy.Deny}}
+}
