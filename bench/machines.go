@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gpu"
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/machine/agent"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Joined machines (issue 17): N machines (in-process agents, goroutines of this process)
@@ -114,7 +115,7 @@ func runMachinesBench(ctx context.Context, bin string, mb machinesBench) []Stat 
 	rss0, _ := procStat(pid)
 	idleCPU := cpuOver(pid, 5*time.Second)
 
-	tok, err := c.CreateJoinToken(ctx, machine.TokenRequest{Uses: n})
+	tok, err := c.CreateJoinToken(ctx, wire.TokenRequest{Uses: n})
 	if err != nil {
 		log.Fatalf("machines: token: %v", err)
 	}

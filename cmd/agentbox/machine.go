@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/machine"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // cmdMachine manages joined machines (issue 17) through the running server.
@@ -158,7 +159,7 @@ func joinTokenCreate(args []string) int {
 	expires := c.fs.Duration("expires", machine.DefaultTokenTTL, fmt.Sprintf("how long the token may be used (1m to %v)", machine.MaxTokenTTL))
 	uses := c.fs.Int("uses", 1, fmt.Sprintf("how many machines it may join (1–%d)", machine.MaxTokenUses))
 	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {
-		t, err := cl.CreateJoinToken(ctx, machine.TokenRequest{Expires: expires.String(), Uses: *uses})
+		t, err := cl.CreateJoinToken(ctx, wire.TokenRequest{Expires: expires.String(), Uses: *uses})
 		if err != nil {
 			return fail(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/machine/proto"
-	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // machineRoutes serves joined machines (issue 17): enrollment and the connect WebSocket (each
@@ -143,25 +143,23 @@ func (s *Server) createJoinToken(w http.ResponseWriter, r *http.Request) {
 	if reg == nil {
 		return
 	}
-	var req machine.TokenRequest
+	var req wire.TokenRequest
 	if r.ContentLength != 0 {
 		if err := decode(w, r, &req); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 	}
-	c, err := reg.CreateToken(r.Context(), req)
+	c, err := reg.CreateToken(r.Context(), machine.TokenRequest{Expires: req.Expires, Uses: req.Uses})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, c)
+	writeJSON(w, http.StatusCreated, wire.CreatedToken{Token: wireJoinToken(c.Token), Secret: c.Secret})
 }
 
 // JoinTokenList is GET /v1/machines/tokens's reply: the tokens without their secrets.
-type JoinTokenList struct {
-	Tokens []store.JoinToken `json:"tokens"`
-}
+type JoinTokenList = wire.JoinTokenList
 
 func (s *Server) listJoinTokens(w http.ResponseWriter, r *http.Request) {
 	reg := s.machines(w, r)
@@ -173,7 +171,11 @@ func (s *Server) listJoinTokens(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, JoinTokenList{Tokens: l})
+	out := JoinTokenList{Tokens: make([]wire.JoinToken, len(l))}
+	for i, t := range l {
+		out.Tokens[i] = wireJoinToken(t)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) revokeJoinToken(w http.ResponseWriter, r *http.Request) {
@@ -186,7 +188,7 @@ func (s *Server) revokeJoinToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	writeJSON(w, http.StatusOK, wireJoinToken(t))
 }
 
 // probeMachine asks the machine's agent who it is, over a stream of its live session.

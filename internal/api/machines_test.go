@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/machine/agent"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // argsRecorder is a gate that keeps every call's recorded arguments.
@@ -53,9 +54,9 @@ func TestMachineRoutes(t *testing.T) {
 	operator := mustKey(t, admin, "operator", auth.ScopeOperate, "")
 	rc, oc := client.New(s.url, reader.Secret), client.New(s.url, operator.Secret)
 
-	_, err = oc.CreateJoinToken(ctx, machine.TokenRequest{})
+	_, err = oc.CreateJoinToken(ctx, wire.TokenRequest{})
 	denied(t, "operate key creates a join token", err, auth.ScopeAdmin)
-	tok, err := admin.CreateJoinToken(ctx, machine.TokenRequest{Uses: 1, Expires: "1h"})
+	tok, err := admin.CreateJoinToken(ctx, wire.TokenRequest{Uses: 1, Expires: "1h"})
 	if err != nil || !strings.HasPrefix(tok.Secret, machine.TokenPrefix) || tok.Token.UsesLeft != 1 {
 		t.Fatalf("create token: %+v %v", tok, err)
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
-	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -219,9 +218,9 @@ func ops() []op {
 		{pattern: "DELETE /v1/machines/{ref}", summary: "Remove a machine: its connection is cut and its key refused (admin)", tag: "machines", status: 200, resp: machine.Info{}},
 		{pattern: "POST /v1/machines/{ref}/aliases", summary: "Give a machine an alias (admin)", tag: "machines", req: AliasRequest{}, status: 200, resp: machine.Info{}},
 		{pattern: "DELETE /v1/machines/{ref}/aliases/{alias}", summary: "Take an alias from a machine (admin)", tag: "machines", status: 200, resp: machine.Info{}},
-		{pattern: "POST /v1/machines/tokens", summary: "Create a join token; its secret is in the reply, once (admin)", tag: "machines", req: machine.TokenRequest{}, reqOptional: true, status: 201, resp: machine.CreatedToken{}},
+		{pattern: "POST /v1/machines/tokens", summary: "Create a join token; its secret is in the reply, once (admin)", tag: "machines", req: wire.TokenRequest{}, reqOptional: true, status: 201, resp: wire.CreatedToken{}},
 		{pattern: "GET /v1/machines/tokens", summary: "Join tokens, newest first, without their secrets (admin)", tag: "machines", status: 200, resp: JoinTokenList{}},
-		{pattern: "DELETE /v1/machines/tokens/{ref}", summary: "Revoke a join token by id or prefix; machines it joined stay (admin)", tag: "machines", status: 200, resp: store.JoinToken{}},
+		{pattern: "DELETE /v1/machines/tokens/{ref}", summary: "Revoke a join token by id or prefix; machines it joined stay (admin)", tag: "machines", status: 200, resp: wire.JoinToken{}},
 		// Remote jobs on joined machines (issue 17, remotejobs.go).
 		{pattern: "POST /v1/machines/{ref}/jobs", summary: "Start a detached job on a joined machine (gpu_index reserves a GPU)", tag: "machines", req: remotejobs.StartRequest{}, status: 201, resp: remotejobs.Job{}},
 		{pattern: "GET /v1/machines/{ref}/jobs", summary: "A machine's jobs, newest first", tag: "machines", status: 200, resp: remotejobs.List{}, query: []qp{limit("At most this many jobs (1-1000, default 20).")}},

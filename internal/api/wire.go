@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -34,6 +35,12 @@ func wireSandboxes(l []sandbox.Sandbox) []wire.Sandbox {
 		out[i] = wireSandbox(sb)
 	}
 	return out
+}
+
+// wireJoinToken is a join token's record as replies carry it (the store keeps only its hash).
+func wireJoinToken(t store.JoinToken) wire.JoinToken {
+	return wire.JoinToken{ID: t.ID, Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
+		Uses: t.Uses, UsesLeft: t.UsesLeft, RevokedAt: t.RevokedAt}
 }
 
 func wireNetwork(n sandbox.Network) wire.Network {

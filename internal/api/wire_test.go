@@ -1,11 +1,16 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -15,6 +20,7 @@ import (
 // says so.
 var storeRows = []reflect.Type{
 	reflect.TypeFor[sandbox.Sandbox](),
+	reflect.TypeFor[store.JoinToken](),
 }
 
 // reaches returns the path from t to the first type in bad that t is or holds (through fields,
@@ -72,5 +78,53 @@ func TestNoStoreRowRuleCatches(t *testing.T) {
 	}
 	if p := reaches(reflect.TypeFor[wire.SandboxList](), storeRows, map[reflect.Type]bool{}); p != "" {
 		t.Errorf("wire.SandboxList holds a store row: %s", p)
+	}
+}
+
+// TestWireSandboxBytes: a sandbox reply is byte for byte what the record's own JSON was (every
+// field set, and every field empty), and what the wire type reads back writes the same bytes.
+func TestWireSandboxBytes(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	full := sandbox.Sandbox{ID: "sb-0123456789ab", State: sandbox.StateSleeping, Image: "python:3.12", ImageDigest: "sha256:ab",
+		Runtime: "runc", Isolation: "process", CPU: 1.5, MemoryMB: 512, DiskMB: 1024, PidsLimit: 256,
+		Env: map[string]string{"B": "s3cr3t-value", "A": "x"}, Labels: map[string]string{"k": "v"},
+		CreatedAt: now, UpdatedAt: now.Add(time.Second), ExpiresAt: now.Add(time.Hour), Error: "e",
+		Hardening: []string{"seccomp"}, Owner: "key:ci", IdempotencyKey: "idem", Node: "n1", Handle: "handle-xyz",
+		Network: sandbox.Network{Policy: &egress.Policy{Allow: []string{"pypi.org"}}},
+		Secrets: []egress.Secret{{Name: "TOKEN"}}, FromSnapshot: "snap-0123456789ab", AutoWake: true, TTLWhileSleeping: true,
+		SleepSnapshot: "snap-ba9876543210", SleptAt: now, FromPool: true, Pool: "py", Version: 7}
+	for _, sb := range []sandbox.Sandbox{full, {}} {
+		want, err := json.Marshal(sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.Marshal(wireSandbox(sb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("wire:   %s\nrecord: %s", got, want)
+		}
+		var back wire.Sandbox
+		if err := json.Unmarshal(got, &back); err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := json.Marshal(back); !bytes.Equal(again, want) {
+			t.Fatalf("read back: %s\nrecord:    %s", again, want)
+		}
+	}
+	if b, _ := json.Marshal(wireSandbox(full)); bytes.Contains(b, []byte("s3cr3t-value")) || bytes.Contains(b, []byte("handle-xyz")) {
+		t.Fatalf("a reply carries an env value or the runtime handle: %s", b)
+	}
+}
+
+// TestWireJoinTokenBytes: a join token reply is byte for byte the record's JSON.
+func TestWireJoinTokenBytes(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tok := range []store.JoinToken{{ID: "jt-1", Prefix: "abcd", CreatedAt: now, ExpiresAt: now.Add(time.Hour), Uses: 2, UsesLeft: 1, RevokedAt: &now}, {}} {
+		want, _ := json.Marshal(tok)
+		if got, _ := json.Marshal(wireJoinToken(tok)); !bytes.Equal(got, want) {
+			t.Fatalf("wire:   %s\nrecord: %s", got, want)
+		}
 	}
 }

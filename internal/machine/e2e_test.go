@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/machinelab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // joinProc is a real `agentbox join` running in a machine's namespace.
@@ -125,11 +126,11 @@ func TestJoinedMachinesEndToEnd(t *testing.T) {
 		t.Fatalf("server not on TLS: %s", srv.URL)
 	}
 	// A token that expires in a minute, used at the end.
-	short, err := cl.CreateJoinToken(ctx, machine.TokenRequest{Expires: "1m", Uses: 5})
+	short, err := cl.CreateJoinToken(ctx, wire.TokenRequest{Expires: "1m", Uses: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := cl.CreateJoinToken(ctx, machine.TokenRequest{Uses: 2})
+	tok, err := cl.CreateJoinToken(ctx, wire.TokenRequest{Uses: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/remotejobs"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/machinelab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestJobsAndRelayBetweenJoinedMachines runs the real binary: `agentbox serve` over TLS on a
@@ -40,7 +41,7 @@ func TestJobsAndRelayBetweenJoinedMachines(t *testing.T) {
 		"--listen", listen, "--allow-remote", "--allow-private-network", "--tls-self-signed")
 	cl := srv.Client()
 	ctx := t.Context()
-	tok, err := cl.CreateJoinToken(ctx, machine.TokenRequest{Uses: 2})
+	tok, err := cl.CreateJoinToken(ctx, wire.TokenRequest{Uses: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

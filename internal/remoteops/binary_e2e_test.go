@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/remoteexec"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/machinelab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestRemoteEndToEndBinary runs the real binary: `agentbox serve` over TLS on a bridge of the
@@ -42,7 +42,7 @@ func TestRemoteEndToEndBinary(t *testing.T) {
 		"--listen", listen, "--allow-remote", "--allow-private-network", "--tls-self-signed")
 	cl := srv.Client()
 	ctx := t.Context()
-	tok, err := cl.CreateJoinToken(ctx, machine.TokenRequest{Uses: 1})
+	tok, err := cl.CreateJoinToken(ctx, wire.TokenRequest{Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/machine/agent"
-	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // ListMachines lists the joined machines (issue 17), by name.
@@ -55,24 +55,24 @@ func (c *Client) RemoveMachineAlias(ctx context.Context, ref, alias string) (mac
 }
 
 // CreateJoinToken makes a join token (admin scope); its secret is in the reply, once.
-func (c *Client) CreateJoinToken(ctx context.Context, req machine.TokenRequest) (machine.CreatedToken, error) {
-	var out machine.CreatedToken
+func (c *Client) CreateJoinToken(ctx context.Context, req wire.TokenRequest) (wire.CreatedToken, error) {
+	var out wire.CreatedToken
 	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/tokens", nil, req, &out)
 	return out, err
 }
 
 // ListJoinTokens lists the join tokens without their secrets (admin scope).
-func (c *Client) ListJoinTokens(ctx context.Context) ([]store.JoinToken, error) {
+func (c *Client) ListJoinTokens(ctx context.Context) ([]wire.JoinToken, error) {
 	var out struct {
-		Tokens []store.JoinToken `json:"tokens"`
+		Tokens []wire.JoinToken `json:"tokens"`
 	}
 	err := c.doJSON(ctx, http.MethodGet, "/v1/machines/tokens", nil, nil, &out)
 	return out.Tokens, err
 }
 
 // RevokeJoinToken revokes a join token by id or prefix (admin scope).
-func (c *Client) RevokeJoinToken(ctx context.Context, ref string) (store.JoinToken, error) {
-	var out store.JoinToken
+func (c *Client) RevokeJoinToken(ctx context.Context, ref string) (wire.JoinToken, error) {
+	var out wire.JoinToken
 	err := c.doJSON(ctx, http.MethodDelete, "/v1/machines/tokens/"+url.PathEscape(ref), nil, nil, &out)
 	return out, err
 }
