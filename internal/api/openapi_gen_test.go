@@ -25,7 +25,6 @@ import (
 	"github.com/agentbox/agentbox/internal/remoteexec"
 	"github.com/agentbox/agentbox/internal/remotejobs"
 	"github.com/agentbox/agentbox/internal/runs"
-	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
@@ -48,12 +47,6 @@ type healthReply struct {
 	Version string `json:"version"`
 	// Replica is this server process (several replicas on one store: issue 18).
 	Replica *sandbox.LeaseStatus `json:"replica,omitempty"`
-}
-
-// runtimesReply is the reply of GET /v1/runtimes.
-type runtimesReply struct {
-	Default  string                 `json:"default"`
-	Runtimes []runtime.Capabilities `json:"runtimes"`
 }
 
 // qp is a query parameter.
@@ -88,7 +81,7 @@ func ops() []op {
 		{pattern: "GET /metrics", summary: "Prometheus metrics (text exposition format; served when the server counts metrics)", tag: "server", status: 200, respType: "text/plain"},
 		{pattern: "GET /v1/openapi.json", summary: "This document", tag: "server", status: 200, respType: "application/json"},
 		{pattern: "GET /v1/capacity", summary: "The server's capacity: budgets, use and what one more sandbox may take", tag: "server", status: 200, resp: sandbox.Capacity{}},
-		{pattern: "GET /v1/runtimes", summary: "The runtimes this server offers and the default", tag: "server", status: 200, resp: runtimesReply{}},
+		{pattern: "GET /v1/runtimes", summary: "The runtimes this server offers and the default", tag: "server", status: 200, resp: wire.RuntimeList{}},
 		{pattern: "GET /v1/fleet/metrics", summary: "Resource use of every running sandbox", tag: "metrics", status: 200, resp: sandbox.FleetMetrics{}},
 		{pattern: "GET /v1/events", summary: "The event log, oldest first", tag: "events", status: 200, resp: EventList{},
 			query: []qp{after, limit("At most this many events (bounded by the server)."), {"wait", "string", "Long-poll up to this Go duration (e.g. 30s) for an event after `after`.", false}, {"sandbox_id", "string", "Only this sandbox's events.", false}}},
@@ -259,9 +252,8 @@ var networkSchema = &jsonschema.Schema{
 
 // schemaNames name the schemas of this package's unexported types.
 var schemaNames = map[reflect.Type]string{
-	reflect.TypeFor[errorBody]():     "Error",
-	reflect.TypeFor[healthReply]():   "Health",
-	reflect.TypeFor[runtimesReply](): "RuntimeList",
+	reflect.TypeFor[errorBody]():   "Error",
+	reflect.TypeFor[healthReply](): "Health",
 }
 
 // docBuilder collects the named schemas (components) of the document.

@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // IdempotencyKeyHeader carries a create's idempotency key (or the body's idempotency_key): a
@@ -238,7 +239,7 @@ func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) runtimes(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"default": s.svc.Config().DefaultRuntime, "runtimes": s.svc.Runtimes()})
+	writeJSON(w, http.StatusOK, wire.RuntimeList{Default: s.svc.Config().DefaultRuntime, Runtimes: wireRuntimes(s.svc.Runtimes())})
 }
 
 // intParam parses an optional non-negative integer query parameter.

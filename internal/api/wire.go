@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -41,6 +42,22 @@ func wireSandboxes(l []sandbox.Sandbox) []wire.Sandbox {
 func wireJoinToken(t store.JoinToken) wire.JoinToken {
 	return wire.JoinToken{ID: t.ID, Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
 		Uses: t.Uses, UsesLeft: t.UsesLeft, RevokedAt: t.RevokedAt}
+}
+
+// wireRuntimes are the runtimes' capabilities as replies carry them.
+func wireRuntimes(l []runtime.Capabilities) []wire.Capabilities {
+	if l == nil {
+		return nil
+	}
+	out := make([]wire.Capabilities, len(l))
+	for i, c := range l {
+		out[i] = wire.Capabilities{Name: c.Name, Available: c.Available, Reason: c.Reason, Version: c.Version,
+			Isolation: string(c.Isolation), CgroupMode: c.CgroupMode, Images: c.Images, OCIImageReason: c.OCIImageReason,
+			NetworkModes: c.NetworkModes, EgressReason: c.EgressReason, TransparentEgressReason: c.TransparentEgressReason,
+			Hardening: c.Hardening, UserNamespaces: c.UserNamespaces, IDMappedFiles: c.IDMappedFiles,
+			Snapshots: c.Snapshots, MemorySnapshotReason: c.MemorySnapshotReason}
+	}
+	return out
 }
 
 func wireNetwork(n sandbox.Network) wire.Network {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -126,5 +127,17 @@ func TestWireJoinTokenBytes(t *testing.T) {
 		if got, _ := json.Marshal(wireJoinToken(tok)); !bytes.Equal(got, want) {
 			t.Fatalf("wire:   %s\nrecord: %s", got, want)
 		}
+	}
+}
+
+// TestWireRuntimesBytes: GET /v1/runtimes's list is byte for byte the capabilities' own JSON.
+func TestWireRuntimesBytes(t *testing.T) {
+	l := []runtime.Capabilities{{Name: "runc", Available: true, Reason: "r", Version: "1.2", Isolation: runtime.IsolationProcess,
+		CgroupMode: "v2", Images: []string{"host"}, OCIImageReason: "o", NetworkModes: []string{"none"}, EgressReason: "e",
+		TransparentEgressReason: "t", Hardening: []string{"seccomp"}, UserNamespaces: true, IDMappedFiles: true,
+		Snapshots: []string{"files"}, MemorySnapshotReason: "m"}, {}}
+	want, _ := json.Marshal(l)
+	if got, _ := json.Marshal(wireRuntimes(l)); !bytes.Equal(got, want) {
+		t.Fatalf("wire:    %s\nruntime: %s", got, want)
 	}
 }

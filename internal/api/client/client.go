@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -260,9 +259,9 @@ func (c *Client) Capacity(ctx context.Context) (sandbox.Capacity, error) {
 }
 
 // Runtimes returns the server's runtimes.
-func (c *Client) Runtimes(ctx context.Context) ([]runtime.Capabilities, error) {
+func (c *Client) Runtimes(ctx context.Context) ([]wire.Capabilities, error) {
 	var r struct {
-		Runtimes []runtime.Capabilities `json:"runtimes"`
+		Runtimes []wire.Capabilities `json:"runtimes"`
 	}
 	err := c.doJSON(ctx, http.MethodGet, "/v1/runtimes", nil, nil, &r)
 	return r.Runtimes, err
