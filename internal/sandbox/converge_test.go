@@ -667,3 +667,129 @@ func TestReconcileConvergesPastARefusedAdopt(t *testing.T) {
 		t.Fatalf("exec on the adopted sandbox: %v", err)
 	}
 }
+
+// TestConvergeGoesOnPastAHungDelete: one sandbox's runtime delete hangs (ignoring its context,
+// the worst a runtime can do) while several sandboxes expire. The same pass of the control loop
+// still destroys the others, working on them while the hung step is within its deadline, at most
+// four at once; the hung step is recorded as a failure (an error event, the sandbox left
+// stopping) once its deadline passes; later passes start no second step on it while it hangs;
+// and Close waits for it.
+func TestConvergeGoesOnPastAHungDelete(t *testing.T) {
+	// The deadline must leave the other steps time to finish on a loaded machine (under -race
+	// a fake destroy can take seconds there): the hung step's deadline is what the test waits.
+	const stepTimeout = 10 * time.Second
+	e := newFakeEnv(t, sandbox.Config{StepTimeout: stepTimeout})
+	hung := e.create(t, sandbox.CreateRequest{TTLSeconds: 60})
+	var others []sandbox.Sandbox
+	for range 5 { // more sandboxes than the loop's 4 workers
+		e.clock.Add(time.Millisecond) // the store lists by creation: the hung sandbox first
+		others = append(others, e.create(t, sandbox.CreateRequest{TTLSeconds: 60}))
+	}
+	var (
+		mu         sync.Mutex
+		active     int
+		maxActive  int
+		hungDelete int
+		hungEnded  time.Time // when the hung step's context ended (its deadline)
+		deletedAt  = map[string]time.Time{}
+	)
+	release := make(chan struct{})
+	var once sync.Once
+	releaseHung := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseHung) // before the env's cleanup closes the service, which waits for it
+	e.rt.SetFault(func(ctx context.Context, op fake.Op, id string) error {
+		if op != fake.OpDelete {
+			return nil
+		}
+		mu.Lock()
+		active++
+		maxActive = max(maxActive, active)
+		if id == hung.ID {
+			hungDelete++
+		} else {
+			deletedAt[id] = time.Now()
+		}
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			active--
+			mu.Unlock()
+		}()
+		if id == hung.ID {
+			context.AfterFunc(ctx, func() {
+				mu.Lock()
+				hungEnded = time.Now()
+				mu.Unlock()
+			})
+			<-release // deaf to ctx
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond) // a delete takes a while: steps overlap
+		return nil
+	})
+	e.clock.Add(61 * time.Second)
+
+	done := make(chan error, 1)
+	go func() { done <- e.svc.Converge(t.Context()) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Converge did not return while one delete hangs")
+	}
+	if err == nil || !strings.Contains(err.Error(), hung.ID) || !strings.Contains(err.Error(), "did not finish within") {
+		t.Fatalf("Converge: %v; want the hung sandbox's step reported as not finished within its deadline", err)
+	}
+	for _, sb := range others {
+		if st := e.state(t, sb.ID); st != sandbox.StateDestroyed {
+			t.Errorf("sandbox %s is %s after the pass, want destroyed", sb.ID, st)
+		}
+	}
+	mu.Lock()
+	if hungEnded.IsZero() {
+		t.Error("the hung step's context never ended: it had no deadline")
+	}
+	for id, at := range deletedAt {
+		if !at.Before(hungEnded) {
+			t.Errorf("sandbox %s was deleted %v after the hung step's deadline: the pass waited for it", id, at.Sub(hungEnded))
+		}
+	}
+	if maxActive > 4 {
+		t.Errorf("%d runtime deletes ran at once; the loop's bound is 4", maxActive)
+	}
+	mu.Unlock()
+	if st := e.state(t, hung.ID); st != sandbox.StateStopping {
+		t.Fatalf("the hung sandbox is %s, want stopping", st)
+	}
+	evs := e.eventsOf(t, hung.ID, "error")
+	if len(evs) != 1 || !strings.Contains(evs[0].Reason, "did not finish within "+stepTimeout.String()) {
+		t.Fatalf("error events of the hung sandbox: %+v; want one saying its step did not finish within %v", evs, stepTimeout)
+	}
+
+	// Past its backoff, the sandbox is due again, but its step still runs: no second one.
+	e.clock.Add(time.Minute)
+	if err := e.svc.Converge(t.Context()); err != nil {
+		t.Fatalf("Converge while the hung step still runs: %v", err)
+	}
+	mu.Lock()
+	n := hungDelete
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d deletes of the hung sandbox; want 1 (no second step while the first runs)", n)
+	}
+
+	// Close waits for the step in flight.
+	closed := make(chan struct{})
+	go func() { e.svc.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a control-loop step was still running")
+	case <-time.After(100 * time.Millisecond):
+	}
+	releaseHung()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close did not return once the hung step ended")
+	}
+}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -83,16 +86,36 @@ func (s *Service) createDeadline() time.Duration { return s.cfg.ReadyTimeout + t
 // bounds its delete to a minute) is left to it before the control loop finishes it.
 const destroyGrace = 2 * time.Minute
 
+// DefaultStepTimeout is Config.StepTimeout's default: longer than a runtime's own bound on a
+// delete (Kubernetes waits up to a minute for a pod to go) and the store writes around it, so a
+// slow but working step is not cut short.
+const DefaultStepTimeout = 90 * time.Second
+
+// convergeWorkers bounds how many sandboxes one pass of the control loop works on at once: a
+// step waiting on a slow runtime delays no other sandbox, and a pass over many expiries does not
+// flood the runtime or the store.
+const convergeWorkers = 4
+
 // Converge runs one pass of the control loop over every unsettled sandbox (creating, stopping,
-// and expired ones) whose backoff allows, and returns what failed, joined. A sandbox another
-// call is working on (its lock is held) is left to that call.
+// and expired ones) whose backoff allows, and returns what failed, joined. It works on up to
+// convergeWorkers sandboxes at once, each step under its own deadline (Config.StepTimeout; a
+// sleep's settling gets at least sleepTimeout), and returns when every step it started has
+// finished or passed its deadline. A step past its deadline is recorded as a failure (event,
+// backoff), as any other; if the runtime ignores the deadline the step runs on in the background,
+// holding its sandbox's lock, and is waited for by Run and Close. A sandbox another call or a
+// step of an earlier pass is working on (its lock is held) is left to it.
 func (s *Service) Converge(ctx context.Context) error {
 	list, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateSleeping, StateStopping, StateFailed, StateLost}, Limit: 100000})
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	now := s.now()
-	var errs []error
+	var (
+		mu   sync.Mutex
+		errs []error
+		g    errgroup.Group
+	)
+	g.SetLimit(convergeWorkers)
 	for _, sb := range list {
 		if s.cfg.Shared && sb.State == StateRunning && !s.loopWatched.has(sb.ID) {
 			s.watchFromLoop(sb)
@@ -100,20 +123,128 @@ func (s *Service) Converge(ctx context.Context) error {
 		if !s.unsettled(sb, now, false) || !s.retries.due(sb.ID, now) {
 			continue
 		}
-		unlock, ok := s.tryLock(sb.ID)
-		if !ok {
-			continue
+		if ctx.Err() != nil {
+			break
 		}
-		err := s.step(ctx, sb.ID, false)
-		unlock()
-		if err != nil {
-			errs = append(errs, err)
-		}
+		g.Go(func() error {
+			unlock, ok := s.tryLock(sb.ID)
+			if !ok {
+				return nil
+			}
+			if err := s.boundedStep(ctx, sb, unlock); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
+	_ = g.Wait()                                            // the steps' errors are collected in errs
 	if err := s.convergeSnapshots(ctx, false); err != nil { // snapshots.go
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// boundedStep runs step on sb, whose lock the caller took (unlock releases it), under the step's
+// deadline, and returns when the step has returned or its deadline has passed. In the second
+// case the step is recorded as failed at once and left to finish in the background: it keeps
+// the lock until it does, so no later pass starts a second step on the sandbox meanwhile.
+func (s *Service) boundedStep(ctx context.Context, sb Sandbox, unlock func()) error {
+	d := s.cfg.StepTimeout
+	if sb.SleepSnapshot != "" {
+		d = max(d, sleepTimeout) // settling a sleep may finish its snapshot
+	}
+	if !s.steps.add() {
+		unlock()
+		return nil // the service is closing
+	}
+	sctx, cancel := context.WithTimeout(ctx, d)
+	stopOnClose := context.AfterFunc(s.bg, cancel)
+	type result struct {
+		err    error
+		record bool
+	}
+	res := make(chan result, 1)
+	// Who settles the step: the step itself when it returns in time (stepReturned), else the
+	// loop when its deadline passes (stepAbandoned), whichever comes first.
+	const (
+		stepRunning int32 = iota
+		stepReturned
+		stepAbandoned
+	)
+	var state atomic.Int32
+	go func() {
+		defer s.steps.done()
+		defer unlock()
+		defer stopOnClose()
+		defer cancel()
+		record, err := s.stepOnce(sctx, sb.ID, false)
+		if err != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
+			err = stepTimedOut(d, err)
+		}
+		if state.CompareAndSwap(stepRunning, stepReturned) {
+			res <- result{err, record}
+			return
+		}
+		// The loop has recorded its timeout already.
+		if err == nil {
+			s.retries.clear(sb.ID)
+		}
+		s.log.Info("control loop step returned after its deadline", "sandbox_id", sb.ID, "err", err)
+	}()
+	select {
+	case r := <-res:
+		return s.stepDone(ctx, sb.ID, r.err, r.record)
+	case <-sctx.Done():
+	}
+	if !state.CompareAndSwap(stepRunning, stepAbandoned) {
+		r := <-res
+		return s.stepDone(ctx, sb.ID, r.err, r.record)
+	}
+	if ctx.Err() != nil || s.bg.Err() != nil {
+		// Shutting down: the step was stopped, not the sandbox at fault. Run and Close wait
+		// for it; a later term retries.
+		return fmt.Errorf("sandbox %s: %w", sb.ID, context.Cause(sctx))
+	}
+	return s.stepFailed(ctx, sb.ID, stepTimedOut(d, context.Cause(sctx)))
+}
+
+// stepTimedOut is the failure of a step that passed its deadline d, as its event tells it.
+func stepTimedOut(d time.Duration, cause error) error {
+	return errcode.Wrap(errcode.Internal, cause, "step did not finish within %v", d)
+}
+
+// inflight counts the control loop's steps running in the background. Once closed it starts
+// no more, so Close's wait cannot miss one.
+type inflight struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// add counts a step about to start; false once closed.
+func (f *inflight) add() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.wg.Add(1)
+	return true
+}
+
+func (f *inflight) done() { f.wg.Done() }
+
+// wait waits for the steps in flight.
+func (f *inflight) wait() { f.wg.Wait() }
+
+// close refuses further steps and waits for those in flight.
+func (f *inflight) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.wg.Wait()
 }
 
 // unsettled reports whether sb has work step would do. At start (orphaned true) no create of
@@ -144,14 +275,34 @@ func (s *Service) unsettled(sb Sandbox, now time.Time, orphaned bool) bool {
 // step drives sandbox id one move toward its goal; the caller holds its lock. Errors are
 // recorded against the sandbox (log, event, backoff) and returned.
 func (s *Service) step(ctx context.Context, id string, orphaned bool) error {
+	record, err := s.stepOnce(ctx, id, orphaned)
+	return s.stepDone(ctx, id, err, record)
+}
+
+// stepDone settles a step of id that returned err: nil clears its backoff; an error is recorded
+// against the sandbox (stepFailed) if record says it is the sandbox's, and returned.
+func (s *Service) stepDone(ctx context.Context, id string, err error, record bool) error {
+	switch {
+	case err == nil:
+		s.retries.clear(id)
+		return nil
+	case record:
+		return s.stepFailed(ctx, id, err)
+	default:
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+}
+
+// stepOnce is step without the recording: it returns what failed, and whether that is a
+// failure of the sandbox's step (record) rather than of reading its record.
+func (s *Service) stepOnce(ctx context.Context, id string, orphaned bool) (record bool, err error) {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
-		return fmt.Errorf("sandbox %s: %w", id, err)
+		return false, err
 	}
 	now := s.now()
 	if !s.unsettled(sb, now, orphaned) {
-		s.retries.clear(id)
-		return nil
+		return false, nil
 	}
 	switch {
 	case sb.State == StateCreating && sb.SleepSnapshot != "":
@@ -174,11 +325,7 @@ func (s *Service) step(ctx context.Context, id string, orphaned bool) error {
 	default: // expired
 		_, err = s.stopAndDestroy(ctx, sb, "ttl expired")
 	}
-	if err != nil {
-		return s.stepFailed(ctx, sb.ID, err)
-	}
-	s.retries.clear(id)
-	return nil
+	return err != nil, err
 }
 
 // stepFailed logs err, records it as an event of the sandbox and schedules a retry.
@@ -553,10 +700,11 @@ func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
 // sweep (every SweepInterval, a minute) and pruning of old finished records (every hour).
 //
 // With several replicas it runs only on the holder of the node's lifecycle lease, for as long
-// as it holds it (lease.go): when ctx ends Run returns once the pools' refill loop has too, so a
-// later term starts afresh.
+// as it holds it (lease.go): when ctx ends Run returns once the pools' refill loop and the
+// control loop's steps in flight have too, so a later term starts afresh.
 func (s *Service) Run(ctx context.Context) {
 	defer s.startPools(ctx)() // warm pools' refill loop (pools.go)
+	defer s.steps.wait()      // control-loop steps still running past their deadline
 	tick := time.NewTicker(min(time.Second, s.cfg.SweepInterval))
 	defer tick.Stop()
 	lastSweep, lastPrune := s.now(), time.Time{}

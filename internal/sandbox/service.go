@@ -74,6 +74,11 @@ type Config struct {
 	ReservedIDs  []IDRange
 	// SweepInterval is how often Run sweeps orphaned host resources; one minute.
 	SweepInterval time.Duration
+	// StepTimeout bounds one step of the control loop on one sandbox (a destroy's runtime
+	// delete and the writes around it, an abandoned create's cleanup, an adopt retried); a
+	// step that passes it is recorded as failed and retried with backoff, and the loop goes
+	// on with the other sandboxes. DefaultStepTimeout.
+	StepTimeout time.Duration
 	// MaxJobsPerSandbox bounds the running jobs of one sandbox; DefaultMaxJobs (64).
 	MaxJobsPerSandbox int
 	// JobRetention is how long finished jobs' records are kept; Retention (7 days).
@@ -142,6 +147,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.StepTimeout <= 0 {
+		c.StepTimeout = DefaultStepTimeout
 	}
 	if c.Retention == 0 {
 		c.Retention = 7 * 24 * time.Hour
@@ -269,6 +277,9 @@ type Service struct {
 	// loopWatched holds the running sandboxes the control loop watches (Config.Shared: those
 	// another replica created, whose exit that replica's own watch, if it died, cannot record).
 	loopWatched idSet
+	// steps are the control loop's steps in flight (lifecycle.go Converge): Run and Close wait
+	// for them.
+	steps inflight
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.
@@ -1194,14 +1205,15 @@ func (s *Service) Capacity(ctx context.Context) (Capacity, error) {
 	return c, nil
 }
 
-// Close stops the service's background work (exit watches) and waits for it, then releases
-// the runtimes' host-wide resources (runtime.Closer, e.g. an empty cgroup parent). Sandboxes
-// keep running: a restarted server adopts them.
+// Close stops the service's background work (exit watches, control-loop steps in flight) and
+// waits for it, then releases the runtimes' host-wide resources (runtime.Closer, e.g. an empty
+// cgroup parent). Sandboxes keep running: a restarted server adopts them.
 func (s *Service) Close() error {
 	var errs []error
 	s.closed.Do(func() {
 		s.stop()
 		s.wg.Wait()
+		s.steps.close()
 		for _, rt := range s.local.runtimes {
 			if c, ok := rt.(runtime.Closer); ok {
 				errs = append(errs, c.Close(context.Background()))
