@@ -87,6 +87,10 @@ func violations(pkgs []pkg) []string {
 			forbid(p, p.Deps, "the run service declares the Store it needs and knows no adapter",
 				module+"internal/store", module+"internal/api", module+"internal/mcpserver")
 		}
+		if under(path, module+"internal/lease") {
+			forbid(p, p.Deps, "the lease machinery runs any work on one replica at a time and knows nothing of what the work is",
+				module+"internal/sandbox", module+"internal/store", module+"internal/api", module+"internal/mcpserver")
+		}
 		if under(path, module+"internal/egress") {
 			forbid(p, p.Deps, "the egress proxy knows no sandbox record, store, runtime or adapter: the control plane hands it a Target",
 				module+"internal/sandbox", module+"internal/store", module+"internal/runtime", module+"internal/guest",
@@ -187,6 +191,8 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/jobmodel", Deps: []string{"golang.org/x/text"}},
 		{ImportPath: module + "internal/wire", Deps: m("internal/sandbox")},
 		{ImportPath: module + "internal/wire", Deps: []string{"encoding/json", "github.com/google/uuid"}},
+		{ImportPath: module + "internal/lease", Deps: m("internal/sandbox")},
+		{ImportPath: module + "internal/lease", Deps: m("internal/store")},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {
@@ -201,6 +207,7 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "cmd/agentbox", Deps: m("internal/store/sqlite", "modernc.org/sqlite", "internal/api")},
 		{ImportPath: module + "internal/mcpserver", Deps: m("internal/sandbox")},
 		{ImportPath: module + "internal/wire", Deps: []string{"encoding/json", "time", module + "internal/errcode"}},
+		{ImportPath: module + "internal/sandbox", Deps: m("internal/lease")},
 		{ImportPath: module + "internal/testenv/kubelab", Imports: []string{"k8s.io/client-go/kubernetes", "k8s.io/api/core/v1"}},
 		{ImportPath: module + "internal/peerreply", Deps: append(m("internal/errcode", "internal/text"), "net/http")},
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/runs"
@@ -55,7 +56,7 @@ type controlPlane struct {
 	// Several replicas (issue 18): this process's replica id and the owner of the node's
 	// lifecycle lease, which runs the lifecycle work (startLoop) only while it holds it.
 	replica string
-	owner   *sandbox.Owner
+	owner   *lease.Owner
 	log     *slog.Logger // nil: slog.Default()
 	// The lifecycle work (startLoop): its cancel and the channel closed when it has returned
 	// (and the lease is released).
@@ -72,7 +73,7 @@ type controlPlane struct {
 // all of it at once. Call startRuns first.
 func (cp *controlPlane) startLoop(ctx context.Context) {
 	if cp.owner == nil { // alone on its store
-		cp.owner = sandbox.NewOwner(sandbox.OwnerConfig{Name: sandbox.LifecycleLease(cp.svc.Config().Node), Holder: cp.replica})
+		cp.owner = lease.New(lease.Config{Name: lease.Lifecycle(cp.svc.Config().Node), Holder: cp.replica})
 		_, _ = cp.owner.TryAcquire(ctx)
 	}
 	log := cp.log
@@ -308,9 +309,9 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	// server takes it at once and reconciles before serving, as it always did; a replica whose
 	// lease another holds serves at once and leaves reconcile to the holder (or to its own
 	// takeover).
-	replica := sandbox.NewReplicaID()
-	var leases sandbox.LeaseStore // nil: always held
-	if ls, isLeaser := any(st).(sandbox.LeaseStore); isLeaser && shared {
+	replica := lease.NewReplicaID()
+	var leases lease.Store // nil: always held
+	if ls, isLeaser := any(st).(lease.Store); isLeaser && shared {
 		// Only a shared store's leases: alone on SQLite (the state-dir lock held) a server
 		// restarted after a SIGKILL must not wait for its dead predecessor's lease to expire.
 		leases = ls
@@ -322,13 +323,13 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err := os.WriteFile(idFile, []byte(replica+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("record the replica id: %w", err)
 	}
-	owner := sandbox.NewOwner(sandbox.OwnerConfig{Leases: leases, Name: sandbox.LifecycleLease(svc.Config().Node),
+	owner := lease.New(lease.Config{Leases: leases, Name: lease.Lifecycle(svc.Config().Node),
 		Holder: replica, TTL: cfg.LeaseTTL, Log: log, OnChange: prom.ObserveLease, Predecessor: strings.TrimSpace(string(prev))})
 	held, err := owner.TryAcquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("replica", "replica", replica, "lease", sandbox.LifecycleLease(svc.Config().Node), "lease_held", held, "lease_ttl", cfg.LeaseTTL)
+	log.Info("replica", "replica", replica, "lease", lease.Lifecycle(svc.Config().Node), "lease_held", held, "lease_ttl", cfg.LeaseTTL)
 	if held {
 		if err := svc.Reconcile(ctx); err != nil {
 			return nil, fmt.Errorf("reconcile: %w", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/blobs"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/remotejobs"
 	"github.com/agentbox/agentbox/internal/remoteops"
@@ -87,7 +88,7 @@ type Options struct {
 	Blobs *blobs.Service
 	// Lease, if set, reports this replica and whether it holds its node's lifecycle lease
 	// (issue 18); GET /health shows it as "replica".
-	Lease func() sandbox.LeaseStatus
+	Lease func() lease.Status
 }
 
 // Server is the REST API.

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/blobs"
 	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/machine/agent"
 	"github.com/agentbox/agentbox/internal/machine/proto"
@@ -46,7 +47,7 @@ type healthReply struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
 	// Replica is this server process (several replicas on one store: issue 18).
-	Replica *sandbox.LeaseStatus `json:"replica,omitempty"`
+	Replica *lease.Status `json:"replica,omitempty"`
 }
 
 // qp is a query parameter.

@@ -83,7 +83,7 @@ func NewPrometheus() *Prometheus {
 }
 
 // ObserveLease records whether this replica holds its node's lifecycle lease
-// (sandbox.OwnerConfig.OnChange).
+// (lease.Config.OnChange).
 func (p *Prometheus) ObserveLease(held bool) {
 	v := 0.0
 	if held {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/api"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/lease"
 )
 
 // Several replicas (issue 18): GET /health says which replica answered and whether it holds
@@ -18,8 +18,8 @@ func TestHealthAndMetricsReportTheLease(t *testing.T) {
 	var held atomic.Bool
 	prom := api.NewPrometheus()
 	srv := httptest.NewServer(api.New(nil, api.Options{Token: "s3cret", Prometheus: prom,
-		Lease: func() sandbox.LeaseStatus {
-			return sandbox.LeaseStatus{Replica: "host-0a1b2c3d", Lease: "lifecycle:kube:ns", Held: held.Load()}
+		Lease: func() lease.Status {
+			return lease.Status{Replica: "host-0a1b2c3d", Lease: "lifecycle:kube:ns", Held: held.Load()}
 		}}))
 	t.Cleanup(srv.Close)
 	get := func(path string) string {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -205,7 +206,7 @@ func Default() Config {
 		Overcommit: DefaultOvercommit, JobRetention: DefaultJobRetention, MaxJobsPerSandbox: sandbox.DefaultMaxJobs,
 		RunRetention:   runs.DefaultRetention,
 		AuditRetention: audit.DefaultRetention, AuditMaxRows: audit.DefaultMaxRows,
-		LeaseTTL:      sandbox.DefaultLeaseTTL,
+		LeaseTTL:      lease.DefaultTTL,
 		KubeNamespace: "default", KubeRuntimeClassProcess: "runc", KubeRuntimeClassKernel: "gvisor"}
 	c.ApprovalRequired, c.ApprovalTimeout = os.Getenv("AGENTBOX_APPROVAL_REQUIRED") == "1", 5*time.Minute // approvals (issue 16)
 	c.StateDir = DefaultStateDir()
@@ -325,7 +326,7 @@ func (c *Config) Validate() error {
 	}
 	// several replicas (issue 18)
 	if c.LeaseTTL < MinLeaseTTL || c.LeaseTTL > MaxLeaseTTL {
-		errs = append(errs, fmt.Sprintf("--lease-ttl %v must be between %v and %v (default %v)", c.LeaseTTL, MinLeaseTTL, MaxLeaseTTL, sandbox.DefaultLeaseTTL))
+		errs = append(errs, fmt.Sprintf("--lease-ttl %v must be between %v and %v (default %v)", c.LeaseTTL, MinLeaseTTL, MaxLeaseTTL, lease.DefaultTTL))
 	}
 	if c.ReadyTimeout != 0 && (c.ReadyTimeout < MinReadyTimeout || c.ReadyTimeout > MaxReadyTimeout) {
 		errs = append(errs, fmt.Sprintf("--ready-timeout %v must be between %v and %v (0 = the default: %v, %v with the kubernetes runtime)", c.ReadyTimeout, MinReadyTimeout, MaxReadyTimeout, DefaultReadyTimeout, KubeReadyTimeout))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
@@ -64,7 +65,7 @@ type runReplica struct {
 	rt    *countingRuntime
 	sbs   *sandbox.Service
 	svc   *runs.Service
-	owner *sandbox.Owner
+	owner *lease.Owner
 	dead  atomic.Bool
 	stop  func()
 }
@@ -87,7 +88,7 @@ func startRunReplica(t *testing.T, name, dsn string, shared *fake.Runtime) *runR
 		t.Fatal(err)
 	}
 	r.sbs, r.svc = sbs, svc
-	r.owner = sandbox.NewOwner(sandbox.OwnerConfig{Leases: deadableLeases{st, &r.dead}, Name: sandbox.LifecycleLease(sbs.Config().Node), Holder: name, TTL: time.Second})
+	r.owner = lease.New(lease.Config{Leases: deadableLeases{st, &r.dead}, Name: lease.Lifecycle(sbs.Config().Node), Holder: name, TTL: time.Second})
 	if _, err := r.owner.TryAcquire(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func New(cfg Config) (*Service, error) {
 
 // Run resumes every unsettled run and executes queued ones until ctx ends; Close waits for it.
 // It may be called again after it returned: with several replicas the workers run only on the
-// holder of the node's lifecycle lease, one term at a time (sandbox.Owner), and a later term
+// holder of the node's lifecycle lease, one term at a time (lease.Owner), and a later term
 // resumes what an earlier one (or another replica) left.
 func (s *Service) Run(ctx context.Context) {
 	done := make(chan struct{})

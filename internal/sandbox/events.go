@@ -83,6 +83,13 @@ func (s *Service) Subscribe(ctx context.Context, after int64) (<-chan Event, err
 // recorded something (FollowChanges calls it on the store's change notifications).
 func (s *Service) StoreChanged() { s.bus.publish() }
 
+// ChangeNotifier is the optional part of a Store that tells of changes other processes made
+// (Postgres LISTEN/NOTIFY): the channel receives (coalesced) after each, and closes when ctx
+// ends or the notifier fails; a watcher then rereads what it watches.
+type ChangeNotifier interface {
+	Changes(ctx context.Context) (<-chan struct{}, error)
+}
+
 // FollowChanges calls every wake function on each change notification of cn until ctx ends, so
 // a watcher on this replica sees another replica's changes within milliseconds rather than at
 // its next periodic recheck. When the notifier fails it wakes them once (a change may have gone
@@ -114,5 +121,17 @@ func FollowChanges(ctx context.Context, cn ChangeNotifier, log *slog.Logger, wak
 			return
 		}
 		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -23,15 +25,18 @@ import (
 type replica struct {
 	name  string
 	svc   *sandbox.Service
-	owner *sandbox.Owner
+	owner *lease.Owner
 	dead  *atomic.Bool // its lease calls fail: it died (or lost the database)
 	stop  func()
 }
 
+// errDown is what a dead replica's lease calls get.
+var errDown = errors.New("database unreachable")
+
 // deadableLeases fails every call of a replica marked dead, as the store would never hear from
 // a killed process again.
 type deadableLeases struct {
-	sandbox.LeaseStore
+	lease.Store
 	dead *atomic.Bool
 }
 
@@ -39,20 +44,20 @@ func (l deadableLeases) AcquireLease(ctx context.Context, name, holder string, t
 	if l.dead.Load() {
 		return false, time.Time{}, errDown
 	}
-	return l.LeaseStore.AcquireLease(ctx, name, holder, ttl)
+	return l.Store.AcquireLease(ctx, name, holder, ttl)
 }
 
 func (l deadableLeases) ReleaseLease(ctx context.Context, name, holder string) (bool, error) {
 	if l.dead.Load() {
 		return false, errDown
 	}
-	return l.LeaseStore.ReleaseLease(ctx, name, holder)
+	return l.Store.ReleaseLease(ctx, name, holder)
 }
 
 // startReplica starts a replica as serve does: it takes the lease if free and reconciles
 // before serving; its lifecycle work (reconcile on a takeover, then the control loop with the
 // pools' refill) runs while it holds the lease.
-func startReplica(t *testing.T, name string, st sandbox.Store, rt runtime.Runtime, leases sandbox.LeaseStore, cfg sandbox.Config, ttl time.Duration) *replica {
+func startReplica(t *testing.T, name string, st sandbox.Store, rt runtime.Runtime, leases lease.Store, cfg sandbox.Config, ttl time.Duration) *replica {
 	t.Helper()
 	cfg.Shared = true
 	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, cfg, nil)
@@ -60,7 +65,7 @@ func startReplica(t *testing.T, name string, st sandbox.Store, rt runtime.Runtim
 		t.Fatal(err)
 	}
 	r := &replica{name: name, svc: svc, dead: &atomic.Bool{}}
-	r.owner = sandbox.NewOwner(sandbox.OwnerConfig{Leases: deadableLeases{leases, r.dead}, Name: sandbox.LifecycleLease(svc.Config().Node), Holder: name, TTL: ttl})
+	r.owner = lease.New(lease.Config{Leases: deadableLeases{leases, r.dead}, Name: lease.Lifecycle(svc.Config().Node), Holder: name, TTL: ttl})
 	held, err := r.owner.TryAcquire(t.Context())
 	if err != nil {
 		t.Fatal(err)

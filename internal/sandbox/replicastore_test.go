@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"testing"
 
+	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/postgres"
 	"github.com/agentbox/agentbox/internal/testenv/pglab"
@@ -12,14 +13,14 @@ import (
 type replicaStore interface {
 	sandbox.Store
 	sandbox.PoolStore
-	sandbox.LeaseStore
+	lease.Store
 	sandbox.ChangeNotifier
 }
 
 // openReplicaStores opens n handles (each its own connection pool, as n server processes
 // would have) on one fresh Postgres database (pglab: a throwaway server, or
 // AGENTBOX_TEST_POSTGRES), and the leases they share: the store's own.
-func openReplicaStores(t *testing.T, n int) ([]replicaStore, sandbox.LeaseStore) {
+func openReplicaStores(t *testing.T, n int) ([]replicaStore, lease.Store) {
 	t.Helper()
 	dsn := pglab.DSN(t)
 	var out []replicaStore

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
@@ -32,7 +33,7 @@ func leaseHeld(t *testing.T, s *server) bool {
 	}
 	defer resp.Body.Close()
 	var h struct {
-		Replica *sandbox.LeaseStatus `json:"replica"`
+		Replica *lease.Status `json:"replica"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || h.Replica == nil {
 		t.Fatalf("/health: %v %+v", err, h)

@@ -1,4 +1,14 @@
-package sandbox
+// Package lease runs a piece of work on one process at a time among several that share a store:
+// an Owner takes a named lease in the store, renews it every TTL/3, runs the work while it
+// holds it, stops the work at once when it cannot say it still holds it, and releases it on a
+// clean shutdown; another process takes it over within the TTL when the holder dies.
+//
+// agentbox's replicas use it for a node's lifecycle work (Lifecycle): any replica of a server
+// answers any request, but the control loop (TTLs, destroys, the orphan sweep, pruning),
+// reconcile on takeover, the warm pools' refill, the run workers and the remote-job checks run
+// only on the replica that holds the node's lifecycle lease. The package knows nothing of what
+// the work is.
+package lease
 
 import (
 	"context"
@@ -12,18 +22,10 @@ import (
 	"time"
 )
 
-// Several replicas (issue 18): any replica of a server answers any request, but the lifecycle
-// work of a node — the control loop (TTLs, destroys, the orphan sweep, pruning), reconcile on
-// takeover, the warm pools' refill and the run workers — runs only on the replica that holds the
-// node's lifecycle lease (LifecycleLease) in the shared store. An Owner takes it, renews it every
-// TTL/3, runs the work while it holds it, stops the work at once when it cannot say it still
-// holds it, and releases it on a clean shutdown; another replica takes it over within the TTL
-// when the holder dies.
-
-// LeaseStore is what an Owner needs of the shared store's leases (store.Leases, which the SQL
-// stores implement, on the database's clock). A server alone on its store (SQLite, under the
-// state-dir lock) needs none: its Owner always holds.
-type LeaseStore interface {
+// Store is what an Owner needs of the shared store's leases (store.Leases, which the SQL stores
+// implement, on the database's clock). A server alone on its store (SQLite, under the state-dir
+// lock) needs none: its Owner always holds.
+type Store interface {
 	// AcquireLease takes the lease name for holder for ttl, or renews it when holder already
 	// holds it; held is false (and nothing changes) while another holder's lease has not
 	// expired. expiresAt is when the lease (holder's, or the other's) ends, on the store's clock.
@@ -33,18 +35,11 @@ type LeaseStore interface {
 	ReleaseLease(ctx context.Context, name, holder string) (bool, error)
 }
 
-// ChangeNotifier is the optional part of a Store that tells of changes other processes made
-// (Postgres LISTEN/NOTIFY): the channel receives (coalesced) after each, and closes when ctx
-// ends or the notifier fails; a watcher then rereads what it watches.
-type ChangeNotifier interface {
-	Changes(ctx context.Context) (<-chan struct{}, error)
-}
+// DefaultTTL is how long a lease lasts unless renewed (serve's --lease-ttl).
+const DefaultTTL = 15 * time.Second
 
-// DefaultLeaseTTL is how long a lifecycle lease lasts unless renewed (serve's --lease-ttl).
-const DefaultLeaseTTL = 15 * time.Second
-
-// LifecycleLease names the lease that owns node's lifecycle work.
-func LifecycleLease(node string) string { return "lifecycle:" + node }
+// Lifecycle names the lease that owns node's lifecycle work.
+func Lifecycle(node string) string { return "lifecycle:" + node }
 
 // NewReplicaID returns a random id for this server process: its host name (at most 32 bytes)
 // and 8 random hex digits, so logs and /health say which replica is which.
@@ -61,20 +56,20 @@ func NewReplicaID() string {
 	return host + "-" + hex.EncodeToString(b[:])
 }
 
-// LeaseStatus is what /health and the metrics say of a replica's lease.
-type LeaseStatus struct {
+// Status is what /health and the metrics say of a replica's lease.
+type Status struct {
 	Replica string `json:"replica" jsonschema:"this server process's replica id (random per process)"`
 	Lease   string `json:"lease" jsonschema:"the lifecycle lease's name: lifecycle:<node>"`
 	Held    bool   `json:"held" jsonschema:"whether this replica holds the lease, and so runs the node's lifecycle work (TTLs, reconcile, pool refill, run workers)"`
 }
 
-// OwnerConfig configures an Owner.
-type OwnerConfig struct {
+// Config configures an Owner.
+type Config struct {
 	// Leases grants the lease; nil: the Owner always holds it (one process on its store).
-	Leases LeaseStore
-	Name   string        // the lease, LifecycleLease(node)
+	Leases Store
+	Name   string        // the lease, e.g. Lifecycle(node)
 	Holder string        // this replica's id
-	TTL    time.Duration // DefaultLeaseTTL
+	TTL    time.Duration // DefaultTTL
 	Log    *slog.Logger
 	// OnChange, if set, is told each time the Owner gains or loses the lease.
 	OnChange func(held bool)
@@ -86,7 +81,7 @@ type OwnerConfig struct {
 
 // Owner runs work only while this replica holds a lease. It is safe for concurrent use.
 type Owner struct {
-	cfg  OwnerConfig
+	cfg  Config
 	log  *slog.Logger
 	held atomic.Bool
 	// pre is set when TryAcquire took the lease before Run: Run's first term is then no
@@ -96,10 +91,10 @@ type Owner struct {
 	lastOK time.Time // the start of the last AcquireLease that said held (monotonic)
 }
 
-// NewOwner returns an Owner; Run starts it.
-func NewOwner(cfg OwnerConfig) *Owner {
+// New returns an Owner of the lease cfg names; Run starts it.
+func New(cfg Config) *Owner {
 	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultLeaseTTL
+		cfg.TTL = DefaultTTL
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -112,8 +107,8 @@ func NewOwner(cfg OwnerConfig) *Owner {
 func (o *Owner) Held() bool { return o.held.Load() }
 
 // Status reports the replica, the lease and whether it is held.
-func (o *Owner) Status() LeaseStatus {
-	return LeaseStatus{Replica: o.cfg.Holder, Lease: o.cfg.Name, Held: o.Held()}
+func (o *Owner) Status() Status {
+	return Status{Replica: o.cfg.Holder, Lease: o.cfg.Name, Held: o.Held()}
 }
 
 // TryAcquire tries once to take the lease, before Run: a server alone on its store (or the

@@ -1,4 +1,4 @@
-package sandbox_test
+package lease_test
 
 import (
 	"context"
@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/lease"
 )
 
-// memLeases is an in-memory sandbox.LeaseStore with the store contract's rules (take a free or
+// memLeases is an in-memory lease.Store with the store contract's rules (take a free or
 // expired lease, renew one's own, refuse another's live one), for the Owner's unit tests; the
 // replica tests use the real store's. A holder marked down gets errors, as a replica cut off
 // from the database (or dead) would.
@@ -146,17 +146,17 @@ func (r *terms) endOf(holder string) (time.Time, bool) {
 }
 
 // runOwner starts o.Run with work in the background; stop cancels it and waits.
-func runOwner(o *sandbox.Owner, work func(context.Context, bool)) (stop func()) {
+func runOwner(o *lease.Owner, work func(context.Context, bool)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); o.Run(ctx, work) }()
 	return func() { cancel(); <-done }
 }
 
-// A server alone on its store (no LeaseStore) holds its lease at once, with no start-up wait,
+// A server alone on its store (no lease.Store) holds its lease at once, with no start-up wait,
 // and its first term follows TryAcquire (no takeover).
 func TestOwnerAlone(t *testing.T) {
-	o := sandbox.NewOwner(sandbox.OwnerConfig{Name: sandbox.LifecycleLease("local"), Holder: "a"})
+	o := lease.New(lease.Config{Name: lease.Lifecycle("local"), Holder: "a"})
 	start := time.Now()
 	if held, err := o.TryAcquire(t.Context()); !held || err != nil {
 		t.Fatalf("TryAcquire alone = %v, %v; want held", held, err)
@@ -187,9 +187,9 @@ func TestOwnerAlone(t *testing.T) {
 func TestOwnerTakeoverAfterHolderDies(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	l := newMemLeases()
-	name := sandbox.LifecycleLease("kube:ns")
-	a := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "a", TTL: ttl})
-	b := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "b", TTL: ttl})
+	name := lease.Lifecycle("kube:ns")
+	a := lease.New(lease.Config{Leases: l, Name: name, Holder: "a", TTL: ttl})
+	b := lease.New(lease.Config{Leases: l, Name: name, Holder: "b", TTL: ttl})
 	if held, err := a.TryAcquire(t.Context()); !held || err != nil {
 		t.Fatalf("A's TryAcquire = %v, %v; want held", held, err)
 	}
@@ -231,9 +231,9 @@ func TestOwnerTakeoverAfterHolderDies(t *testing.T) {
 func TestOwnerPartitionedHolderStopsFirst(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	l := newMemLeases()
-	name := sandbox.LifecycleLease("kube:ns")
-	a := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "a", TTL: ttl})
-	b := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "b", TTL: ttl})
+	name := lease.Lifecycle("kube:ns")
+	a := lease.New(lease.Config{Leases: l, Name: name, Holder: "a", TTL: ttl})
+	b := lease.New(lease.Config{Leases: l, Name: name, Holder: "b", TTL: ttl})
 	r := newTerms(t) // fails the test if the two works ever overlap
 	stopA := runOwner(a, r.work("a"))
 	defer stopA()
@@ -266,9 +266,9 @@ func TestOwnerPartitionedHolderStopsFirst(t *testing.T) {
 func TestOwnerReleaseOnShutdown(t *testing.T) {
 	const ttl = 3 * time.Second
 	l := newMemLeases()
-	name := sandbox.LifecycleLease("kube:ns")
-	a := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "a", TTL: ttl})
-	b := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "b", TTL: ttl})
+	name := lease.Lifecycle("kube:ns")
+	a := lease.New(lease.Config{Leases: l, Name: name, Holder: "a", TTL: ttl})
+	b := lease.New(lease.Config{Leases: l, Name: name, Holder: "b", TTL: ttl})
 	r := newTerms(t)
 	stopA := runOwner(a, r.work("a"))
 	r.waitStart("a", 1, time.Second)
@@ -291,10 +291,10 @@ func TestOwnerReleaseOnShutdown(t *testing.T) {
 func TestOwnerRenewalRefusedStopsWork(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	l := newMemLeases()
-	name := sandbox.LifecycleLease("local")
+	name := lease.Lifecycle("local")
 	var changes []bool
 	var mu sync.Mutex
-	a := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "a", TTL: ttl,
+	a := lease.New(lease.Config{Leases: l, Name: name, Holder: "a", TTL: ttl,
 		OnChange: func(held bool) { mu.Lock(); changes = append(changes, held); mu.Unlock() }})
 	r := newTerms(t)
 	stop := runOwner(a, r.work("a"))
@@ -329,11 +329,11 @@ func TestOwnerRenewalRefusedStopsWork(t *testing.T) {
 func TestOwnerTakesOverItsPredecessorsLease(t *testing.T) {
 	const ttl = time.Minute
 	l := newMemLeases()
-	name := sandbox.LifecycleLease("kube:ns")
+	name := lease.Lifecycle("kube:ns")
 	if held, _, _ := l.AcquireLease(t.Context(), name, "old", ttl); !held {
 		t.Fatal("setup: the predecessor did not get the lease")
 	}
-	o := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "new", TTL: ttl, Predecessor: "old"})
+	o := lease.New(lease.Config{Leases: l, Name: name, Holder: "new", TTL: ttl, Predecessor: "old"})
 	if held, err := o.TryAcquire(t.Context()); !held || err != nil {
 		t.Fatalf("TryAcquire over the predecessor's live lease = %v, %v; want held at once", held, err)
 	}
@@ -341,7 +341,7 @@ func TestOwnerTakesOverItsPredecessorsLease(t *testing.T) {
 		t.Fatalf("the lease is %+v; want the new process's", got)
 	}
 	// Another replica's live lease stays its own, whatever the predecessor was.
-	o2 := sandbox.NewOwner(sandbox.OwnerConfig{Leases: l, Name: name, Holder: "newer", TTL: ttl, Predecessor: "old"})
+	o2 := lease.New(lease.Config{Leases: l, Name: name, Holder: "newer", TTL: ttl, Predecessor: "old"})
 	if held, err := o2.TryAcquire(t.Context()); held || err != nil {
 		t.Fatalf("TryAcquire over another replica's lease = %v, %v; want not held", held, err)
 	}
