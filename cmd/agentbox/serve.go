@@ -138,10 +138,11 @@ func cmdServe(args []string) int {
 	}
 	machines := machine.New(cp.store, machine.Options{Logger: log}) // joined machines (issue 17)
 	defer machines.Close()
-	// remote jobs (issue 17): over the registry's connections; a background check releases the
-	// GPUs of jobs that ended while nobody asked and settles records a crash left starting.
+	// remote jobs: over the registry's connections; a background check releases the GPUs of jobs
+	// that ended while nobody asked and settles records a crash left starting. The check is
+	// lifecycle work: it runs on the replica holding the lease, and Close waits for it.
 	rjobs := remotejobs.New(machines, cp.store, remotejobs.Options{Owner: sandbox.OwnerFrom, Logger: log})
-	go rjobs.Run(ctx, 30*time.Second)
+	cp.underLease(func(ctx context.Context) { rjobs.Run(ctx, remoteJobCheckInterval) })
 	relaySvc, err := relay.start(ctx, cp.store, cfg.StateDir, machines, func() string { return url }, log) // the file relay (issue 17)
 	if err != nil {
 		return fail(err)
@@ -171,7 +172,12 @@ func cmdServe(args []string) int {
 	// The control loop may be destroying a sandbox: cp.Close (deferred above) stops it and waits
 	// for it before the store closes and the state-dir lock is released.
 	cp.startLoop(ctx)
-	defer cp.stopRuns() // runs' workers stop first: they use the sandbox service
+	// The lifecycle work stops, and is waited for, before what it uses closes (the machines'
+	// registry, deferred above; the store and the sandbox service, in cp.Close): the remote-job
+	// checks use the machines, the run workers the sandbox service. Deferred calls run last
+	// first: the loop's stop ends the run workers' term, which stopRuns then finds over.
+	defer cp.stopRuns()
+	defer cp.stopLoop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agentbox serving", "replica", cp.replica, "url", url, "mcp", url+"/mcp", "state_dir", cfg.StateDir, "token_file", tokenSource(cfg), "tls_fingerprint", info.TLSFingerprint)
@@ -189,6 +195,10 @@ func cmdServe(args []string) int {
 	_ = os.Remove(config.ServerInfoPath(cfg.StateDir))
 	return 0
 }
+
+// remoteJobCheckInterval is how often the lease holder checks remote jobs' records against what
+// their machines say.
+const remoteJobCheckInterval = 30 * time.Second
 
 func tokenSource(cfg config.Config) string {
 	if cfg.Token != "" {

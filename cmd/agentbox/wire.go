@@ -62,12 +62,22 @@ type controlPlane struct {
 	// (and the lease is released).
 	loopStop context.CancelFunc
 	loopDone chan struct{}
+	// leaseWork is more work that runs with the lifecycle work (underLease): the remote-job
+	// checks.
+	leaseWork []func(ctx context.Context)
+}
+
+// underLease adds work to the node's lifecycle work (startLoop): it runs only on the replica
+// that holds the lifecycle lease, is stopped (its ctx ends) when the lease is lost and run again
+// on a later term, and Close waits for it to return. Call it before startLoop.
+func (cp *controlPlane) underLease(work func(ctx context.Context)) {
+	cp.leaseWork = append(cp.leaseWork, work)
 }
 
 // startLoop runs the node's lifecycle work in the background until Close, while this replica
 // holds the node's lifecycle lease (alone on its store: always, from the start): the service's
-// control loop (TTLs, destroys, the orphan sweep, pruning) with the warm pools' refill, and the
-// run workers (startRuns built them). On a takeover — the lease gained after another replica
+// control loop (TTLs, destroys, the orphan sweep, pruning) with the warm pools' refill, the run
+// workers (startRuns built them) and the work underLease added. On a takeover — the lease gained after another replica
 // may have held it — it first reconciles the store with the runtime (records without a runtime
 // object become lost, runtime objects without a record are deleted). Losing the lease stops
 // all of it at once. Call startRuns first.
@@ -109,20 +119,20 @@ func (cp *controlPlane) startLoop(ctx context.Context) {
 			if cp.runs != nil {
 				wg.Go(func() { cp.runs.Run(ctx) })
 			}
+			for _, work := range cp.leaseWork {
+				wg.Go(func() { work(ctx) })
+			}
 			wg.Wait()
 		})
 	}()
 }
 
-// Close stops the lifecycle work (run workers and control loop) and waits for it: a destroy it
-// is doing finishes before the store closes and the state-dir lock is released, so no other
-// process takes the state dir while this one still works in it; the lease is released, so
-// another replica takes the work over at once.
+// Close stops the lifecycle work (run workers, control loop, remote-job checks) and waits for it:
+// a destroy it is doing finishes before the store closes and the state-dir lock is released, so
+// no other process takes the state dir while this one still works in it; the lease is released,
+// so another replica takes the work over at once.
 func (cp *controlPlane) Close() {
-	if cp.loopStop != nil {
-		cp.loopStop()
-		<-cp.loopDone
-	}
+	cp.stopLoop()
 	cp.stopRuns()
 	cp.svc.Close()
 	if c, ok := any(cp.images).(io.Closer); ok {
@@ -133,6 +143,15 @@ func (cp *controlPlane) Close() {
 	}
 	cp.store.Close()
 	cp.lock.Release()
+}
+
+// stopLoop stops the lifecycle work and waits for it (and for the lease's release); safe to call
+// more than once, and before startLoop.
+func (cp *controlPlane) stopLoop() {
+	if cp.loopStop != nil {
+		cp.loopStop()
+		<-cp.loopDone
+	}
 }
 
 // reservedIDs are the host's own ids, which no sandbox's id range may include.

@@ -308,7 +308,9 @@ func (s *Service) Reconcile(ctx context.Context) {
 	}
 }
 
-// Run reconciles every interval until ctx ends.
+// Run reconciles every interval until ctx ends, and returns then. With several replicas on one
+// store only one should run it: serve runs it as lifecycle work, on the holder of the node's
+// lifecycle lease (lease.Owner), and waits for it at shutdown.
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
