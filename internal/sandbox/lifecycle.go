@@ -161,13 +161,10 @@ func (s *Service) boundedStep(ctx context.Context, sb Sandbox, unlock func()) er
 	}
 	sctx, cancel := context.WithTimeout(ctx, d)
 	stopOnClose := context.AfterFunc(s.bg, cancel)
-	type result struct {
-		err    error
-		record bool
-	}
-	res := make(chan result, 1)
-	// Who settles the step: the step itself when it returns in time (stepReturned), else the
-	// loop when its deadline passes (stepAbandoned), whichever comes first.
+	res := make(chan error, 1)
+	// Who settles the step: the step itself when it returns in time (stepReturned), recording
+	// its failure while it still holds the lock, else the loop when its deadline passes
+	// (stepAbandoned), whichever comes first.
 	const (
 		stepRunning int32 = iota
 		stepReturned
@@ -184,23 +181,24 @@ func (s *Service) boundedStep(ctx context.Context, sb Sandbox, unlock func()) er
 			err = stepTimedOut(d, err)
 		}
 		if state.CompareAndSwap(stepRunning, stepReturned) {
-			res <- result{err, record}
+			res <- s.stepDone(ctx, sb.ID, err, record)
 			return
 		}
-		// The loop has recorded its timeout already.
+		// The loop has recorded its timeout already (or the service is stopping).
 		if err == nil {
 			s.retries.clear(sb.ID)
 		}
-		s.log.Info("control loop step returned after its deadline", "sandbox_id", sb.ID, "err", err)
+		if ctx.Err() == nil && s.bg.Err() == nil {
+			s.log.Info("control loop step returned after its deadline", "sandbox_id", sb.ID, "err", err)
+		}
 	}()
 	select {
-	case r := <-res:
-		return s.stepDone(ctx, sb.ID, r.err, r.record)
+	case err := <-res:
+		return err
 	case <-sctx.Done():
 	}
 	if !state.CompareAndSwap(stepRunning, stepAbandoned) {
-		r := <-res
-		return s.stepDone(ctx, sb.ID, r.err, r.record)
+		return <-res
 	}
 	if ctx.Err() != nil || s.bg.Err() != nil {
 		// Shutting down: the step was stopped, not the sandbox at fault. Run and Close wait
