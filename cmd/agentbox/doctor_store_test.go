@@ -62,7 +62,7 @@ func TestOpenStorePostgres(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	st, _, err := openStore(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

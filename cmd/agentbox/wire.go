@@ -37,11 +37,14 @@ import (
 
 // controlPlane is everything a server process owns.
 type controlPlane struct {
-	svc    *sandbox.Service
-	store  store.Store  // SQLite (the default) or Postgres (--store)
-	images *image.Store // the image cache (issue 13)
-	lock   *statedir.Lock
-	prom   *api.Prometheus // the service's Observer, served at GET /metrics
+	svc   *sandbox.Service
+	store store.Store // SQLite (the default) or Postgres (--store)
+	// changes tells of other processes' writes to a shared store (Postgres); nil when this
+	// process is alone on its store (SQLite).
+	changes store.ChangeNotifier
+	images  *image.Store // the image cache (issue 13)
+	lock    *statedir.Lock
+	prom    *api.Prometheus // the service's Observer, served at GET /metrics
 	// durable runs (issue 14, startRuns): nil until started.
 	runs     *runs.Service
 	runsStop func()
@@ -93,7 +96,7 @@ func (cp *controlPlane) startLoop(ctx context.Context) {
 	rctx, stop := context.WithCancel(ctx)
 	cp.loopStop, cp.loopDone = stop, make(chan struct{})
 	var follow sync.WaitGroup
-	if cn, ok := any(cp.store).(sandbox.ChangeNotifier); ok {
+	if cn := cp.changes; cn != nil {
 		// Every replica: another replica's writes wake this one's event watchers, run and
 		// batch waits, the run dispatcher and approval waits at once.
 		wake := []func(){cp.svc.StoreChanged}
@@ -164,27 +167,29 @@ func reservedIDs() []sandbox.IDRange {
 }
 
 // openStore opens the store cfg.Store selects (config.ParseStore): SQLite's agentbox.db in the
-// state dir by default. It logs the driver and where, never a DSN's password.
-func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store.Store, error) {
+// state dir by default. It logs the driver and where, never a DSN's password. changes is the
+// store's notifier of other processes' writes when the store is shared with other replicas
+// (Postgres), nil when this process is alone on it (SQLite).
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ store.Store, changes store.ChangeNotifier, _ error) {
 	spec, err := config.ParseStore(cfg.Store, cfg.StateDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	switch spec.Driver {
 	case config.StorePostgres:
 		st, err := postgres.Open(ctx, spec.DSN)
 		if err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
+			return nil, nil, fmt.Errorf("open store: %w", err)
 		}
 		log.Info("store", "driver", "postgres", "dsn", postgres.Redact(spec.DSN))
-		return st, nil
+		return st, st, nil
 	default:
 		st, err := sqlite.Open(ctx, spec.Path)
 		if err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
+			return nil, nil, fmt.Errorf("open store: %w", err)
 		}
 		log.Debug("store", "driver", "sqlite", "path", spec.Path)
-		return st, nil
+		return st, nil, nil
 	}
 }
 
@@ -210,7 +215,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 			return nil, err
 		}
 	}
-	st, err := openStore(ctx, cfg, log)
+	st, changes, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -287,9 +292,8 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		}
 	}()
 	prom := api.NewPrometheus()
-	// Several replicas (issue 18): a store that tells of other processes' changes (Postgres)
-	// is shared with other replicas.
-	_, shared := any(st).(sandbox.ChangeNotifier)
+	// A store that tells of other processes' changes (Postgres) is shared with other replicas.
+	shared := changes != nil
 	headroom := func(context.Context) (sandbox.Headroom, error) {
 		mem, err := hostinfo.MemAvailableMiB()
 		if err != nil {
@@ -330,10 +334,10 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	// takeover).
 	replica := lease.NewReplicaID()
 	var leases lease.Store // nil: always held
-	if ls, isLeaser := any(st).(lease.Store); isLeaser && shared {
+	if shared {
 		// Only a shared store's leases: alone on SQLite (the state-dir lock held) a server
 		// restarted after a SIGKILL must not wait for its dead predecessor's lease to expire.
-		leases = ls
+		leases = st
 	}
 	// The last replica id on this state dir is a dead process's (the state-dir lock is ours):
 	// its lease, if still live, is taken over at once.
@@ -361,7 +365,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, store: st, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+	cp := &controlPlane{svc: svc, store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))

@@ -28,14 +28,6 @@ type jobTracker struct {
 	watched map[string]bool // job id
 }
 
-func (s *Service) jobStore() (JobStore, error) {
-	js, ok := s.store.(JobStore)
-	if !ok {
-		return nil, errcode.New(errcode.UnsupportedOp, "this server's store keeps no job records")
-	}
-	return js, nil
-}
-
 func (s *Service) maxJobs() int {
 	if s.cfg.MaxJobsPerSandbox > 0 {
 		return s.cfg.MaxJobsPerSandbox
@@ -77,10 +69,7 @@ func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millise
 // StartJob starts a detached job in a running sandbox and returns its record, state running.
 // The record is written first (starting); a job the agent refuses is recorded failed.
 func (s *Service) StartJob(ctx context.Context, sandboxID string, req JobStartRequest) (Job, error) {
-	js, err := s.jobStore()
-	if err != nil {
-		return Job{}, err
-	}
+	js := s.store
 	if err := validateCommand(req.Argv, req.Env, req.Cwd, req.User); err != nil {
 		return Job{}, err
 	}
@@ -158,10 +147,8 @@ func applyInfo(j *Job, info guest.JobInfo) {
 // saveJob writes j as the next version of its record, with a "job" event when reason is set.
 // A concurrent update (CONFLICT) is retried on the fresh record unless that one has ended.
 func (s *Service) saveJob(ctx context.Context, j Job, reason string) (Job, error) {
-	js, err := s.jobStore()
-	if err != nil {
-		return j, err
-	}
+	js := s.store
+	var err error
 	for range 3 {
 		j.Version++
 		j.UpdatedAt = s.stamp()
@@ -260,10 +247,7 @@ func (s *Service) job(ctx context.Context, sandboxID, jobID string) (Job, error)
 	if err := checkJobID(jobID); err != nil {
 		return Job{}, err
 	}
-	js, err := s.jobStore()
-	if err != nil {
-		return Job{}, err
-	}
+	js := s.store
 	return js.GetJob(ctx, sandboxID, jobID)
 }
 
@@ -279,10 +263,7 @@ func (s *Service) ListJobs(ctx context.Context, sandboxID string, limit int) (Jo
 	if limit == 0 {
 		limit = DefaultJobList
 	}
-	js, err := s.jobStore()
-	if err != nil {
-		return JobList{}, err
-	}
+	js := s.store
 	if _, err := s.store.GetSandbox(ctx, sandboxID); err != nil {
 		return JobList{}, err
 	}
@@ -425,10 +406,7 @@ func (s *Service) settleGone(ctx context.Context, j Job, sb Sandbox) (Job, error
 // canceled when the server stops it (reason: destroy requested, ttl expired), unknown when it
 // is lost. Before a stop it saves what the agent still has of each job's end.
 func (s *Service) sandboxEnding(ctx context.Context, sb Sandbox, to State, reason string) {
-	js, err := s.jobStore()
-	if err != nil {
-		return
-	}
+	js := s.store
 	jobs, _, err := js.ListJobs(ctx, sb.ID, []JobState{JobStarting, JobRunning}, MaxList)
 	if err != nil {
 		s.log.Warn("list a sandbox's jobs to settle them", "sandbox_id", sb.ID, "err", err)
@@ -755,10 +733,7 @@ func (s *Service) watchJob(sandboxID, jobID string) {
 
 // reattachJobs re-arms the watches of an adopted sandbox's active jobs (Reconcile).
 func (s *Service) reattachJobs(ctx context.Context, sandboxID string) {
-	js, err := s.jobStore()
-	if err != nil {
-		return
-	}
+	js := s.store
 	jobs, _, err := js.ListJobs(ctx, sandboxID, []JobState{JobStarting, JobRunning}, MaxList)
 	if err != nil {
 		s.log.Warn("reconcile: list jobs", "sandbox_id", sandboxID, "err", err)
@@ -772,10 +747,7 @@ func (s *Service) reattachJobs(ctx context.Context, sandboxID string) {
 
 // JobsByState counts job records by state, for the server's metrics.
 func (s *Service) JobsByState(ctx context.Context) (map[string]int, error) {
-	js, err := s.jobStore()
-	if err != nil {
-		return nil, err
-	}
+	js := s.store
 	counts, err := js.CountJobs(ctx)
 	if err != nil {
 		return nil, err

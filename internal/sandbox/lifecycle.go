@@ -387,10 +387,8 @@ func (s *Service) finishDestroy(ctx context.Context, sb Sandbox, reason string) 
 	}
 	sb.SleepSnapshot = ""
 	s.releaseIDRange(ctx, sb.ID)
-	if ns, ok := s.store.(NetStore); ok {
-		if err := ns.DeleteExposures(ctx, sb.ID); err != nil {
-			return sb, fmt.Errorf("delete preview URLs: %w", err)
-		}
+	if err := s.store.DeleteExposures(ctx, sb.ID); err != nil {
+		return sb, fmt.Errorf("delete preview URLs: %w", err)
 	}
 	return s.transition(ctx, sb, StateDestroyed, reason, "")
 }
@@ -724,19 +722,17 @@ func (s *Service) Run(ctx context.Context) {
 				s.log.Warn("snapshot sweep incomplete", "err", err)
 			}
 		}
-		if p, ok := s.store.(Pruner); ok && s.now().Sub(lastPrune) >= time.Hour {
+		if s.now().Sub(lastPrune) >= time.Hour {
 			lastPrune = s.now()
-			if n, err := p.PruneSandboxes(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+			if n, err := s.store.PruneSandboxes(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
 				s.log.Warn("prune", "err", err)
 			} else if n > 0 {
 				s.log.Info("pruned finished sandbox records", "count", n)
 			}
-			if js, ok := s.store.(JobStore); ok {
-				if n, err := js.PruneJobs(ctx, s.now().Add(-s.cfg.JobRetention)); err != nil && ctx.Err() == nil {
-					s.log.Warn("prune jobs", "err", err)
-				} else if n > 0 {
-					s.log.Info("pruned finished job records", "count", n)
-				}
+			if n, err := s.store.PruneJobs(ctx, s.now().Add(-s.cfg.JobRetention)); err != nil && ctx.Err() == nil {
+				s.log.Warn("prune jobs", "err", err)
+			} else if n > 0 {
+				s.log.Info("pruned finished job records", "count", n)
 			}
 		}
 	}

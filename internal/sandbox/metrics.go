@@ -46,7 +46,7 @@ type SandboxMetrics struct {
 	// ExpiresAt is when the sandbox's TTL ends.
 	ExpiresAt time.Time `json:"expires_at"`
 	// RunningJobs is how many of its jobs are starting or running as their records say (set by
-	// FleetMetrics from one store query; absent when the store keeps no job records).
+	// FleetMetrics from one store query; absent when the job records could not be read).
 	RunningJobs *int `json:"running_jobs,omitempty"`
 }
 
@@ -214,15 +214,13 @@ func (s *Service) SampleSandboxes(ctx context.Context, sbs []Sandbox) (FleetMetr
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
 		return FleetMetrics{}, err
 	}
-	if js, ok := s.store.(JobStore); ok {
-		if active, err := js.ActiveJobsBySandbox(ctx); err == nil {
-			for i := range out.Sandboxes {
-				n := active[out.Sandboxes[i].SandboxID]
-				out.Sandboxes[i].RunningJobs = &n
-			}
-		} else {
-			s.log.Warn("cannot count running jobs for the fleet's metrics", "err", err)
+	if active, err := s.store.ActiveJobsBySandbox(ctx); err == nil {
+		for i := range out.Sandboxes {
+			n := active[out.Sandboxes[i].SandboxID]
+			out.Sandboxes[i].RunningJobs = &n
 		}
+	} else {
+		s.log.Warn("cannot count running jobs for the fleet's metrics", "err", err)
 	}
 	sort.Slice(out.Sandboxes, func(i, j int) bool { return out.Sandboxes[i].SandboxID < out.Sandboxes[j].SandboxID })
 	out.TookSeconds = time.Since(began).Seconds()

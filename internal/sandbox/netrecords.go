@@ -174,10 +174,7 @@ func (s *Service) flushRecords() {
 
 // writeRecords writes one batch in one store transaction.
 func (s *Service) writeRecords(ctx context.Context, batch []netRecord) {
-	ns, err := s.netStore()
-	if err != nil {
-		return
-	}
+	ns := s.store
 	var conns []egress.Connection
 	var calls []egress.SecretCall
 	var evs []Event

@@ -390,14 +390,6 @@ func prefixed(prefix string, err error) error {
 	return &out
 }
 
-func (s *Service) netStore() (NetStore, error) {
-	ns, ok := s.store.(NetStore)
-	if !ok {
-		return nil, errcode.New(errcode.UnsupportedOp, "this server's store keeps no network records")
-	}
-	return ns, nil
-}
-
 // UpdateNetwork replaces a sandbox's egress policy (allow and deny both); the next connection
 // sees it. It is recorded (a version bump and a "network_updated" event) before it applies.
 func (s *Service) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (Sandbox, error) {
@@ -472,10 +464,7 @@ func pageRecords[T any](ctx context.Context, s *Service, id string, after int64,
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	ns, err := s.netStore()
-	if err != nil {
-		return nil, 0, 0, err
-	}
+	ns := s.store
 	if _, err := s.store.GetSandbox(ctx, id); err != nil {
 		return nil, 0, 0, err
 	}
@@ -535,10 +524,7 @@ func (s *Service) Expose(ctx context.Context, id string, port int, public bool) 
 	if s.cfg.PreviewURL == nil {
 		return Exposure{}, errcode.New(errcode.UnsupportedOp, "preview URLs are served by agentbox serve")
 	}
-	ns, err := s.netStore()
-	if err != nil {
-		return Exposure{}, err
-	}
+	ns := s.store
 	if err := s.wakeForCall(ctx, id); err != nil {
 		return Exposure{}, err
 	}
@@ -590,10 +576,7 @@ func (s *Service) Unexpose(ctx context.Context, id string, port int) error {
 	if err := checkPort(port); err != nil {
 		return err
 	}
-	ns, err := s.netStore()
-	if err != nil {
-		return err
-	}
+	ns := s.store
 	if _, err := s.store.GetSandbox(ctx, id); err != nil {
 		return err
 	}
@@ -605,10 +588,7 @@ func (s *Service) Exposures(ctx context.Context, id string) ([]Exposure, error) 
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	ns, err := s.netStore()
-	if err != nil {
-		return nil, err
-	}
+	ns := s.store
 	if _, err := s.store.GetSandbox(ctx, id); err != nil {
 		return nil, err
 	}
@@ -638,10 +618,7 @@ func (s *Service) AuthorizePreview(ctx context.Context, id string, port int, acc
 	if err := checkPort(port); err != nil {
 		return err
 	}
-	ns, err := s.netStore()
-	if err != nil {
-		return err
-	}
+	ns := s.store
 	e, err := ns.GetExposure(ctx, id, port)
 	if err != nil {
 		return err

@@ -161,14 +161,6 @@ func poolFillFrom(ctx context.Context) string {
 	return n
 }
 
-func (s *Service) poolStore() (PoolStore, error) {
-	ps, ok := s.store.(PoolStore)
-	if !ok {
-		return nil, errcode.New(errcode.UnsupportedOp, "this server's store keeps no warm pools")
-	}
-	return ps, nil
-}
-
 // maxPooled is the server-wide bound on the sum of all pools' sizes (serve --max-pooled; at
 // most the live bound, by default half of it).
 func (s *Service) maxPooled() int {
@@ -208,10 +200,7 @@ func (s *Service) normalizePool(p *Pool) error {
 // SetPool creates or replaces a pool (its shape and size). Sandboxes of an old shape are
 // retired and the pool is refilled in the background.
 func (s *Service) SetPool(ctx context.Context, p Pool) (PoolStatus, error) {
-	ps, err := s.poolStore()
-	if err != nil {
-		return PoolStatus{}, err
-	}
+	ps := s.store
 	if err := s.normalizePool(&p); err != nil {
 		return PoolStatus{}, err
 	}
@@ -255,10 +244,7 @@ func (s *Service) SetPool(ctx context.Context, p Pool) (PoolStatus, error) {
 
 // ListPools returns every pool with what it holds now and its hits and misses.
 func (s *Service) ListPools(ctx context.Context) ([]PoolStatus, error) {
-	ps, err := s.poolStore()
-	if err != nil {
-		return nil, err
-	}
+	ps := s.store
 	pools, err := ps.ListPools(ctx)
 	if err != nil {
 		return nil, err
@@ -279,10 +265,7 @@ func (s *Service) DeletePool(ctx context.Context, name string) error {
 	if !poolNameRE.MatchString(name) {
 		return errcode.New(errcode.InvalidArgument, "name: a pool name is 1-63 characters of a-z, 0-9, '-' and '_'; got %q", truncate(name, 80))
 	}
-	ps, err := s.poolStore()
-	if err != nil {
-		return err
-	}
+	ps := s.store
 	if err := ps.DeletePool(ctx, name); err != nil {
 		return err
 	}
@@ -344,10 +327,7 @@ func (s *Service) claim(ctx context.Context, req CreateRequest, plan *netPlan) (
 	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping || poolFillFrom(ctx) != "" {
 		return Sandbox{}, false, nil
 	}
-	ps, ok := s.store.(PoolStore)
-	if !ok {
-		return Sandbox{}, false, nil
-	}
+	ps := s.store
 	pools, err := s.listPools(ctx, ps, false)
 	if err != nil {
 		s.log.Warn("pools: cannot read the pools; starting a sandbox", "err", err)
@@ -452,10 +432,7 @@ func (s *Service) runPools(ctx context.Context) {
 // refillPass retires what pools hold beyond their size (or of a deleted pool, or of an old
 // shape), then creates the missing sandboxes one at a time, yielding to interactive creates.
 func (s *Service) refillPass(ctx context.Context) {
-	ps, ok := s.store.(PoolStore)
-	if !ok {
-		return
-	}
+	ps := s.store
 	pools, err := s.listPools(ctx, ps, true)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -629,7 +606,7 @@ func (s *Service) retireOne(ctx context.Context, id, pool string) {
 // startPools starts the refill loop, on the service's background context and ctx both, unless
 // it runs already; wait waits for a loop it started to end (after ctx does).
 func (s *Service) startPools(ctx context.Context) (wait func()) {
-	if _, ok := s.store.(PoolStore); !ok || !s.pools.started.CompareAndSwap(false, true) {
+	if !s.pools.started.CompareAndSwap(false, true) {
 		return func() {}
 	}
 	rctx, cancel := context.WithCancel(ctx)

@@ -1196,12 +1196,10 @@ func (s *Service) Capacity(ctx context.Context) (Capacity, error) {
 			c.MemoryAvailableMB, c.DiskFreeMB = hr.MemoryAvailableMB, hr.DiskFreeMB
 		}
 	}
-	if _, ok := s.store.(PoolStore); ok {
-		if c.Pools, err = s.ListPools(ctx); err != nil {
-			return Capacity{}, err
-		}
-		c.MaxPooled = s.maxPooled()
+	if c.Pools, err = s.ListPools(ctx); err != nil {
+		return Capacity{}, err
 	}
+	c.MaxPooled = s.maxPooled()
 	return c, nil
 }
 

@@ -63,23 +63,14 @@ const (
 	sleepTimeout = 5 * time.Minute
 )
 
-// WakeAdmitter is the optional part of a Store that admits a wake in one transaction with the
-// count of what the node's live sandboxes hold (internal/store/sqlite implements it).
+// WakeAdmitter is the part of a Store that admits a wake in one transaction with the count of
+// what the node's live sandboxes hold.
 type WakeAdmitter interface {
 	// AdmitWake writes sb's state, updated_at and version (sb.Version-1 must be stored, else
 	// CONFLICT) and appends ev if sb's cpu and memory_mb, added to what the other live
 	// sandboxes of sb.Node hold, fit a's CPU and MemoryMB; else it writes nothing and returns
 	// an *OverCapacityError.
 	AdmitWake(ctx context.Context, sb Sandbox, ev Event, a Admission) error
-}
-
-// sleepRecords is what sleep and wake need of the store's snapshot records (optional: without
-// them a sleep snapshot is known by its sandbox's SleepSnapshot and its directory alone).
-type sleepRecords interface {
-	CreateSnapshot(ctx context.Context, sn Snapshot) error
-	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
-	UpdateSnapshot(ctx context.Context, sn Snapshot) error
-	DeleteSnapshot(ctx context.Context, id string) error
 }
 
 // sleepingErr is what a call that needs a running sandbox gets from a sleeping one without
@@ -202,10 +193,8 @@ func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
 		n := sb.Network
 		rec.Network = &n
 	}
-	if recs, ok := s.store.(sleepRecords); ok {
-		if err := recs.CreateSnapshot(wctx, rec); err != nil {
-			return s.sleepFailed(wctx, sb, rt, fmt.Errorf("record snapshot %s: %w", snapID, err))
-		}
+	if err := s.store.CreateSnapshot(wctx, rec); err != nil {
+		return s.sleepFailed(wctx, sb, rt, fmt.Errorf("record snapshot %s: %w", snapID, err))
 	}
 	dir := s.sleepDir(snapID)
 	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
@@ -233,13 +222,11 @@ func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
 // finishSleep records running sb, whose sleep snapshot is complete (info), as sleeping, and
 // settles its jobs.
 func (s *Service) finishSleep(ctx context.Context, sb Sandbox, info runtime.SnapshotInfo, reason string) (Sandbox, error) {
-	if recs, ok := s.store.(sleepRecords); ok {
-		if rec, err := recs.GetSnapshot(ctx, sb.SleepSnapshot); err == nil {
-			rec.State, rec.Kind, rec.SizeBytes, rec.IDBase = SnapshotReady, info.Kind, info.SizeBytes, int64(info.IDMap.UIDBase)
-			rec.Version++
-			if err := recs.UpdateSnapshot(ctx, rec); err != nil {
-				s.log.Warn("record sleep snapshot ready", "snapshot_id", rec.ID, "err", err)
-			}
+	if rec, err := s.store.GetSnapshot(ctx, sb.SleepSnapshot); err == nil {
+		rec.State, rec.Kind, rec.SizeBytes, rec.IDBase = SnapshotReady, info.Kind, info.SizeBytes, int64(info.IDMap.UIDBase)
+		rec.Version++
+		if err := s.store.UpdateSnapshot(ctx, rec); err != nil {
+			s.log.Warn("record sleep snapshot ready", "snapshot_id", rec.ID, "err", err)
 		}
 	}
 	sb.SleptAt = s.stamp()
@@ -298,10 +285,8 @@ func (s *Service) deleteSleepSnapshot(ctx context.Context, snapID string) error 
 	if err := os.RemoveAll(s.sleepDir(snapID)); err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", snapID, err)
 	}
-	if recs, ok := s.store.(sleepRecords); ok {
-		if err := recs.DeleteSnapshot(ctx, snapID); err != nil && errcode.Of(err) != errcode.SnapshotNotFound {
-			return fmt.Errorf("delete snapshot record %s: %w", snapID, err)
-		}
+	if err := s.store.DeleteSnapshot(ctx, snapID); err != nil && errcode.Of(err) != errcode.SnapshotNotFound {
+		return fmt.Errorf("delete snapshot record %s: %w", snapID, err)
 	}
 	return nil
 }
@@ -313,10 +298,7 @@ func (s *Service) jobsSlept(ctx context.Context, sb Sandbox, memory bool) {
 	if memory {
 		return
 	}
-	js, err := s.jobStore()
-	if err != nil {
-		return
-	}
+	js := s.store
 	jobs, _, err := js.ListJobs(ctx, sb.ID, []JobState{JobStarting, JobRunning}, MaxList)
 	if err != nil {
 		s.log.Warn("list a sleeping sandbox's jobs to settle them", "sandbox_id", sb.ID, "err", err)
@@ -481,23 +463,10 @@ func (s *Service) dropSleepSnapshot(ctx context.Context, sb Sandbox) Sandbox {
 	return sb
 }
 
-// admitWake writes the wake's intent behind the cpu and memory budgets (WakeAdmitter where the
-// store has it, else a count then an update).
+// admitWake writes the wake's intent behind the cpu and memory budgets, the count and the
+// write in one transaction (Store.AdmitWake), so that no two wakes or creates overshoot.
 func (s *Service) admitWake(ctx context.Context, sb Sandbox, ev Event) error {
-	a := s.local.admission
-	var err error
-	if wa, ok := s.store.(WakeAdmitter); ok {
-		err = wa.AdmitWake(ctx, sb, ev, a)
-	} else {
-		var u Usage
-		if u, err = s.store.CountLive(ctx); err == nil {
-			if over := (Admission{CPU: a.CPU, MemoryMB: a.MemoryMB}).Check(u, sb); over != nil {
-				err = over
-			} else {
-				err = s.store.UpdateSandbox(ctx, sb, ev)
-			}
-		}
-	}
+	err := s.store.AdmitWake(ctx, sb, ev, s.local.admission)
 	var over *OverCapacityError
 	if errors.As(err, &over) {
 		e := overCapacity(over)

@@ -103,14 +103,10 @@ func (p *snapState) pinned(id string) bool {
 }
 
 func (s *Service) snapshotStore() (SnapshotStore, error) {
-	ss, ok := s.store.(SnapshotStore)
-	if !ok {
-		return nil, errcode.New(errcode.UnsupportedOp, "this server's store keeps no snapshots")
-	}
 	if s.cfg.SnapshotDir == "" {
 		return nil, errcode.New(errcode.UnsupportedOp, "this server keeps no snapshots (it has no snapshot directory)")
 	}
-	return ss, nil
+	return s.store, nil
 }
 
 func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.SnapshotDir, id) }
@@ -735,10 +731,10 @@ func (s *Service) roomFor(ctx context.Context, shape Sandbox, n int) error {
 // delete finished; a failed record older than Config.Retention → removed. Sleep snapshots that
 // are creating are Sleep's to settle (sleep.go); their deletes are finished here.
 func (s *Service) convergeSnapshots(ctx context.Context, atStart bool) error {
-	ss, ok := s.store.(SnapshotStore)
-	if !ok || s.cfg.SnapshotDir == "" {
+	if s.cfg.SnapshotDir == "" {
 		return nil
 	}
+	ss := s.store
 	var errs []error
 	// One page of each state per pass (the oldest first): the next pass takes the rest.
 	each := func(st SnapshotState, fn func(sn Snapshot) error) {
@@ -819,10 +815,10 @@ func (s *Service) convergeSnapshots(ctx context.Context, atStart bool) error {
 // ids are left alone. With checkReady (at start) it also records failed every ready snapshot of
 // this node whose directory lacks its snapshot.json (its files are gone).
 func (s *Service) sweepSnapshots(ctx context.Context, checkReady bool) error {
-	ss, ok := s.store.(SnapshotStore)
-	if !ok || s.cfg.SnapshotDir == "" {
+	if s.cfg.SnapshotDir == "" {
 		return nil
 	}
+	ss := s.store
 	ents, err := os.ReadDir(s.cfg.SnapshotDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("list snapshot directories: %w", err)

@@ -47,9 +47,18 @@ type Store interface {
 	// ImagesInUse returns the image digests (Sandbox.ImageDigest) of live sandboxes, each with
 	// how many live sandboxes pin it; the host image ("") is never in it.
 	ImagesInUse(ctx context.Context) (map[string]int, error)
+
+	// The parts the service's features need: every one is required, so a driver that lacks
+	// one does not compile (storetest is their shared suite).
+	Pruner
+	WakeAdmitter
+	JobStore
+	NetStore
+	SnapshotStore
+	PoolStore
 }
 
-// Pruner is the optional part of a Store that bounds its growth.
+// Pruner is the part of a Store that bounds its growth.
 type Pruner interface {
 	// PruneSandboxes deletes records (and their events, and any id range they still hold)
 	// that reached a non-live state before the given time, returning how many sandboxes were

@@ -14,12 +14,9 @@ import (
 
 // Store is the full durable-state contract.
 type Store interface {
+	// sandbox.Store is the sandbox service's and its features' (pruning, wake admission,
+	// jobs, network records, snapshots, warm pools): every part required.
 	sandbox.Store
-	sandbox.Pruner
-	sandbox.JobStore
-	sandbox.NetStore
-	sandbox.SnapshotStore // snapshots (issue 15)
-	sandbox.PoolStore     // warm pools (issue 15)
 	runs.Store
 	auth.Store       // API keys (issue 16)
 	audit.Store      // the audit log (issue 16)

@@ -216,10 +216,6 @@ func testRunsTwoStores(t *testing.T, a, b store.Store) {
 // checks only cpu and memory, against the other live sandboxes, and writes the wake's state
 // with its event in one transaction behind the version check.
 func testSleepingUsageAndAdmitWake(t *testing.T, st store.Store) {
-	wa, ok := st.(sandbox.WakeAdmitter)
-	if !ok {
-		t.Skip("the driver does not implement the optional sandbox.WakeAdmitter")
-	}
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	mk := func(state sandbox.State) sandbox.Sandbox {
@@ -249,7 +245,7 @@ func testSleepingUsageAndAdmitWake(t *testing.T, st store.Store) {
 	wake := func(a sandbox.Admission, version int64) error {
 		sb := asleep
 		sb.State, sb.Version, sb.UpdatedAt = sandbox.StateCreating, version, now.Add(time.Second)
-		return wa.AdmitWake(ctx, sb, sandbox.Event{SandboxID: sb.ID, Type: "state", From: sandbox.StateSleeping, To: sandbox.StateCreating, At: sb.UpdatedAt}, a)
+		return st.AdmitWake(ctx, sb, sandbox.Event{SandboxID: sb.ID, Type: "state", From: sandbox.StateSleeping, To: sandbox.StateCreating, At: sb.UpdatedAt}, a)
 	}
 	if err := wake(sandbox.Admission{MemoryMB: 1000}, 2); !isOverResource(err, "memory_mb") {
 		t.Fatalf("wake past the memory budget = %v; want over memory_mb", err)
