@@ -34,6 +34,10 @@ var dbDrivers = []string{"database/sql", "modernc.org/sqlite", "github.com/mattn
 var storeDrivers = []string{module + "internal/store/sqlite", module + "internal/store/postgres",
 	module + "internal/store/sqlstore", module + "internal/testenv/pglab"}
 
+// features are the feature packages over the sandbox lifecycle core: each depends on the core
+// (internal/sandbox), which calls them only through the hooks they register, never by import.
+var features = []string{module + "internal/sandbox/metrics"}
+
 // under reports whether path is p or one of its subpackages.
 func under(path, p string) bool { return path == p || strings.HasPrefix(path, p+"/") }
 
@@ -82,6 +86,8 @@ func violations(pkgs []pkg) []string {
 		if path == module+"internal/sandbox" {
 			forbid(p, p.Deps, "the control plane declares the Store it needs and knows no adapter",
 				module+"internal/store", module+"internal/api", module+"internal/mcpserver")
+			forbid(p, p.Deps, "the lifecycle core calls its features through the hooks they register, never by import",
+				features...)
 		}
 		if under(path, module+"internal/runs") {
 			forbid(p, p.Deps, "the run service declares the Store it needs and knows no adapter",
@@ -153,7 +159,7 @@ func TestDependencyDirection(t *testing.T) {
 		pkgs = append(pkgs, p)
 	}
 	// The rules must see the packages they are about, or they prove nothing.
-	for _, want := range []string{"internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/api", "internal/mcpserver"} {
+	for _, want := range []string{"internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/sandbox/metrics", "internal/api", "internal/mcpserver"} {
 		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+want }) {
 			t.Fatalf("go list did not report %s", want)
 		}
@@ -180,6 +186,7 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/store/storetest", Deps: m("internal/mcpserver")},
 		{ImportPath: module + "internal/sandbox", Deps: m("internal/store")},
 		{ImportPath: module + "internal/sandbox", Deps: m("internal/api/client")},
+		{ImportPath: module + "internal/sandbox", Deps: m("internal/sandbox/metrics")},
 		{ImportPath: module + "internal/runtime", Deps: m("internal/guest")},
 		{ImportPath: module + "internal/config", Imports: m("modernc.org/sqlite")},
 		{ImportPath: module + "internal/sandbox", XTestImports: m("github.com/jackc/pgx/v5")},
@@ -208,6 +215,8 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/mcpserver", Deps: m("internal/sandbox")},
 		{ImportPath: module + "internal/wire", Deps: []string{"encoding/json", "time", module + "internal/errcode"}},
 		{ImportPath: module + "internal/sandbox", Deps: m("internal/lease")},
+		{ImportPath: module + "internal/sandbox/metrics", Deps: m("internal/sandbox", "internal/runtime")},
+		{ImportPath: module + "internal/api", Deps: m("internal/sandbox/metrics", "internal/sandbox")},
 		{ImportPath: module + "internal/testenv/kubelab", Imports: []string{"k8s.io/client-go/kubernetes", "k8s.io/api/core/v1"}},
 		{ImportPath: module + "internal/peerreply", Deps: append(m("internal/errcode", "internal/text"), "net/http")},
 	}

@@ -80,9 +80,10 @@ func cmdMCP(args []string) int {
 	defer cp.Close()
 	apiCall, closeAPI := mcpAPICall(cp, log) // api_call (apicall.go)
 	defer closeAPI()
-	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: cp.runsBackend(), APICall: apiCall, Gate: cp.gates, SQL: cp.store}
-	cp.prom.Attach(cp.svc, cp.svc, log)  // no REST server attaches it here
-	opts.Metrics = cp.metricsSource(ctx) // fetch_metrics over the process's own registry
+	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: cp.runsBackend(), APICall: apiCall, Gate: cp.gates, SQL: cp.store,
+		Samples: cp.metrics} // sandbox_metrics, fetch_metrics' sample
+	cp.prom.Attach(cp.svc, cp.metrics, cp.svc, log) // no REST server attaches it here
+	opts.Metrics = cp.metricsSource(ctx)            // fetch_metrics over the process's own registry
 	srv := mcpserver.New(cp.svc, opts)
 	defer srv.Close()
 	if err := srv.Adopt(ctx); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/statedir"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/postgres"
@@ -37,8 +38,10 @@ import (
 
 // controlPlane is everything a server process owns.
 type controlPlane struct {
-	svc   *sandbox.Service
-	store store.Store // SQLite (the default) or Postgres (--store)
+	svc *sandbox.Service
+	// metrics samples the sandboxes' resource use (the REST routes, MCP tools, Prometheus).
+	metrics *metrics.Service
+	store   store.Store // SQLite (the default) or Postgres (--store)
 	// changes tells of other processes' writes to a shared store (Postgres); nil when this
 	// process is alone on its store (SQLite).
 	changes store.ChangeNotifier
@@ -365,7 +368,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))

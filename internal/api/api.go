@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/remoteops"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
@@ -51,6 +52,9 @@ type Options struct {
 	Logger       *slog.Logger
 	// Mount adds handlers served behind the same auth (e.g. "/mcp").
 	Mount map[string]http.Handler
+	// Metrics samples sandboxes' resource use (the metrics routes, watch streams, the
+	// Prometheus collector); nil: one made over the service's core.
+	Metrics *metrics.Service
 	// Prometheus, if set, serves GET /metrics (behind the token) and counts every request
 	// by route pattern; Jobs adds agentbox_jobs (prometheus.go).
 	Prometheus *Prometheus
@@ -125,8 +129,11 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	if opts.MaxFileBytes == 0 {
 		opts.MaxFileBytes = 1 << 30
 	}
+	if opts.Metrics == nil && svc != nil {
+		opts.Metrics = metrics.New(svc.Core(), svc.Core().Store())
+	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
-	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(svc),
+	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(opts.Metrics),
 		Connections: svc.Connections, ConnectionsWake: svc.ConnectionsChanged})
 	if b := s.previewBackend(); b != nil {
 		s.proxy = s.newPreviewProxy(b)
@@ -213,7 +220,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/run_python", s.runSnippet(snippet.Python))
 	m.HandleFunc("POST /v1/run_shell", s.runSnippet(snippet.Shell))
 	if p := s.opts.Prometheus; p != nil {
-		p.attach(s.svc, s.opts.Jobs, s.log)
+		p.attach(s.svc, s.opts.Metrics, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))
 	}
 	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 )
 
 // JobCounter reports how many jobs are in each state (running, exited, killed, canceled,
@@ -103,20 +104,20 @@ func (p *Prometheus) ObserveExec(runtime, outcome string, d time.Duration) {
 }
 
 // attach registers the collector of svc's state (once: one exporter serves one service).
-func (p *Prometheus) attach(svc *sandbox.Service, jobs JobCounter, log *slog.Logger) {
+func (p *Prometheus) attach(svc *sandbox.Service, m *metrics.Service, jobs JobCounter, log *slog.Logger) {
 	p.once.Do(func() {
-		p.reg.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log})
-		p.hist.MustRegister(&stateCollector{svc: svc, jobs: jobs, log: log, noSandboxes: true})
+		p.reg.MustRegister(&stateCollector{svc: svc, samples: m, jobs: jobs, log: log})
+		p.hist.MustRegister(&stateCollector{svc: svc, samples: m, jobs: jobs, log: log, noSandboxes: true})
 		p.reg.MustRegister(poolCollector{svc}) // warm pools (issue 15, prometheus_pools.go)
 		p.hist.MustRegister(poolCollector{svc})
 	})
 }
 
 // Attach registers the collector of svc's state (the sandboxes, capacity and per-sandbox
-// series) without a REST server: `agentbox mcp` in process, for fetch_metrics. api.New does it
-// itself; once is all it takes.
-func (p *Prometheus) Attach(svc *sandbox.Service, jobs JobCounter, log *slog.Logger) {
-	p.attach(svc, jobs, log)
+// series, sampled by m) without a REST server: `agentbox mcp` in process, for fetch_metrics.
+// api.New does it itself; once is all it takes.
+func (p *Prometheus) Attach(svc *sandbox.Service, m *metrics.Service, jobs JobCounter, log *slog.Logger) {
+	p.attach(svc, m, jobs, log)
 }
 
 // Gatherer is the registry, for fetch_metrics (issue 16): what GET /metrics serves.
@@ -223,9 +224,10 @@ var (
 // stateCollector reads the store and samples the live sandboxes at every scrape. The
 // per-sandbox series are bounded by the live bound (MaxSandboxes) and vanish with the sandbox.
 type stateCollector struct {
-	svc  *sandbox.Service
-	jobs JobCounter
-	log  *slog.Logger
+	svc     *sandbox.Service
+	samples *metrics.Service
+	jobs    JobCounter
+	log     *slog.Logger
 	// noSandboxes leaves out the running sandboxes' samples (HistoryGatherer).
 	noSandboxes bool
 }
@@ -271,7 +273,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			fleetCh <- fleetResult{}
 			return
 		}
-		m, err := c.svc.SampleSandboxes(ctx, sbs)
+		m, err := c.samples.SampleSandboxes(ctx, sbs)
 		fleetCh <- fleetResult{m, err}
 	}()
 	if cp, err := c.svc.Capacity(ctx); err == nil {

@@ -81,7 +81,7 @@ func (s *Server) fetchMetrics(ctx context.Context, src *metricsnap.Source, in Fe
 	}
 	out := FetchMetricsOut{Metrics: []metricsnap.Family{}}
 	if in.SandboxID != "" {
-		m, err := s.b.Metrics(ctx, in.SandboxID)
+		m, err := s.sample(ctx, in.SandboxID)
 		if err != nil {
 			return FetchMetricsOut{}, "", err
 		}

@@ -50,8 +50,6 @@ type Backend interface {
 	Runtimes() []runtime.Capabilities
 	// detached jobs (jobs.go)
 	JobBackend
-	// Metrics samples a running sandbox's resource use (sandbox_metrics).
-	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
 	// network (issue 12, network.go)
 	NetworkBackend
 	// images (issue 13, images.go)
@@ -96,6 +94,9 @@ type Options struct {
 	// SQL serves execute_sql (issue 16, sql.go): the store in process, the REST client over a
 	// running serve; nil: it answers UNSUPPORTED_OPERATION.
 	SQL sqlquery.Querier
+	// Samples serves sandbox_metrics and fetch_metrics' sandbox sample (metrics.Service in
+	// process, the REST client over a running serve); nil: they answer UNSUPPORTED_OPERATION.
+	Samples MetricsBackend
 	// Metrics is the server's metrics registry with its history, for fetch_metrics (issue 16,
 	// fetch_metrics.go); nil: the Backend's scrape if it has one (current values only).
 	Metrics *metricsnap.Source
@@ -130,7 +131,11 @@ func New(b Backend, opts Options) *Server {
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner()}
 	s.watch = newWatcher(s)
-	wopts := watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: watch.MetricsOf(b),
+	var metricsOf watch.MetricsSource
+	if opts.Samples != nil {
+		metricsOf = watch.MetricsOf(opts.Samples)
+	}
+	wopts := watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: metricsOf,
 		Connections: func(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
 			return b.Connections(ctx, id, after, limit)
 		}}

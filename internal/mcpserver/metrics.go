@@ -7,6 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -22,8 +23,21 @@ Use it to see whether a command is CPU-bound, close to the memory limit (oom_eve
 	}, nil, s.sandboxMetrics)
 }
 
+// MetricsBackend samples a running sandbox's resource use (sandbox_metrics).
+type MetricsBackend interface {
+	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
+}
+
+// sample is Options.Samples' sample of sandbox id, or UNSUPPORTED_OPERATION without one.
+func (s *Server) sample(ctx context.Context, id string) (sandbox.SandboxMetrics, error) {
+	if s.opts.Samples == nil {
+		return sandbox.SandboxMetrics{}, errcode.New(errcode.UnsupportedOp, "this MCP server samples no sandbox metrics")
+	}
+	return s.opts.Samples.Metrics(ctx, id)
+}
+
 func (s *Server) sandboxMetrics(ctx context.Context, _ *mcp.CallToolRequest, in SandboxIDIn) (sandbox.SandboxMetrics, string, error) {
-	m, err := s.b.Metrics(ctx, in.SandboxID)
+	m, err := s.sample(ctx, in.SandboxID)
 	if err != nil {
 		return sandbox.SandboxMetrics{}, "", err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 )
 
 // TestSandboxMetricsTool: sandbox_metrics on a real runc sandbox reports its limits and use, a
@@ -14,7 +15,7 @@ import (
 // and a destroyed sandbox.
 func TestSandboxMetricsTool(t *testing.T) {
 	svc := service(t, sandbox.Config{})
-	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test"})
+	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test", Samples: metrics.New(svc.Core(), svc.Core().Store())})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
 	var sb mcpserver.SandboxInfo

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 )
 
 // gone checks that the sandbox a run made is destroyed.
@@ -56,7 +57,7 @@ len(data)`
 // create nothing.
 func TestRunPython(t *testing.T) {
 	svc := service(t, sandbox.Config{})
-	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test"})
+	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test", Samples: metrics.New(svc.Core(), svc.Core().Store())})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
 
@@ -239,7 +240,7 @@ func TestRunPython(t *testing.T) {
 // TestRunShell: run_shell's output, exit code and artifacts; the sandbox is destroyed.
 func TestRunShell(t *testing.T) {
 	svc := service(t, sandbox.Config{})
-	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test"})
+	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test", Samples: metrics.New(svc.Core(), svc.Core().Store())})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
 	var out mcpserver.RunCodeOut
@@ -283,7 +284,7 @@ func TestFetchMetrics(t *testing.T) {
 	api.New(svc, api.Options{Prometheus: prom}) // attaches the collector of the service's state
 	src := metricsnap.New(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.Gatherer().Gather() }).
 		SampleFrom(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.HistoryGatherer().Gather() }) // as wire.go
-	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test", Metrics: src})
+	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test", Metrics: src, Samples: metrics.New(svc.Core(), svc.Core().Store())})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
 

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
 
@@ -128,7 +129,7 @@ while time.process_time() < 2.0: pass"; echo done`)
 		}
 	}
 	// The fleet's sample says how many jobs each sandbox runs, from one store query.
-	fleet, err := e.svc.FleetMetrics(ctx)
+	fleet, err := metrics.New(e.svc.Core(), e.st).FleetMetrics(ctx)
 	if err != nil || len(fleet.Sandboxes) != 1 || fleet.Sandboxes[0].RunningJobs == nil || *fleet.Sandboxes[0].RunningJobs < 1 {
 		t.Errorf("FleetMetrics running jobs: %+v, %v; want 1 or 2 (the burner, and the sleep unless it ended)", fleet, err)
 	}

@@ -139,8 +139,8 @@ func (s *Service) Converge(ctx context.Context) error {
 			return nil
 		})
 	}
-	_ = g.Wait()                                            // the steps' errors are collected in errs
-	if err := s.convergeSnapshots(ctx, false); err != nil { // snapshots.go
+	_ = g.Wait()                                         // the steps' errors are collected in errs
+	if err := s.hooks.converge(ctx, false); err != nil { // the features' parts (snapshots)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -432,13 +432,13 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	if err := s.sweep(ctx, isOwned); err != nil {
 		s.log.Warn("reconcile: sweep incomplete; the periodic sweep retries", "err", err)
 	}
-	// Snapshots (snapshots.go): half-taken ones failed, half-deleted ones deleted, directories
-	// no record owns removed, ready ones whose files are gone failed.
-	if err := s.convergeSnapshots(ctx, !s.cfg.Shared); err != nil {
-		s.log.Warn("reconcile: snapshots left to the control loop", "err", err)
+	// The features' parts (snapshots: half-taken ones failed, half-deleted ones deleted,
+	// directories no record owns removed, ready ones whose files are gone failed).
+	if err := s.hooks.converge(ctx, !s.cfg.Shared); err != nil {
+		s.log.Warn("reconcile: features' records left to the control loop", "err", err)
 	}
-	if err := s.sweepSnapshots(ctx, true); err != nil {
-		s.log.Warn("reconcile: snapshot sweep incomplete; the periodic sweep retries", "err", err)
+	if err := s.hooks.sweep(ctx, true); err != nil {
+		s.log.Warn("reconcile: features' sweep incomplete; the periodic sweep retries", "err", err)
 	}
 	return nil
 }
@@ -499,8 +499,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb Sandbox, now time.Time) (
 			s.log.Info("reconcile: adopted", "sandbox_id", sb.ID)
 		}
 		s.watch(rt, sb.ID)
-		s.reattachJobs(ctx, sb.ID)
-		s.startNet(sb, rt, nil) // an egress sandbox's session, reopened in the background
+		s.hooks.adopted(ctx, sb, rt) // its jobs' watches re-armed, its network session reopened
 		if aerr == nil && s.unsettled(sb, now, false) {
 			return true, s.step(ctx, sb.ID, false)
 		}
@@ -699,8 +698,8 @@ func (s *Service) ownedByStore(ctx context.Context) func(id string) bool {
 // as it holds it (lease.go): when ctx ends Run returns once the pools' refill loop and the
 // control loop's steps in flight have too, so a later term starts afresh.
 func (s *Service) Run(ctx context.Context) {
-	defer s.startPools(ctx)() // warm pools' refill loop (pools.go)
-	defer s.steps.wait()      // control-loop steps still running past their deadline
+	defer s.hooks.start(ctx)() // the features' loops (warm pools' refill)
+	defer s.steps.wait()       // control-loop steps still running past their deadline
 	tick := time.NewTicker(min(time.Second, s.cfg.SweepInterval))
 	defer tick.Stop()
 	lastSweep, lastPrune := s.now(), time.Time{}
@@ -718,8 +717,8 @@ func (s *Service) Run(ctx context.Context) {
 			if err := s.sweep(ctx, s.ownedByStore(ctx)); err != nil && ctx.Err() == nil {
 				s.log.Warn("orphan sweep incomplete", "err", err)
 			}
-			if err := s.sweepSnapshots(ctx, false); err != nil && ctx.Err() == nil {
-				s.log.Warn("snapshot sweep incomplete", "err", err)
+			if err := s.hooks.sweep(ctx, false); err != nil && ctx.Err() == nil {
+				s.log.Warn("features' sweep incomplete", "err", err)
 			}
 		}
 		if s.now().Sub(lastPrune) >= time.Hour {
@@ -729,11 +728,7 @@ func (s *Service) Run(ctx context.Context) {
 			} else if n > 0 {
 				s.log.Info("pruned finished sandbox records", "count", n)
 			}
-			if n, err := s.store.PruneJobs(ctx, s.now().Add(-s.cfg.JobRetention)); err != nil && ctx.Err() == nil {
-				s.log.Warn("prune jobs", "err", err)
-			} else if n > 0 {
-				s.log.Info("pruned finished job records", "count", n)
-			}
+			s.hooks.prune(ctx, s.now())
 		}
 	}
 }

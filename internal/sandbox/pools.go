@@ -153,14 +153,6 @@ func (s *Service) listPools(ctx context.Context, ps PoolStore, fresh bool) ([]Po
 	return pools, nil
 }
 
-type poolFillKey struct{}
-
-// poolFillFrom returns the pool a create refills (Create's caller is the refill loop), or "".
-func poolFillFrom(ctx context.Context) string {
-	n, _ := ctx.Value(poolFillKey{}).(string)
-	return n
-}
-
 // maxPooled is the server-wide bound on the sum of all pools' sizes (serve --max-pooled; at
 // most the live bound, by default half of it).
 func (s *Service) maxPooled() int {
@@ -324,7 +316,7 @@ func (p Pool) createRequest() CreateRequest {
 // snapshot or with one of the sleep options (a pooled sandbox was started without them) never
 // match.
 func (s *Service) claim(ctx context.Context, req CreateRequest, plan *netPlan) (_ Sandbox, ok bool, _ error) {
-	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping || poolFillFrom(ctx) != "" {
+	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping {
 		return Sandbox{}, false, nil
 	}
 	ps := s.store
@@ -525,7 +517,7 @@ func (s *Service) primePooled(ctx context.Context, id string) {
 
 // fillOne creates one sandbox for p (through Create, as the pool).
 func (s *Service) fillOne(ctx context.Context, p Pool) error {
-	_, err := s.Create(context.WithValue(ctx, poolFillKey{}, p.Name), p.createRequest())
+	_, err := s.createPooled(ctx, p.Name, p.createRequest())
 	return err
 }
 

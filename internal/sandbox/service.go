@@ -263,12 +263,12 @@ type Service struct {
 	bus     *bus // wakes event subscribers
 	retries retries
 	jobs    jobTracker // watches of running jobs (jobs.go)
-	cpu     cpuSamples // each sandbox's previous CPU sample, for SandboxMetrics.CPUPercent
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 	recWake recordWake // wakes watchers of connection records (netwake.go)
 	snaps   snapState  // snapshots being taken and in use (snapshots.go)
 	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
 	pools   poolState  // warm pools' counters and refill loop (pools.go)
+	hooks   hookSet    // the features' hooks (hooks.go)
 
 	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
 	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it
@@ -316,9 +316,10 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 	}
 	s := &Service{store: st, local: h, cfg: cfg, log: log, now: cfg.Now,
 		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus(),
-		retries: retries{m: map[string]retry{}}, cpu: cpuSamples{bound: cfg.MaxSandboxes},
-		net: netState{m: map[string]*netSandbox{}}}
+		retries: retries{m: map[string]retry{}},
+		net:     netState{m: map[string]*netSandbox{}}}
 	s.bg, s.stop = context.WithCancel(context.Background())
+	s.registerFeatures()
 	if cfg.Egress.NewProxy != nil {
 		p, err := cfg.Egress.NewProxy(s)
 		if err != nil {
@@ -485,7 +486,19 @@ const MaxIdempotencyKey = 256
 // Create makes a sandbox and returns it running, with its agent answering. With an idempotency
 // key its owner used before, it makes nothing and returns that sandbox (once its create has
 // finished), or CONFLICT if the key came with a different request.
-func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err error) {
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
+	return s.create(ctx, req, "")
+}
+
+// createPooled is the warm pools' entry (their refill): it makes a sandbox that pool holds,
+// nobody's until claimed, which never claims from a pool itself and does not count as an
+// interactive create (refills yield to those).
+func (s *Service) createPooled(ctx context.Context, pool string, req CreateRequest) (Sandbox, error) {
+	return s.create(ctx, req, pool)
+}
+
+// create is Create, or with poolFill set a refill of that warm pool (createPooled).
+func (s *Service) create(ctx context.Context, req CreateRequest, poolFill string) (_ Sandbox, err error) {
 	if o := s.cfg.Observer; o != nil {
 		began := time.Now()
 		defer func() { o.ObserveCreate(req.Runtime, outcome(err), time.Since(began)) }()
@@ -510,8 +523,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Sandbox, err
 	if len(req.IdempotencyKey) > MaxIdempotencyKey || strings.ContainsFunc(req.IdempotencyKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return Sandbox{}, errcode.New(errcode.InvalidArgument, "idempotency_key must be at most %d characters without control characters", MaxIdempotencyKey)
 	}
-	poolFill := poolFillFrom(ctx) // a warm pool's refill (pools.go), else an interactive create
-	if poolFill == "" {
+	if poolFill == "" { // an interactive create, which a ready pooled sandbox may answer
 		s.pools.interactive.Add(1)
 		defer s.pools.interactive.Add(-1)
 		if sb, ok, err := s.claim(ctx, req, plan); ok {
@@ -761,7 +773,7 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 		s.unadopted.remove(sb.ID) // its jobs: jobsSlept (sleep.go)
 	case from == StateRunning, from == StateSleeping && (to == StateStopping || to == StateLost):
 		s.unadopted.remove(sb.ID)
-		s.sandboxEnding(ctx, sb, to, reason) // its jobs: canceled or unknown
+		s.hooks.ending(ctx, sb, to, reason) // its jobs: canceled or unknown
 	}
 	return sb, nil
 }
@@ -847,8 +859,7 @@ func (s *Service) destroy(ctx context.Context, id, reason string) (Sandbox, erro
 }
 
 func (s *Service) dropGuest(id string) {
-	s.cpu.drop(id)
-	s.stopNet(id)
+	s.hooks.released(id)
 	s.guestsMu.Lock()
 	if gc := s.guests[id]; gc != nil {
 		gc.Close()
@@ -1196,10 +1207,9 @@ func (s *Service) Capacity(ctx context.Context) (Capacity, error) {
 			c.MemoryAvailableMB, c.DiskFreeMB = hr.MemoryAvailableMB, hr.DiskFreeMB
 		}
 	}
-	if c.Pools, err = s.ListPools(ctx); err != nil {
+	if err := s.hooks.capacity(ctx, &c); err != nil { // warm pools
 		return Capacity{}, err
 	}
-	c.MaxPooled = s.maxPooled()
 	return c, nil
 }
 

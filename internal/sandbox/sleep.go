@@ -236,7 +236,7 @@ func (s *Service) finishSleep(ctx context.Context, sb Sandbox, info runtime.Snap
 	if err != nil {
 		return out, err
 	}
-	s.jobsSlept(ctx, out, info.Kind == runtime.SnapshotFilesMemory)
+	s.hooks.slept(ctx, out, info.Kind == runtime.SnapshotFilesMemory) // its jobs settled
 	return out, nil
 }
 

@@ -29,8 +29,8 @@ func JobLogsOf(r JobLogReader) JobLogPager {
 	}
 }
 
-// MetricsReader samples a sandbox's resource use: *sandbox.Service and the MCP server's Backend
-// have it.
+// MetricsReader samples a sandbox's resource use: *metrics.Service in process, the REST
+// client's Backend over a running server.
 type MetricsReader interface {
 	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
 }

@@ -1,0 +1,70 @@
+package sandbox
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// Core is the handle a feature package (metrics, and the features to follow it out of this
+// package) gets on the lifecycle core at wiring time: what a feature may reach of the core's
+// internals, and nothing of the other features. A feature calls the core through it; the core
+// calls the feature only through the Hooks the feature registers. It is what containerd's
+// plugin InitContext or a Nomad driver's host is to a plugin.
+type Core struct{ s *Service }
+
+// Core returns the service's handle for features.
+func (s *Service) Core() *Core { return &Core{s} }
+
+// Register adds a feature's hooks (hooks.go). Call it while wiring, before the service runs.
+func (c *Core) Register(h Hooks) { c.s.hooks.register(h) }
+
+// Config is the service's effective configuration.
+func (c *Core) Config() Config { return c.s.cfg }
+
+// Store is the service's store; a feature takes the part it needs (its own Store interface,
+// which sandbox.Store includes) as a constructor argument.
+func (c *Core) Store() Store { return c.s.store }
+
+// Log is the service's logger.
+func (c *Core) Log() *slog.Logger { return c.s.log }
+
+// Now is the service's clock, in milliseconds (what the store keeps), UTC.
+func (c *Core) Now() time.Time { return c.s.stamp() }
+
+// Lock takes sandbox id's lifecycle lock: while it is held no create, destroy, sleep, wake or
+// control-loop step changes the sandbox.
+func (c *Core) Lock(id string) (unlock func()) { return c.s.lock(id) }
+
+// RuntimeOf returns the runtime that runs sb (RUNTIME_UNAVAILABLE when this server does not
+// manage its node or runtime).
+func (c *Core) RuntimeOf(sb Sandbox) (runtime.Runtime, error) { return c.s.runtimeOf(sb) }
+
+// Running returns the record and agent client of running sandbox id (a sleeping one with
+// auto_wake is woken first; wake false never wakes it).
+func (c *Core) Running(ctx context.Context, id string, wake bool) (Sandbox, *guest.Client, error) {
+	return c.s.runningOr(ctx, id, wake)
+}
+
+// GuestFailed judges a failed call to sb's agent: when the sandbox is gone it is recorded lost
+// and the returned error says so; else err is returned.
+func (c *Core) GuestFailed(ctx context.Context, sb Sandbox, err error) error {
+	return c.s.guestFailed(ctx, sb, err)
+}
+
+// Transition moves sb to state to with an event (reason; errMsg sets its Error), under the
+// caller's lock of it, and returns the updated record.
+func (c *Core) Transition(ctx context.Context, sb Sandbox, to State, reason, errMsg string) (Sandbox, error) {
+	return c.s.transition(ctx, sb, to, reason, errMsg)
+}
+
+// Published wakes the event subscribers: call it after writing an event to the store.
+func (c *Core) Published() { c.s.bus.publish() }
+
+// Go runs f on the service's background context, which Close cancels before it waits for f.
+func (c *Core) Go(f func(ctx context.Context)) {
+	c.s.wg.Go(func() { f(c.s.bg) })
+}
