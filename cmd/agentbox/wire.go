@@ -45,7 +45,7 @@ type controlPlane struct {
 	// changes tells of other processes' writes to a shared store (Postgres); nil when this
 	// process is alone on its store (SQLite).
 	changes store.ChangeNotifier
-	images  *image.Store // the image cache (issue 13)
+	images  *image.Store // the OCI image cache
 	lock    *statedir.Lock
 	prom    *api.Prometheus // the service's Observer, served at GET /metrics
 	// durable runs (issue 14, startRuns): nil until started.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,10 +19,10 @@ import (
 // held where the point they mark does (Ending, Slept); they must not call back into the
 // lifecycle of the same sandbox.
 type Hooks struct {
-	// Name names the feature in logs.
+	// Name names the feature in the errors of its Converge, Sweep and Capacity.
 	Name string
 	// Adopted: running sandbox sb, made by an earlier process (or another replica), is this
-	// process's now (reconcile, a wake, a sleep that failed and runs on): re-arm what watched it.
+	// process's now (Reconcile's adopt): re-arm what watched it.
 	Adopted func(ctx context.Context, sb Sandbox, rt runtime.Runtime)
 	// Ending: sandbox sb leaves running (or sleeping) for to (stopping, lost), for reason.
 	Ending func(ctx context.Context, sb Sandbox, to State, reason string)
@@ -103,7 +104,9 @@ func (hs *hookSet) converge(ctx context.Context, atStart bool) error {
 	var errs []error
 	for _, h := range hs.list() {
 		if h.Converge != nil {
-			errs = append(errs, h.Converge(ctx, atStart))
+			if err := h.Converge(ctx, atStart); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", h.Name, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -113,7 +116,9 @@ func (hs *hookSet) sweep(ctx context.Context, atStart bool) error {
 	var errs []error
 	for _, h := range hs.list() {
 		if h.Sweep != nil {
-			errs = append(errs, h.Sweep(ctx, atStart))
+			if err := h.Sweep(ctx, atStart); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", h.Name, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -131,7 +136,7 @@ func (hs *hookSet) capacity(ctx context.Context, c *Capacity) error {
 	for _, h := range hs.list() {
 		if h.Capacity != nil {
 			if err := h.Capacity(ctx, c); err != nil {
-				return err
+				return fmt.Errorf("%s: %w", h.Name, err)
 			}
 		}
 	}
