@@ -127,9 +127,16 @@ func TestMCPRelay(t *testing.T) {
 			if err != nil || res.IsError {
 				t.Fatalf("exec: %v %v", res, err)
 			}
-			mu.Lock()
-			streamed := strings.Join(progress, "")
-			mu.Unlock()
+			// The relay writes the notifications before the result, in order; the SDK client
+			// hands notifications to their handler apart from the call's reply, so the last
+			// one may be handled just after CallTool returns.
+			var streamed string
+			waitFor(t, "the exec's output as progress through the relay", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				streamed = strings.Join(progress, "")
+				return len(streamed) >= len("one\ntwo\n")
+			})
 			if streamed != "one\ntwo\n" {
 				t.Fatalf("progress through the relay: %q", streamed)
 			}
