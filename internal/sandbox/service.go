@@ -965,6 +965,11 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 	if errcode.Of(err) != errcode.SandboxNotRunning || ctx.Err() != nil {
 		return err
 	}
+	// A destroy (or the TTL's) that cut the call may not have stopped the container yet when
+	// the agent's stream breaks: the record says so first.
+	if cur, gerr := s.store.GetSandbox(ctx, sb.ID); gerr == nil && (cur.State == StateStopping || cur.State == StateDestroyed) {
+		return s.stoppedWhileCalled(cur)
+	}
 	rt, rerr := s.runtimeOf(sb)
 	if rerr != nil {
 		return err
@@ -987,12 +992,7 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 		}
 	}
 	if gerr == nil && (cur.State == StateStopping || cur.State == StateDestroyed) {
-		// The server itself stopped it while the call ran: say why, not "unexpectedly".
-		why := "it was destroyed while the call ran; create a new sandbox"
-		if !cur.ExpiresAt.After(s.now()) {
-			why = fmt.Sprintf("its TTL ran out at %s; create a new sandbox with a longer ttl_seconds, or extend the TTL before it runs out", cur.ExpiresAt.UTC().Format(time.RFC3339))
-		}
-		return errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s: %s", sb.ID, cur.State, why).With("state", string(cur.State))
+		return s.stoppedWhileCalled(cur)
 	}
 	if gerr == nil && cur.State == StateRunning {
 		if _, terr := s.transition(ctx, cur, StateLost, "sandbox init exited ("+string(st)+")", "the sandbox stopped unexpectedly"); terr != nil {
@@ -1001,6 +1001,16 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 	}
 	s.dropGuest(sb.ID)
 	return errcode.New(errcode.SandboxNotRunning, "sandbox %s stopped unexpectedly (its init exited); create a new sandbox", sb.ID)
+}
+
+// stoppedWhileCalled says why a call to sandbox cur's agent broke off when the server itself
+// stopped it meanwhile (a destroy, or its TTL): not "unexpectedly".
+func (s *Service) stoppedWhileCalled(cur Sandbox) error {
+	why := "it was destroyed while the call ran; create a new sandbox"
+	if !cur.ExpiresAt.After(s.now()) {
+		why = fmt.Sprintf("its TTL ran out at %s; create a new sandbox with a longer ttl_seconds, or extend the TTL before it runs out", cur.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s: %s", cur.ID, cur.State, why).With("state", string(cur.State))
 }
 
 // Exec runs a command in a running sandbox. A non-zero exit is a result, not an error. With
