@@ -2,42 +2,30 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"regexp"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/jobmodel"
 )
 
-// JobState is where a detached job is.
-type JobState string
+// JobState is where a detached job is: the job model's states, which the jobs of joined
+// machines share (internal/jobmodel).
+type JobState = jobmodel.State
 
 const (
 	// JobStarting: the record is written and the agent has not yet said it runs the job.
-	JobStarting JobState = "starting"
-	JobRunning  JobState = "running"
+	JobStarting = jobmodel.Starting
+	JobRunning  = jobmodel.Running
 	// JobExited: the job's process ended by itself; ExitCode says how.
-	JobExited JobState = "exited"
+	JobExited = jobmodel.Exited
 	// JobKilled: a signal ended it (Signal; OOMKilled when the memory limit did).
-	JobKilled JobState = "killed"
+	JobKilled = jobmodel.Killed
 	// JobCanceled: job_cancel, or the sandbox's end (destroy, TTL), stopped it.
-	JobCanceled JobState = "canceled"
+	JobCanceled = jobmodel.Canceled
 	// JobFailed: it never started (Error says why).
-	JobFailed JobState = "failed"
+	JobFailed = jobmodel.Failed
 	// JobUnknown: the agent has no exit record (the sandbox was lost or restarted). Never success.
-	JobUnknown JobState = "unknown"
+	JobUnknown = jobmodel.Unknown
 )
-
-// Active reports whether a job in state s may still be running.
-func (s JobState) Active() bool { return s == JobStarting || s == JobRunning }
-
-// Valid reports whether s is a known job state.
-func (s JobState) Valid() bool {
-	switch s {
-	case JobStarting, JobRunning, JobExited, JobKilled, JobCanceled, JobFailed, JobUnknown:
-		return true
-	}
-	return false
-}
 
 // Job is the durable record of one detached job, and the reply of every job operation.
 type Job struct {
@@ -141,10 +129,10 @@ const (
 	TailBytes = 64 << 10
 	// Job logs: a page is 1..MaxJobLogBytes (default DefaultJobLogBytes); tail 1..MaxTailLines
 	// lines (default DefaultTailLines).
-	MaxJobLogBytes     = 262144
-	DefaultJobLogBytes = 65536
-	MaxTailLines       = 10000
-	DefaultTailLines   = 200
+	MaxJobLogBytes     = jobmodel.MaxLogBytes
+	DefaultJobLogBytes = jobmodel.DefaultLogBytes
+	MaxTailLines       = jobmodel.MaxTailLines
+	DefaultTailLines   = jobmodel.DefaultTailLines
 	// job_list: limit 1..MaxList, default DefaultJobList.
 	DefaultJobList = 20
 	// job_wait: 0..MaxJobWait.
@@ -152,8 +140,8 @@ const (
 	// A log read's long poll (JobLogsRequest.Wait): 0..MaxJobLogWait.
 	MaxJobLogWait = 30 * time.Second
 	// job_cancel: grace 0..MaxCancelGrace, default DefaultCancelGrace.
-	MaxCancelGrace     = 10 * time.Minute
-	DefaultCancelGrace = 10 * time.Second
+	MaxCancelGrace     = jobmodel.MaxGrace
+	DefaultCancelGrace = jobmodel.DefaultGrace
 )
 
 // JobStore is what the job service needs of durable state. internal/store.Store includes it.
@@ -182,16 +170,8 @@ type JobStore interface {
 	ActiveJobsBySandbox(ctx context.Context) (map[string]int, error)
 }
 
-var jobIDPattern = regexp.MustCompile(`^job-[0-9a-f]{12}$`)
-
-// NewJobID returns a fresh job id: "job-" and 12 lowercase hex digits.
-func NewJobID() string {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return "job-" + hex.EncodeToString(b[:])
-}
+// NewJobID returns a fresh job id: "job-" and 12 lowercase hex digits (jobmodel.SandboxJobID).
+func NewJobID() string { return jobmodel.SandboxJobID.New() }
 
 // ValidJobID reports whether id has the shape NewJobID produces.
-func ValidJobID(id string) bool { return jobIDPattern.MatchString(id) }
+func ValidJobID(id string) bool { return jobmodel.SandboxJobID.Valid(id) }
