@@ -70,14 +70,14 @@ func dash(s string) string {
 	return s
 }
 
-func onlineWord(m machine.Info) string {
+func onlineWord(m wire.Machine) string {
 	if m.Online {
 		return "online"
 	}
 	return "offline"
 }
 
-func printMachine(m machine.Info) {
+func printMachine(m wire.Machine) {
 	fmt.Printf("id:            %s\nname:          %s\naliases:       %s\nstate:         %s\nplatform:      %s/%s\nagent version: %s\nlast seen:     %s\njoined:        %s\n",
 		m.ID, m.Name, dash(strings.Join(m.Aliases, ", ")), onlineWord(m), m.Platform, m.Arch, m.AgentVersion, timeOrDash(m.LastSeen), m.CreatedAt.Local().Format(time.DateTime))
 	for _, g := range m.GPUs {
@@ -121,7 +121,7 @@ func machineAlias(args []string) int {
 	c := newClientCmd("machine alias", "agentbox machine alias [--rm] [--json] MACHINE ALIAS")
 	rm := c.fs.Bool("rm", false, "remove the alias instead of adding it")
 	return c.run(args, exactly(2), func(ctx context.Context, cl *client.Client, pos []string) int {
-		var m machine.Info
+		var m wire.Machine
 		var err error
 		if *rm {
 			m, err = cl.RemoveMachineAlias(ctx, pos[0], pos[1])

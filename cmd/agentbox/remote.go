@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/remoteexec"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Joined machines (issue 17): `agentbox machine exec` and `agentbox machine screenshot`.
@@ -41,7 +41,7 @@ func machineExec(args []string) int {
 			fmt.Fprintln(os.Stderr, "usage: "+c.usage)
 			return 2
 		}
-		req := remoteexec.Request{Command: strings.Join(script, " "), Shell: *shell, Cwd: *cwd, Elevated: *elevated}
+		req := wire.RemoteExecRequest{Command: strings.Join(script, " "), Shell: *shell, Cwd: *cwd, Elevated: *elevated}
 		if *timeout != -1 {
 			req.TimeoutMS = timeout // 0 and out-of-range values go to the server, which refuses them
 		}
@@ -62,7 +62,7 @@ func machineExec(args []string) int {
 			fmt.Fprintf(os.Stderr, "agentbox: output truncated: the command wrote %d bytes; 1 MiB kept\n", res.TotalBytes)
 		}
 		if res.Partial {
-			if res.Reason == remoteexec.ReasonTimeout {
+			if res.Reason == wire.RemoteExecTimeout {
 				fmt.Fprintf(os.Stderr, "agentbox: the command timed out after %d ms; its process tree was killed and its outcome is unknown\n", res.DurationMS)
 				return exitRemoteTimeout
 			}
@@ -97,10 +97,10 @@ func machineScreenshot(args []string) int {
 			return fail(err)
 		}
 		if c.json {
-			printJSON(map[string]any{"file": *out, "caption": shot.Caption(), "display": shot.Display, "screen": shot.Screen,
+			printJSON(map[string]any{"file": *out, "caption": shot.Caption, "display": shot.Display, "screen": shot.Screen,
 				"screens": shot.Screens, "width": shot.Width, "height": shot.Height, "taken_at": shot.TakenAt, "platform": shot.Platform})
 		} else {
-			fmt.Printf("%s: %s\n", *out, shot.Caption())
+			fmt.Printf("%s: %s\n", *out, shot.Caption)
 		}
 		return 0
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/blobs"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // The file relay (issue 17 §8, internal/blobs): POST /v1/machines/{ref}/pull and /push,
@@ -18,17 +19,10 @@ import (
 // /v1/blobs/{id}.
 
 // RemotePullRequest is the body of POST /v1/machines/{ref}/pull (remote_pull).
-type RemotePullRequest struct {
-	// Path is the absolute path of a regular file on the machine.
-	Path string `json:"path"`
-}
+type RemotePullRequest = wire.RemotePullRequest
 
 // RemotePushRequest is the body of POST /v1/machines/{ref}/push (remote_push).
-type RemotePushRequest struct {
-	BlobID string `json:"blob_id"`
-	// DestPath is the absolute path to write on the machine; its parent must exist.
-	DestPath string `json:"dest_path"`
-}
+type RemotePushRequest = wire.RemotePushRequest
 
 // blobPathRE is a blob download: /v1/blobs/{id}.
 var blobPathRE = regexp.MustCompile(`^/v1/blobs/[^/]+$`)
@@ -76,7 +70,7 @@ func (s *Server) remotePull(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := bs.Pull(r.Context(), sandbox.OwnerFrom(r.Context()), r.PathValue("ref"), body.Path)
-	s.reply(w, r, res, err)
+	s.reply(w, r, wire.Blob(res), err)
 }
 
 func (s *Server) remotePush(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +84,7 @@ func (s *Server) remotePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := bs.Push(r.Context(), sandbox.OwnerFrom(r.Context()), body.BlobID, r.PathValue("ref"), body.DestPath)
-	s.reply(w, r, res, err)
+	s.reply(w, r, wire.BlobPush(res), err)
 }
 
 // uploadBlob stores the body (its Content-Length, or chunked up to the per-file limit) as a
@@ -106,7 +100,7 @@ func (s *Server) uploadBlob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, res)
+	writeJSON(w, http.StatusCreated, wire.Blob(res))
 }
 
 // downloadBlob streams a blob: authorised by a valid signed link (expires + sig), or by the

@@ -73,10 +73,8 @@ func (s *Server) connectMachine(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// MachineList is GET /v1/machines's reply (MCP machine_list's too).
-type MachineList struct {
-	Machines []machine.Info `json:"machines"`
-}
+// MachineList is GET /v1/machines's reply.
+type MachineList = wire.MachineList
 
 func (s *Server) listMachines(w http.ResponseWriter, r *http.Request) {
 	reg := s.machines(w, r)
@@ -88,7 +86,7 @@ func (s *Server) listMachines(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, MachineList{Machines: l})
+	writeJSON(w, http.StatusOK, MachineList{Machines: wireMachines(l)})
 }
 
 func (s *Server) getMachine(w http.ResponseWriter, r *http.Request) {
@@ -104,9 +102,7 @@ func (s *Server) removeMachine(w http.ResponseWriter, r *http.Request) {
 }
 
 // AliasRequest is POST /v1/machines/{ref}/aliases's body.
-type AliasRequest struct {
-	Alias string `json:"alias"`
-}
+type AliasRequest = wire.AliasRequest
 
 func (s *Server) addMachineAlias(w http.ResponseWriter, r *http.Request) {
 	var req AliasRequest
@@ -135,7 +131,7 @@ func (s *Server) machineCall(w http.ResponseWriter, r *http.Request, status int,
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, status, i)
+	writeJSON(w, status, wireMachine(i))
 }
 
 func (s *Server) createJoinToken(w http.ResponseWriter, r *http.Request) {
@@ -202,5 +198,5 @@ func (s *Server) probeMachine(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, wire.AgentInfo(info))
 }

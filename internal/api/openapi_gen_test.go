@@ -16,14 +16,10 @@ import (
 	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
-	"github.com/agentbox/agentbox/internal/blobs"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/lease"
-	"github.com/agentbox/agentbox/internal/machine"
-	"github.com/agentbox/agentbox/internal/machine/agent"
 	"github.com/agentbox/agentbox/internal/machine/proto"
 	"github.com/agentbox/agentbox/internal/openapi"
-	"github.com/agentbox/agentbox/internal/remoteexec"
 	"github.com/agentbox/agentbox/internal/remotejobs"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -174,7 +170,7 @@ func ops() []op {
 		{pattern: "POST /v1/run_python", summary: "Run a Python snippet in a fresh locked-down sandbox (or a given one)", tag: "tools", req: snippet.Request{}, status: 200, resp: snippet.Result{}},
 		{pattern: "POST /v1/run_shell", summary: "Run a shell snippet in a fresh locked-down sandbox (or a given one)", tag: "tools", req: snippet.Request{}, status: 200, resp: snippet.Result{}},
 		// joined machines (issue 17, remote.go)
-		{pattern: "POST /v1/machines/{ref}/exec", summary: "Run a script on a joined machine (remote_exec); partial: true when cut short", tag: "machines", req: remoteexec.Request{}, status: 200, resp: remoteexec.Result{}},
+		{pattern: "POST /v1/machines/{ref}/exec", summary: "Run a script on a joined machine (remote_exec); partial: true when cut short", tag: "machines", req: wire.RemoteExecRequest{}, status: 200, resp: wire.RemoteExecResult{}},
 		{pattern: "GET /v1/machines/{ref}/screenshot", summary: "A screenshot of a joined machine's display (remote_screenshot), the PNG in base64", tag: "machines",
 			query: []qp{{"display", "integer", "The display index (0–999); default the machine's.", false}}, status: 200, resp: ScreenshotReply{}},
 		{pattern: "POST /v1/sql", summary: "Read-only SQL over the published views (admin)", tag: "governance", req: SQLRequest{}, status: 200, resp: sqlquery.Result{}},
@@ -191,9 +187,9 @@ func ops() []op {
 		{pattern: "GET /v1/batches/{id}", summary: "Get a batch", tag: "runs", status: 200, resp: runs.Batch{}},
 		{pattern: "POST /v1/batches/{id}/cancel", summary: "Cancel a batch", tag: "runs", status: 200, resp: runs.Batch{}},
 		// The file relay (issue 17, blobs.go).
-		{pattern: "POST /v1/machines/{ref}/pull", summary: "Copy a regular file from a joined machine into a blob (remote_pull)", tag: "machines", req: RemotePullRequest{}, status: 200, resp: blobs.Result{}},
-		{pattern: "POST /v1/machines/{ref}/push", summary: "Write a blob to a joined machine atomically (remote_push)", tag: "machines", req: RemotePushRequest{}, status: 200, resp: blobs.PushResult{}},
-		{pattern: "POST /v1/blobs", summary: "Upload a blob (the body is its content)", tag: "machines", reqType: "application/octet-stream", status: 201, resp: blobs.Result{},
+		{pattern: "POST /v1/machines/{ref}/pull", summary: "Copy a regular file from a joined machine into a blob (remote_pull)", tag: "machines", req: RemotePullRequest{}, status: 200, resp: wire.Blob{}},
+		{pattern: "POST /v1/machines/{ref}/push", summary: "Write a blob to a joined machine atomically (remote_push)", tag: "machines", req: RemotePushRequest{}, status: 200, resp: wire.BlobPush{}},
+		{pattern: "POST /v1/blobs", summary: "Upload a blob (the body is its content)", tag: "machines", reqType: "application/octet-stream", status: 201, resp: wire.Blob{},
 			query: []qp{{"name", "string", "The file name offered on download.", false}}},
 		{pattern: "GET /v1/blobs/{id}", summary: "Download a blob (the signed link's expires and sig, or the owner's token)", tag: "machines", status: 200, respType: "application/octet-stream",
 			query: []qp{{"expires", "integer", "The signed link's expiry (unix time).", false}, {"sig", "string", "The signed link's signature.", false}}},
@@ -207,11 +203,11 @@ func ops() []op {
 		{pattern: "POST /v1/machines/join", summary: "Enroll a machine with a join token (no bearer token: the join token is the credential; `agentbox join` sends it)", tag: "machines", req: proto.JoinRequest{}, status: 201, resp: proto.JoinReply{}},
 		{pattern: "GET /v1/machines/connect", summary: "A joined machine's connection (WebSocket upgrade; no bearer token: the machine signs a nonce with its key, then a yamux session runs over it)", tag: "machines", status: 101},
 		{pattern: "GET /v1/machines", summary: "Joined machines: online, platform, last heartbeat, GPUs", tag: "machines", status: 200, resp: MachineList{}},
-		{pattern: "GET /v1/machines/{ref}", summary: "One joined machine by id, name or alias", tag: "machines", status: 200, resp: machine.Info{}},
-		{pattern: "GET /v1/machines/{ref}/agent", summary: "Ask a connected machine's agent who it is (over a stream of its session): host name, pid, start time", tag: "machines", status: 200, resp: agent.Info{}},
-		{pattern: "DELETE /v1/machines/{ref}", summary: "Remove a machine: its connection is cut and its key refused (admin)", tag: "machines", status: 200, resp: machine.Info{}},
-		{pattern: "POST /v1/machines/{ref}/aliases", summary: "Give a machine an alias (admin)", tag: "machines", req: AliasRequest{}, status: 200, resp: machine.Info{}},
-		{pattern: "DELETE /v1/machines/{ref}/aliases/{alias}", summary: "Take an alias from a machine (admin)", tag: "machines", status: 200, resp: machine.Info{}},
+		{pattern: "GET /v1/machines/{ref}", summary: "One joined machine by id, name or alias", tag: "machines", status: 200, resp: wire.Machine{}},
+		{pattern: "GET /v1/machines/{ref}/agent", summary: "Ask a connected machine's agent who it is (over a stream of its session): host name, pid, start time", tag: "machines", status: 200, resp: wire.AgentInfo{}},
+		{pattern: "DELETE /v1/machines/{ref}", summary: "Remove a machine: its connection is cut and its key refused (admin)", tag: "machines", status: 200, resp: wire.Machine{}},
+		{pattern: "POST /v1/machines/{ref}/aliases", summary: "Give a machine an alias (admin)", tag: "machines", req: AliasRequest{}, status: 200, resp: wire.Machine{}},
+		{pattern: "DELETE /v1/machines/{ref}/aliases/{alias}", summary: "Take an alias from a machine (admin)", tag: "machines", status: 200, resp: wire.Machine{}},
 		{pattern: "POST /v1/machines/tokens", summary: "Create a join token; its secret is in the reply, once (admin)", tag: "machines", req: wire.TokenRequest{}, reqOptional: true, status: 201, resp: wire.CreatedToken{}},
 		{pattern: "GET /v1/machines/tokens", summary: "Join tokens, newest first, without their secrets (admin)", tag: "machines", status: 200, resp: JoinTokenList{}},
 		{pattern: "DELETE /v1/machines/tokens/{ref}", summary: "Revoke a join token by id or prefix; machines it joined stay (admin)", tag: "machines", status: 200, resp: wire.JoinToken{}},
@@ -251,10 +247,18 @@ var networkSchema = &jsonschema.Schema{
 	},
 }
 
-// schemaNames name the schemas of this package's unexported types.
+// schemaNames name the schemas of this package's unexported types, and of the wire types whose
+// schemas the document named after the domain types the replies were before (the document's
+// names do not change when a reply's Go type does).
 var schemaNames = map[reflect.Type]string{
-	reflect.TypeFor[errorBody]():   "Error",
-	reflect.TypeFor[healthReply](): "Health",
+	reflect.TypeFor[errorBody]():              "Error",
+	reflect.TypeFor[healthReply]():            "Health",
+	reflect.TypeFor[wire.Machine]():           "Info",
+	reflect.TypeFor[wire.RemoteExecRequest](): "RemoteexecRequest",
+	reflect.TypeFor[wire.RemoteExecResult]():  "RemoteexecResult",
+	reflect.TypeFor[wire.Screenshot]():        "ScreenshotReply",
+	reflect.TypeFor[wire.Blob]():              "BlobsResult",
+	reflect.TypeFor[wire.BlobPush]():          "BlobsPushResult",
 }
 
 // docBuilder collects the named schemas (components) of the document.

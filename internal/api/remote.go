@@ -6,6 +6,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/remoteexec"
 	"github.com/agentbox/agentbox/internal/screenshot"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Joined machines (issue 17): POST /v1/machines/{ref}/exec (remote_exec) and
@@ -14,10 +15,7 @@ import (
 
 // ScreenshotReply is the body of GET /v1/machines/{ref}/screenshot: the shot (its PNG in
 // base64) and its caption.
-type ScreenshotReply struct {
-	screenshot.Shot
-	Caption string `json:"caption"`
-}
+type ScreenshotReply = wire.Screenshot
 
 func (s *Server) remoteRoutes() {
 	m := patternMux{s.mux, s}
@@ -42,7 +40,7 @@ func (s *Server) remoteExec(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, wire.RemoteExecResult(*res))
 }
 
 func (s *Server) remoteScreenshot(w http.ResponseWriter, r *http.Request) {
@@ -60,5 +58,5 @@ func (s *Server) remoteScreenshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ScreenshotReply{Shot: *shot, Caption: shot.Caption()})
+	writeJSON(w, http.StatusOK, wireScreenshot(shot))
 }

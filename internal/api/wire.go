@@ -1,8 +1,10 @@
 package api
 
 import (
+	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/screenshot"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -65,4 +67,37 @@ func wireNetwork(n sandbox.Network) wire.Network {
 		return wire.Network{}
 	}
 	return wire.Network{Policy: &wire.Policy{Allow: n.Policy.Allow, Deny: n.Policy.Deny}}
+}
+
+// wireMachine is a joined machine as replies carry it (never its public key).
+func wireMachine(i machine.Info) wire.Machine {
+	m := i.Machine
+	var gpus []wire.GPU
+	if m.GPUs != nil {
+		gpus = make([]wire.GPU, len(m.GPUs))
+		for j, g := range m.GPUs {
+			gpus[j] = wire.GPU(g)
+		}
+	}
+	return wire.Machine{ID: m.ID, Name: m.Name, Aliases: m.Aliases, Platform: m.Platform, Arch: m.Arch,
+		AgentVersion: m.AgentVersion, GPUs: gpus, LastSeen: m.LastSeen, CreatedAt: m.CreatedAt, RemovedAt: m.RemovedAt,
+		Online: i.Online}
+}
+
+// wireMachines converts a list (nil stays nil: the reply said null before).
+func wireMachines(l []machine.Info) []wire.Machine {
+	if l == nil {
+		return nil
+	}
+	out := make([]wire.Machine, len(l))
+	for i, m := range l {
+		out[i] = wireMachine(m)
+	}
+	return out
+}
+
+// wireScreenshot is a shot and its caption.
+func wireScreenshot(s *screenshot.Shot) wire.Screenshot {
+	return wire.Screenshot{PNG: s.PNG, Display: s.Display, Screen: s.Screen, Screens: s.Screens, Displays: s.Displays,
+		Width: s.Width, Height: s.Height, TakenAt: s.TakenAt, Platform: s.Platform, Caption: s.Caption()}
 }

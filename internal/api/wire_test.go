@@ -8,9 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/blobs"
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/gpu"
+	"github.com/agentbox/agentbox/internal/machine"
+	"github.com/agentbox/agentbox/internal/machine/agent"
+	"github.com/agentbox/agentbox/internal/remoteexec"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/screenshot"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -22,6 +28,7 @@ import (
 var storeRows = []reflect.Type{
 	reflect.TypeFor[sandbox.Sandbox](),
 	reflect.TypeFor[store.JoinToken](),
+	reflect.TypeFor[store.Machine](),
 }
 
 // reaches returns the path from t to the first type in bad that t is or holds (through fields,
@@ -140,4 +147,85 @@ func TestWireRuntimesBytes(t *testing.T) {
 	if got, _ := json.Marshal(wireRuntimes(l)); !bytes.Equal(got, want) {
 		t.Fatalf("wire:    %s\nruntime: %s", got, want)
 	}
+}
+
+// sameBytes fails t unless v's JSON is want's, and what the wire type reads back writes the same.
+func sameBytes[W any](t *testing.T, what string, want, got any) {
+	t.Helper()
+	w, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(g, w) {
+		t.Fatalf("%s\nwire:   %s\ndomain: %s", what, g, w)
+	}
+	var back W
+	if err := json.Unmarshal(g, &back); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := json.Marshal(back); !bytes.Equal(again, w) {
+		t.Fatalf("%s read back:\n%s\n%s", what, again, w)
+	}
+}
+
+// TestWireMachineBytes: the joined machines' replies (a machine, the list, the agent's info) are
+// byte for byte what the registry's and the agent's types wrote, and never the public key.
+func TestWireMachineBytes(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	full := machine.Info{Machine: store.Machine{ID: "m-1", Name: "gpu1", Aliases: []string{"a"}, PublicKey: []byte("pubkey-bytes"),
+		Platform: "linux", Arch: "amd64", AgentVersion: "v1", GPUs: []gpu.GPU{{Index: 0, Name: "A100", MemoryTotalMB: 80, MemoryUsedMB: -1, UtilizationPct: 3}},
+		LastSeen: &now, CreatedAt: now, RemovedAt: &now}, Online: true}
+	for _, i := range []machine.Info{full, {}} {
+		sameBytes[wire.Machine](t, "machine", i, wireMachine(i))
+	}
+	for _, l := range [][]machine.Info{nil, {}, {full, {}}} {
+		sameBytes[wire.MachineList](t, "machine list", struct {
+			Machines []machine.Info `json:"machines"`
+		}{l}, MachineList{Machines: wireMachines(l)})
+	}
+	if b, _ := json.Marshal(wireMachine(full)); bytes.Contains(b, []byte("pubkey")) {
+		t.Fatalf("a machine reply carries its public key: %s", b)
+	}
+	for _, a := range []agent.Info{{Hostname: "h", Platform: "linux", Arch: "arm64", AgentVersion: "v", PID: 7, StartedAt: now}, {}} {
+		sameBytes[wire.AgentInfo](t, "agent info", a, wire.AgentInfo(a))
+	}
+}
+
+// TestWireRemoteBytes: remote exec's request and result, the screenshot reply and the file
+// relay's replies are byte for byte what the domain types wrote.
+func TestWireRemoteBytes(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	ms, code := int64(5000), 3
+	for _, r := range []remoteexec.Request{{Command: "ls", Shell: "bash", Env: map[string]string{"A": "1"}, Cwd: "/", TimeoutMS: &ms, Elevated: true}, {}} {
+		sameBytes[wire.RemoteExecRequest](t, "exec request", r, wire.RemoteExecRequest(r))
+	}
+	for _, r := range []remoteexec.Result{{Stdout: "o", Stderr: "e", ExitCode: &code, Partial: true, Truncated: true, TotalBytes: 9,
+		DurationMS: 4, Reason: remoteexec.ReasonTimeout, Shell: "sh"}, {}} {
+		sameBytes[wire.RemoteExecResult](t, "exec result", r, wire.RemoteExecResult(r))
+	}
+	if wire.RemoteExecTimeout != remoteexec.ReasonTimeout || wire.RemoteExecDisconnected != remoteexec.ReasonDisconnected {
+		t.Fatal("the wire's partial reasons are not remoteexec's")
+	}
+	for _, s := range []screenshot.Shot{{PNG: []byte{0x89, 'P', 'N', 'G'}, Display: ":1", Screen: 1, Screens: 2, Displays: []string{":0", ":1"},
+		Width: 640, Height: 480, TakenAt: now, Platform: "linux"}, {}} {
+		before := struct {
+			screenshot.Shot
+			Caption string `json:"caption"`
+		}{s, s.Caption()}
+		sameBytes[wire.Screenshot](t, "screenshot", before, wireScreenshot(&s))
+	}
+	for _, b := range []blobs.Result{{BlobID: "b", URL: "u", Size: 1, SHA256: "h", Name: "n", ExpiresAt: now, LinkExpiresAt: now,
+		Source: "pull", MachineID: "m", Path: "/p"}, {}} {
+		sameBytes[wire.Blob](t, "blob", b, wire.Blob(b))
+	}
+	for _, p := range []blobs.PushResult{{BlobID: "b", MachineID: "m", Machine: "gpu1", DestPath: "/d", Size: 1, SHA256: "h", Mode: "0644",
+		Replaced: true, Owner: "0:0"}, {}} {
+		sameBytes[wire.BlobPush](t, "blob push", p, wire.BlobPush(p))
+	}
+	sameBytes[wire.RemotePushRequest](t, "push request", map[string]string{"blob_id": "b", "dest_path": "/d"}, RemotePushRequest{BlobID: "b", DestPath: "/d"})
+	sameBytes[wire.AliasRequest](t, "alias request", map[string]string{"alias": "x"}, AliasRequest{Alias: "x"})
 }

@@ -8,34 +8,33 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/agentbox/agentbox/internal/api"
-	"github.com/agentbox/agentbox/internal/blobs"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // The file relay (issue 17 §8).
 
 // RemotePull copies a regular file from a joined machine into a blob (POST
 // /v1/machines/{ref}/pull).
-func (c *Client) RemotePull(ctx context.Context, machine, path string) (blobs.Result, error) {
-	var r blobs.Result
-	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machine)+"/pull", nil, api.RemotePullRequest{Path: path}, &r)
+func (c *Client) RemotePull(ctx context.Context, machine, path string) (wire.Blob, error) {
+	var r wire.Blob
+	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machine)+"/pull", nil, wire.RemotePullRequest{Path: path}, &r)
 	return r, err
 }
 
 // RemotePush writes a blob to dest on a joined machine (POST /v1/machines/{ref}/push).
-func (c *Client) RemotePush(ctx context.Context, machine, blobID, dest string) (blobs.PushResult, error) {
-	var r blobs.PushResult
-	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machine)+"/push", nil, api.RemotePushRequest{BlobID: blobID, DestPath: dest}, &r)
+func (c *Client) RemotePush(ctx context.Context, machine, blobID, dest string) (wire.BlobPush, error) {
+	var r wire.BlobPush
+	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machine)+"/push", nil, wire.RemotePushRequest{BlobID: blobID, DestPath: dest}, &r)
 	return r, err
 }
 
 // UploadBlob stores size bytes of r as a blob named name (POST /v1/blobs); size -1 sends it
 // chunked (the server cuts it at its per-file limit).
-func (c *Client) UploadBlob(ctx context.Context, name string, size int64, r io.Reader) (blobs.Result, error) {
+func (c *Client) UploadBlob(ctx context.Context, name string, size int64, r io.Reader) (wire.Blob, error) {
 	u := c.base + "/v1/blobs?" + url.Values{"name": {name}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, io.NopCloser(r))
 	if err != nil {
-		return blobs.Result{}, err
+		return wire.Blob{}, err
 	}
 	req.ContentLength = size
 	if size == 0 {
@@ -47,13 +46,13 @@ func (c *Client) UploadBlob(ctx context.Context, name string, size int64, r io.R
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return blobs.Result{}, fmt.Errorf("cannot reach the agentbox server at %s: %w", c.base, err)
+		return wire.Blob{}, fmt.Errorf("cannot reach the agentbox server at %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		return blobs.Result{}, decodeError(resp)
+		return wire.Blob{}, decodeError(resp)
 	}
-	var res blobs.Result
+	var res wire.Blob
 	return res, json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res)
 }
 

@@ -5,51 +5,47 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/agentbox/agentbox/internal/machine"
-	"github.com/agentbox/agentbox/internal/machine/agent"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // ListMachines lists the joined machines (issue 17), by name.
-func (c *Client) ListMachines(ctx context.Context) ([]machine.Info, error) {
-	var out struct {
-		Machines []machine.Info `json:"machines"`
-	}
+func (c *Client) ListMachines(ctx context.Context) ([]wire.Machine, error) {
+	var out wire.MachineList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/machines", nil, nil, &out)
 	return out.Machines, err
 }
 
 // GetMachine returns the machine whose id, name or alias is ref.
-func (c *Client) GetMachine(ctx context.Context, ref string) (machine.Info, error) {
-	var out machine.Info
+func (c *Client) GetMachine(ctx context.Context, ref string) (wire.Machine, error) {
+	var out wire.Machine
 	err := c.doJSON(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(ref), nil, nil, &out)
 	return out, err
 }
 
 // ProbeMachine asks machine ref's agent who it is, over its live session.
-func (c *Client) ProbeMachine(ctx context.Context, ref string) (agent.Info, error) {
-	var out agent.Info
+func (c *Client) ProbeMachine(ctx context.Context, ref string) (wire.AgentInfo, error) {
+	var out wire.AgentInfo
 	err := c.doJSON(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(ref)+"/agent", nil, nil, &out)
 	return out, err
 }
 
 // RemoveMachine removes machine ref and cuts its connection (admin scope).
-func (c *Client) RemoveMachine(ctx context.Context, ref string) (machine.Info, error) {
-	var out machine.Info
+func (c *Client) RemoveMachine(ctx context.Context, ref string) (wire.Machine, error) {
+	var out wire.Machine
 	err := c.doJSON(ctx, http.MethodDelete, "/v1/machines/"+url.PathEscape(ref), nil, nil, &out)
 	return out, err
 }
 
 // AddMachineAlias gives machine ref an alias (admin scope).
-func (c *Client) AddMachineAlias(ctx context.Context, ref, alias string) (machine.Info, error) {
-	var out machine.Info
-	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(ref)+"/aliases", nil, map[string]string{"alias": alias}, &out)
+func (c *Client) AddMachineAlias(ctx context.Context, ref, alias string) (wire.Machine, error) {
+	var out wire.Machine
+	err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(ref)+"/aliases", nil, wire.AliasRequest{Alias: alias}, &out)
 	return out, err
 }
 
 // RemoveMachineAlias takes an alias from machine ref (admin scope).
-func (c *Client) RemoveMachineAlias(ctx context.Context, ref, alias string) (machine.Info, error) {
-	var out machine.Info
+func (c *Client) RemoveMachineAlias(ctx context.Context, ref, alias string) (wire.Machine, error) {
+	var out wire.Machine
 	err := c.doJSON(ctx, http.MethodDelete, "/v1/machines/"+url.PathEscape(ref)+"/aliases/"+url.PathEscape(alias), nil, nil, &out)
 	return out, err
 }

@@ -6,16 +6,14 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/agentbox/agentbox/internal/api"
-	"github.com/agentbox/agentbox/internal/remoteexec"
-	"github.com/agentbox/agentbox/internal/screenshot"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Joined machines: the CLI's remote exec and screenshot over REST.
 
 // RemoteExec calls POST /v1/machines/{machine}/exec.
-func (c *Client) RemoteExec(ctx context.Context, machine string, req remoteexec.Request) (*remoteexec.Result, error) {
-	var res remoteexec.Result
+func (c *Client) RemoteExec(ctx context.Context, machine string, req wire.RemoteExecRequest) (*wire.RemoteExecResult, error) {
+	var res wire.RemoteExecResult
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machine)+"/exec", nil, req, &res); err != nil {
 		return nil, err
 	}
@@ -23,14 +21,14 @@ func (c *Client) RemoteExec(ctx context.Context, machine string, req remoteexec.
 }
 
 // RemoteScreenshot calls GET /v1/machines/{machine}/screenshot.
-func (c *Client) RemoteScreenshot(ctx context.Context, machine string, display *int) (*screenshot.Shot, error) {
+func (c *Client) RemoteScreenshot(ctx context.Context, machine string, display *int) (*wire.Screenshot, error) {
 	q := url.Values{}
 	if display != nil {
 		q.Set("display", strconv.Itoa(*display))
 	}
-	var res api.ScreenshotReply
+	var res wire.Screenshot
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(machine)+"/screenshot", q, nil, &res); err != nil {
 		return nil, err
 	}
-	return &res.Shot, nil
+	return &res, nil
 }
