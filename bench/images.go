@@ -14,10 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv/imagelab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Issue 13's figures: create → first exec from a cached image beside the host image, pull +
@@ -69,7 +69,7 @@ func runImages(ctx context.Context, c *client.Client, dir, rtRoot string, res *R
 	if _, err := c.PullImage(ctx, busybox, nil); err != nil {
 		log.Fatalf("pull %s: %v", busybox, err)
 	}
-	trueCmd := api.ExecRequest{Command: []string{"true"}}
+	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	createExec := func(img string) (string, float64) {
 		t0 := time.Now()
 		sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc", Image: img})
@@ -120,13 +120,13 @@ func runImages(ctx context.Context, c *client.Client, dir, rtRoot string, res *R
 		if err != nil {
 			log.Fatal(err)
 		}
-		if r, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"sh", "-c", "mkdir -p /opt/data && for i in 0 1 2 3 4 5 6 7 8 9; do dd if=/dev/urandom of=/opt/data/f$i bs=1M count=10 2>/dev/null || exit 1; done"}}, nil); err != nil || r.ExitCode != 0 {
+		if r, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"sh", "-c", "mkdir -p /opt/data && for i in 0 1 2 3 4 5 6 7 8 9; do dd if=/dev/urandom of=/opt/data/f$i bs=1M count=10 2>/dev/null || exit 1; done"}}, nil); err != nil || r.ExitCode != 0 {
 			log.Fatalf("write 100 MiB: %v %+v", err, r)
 		}
 		var xs []float64
 		for i := range *f.commits {
 			// A new byte each time: an identical layer would be found in the cache, not made.
-			if r, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"sh", "-c", fmt.Sprintf("echo %d > /opt/data/round", i)}}, nil); err != nil || r.ExitCode != 0 {
+			if r, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"sh", "-c", fmt.Sprintf("echo %d > /opt/data/round", i)}}, nil); err != nil || r.ExitCode != 0 {
 				log.Fatalf("mark the round: %v %+v", err, r)
 			}
 			t0 := time.Now()

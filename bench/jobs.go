@@ -14,10 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/watch"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // benchJobStart times n job_start calls (POST /v1/sandboxes/{id}/jobs, the job `true`) from the
@@ -25,7 +25,7 @@ import (
 // on the same sandbox. Each started job is waited for (untimed) so the sandbox runs none when
 // the next start is timed.
 func benchJobStart(ctx context.Context, c *client.Client, id string, n int) []Stat {
-	trueCmd := api.ExecRequest{Command: []string{"true"}}
+	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	var starts, execs []float64
 	states := map[sandbox.JobState]int{}
 	for i := 0; i < n; i++ {
@@ -345,7 +345,7 @@ func fleetWatch(ctx context.Context, c *client.Client, spec fleetSpec) fleetClie
 	// builtins only (EPOCHREALTIME for the time, read -t on an empty pipe for the 100 ms), so
 	// that the figure is the stream's and not fork/exec under the sandbox's 0.1 CPU quota.
 	script := fmt.Sprintf(`exec 3<> <(:); read -t 1 -u 3; i=0; while [ $i -lt %d ]; do i=$((i+1)); echo "$i $EPOCHREALTIME"; read -t 0.1 -u 3; done`, lines)
-	job := api.ExecRequest{Command: []string{"bash", "-c", script}, Env: map[string]string{"LC_ALL": "C"}}
+	job := wire.ExecRequest{Command: []string{"bash", "-c", script}, Env: map[string]string{"LC_ALL": "C"}}
 	w0 := time.Now()
 	res.PerWatcher = make([]FleetWatcher, watchers)
 	var ww sync.WaitGroup

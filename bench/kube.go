@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // The kubernetes runtime (issue 18): create → first exec result over REST on the kubernetes
@@ -122,7 +123,7 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 	}
 	go http.Serve(ln, api.New(svc, api.Options{Token: token}))
 	c := client.New("http://"+ln.Addr().String(), token)
-	trueCmd := api.ExecRequest{Command: []string{"true"}}
+	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	shape := sandbox.CreateRequest{CPU: 0.5, MemoryMB: 256, DiskMB: 256}
 	n := *kb.n
 	createExec := map[string][]float64{}

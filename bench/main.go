@@ -40,6 +40,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Stat is one measured quantity.
@@ -271,7 +272,7 @@ func main() {
 	go http.Serve(ln, api.New(svc, api.Options{Token: token, Prometheus: prom,
 		Mount: map[string]http.Handler{"/mcp": mcpSrv.StreamableHTTPHandler(mcpserver.HTTPOptions{MaxBodyBytes: api.MaxJSONBody})}}))
 	c := client.New("http://"+ln.Addr().String(), token)
-	trueCmd := api.ExecRequest{Command: []string{"true"}}
+	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 
 	// Warm up: each runtime prepares its shared rootfs on its first create. The warm sandboxes
 	// serve the exec round trips.

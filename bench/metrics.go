@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // benchMetrics measures GET /metrics with live runc sandboxes (topping the live ones up to
@@ -72,7 +72,7 @@ func benchMetrics(ctx context.Context, c *client.Client, base, token, execID str
 		cpu = append(cpu, ms(cpuTime()-before))
 		time.Sleep(100 * time.Millisecond)
 	}
-	trueCmd := api.ExecRequest{Command: []string{"true"}}
+	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	var quiet, scraped []float64
 	for round := 0; round < 5; round++ {
 		for _, withScrape := range []bool{false, true} {

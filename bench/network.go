@@ -23,13 +23,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // netFlags are the network figures' flags (issue 12).
@@ -259,7 +259,7 @@ func benchGet(ctx context.Context, c *client.Client, id string, n, mib int) ([]S
 	nsPath := ""
 	sbProxy := ""
 	if m, _ := filepath.Glob(filepath.Join(os.TempDir(), "abbench*", "runc", "netns", id)); len(m) == 1 {
-		r, err := c.Exec(ctx, id, api.ExecRequest{Command: []string{"sh", "-c", `printf %s "$http_proxy"`}}, nil)
+		r, err := c.Exec(ctx, id, wire.ExecRequest{Command: []string{"sh", "-c", `printf %s "$http_proxy"`}}, nil)
 		if err == nil && r.ExitCode == 0 && strings.HasPrefix(r.Stdout, "http://127.0.0.1:") {
 			nsPath, sbProxy = m[0], r.Stdout
 		}
@@ -302,7 +302,7 @@ func benchGet(ctx context.Context, c *client.Client, id string, n, mib int) ([]S
 	var floorSecs float64
 	for i := 0; i < n; i++ {
 		b0 := hostBusy()
-		r, err := c.Exec(ctx, id, api.ExecRequest{Command: append([]string{"sh", "-c", script, "sh"}, curlGet(url)...), TimeoutSeconds: 310}, nil)
+		r, err := c.Exec(ctx, id, wire.ExecRequest{Command: append([]string{"sh", "-c", script, "sh"}, curlGet(url)...), TimeoutSeconds: 310}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("GET through the proxy: %w", err)
 		}
@@ -517,7 +517,7 @@ func benchConnOverhead(ctx context.Context, c *client.Client, id string, n int, 
 				}
 				out = string(b)
 			} else {
-				res, err := c.Exec(ctx, id, api.ExecRequest{Command: []string{"python3", "-c", connLoop, m, labIP, strconv.Itoa(per)}, TimeoutSeconds: 120}, nil)
+				res, err := c.Exec(ctx, id, wire.ExecRequest{Command: []string{"python3", "-c", connLoop, m, labIP, strconv.Itoa(per)}, TimeoutSeconds: 120}, nil)
 				if err != nil || res.ExitCode != 0 {
 					return nil, fmt.Errorf("connection loop (%s) in the sandbox: %v exit %d: %s", m, err, res.ExitCode, truncate(res.Stderr, 500))
 				}
@@ -686,7 +686,7 @@ func benchConcurrent(ctx context.Context, c *client.Client, l *lab, sandboxes, p
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := c.Exec(ctx, id, api.ExecRequest{Command: []string{"python3", "-c", holdLoop, labIP, strconv.Itoa(per), strconv.Itoa(size), strconv.Itoa(paceMS)}, TimeoutSeconds: 180}, nil)
+			res, err := c.Exec(ctx, id, wire.ExecRequest{Command: []string{"python3", "-c", holdLoop, labIP, strconv.Itoa(per), strconv.Itoa(size), strconv.Itoa(paceMS)}, TimeoutSeconds: 180}, nil)
 			var r struct {
 				OK      int      `json:"ok"`
 				Errors  []string `json:"errors"`
@@ -760,7 +760,7 @@ func benchNetCreate(ctx context.Context, c *client.Client, n int) ([]Stat, error
 			if err != nil {
 				return nil, fmt.Errorf("create (network %v): %w", netw != nil, err)
 			}
-			r, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"true"}}, nil)
+			r, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil)
 			d := ms(time.Since(t0))
 			c.Destroy(ctx, sb.ID)
 			if err != nil || r.ExitCode != 0 {

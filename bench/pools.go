@@ -7,9 +7,9 @@ import (
 	"log"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Warm pools (issue 15): create from a warm pool → first exec result, against the exec round
@@ -58,7 +58,7 @@ func benchPools(ctx context.Context, svc *sandbox.Service, c *client.Client, war
 		MemoryMB: shape.MemoryMB, DiskMB: shape.DiskMB, Size: benchPoolSize}); err != nil {
 		log.Fatalf("pools: set: %v", err)
 	}
-	trueCmd := api.ExecRequest{Command: []string{"true"}}
+	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	var hits, execs, adds, claims, firsts []float64
 	for i := 0; i < n; i++ {
 		waitPoolReady(ctx, c, benchPoolSize) // each claim finds the pool full: a hit, never a race with the refill

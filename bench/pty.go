@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // benchPTY measures the keystroke echo round trip of a terminal over the REST WebSocket: one
 // byte typed, the same byte back from `cat` in the sandbox (the terminal in raw mode, so the
 // echo is the program's, not the line discipline's), n times.
 func benchPTY(ctx context.Context, c *client.Client, id string, n int) Stat {
-	p, err := c.PTY(ctx, id, sandbox.PTYRequest{Argv: []string{"sh", "-c", "stty raw -echo; echo ready; exec cat"}, Rows: 24, Cols: 80})
+	p, err := c.PTY(ctx, id, wire.PTYRequest{Argv: []string{"sh", "-c", "stty raw -echo; echo ready; exec cat"}, Rows: 24, Cols: 80})
 	if err != nil {
 		log.Fatalf("pty: %v", err)
 	}

@@ -16,11 +16,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Issue 14's figures, measured against a real `agentbox serve` (a process of its own, so its
@@ -190,7 +190,7 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if x, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"true"}}, nil); err != nil || x.ExitCode != 0 {
+		if x, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil); err != nil || x.ExitCode != 0 {
 			log.Fatalf("exec: %v %+v", err, x)
 		}
 		if _, err := c.Destroy(ctx, sb.ID); err != nil {

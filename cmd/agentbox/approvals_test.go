@@ -15,12 +15,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestApprovalsEndToEnd drives a real server (runc) with --approval-tools exec,file_write:
@@ -77,7 +77,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 	execAsync := func(cmd ...string) chan error {
 		done := make(chan error, 1)
 		go func() {
-			_, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: cmd}, nil)
+			_, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: cmd}, nil)
 			done <- err
 		}()
 		return done
@@ -103,7 +103,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("approved exec: %v", err)
 	}
-	_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Command: appendCmd}, nil)
+	_, err = c.Exec(ctx, sb.ID, wire.ExecRequest{Command: appendCmd}, nil)
 	if e, ok := errcode.As(err); !ok || e.Code != errcode.ApprovalRefused || e.Details["used"] != true || e.Details["approval_id"] != a.ID {
 		t.Fatalf("retry of the approved exec: %v, want APPROVAL_REFUSED used", err)
 	}
@@ -140,7 +140,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 
 	// Nobody answers: unreachable, not retryable.
 	start := time.Now()
-	_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"sh", "-c", "echo late >> /workspace/count"}}, nil)
+	_, err = c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"sh", "-c", "echo late >> /workspace/count"}}, nil)
 	if e, ok := errcode.As(err); !ok || e.Code != errcode.ApprovalRefused || e.Details["unreachable"] != true || e.Details["retryable"] != false {
 		t.Fatalf("unanswered exec: %v", err)
 	}

@@ -8,9 +8,9 @@ import (
 	"os"
 	"unicode/utf8"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 func cmdExec(args []string) int {
@@ -32,7 +32,7 @@ func cmdExec(args []string) int {
 			return 2
 		}
 		id, argv := pos[0], pos[2:]
-		req := api.ExecRequest{Command: argv, Cwd: *cwd, TimeoutSeconds: *timeout, User: *user, Changes: *changes, Checkpoint: *checkpoint}
+		req := wire.ExecRequest{Command: argv, Cwd: *cwd, TimeoutSeconds: *timeout, User: *user, Changes: *changes, Checkpoint: *checkpoint}
 		if len(env) > 0 {
 			req.Env = env
 		}

@@ -9,10 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // cmdJob is `agentbox job start|ls|status|wait|cancel`.
@@ -43,12 +43,12 @@ func jobStart(args []string) int {
 			fmt.Fprintln(os.Stderr, "usage: "+c.usage)
 			return 2
 		}
-		return startJob(ctx, cl, c.json, pos[0], api.ExecRequest{Command: pos[2:], Cwd: *cwd, User: *user, Env: env})
+		return startJob(ctx, cl, c.json, pos[0], wire.ExecRequest{Command: pos[2:], Cwd: *cwd, User: *user, Env: env})
 	})
 }
 
 // startJob starts a job and prints its id (or the job as JSON).
-func startJob(ctx context.Context, cl *client.Client, asJSON bool, id string, req api.ExecRequest) int {
+func startJob(ctx context.Context, cl *client.Client, asJSON bool, id string, req wire.ExecRequest) int {
 	if len(req.Env) == 0 {
 		req.Env = nil
 	}

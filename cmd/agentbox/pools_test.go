@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestServePoolFlag: serve's --pool is repeatable and refuses a bad value at parse time, naming
@@ -98,7 +98,7 @@ func TestServePoolsSurviveSIGKILL(t *testing.T) {
 	if !sb.FromPool || !slices.Contains(members, sb.ID) {
 		t.Fatalf("create after the restart: %s from_pool=%v; want one of the adopted %v", sb.ID, sb.FromPool, members)
 	}
-	res, err := c.Exec(t.Context(), sb.ID, api.ExecRequest{Command: []string{"sh", "-c", "echo $CLAIMANT"}}, nil)
+	res, err := c.Exec(t.Context(), sb.ID, wire.ExecRequest{Command: []string{"sh", "-c", "echo $CLAIMANT"}}, nil)
 	if err != nil || res.Stdout != "after-kill\n" {
 		t.Fatalf("exec in the claimed sandbox: %+v %v", res, err)
 	}

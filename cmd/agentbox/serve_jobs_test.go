@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestServeJobFlags: `serve --max-jobs-per-sandbox 0` (or 65) and `--job-retention 0` are
@@ -48,11 +48,11 @@ func TestServeJobFlags(t *testing.T) {
 		t.Fatalf("create: %v\n%s", err, srv.Logs)
 	}
 	for i := range 2 {
-		if _, err := c.StartJob(ctx, sb.ID, api.ExecRequest{Command: []string{"sleep", "60"}}); err != nil {
+		if _, err := c.StartJob(ctx, sb.ID, wire.ExecRequest{Command: []string{"sleep", "60"}}); err != nil {
 			t.Fatalf("job %d: %v", i+1, err)
 		}
 	}
-	_, err = c.StartJob(ctx, sb.ID, api.ExecRequest{Command: []string{"sleep", "60"}})
+	_, err = c.StartJob(ctx, sb.ID, wire.ExecRequest{Command: []string{"sleep", "60"}})
 	if e, ok := errcode.As(err); !ok || e.Code != errcode.JobLimitExceeded {
 		t.Fatalf("third job with --max-jobs-per-sandbox 2: %v, want JOB_LIMIT_EXCEEDED", err)
 	}

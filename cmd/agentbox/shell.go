@@ -12,9 +12,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // cmdShell opens an interactive terminal in a sandbox: the local terminal in raw mode, its size
@@ -42,7 +41,7 @@ func cmdShell(args []string) int {
 				fmt.Fprintln(os.Stderr, "agentbox shell --detach needs a command after --: a detached job has no terminal to hold a login shell")
 				return 2
 			}
-			code := startJob(ctx, cl, c.json, id, api.ExecRequest{Command: argv, Cwd: *cwd, User: *user, Env: env})
+			code := startJob(ctx, cl, c.json, id, wire.ExecRequest{Command: argv, Cwd: *cwd, User: *user, Env: env})
 			if code == 0 && !c.json {
 				fmt.Fprintf(os.Stderr, "detached; follow it with: agentbox logs -f %s JOB\n", id)
 			}
@@ -50,15 +49,15 @@ func cmdShell(args []string) int {
 		}
 		ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP) // the local terminal went away
 		defer stop()
-		return runShell(ctx, cl, id, sandbox.PTYRequest{Argv: argv, User: *user, Cwd: *cwd, Env: env})
+		return runShell(ctx, cl, id, wire.PTYRequest{Argv: argv, User: *user, Cwd: *cwd, Env: env})
 	})
 }
 
-func runShell(ctx context.Context, cl *client.Client, id string, req sandbox.PTYRequest) int {
+func runShell(ctx context.Context, cl *client.Client, id string, req wire.PTYRequest) int {
 	inFd, outFd := int(os.Stdin.Fd()), int(os.Stdout.Fd())
 	inTTY := term.IsTerminal(inFd)
 	if w, h, err := termSize(inFd, outFd); err == nil {
-		req.Rows, req.Cols = min(h, sandbox.MaxPTYRows), min(w, sandbox.MaxPTYCols)
+		req.Rows, req.Cols = min(h, wire.MaxPTYRows), min(w, wire.MaxPTYCols)
 	}
 	req.Term = os.Getenv("TERM")
 	if req.Term == "dumb" {
@@ -94,7 +93,7 @@ func runShell(ctx context.Context, cl *client.Client, id string, req sandbox.PTY
 				return
 			case <-winch:
 				if w, h, err := termSize(inFd, outFd); err == nil {
-					_ = p.Resize(min(max(h, 1), sandbox.MaxPTYRows), min(max(w, 1), sandbox.MaxPTYCols))
+					_ = p.Resize(min(max(h, 1), wire.MaxPTYRows), min(max(w, 1), wire.MaxPTYCols))
 				}
 			}
 		}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestStateDirMustBeReachable: a state dir under a directory other users cannot search (a 0700
@@ -59,7 +59,7 @@ func TestStateDirMustBeReachable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create under a 0711 dir: %v\n%s", err, srv.Logs)
 	}
-	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"echo", "ok"}}, nil)
+	res, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"echo", "ok"}}, nil)
 	if err != nil || res.Stdout != "ok\n" {
 		t.Fatalf("exec under a 0711 dir: %+v %v", res, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
@@ -67,7 +66,7 @@ func TestTopAndMetricsOnServe(t *testing.T) {
 	}
 	execDone := make(chan error, 1)
 	go func() {
-		_, err := cl.Exec(ctx, busy.ID, api.ExecRequest{Command: []string{"python3", "-c", "import time\ne = time.time() + 6\nwhile time.time() < e: pass"}}, nil)
+		_, err := cl.Exec(ctx, busy.ID, wire.ExecRequest{Command: []string{"python3", "-c", "import time\ne = time.time() + 6\nwhile time.time() < e: pass"}}, nil)
 		execDone <- err
 	}()
 	time.Sleep(500 * time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Approvals is the approval queue behind /v1/approvals (issue 16; *approval.Service).
@@ -23,9 +24,7 @@ type ApprovalList struct {
 }
 
 // DecisionRequest is the body of POST /v1/approvals/{id}/approve|deny (optional on approve).
-type DecisionRequest struct {
-	Reason string `json:"reason,omitempty"`
-}
+type DecisionRequest = wire.DecisionRequest
 
 // approvalRoutes adds /v1/approvals (issue 16). Deciding needs the caller's identity with a
 // scope the queue's MayDecide accepts (admin); these routes are never themselves gated by

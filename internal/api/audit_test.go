@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestAuditRecordsRESTCalls: with the audit recorder as the gate, REST calls are recorded
@@ -37,7 +38,7 @@ func TestAuditRecordsRESTCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.c.Exec(t.Context(), sb.ID, api.ExecRequest{Command: []string{"cat"}, Stdin: stdin, Env: map[string]string{"X": secret}}, nil)
+	res, err := s.c.Exec(t.Context(), sb.ID, wire.ExecRequest{Command: []string{"cat"}, Stdin: stdin, Env: map[string]string{"X": secret}}, nil)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec: %+v %v", res, err)
 	}

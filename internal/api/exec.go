@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
@@ -63,11 +64,7 @@ type ExecFrame struct {
 }
 
 // ErrorDetail is the body of an error: {"code", "message", "details"}.
-type ErrorDetail struct {
-	Code    errcode.Code   `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
+type ErrorDetail = wire.ErrorDetail
 
 // exec runs a command. With ?stream=true the reply is NDJSON ExecFrame lines: output chunks as
 // they happen, then one result (or error) frame.

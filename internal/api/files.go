@@ -8,10 +8,11 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // SizeHeader carries a file's total size on GET .../files.
-const SizeHeader = "X-Agentbox-File-Size"
+const SizeHeader = wire.SizeHeader
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()

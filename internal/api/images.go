@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/text"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // The image routes (/v1/images…) and commit. They call the service, which fronts the cache.
@@ -20,7 +21,7 @@ import (
 const DefaultMaxImportBytes = 8 << 30
 
 // NDJSON is the media type of a streamed reply: ask for it with Accept to get progress frames.
-const NDJSON = "application/x-ndjson"
+const NDJSON = wire.NDJSON
 
 // ImageList is the reply of GET /v1/images.
 type ImageList struct {
@@ -31,22 +32,14 @@ type ImageList struct {
 }
 
 // PullRequest is the body of POST /v1/images/pull.
-type PullRequest struct {
-	Ref string `json:"ref"`
-}
+type PullRequest = wire.PullRequest
 
 // PruneRequest is the body of POST /v1/images/prune.
-type PruneRequest struct {
-	// All removes every image no live sandbox uses, tagged or not.
-	All bool `json:"all,omitempty"`
-}
+type PruneRequest = wire.PruneRequest
 
 // PushRequest is the body of POST /v1/images/push: push the cached image Name (a reference or
 // digest) to Ref.
-type PushRequest struct {
-	Name string `json:"name"`
-	Ref  string `json:"ref"`
-}
+type PushRequest = wire.PushRequest
 
 // PushResult is the reply of a push.
 type PushResult struct {
@@ -55,9 +48,7 @@ type PushResult struct {
 }
 
 // RemoveResult is the reply of DELETE /v1/images.
-type RemoveResult struct {
-	Removed []string `json:"removed"`
-}
+type RemoveResult = wire.RemoveResult
 
 // ImportResult is the reply of POST /v1/images/import.
 type ImportResult struct {
@@ -65,10 +56,7 @@ type ImportResult struct {
 }
 
 // CommitRequest is the body of POST /v1/sandboxes/{id}/commit.
-type CommitRequest struct {
-	// Name is the new image's local name, NAME[:TAG] (tag latest by default).
-	Name string `json:"name"`
-}
+type CommitRequest = wire.CommitRequest
 
 // ImageFrame is one line of a streamed image operation (Accept: application/x-ndjson): progress
 // reports as they happen (the newest of each layer; a slow reader gets fewer), then exactly one

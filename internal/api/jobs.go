@@ -9,6 +9,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Detached jobs: /v1/sandboxes/{id}/jobs…
@@ -124,10 +125,7 @@ func (s *Server) waitJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // JobCancelRequest is the (optional) body of POST …/jobs/{job_id}/cancel.
-type JobCancelRequest struct {
-	// GraceSeconds is the time between SIGTERM and SIGKILL: 0..600, default 10.
-	GraceSeconds *float64 `json:"grace_seconds,omitempty"`
-}
+type JobCancelRequest = wire.JobCancelRequest
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	var body JobCancelRequest

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 type testClock struct {
@@ -90,7 +91,7 @@ func TestScopeBoundaries(t *testing.T) {
 	if got, _ := s.svc.Get(ctx, sb.ID); got.Owner != "key:"+ok.Key.ID {
 		t.Fatalf("owner %q, want key:%s", got.Owner, ok.Key.ID)
 	}
-	if _, err := worker.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"true"}}, nil); err != nil {
+	if _, err := worker.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil); err != nil {
 		t.Fatalf("operate exec: %v", err)
 	}
 	_, err = worker.CreateKey(ctx, auth.CreateRequest{Name: "x"})
@@ -109,7 +110,7 @@ func TestScopeBoundaries(t *testing.T) {
 	}
 	_, err = reader.Create(ctx, sandbox.CreateRequest{})
 	denied(t, "read creates", err, auth.ScopeOperate)
-	_, err = reader.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"true"}}, nil)
+	_, err = reader.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil)
 	denied(t, "read execs", err, auth.ScopeOperate)
 	_, err = reader.Destroy(ctx, sb.ID)
 	denied(t, "read destroys", err, auth.ScopeOperate)

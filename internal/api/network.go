@@ -7,6 +7,7 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Network (issue 12): a sandbox's egress policy, its connection and secret-swap records, and
@@ -19,10 +20,7 @@ const MaxRecordPage = 1000
 type NetworkUpdate = egress.Policy
 
 // ExposeRequest is the body of POST /v1/sandboxes/{id}/expose.
-type ExposeRequest struct {
-	Port   int  `json:"port"`
-	Public bool `json:"public"`
-}
+type ExposeRequest = wire.ExposeRequest
 
 // ExposureList is the reply of GET /v1/sandboxes/{id}/expose.
 type ExposureList struct {

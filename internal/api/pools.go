@@ -2,10 +2,10 @@ package api
 
 import (
 	"net/http"
-	"net/url"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Warm pools (issue 15): GET /v1/pools, PUT (or POST) /v1/pools/{name}, DELETE /v1/pools/{name}.
@@ -103,4 +103,4 @@ func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) {
 }
 
 // PoolPath is the REST path of pool name.
-func PoolPath(name string) string { return "/v1/pools/" + url.PathEscape(name) }
+func PoolPath(name string) string { return wire.PoolPath(name) }

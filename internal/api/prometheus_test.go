@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // runcService is a real control plane: SQLite, runc, the agentbox binary as the agent.
@@ -167,7 +168,7 @@ func TestPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{a.ID, b.ID} {
-		if _, err := c.Exec(ctx, id, api.ExecRequest{Command: []string{"true"}}, nil); err != nil {
+		if _, err := c.Exec(ctx, id, wire.ExecRequest{Command: []string{"true"}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		m, err := c.Metrics(ctx, id)
@@ -175,7 +176,7 @@ func TestPrometheus(t *testing.T) {
 			t.Fatalf("REST metrics of %s: %+v %v", id, m, err)
 		}
 	}
-	job, err := c.StartJob(ctx, b.ID, api.ExecRequest{Command: []string{"true"}})
+	job, err := c.StartJob(ctx, b.ID, wire.ExecRequest{Command: []string{"true"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // PTY over WebSocket: GET /v1/sandboxes/{id}/pty?arg=…&arg=…&user=root&term=…&rows=…&cols=…&cwd=…
@@ -24,42 +25,10 @@ import (
 // gets an ordinary JSON error reply instead of the upgrade.
 
 // MaxPTYMessage bounds one message a terminal client sends.
-const MaxPTYMessage = sandbox.MaxPTYData + 1024
+const MaxPTYMessage = wire.MaxPTYMessage
 
 // PTYControl is a text message on the terminal WebSocket.
-type PTYControl struct {
-	// Type is "resize" (client → server), "exit" or "error" (server → client, the last message).
-	Type     string       `json:"type"`
-	Rows     int          `json:"rows,omitempty"`
-	Cols     int          `json:"cols,omitempty"`
-	ExitCode *int         `json:"exit_code,omitempty"`
-	Signal   string       `json:"signal,omitempty"`
-	Error    *ErrorDetail `json:"error,omitempty"`
-}
-
-// PTYQuery encodes a terminal request as the endpoint's query.
-func PTYQuery(req sandbox.PTYRequest) url.Values {
-	q := url.Values{}
-	for _, a := range req.Argv {
-		q.Add("arg", a)
-	}
-	for k, v := range req.Env {
-		q.Add("env", k+"="+v)
-	}
-	set := func(k, v string) {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	set("user", req.User)
-	set("term", req.Term)
-	set("cwd", req.Cwd)
-	if req.Rows > 0 || req.Cols > 0 {
-		q.Set("rows", strconv.Itoa(req.Rows))
-		q.Set("cols", strconv.Itoa(req.Cols))
-	}
-	return q
-}
+type PTYControl = wire.PTYControl
 
 // ptyRequest decodes the endpoint's query.
 func ptyRequest(q url.Values) (sandbox.PTYRequest, error) {

@@ -2,30 +2,21 @@ package api
 
 import (
 	"net/http"
-	"net/url"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/hostjobs"
 	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/remotejobs"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Remote jobs (issue 17): /v1/machines/{ref}/jobs….
 
 // RemoteJobCancelRequest is the optional body of POST /v1/machines/{ref}/jobs/{job_id}/cancel.
-type RemoteJobCancelRequest struct {
-	// GraceSeconds between SIGTERM and SIGKILL: 0–600, default 10.
-	GraceSeconds *int `json:"grace_seconds,omitempty"`
-}
+type RemoteJobCancelRequest = wire.RemoteJobCancelRequest
 
 // RemoteJobPath is the REST path of a machine's jobs, or of one job (id) and below (rest).
-func RemoteJobPath(machine, id, rest string) string {
-	p := "/v1/machines/" + url.PathEscape(machine) + "/jobs"
-	if id != "" {
-		p += "/" + url.PathEscape(id) + rest
-	}
-	return p
-}
+func RemoteJobPath(machine, id, rest string) string { return wire.RemoteJobPath(machine, id, rest) }
 
 // remoteJobRoutes registers the remote job routes (one line in routes()).
 func (s *Server) remoteJobRoutes() {

@@ -95,7 +95,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 		}
 	})
 	var streamed strings.Builder
-	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"sh", "-c", "echo out; echo err >&2"}},
+	res, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"sh", "-c", "echo out; echo err >&2"}},
 		func(stream string, data []byte) { streamed.WriteString(stream + ":" + string(data)) })
 	if err != nil || res.ExitCode != 0 || !strings.Contains(streamed.String(), "stdout:out") {
 		t.Fatalf("exec: %+v %v, streamed %q", res, err, streamed.String())
@@ -115,7 +115,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 	if d, err := c.Destroy(ctx, sb.ID); err != nil || d.State != wire.StateDestroyed {
 		t.Fatalf("destroy: %+v %v", d, err)
 	}
-	if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"true"}}, nil); err == nil {
+	if _, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil); err == nil {
 		t.Fatal("exec in a destroyed sandbox succeeded")
 	}
 }

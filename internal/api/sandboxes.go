@@ -130,9 +130,7 @@ func (s *Server) destroySandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 // ExtendRequest is the body of POST /v1/sandboxes/{id}/extend.
-type ExtendRequest struct {
-	TTLSeconds int64 `json:"ttl_seconds"`
-}
+type ExtendRequest = wire.ExtendRequest
 
 func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request) {
 	var req ExtendRequest

@@ -147,7 +147,7 @@ func TestSnapshotForkDiffREST(t *testing.T) {
 	id := sb.ID
 	sh := func(id, script string, changes, checkpoint bool) sandbox.ExecResult {
 		t.Helper()
-		res, err := c.Exec(ctx, id, api.ExecRequest{Command: []string{"sh", "-c", script}, Changes: changes, Checkpoint: checkpoint}, nil)
+		res, err := c.Exec(ctx, id, wire.ExecRequest{Command: []string{"sh", "-c", script}, Changes: changes, Checkpoint: checkpoint}, nil)
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("exec %q in %s: %+v %v", script, id, res, err)
 		}

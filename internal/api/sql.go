@@ -5,16 +5,13 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sqlquery"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // execute_sql (issue 16): POST /v1/sql over Options.SQL.
 
 // SQLRequest is the body of POST /v1/sql.
-type SQLRequest struct {
-	Query string `json:"query"`
-	// MaxRows is the row limit: 1–sqlquery.MaxMaxRows, 0 for sqlquery.DefaultMaxRows.
-	MaxRows int `json:"max_rows,omitempty"`
-}
+type SQLRequest = wire.SQLRequest
 
 // sqlQuery answers POST /v1/sql with a sqlquery.Result.
 func (s *Server) sqlQuery(w http.ResponseWriter, r *http.Request) {

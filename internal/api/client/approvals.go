@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 func approvalPath(id, rest string) (string, error) {
@@ -28,7 +28,7 @@ func (c *Client) ListApprovals(ctx context.Context, state approval.State, limit 
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var l api.ApprovalList
+	var l approvalList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/approvals", q, nil, &l)
 	return l.Approvals, err
 }
@@ -55,6 +55,6 @@ func (c *Client) DecideApproval(ctx context.Context, id string, approve bool, re
 		return approval.Approval{}, err
 	}
 	var a approval.Approval
-	err = c.doJSON(ctx, http.MethodPost, p, nil, api.DecisionRequest{Reason: reason}, &a)
+	err = c.doJSON(ctx, http.MethodPost, p, nil, wire.DecisionRequest{Reason: reason}, &a)
 	return a, err
 }

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -139,7 +138,7 @@ func (c *Client) List(ctx context.Context, states []string, labels map[string]st
 	for k, v := range labels {
 		q.Add("label", k+"="+v)
 	}
-	var l api.SandboxList
+	var l wire.SandboxList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &l)
 	return l.Sandboxes, err
 }
@@ -154,12 +153,12 @@ func (c *Client) Destroy(ctx context.Context, id string) (wire.Sandbox, error) {
 // Extend extends a sandbox's TTL.
 func (c *Client) Extend(ctx context.Context, id string, ttlSeconds int64) (wire.Sandbox, error) {
 	var sb wire.Sandbox
-	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/extend", nil, api.ExtendRequest{TTLSeconds: ttlSeconds}, &sb)
+	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/extend", nil, wire.ExtendRequest{TTLSeconds: ttlSeconds}, &sb)
 	return sb, err
 }
 
 // Exec runs a command; with onOutput non-nil the output is streamed to it as it happens.
-func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, onOutput sandbox.OutputFunc) (sandbox.ExecResult, error) {
+func (c *Client) Exec(ctx context.Context, id string, req wire.ExecRequest, onOutput sandbox.OutputFunc) (sandbox.ExecResult, error) {
 	path := "/v1/sandboxes/" + url.PathEscape(id) + "/exec"
 	var res sandbox.ExecResult
 	if onOutput == nil {
@@ -177,7 +176,7 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, onOut
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var f api.ExecFrame
+		var f execFrame
 		if err := dec.Decode(&f); err != nil {
 			if err == io.EOF {
 				break
@@ -222,7 +221,7 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, offset, length i
 	if err != nil {
 		return nil, 0, err
 	}
-	size, _ := strconv.ParseInt(resp.Header.Get(api.SizeHeader), 10, 64)
+	size, _ := strconv.ParseInt(resp.Header.Get(wire.SizeHeader), 10, 64)
 	return resp.Body, size, nil
 }
 
@@ -242,7 +241,7 @@ func (c *Client) ListDir(ctx context.Context, id, path string) (sandbox.DirList,
 
 // Events lists a sandbox's events ("" = all sandboxes).
 func (c *Client) Events(ctx context.Context, id string) ([]sandbox.Event, error) {
-	var l api.EventList
+	var l eventList
 	q := url.Values{}
 	if id != "" {
 		q.Set("sandbox_id", id)

@@ -11,9 +11,9 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // MaxFrameBytes bounds one NDJSON frame of a streamed image operation.
@@ -21,14 +21,14 @@ const MaxFrameBytes = 4 << 20
 
 // ListImages lists the server's cached images.
 func (c *Client) ListImages(ctx context.Context) ([]image.Image, error) {
-	var out api.ImageList
+	var out imageList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/images", nil, nil, &out)
 	return out.Images, err
 }
 
 // ImageUsage returns the server's image cache size and budget.
 func (c *Client) ImageUsage(ctx context.Context) (image.Usage, error) {
-	var out api.ImageList
+	var out imageList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/images", nil, nil, &out); err != nil {
 		return image.Usage{}, err
 	}
@@ -48,14 +48,14 @@ func (c *Client) InspectImage(ctx context.Context, ref string) (image.Image, err
 // PullImage pulls ref on the server; progress (if non-nil) gets the server's reports.
 func (c *Client) PullImage(ctx context.Context, ref string, progress image.ProgressFunc) (image.Image, error) {
 	var out image.Image
-	err := c.imageOp(ctx, http.MethodPost, "/v1/images/pull", api.PullRequest{Ref: ref}, nil, "", progress, &out)
+	err := c.imageOp(ctx, http.MethodPost, "/v1/images/pull", wire.PullRequest{Ref: ref}, nil, "", progress, &out)
 	return out, err
 }
 
 // RemoveImage untags (and, when no name is left, deletes) ref; force removes a name of an
 // image in use.
 func (c *Client) RemoveImage(ctx context.Context, ref string, force bool) ([]string, error) {
-	var out api.RemoveResult
+	var out wire.RemoveResult
 	err := c.doJSON(ctx, http.MethodDelete, "/v1/images", url.Values{"ref": {ref}, "force": {strconv.FormatBool(force)}}, nil, &out)
 	return out.Removed, err
 }
@@ -63,26 +63,26 @@ func (c *Client) RemoveImage(ctx context.Context, ref string, force bool) ([]str
 // PruneImages removes images no live sandbox uses (all: tagged ones too).
 func (c *Client) PruneImages(ctx context.Context, all bool) (image.PruneReport, error) {
 	var out image.PruneReport
-	err := c.doJSON(ctx, http.MethodPost, "/v1/images/prune", nil, api.PruneRequest{All: all}, &out)
+	err := c.doJSON(ctx, http.MethodPost, "/v1/images/prune", nil, wire.PruneRequest{All: all}, &out)
 	return out, err
 }
 
 // ImportImages sends a `docker save` or OCI-layout tarball to the server.
 func (c *Client) ImportImages(ctx context.Context, r io.Reader, progress image.ProgressFunc) ([]image.Image, error) {
-	var out api.ImportResult
+	var out importResult
 	err := c.imageOp(ctx, http.MethodPost, "/v1/images/import", nil, r, "application/x-tar", progress, &out)
 	return out.Images, err
 }
 
 // PushImage pushes the server's cached image name to ref.
 func (c *Client) PushImage(ctx context.Context, name, ref string, progress image.ProgressFunc) error {
-	return c.imageOp(ctx, http.MethodPost, "/v1/images/push", api.PushRequest{Name: name, Ref: ref}, nil, "", progress, nil)
+	return c.imageOp(ctx, http.MethodPost, "/v1/images/push", wire.PushRequest{Name: name, Ref: ref}, nil, "", progress, nil)
 }
 
 // Commit commits sandbox id's writable layer as the image name (NAME[:TAG]).
 func (c *Client) Commit(ctx context.Context, id, name string) (image.Image, error) {
 	var out image.Image
-	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/commit", nil, api.CommitRequest{Name: name}, &out)
+	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/commit", nil, wire.CommitRequest{Name: name}, &out)
 	return out, err
 }
 
@@ -109,7 +109,7 @@ func (c *Client) imageOp(ctx context.Context, method, path string, in any, raw i
 		}
 		return json.NewDecoder(io.LimitReader(resp.Body, MaxFrameBytes)).Decode(out)
 	}
-	resp, err := c.doAccept(ctx, method, path, nil, body, ctype, api.NDJSON)
+	resp, err := c.doAccept(ctx, method, path, nil, body, ctype, wire.NDJSON)
 	if err != nil {
 		return err
 	}
@@ -118,9 +118,9 @@ func (c *Client) imageOp(ctx context.Context, method, path string, in any, raw i
 	sc.Buffer(make([]byte, 0, 64<<10), MaxFrameBytes)
 	for sc.Scan() {
 		var f struct {
-			Progress *image.Progress  `json:"progress"`
-			Result   json.RawMessage  `json:"result"`
-			Error    *api.ErrorDetail `json:"error"`
+			Progress *image.Progress   `json:"progress"`
+			Result   json.RawMessage   `json:"result"`
+			Error    *wire.ErrorDetail `json:"error"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
 			return fmt.Errorf("bad frame from server: %w", err)

@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxid"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 func jobPath(id, jobID, rest string) (string, error) {
@@ -31,7 +31,7 @@ func jobPath(id, jobID, rest string) (string, error) {
 }
 
 // StartJob starts a detached job (POST /v1/sandboxes/{id}/jobs; the body as exec's).
-func (c *Client) StartJob(ctx context.Context, id string, req api.ExecRequest) (sandbox.Job, error) {
+func (c *Client) StartJob(ctx context.Context, id string, req wire.ExecRequest) (sandbox.Job, error) {
 	p, err := jobPath(id, "", "")
 	if err != nil {
 		return sandbox.Job{}, err
@@ -109,7 +109,7 @@ func (c *Client) CancelJob(ctx context.Context, id, jobID string, grace *time.Du
 	if err != nil {
 		return sandbox.Job{}, err
 	}
-	var body api.JobCancelRequest
+	var body wire.JobCancelRequest
 	if grace != nil {
 		g := grace.Seconds()
 		body.GraceSeconds = &g

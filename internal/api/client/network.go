@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -52,7 +51,7 @@ func (c *Client) SecretCalls(ctx context.Context, id string, after int64, limit 
 // Expose makes a port of the sandbox a preview URL.
 func (c *Client) Expose(ctx context.Context, id string, port int, public bool) (sandbox.Exposure, error) {
 	var e sandbox.Exposure
-	err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/expose"), nil, api.ExposeRequest{Port: port, Public: public}, &e)
+	err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/expose"), nil, wire.ExposeRequest{Port: port, Public: public}, &e)
 	return e, err
 }
 
@@ -63,7 +62,7 @@ func (c *Client) Unexpose(ctx context.Context, id string, port int) error {
 
 // Exposures lists a sandbox's preview URLs.
 func (c *Client) Exposures(ctx context.Context, id string) ([]sandbox.Exposure, error) {
-	var l api.ExposureList
+	var l exposureList
 	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/expose"), nil, nil, &l)
 	return l.Exposures, err
 }

@@ -4,15 +4,15 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Warm pools (issue 15).
 
 // ListPools returns the server's warm pools with their ready counts, hits and misses.
-func (c *Client) ListPools(ctx context.Context) (api.PoolList, error) {
-	var l api.PoolList
+func (c *Client) ListPools(ctx context.Context) (PoolList, error) {
+	var l PoolList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/pools", nil, nil, &l)
 	return l, err
 }
@@ -21,15 +21,15 @@ func (c *Client) ListPools(ctx context.Context) (api.PoolList, error) {
 func (c *Client) SetPool(ctx context.Context, p sandbox.Pool) (sandbox.PoolStatus, error) {
 	var st sandbox.PoolStatus
 	size := p.Size
-	req := api.PoolSetRequest{Image: p.Image, Runtime: p.Runtime, CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB,
+	req := wire.PoolSetRequest{Image: p.Image, Runtime: p.Runtime, CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB,
 		Network: p.Network, Size: &size}
-	err := c.doJSON(ctx, http.MethodPut, api.PoolPath(p.Name), nil, req, &st)
+	err := c.doJSON(ctx, http.MethodPut, wire.PoolPath(p.Name), nil, req, &st)
 	return st, err
 }
 
 // DeletePool removes a warm pool (its ready sandboxes are destroyed in the background).
 func (c *Client) DeletePool(ctx context.Context, name string) error {
-	return c.doJSON(ctx, http.MethodDelete, api.PoolPath(name), nil, nil, nil)
+	return c.doJSON(ctx, http.MethodDelete, wire.PoolPath(name), nil, nil, nil)
 }
 
 // SetPool, ListPools and DeletePool make Backend an mcpserver.PoolBackend.

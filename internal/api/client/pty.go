@@ -10,9 +10,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // PTY is an interactive terminal in a sandbox over the server's WebSocket.
@@ -21,16 +20,16 @@ type PTY struct {
 	ctx  context.Context
 	stop context.CancelFunc
 	wmu  sync.Mutex
-	exit *sandbox.PTYExit
+	exit *wire.PTYExit
 }
 
 // PTY opens a terminal in sandbox id running req.Argv (empty: the user's login shell).
-func (c *Client) PTY(ctx context.Context, id string, req sandbox.PTYRequest) (*PTY, error) {
+func (c *Client) PTY(ctx context.Context, id string, req wire.PTYRequest) (*PTY, error) {
 	u, err := url.Parse(c.base + "/v1/sandboxes/" + url.PathEscape(id) + "/pty")
 	if err != nil {
 		return nil, err
 	}
-	u.RawQuery = api.PTYQuery(req).Encode()
+	u.RawQuery = wire.PTYQuery(req).Encode()
 	switch u.Scheme {
 	case "http":
 		u.Scheme = "ws"
@@ -51,12 +50,12 @@ func (c *Client) PTY(ctx context.Context, id string, req sandbox.PTYRequest) (*P
 		return nil, fmt.Errorf("cannot open a terminal on the agentbox server at %s: %w", c.base, err)
 	}
 	// One server message is at most a data chunk or a small control message.
-	ws.SetReadLimit(api.MaxPTYMessage)
+	ws.SetReadLimit(wire.MaxPTYMessage)
 	return &PTY{c: ws, ctx: ctx, stop: stop}, nil
 }
 
 // Next returns the next terminal output (valid until the next call), or at the end (nil, exit).
-func (p *PTY) Next() ([]byte, *sandbox.PTYExit, error) {
+func (p *PTY) Next() ([]byte, *wire.PTYExit, error) {
 	if p.exit != nil {
 		return nil, p.exit, nil
 	}
@@ -74,13 +73,13 @@ func (p *PTY) Next() ([]byte, *sandbox.PTYExit, error) {
 			}
 			return data, nil, nil
 		}
-		var m api.PTYControl
+		var m wire.PTYControl
 		if err := json.Unmarshal(data, &m); err != nil {
 			return nil, nil, errcode.New(errcode.Internal, "the server sent a malformed terminal control message")
 		}
 		switch {
 		case m.Type == "exit" && m.ExitCode != nil:
-			p.exit = &sandbox.PTYExit{ExitCode: *m.ExitCode, Signal: m.Signal}
+			p.exit = &wire.PTYExit{ExitCode: *m.ExitCode, Signal: m.Signal}
 			_ = p.c.Close(websocket.StatusNormalClosure, "")
 			return nil, p.exit, nil
 		case m.Type == "error" && m.Error != nil:
@@ -90,13 +89,13 @@ func (p *PTY) Next() ([]byte, *sandbox.PTYExit, error) {
 	}
 }
 
-// Write sends keystrokes, in messages of at most sandbox.MaxPTYData bytes.
+// Write sends keystrokes, in messages of at most wire.MaxPTYData bytes.
 func (p *PTY) Write(b []byte) (int, error) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	n := 0
 	for len(b) > 0 {
-		chunk := b[:min(len(b), sandbox.MaxPTYData)]
+		chunk := b[:min(len(b), wire.MaxPTYData)]
 		if err := p.c.Write(p.ctx, websocket.MessageBinary, chunk); err != nil {
 			return n, err
 		}
@@ -108,10 +107,10 @@ func (p *PTY) Write(b []byte) (int, error) {
 
 // Resize tells the sandbox the terminal's new size.
 func (p *PTY) Resize(rows, cols int) error {
-	if rows < 1 || rows > sandbox.MaxPTYRows || cols < 1 || cols > sandbox.MaxPTYCols {
-		return errcode.New(errcode.InvalidArgument, "rows must be between 1 and %d and cols between 1 and %d; got %d × %d", sandbox.MaxPTYRows, sandbox.MaxPTYCols, rows, cols)
+	if rows < 1 || rows > wire.MaxPTYRows || cols < 1 || cols > wire.MaxPTYCols {
+		return errcode.New(errcode.InvalidArgument, "rows must be between 1 and %d and cols between 1 and %d; got %d × %d", wire.MaxPTYRows, wire.MaxPTYCols, rows, cols)
 	}
-	b, _ := json.Marshal(api.PTYControl{Type: "resize", Rows: rows, Cols: cols})
+	b, _ := json.Marshal(wire.PTYControl{Type: "resize", Rows: rows, Cols: cols})
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	return p.c.Write(p.ctx, websocket.MessageText, b)

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/remotejobs"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Remote jobs (issue 17).
@@ -16,7 +16,7 @@ import (
 // StartRemoteJob starts a detached job on a joined machine.
 func (c *Client) StartRemoteJob(ctx context.Context, machine string, req remotejobs.StartRequest) (remotejobs.Job, error) {
 	var j remotejobs.Job
-	err := c.doJSON(ctx, http.MethodPost, api.RemoteJobPath(machine, "", ""), nil, req, &j)
+	err := c.doJSON(ctx, http.MethodPost, wire.RemoteJobPath(machine, "", ""), nil, req, &j)
 	return j, err
 }
 
@@ -27,14 +27,14 @@ func (c *Client) ListRemoteJobs(ctx context.Context, machine string, limit int) 
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	err := c.doJSON(ctx, http.MethodGet, api.RemoteJobPath(machine, "", ""), q, nil, &l)
+	err := c.doJSON(ctx, http.MethodGet, wire.RemoteJobPath(machine, "", ""), q, nil, &l)
 	return l, err
 }
 
 // RemoteJobStatus returns one job.
 func (c *Client) RemoteJobStatus(ctx context.Context, machine, id string) (remotejobs.Job, error) {
 	var j remotejobs.Job
-	err := c.doJSON(ctx, http.MethodGet, api.RemoteJobPath(machine, id, ""), nil, nil, &j)
+	err := c.doJSON(ctx, http.MethodGet, wire.RemoteJobPath(machine, id, ""), nil, nil, &j)
 	return j, err
 }
 
@@ -51,7 +51,7 @@ func (c *Client) RemoteJobLogs(ctx context.Context, machine, id string, req remo
 		q.Set("max_bytes", strconv.Itoa(req.MaxBytes))
 	}
 	var l remotejobs.Logs
-	err := c.doJSON(ctx, http.MethodGet, api.RemoteJobPath(machine, id, "/logs"), q, nil, &l)
+	err := c.doJSON(ctx, http.MethodGet, wire.RemoteJobPath(machine, id, "/logs"), q, nil, &l)
 	return l, err
 }
 
@@ -59,6 +59,6 @@ func (c *Client) RemoteJobLogs(ctx context.Context, machine, id string, req remo
 func (c *Client) CancelRemoteJob(ctx context.Context, machine, id string, grace time.Duration) (remotejobs.Job, error) {
 	g := int(grace / time.Second)
 	var j remotejobs.Job
-	err := c.doJSON(ctx, http.MethodPost, api.RemoteJobPath(machine, id, "/cancel"), nil, api.RemoteJobCancelRequest{GraceSeconds: &g}, &j)
+	err := c.doJSON(ctx, http.MethodPost, wire.RemoteJobPath(machine, id, "/cancel"), nil, wire.RemoteJobCancelRequest{GraceSeconds: &g}, &j)
 	return j, err
 }

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Durable runs (issue 14): /v1/runs and /v1/batches.
@@ -31,11 +31,11 @@ func runPath(kind, id, rest string) (string, error) {
 	return "/v1/" + kind + "/" + url.PathEscape(id) + rest, nil
 }
 
-func waitOpts(wait time.Duration) api.WaitOptions {
+func waitOpts(wait time.Duration) wire.WaitOptions {
 	if wait <= 0 {
-		return api.WaitOptions{}
+		return wire.WaitOptions{}
 	}
-	return api.WaitOptions{Wait: true, WaitSeconds: max(1, int64(wait.Round(time.Second)/time.Second))}
+	return wire.WaitOptions{Wait: true, WaitSeconds: max(1, int64(wait.Round(time.Second)/time.Second))}
 }
 
 // StartRun records a run and returns it at once (POST /v1/runs).
@@ -47,7 +47,7 @@ func (c *Client) StartRun(ctx context.Context, spec runs.Spec) (runs.Run, error)
 // is the run as it is then. wait 0 returns at once.
 func (c *Client) WaitRun(ctx context.Context, spec runs.Spec, wait time.Duration) (runs.Run, error) {
 	var r runs.Run
-	err := c.doJSON(ctx, http.MethodPost, "/v1/runs", nil, api.RunRequest{Spec: spec, WaitOptions: waitOpts(wait)}, &r)
+	err := c.doJSON(ctx, http.MethodPost, "/v1/runs", nil, runRequest{Spec: spec, WaitOptions: waitOpts(wait)}, &r)
 	return r, err
 }
 
@@ -165,28 +165,28 @@ func (c *Client) DownloadArtifact(ctx context.Context, id, path string) (io.Read
 // StartBatch records a batch (POST /v1/batches); wait > 0 waits for it to settle.
 func (c *Client) StartBatch(ctx context.Context, req runs.BatchRequest, wait time.Duration) (runs.Batch, error) {
 	var b runs.Batch
-	err := c.doJSON(ctx, http.MethodPost, "/v1/batches", nil, api.BatchStartRequest{BatchRequest: req, WaitOptions: waitOpts(wait)}, &b)
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches", nil, batchStartRequest{BatchRequest: req, WaitOptions: waitOpts(wait)}, &b)
 	return b, err
 }
 
 // StartMatrix expands and records a matrix (POST /v1/batches/matrix).
 func (c *Client) StartMatrix(ctx context.Context, req runs.MatrixRequest, wait time.Duration) (runs.Batch, error) {
 	var b runs.Batch
-	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/matrix", nil, api.MatrixStartRequest{MatrixRequest: req, WaitOptions: waitOpts(wait)}, &b)
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/matrix", nil, matrixStartRequest{MatrixRequest: req, WaitOptions: waitOpts(wait)}, &b)
 	return b, err
 }
 
 // AgentCompare records an agent comparison (POST /v1/batches/agent-compare).
 func (c *Client) AgentCompare(ctx context.Context, req runs.CompareRequest, wait time.Duration) (runs.Batch, error) {
 	var b runs.Batch
-	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-compare", nil, api.CompareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-compare", nil, compareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
 	return b, err
 }
 
 // AgentTest records a single-side agent test (POST /v1/batches/agent-test).
 func (c *Client) AgentTest(ctx context.Context, req runs.CompareRequest, wait time.Duration) (runs.Batch, error) {
 	var b runs.Batch
-	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-test", nil, api.CompareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-test", nil, compareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
 	return b, err
 }
 

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -22,7 +21,7 @@ func (c *Client) Snapshot(ctx context.Context, id string, req sandbox.SnapshotRe
 
 // ListSnapshots lists one page of snapshots (f.SandboxID: one sandbox's; f.After: the
 // previous page's next_cursor).
-func (c *Client) ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) (api.SnapshotList, error) {
+func (c *Client) ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) (SnapshotList, error) {
 	q := url.Values{}
 	if f.SandboxID != "" {
 		q.Set("sandbox_id", f.SandboxID)
@@ -33,7 +32,7 @@ func (c *Client) ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) (a
 	if f.Limit != 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out api.SnapshotList
+	var out SnapshotList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/snapshots", q, nil, &out)
 	return out, err
 }
