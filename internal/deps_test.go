@@ -114,6 +114,15 @@ func violations(pkgs []pkg) []string {
 				forbid(p, p.Deps, "proto and gpu are below the agent", module+"internal/machine/agent")
 			}
 		}
+		if path == module+"internal/api/client" {
+			forbid(p, p.Deps, "the CLI's client speaks the REST API through its wire types (internal/wire), not the server's packages",
+				module+"internal/api", module+"internal/mcpserver", module+"internal/machine", module+"internal/remoteexec",
+				module+"internal/screenshot", module+"internal/blobs")
+			// sandbox (and through it the store and the runtimes) is still among its transitive
+			// dependencies while its replies' types move to wire; its own imports name neither.
+			forbid(p, p.Imports, "the CLI's client knows no store or runtime",
+				module+"internal/store", module+"internal/runtime")
+		}
 		if leaf, ok := leaves[path]; ok {
 			for _, d := range p.Deps {
 				if !std(d) && !slices.Contains(leaf.allowed, d) {
@@ -159,7 +168,7 @@ func TestDependencyDirection(t *testing.T) {
 		pkgs = append(pkgs, p)
 	}
 	// The rules must see the packages they are about, or they prove nothing.
-	for _, want := range []string{"internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/sandbox/metrics", "internal/api", "internal/mcpserver"} {
+	for _, want := range []string{"internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/sandbox/metrics", "internal/api", "internal/api/client", "internal/mcpserver"} {
 		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+want }) {
 			t.Fatalf("go list did not report %s", want)
 		}
@@ -200,6 +209,10 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/wire", Deps: []string{"encoding/json", "github.com/google/uuid"}},
 		{ImportPath: module + "internal/lease", Deps: m("internal/sandbox")},
 		{ImportPath: module + "internal/lease", Deps: m("internal/store")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/api")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/machine/agent")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/blobs")},
+		{ImportPath: module + "internal/api/client", Imports: m("internal/store")},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {
@@ -219,6 +232,8 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/api", Deps: m("internal/sandbox/metrics", "internal/sandbox")},
 		{ImportPath: module + "internal/testenv/kubelab", Imports: []string{"k8s.io/client-go/kubernetes", "k8s.io/api/core/v1"}},
 		{ImportPath: module + "internal/peerreply", Deps: append(m("internal/errcode", "internal/text"), "net/http")},
+		{ImportPath: module + "internal/api/client", Imports: m("internal/wire", "internal/errcode", "internal/sandboxid"),
+			Deps: m("internal/wire", "internal/errcode", "internal/sandboxid")},
 	}
 	if v := violations(good); len(v) != 0 {
 		t.Errorf("allowed edges reported: %q", v)
