@@ -116,12 +116,11 @@ func violations(pkgs []pkg) []string {
 		}
 		if path == module+"internal/api/client" {
 			forbid(p, p.Deps, "the CLI's client speaks the REST API through its wire types (internal/wire), not the server's packages",
-				module+"internal/api", module+"internal/mcpserver", module+"internal/machine", module+"internal/remoteexec",
-				module+"internal/screenshot", module+"internal/blobs")
-			// sandbox (and through it the store and the runtimes) is still among its transitive
-			// dependencies while its replies' types move to wire; its own imports name neither.
-			forbid(p, p.Imports, "the CLI's client knows no store or runtime",
-				module+"internal/store", module+"internal/runtime")
+				module+"internal/api", module+"internal/mcpserver", module+"internal/store", module+"internal/machine",
+				module+"internal/remoteexec", module+"internal/screenshot", module+"internal/blobs")
+			// sandbox (and through it the runtimes) is still among its transitive dependencies
+			// while its replies' types move to wire; its own imports name no runtime.
+			forbid(p, p.Imports, "the CLI's client knows no runtime", module+"internal/runtime")
 		}
 		if leaf, ok := leaves[path]; ok {
 			for _, d := range p.Deps {
@@ -212,7 +211,8 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/api/client", Deps: m("internal/api")},
 		{ImportPath: module + "internal/api/client", Deps: m("internal/machine/agent")},
 		{ImportPath: module + "internal/api/client", Deps: m("internal/blobs")},
-		{ImportPath: module + "internal/api/client", Imports: m("internal/store")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/store")},
+		{ImportPath: module + "internal/api/client", Imports: m("internal/runtime")},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/remotejobs"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Remote jobs on joined machines (issue 17): agentbox machine job start|ls|status|logs|cancel.
@@ -29,7 +29,7 @@ func cmdMachineJob(args []string) int {
 	return 2
 }
 
-func printRemoteJob(j remotejobs.Job) {
+func printRemoteJob(j wire.RemoteJob) {
 	fmt.Printf("job:      %s\nmachine:  %s\nstate:    %s — %s\ncommand:  (%s) %s\nstarted:  %s\n", j.JobID, j.MachineID, j.State, j.Message,
 		j.Shell, j.Command, j.StartedAt.Local().Format(time.DateTime))
 	if j.GPUIndex != nil {
@@ -54,7 +54,7 @@ func machineJobStart(args []string) int {
 			return 2
 		}
 		// The words after -- are joined with spaces into the one command string the shell reads.
-		req := remotejobs.StartRequest{Command: strings.Join(pos[2:], " "), Shell: *shell, Cwd: *cwd, Env: env}
+		req := wire.RemoteJobStart{Command: strings.Join(pos[2:], " "), Shell: *shell, Cwd: *cwd, Env: env}
 		if *gpu >= 0 {
 			req.GPUIndex = gpu
 		}
@@ -109,7 +109,7 @@ func machineJobList(args []string) int {
 
 // remoteJobExit is a status command's exit code: the job's own when it exited, 3 while it
 // runs, 1 otherwise (canceled, failed, unknown: never a success).
-func remoteJobExit(j remotejobs.Job) int {
+func remoteJobExit(j wire.RemoteJob) int {
 	switch {
 	case j.State == "exited" && j.ExitCode != nil:
 		return min(max(*j.ExitCode, 0), 255)
@@ -141,7 +141,7 @@ func machineJobLogs(args []string) int {
 	offset := c.fs.Int64("offset", -1, "page from this byte instead")
 	maxBytes := c.fs.Int("max-bytes", 0, "bytes per page with --offset (1-262144, default 65536)")
 	return c.run(args, exactly(2), func(ctx context.Context, cl *client.Client, pos []string) int {
-		req := remotejobs.LogsRequest{TailLines: *tail, MaxBytes: *maxBytes}
+		req := wire.RemoteJobLogsRequest{TailLines: *tail, MaxBytes: *maxBytes}
 		if *offset >= 0 {
 			req.Offset = offset
 		}

@@ -212,12 +212,12 @@ func ops() []op {
 		{pattern: "GET /v1/machines/tokens", summary: "Join tokens, newest first, without their secrets (admin)", tag: "machines", status: 200, resp: JoinTokenList{}},
 		{pattern: "DELETE /v1/machines/tokens/{ref}", summary: "Revoke a join token by id or prefix; machines it joined stay (admin)", tag: "machines", status: 200, resp: wire.JoinToken{}},
 		// Remote jobs on joined machines (issue 17, remotejobs.go).
-		{pattern: "POST /v1/machines/{ref}/jobs", summary: "Start a detached job on a joined machine (gpu_index reserves a GPU)", tag: "machines", req: remotejobs.StartRequest{}, status: 201, resp: remotejobs.Job{}},
-		{pattern: "GET /v1/machines/{ref}/jobs", summary: "A machine's jobs, newest first", tag: "machines", status: 200, resp: remotejobs.List{}, query: []qp{limit("At most this many jobs (1-1000, default 20).")}},
-		{pattern: "GET /v1/machines/{ref}/jobs/{job_id}", summary: "A remote job's status", tag: "machines", status: 200, resp: remotejobs.Job{}},
-		{pattern: "GET /v1/machines/{ref}/jobs/{job_id}/logs", summary: "A remote job's output (the last lines, or a page)", tag: "machines", status: 200, resp: remotejobs.Logs{},
+		{pattern: "POST /v1/machines/{ref}/jobs", summary: "Start a detached job on a joined machine (gpu_index reserves a GPU)", tag: "machines", req: remotejobs.StartRequest{}, status: 201, resp: wire.RemoteJob{}},
+		{pattern: "GET /v1/machines/{ref}/jobs", summary: "A machine's jobs, newest first", tag: "machines", status: 200, resp: wire.RemoteJobList{}, query: []qp{limit("At most this many jobs (1-1000, default 20).")}},
+		{pattern: "GET /v1/machines/{ref}/jobs/{job_id}", summary: "A remote job's status", tag: "machines", status: 200, resp: wire.RemoteJob{}},
+		{pattern: "GET /v1/machines/{ref}/jobs/{job_id}/logs", summary: "A remote job's output (the last lines, or a page)", tag: "machines", status: 200, resp: wire.RemoteJobLogs{},
 			query: []qp{{"tail_lines", "integer", "The last N lines (1-10000; default 200).", false}, {"offset_bytes", "integer", "Page from this byte.", false}, {"max_bytes", "integer", "Bytes per page (1-262144, default 65536).", false}}},
-		{pattern: "POST /v1/machines/{ref}/jobs/{job_id}/cancel", summary: "Cancel a remote job (its whole tree; its GPU released)", tag: "machines", req: RemoteJobCancelRequest{}, reqOptional: true, status: 200, resp: remotejobs.Job{},
+		{pattern: "POST /v1/machines/{ref}/jobs/{job_id}/cancel", summary: "Cancel a remote job (its whole tree; its GPU released)", tag: "machines", req: RemoteJobCancelRequest{}, reqOptional: true, status: 200, resp: wire.RemoteJob{},
 			query: []qp{{"grace_seconds", "integer", "Seconds between SIGTERM and SIGKILL (0-600, default 10).", false}}},
 	}
 }
@@ -259,6 +259,9 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[wire.Screenshot]():        "ScreenshotReply",
 	reflect.TypeFor[wire.Blob]():              "BlobsResult",
 	reflect.TypeFor[wire.BlobPush]():          "BlobsPushResult",
+	reflect.TypeFor[wire.RemoteJob]():         "RemotejobsJob",
+	reflect.TypeFor[wire.RemoteJobList]():     "RemotejobsList",
+	reflect.TypeFor[wire.RemoteJobLogs]():     "HostjobsLogs",
 }
 
 // docBuilder collects the named schemas (components) of the document.

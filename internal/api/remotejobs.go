@@ -50,7 +50,7 @@ func (s *Server) startRemoteJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, j)
+	writeJSON(w, http.StatusCreated, wire.RemoteJob(j))
 }
 
 func (s *Server) listRemoteJobs(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +72,7 @@ func (s *Server) listRemoteJobs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, l)
+	writeJSON(w, http.StatusOK, wireRemoteJobList(l))
 }
 
 func (s *Server) getRemoteJob(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +85,7 @@ func (s *Server) getRemoteJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, wire.RemoteJob(j))
 }
 
 func (s *Server) remoteJobLogs(w http.ResponseWriter, r *http.Request) {
@@ -122,7 +122,7 @@ func (s *Server) remoteJobLogs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, l)
+	writeJSON(w, http.StatusOK, wire.RemoteJobLogs(l))
 }
 
 func (s *Server) cancelRemoteJob(w http.ResponseWriter, r *http.Request) {
@@ -157,5 +157,5 @@ func (s *Server) cancelRemoteJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, wire.RemoteJob(j))
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/agentbox/agentbox/internal/machine"
+	"github.com/agentbox/agentbox/internal/remotejobs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/screenshot"
@@ -100,4 +101,16 @@ func wireMachines(l []machine.Info) []wire.Machine {
 func wireScreenshot(s *screenshot.Shot) wire.Screenshot {
 	return wire.Screenshot{PNG: s.PNG, Display: s.Display, Screen: s.Screen, Screens: s.Screens, Displays: s.Displays,
 		Width: s.Width, Height: s.Height, TakenAt: s.TakenAt, Platform: s.Platform, Caption: s.Caption()}
+}
+
+// wireRemoteJobList is a machine's jobs as the reply carries them.
+func wireRemoteJobList(l remotejobs.List) wire.RemoteJobList {
+	out := wire.RemoteJobList{Omitted: l.Omitted}
+	if l.Jobs != nil {
+		out.Jobs = make([]wire.RemoteJob, len(l.Jobs))
+		for i, j := range l.Jobs {
+			out.Jobs[i] = wire.RemoteJob(j)
+		}
+	}
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/machine/agent"
 	"github.com/agentbox/agentbox/internal/remoteexec"
+	"github.com/agentbox/agentbox/internal/remotejobs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/screenshot"
@@ -29,6 +30,7 @@ var storeRows = []reflect.Type{
 	reflect.TypeFor[sandbox.Sandbox](),
 	reflect.TypeFor[store.JoinToken](),
 	reflect.TypeFor[store.Machine](),
+	reflect.TypeFor[store.RemoteJob](),
 }
 
 // reaches returns the path from t to the first type in bad that t is or holds (through fields,
@@ -228,4 +230,23 @@ func TestWireRemoteBytes(t *testing.T) {
 	}
 	sameBytes[wire.RemotePushRequest](t, "push request", map[string]string{"blob_id": "b", "dest_path": "/d"}, RemotePushRequest{BlobID: "b", DestPath: "/d"})
 	sameBytes[wire.AliasRequest](t, "alias request", map[string]string{"alias": "x"}, AliasRequest{Alias: "x"})
+}
+
+// TestWireRemoteJobBytes: the remote jobs' replies (a job, the list, a page of logs) are byte for
+// byte what remotejobs' types wrote.
+func TestWireRemoteJobBytes(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	gpuIdx, code := 1, 0
+	full := remotejobs.Job{JobID: "rjob-0123456789abcdef", MachineID: "m-1", State: "exited", Success: true, Message: "m", Command: "make",
+		Shell: "sh", Cwd: "/w", EnvNames: []string{"A"}, GPUIndex: &gpuIdx, ExitCode: &code, Signal: "SIGTERM", PID: 9,
+		StartedAt: now, FinishedAt: &now, LogBytes: 12, Owner: "key:ci"}
+	for _, j := range []remotejobs.Job{full, {}} {
+		sameBytes[wire.RemoteJob](t, "remote job", j, wire.RemoteJob(j))
+	}
+	for _, l := range []remotejobs.List{{Jobs: []remotejobs.Job{full, {}}, Omitted: 3}, {Jobs: []remotejobs.Job{}}, {}} {
+		sameBytes[wire.RemoteJobList](t, "remote job list", l, wireRemoteJobList(l))
+	}
+	for _, l := range []remotejobs.Logs{{JobID: "rjob-1", Data: []byte("out\n"), Offset: 1, NextOffset: 5, TotalBytes: 9, State: "running"}, {}} {
+		sameBytes[wire.RemoteJobLogs](t, "remote job logs", l, wire.RemoteJobLogs(l))
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/remotejobs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -84,6 +85,8 @@ func TestReplyShapes(t *testing.T) {
 		{wire.WaitOptions{}, api.WaitOptions{}},
 		{wire.PTYExit{}, sandbox.PTYExit{}},
 		{wire.PTYRequest{}, sandbox.PTYRequest{}},
+		{wire.RemoteJobStart{}, remotejobs.StartRequest{}},
+		{wire.RemoteJobLogsRequest{}, remotejobs.LogsRequest{}},
 	} {
 		if p := sameShape(reflect.TypeOf(c.client), reflect.TypeOf(c.server)); p != "" {
 			t.Errorf("%T and %T: %s", c.client, c.server, p)
