@@ -380,8 +380,8 @@ func fleetWatch(ctx context.Context, c *client.Client, spec fleetSpec) fleetClie
 					var local []float64
 					var received, gaps int
 					_, err := c.Watch(ctx, ids[i], client.WatchOptions{Stream: watch.StreamLogs, JobID: j.ID, DurationSeconds: int64(seconds)*3 + 60},
-						func(m watch.Message) error {
-							if m.Kind != watch.KindLogs {
+						func(m wire.WatchMessage) error {
+							if m.Kind != wire.WatchLogs {
 								return nil
 							}
 							now := time.Now()

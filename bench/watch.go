@@ -10,7 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/watch"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // benchWatch measures event → watcher delivery: extend a sandbox n times and time each from the
@@ -46,8 +46,8 @@ func benchWatch(ctx context.Context, c *client.Client, mcpURL, token, sandboxID 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.Watch(wctx, sandboxID, client.WatchOptions{Stream: "events", DurationSeconds: 3600, OnOpen: func() { close(opened) }}, func(m watch.Message) error {
-			if m.Kind == watch.KindEvent {
+		c.Watch(wctx, sandboxID, client.WatchOptions{Stream: "events", DurationSeconds: 3600, OnOpen: func() { close(opened) }}, func(m wire.WatchMessage) error {
+			if m.Kind == wire.WatchEvent {
 				arrivals <- time.Now()
 			}
 			return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/watch"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // watchRetries bounds how often `agentbox watch` reconnects a dropped events stream.
@@ -44,14 +45,14 @@ func cmdWatch(args []string) int {
 			deadline = time.Now().Add(time.Duration(o.DurationSeconds) * time.Second)
 		}
 		enc := json.NewEncoder(os.Stdout)
-		print := func(m watch.Message) error {
-			if m.Kind == watch.KindHeartbeat {
+		print := func(m wire.WatchMessage) error {
+			if m.Kind == wire.WatchHeartbeat {
 				return nil
 			}
 			if c.json {
 				return enc.Encode(m)
 			}
-			if m.Kind == watch.KindLogs && o.Stream == "logs" {
+			if m.Kind == wire.WatchLogs && o.Stream == "logs" {
 				_, err := os.Stdout.Write(m.Data) // the job's output as it is, bytes and all
 				return err
 			}

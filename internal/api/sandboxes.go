@@ -148,9 +148,7 @@ func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 // EventList is the reply of the events endpoints.
-type EventList struct {
-	Events []sandbox.Event `json:"events"`
-}
+type EventList = wire.EventList
 
 func (s *Server) sandboxEvents(w http.ResponseWriter, r *http.Request) {
 	s.listEvents(w, r, r.PathValue("id"))
@@ -197,7 +195,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id string) {
 	if evs == nil {
 		evs = []sandbox.Event{}
 	}
-	writeJSON(w, http.StatusOK, EventList{Events: evs})
+	writeJSON(w, http.StatusOK, EventList{Events: wireEvents(evs)})
 }
 
 // MaxEventWait bounds how long GET /v1/events?wait=… holds a request.

@@ -89,7 +89,7 @@ func (s *Server) watchSandbox(w http.ResponseWriter, r *http.Request) {
 		if m.Kind == watch.KindHeartbeat {
 			return write([]byte(": heartbeat\n\n"))
 		}
-		data, err := json.Marshal(m)
+		data, err := json.Marshal(wireWatchMessage(m))
 		if err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/watch"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 type mapResolver map[string][]netip.Addr
@@ -127,10 +128,10 @@ func TestWatchConnectionsSSE(t *testing.T) {
 	if code := curl(t, e.svc, sb.ID, "http://refused.test/"); code != "403" {
 		t.Fatalf("refused GET = %s, want 403", code)
 	}
-	conns := func() []watch.Message {
-		var out []watch.Message
+	conns := func() []wire.WatchMessage {
+		var out []wire.WatchMessage
 		for _, m := range c.get() {
-			if m.Kind == watch.KindConnection {
+			if m.Kind == wire.WatchConnection {
 				out = append(out, m)
 			}
 		}
@@ -155,19 +156,19 @@ func TestWatchConnectionsSSE(t *testing.T) {
 		t.Fatal("the connections watch did not end when the sandbox was destroyed")
 	}
 	msgs := c.get()
-	if c.err != nil || msgs[len(msgs)-1].Kind != watch.KindEnd || msgs[len(msgs)-1].Reason != watch.EndSandbox || c.last != got[1].Seq {
+	if c.err != nil || msgs[len(msgs)-1].Kind != wire.WatchEnd || msgs[len(msgs)-1].Reason != watch.EndSandbox || c.last != got[1].Seq {
 		t.Fatalf("end: err %v, last id %d, messages %+v", c.err, c.last, msgs)
 	}
 	// Resumed after the first frame: the second, then the end.
 	var resumed []string
-	if _, err := e.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: watch.StreamConnections, LastEventID: got[0].Seq}, func(m watch.Message) error {
+	if _, err := e.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: watch.StreamConnections, LastEventID: got[0].Seq}, func(m wire.WatchMessage) error {
 		resumed = append(resumed, fmt.Sprintf("%s:%d", m.Kind, m.Seq))
 		return nil
 	}); err != nil || len(resumed) != 2 || resumed[0] != fmt.Sprintf("connection:%d", got[1].Seq) || !strings.HasPrefix(resumed[1], "end") {
 		t.Fatalf("resumed: %v %v", resumed, err)
 	}
 	// A cursor past the newest record is refused before the stream starts.
-	_, err = e.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: watch.StreamConnections, LastEventID: got[1].Seq + 1000}, func(watch.Message) error { return nil })
+	_, err = e.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: watch.StreamConnections, LastEventID: got[1].Seq + 1000}, func(wire.WatchMessage) error { return nil })
 	if !errcode.Is(err, errcode.InvalidArgument) {
 		t.Fatalf("resume past the newest record: %v, want INVALID_ARGUMENT", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 	"github.com/agentbox/agentbox/internal/watch"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 const testToken = "watch-test-token"
@@ -58,13 +59,13 @@ func (f *fakeServer) create(t *testing.T) sandbox.Sandbox {
 type collector struct {
 	open chan struct{} // closed when the server accepted the watch
 	mu   sync.Mutex
-	msgs []watch.Message
+	msgs []wire.WatchMessage
 	done chan struct{}
 	last int64
 	err  error
 }
 
-func (c *collector) get() []watch.Message {
+func (c *collector) get() []wire.WatchMessage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.msgs)
@@ -75,7 +76,7 @@ func startWatch(ctx context.Context, cl *client.Client, id string, o client.Watc
 	o.OnOpen = func() { close(c.open) }
 	go func() {
 		defer close(c.done)
-		c.last, c.err = cl.Watch(ctx, id, o, func(m watch.Message) error {
+		c.last, c.err = cl.Watch(ctx, id, o, func(m wire.WatchMessage) error {
 			c.mu.Lock()
 			c.msgs = append(c.msgs, m)
 			c.mu.Unlock()
@@ -132,7 +133,7 @@ func TestWatchLifecycleSSE(t *testing.T) {
 	// A lifecycle stream resumed after the stopping transition (as an EventSource reconnects)
 	// replays what came after it, without a new snapshot.
 	var resumed []string
-	if _, err := f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "lifecycle", LastEventID: msgs[1].Seq}, func(m watch.Message) error {
+	if _, err := f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "lifecycle", LastEventID: msgs[1].Seq}, func(m wire.WatchMessage) error {
 		resumed = append(resumed, m.Kind+":"+string(m.State))
 		return nil
 	}); err != nil || !slices.Equal(resumed, []string{"state:destroyed", "end:destroyed"}) {
@@ -181,7 +182,7 @@ func TestWatchResumeLosesNothing(t *testing.T) {
 	}
 	var seqs []int64
 	for _, m := range append(first, c2.get()...) {
-		if m.Kind == watch.KindEvent {
+		if m.Kind == wire.WatchEvent {
 			seqs = append(seqs, m.Seq)
 		}
 	}
@@ -237,19 +238,19 @@ func TestWatchBounds(t *testing.T) {
 		}
 	}
 	// Unknown sandbox: SANDBOX_NOT_FOUND before any stream.
-	_, err := f.c.Watch(t.Context(), "sb-000000000000", client.WatchOptions{}, func(watch.Message) error { return nil })
+	_, err := f.c.Watch(t.Context(), "sb-000000000000", client.WatchOptions{}, func(wire.WatchMessage) error { return nil })
 	if errcode.Of(err) != errcode.SandboxNotFound {
 		t.Errorf("unknown sandbox: %v, want SANDBOX_NOT_FOUND", err)
 	}
 	// No token, no stream.
-	_, err = client.New(f.url, "wrong").Watch(t.Context(), sb.ID, client.WatchOptions{}, func(watch.Message) error { return nil })
+	_, err = client.New(f.url, "wrong").Watch(t.Context(), sb.ID, client.WatchOptions{}, func(wire.WatchMessage) error { return nil })
 	if errcode.Of(err) != errcode.AuthFailed {
 		t.Errorf("wrong token: %v, want AUTH_FAILED", err)
 	}
 	// A watch ends after duration_seconds with an end message saying so.
 	start := time.Now()
 	var kinds []string
-	_, err = f.c.Watch(t.Context(), sb.ID, client.WatchOptions{DurationSeconds: 1}, func(m watch.Message) error {
+	_, err = f.c.Watch(t.Context(), sb.ID, client.WatchOptions{DurationSeconds: 1}, func(m wire.WatchMessage) error {
 		kinds = append(kinds, m.Kind+":"+m.Reason)
 		return nil
 	})
@@ -321,7 +322,7 @@ func TestWatcherThatNeverReadsDoesNotSlowExec(t *testing.T) {
 	waitFor(t, 20*time.Second, "the reading watcher to get every event", func() bool {
 		n := 0
 		for _, m := range reader.get() {
-			if m.Kind == watch.KindEvent {
+			if m.Kind == wire.WatchEvent {
 				n++
 			}
 		}
@@ -329,7 +330,7 @@ func TestWatcherThatNeverReadsDoesNotSlowExec(t *testing.T) {
 	})
 	var prev int64
 	for _, m := range reader.get() {
-		if m.Kind == watch.KindMissed {
+		if m.Kind == wire.WatchMissed {
 			t.Errorf("the reading watcher was told it missed events: %+v", m)
 		}
 		if m.Seq != 0 && m.Seq <= prev {
@@ -385,16 +386,16 @@ func TestWatchLogsSSE(t *testing.T) {
 	}
 	var data []byte
 	var chunks int
-	var end watch.Message
-	_, err = f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "logs", JobID: j.ID, DurationSeconds: 30}, func(m watch.Message) error {
+	var end wire.WatchMessage
+	_, err = f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "logs", JobID: j.ID, DurationSeconds: 30}, func(m wire.WatchMessage) error {
 		switch m.Kind {
-		case watch.KindLogs:
+		case wire.WatchLogs:
 			if m.Offset != int64(len(data)) {
 				t.Errorf("chunk at offset %d, want %d", m.Offset, len(data))
 			}
 			data = append(data, m.Data...)
 			chunks++
-		case watch.KindEnd:
+		case wire.WatchEnd:
 			end = m
 		}
 		return nil
@@ -410,7 +411,7 @@ func TestWatchLogsSSE(t *testing.T) {
 		t.Errorf("the output came in %d chunk(s): it was not streamed as written", chunks)
 	}
 	// An unknown job is refused before any stream.
-	_, err = f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "logs", JobID: "job-000000000000"}, func(watch.Message) error { return nil })
+	_, err = f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "logs", JobID: "job-000000000000"}, func(wire.WatchMessage) error { return nil })
 	if errcode.Of(err) != errcode.JobNotFound {
 		t.Errorf("unknown job: %v, want JOB_NOT_FOUND", err)
 	}
@@ -422,8 +423,8 @@ func TestWatchMetricsSSE(t *testing.T) {
 	sb := f.create(t)
 	var at []time.Time
 	start := time.Now()
-	_, err := f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "metrics", IntervalSeconds: 1, DurationSeconds: 3}, func(m watch.Message) error {
-		if m.Kind == watch.KindMetrics {
+	_, err := f.c.Watch(t.Context(), sb.ID, client.WatchOptions{Stream: "metrics", IntervalSeconds: 1, DurationSeconds: 3}, func(m wire.WatchMessage) error {
+		if m.Kind == wire.WatchMetrics {
 			if !strings.Contains(string(m.Metrics), sb.ID) {
 				t.Errorf("sample %s does not name the sandbox", m.Metrics)
 			}

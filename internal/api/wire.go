@@ -7,6 +7,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/screenshot"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/watch"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -111,6 +112,41 @@ func wireRemoteJobList(l remotejobs.List) wire.RemoteJobList {
 		for i, j := range l.Jobs {
 			out.Jobs[i] = wire.RemoteJob(j)
 		}
+	}
+	return out
+}
+
+// wireEvent is a recorded event as replies and watch streams carry it.
+func wireEvent(e sandbox.Event) wire.Event {
+	return wire.Event{Seq: e.Seq, SandboxID: e.SandboxID, Type: e.Type, From: wire.State(e.From), To: wire.State(e.To),
+		Reason: e.Reason, At: e.At}
+}
+
+// wireEvents converts a list (nil stays nil).
+func wireEvents(l []sandbox.Event) []wire.Event {
+	if l == nil {
+		return nil
+	}
+	out := make([]wire.Event, len(l))
+	for i, e := range l {
+		out[i] = wireEvent(e)
+	}
+	return out
+}
+
+// wireWatchMessage is one message of a watch stream as the server-sent event's data carries it.
+func wireWatchMessage(m watch.Message) wire.WatchMessage {
+	out := wire.WatchMessage{SandboxID: m.SandboxID, Stream: m.Stream, Kind: m.Kind, Seq: m.Seq, At: m.At,
+		State: wire.State(m.State), JobID: m.JobID, Data: m.Data, Offset: m.Offset, Metrics: m.Metrics,
+		Missed: m.Missed, Reason: m.Reason}
+	if m.Event != nil {
+		e := wireEvent(*m.Event)
+		out.Event = &e
+	}
+	if c := m.Connection; c != nil {
+		out.Connection = &wire.Connection{SandboxID: c.SandboxID, Seq: c.Seq, Time: c.Time, Kind: string(c.Kind), Host: c.Host,
+			Port: c.Port, Addr: c.Addr, Decision: c.Decision, Rule: c.Rule, Reason: c.Reason, BytesOut: c.BytesOut,
+			BytesIn: c.BytesIn, DurationMS: c.DurationMS, Intercepted: c.Intercepted}
 	}
 	return out
 }

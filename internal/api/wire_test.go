@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/screenshot"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/watch"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -31,6 +32,7 @@ var storeRows = []reflect.Type{
 	reflect.TypeFor[store.JoinToken](),
 	reflect.TypeFor[store.Machine](),
 	reflect.TypeFor[store.RemoteJob](),
+	reflect.TypeFor[sandbox.Event](),
 }
 
 // reaches returns the path from t to the first type in bad that t is or holds (through fields,
@@ -248,5 +250,45 @@ func TestWireRemoteJobBytes(t *testing.T) {
 	}
 	for _, l := range []remotejobs.Logs{{JobID: "rjob-1", Data: []byte("out\n"), Offset: 1, NextOffset: 5, TotalBytes: 9, State: "running"}, {}} {
 		sameBytes[wire.RemoteJobLogs](t, "remote job logs", l, wire.RemoteJobLogs(l))
+	}
+}
+
+// TestWireEventBytes: the events replies and every kind of watch message are byte for byte what
+// the server's types wrote, and the CLI's one-line rendering of a message is the server's.
+func TestWireEventBytes(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	ev := sandbox.Event{Seq: 12, SandboxID: "sb-0123456789ab", Type: "state", From: sandbox.StateRunning, To: sandbox.StateStopping, Reason: "ttl", At: now}
+	for _, l := range [][]sandbox.Event{{ev, {}}, {}, nil} {
+		sameBytes[wire.EventList](t, "events", struct {
+			Events []sandbox.Event `json:"events"`
+		}{l}, EventList{Events: wireEvents(l)})
+	}
+	conn := &egress.Connection{SandboxID: "sb-1", Seq: 3, Time: now, Kind: egress.Kind("http"), Host: "pypi.org", Port: 443, Addr: "1.2.3.4:443",
+		Decision: "deny", Rule: "r", Reason: "why", BytesOut: 1, BytesIn: 2, DurationMS: 3, Intercepted: true}
+	msgs := []watch.Message{
+		{SandboxID: "sb-1", Stream: "lifecycle", Kind: watch.KindState, Seq: 12, At: now, State: sandbox.StateStopping, Event: &ev, Reason: "ttl"},
+		{Stream: "events", Kind: watch.KindEvent, Seq: 12, At: now, Event: &ev},
+		{Stream: "logs", Kind: watch.KindLogs, At: now, JobID: "job-1", Data: []byte("out\xff\n"), Offset: 7},
+		{Stream: "metrics", Kind: watch.KindMetrics, At: now, Metrics: json.RawMessage(`{"cpu":1}`)},
+		{Stream: watch.StreamConnections, Kind: watch.KindConnection, Seq: 3, At: now, Connection: conn},
+		{Stream: watch.StreamConnections, Kind: watch.KindMissed, Missed: 5},
+		{Stream: "events", Kind: watch.KindMissed, Missed: 2},
+		{Kind: watch.KindEnd, State: sandbox.StateDestroyed, Reason: watch.EndSandbox},
+		{},
+	}
+	for _, m := range msgs {
+		sameBytes[wire.WatchMessage](t, "watch "+m.Kind, m, wireWatchMessage(m))
+		for _, max := range []int{0, 2} {
+			if got, want := wireWatchMessage(m).Text(max), m.Text(max); got != want {
+				t.Errorf("Text(%d) of a %s message: wire %q, server %q", max, m.Kind, got, want)
+			}
+		}
+	}
+	for k, w := range map[string]string{watch.KindState: wire.WatchState, watch.KindEvent: wire.WatchEvent, watch.KindLogs: wire.WatchLogs,
+		watch.KindMetrics: wire.WatchMetrics, watch.KindConnection: wire.WatchConnection, watch.KindMissed: wire.WatchMissed,
+		watch.KindHeartbeat: wire.WatchHeartbeat, watch.KindEnd: wire.WatchEnd} {
+		if k != w {
+			t.Errorf("watch kind %q is %q on the wire", k, w)
+		}
 	}
 }

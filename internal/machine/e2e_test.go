@@ -14,7 +14,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/machinelab"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -85,7 +84,7 @@ func freePort(t *testing.T, addr string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func waitMachine(t *testing.T, cl *client.Client, ref, what string, d time.Duration, cond func(machine.Info) bool) machine.Info {
+func waitMachine(t *testing.T, cl *client.Client, ref, what string, d time.Duration, cond func(wire.Machine) bool) wire.Machine {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -141,11 +140,11 @@ func TestJoinedMachinesEndToEnd(t *testing.T) {
 
 	// Online, with last_seen from its heartbeats (it moves while we wait; it is not the time of
 	// the query).
-	first := waitMachine(t, cl, "lab-one", "online with a heartbeat", 30*time.Second, func(m machine.Info) bool { return m.Online && m.LastSeen != nil })
+	first := waitMachine(t, cl, "lab-one", "online with a heartbeat", 30*time.Second, func(m wire.Machine) bool { return m.Online && m.LastSeen != nil })
 	if first.Platform != "linux" || first.AgentVersion == "" || first.GPUs == nil {
 		t.Fatalf("facts: %+v", first)
 	}
-	later := waitMachine(t, cl, "lab-one", "with a newer heartbeat", 20*time.Second, func(m machine.Info) bool { return m.LastSeen != nil && m.LastSeen.After(*first.LastSeen) })
+	later := waitMachine(t, cl, "lab-one", "with a newer heartbeat", 20*time.Second, func(m wire.Machine) bool { return m.LastSeen != nil && m.LastSeen.After(*first.LastSeen) })
 	if q := time.Now(); later.LastSeen.After(q) || q.Sub(*later.LastSeen) > 10*time.Second {
 		t.Fatalf("last_seen %v is not a recent heartbeat (now %v)", later.LastSeen, q)
 	}
@@ -159,7 +158,7 @@ func TestJoinedMachinesEndToEnd(t *testing.T) {
 	srv.Kill()
 	srv = testenv.StartServer(t, stateDir, srv.Token, args...)
 	cl = srv.Client()
-	waitMachine(t, cl, "lab-one", "back online after the server restart", 60*time.Second, func(m machine.Info) bool { return m.Online })
+	waitMachine(t, cl, "lab-one", "back online after the server restart", 60*time.Second, func(m wire.Machine) bool { return m.Online })
 	if info, err := cl.ProbeMachine(ctx, "lab-one"); err != nil || info.PID != j1.cmd.Process.Pid {
 		t.Fatalf("probe after restart: %+v %v", info, err)
 	}
@@ -169,18 +168,18 @@ func TestJoinedMachinesEndToEnd(t *testing.T) {
 	if err := m1.LinkDown(); err != nil {
 		t.Fatal(err)
 	}
-	waitMachine(t, cl, "lab-one", "offline with its link down", 40*time.Second, func(m machine.Info) bool { return !m.Online })
+	waitMachine(t, cl, "lab-one", "offline with its link down", 40*time.Second, func(m wire.Machine) bool { return !m.Online })
 	if _, err := cl.ProbeMachine(ctx, "lab-one"); errcode.Of(err) != errcode.MachineOffline {
 		t.Fatalf("probe while offline: %v", err)
 	}
 	if err := m1.LinkUp(); err != nil {
 		t.Fatal(err)
 	}
-	waitMachine(t, cl, "lab-one", "back online after the link returned", 90*time.Second, func(m machine.Info) bool { return m.Online })
+	waitMachine(t, cl, "lab-one", "back online after the link returned", 90*time.Second, func(m wire.Machine) bool { return m.Online })
 
 	// A second machine uses the token's last use; a third join with it is refused.
 	j2 := startJoin(t, m2, bin, append([]string{srv.URL, "--token", tok.Secret, "--name", "lab-two", "--state-dir", dir2}, tlsArgs...)...)
-	waitMachine(t, cl, "lab-two", "online", 30*time.Second, func(m machine.Info) bool { return m.Online })
+	waitMachine(t, cl, "lab-two", "online", 30*time.Second, func(m wire.Machine) bool { return m.Online })
 	used := startJoin(t, m2, bin, append([]string{srv.URL, "--token", tok.Secret, "--name", "lab-three", "--state-dir", dir2 + "-3"}, tlsArgs...)...)
 	if code := used.wait(t, 20*time.Second); code == 0 || !strings.Contains(used.logs.String(), "used up") {
 		t.Fatalf("a used-up token: exit %d:\n%s", code, used.logs)

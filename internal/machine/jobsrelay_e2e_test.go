@@ -16,8 +16,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/machine"
-	"github.com/agentbox/agentbox/internal/remotejobs"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/machinelab"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -57,24 +55,24 @@ func TestJobsAndRelayBetweenJoinedMachines(t *testing.T) {
 	}
 	a := joinA("--token", tok.Secret, "--name", "gpubox")
 	startJoin(t, mb, bin, srv.URL, "--token", tok.Secret, "--name", "storage", "--state-dir", dirB, "--fingerprint", srv.Fingerprint)
-	twoGPUs := func(m machine.Info) bool { return m.Online && len(m.GPUs) == 2 }
+	twoGPUs := func(m wire.Machine) bool { return m.Online && len(m.GPUs) == 2 }
 	if g := waitMachine(t, cl, "gpubox", "online with two GPUs", 30*time.Second, twoGPUs).GPUs[1]; g.Index != 1 || g.Name != "NVIDIA A100-SXM4-80GB" {
 		t.Fatalf("GPU 1: %+v", g)
 	}
-	waitMachine(t, cl, "storage", "online", 30*time.Second, func(m machine.Info) bool { return m.Online })
+	waitMachine(t, cl, "storage", "online", 30*time.Second, func(m wire.Machine) bool { return m.Online })
 
 	t.Run("jobs", func(t *testing.T) {
 		gpu := func(n int) *int { return &n }
 		done := filepath.Join(t.TempDir(), "done")
-		j, err := cl.StartRemoteJob(ctx, "gpubox", remotejobs.StartRequest{Shell: "bash", GPUIndex: gpu(1),
+		j, err := cl.StartRemoteJob(ctx, "gpubox", wire.RemoteJobStart{Shell: "bash", GPUIndex: gpu(1),
 			Command: "echo gpu=$CUDA_VISIBLE_DEVICES; while [ ! -e " + done + " ]; do sleep 0.05; done; echo bye"})
 		if err != nil || j.State != "running" {
 			t.Fatalf("start: %+v %v", j, err)
 		}
-		if _, err := cl.StartRemoteJob(ctx, "gpubox", remotejobs.StartRequest{Command: "true", GPUIndex: gpu(1)}); errcode.Of(err) != errcode.GPUBusy {
+		if _, err := cl.StartRemoteJob(ctx, "gpubox", wire.RemoteJobStart{Command: "true", GPUIndex: gpu(1)}); errcode.Of(err) != errcode.GPUBusy {
 			t.Fatalf("GPU 1 while its job runs: %v", err)
 		}
-		if _, err := cl.StartRemoteJob(ctx, "gpubox", remotejobs.StartRequest{Command: "true", GPUIndex: gpu(7)}); errcode.Of(err) != errcode.InvalidArgument {
+		if _, err := cl.StartRemoteJob(ctx, "gpubox", wire.RemoteJobStart{Command: "true", GPUIndex: gpu(7)}); errcode.Of(err) != errcode.InvalidArgument {
 			t.Fatalf("GPU 7 of a two-GPU machine: %v", err)
 		}
 
@@ -82,7 +80,7 @@ func TestJobsAndRelayBetweenJoinedMachines(t *testing.T) {
 		// without a token. The job ran on; the new agent adopts it.
 		a.cmd.Process.Kill()
 		a.wait(t, 10*time.Second)
-		waitMachine(t, cl, "gpubox", "offline after its agent died", 30*time.Second, func(m machine.Info) bool { return !m.Online })
+		waitMachine(t, cl, "gpubox", "offline after its agent died", 30*time.Second, func(m wire.Machine) bool { return !m.Online })
 		if _, err := cl.RemoteJobStatus(ctx, "gpubox", j.JobID); errcode.Of(err) != errcode.MachineOffline {
 			t.Fatalf("status while the machine is offline: %v", err)
 		}
@@ -99,11 +97,11 @@ func TestJobsAndRelayBetweenJoinedMachines(t *testing.T) {
 		if got.State != "exited" || !got.Success || got.ExitCode == nil || *got.ExitCode != 0 {
 			t.Fatalf("ended: %+v", got)
 		}
-		if l, err := cl.RemoteJobLogs(ctx, "gpubox", j.JobID, remotejobs.LogsRequest{}); err != nil || string(l.Data) != "gpu=1\nbye\n" {
+		if l, err := cl.RemoteJobLogs(ctx, "gpubox", j.JobID, wire.RemoteJobLogsRequest{}); err != nil || string(l.Data) != "gpu=1\nbye\n" {
 			t.Fatalf("logs: %q %v", l.Data, err)
 		}
 		// Its GPU is free again.
-		again, err := cl.StartRemoteJob(ctx, "gpubox", remotejobs.StartRequest{Command: "echo $CUDA_VISIBLE_DEVICES", GPUIndex: gpu(1)})
+		again, err := cl.StartRemoteJob(ctx, "gpubox", wire.RemoteJobStart{Command: "echo $CUDA_VISIBLE_DEVICES", GPUIndex: gpu(1)})
 		if err != nil {
 			t.Fatalf("GPU 1 after its job ended: %v", err)
 		}
@@ -113,7 +111,7 @@ func TestJobsAndRelayBetweenJoinedMachines(t *testing.T) {
 
 		// A job SIGKILLed from outside (as the OOM killer does) left no exit record of its own:
 		// unknown, never a success.
-		k, err := cl.StartRemoteJob(ctx, "gpubox", remotejobs.StartRequest{Command: "exec sleep 300"})
+		k, err := cl.StartRemoteJob(ctx, "gpubox", wire.RemoteJobStart{Command: "exec sleep 300"})
 		if err != nil || k.PID <= 0 {
 			t.Fatalf("start: %+v %v", k, err)
 		}
@@ -187,7 +185,7 @@ func TestJobsAndRelayBetweenJoinedMachines(t *testing.T) {
 }
 
 // waitJob polls a remote job until it is no longer running.
-func waitJob(t *testing.T, cl *client.Client, m, id string) remotejobs.Job {
+func waitJob(t *testing.T, cl *client.Client, m, id string) wire.RemoteJob {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		j, err := cl.RemoteJobStatus(t.Context(), m, id)

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/remotejobs"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestREST drives /v1/machines/{ref}/jobs… through the Go client against the real REST handler
@@ -27,11 +27,11 @@ func TestREST(t *testing.T) {
 		t.Fatalf("wrong token: %v", err)
 	}
 	c := client.New(srv.URL, "secret-token")
-	j, err := c.StartRemoteJob(ctx, "gpubox", remotejobs.StartRequest{Command: "echo one; echo two; exec sleep 300", GPUIndex: gpuIdx(1)})
+	j, err := c.StartRemoteJob(ctx, "gpubox", wire.RemoteJobStart{Command: "echo one; echo two; exec sleep 300", GPUIndex: gpuIdx(1)})
 	if err != nil || j.State != "running" {
 		t.Fatalf("start: %+v %v", j, err)
 	}
-	_, err = c.StartRemoteJob(ctx, "gpubox", remotejobs.StartRequest{Command: "true", GPUIndex: gpuIdx(1)})
+	_, err = c.StartRemoteJob(ctx, "gpubox", wire.RemoteJobStart{Command: "true", GPUIndex: gpuIdx(1)})
 	if ec, ok := errcode.As(err); !ok || ec.Code != errcode.GPUBusy || ec.Details["job_id"] != j.JobID {
 		t.Fatalf("GPU busy over REST: %v", err)
 	}
@@ -39,7 +39,7 @@ func TestREST(t *testing.T) {
 		t.Fatalf("limit 1001: %v", err)
 	}
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		l, err := c.RemoteJobLogs(ctx, "gpubox", j.JobID, remotejobs.LogsRequest{TailLines: 1})
+		l, err := c.RemoteJobLogs(ctx, "gpubox", j.JobID, wire.RemoteJobLogsRequest{TailLines: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

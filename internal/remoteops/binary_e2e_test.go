@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/remoteexec"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/machinelab"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -65,15 +64,15 @@ func TestRemoteEndToEndBinary(t *testing.T) {
 	}
 
 	// REST client: the command runs in the machine's namespace.
-	res, err := cl.RemoteExec(ctx, "lab-exec", remoteexec.Request{Shell: "bash", Command: "ip -o -4 addr show; echo err >&2; exit 5"})
+	res, err := cl.RemoteExec(ctx, "lab-exec", wire.RemoteExecRequest{Shell: "bash", Command: "ip -o -4 addr show; echo err >&2; exit 5"})
 	if err != nil || !strings.Contains(res.Stdout, m.Addr.String()+"/") || res.Stderr != "err\n" || res.ExitCode == nil || *res.ExitCode != 5 {
 		t.Fatalf("rest exec: %+v %v (machine address %s)", res, err, m.Addr)
 	}
-	res, err = cl.RemoteExec(ctx, "lab-exec", remoteexec.Request{Command: "echo a; sleep 30", TimeoutMS: ms(1000)})
+	res, err = cl.RemoteExec(ctx, "lab-exec", wire.RemoteExecRequest{Command: "echo a; sleep 30", TimeoutMS: ms(1000)})
 	if err != nil || !res.Partial || res.Reason != "timeout" || res.ExitCode != nil || res.Stdout != "a\n" {
 		t.Fatalf("rest timeout: %+v %v", res, err)
 	}
-	if _, err := cl.RemoteExec(ctx, "lab-exec", remoteexec.Request{Command: "true", TimeoutMS: ms(0)}); errcode.Of(err) != errcode.InvalidArgument {
+	if _, err := cl.RemoteExec(ctx, "lab-exec", wire.RemoteExecRequest{Command: "true", TimeoutMS: ms(0)}); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("timeout_ms 0 over REST: %v", err)
 	}
 

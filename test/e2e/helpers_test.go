@@ -1,5 +1,5 @@
 package e2e
 
-import "github.com/agentbox/agentbox/internal/api"
+import "github.com/agentbox/agentbox/internal/wire"
 
-func apiExec(argv ...string) api.ExecRequest { return api.ExecRequest{Command: argv} }
+func apiExec(argv ...string) wire.ExecRequest { return wire.ExecRequest{Command: argv} }

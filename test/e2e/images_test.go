@@ -9,19 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/imagelab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // mustExec runs argv in id and returns its stdout; a failure or a non-zero exit fails the test.
 func mustExec(t *testing.T, c *client.Client, id string, argv ...string) string {
 	t.Helper()
-	res, err := c.Exec(context.Background(), id, api.ExecRequest{Command: argv}, nil)
+	res, err := c.Exec(context.Background(), id, wire.ExecRequest{Command: argv}, nil)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%s in %s: %v %+v", strings.Join(argv, " "), id, err, res)
 	}
@@ -103,11 +103,11 @@ func TestImages(t *testing.T) {
 				t.Fatal(err)
 			}
 			ids = append(ids, b.ID)
-			if res, err := c.Exec(ctx, b.ID, api.ExecRequest{Command: []string{"ls", "/usr/local/bin/hello", "/etc/written"}}, nil); err != nil || res.ExitCode == 0 {
+			if res, err := c.Exec(ctx, b.ID, wire.ExecRequest{Command: []string{"ls", "/usr/local/bin/hello", "/etc/written"}}, nil); err != nil || res.ExitCode == 0 {
 				t.Errorf("a second sandbox of the image sees the first's writes: %+v %v", res, err)
 			}
 			// The writable layer is on the sandbox's disk: disk_mb bounds it.
-			res, err := c.Exec(ctx, a.ID, api.ExecRequest{Command: []string{"dd", "if=/dev/zero", "of=/fill", "bs=1M", "count=200"}}, nil)
+			res, err := c.Exec(ctx, a.ID, wire.ExecRequest{Command: []string{"dd", "if=/dev/zero", "of=/fill", "bs=1M", "count=200"}}, nil)
 			if err != nil || res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left") {
 				t.Errorf("dd of 200 MiB into the root of a 64 MiB disk: %+v %v", res, err)
 			}
@@ -148,7 +148,7 @@ func TestImages(t *testing.T) {
 			t.Errorf("files API in a shell-less image read %q", b)
 		}
 	}
-	if res, err := c.Exec(ctx, minimal.ID, api.ExecRequest{Command: []string{"sh", "-c", "true"}}, nil); err == nil && res.ExitCode == 0 {
+	if res, err := c.Exec(ctx, minimal.ID, wire.ExecRequest{Command: []string{"sh", "-c", "true"}}, nil); err == nil && res.ExitCode == 0 {
 		t.Errorf("sh ran in an image without one: %+v", res)
 	} else {
 		t.Logf("sh in a shell-less image: %v %+v", err, res)
@@ -202,7 +202,7 @@ func commitAndShip(t *testing.T, s *server, reg *imagelab.Registry, id string, b
 		t.Errorf("the commit's program: %q", got)
 	}
 	// Nothing agentbox put in the sandbox is in the commit: the agent's socket dir, its binary.
-	if res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"sh", "-c", "ls -a /.agentbox/run; mount | grep -c ' / '"}}, nil); err != nil || res.ExitCode != 0 {
+	if res, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"sh", "-c", "ls -a /.agentbox/run; mount | grep -c ' / '"}}, nil); err != nil || res.ExitCode != 0 {
 		t.Errorf("the sandbox of the commit: %+v %v", res, err)
 	}
 	if _, err := c.Destroy(ctx, sb.ID); err != nil {

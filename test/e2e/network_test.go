@@ -25,7 +25,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -193,7 +192,7 @@ func (n *netEnv) exec(t *testing.T, id, user string, argv ...string) sandbox.Exe
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	res, err := n.s.client().Exec(ctx, id, api.ExecRequest{Command: argv, User: user, TimeoutSeconds: 90}, nil)
+	res, err := n.s.client().Exec(ctx, id, wire.ExecRequest{Command: argv, User: user, TimeoutSeconds: 90}, nil)
 	if err != nil {
 		t.Fatalf("exec %q in %s: %v", argv, id, err)
 	}
@@ -357,7 +356,7 @@ func (n *netEnv) preview(t *testing.T, sb sandbox.Sandbox) {
 	if _, err := n.s.client().WriteFile(ctx, sb.ID, "/tmp/preview.py", 0o644, strings.NewReader(previewServer)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.s.client().StartJob(ctx, sb.ID, api.ExecRequest{Command: []string{"python3", "/tmp/preview.py", "8000"}}); err != nil {
+	if _, err := n.s.client().StartJob(ctx, sb.ID, wire.ExecRequest{Command: []string{"python3", "/tmp/preview.py", "8000"}}); err != nil {
 		t.Fatalf("start the preview server: %v", err)
 	}
 	// Wait until it listens (from inside).
@@ -855,7 +854,7 @@ func (n *netEnv) beforeCrash(t *testing.T, sb sandbox.Sandbox) crashState {
 	if _, err := n.s.client().WriteFile(ctx, sb.ID, "/tmp/preview.py", 0o644, strings.NewReader(previewServer)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.s.client().StartJob(ctx, sb.ID, api.ExecRequest{Command: []string{"python3", "/tmp/preview.py", "8001"}}); err != nil {
+	if _, err := n.s.client().StartJob(ctx, sb.ID, wire.ExecRequest{Command: []string{"python3", "/tmp/preview.py", "8001"}}); err != nil {
 		t.Fatalf("start the preview server: %v", err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -1013,7 +1012,7 @@ func (n *netEnv) secretNowhere(t *testing.T, sb sandbox.Sandbox) {
 	// them.
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	res, err := n.s.client().Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"python3", "-c", secretSearch}, User: "root",
+	res, err := n.s.client().Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"python3", "-c", secretSearch}, User: "root",
 		Stdin: strings.Join(values, "\n") + "\n", TimeoutSeconds: 120}, nil)
 	if err != nil || res.Stdout != "searched\n" {
 		t.Errorf("a secret's value is inside the sandbox (or the search failed): %v\n%s%s", err, res.Stdout, res.Stderr)

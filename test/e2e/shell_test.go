@@ -14,10 +14,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // tmux drives one tmux server of its own (socket name per test).
@@ -102,7 +102,7 @@ func testShell(t *testing.T, s *server, runtime string) {
 	defer cancel()
 	cl := s.client()
 	sandboxRuns := func(prefix string) bool {
-		res, err := cl.Exec(ctx, id, api.ExecRequest{Command: []string{"ps", "-eo", "args"}}, nil)
+		res, err := cl.Exec(ctx, id, wire.ExecRequest{Command: []string{"ps", "-eo", "args"}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func testShell(t *testing.T, s *server, runtime string) {
 	tm.run("new-session", "-d", "-s", "b", "-x", "80", "-y", "24", fmt.Sprintf("env AGENTBOX_URL=%s AGENTBOX_TOKEN=%s %s shell %s", s.URL, token, s.Bin, id))
 	tm.run("send-keys", "-t", "b", "sleep 4321 & sleep 4322", "Enter")
 	running := func() string {
-		res, err := cl.Exec(ctx, id, api.ExecRequest{Command: []string{"ps", "-eo", "args"}}, nil)
+		res, err := cl.Exec(ctx, id, wire.ExecRequest{Command: []string{"ps", "-eo", "args"}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestPTYEndpointChecks(t *testing.T) {
 	if got := dial(strings.Replace(u, sb.ID, "sb-000000000000", 1), auth); got != http.StatusNotFound {
 		t.Errorf("unknown sandbox: HTTP %d, want 404", got)
 	}
-	_, err = s.client().PTY(ctx, sb.ID, sandbox.PTYRequest{Rows: 2000, Cols: 80})
+	_, err = s.client().PTY(ctx, sb.ID, wire.PTYRequest{Rows: 2000, Cols: 80})
 	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(errcode.Message(err), "between 1 and 1000") {
 		t.Errorf("rows=2000: %v", err)
 	}
@@ -234,7 +234,7 @@ func TestPTYEndpointChecks(t *testing.T) {
 	if got := dial(u+"?arg=true", same); got != http.StatusSwitchingProtocols {
 		t.Errorf("same Origin: HTTP %d, want 101", got)
 	}
-	p, err := s.client().PTY(ctx, sb.ID, sandbox.PTYRequest{Argv: []string{"sh", "-c", "tty; exit 5"}, Rows: 10, Cols: 20})
+	p, err := s.client().PTY(ctx, sb.ID, wire.PTYRequest{Argv: []string{"sh", "-c", "tty; exit 5"}, Rows: 10, Cols: 20})
 	if err != nil {
 		t.Fatal(err)
 	}

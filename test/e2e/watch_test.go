@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/watch"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestWatchAgainstServe: against a real `agentbox serve` and a runc sandbox, `agentbox watch`
@@ -73,9 +74,9 @@ func TestWatchAgainstServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs []byte
-	var end watch.Message
-	if _, err := c.Watch(ctx, sb.ID, client.WatchOptions{Stream: "logs", JobID: j.ID, DurationSeconds: 60}, func(m watch.Message) error {
-		if m.Kind == watch.KindLogs {
+	var end wire.WatchMessage
+	if _, err := c.Watch(ctx, sb.ID, client.WatchOptions{Stream: "logs", JobID: j.ID, DurationSeconds: 60}, func(m wire.WatchMessage) error {
+		if m.Kind == wire.WatchLogs {
 			logs = append(logs, m.Data...)
 		}
 		end = m
@@ -88,7 +89,7 @@ func TestWatchAgainstServe(t *testing.T) {
 		want.WriteString("out " + itoa(i) + "\n")
 	}
 	want.WriteString("no newline")
-	if string(logs) != want.String() || end.Kind != watch.KindEnd || end.Reason != watch.EndJob {
+	if string(logs) != want.String() || end.Kind != wire.WatchEnd || end.Reason != watch.EndJob {
 		t.Fatalf("logs %q end %+v; want %q then job_ended", logs, end, want.String())
 	}
 
@@ -99,8 +100,8 @@ func TestWatchAgainstServe(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.Watch(ectx, sb.ID, client.WatchOptions{Stream: "events", DurationSeconds: 60, OnOpen: func() { close(opened) }}, func(m watch.Message) error {
-			if m.Kind == watch.KindEvent {
+		c.Watch(ectx, sb.ID, client.WatchOptions{Stream: "events", DurationSeconds: 60, OnOpen: func() { close(opened) }}, func(m wire.WatchMessage) error {
+			if m.Kind == wire.WatchEvent {
 				seqs = append(seqs, m.Seq)
 				drop() // the connection drops right after the first event
 				return context.Canceled
@@ -120,8 +121,8 @@ func TestWatchAgainstServe(t *testing.T) {
 	if len(seqs) != 1 {
 		t.Fatalf("first connection got %v, want exactly one event before the drop", seqs)
 	}
-	last, err := c.Watch(ctx, sb.ID, client.WatchOptions{Stream: "events", DurationSeconds: 2, LastEventID: seqs[0]}, func(m watch.Message) error {
-		if m.Kind == watch.KindEvent {
+	last, err := c.Watch(ctx, sb.ID, client.WatchOptions{Stream: "events", DurationSeconds: 2, LastEventID: seqs[0]}, func(m wire.WatchMessage) error {
+		if m.Kind == wire.WatchEvent {
 			seqs = append(seqs, m.Seq)
 		}
 		return nil

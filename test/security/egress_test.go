@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv/netlab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // egressFlags are the server's flags for the suite's lab (nil when the binary has no egress:
@@ -311,9 +311,9 @@ for p in sorted(paths):
 				urls := map[string]string{}
 				for _, id := range []string{a.id, b.ID} {
 					page := "absec-preview-" + id
-					a.execIn(id, api.ExecRequest{Command: []string{"sh", "-c", "mkdir -p /tmp/www && echo " + page + " > /tmp/www/index.html"}})
+					a.execIn(id, wire.ExecRequest{Command: []string{"sh", "-c", "mkdir -p /tmp/www && echo " + page + " > /tmp/www/index.html"}})
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					_, err := a.s.c.StartJob(ctx, id, api.ExecRequest{Command: []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/tmp/www"}})
+					_, err := a.s.c.StartJob(ctx, id, wire.ExecRequest{Command: []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/tmp/www"}})
 					cancel()
 					if err != nil {
 						a.t.Fatalf("start the server in %s: %v", id, err)

@@ -30,7 +30,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -340,7 +339,7 @@ func (a *arena) newSandbox(req sandbox.CreateRequest) wire.Sandbox {
 
 // exec runs a command in sandbox id and fails the test if the API call fails. Only from the
 // test's goroutine.
-func (a *arena) execIn(id string, req api.ExecRequest) sandbox.ExecResult {
+func (a *arena) execIn(id string, req wire.ExecRequest) sandbox.ExecResult {
 	a.t.Helper()
 	res, err := a.tryExecIn(id, req)
 	if err != nil {
@@ -350,7 +349,7 @@ func (a *arena) execIn(id string, req api.ExecRequest) sandbox.ExecResult {
 }
 
 // tryExecIn is execIn returning the error; safe from any goroutine.
-func (a *arena) tryExecIn(id string, req api.ExecRequest) (sandbox.ExecResult, error) {
+func (a *arena) tryExecIn(id string, req wire.ExecRequest) (sandbox.ExecResult, error) {
 	if req.TimeoutSeconds == 0 {
 		req.TimeoutSeconds = 60
 	}
@@ -362,13 +361,13 @@ func (a *arena) tryExecIn(id string, req api.ExecRequest) (sandbox.ExecResult, e
 // sh runs a shell script as the agent user (the default) in the arena's sandbox.
 func (a *arena) sh(script string) sandbox.ExecResult {
 	a.t.Helper()
-	return a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c", script}})
+	return a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", script}})
 }
 
 // root runs a shell script as root inside the arena's sandbox.
 func (a *arena) root(script string) sandbox.ExecResult {
 	a.t.Helper()
-	return a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c", script}, User: "root"})
+	return a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", script}, User: "root"})
 }
 
 // alive asserts that the sandbox still runs commands, within d.
@@ -376,7 +375,7 @@ func (a *arena) alive(id string, d time.Duration) {
 	a.t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		res, err := a.tryExecIn(id, api.ExecRequest{Command: []string{"echo", "alive"}, TimeoutSeconds: 10})
+		res, err := a.tryExecIn(id, wire.ExecRequest{Command: []string{"echo", "alive"}, TimeoutSeconds: 10})
 		if err == nil && res.Stdout == "alive\n" {
 			return
 		}
@@ -621,8 +620,8 @@ func dirEntries(t *testing.T, dir string) []string {
 }
 
 // apiExec is an exec request of argv as user ("" = the agent user).
-func apiExec(user string, argv ...string) api.ExecRequest {
-	return api.ExecRequest{Command: argv, User: user}
+func apiExec(user string, argv ...string) wire.ExecRequest {
+	return wire.ExecRequest{Command: argv, User: user}
 }
 
 // nsLinks returns the namespaces (as "net:[4026531840]") that pids are in.

@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // impostorProg, run as root inside, replaces the agent's socket with a listener of its own (a
@@ -190,7 +190,7 @@ func startImpostor(a *arena) *impostor {
 			case <-time.After(250 * time.Millisecond):
 			}
 			start := time.Now()
-			res, err := a.tryExecIn(im.bystander, api.ExecRequest{Command: []string{"echo", "alive"}, TimeoutSeconds: 10})
+			res, err := a.tryExecIn(im.bystander, wire.ExecRequest{Command: []string{"echo", "alive"}, TimeoutSeconds: 10})
 			if d := time.Since(start).Milliseconds(); d > im.slowest.Load() {
 				im.slowest.Store(d)
 			}
@@ -318,7 +318,7 @@ func impostorAttacks() []attack {
 						if stream {
 							onOutput = func(string, []byte) {}
 						}
-						_, err := a.s.c.Exec(ctx, a.id, api.ExecRequest{Command: []string{"echo", "impostor-endless"}}, onOutput)
+						_, err := a.s.c.Exec(ctx, a.id, wire.ExecRequest{Command: []string{"echo", "impostor-endless"}}, onOutput)
 						return err
 					})
 					for _, err := range errs {
@@ -347,7 +347,7 @@ func impostorAttacks() []attack {
 					"exec": func() error {
 						c, cancel := ctx()
 						defer cancel()
-						_, err := a.s.c.Exec(c, a.id, api.ExecRequest{Command: []string{"echo", "impostor-big"}}, nil)
+						_, err := a.s.c.Exec(c, a.id, wire.ExecRequest{Command: []string{"echo", "impostor-big"}}, nil)
 						return err
 					},
 					"stat": func() error {
@@ -401,7 +401,7 @@ func impostorAttacks() []attack {
 					for _, err := range im.fanout("exec "+mark, func() error {
 						ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 						defer cancel()
-						_, err := a.s.c.Exec(ctx, a.id, api.ExecRequest{Command: []string{"echo", mark}}, nil)
+						_, err := a.s.c.Exec(ctx, a.id, wire.ExecRequest{Command: []string{"echo", mark}}, nil)
 						return err
 					}) {
 						check("exec "+mark, err, forged, forged == errcode.CapacityUnavailable)
@@ -447,7 +447,7 @@ func impostorAttacks() []attack {
 					ctx, cancel := context.WithCancel(context.Background())
 					defer cancel()
 					time.AfterFunc(2*time.Second, cancel)
-					_, err := a.s.c.Exec(ctx, a.id, api.ExecRequest{Command: []string{"echo", "impostor-yes"}}, func(_ string, d []byte) { got.Add(int64(len(d))) })
+					_, err := a.s.c.Exec(ctx, a.id, wire.ExecRequest{Command: []string{"echo", "impostor-yes"}}, func(_ string, d []byte) { got.Add(int64(len(d))) })
 					if err != nil && ctx.Err() != nil {
 						return ctx.Err() // the caller went: what its own client says of that is not the server's
 					}

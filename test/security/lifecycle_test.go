@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -65,7 +64,7 @@ func lifecycleAttacks() []attack {
 			run: func(a *arena) {
 				m1, m2 := marker(), marker()
 				start := time.Now()
-				res := a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c",
+				res := a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c",
 					"trap '' TERM INT HUP; python3 -c 'import signal, sys, time\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\ntime.sleep(float(sys.argv[1]))' " + m2 + " & sleep " + m1},
 					TimeoutSeconds: 2})
 				if !res.TimedOut || time.Since(start) > 7*time.Second {
@@ -81,7 +80,7 @@ func lifecycleAttacks() []attack {
 			gvisor: "checked from inside the sentry, as above",
 			run: func(a *arena) {
 				m1, m2, m3, m4 := marker(), marker(), marker(), marker()
-				res := a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c",
+				res := a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c",
 					"setsid -f sleep " + m1 + "; python3 -c '" + daemonProg + "' " + m2 + "; nohup sleep " + m3 + " >/dev/null 2>&1 & sleep " + m4},
 					TimeoutSeconds: 3})
 				if !res.TimedOut {
@@ -96,7 +95,7 @@ func lifecycleAttacks() []attack {
 			want: "the daemons may outlive their exec (background jobs are allowed) but not the sandbox: after destroy no process of it is left on the host, and no cgroup, mount or loop device",
 			run: func(a *arena) {
 				m1, m2 := marker(), marker()
-				res := a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c", "setsid -f sleep " + m1 + "; python3 -c '" + daemonProg + "' " + m2}, TimeoutSeconds: 30})
+				res := a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", "setsid -f sleep " + m1 + "; python3 -c '" + daemonProg + "' " + m2}, TimeoutSeconds: 30})
 				if res.ExitCode != 0 || res.TimedOut {
 					a.t.Fatalf("start the daemons: %+v", res)
 				}
@@ -131,7 +130,7 @@ func lifecycleAttacks() []attack {
 			create: sandbox.CreateRequest{TTLSeconds: 10},
 			run: func(a *arena) {
 				m1, m2 := marker(), marker()
-				a.execIn(a.id, api.ExecRequest{Command: []string{"sh", "-c", "setsid -f sleep " + m1 + "; python3 -c '" + daemonProg + "' " + m2}, TimeoutSeconds: 30})
+				a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", "setsid -f sleep " + m1 + "; python3 -c '" + daemonProg + "' " + m2}, TimeoutSeconds: 30})
 				time.Sleep(300 * time.Millisecond)
 				for _, m := range []string{m1, m2} {
 					if a.markerProcs(a.id, m) == "" {
@@ -189,7 +188,7 @@ func lifecycleAttacks() []attack {
 					case wire.StateCreating, wire.StateStopping:
 						a.t.Errorf("after restart %s is still %s", sb.ID, sb.State)
 					case wire.StateRunning:
-						if res, err := s.c.Exec(ctx, sb.ID, api.ExecRequest{Command: []string{"true"}}, nil); err != nil || res.ExitCode != 0 {
+						if res, err := s.c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil); err != nil || res.ExitCode != 0 {
 							a.t.Errorf("adopted sandbox %s does not run commands: %v", sb.ID, err)
 						}
 					}

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // countingListener accepts and counts connections until closed.
@@ -204,7 +204,7 @@ func netAttacks() []attack {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					lres, lerr = a.tryExecIn(b.ID, api.ExecRequest{Command: []string{"python3", "-c", prelude + listenProg, "-"}, TimeoutSeconds: 60})
+					lres, lerr = a.tryExecIn(b.ID, wire.ExecRequest{Command: []string{"python3", "-c", prelude + listenProg, "-"}, TimeoutSeconds: 60})
 				}()
 				deadline := time.Now().Add(30 * time.Second)
 				for {
@@ -217,7 +217,7 @@ func netAttacks() []attack {
 					time.Sleep(20 * time.Millisecond)
 				}
 				self := targetsJSON([][2]any{{"127.0.0.1", 7777}}, nil, []string{"@absec-b"})
-				if r := a.execIn(b.ID, api.ExecRequest{Command: []string{"python3", "-c", prelude + connectProg, "-", self}}); strings.Count(r.Stdout, "CONNECTED") != 2 {
+				if r := a.execIn(b.ID, wire.ExecRequest{Command: []string{"python3", "-c", prelude + connectProg, "-", self}}); strings.Count(r.Stdout, "CONNECTED") != 2 {
 					a.t.Errorf("B's control connections to itself: %s%s", r.Stdout, r.Stderr)
 				}
 				targets := targetsJSON([][2]any{{"127.0.0.1", 7777}, {"127.0.0.1", 7778}}, [][2]any{{"127.0.0.1", 7779}}, []string{"@absec-b"})

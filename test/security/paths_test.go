@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // sandboxRoot is every name the root of a sandbox may hold: the image's own directories and
@@ -271,7 +271,7 @@ func pathAttacks() []attack {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					raceRes, raceErr = a.tryExecIn(a.id, api.ExecRequest{Command: []string{"python3", "-c", prelude + raceProg, "-", dir, "8"}, TimeoutSeconds: 60})
+					raceRes, raceErr = a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"python3", "-c", prelude + raceProg, "-", dir, "8"}, TimeoutSeconds: 60})
 				}()
 				// Wait for the racer to set up.
 				deadline := time.Now().Add(20 * time.Second)

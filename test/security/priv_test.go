@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // devAllowed is what a sandbox's /dev may hold: the minimal device set, its own devpts, shm and
@@ -704,7 +704,7 @@ out("SWAPPED", os.readlink("/.agentbox/run/agent.sock"))
 				}
 				hammer(a, a.id, 16)
 				for i := 0; i < 8; i++ {
-					a.tryExecIn(a.id, api.ExecRequest{Command: []string{"true"}, TimeoutSeconds: 5})
+					a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"true"}, TimeoutSeconds: 5})
 				}
 				if n := accepted.Load(); n > 0 {
 					a.t.Errorf("HOLE: the server connected %d times to the host socket %s that the sandbox's root named by symlinking its agent socket (first request: %q); a sandbox can point the server at any host unix socket (or another sandbox's agent)", n, sock, firstLine.Load())
@@ -734,7 +734,7 @@ out("SWAPPED")
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						r, err := a.tryExecIn(a.id, api.ExecRequest{Command: []string{"cat", "/workspace/whoami"}, TimeoutSeconds: 5})
+						r, err := a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"cat", "/workspace/whoami"}, TimeoutSeconds: 5})
 						if err == nil && strings.Contains(r.Stdout, "victim-") {
 							hijacked.Add(1)
 						}

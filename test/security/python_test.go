@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Attacks that need raw system calls are Python programs (python3 comes from the host's /usr,
@@ -81,7 +81,7 @@ func (a *arena) tryHolding(user, prog string, check func(out string), args ...st
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		res, err = a.s.c.Exec(ctx, a.id, api.ExecRequest{Command: append([]string{"python3", "-c", prelude + prog, token}, args...), User: user, TimeoutSeconds: 120},
+		res, err = a.s.c.Exec(ctx, a.id, wire.ExecRequest{Command: append([]string{"python3", "-c", prelude + prog, token}, args...), User: user, TimeoutSeconds: 120},
 			func(stream string, data []byte) {
 				if stream != "stdout" {
 					return
@@ -115,7 +115,7 @@ func (a *arena) tryHolding(user, prog string, check func(out string), args ...st
 // it.
 func (a *arena) pyAs(user, prog, stdin string, args ...string) sandbox.ExecResult {
 	a.t.Helper()
-	return a.execIn(a.id, api.ExecRequest{Command: append([]string{"python3", "-c", prelude + prog, "-"}, args...), User: user, Stdin: stdin, TimeoutSeconds: 120})
+	return a.execIn(a.id, wire.ExecRequest{Command: append([]string{"python3", "-c", prelude + prog, "-"}, args...), User: user, Stdin: stdin, TimeoutSeconds: 120})
 }
 
 // users are the identities inside a sandbox every privilege attack is tried as.

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -37,7 +36,7 @@ func (a *arena) execLatencies(id string, n int, gap time.Duration) []time.Durati
 	for i := 0; i < n; i++ {
 		time.Sleep(gap)
 		start := time.Now()
-		res, err := a.tryExecIn(id, api.ExecRequest{Command: []string{"true"}, TimeoutSeconds: 30})
+		res, err := a.tryExecIn(id, wire.ExecRequest{Command: []string{"true"}, TimeoutSeconds: 30})
 		if err != nil || res.ExitCode != 0 {
 			a.t.Fatalf("true in %s: %+v %v", id, res, err)
 		}
@@ -65,7 +64,7 @@ func resourceAttacks() []attack {
 			create: sandbox.CreateRequest{MemoryMB: 128},
 			run: func(a *arena) {
 				avail := memAvailable()
-				res, err := a.tryExecIn(a.id, api.ExecRequest{Command: []string{"python3", "-c", "blocks = []\nwhile True:\n    blocks.append(b'x' * (16 << 20))"}, TimeoutSeconds: 60})
+				res, err := a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"python3", "-c", "blocks = []\nwhile True:\n    blocks.append(b'x' * (16 << 20))"}, TimeoutSeconds: 60})
 				if err != nil {
 					a.t.Fatalf("the memory bomb took the whole sandbox down: %v (%s; host cgroup: %s)", err, a.record(), a.cgroupDiag(a.id))
 				}
@@ -112,7 +111,7 @@ func resourceAttacks() []attack {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					bomb, bombErr = a.tryExecIn(a.id, api.ExecRequest{Command: []string{"python3", "-c",
+					bomb, bombErr = a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"python3", "-c",
 						"import os, time\nend = time.time() + 30\nwhile time.time() < end:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.05)", m}, TimeoutSeconds: 8})
 				}()
 				max, _ := a.cgroupFile(a.id, "pids", "pids.max")
@@ -217,7 +216,7 @@ hold()
 				spinDone := make(chan struct{})
 				go func() {
 					defer close(spinDone)
-					a.s.c.Exec(ctx, a.id, api.ExecRequest{Command: []string{"sh", "-c", "for i in 1 2 3 4 5 6 7 8; do (while :; do :; done) & done; wait"}, TimeoutSeconds: 60}, nil)
+					a.s.c.Exec(ctx, a.id, wire.ExecRequest{Command: []string{"sh", "-c", "for i in 1 2 3 4 5 6 7 8; do (while :; do :; done) & done; wait"}, TimeoutSeconds: 60}, nil)
 				}()
 				time.Sleep(1500 * time.Millisecond)
 				usage0, err0 := a.cgroupFile(a.id, "cpuacct", "cpuacct.usage")
@@ -323,7 +322,7 @@ except OSError as e:
 			want:   "the writes stop at the tmpfs sizes (ENOSPC), the sandbox still answers, its host memory cgroup stays within 128 MiB",
 			create: sandbox.CreateRequest{MemoryMB: 128},
 			run: func(a *arena) {
-				res, err := a.tryExecIn(a.id, api.ExecRequest{Command: []string{"sh", "-c", "for f in /tmp/fill /dev/shm/fill; do dd if=/dev/zero of=$f bs=1M 2>&1 | grep -q 'No space left' && echo FULL $f; done; true"}})
+				res, err := a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", "for f in /tmp/fill /dev/shm/fill; do dd if=/dev/zero of=$f bs=1M 2>&1 | grep -q 'No space left' && echo FULL $f; done; true"}})
 				if err != nil {
 					a.t.Fatalf("filling /tmp and /dev/shm took the whole sandbox down: %v (%s; the server %s; host cgroup: %s)", err, a.record(), a.oomShield(), a.cgroupDiag(a.id))
 				}
@@ -332,7 +331,7 @@ except OSError as e:
 					a.t.Errorf("tmpfs fill: %+v", res)
 				}
 				a.alive(a.id, 20*time.Second)
-				if r, err := a.tryExecIn(a.id, api.ExecRequest{Command: []string{"python3", "-c", "print(sum(range(1000)))"}, TimeoutSeconds: 30}); err != nil || r.Stdout != "499500\n" {
+				if r, err := a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"python3", "-c", "print(sum(range(1000)))"}, TimeoutSeconds: 30}); err != nil || r.Stdout != "499500\n" {
 					a.t.Errorf("a command with /tmp and /dev/shm full: %+v %v", r, err)
 				}
 				if v, err := a.cgroupFile(a.id, "memory", "memory.max_usage_in_bytes"); err == nil {
@@ -348,7 +347,7 @@ except OSError as e:
 			want: "the exec completes with a bounded result: 1 MiB of stdout kept, truncated, stdout_bytes exactly 10 GiB counted; the server's peak RSS grows by less than 128 MiB",
 			run: func(a *arena) {
 				hwm := kib(statusField(a.s.pid(), "VmHWM"))
-				res := a.execIn(a.id, api.ExecRequest{Command: []string{"dd", "if=/dev/zero", "bs=1M", "count=10240", "status=none"}, TimeoutSeconds: 280})
+				res := a.execIn(a.id, wire.ExecRequest{Command: []string{"dd", "if=/dev/zero", "bs=1M", "count=10240", "status=none"}, TimeoutSeconds: 280})
 				if res.TimedOut || res.ExitCode != 0 || !res.Truncated || res.StdoutBytes != 10<<30 || len(res.Stdout) != sandbox.DefaultMaxOutputBytes {
 					res.Stdout = fmt.Sprintf("(%d bytes)", len(res.Stdout))
 					a.t.Errorf("10 GiB of output: %+v", res)
@@ -371,7 +370,7 @@ func max64(a, b int64) int64 {
 
 // markerProcs lists the processes inside sandbox id whose command line holds marker.
 func (a *arena) markerProcs(id, marker string) string {
-	r, err := a.tryExecIn(id, api.ExecRequest{Command: []string{"python3", "-c", `
+	r, err := a.tryExecIn(id, wire.ExecRequest{Command: []string{"python3", "-c", `
 import os, sys
 m = sys.argv[1].encode()
 for p in os.listdir("/proc"):

@@ -240,8 +240,8 @@ func (c *Client) ListDir(ctx context.Context, id, path string) (sandbox.DirList,
 }
 
 // Events lists a sandbox's events ("" = all sandboxes).
-func (c *Client) Events(ctx context.Context, id string) ([]sandbox.Event, error) {
-	var l eventList
+func (c *Client) Events(ctx context.Context, id string) ([]wire.Event, error) {
+	var l wire.EventList
 	q := url.Values{}
 	if id != "" {
 		q.Set("sandbox_id", id)

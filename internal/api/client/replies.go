@@ -41,11 +41,6 @@ type approvalList struct {
 	Approvals []approval.Approval `json:"approvals"`
 }
 
-// eventList is the reply of GET /v1/sandboxes/{id}/events.
-type eventList struct {
-	Events []sandbox.Event `json:"events"`
-}
-
 // imageList is the reply of GET /v1/images.
 type imageList struct {
 	Images []image.Image `json:"images"`

@@ -72,7 +72,6 @@ func TestReplyShapes(t *testing.T) {
 		{SnapshotList{}, api.SnapshotList{}},
 		{execFrame{}, api.ExecFrame{}},
 		{approvalList{}, api.ApprovalList{}},
-		{eventList{}, api.EventList{}},
 		{imageList{}, api.ImageList{}},
 		{importResult{}, api.ImportResult{}},
 		{exposureList{}, api.ExposureList{}},

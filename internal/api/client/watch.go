@@ -12,7 +12,7 @@ import (
 	"strconv"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/watch"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // WatchOptions are a watch's parameters (zero values take the server's defaults).
@@ -37,7 +37,7 @@ const maxSSELine = 1 << 20
 // event seq delivered (to resume an events stream with LastEventID after a dropped
 // connection) and nil when the stream ended with its end message; a connection that drops
 // before it is an error.
-func (c *Client) Watch(ctx context.Context, id string, o WatchOptions, fn func(watch.Message) error) (int64, error) {
+func (c *Client) Watch(ctx context.Context, id string, o WatchOptions, fn func(wire.WatchMessage) error) (int64, error) {
 	q := url.Values{}
 	if o.Stream != "" {
 		q.Set("stream", o.Stream)
@@ -78,7 +78,7 @@ func (c *Client) Watch(ctx context.Context, id string, o WatchOptions, fn func(w
 }
 
 // readSSE parses a Server-Sent Events stream of watch messages.
-func readSSE(r io.Reader, last int64, fn func(watch.Message) error) (int64, error) {
+func readSSE(r io.Reader, last int64, fn func(wire.WatchMessage) error) (int64, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
 	var event string
@@ -104,7 +104,7 @@ func readSSE(r io.Reader, last int64, fn func(watch.Message) error) (int64, erro
 				}
 				return last, &errcode.Error{Code: errcode.Code(b.Error.Code), Message: b.Error.Message, Details: b.Error.Details}
 			}
-			var m watch.Message
+			var m wire.WatchMessage
 			if err := json.Unmarshal(data.Bytes(), &m); err != nil {
 				return last, fmt.Errorf("watch stream: bad message %q: %w", data.String(), err)
 			}
@@ -116,7 +116,7 @@ func readSSE(r io.Reader, last int64, fn func(watch.Message) error) (int64, erro
 			if err := fn(m); err != nil {
 				return last, err
 			}
-			if m.Kind == watch.KindEnd {
+			if m.Kind == wire.WatchEnd {
 				return last, nil
 			}
 		case line[0] == ':': // comment: heartbeat
