@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
+	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
@@ -55,6 +56,10 @@ type Options struct {
 	// Metrics samples sandboxes' resource use (the metrics routes, watch streams, the
 	// Prometheus collector); nil: one made over the service's core.
 	Metrics *metrics.Service
+	// Network serves sandboxes' connection and secret-call records and preview URLs (the
+	// network routes, the connections watch stream, the preview proxy); nil: one made over the
+	// service's core.
+	Network *netsession.Service
 	// Prometheus, if set, serves GET /metrics (behind the token) and counts every request
 	// by route pattern; Jobs adds agentbox_jobs (prometheus.go).
 	Prometheus *Prometheus
@@ -132,9 +137,12 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	if opts.Metrics == nil && svc != nil {
 		opts.Metrics = metrics.New(svc.Core(), svc.Core().Store())
 	}
+	if opts.Network == nil && svc != nil {
+		opts.Network = netsession.New(svc.Core(), svc.Core().Store())
+	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
 	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(opts.Metrics),
-		Connections: svc.Connections, ConnectionsWake: svc.ConnectionsChanged})
+		Connections: opts.Network.Connections, ConnectionsWake: svc.ConnectionsChanged})
 	if b := s.previewBackend(); b != nil {
 		s.proxy = s.newPreviewProxy(b)
 	}

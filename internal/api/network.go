@@ -69,7 +69,7 @@ func (s *Server) listConnections(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	l, err := s.svc.Connections(r.Context(), r.PathValue("id"), after, limit)
+	l, err := s.opts.Network.Connections(r.Context(), r.PathValue("id"), after, limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -86,7 +86,7 @@ func (s *Server) listSecretCalls(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	l, err := s.svc.SecretCalls(r.Context(), r.PathValue("id"), after, limit)
+	l, err := s.opts.Network.SecretCalls(r.Context(), r.PathValue("id"), after, limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -115,7 +115,7 @@ func (s *Server) expose(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	e, err := s.svc.Expose(r.Context(), r.PathValue("id"), req.Port, req.Public)
+	e, err := s.opts.Network.Expose(r.Context(), r.PathValue("id"), req.Port, req.Public)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -135,7 +135,7 @@ func (s *Server) unexpose(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := s.svc.Unexpose(r.Context(), id, port); err != nil {
+	if err := s.opts.Network.Unexpose(r.Context(), id, port); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -144,7 +144,7 @@ func (s *Server) unexpose(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listExposures(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	l, err := s.svc.Exposures(r.Context(), id)
+	l, err := s.opts.Network.Exposures(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err)
 		return

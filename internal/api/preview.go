@@ -185,13 +185,13 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request, id string, port
 	s.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// previewBackend is Options.Preview, else the service (nil: neither).
+// previewBackend is Options.Preview, else the service's network feature (nil: neither).
 func (s *Server) previewBackend() PreviewBackend {
 	if s.opts.Preview != nil {
 		return s.opts.Preview
 	}
 	if s.svc != nil {
-		return s.svc
+		return s.opts.Network
 	}
 	return nil
 }

@@ -15,11 +15,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
@@ -50,8 +52,9 @@ type Backend interface {
 	Runtimes() []runtime.Capabilities
 	// detached jobs (jobs.go)
 	JobBackend
-	// network (issue 12, network.go)
-	NetworkBackend
+	// UpdateNetwork replaces a sandbox's egress policy (sandbox_network_update; the other
+	// network tools use Options.Network, network.go).
+	UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error)
 	// images (issue 13, images.go)
 	ImageBackend
 	// snapshots, fork, sleep, wake, diff (issue 15, snapshots.go)
@@ -106,6 +109,10 @@ type Options struct {
 	// Machines serves machine_list and machine_status (issue 17, machines.go); nil: they
 	// answer UNSUPPORTED_OPERATION.
 	Machines MachineBackend
+	// Network serves the network tools' records and preview URLs (network.go):
+	// the control plane's *netsession.Service; nil: one made over the Backend's core (a
+	// *sandbox.Service).
+	Network NetworkBackend
 	// RemoteJobs serves the remote job tools (issue 17, remotejobs.go): *remotejobs.Service in
 	// process, client.RemoteJobsBackend over a running serve; nil: UNSUPPORTED_OPERATION.
 	RemoteJobs RemoteJobBackend
@@ -120,8 +127,22 @@ type Server struct {
 	held  *heldSets
 	watch *watcher
 	hub   *watch.Hub // the watch and watch_fleet tools' streams
+	net   NetworkBackend
 
 	processOwner string // the owner of connections without sessions (stdio)
+}
+
+// networkOf is Options.Network, else the network feature over b's sandbox core; nil when b
+// has none (a Backend without a *sandbox.Service behind it: the network tools then fail).
+func networkOf(b Backend, nb NetworkBackend) NetworkBackend {
+	if nb != nil {
+		return nb
+	}
+	if c, ok := b.(interface{ Core() *sandbox.Core }); ok {
+		core := c.Core()
+		return netsession.New(core, core.Store())
+	}
+	return nil
 }
 
 // New returns a Server over b with every tool, resource and prompt registered.
@@ -129,7 +150,7 @@ func New(b Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner()}
+	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner(), net: networkOf(b, opts.Network)}
 	s.watch = newWatcher(s)
 	var metricsOf watch.MetricsSource
 	if opts.Samples != nil {
@@ -137,7 +158,7 @@ func New(b Backend, opts Options) *Server {
 	}
 	wopts := watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(b), Metrics: metricsOf,
 		Connections: func(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
-			return b.Connections(ctx, id, after, limit)
+			return s.net.Connections(ctx, id, after, limit)
 		}}
 	if w, ok := b.(interface {
 		ConnectionsChanged(id string) (<-chan struct{}, func())

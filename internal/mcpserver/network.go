@@ -20,9 +20,9 @@ import (
 // sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose and
 // sandbox_unexpose.
 
-// NetworkBackend is what the network tools need from the control plane.
+// NetworkBackend is what the network tools need of the network feature (records and preview
+// URLs), *netsession.Service. The policy update is the core's (Backend.UpdateNetwork).
 type NetworkBackend interface {
-	UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error)
 	Connections(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error)
 	SecretCalls(ctx context.Context, id string, after int64, limit int) (sandbox.SecretCallList, error)
 	Expose(ctx context.Context, id string, port int, public bool) (sandbox.Exposure, error)
@@ -197,7 +197,7 @@ type PageIn struct {
 }
 
 func (s *Server) sandboxConnections(ctx context.Context, _ *mcp.CallToolRequest, in PageIn) (sandbox.ConnectionList, string, error) {
-	l, err := s.b.Connections(ctx, in.SandboxID, in.After, in.Limit)
+	l, err := s.net.Connections(ctx, in.SandboxID, in.After, in.Limit)
 	if err != nil {
 		return sandbox.ConnectionList{}, "", err
 	}
@@ -206,7 +206,7 @@ func (s *Server) sandboxConnections(ctx context.Context, _ *mcp.CallToolRequest,
 }
 
 func (s *Server) sandboxSecretCalls(ctx context.Context, _ *mcp.CallToolRequest, in PageIn) (sandbox.SecretCallList, string, error) {
-	l, err := s.b.SecretCalls(ctx, in.SandboxID, in.After, in.Limit)
+	l, err := s.net.SecretCalls(ctx, in.SandboxID, in.After, in.Limit)
 	if err != nil {
 		return sandbox.SecretCallList{}, "", err
 	}
@@ -262,7 +262,7 @@ type ExposeIn struct {
 }
 
 func (s *Server) sandboxExpose(ctx context.Context, _ *mcp.CallToolRequest, in ExposeIn) (sandbox.Exposure, string, error) {
-	e, err := s.b.Expose(ctx, in.SandboxID, in.Port, in.Public)
+	e, err := s.net.Expose(ctx, in.SandboxID, in.Port, in.Public)
 	if err != nil {
 		return sandbox.Exposure{}, "", err
 	}
@@ -279,7 +279,7 @@ type UnexposeOut struct {
 }
 
 func (s *Server) sandboxUnexpose(ctx context.Context, _ *mcp.CallToolRequest, in PortIn) (UnexposeOut, string, error) {
-	if err := s.b.Unexpose(ctx, in.SandboxID, in.Port); err != nil {
+	if err := s.net.Unexpose(ctx, in.SandboxID, in.Port); err != nil {
 		return UnexposeOut{}, "", err
 	}
 	return UnexposeOut{SandboxID: in.SandboxID, Port: in.Port}, fmt.Sprintf("Port %d of %s is no longer exposed.", in.Port, in.SandboxID), nil

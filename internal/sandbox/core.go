@@ -68,3 +68,8 @@ func (c *Core) Published() { c.s.bus.publish() }
 func (c *Core) Go(f func(ctx context.Context)) {
 	c.s.wg.Go(func() { f(c.s.bg) })
 }
+
+// WakeForCall wakes sandbox id when it sleeps with auto_wake, for a call that needs it
+// running (a sleeping one without auto_wake is SANDBOX_SLEEPING); any other state is nil, for
+// the caller to judge under its lock.
+func (c *Core) WakeForCall(ctx context.Context, id string) error { return c.s.wakeForCall(ctx, id) }

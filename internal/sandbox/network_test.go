@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 )
 
 // The network's control plane on the fake runtime: its embedded agent binds real listeners on
@@ -270,7 +271,7 @@ func TestEgressEndToEnd(t *testing.T) {
 	if err := e.svc.FlushNetRecords(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	list, err := e.svc.Connections(t.Context(), sb.ID, 0, 0)
+	list, err := e.net().Connections(t.Context(), sb.ID, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +407,7 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 	if err := e.svc.FlushNetRecords(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	page, err := e.svc.Connections(t.Context(), sb.ID, 0, 0)
+	page, err := e.net().Connections(t.Context(), sb.ID, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,13 +425,13 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 	// Paging by cursor from the first record on sees every later record once (after 0 is no
 	// cursor: the newest page).
 	seen, after := 0, int64(0)
-	first, err := e.svc.Connections(t.Context(), sb.ID, 0, 1000)
+	first, err := e.net().Connections(t.Context(), sb.ID, 0, 1000)
 	if err != nil || len(first.Connections) != n+1 || first.Omitted != 0 {
 		t.Fatalf("limit 1000: %d records, omitted %d, %v", len(first.Connections), first.Omitted, err)
 	}
 	after = first.Connections[0].Seq
 	for {
-		p, err := e.svc.Connections(t.Context(), sb.ID, after, 64)
+		p, err := e.net().Connections(t.Context(), sb.ID, after, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,7 +447,7 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 	if seen != n {
 		t.Errorf("paging by cursor saw %d records, want %d", seen, n)
 	}
-	calls, err := e.svc.SecretCalls(t.Context(), sb.ID, 0, 10)
+	calls, err := e.net().SecretCalls(t.Context(), sb.ID, 0, 10)
 	if err != nil || len(calls.Calls) != 10 || calls.Omitted != n-10 || calls.Calls[9].Host != fmt.Sprintf("h%d.example", n-1) {
 		t.Errorf("secret calls page = %+v, %v", calls, err)
 	}
@@ -465,12 +466,12 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 		after int64
 		limit int
 	}{{-1, 10}, {0, -1}, {0, 1001}} {
-		_, err := e.svc.Connections(t.Context(), sb.ID, tc.after, tc.limit)
+		_, err := e.net().Connections(t.Context(), sb.ID, tc.after, tc.limit)
 		wantCode(t, err, errcode.InvalidArgument, "")
-		_, err = e.svc.SecretCalls(t.Context(), sb.ID, tc.after, tc.limit)
+		_, err = e.net().SecretCalls(t.Context(), sb.ID, tc.after, tc.limit)
 		wantCode(t, err, errcode.InvalidArgument, "")
 	}
-	_, err = e.svc.Connections(t.Context(), "sb-0123456789ab", 0, 0)
+	_, err = e.net().Connections(t.Context(), "sb-0123456789ab", 0, 0)
 	wantCode(t, err, errcode.SandboxNotFound, "")
 }
 
@@ -499,10 +500,10 @@ func TestExposures(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 
 	for _, p := range []int{0, -1, 65536} {
-		_, err := e.svc.Expose(t.Context(), sb.ID, p, false)
+		_, err := e.net().Expose(t.Context(), sb.ID, p, false)
 		wantCode(t, err, errcode.InvalidArgument, "port must be between 1 and 65535")
 	}
-	ex, err := e.svc.Expose(t.Context(), sb.ID, port, false)
+	ex, err := e.net().Expose(t.Context(), sb.ID, port, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,42 +513,42 @@ func TestExposures(t *testing.T) {
 	if b, _ := json.Marshal(ex); strings.Contains(string(b), "token_hash") || strings.Contains(string(b), ex.TokenHash) {
 		t.Errorf("the reply carries the token's hash: %s", b)
 	}
-	list, err := e.svc.Exposures(t.Context(), sb.ID)
+	list, err := e.net().Exposures(t.Context(), sb.ID)
 	if err != nil || len(list) != 1 || list[0].AccessToken != "" || list[0].TokenHash != "" || list[0].URL != ex.URL {
 		t.Errorf("Exposures = %+v, %v", list, err)
 	}
-	if err := e.svc.AuthorizePreview(t.Context(), sb.ID, port, ex.AccessToken, false); err != nil {
+	if err := e.net().AuthorizePreview(t.Context(), sb.ID, port, ex.AccessToken, false); err != nil {
 		t.Errorf("with the access token: %v", err)
 	}
-	if err := e.svc.AuthorizePreview(t.Context(), sb.ID, port, "", true); err != nil {
+	if err := e.net().AuthorizePreview(t.Context(), sb.ID, port, "", true); err != nil {
 		t.Errorf("with the bearer token: %v", err)
 	}
-	wantCode(t, e.svc.AuthorizePreview(t.Context(), sb.ID, port, "", false), errcode.AuthFailed, "private")
+	wantCode(t, e.net().AuthorizePreview(t.Context(), sb.ID, port, "", false), errcode.AuthFailed, "private")
 	wrong := ex.AccessToken[:42] + "A"
 	if wrong == ex.AccessToken {
 		wrong = ex.AccessToken[:42] + "B"
 	}
-	wantCode(t, e.svc.AuthorizePreview(t.Context(), sb.ID, port, wrong, false), errcode.AuthFailed, "")
-	wantCode(t, e.svc.AuthorizePreview(t.Context(), sb.ID, port+1, "", true), errcode.SandboxNotFound, "not exposed")
+	wantCode(t, e.net().AuthorizePreview(t.Context(), sb.ID, port, wrong, false), errcode.AuthFailed, "")
+	wantCode(t, e.net().AuthorizePreview(t.Context(), sb.ID, port+1, "", true), errcode.SandboxNotFound, "not exposed")
 
 	// Exposing again replaces the token.
-	ex2, err := e.svc.Expose(t.Context(), sb.ID, port, false)
+	ex2, err := e.net().Expose(t.Context(), sb.ID, port, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, e.svc.AuthorizePreview(t.Context(), sb.ID, port, ex.AccessToken, false), errcode.AuthFailed, "")
-	if err := e.svc.AuthorizePreview(t.Context(), sb.ID, port, ex2.AccessToken, false); err != nil {
+	wantCode(t, e.net().AuthorizePreview(t.Context(), sb.ID, port, ex.AccessToken, false), errcode.AuthFailed, "")
+	if err := e.net().AuthorizePreview(t.Context(), sb.ID, port, ex2.AccessToken, false); err != nil {
 		t.Errorf("with the new token: %v", err)
 	}
-	if pub, err := e.svc.Expose(t.Context(), sb.ID, port, true); err != nil || pub.AccessToken != "" || !pub.Public {
+	if pub, err := e.net().Expose(t.Context(), sb.ID, port, true); err != nil || pub.AccessToken != "" || !pub.Public {
 		t.Errorf("public Expose = %+v, %v", pub, err)
 	}
-	if err := e.svc.AuthorizePreview(t.Context(), sb.ID, port, "", false); err != nil {
+	if err := e.net().AuthorizePreview(t.Context(), sb.ID, port, "", false); err != nil {
 		t.Errorf("public: %v", err)
 	}
 
 	// DialPort reaches the server through the agent.
-	c, err := e.svc.DialPort(t.Context(), sb.ID, port)
+	c, err := e.net().DialPort(t.Context(), sb.ID, port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,28 +560,28 @@ func TestExposures(t *testing.T) {
 	}
 	c.Close()
 
-	wantCode(t, e.svc.Unexpose(t.Context(), sb.ID, port+1), errcode.SandboxNotFound, fmt.Sprintf("port %d of %s is not exposed", port+1, sb.ID))
-	if err := e.svc.Unexpose(t.Context(), sb.ID, port); err != nil {
+	wantCode(t, e.net().Unexpose(t.Context(), sb.ID, port+1), errcode.SandboxNotFound, fmt.Sprintf("port %d of %s is not exposed", port+1, sb.ID))
+	if err := e.net().Unexpose(t.Context(), sb.ID, port); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, e.svc.AuthorizePreview(t.Context(), sb.ID, port, "", true), errcode.SandboxNotFound, "")
+	wantCode(t, e.net().AuthorizePreview(t.Context(), sb.ID, port, "", true), errcode.SandboxNotFound, "")
 
 	// Destroy removes them; a finished sandbox's ports cannot be exposed.
-	if _, err := e.svc.Expose(t.Context(), sb.ID, port, false); err != nil {
+	if _, err := e.net().Expose(t.Context(), sb.ID, port, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, e.svc.AuthorizePreview(t.Context(), sb.ID, port, "", true), errcode.SandboxNotFound, "")
-	_, err = e.svc.Expose(t.Context(), sb.ID, port, false)
+	wantCode(t, e.net().AuthorizePreview(t.Context(), sb.ID, port, "", true), errcode.SandboxNotFound, "")
+	_, err = e.net().Expose(t.Context(), sb.ID, port, false)
 	wantCode(t, err, errcode.SandboxNotRunning, "")
-	_, err = e.svc.DialPort(t.Context(), sb.ID, port)
+	_, err = e.net().DialPort(t.Context(), sb.ID, port)
 	wantCode(t, err, errcode.SandboxNotRunning, "")
 
 	noURL := newFakeEnv(t, sandbox.Config{})
 	other := noURL.create(t, sandbox.CreateRequest{})
-	_, err = noURL.svc.Expose(t.Context(), other.ID, port, false)
+	_, err = noURL.net().Expose(t.Context(), other.ID, port, false)
 	wantCode(t, err, errcode.UnsupportedOp, "preview URLs are served by agentbox serve")
 }
 
@@ -617,8 +618,15 @@ func TestEgressRunc(t *testing.T) {
 	if err := e.svc.FlushNetRecords(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	list, err := e.svc.Connections(t.Context(), sb.ID, 0, 0)
+	list, err := e.net().Connections(t.Context(), sb.ID, 0, 0)
 	if err != nil || len(list.Connections) < 2 {
 		t.Errorf("connections = %+v, %v", list, err)
 	}
 }
+
+// net is the network feature over e's service (it keeps nothing of its own: one per call is
+// the same as one per env).
+func (e *env) net() *netsession.Service { return netsession.New(e.svc.Core(), e.st) }
+
+// net is the network feature over e's service.
+func (e *fakeEnv) net() *netsession.Service { return netsession.New(e.svc.Core(), e.st) }
