@@ -3,7 +3,9 @@ package sandbox
 // A sandbox's network: its egress policy (network "none" or {"allow": [...], "deny": [...]}),
 // its secrets (placeholders in its environment, swapped at the egress proxy), the records of
 // its connections and secret swaps, and its preview URLs. The session that carries its egress
-// is in netsession.go, the records' queue in netrecords.go.
+// is in netsession.go, the records' queue in netrecords.go; reading the records and serving
+// preview URLs is the feature package internal/sandbox/netsession. The types here (records'
+// pages, exposures) are the store's and that package's.
 
 import (
 	"bytes"
