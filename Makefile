@@ -62,7 +62,7 @@ $(MCPCLIENTS)/node_modules/.package-lock.json: $(MCPCLIENTS)/package.json $(MCPC
 	cd $(MCPCLIENTS) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# cross builds the binary for the other platforms a joined machine runs (issue 17): the CLI and
+# cross builds the binary for the other platforms a joined machine runs: the CLI and
 # `agentbox join` work there; serve, mcp and doctor are Linux's (server_other.go says so).
 CROSS := darwin/arm64 darwin/amd64 windows/amd64
 cross:
@@ -136,19 +136,19 @@ bench: deps build
 	fi
 	$(GO) run ./bench -out bench/results.json
 
-# bench-audit: what the audit log adds to an MCP call (issue 16), on vs off in one run.
+# bench-audit: what the audit log adds to an MCP call, on vs off in one run.
 bench-audit: build
 	$(GO) run ./bench -audit-only -out bench/results-audit.json
 
-# bench-sql: execute_sql's count-by-tool-in-the-last-hour over 1,000,000 audit records (issue 16).
+# bench-sql: execute_sql's count-by-tool-in-the-last-hour over 1,000,000 audit records.
 bench-sql:
 	$(GO) run ./bench -sql-only -out bench/results-sql.json
 
-# bench-remoteexec: remote_exec of `true` over a joined agent on loopback (issue 17), beside host floors.
+# bench-remoteexec: remote_exec of `true` over a joined agent on loopback, beside host floors.
 bench-remoteexec:
 	$(GO) run ./bench -remoteexec-only -out bench/results-remoteexec.json
 
-# bench-kube: the kubernetes runtime (issue 18) on the test cluster: create → first exec on the
+# bench-kube: the kubernetes runtime on the test cluster: create → first exec on the
 # runc and gVisor classes beside local runc and a plain client-go pod, then 100 creates on one
 # replica and over two (Postgres from pglab), in one run. It uses a running cluster (make k8s-up)
 # or brings one up and tears it down.

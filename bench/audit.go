@@ -18,7 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
-// Issue 16's audit figure: what the audit log adds to an MCP call. Two servers over the same
+// The audit figure: what the audit log adds to an MCP call. Two servers over the same
 // service and store, one with the audit recorder as its gate and one without, take turns
 // call by call (health, and exec of `true` in a warm runc sandbox), so that the host's noise
 // falls on both alike; the difference of the p50s is the figure (≤ 0.2 ms).

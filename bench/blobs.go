@@ -24,7 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
-// Issue 17's file relay figure: a 100 MiB binary file pulled from a joined machine into a blob
+// The file relay figure: a 100 MiB binary file pulled from a joined machine into a blob
 // and pushed back to it (blobs.Service through machine.Registry's WebSocket + yamux session to an
 // in-process agent on loopback, its hostfiles handler: every byte hashed, synced and renamed at
 // each end), throughput ≥ 200 MiB/s, beside a floor measured in the same
@@ -192,7 +192,7 @@ func benchBlobs(ctx context.Context, f blobsBenchFlags) []Stat {
 	fl := summarize(measureRelayFloor, "MiB/s", floors)
 	floorText := fmt.Sprintf("floor cp+fsync p50 %.0f MiB/s in the same run", fl.P50)
 	s := summarize(measureRelayPullPush, "MiB/s", both)
-	s.Floor = "≥ 200 MiB/s (issue 17); " + floorText
+	s.Floor = "≥ 200 MiB/s; " + floorText
 	p := summarize(measureRelayPull, "MiB/s", pulls)
 	p.Floor = floorText
 	q := summarize(measureRelayPush, "MiB/s", pushes)

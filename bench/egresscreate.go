@@ -18,7 +18,7 @@ var egressCABundle = make([]byte, 200<<10)
 // benchEgressCreate times create → first exec on runc's runtime directly (no control plane),
 // network none and egress in turns: what the runtime's egress mode adds to a create (its own
 // network namespace with the AnyIP route, resolv.conf, the CA bundle) is the difference
-// (issue 12's target: ≤ 5 ms).
+// (the target: ≤ 5 ms).
 func benchEgressCreate(ctx context.Context, rt runtime.Runtime, n int) []Stat {
 	times := map[string][]float64{}
 	for i := 0; i < n; i++ {

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/testenv/imagelab"
 )
 
-// measureImagePull is the name of issue 13's pull figure.
+// measureImagePull is the name of the image pull figure.
 const measureImagePull = "image pull + unpack from the loopback registry"
 
 // runImagePull times pulls of a random image of mib MiB in layers layers (incompressible
@@ -51,6 +51,6 @@ func runImagePull(ctx context.Context, dir string, mib, layers, n int) (st Stat,
 		os.RemoveAll(cdir)
 	}
 	st = summarize(measureImagePull, "MiB/s", xs)
-	st.Floor = "≥ 150 MiB/s (issue 13)"
+	st.Floor = "≥ 150 MiB/s"
 	return st, ref, stop, nil
 }

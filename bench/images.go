@@ -20,7 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Issue 13's figures: create → first exec from a cached image beside the host image, pull +
+// The image figures: create → first exec from a cached image beside the host image, pull +
 // unpack from a loopback registry beside `podman pull` of the same image, commit of a sandbox
 // with 100 MiB written, and what a sandbox of a 500 MiB image costs on disk.
 
@@ -137,7 +137,7 @@ func runImages(ctx context.Context, c *client.Client, dir, rtRoot string, res *R
 		}
 		c.Destroy(ctx, sb.ID)
 		s := summarize("commit of a sandbox with 100 MiB written", "s", xs)
-		s.Runtime, s.Floor = "runc", "≤ 2 s (issue 13)"
+		s.Runtime, s.Floor = "runc", "≤ 2 s"
 		res.Stats = append(res.Stats, s)
 	}
 
@@ -174,7 +174,7 @@ func runImages(ctx context.Context, c *client.Client, dir, rtRoot string, res *R
 			c.Destroy(ctx, id)
 		}
 		s := summarize(fmt.Sprintf("disk per sandbox of a %d MiB image (allocated blocks of its disk)", *f.diskMiB), "MiB", xs)
-		s.Runtime, s.Floor = "runc", "only what it writes (issue 13)"
+		s.Runtime, s.Floor = "runc", "only what it writes"
 		res.Stats = append(res.Stats, s)
 	}
 }

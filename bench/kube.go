@@ -29,7 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// The kubernetes runtime (issue 18): create → first exec result over REST on the kubernetes
+// The kubernetes runtime: create → first exec result over REST on the kubernetes
 // runtime with the runc class and with the gVisor class, next to local runc in the same run,
 // and next to what `kubectl run` + `kubectl exec` of an equivalent pod costs (client-go: create a
 // pod of the same image, cpu and memory, wait for Running, exec `true` through pods/exec). On the

@@ -18,7 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/testenv/pglab"
 )
 
-// Several replicas (issue 18 §6): n creates (REST create → running, the call's whole latency)
+// Several replicas: n creates (REST create → running, the call's whole latency)
 // spread over two replicas — two sandbox services, each with its own Postgres connections, its
 // own kubernetes runtime and its own REST server, on one Postgres (pglab) and one namespace,
 // sharing the node kube:<namespace> — next to the same n creates on one replica, in the same

@@ -23,7 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Joined machines (issue 17): N machines (in-process agents, goroutines of this process)
+// Joined machines: N machines (in-process agents, goroutines of this process)
 // joined to and held by one real `agentbox serve` child process: the server's RSS and CPU with
 // them connected and heartbeating, against the same server with none (its floor, same run),
 // and a probe round trip (a new yamux stream to an agent's handler) while all are held.

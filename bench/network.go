@@ -32,7 +32,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// netFlags are the network figures' flags (issue 12).
+// netFlags are the network figures' flags.
 type netFlags struct {
 	only      *bool
 	gets      *int
@@ -126,7 +126,7 @@ func egressUnavailable(c runtime.Capabilities) string {
 	return ""
 }
 
-// benchNetwork measures the network figures of issue 12 on runc, each beside its floor in
+// benchNetwork measures the network figures on runc, each beside its floor in
 // the same run: a large GET through the egress proxy against the same GET from the host with
 // no proxy; the per-connection cost of the proxy (and of the transparent path where runc has
 // it) against direct connections from the host; -net-sandboxes × -net-conns-per-sandbox

@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Warm pools (issue 15): create from a warm pool → first exec result, against the exec round
+// Warm pools: create from a warm pool → first exec result, against the exec round
 // trip alone on a warm sandbox in the same run (in turns), and a cold create of the same shape
 // for comparison. Target: the claim adds ≤ 5 ms to the exec at p50, ≤ 20 ms at p99.
 

@@ -24,7 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
-// Issue 17's remote exec figure: remote_exec of `true` on a joined machine over loopback, p50
+// The remote exec figure: remote_exec of `true` on a joined machine over loopback, p50
 // ≤ 5 ms. The server (registry over SQLite, the join and connect routes on loopback HTTP) and one
 // agent (enrolled with a join token, connected over the WebSocket and yamux, serving the agent's
 // real handler) run in this process; each call is remoteops.Exec → Registry.Client → a new yamux
@@ -143,6 +143,6 @@ func benchRemoteExec(ctx context.Context, f remoteExecBenchFlags) []Stat {
 	}
 	s := summarize(measureRemoteExec, "ms", remote)
 	fs, ft := summarize(measureHostShTrue, "ms", sh), summarize(measureHostTrueExec, "ms", tr)
-	s.Floor = fmt.Sprintf("p50 ≤ 5 ms (issue 17); floors in the same run: sh -c true p50 %.2f ms, true p50 %.2f ms", fs.P50, ft.P50)
+	s.Floor = fmt.Sprintf("p50 ≤ 5 ms; floors in the same run: sh -c true p50 %.2f ms, true p50 %.2f ms", fs.P50, ft.P50)
 	return []Stat{s, fs, ft}
 }

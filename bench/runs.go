@@ -23,7 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Issue 14's figures, measured against a real `agentbox serve` (a process of its own, so its
+// The durable runs' figures, measured against a real `agentbox serve` (a process of its own, so its
 // CPU is its own): the overhead of a run over the same steps done by hand through the API
 // (create, exec the command, destroy), and a batch of trivial runs under a parallelism bound
 // (runs/s and the server's CPU seconds).

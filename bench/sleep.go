@@ -18,7 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
-// Issue 15's sleep/wake figures on gVisor, at the runtime (no control plane): an idle sandbox
+// The sleep/wake figures on gVisor, at the runtime (no control plane): an idle sandbox
 // with 64 MiB resident (a file of random bytes on its tmpfs, held in the sentry's memory, and a
 // job sleeping) is put to sleep (a files+memory snapshot with Release: runsc checkpoint, the
 // sandbox ended, its disk moved into the snapshot) and woken (runsc restore under the same id

@@ -1,6 +1,6 @@
 package main
 
-// Files snapshots at the runtime (issue 15): a snapshot of a 1 GiB disk with 100 MiB written
+// Files snapshots at the runtime: a snapshot of a 1 GiB disk with 100 MiB written
 // (target p50 ≤ 150 ms), beside its floor in the same run (cloneSparse's work done by
 // `cp --sparse=always` of the same image, sandbox not frozen), and a fork of 5 sandboxes from
 // it created at once, each until its agent answers (target ≤ 1 s in all).

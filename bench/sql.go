@@ -15,7 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
-// Issue 16's execute_sql figure: over an audit log of 1,000,000 records (written through the
+// The execute_sql figure: over an audit log of 1,000,000 records (written through the
 // store's AppendAudit, spread over the last 24 hours across 20 tools, so the last hour holds
 // about 42,000), the typical question "how many calls of each tool in the last hour?" through
 // Store.Query — the read-only connection, its views and authorizer — p50/p99 ≤ 100 ms.
@@ -105,7 +105,7 @@ func runSQLBench(ctx context.Context, f sqlBenchFlags, out string) {
 		}
 	}
 	s := summarize(measureSQLCount, "ms", xs)
-	s.Floor = fmt.Sprintf("≤ 100 ms (issue 16); %d records, %d in the last hour, %d tools", *f.rows, lastHour, rows)
+	s.Floor = fmt.Sprintf("≤ 100 ms; %d records, %d in the last hour, %d tools", *f.rows, lastHour, rows)
 	res.Stats = append(res.Stats, s,
 		Stat{Name: measureSQLFill, Unit: "rows/s", N: *f.rows, P50: float64(*f.rows) / fill.Seconds(), P99: float64(*f.rows) / fill.Seconds(), Mean: float64(*f.rows) / fill.Seconds()})
 	printStats(res.Stats)

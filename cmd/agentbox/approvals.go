@@ -15,7 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 )
 
-// Approvals (issue 16): agentbox approvals ls|show|approve|deny.
+// Approvals: agentbox approvals ls|show|approve|deny.
 
 func cmdApprovals(args []string) int {
 	sub := map[string]func([]string) int{

@@ -13,7 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 )
 
-// The audit log (issue 16): serve's retention flags and `agentbox audit ls`.
+// The audit log: serve's retention flags and `agentbox audit ls`.
 
 // registerAuditFlags adds the audit log's flags (serve, and mcp's in-process control plane).
 func registerAuditFlags(fs *flag.FlagSet, cfg *config.Config) {

@@ -20,7 +20,7 @@ type clientFlags struct {
 	server string
 	token  string
 	json   bool
-	tls    clientTLS // https trust (issue 16, tls.go)
+	tls    clientTLS // https trust (tls.go)
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {

@@ -41,7 +41,7 @@ func cmdDoctor(args []string) int {
 	stateDir := fs.String("state-dir", config.DefaultStateDir(), "state directory to check for free space")
 	storeFlag := fs.String("store", "", "the store to check, as agentbox serve --store takes it (default the SQLite file in the state dir)")
 	kcfg := config.Default()
-	registerKubeFlags(fs, &kcfg) // the cluster of the kubernetes runtime (issue 18, kube_wire.go)
+	registerKubeFlags(fs, &kcfg) // the cluster of the kubernetes runtime (kube_wire.go)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -72,9 +72,9 @@ func cmdDoctor(args []string) int {
 	add(check{Name: "host", OK: true, Detail: fmt.Sprintf("%d cores, %d MiB memory", info.NumCPU, info.MemTotalMiB)})
 	add(check{Name: "rlimits", OK: info.HardRlimits.NOFILE >= 1024, Detail: fmt.Sprintf("hard NOFILE %d, NPROC %d (sandbox limits are clamped to these)", info.HardRlimits.NOFILE, info.HardRlimits.NPROC)})
 	add(diskCheck(*stateDir))
-	add(overlayCheck(runs)) // images (issue 13, images.go)
+	add(overlayCheck(runs)) // images (images.go)
 	add(imageCacheCheck(*stateDir))
-	add(storeCheck(*storeFlag, *stateDir)) // the store (issue 18, doctor_store.go)
+	add(storeCheck(*storeFlag, *stateDir)) // the store (doctor_store.go)
 	for _, c := range runs {
 		add(c)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
-// storeCheck reports the store --store selects (issue 18): its driver, the database's version
+// storeCheck reports the store --store selects: its driver, the database's version
 // and the schema version beside this binary's, without creating or migrating anything. A DSN's
 // password is never printed.
 func storeCheck(value, stateDir string) check {

@@ -21,7 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Network (issue 12): the server flags of sandboxes' egress and secrets, and the egress proxy
+// Network: the server flags of sandboxes' egress and secrets, and the egress proxy
 // and secret interceptor the control plane gets.
 
 // registerEgressFlags adds serve's and mcp's network flags to fs.
@@ -102,7 +102,7 @@ func egressConfig(cfg config.Config, log *slog.Logger) (sandbox.EgressConfig, er
 // listening); before that, and without an HTTP server (mcp on stdio), there are none.
 type previewURLs struct {
 	port atomic.Int64
-	tls  atomic.Bool // the server serves HTTPS (issue 16): so do its preview URLs
+	tls  atomic.Bool // the server serves HTTPS: so do its preview URLs
 }
 
 // URL is sandbox.Config.PreviewURL.

@@ -22,7 +22,7 @@ func cmdExec(args []string) int {
 	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
 	noStdin := c.fs.Bool("no-stdin", false, "do not forward this process's standard input")
 	background := c.fs.Bool("background", false, "start the command as a detached job and print its id (see agentbox job, agentbox logs)")
-	// issue 15: the paths the command changed, a snapshot after it (both on stderr)
+	// the paths the command changed, a snapshot after it (both on stderr)
 	changes := c.fs.Bool("changes", false, "after the command, list the paths it changed on stderr (A/M/D MODE TYPE SIZE PATH)")
 	checkpoint := c.fs.Bool("checkpoint", false, "snapshot the sandbox after the command; its id goes to stderr")
 	hasArgv := func(n int) bool { return n >= 3 }

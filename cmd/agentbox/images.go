@@ -25,7 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Images (issue 13): the server flags of the image cache, its wiring, and the image and
+// Images: the server flags of the image cache, its wiring, and the image and
 // sandbox commit commands.
 
 // MaxImageCacheMB is the largest default cache budget (20 GiB); the flag may set more.

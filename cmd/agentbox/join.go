@@ -31,7 +31,7 @@ func defaultMachineStateDir() string {
 	return ".agentbox-machine"
 }
 
-// cmdJoin is `agentbox join URL --token T [--name N] [--install]` (issue 17): run on the
+// cmdJoin is `agentbox join URL --token T [--name N] [--install]`: run on the
 // machine, it enrolls with the join token (the first time), then keeps connected to the server
 // forever, reconnecting with backoff.
 func cmdJoin(args []string) int {

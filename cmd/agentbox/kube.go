@@ -134,7 +134,7 @@ func cmdKubeGuestImage(args []string) int {
 	return 0
 }
 
-// registerKubeFlags adds serve's kubernetes runtime flags (issue 18).
+// registerKubeFlags adds serve's kubernetes runtime flags.
 func registerKubeFlags(fs *flag.FlagSet, cfg *config.Config) {
 	fs.StringVar(&cfg.KubeConfig, "kube-config", "", "kubeconfig of the cluster for --runtime kubernetes (default: the in-cluster config of a server in a pod)")
 	fs.StringVar(&cfg.KubeContext, "kube-context", "", "the kubeconfig's context (default: its current one)")

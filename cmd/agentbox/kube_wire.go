@@ -20,7 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/version"
 )
 
-// newKubeRuntimes connects to the cluster of cfg (issue 18): runtime kubernetes (the process
+// newKubeRuntimes connects to the cluster of cfg: runtime kubernetes (the process
 // RuntimeClass) and, when a kernel RuntimeClass is configured, kubernetes-gvisor. A runtime the
 // cluster cannot give (no such RuntimeClass, the API server unreachable) is registered
 // unavailable with its reason, like a local runtime whose binary is missing.

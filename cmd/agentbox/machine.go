@@ -13,7 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// cmdMachine manages joined machines (issue 17) through the running server.
+// cmdMachine manages joined machines through the running server.
 func cmdMachine(args []string) int {
 	const subs = "ls, get, rm, alias, token, job, pull, push, exec, screenshot"
 	if len(args) == 0 {
@@ -22,9 +22,9 @@ func cmdMachine(args []string) int {
 	}
 	sub := map[string]func([]string) int{"ls": machineList, "list": machineList, "get": machineGet, "rm": machineRemove,
 		"alias": machineAlias, "token": cmdMachineToken,
-		"job":  cmdMachineJob,                    // remote jobs (issue 17, remotejobs.go)
+		"job":  cmdMachineJob,                    // remote jobs (remotejobs.go)
 		"pull": machinePull, "push": machinePush} // the file relay (machinefiles.go)
-	for k, f := range remoteSubcommands { // exec, screenshot (issue 17, remote.go)
+	for k, f := range remoteSubcommands { // exec, screenshot (remote.go)
 		sub[k] = f
 	}
 	if f, ok := sub[args[0]]; ok {

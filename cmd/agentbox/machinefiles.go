@@ -13,7 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 )
 
-// The file relay's CLI (issue 17 §8): agentbox machine pull, agentbox machine push.
+// The file relay's CLI: agentbox machine pull, agentbox machine push.
 
 func machinePull(args []string) int {
 	c := newClientCmd("machine pull", "agentbox machine pull [-o FILE|-] [--json] MACHINE PATH")

@@ -47,25 +47,25 @@ func commands() map[string]func([]string) int {
 		"job":   cmdJob,
 		"logs":  cmdLogs,
 		"shell": cmdShell, // interactive terminal (shell.go)
-		"top":   cmdTop,   // metrics (issue 11)
-		// network (issue 12, network.go)
+		"top":   cmdTop,   // metrics
+		// network (network.go)
 		"network": cmdNetwork, "connections": cmdConnections, "secret-calls": cmdSecretCalls,
 		"expose": cmdExpose, "unexpose": cmdUnexpose,
-		"image": cmdImage, // images (issue 13, images.go)
-		// durable runs (issue 14, run.go)
+		"image": cmdImage, // images (images.go)
+		// durable runs (run.go)
 		"run": cmdRun, "runs": cmdRuns, "batch": cmdBatch, "agent": cmdAgent,
-		"token":     cmdToken,     // API keys (issue 16, token.go)
-		"sql":       cmdSQL,       // execute_sql (issue 16, sql.go)
-		"audit":     cmdAudit,     // the audit log (issue 16, audit.go)
-		"approvals": cmdApprovals, // approvals (issue 16, approvals.go)
-		// snapshots, fork, sleep, wake, diff (issue 15, snapshots.go)
+		"token":     cmdToken,     // API keys (token.go)
+		"sql":       cmdSQL,       // execute_sql (sql.go)
+		"audit":     cmdAudit,     // the audit log (audit.go)
+		"approvals": cmdApprovals, // approvals (approvals.go)
+		// snapshots, fork, sleep, wake, diff (snapshots.go)
 		"snapshot": cmdSnapshot, "snapshots": cmdSnapshots, "fork": cmdFork, "sleep": cmdSleep, "wake": cmdWake, "diff": cmdDiff,
-		"pool": cmdPool, // warm pools (issue 15, pools.go)
-		// joined machines (issue 17, join.go, machine.go)
+		"pool": cmdPool, // warm pools (pools.go)
+		// joined machines (join.go, machine.go)
 		"join": cmdJoin, "machine": cmdMachine,
-		// the supervisor of one remote job on a joined machine (hidden; issue 17, hostjobs)
+		// the supervisor of one remote job on a joined machine (hidden; hostjobs)
 		hostjobs.SupervisorCommand: hostjobs.Supervise,
-		// the kubernetes runtime (issue 18, kube.go): the guest image, and inside pods the
+		// the kubernetes runtime (kube.go): the guest image, and inside pods the
 		// init container's install and the agent tunnel (hidden)
 		"kube-guest-image": cmdKubeGuestImage, "guest-install": cmdGuestInstall, "guest-kube": cmdGuestKube, "guest-tunnel": cmdGuestTunnel,
 	}
@@ -188,13 +188,13 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
   agentbox sql [--max-rows N] [--json] QUERY   read-only SQL over the views audit_log, events,
                                         sandboxes, jobs, runs, run_events (a table; --json)
   agentbox audit ls [--tool T] [--sandbox ID] [--after N] [--limit N] [--json]
-                                        the audit log: every call, newest page first (issue 16)
+                                        the audit log: every call, newest page first
   agentbox approvals ls [--state S] [--json]    the approval queue (serve --approval-required)
   agentbox approvals show ID            one approval: tool, digest, summary, decision, outcome
   agentbox approvals approve|deny [--reason TEXT] ID   decide (needs the admin token)
   agentbox version
 
-Remote jobs on joined machines (issue 17; MACHINE is an id, name or alias):
+Remote jobs on joined machines (MACHINE is an id, name or alias):
   agentbox machine job start [--shell sh|bash|cmd|powershell] [--env K=V]... [--cwd DIR] [--gpu N]
                              MACHINE -- COMMAND...   a detached job; prints its id (--gpu reserves
                                         that GPU for it alone: CUDA_VISIBLE_DEVICES)

@@ -270,7 +270,7 @@ func TestMCPStdio(t *testing.T) {
 	// The first session still works; closing it ends the process cleanly.
 	var h mcpserver.HealthOut
 	s.ok("health", nil, &h)
-	// Issue 16 in process: run_python, and fetch_metrics over the process's own registry with
+	// The data-assistant tools in process: run_python, and fetch_metrics over the process's own registry with
 	// the state collector attached (no REST server does it here).
 	var rp mcpserver.RunCodeOut
 	s.ok("run_python", map[string]any{"code": "6*7"}, &rp)

@@ -16,7 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Network (issue 12): `agentbox network set|show`, `agentbox connections`, `agentbox
+// Network: `agentbox network set|show`, `agentbox connections`, `agentbox
 // secret-calls`, `agentbox expose`, `agentbox unexpose`, and sandbox create's --allow-host,
 // --deny-host, --egress and --secret.
 

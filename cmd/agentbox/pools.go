@@ -13,7 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Warm pools (issue 15): `agentbox pool set|ls|rm` and serve's --pool.
+// Warm pools: `agentbox pool set|ls|rm` and serve's --pool.
 
 // poolFlags is serve's warm-pool flags: the repeatable --pool name=…,image=…,size=N and
 // --max-pooled.

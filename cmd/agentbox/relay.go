@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// relayFlags are serve's limits of the file relay (issue 17 §8, internal/blobs).
+// relayFlags are serve's limits of the file relay (internal/blobs).
 type relayFlags struct {
 	maxFileMB        int64
 	blobTTL, linkTTL time.Duration

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Joined machines (issue 17): `agentbox machine exec` and `agentbox machine screenshot`.
+// Joined machines: `agentbox machine exec` and `agentbox machine screenshot`.
 
 // remoteSubcommands are the `agentbox machine` subcommands of remote exec and screenshots.
 var remoteSubcommands = map[string]func([]string) int{"exec": machineExec, "screenshot": machineScreenshot}

@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Remote jobs on joined machines (issue 17): agentbox machine job start|ls|status|logs|cancel.
+// Remote jobs on joined machines: agentbox machine job start|ls|status|logs|cancel.
 
 func cmdMachineJob(args []string) int {
 	const subs = "start, ls, status, logs, cancel"

@@ -23,7 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Durable runs (issue 14): agentbox run, runs, batch, agent; and serve's run flags.
+// Durable runs: agentbox run, runs, batch, agent; and serve's run flags.
 
 // registerRunFlags adds the run service's flags (serve, and mcp's in-process control plane).
 func registerRunFlags(fs *flag.FlagSet, cfg *config.Config) {

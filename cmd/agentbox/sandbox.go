@@ -20,7 +20,7 @@ func cmdSandbox(args []string) int {
 	sub := map[string]func([]string) int{
 		"create": sandboxCreate, "ls": sandboxList, "list": sandboxList, "get": sandboxGet,
 		"rm": sandboxRm, "destroy": sandboxRm, "extend": sandboxExtend, "events": sandboxEvents,
-		"commit": sandboxCommit, // images (issue 13, images.go)
+		"commit": sandboxCommit, // images (images.go)
 	}
 	if f, ok := sub[args[0]]; ok {
 		return f(args[1:])
@@ -43,11 +43,11 @@ func sandboxCreate(args []string) int {
 	c.fs.Var(env, "env", "environment variable K=V (repeatable)")
 	c.fs.Var(labels, "label", "label K=V (repeatable)")
 	c.fs.StringVar(&req.IdempotencyKey, "idempotency-key", "", "a key that makes retrying safe: a create with a key this caller already used returns that sandbox instead of a new one")
-	// snapshots and sleep (issue 15, snapshots.go)
+	// snapshots and sleep (snapshots.go)
 	c.fs.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot (agentbox snapshots ls) instead of an image: its files, and its processes when it holds memory")
 	c.fs.BoolVar(&req.AutoWake, "auto-wake", false, "an exec or file call on the sandbox while it sleeps wakes it first")
 	c.fs.BoolVar(&req.TTLWhileSleeping, "ttl-while-sleeping", false, "the TTL keeps running while the sandbox sleeps (default: sleeping time does not count)")
-	var nw networkFlags // network (issue 12, network.go)
+	var nw networkFlags // network (network.go)
 	nw.register(c)
 	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {
 		nw.apply(&req)
@@ -57,7 +57,7 @@ func sandboxCreate(args []string) int {
 		if len(labels) > 0 {
 			req.Labels = labels
 		}
-		// Images (issue 13): a pull the create needs shows its bars on a terminal.
+		// Images: a pull the create needs shows its bars on a terminal.
 		v := newProgressView(os.Stderr, c.json)
 		if v.tty && req.Image != "" && req.Image != "host" {
 			ctx = sandbox.WithPullProgress(ctx, v.report)

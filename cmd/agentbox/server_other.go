@@ -10,7 +10,7 @@ import (
 
 // The server side — serve, mcp (which runs the control plane in its own process) and doctor —
 // needs Linux (namespaces, cgroups, runc/crun/gVisor). Elsewhere the binary is the CLI of a
-// server on another host and `agentbox join` (a joined machine, issue 17).
+// server on another host and `agentbox join` (a joined machine).
 
 func cmdServe([]string) int { return serverOnly("serve") }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Snapshots, fork, sleep, wake and diff (issue 15): agentbox snapshot, snapshots ls|get|rm,
+// Snapshots, fork, sleep, wake and diff: agentbox snapshot, snapshots ls|get|rm,
 // fork, sleep, wake, diff.
 
 func cmdSnapshot(args []string) int {

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sqlquery"
 )
 
-// cmdSQL is `agentbox sql [--max-rows N] [--json] QUERY` (execute_sql, issue 16): one read-only
+// cmdSQL is `agentbox sql [--max-rows N] [--json] QUERY` (execute_sql): one read-only
 // query over the published views, printed as a table (--json: the whole result).
 func cmdSQL(args []string) int {
 	c := newClientCmd("sql", "agentbox sql [--max-rows N] [--json] QUERY   (read-only SELECT over audit_log, events, sandboxes, jobs, runs, run_events)")

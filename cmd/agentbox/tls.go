@@ -23,7 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 )
 
-// serveTLS is serve's TLS and exposure flags (issue 16).
+// serveTLS is serve's TLS and exposure flags.
 type serveTLS struct {
 	cert, key       string
 	selfSigned      bool

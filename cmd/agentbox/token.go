@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/auth"
 )
 
-// cmdToken manages named API keys (issue 16) through the running server (admin scope: the
+// cmdToken manages named API keys through the running server (admin scope: the
 // server's own token is the admin key).
 func cmdToken(args []string) int {
 	const subs = "create, ls, revoke"

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Approvals is the approval queue behind /v1/approvals (issue 16; *approval.Service).
+// Approvals is the approval queue behind /v1/approvals (*approval.Service).
 type Approvals interface {
 	List(ctx context.Context, f approval.Filter) ([]approval.Approval, error)
 	Get(ctx context.Context, id string) (approval.Approval, error)
@@ -26,7 +26,7 @@ type ApprovalList struct {
 // DecisionRequest is the body of POST /v1/approvals/{id}/approve|deny (optional on approve).
 type DecisionRequest = wire.DecisionRequest
 
-// approvalRoutes adds /v1/approvals (issue 16). Deciding needs the caller's identity with a
+// approvalRoutes adds /v1/approvals. Deciding needs the caller's identity with a
 // scope the queue's MayDecide accepts (admin); these routes are never themselves gated by
 // approvals.
 func (s *Server) approvalRoutes() {

@@ -8,7 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 )
 
-// The audit log (issue 16): GET /v1/audit pages its records.
+// The audit log: GET /v1/audit pages its records.
 
 // AuditLister is what GET /v1/audit needs: the store's audit log.
 type AuditLister interface {

@@ -14,7 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// The file relay (issue 17 §8, internal/blobs): POST /v1/machines/{ref}/pull and /push,
+// The file relay (internal/blobs): POST /v1/machines/{ref}/pull and /push,
 // POST /v1/blobs (upload), GET /v1/blobs/{id} (a signed link, or the token), DELETE
 // /v1/blobs/{id}.
 

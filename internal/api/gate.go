@@ -16,7 +16,7 @@ import (
 // restActions names the MCP tool a REST route is the same operation as, so that a gate rule
 // naming a tool (an approval for "exec") covers both surfaces.
 var restActions = map[string]string{
-	"POST /v1/machines/{ref}/pull":                 "remote_pull", // the file relay (issue 17)
+	"POST /v1/machines/{ref}/pull":                 "remote_pull", // the file relay
 	"POST /v1/machines/{ref}/push":                 "remote_push",
 	"POST /v1/sandboxes":                           "sandbox_create",
 	"GET /v1/sandboxes":                            "sandbox_list",
@@ -40,7 +40,7 @@ var restActions = map[string]string{
 	"POST /v1/batches/matrix":                      "run_matrix",
 	"POST /v1/batches/agent-compare":               "agent_compare",
 	"POST /v1/batches/agent-test":                  "agent_test",
-	// issue 15 (snapshots.go)
+	// snapshots, forks, sleep, wake, diff (snapshots.go)
 	"POST /v1/sandboxes/{id}/snapshots":  "sandbox_snapshot",
 	"GET /v1/snapshots":                  "snapshot_list",
 	"GET /v1/sandboxes/{id}/snapshots":   "snapshot_list",
@@ -50,9 +50,9 @@ var restActions = map[string]string{
 	"POST /v1/sandboxes/{id}/wake":       "sandbox_wake",
 	"GET /v1/sandboxes/{id}/diff":        "sandbox_diff",
 	"POST /v1/sandboxes/{id}/diff":       "sandbox_diff",
-	"POST /v1/run_python":                "run_python", // issue 16 (snippet.go)
+	"POST /v1/run_python":                "run_python", // snippet.go
 	"POST /v1/run_shell":                 "run_shell",
-	// joined machines (issue 17, remote.go)
+	// joined machines (remote.go)
 	"POST /v1/machines/{ref}/exec":      "remote_exec",
 	"GET /v1/machines/{ref}/screenshot": "remote_screenshot",
 }

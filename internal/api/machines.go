@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// machineRoutes serves joined machines (issue 17): enrollment and the connect WebSocket (each
+// machineRoutes serves joined machines: enrollment and the connect WebSocket (each
 // checks its own credential: a join token, a signature with the machine's key), the machine
 // list (read), and removal, aliases and join tokens (admin; the scope table is internal/auth).
 func (s *Server) machineRoutes() {

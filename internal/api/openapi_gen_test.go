@@ -42,7 +42,7 @@ const openAPIFile = "../openapi/openapi.json"
 type healthReply struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
-	// Replica is this server process (several replicas on one store: issue 18).
+	// Replica is this server process (several replicas on one store).
 	Replica *lease.Status `json:"replica,omitempty"`
 }
 
@@ -169,7 +169,7 @@ func ops() []op {
 		{pattern: "POST /v1/approvals/{id}/deny", summary: "Deny one pending call with a reason (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: approval.Approval{}},
 		{pattern: "POST /v1/run_python", summary: "Run a Python snippet in a fresh locked-down sandbox (or a given one)", tag: "tools", req: snippet.Request{}, status: 200, resp: snippet.Result{}},
 		{pattern: "POST /v1/run_shell", summary: "Run a shell snippet in a fresh locked-down sandbox (or a given one)", tag: "tools", req: snippet.Request{}, status: 200, resp: snippet.Result{}},
-		// joined machines (issue 17, remote.go)
+		// joined machines (remote.go)
 		{pattern: "POST /v1/machines/{ref}/exec", summary: "Run a script on a joined machine (remote_exec); partial: true when cut short", tag: "machines", req: wire.RemoteExecRequest{}, status: 200, resp: wire.RemoteExecResult{}},
 		{pattern: "GET /v1/machines/{ref}/screenshot", summary: "A screenshot of a joined machine's display (remote_screenshot), the PNG in base64", tag: "machines",
 			query: []qp{{"display", "integer", "The display index (0–999); default the machine's.", false}}, status: 200, resp: ScreenshotReply{}},
@@ -186,7 +186,7 @@ func ops() []op {
 		{pattern: "GET /v1/batches", summary: "List batches, newest first", tag: "runs", status: 200, resp: runs.BatchList{}, query: []qp{{"before", "string", "Page: batches before this id.", false}, limit("At most this many batches.")}},
 		{pattern: "GET /v1/batches/{id}", summary: "Get a batch", tag: "runs", status: 200, resp: runs.Batch{}},
 		{pattern: "POST /v1/batches/{id}/cancel", summary: "Cancel a batch", tag: "runs", status: 200, resp: runs.Batch{}},
-		// The file relay (issue 17, blobs.go).
+		// The file relay (blobs.go).
 		{pattern: "POST /v1/machines/{ref}/pull", summary: "Copy a regular file from a joined machine into a blob (remote_pull)", tag: "machines", req: RemotePullRequest{}, status: 200, resp: wire.Blob{}},
 		{pattern: "POST /v1/machines/{ref}/push", summary: "Write a blob to a joined machine atomically (remote_push)", tag: "machines", req: RemotePushRequest{}, status: 200, resp: wire.BlobPush{}},
 		{pattern: "POST /v1/blobs", summary: "Upload a blob (the body is its content)", tag: "machines", reqType: "application/octet-stream", status: 201, resp: wire.Blob{},
@@ -194,12 +194,12 @@ func ops() []op {
 		{pattern: "GET /v1/blobs/{id}", summary: "Download a blob (the signed link's expires and sig, or the owner's token)", tag: "machines", status: 200, respType: "application/octet-stream",
 			query: []qp{{"expires", "integer", "The signed link's expiry (unix time).", false}, {"sig", "string", "The signed link's signature.", false}}},
 		{pattern: "DELETE /v1/blobs/{id}", summary: "Delete a blob", tag: "machines", status: 200, resp: BlobDeleted{}},
-		// Warm pools (issue 15, pools.go).
+		// Warm pools (pools.go).
 		{pattern: "GET /v1/pools", summary: "Warm pools: shape, size, ready, hits and misses", tag: "pools", status: 200, resp: PoolList{}},
 		{pattern: "PUT /v1/pools/{name}", summary: "Create or replace a warm pool (admin)", tag: "pools", req: PoolSetRequest{}, status: 200, resp: sandbox.PoolStatus{}},
 		{pattern: "POST /v1/pools/{name}", summary: "Create or replace a warm pool (admin; as PUT)", tag: "pools", req: PoolSetRequest{}, status: 200, resp: sandbox.PoolStatus{}},
 		{pattern: "DELETE /v1/pools/{name}", summary: "Delete a warm pool; its ready sandboxes are destroyed (admin)", tag: "pools", status: 200, resp: PoolDeleted{}},
-		// Joined machines (issue 17, machines.go).
+		// Joined machines (machines.go).
 		{pattern: "POST /v1/machines/join", summary: "Enroll a machine with a join token (no bearer token: the join token is the credential; `agentbox join` sends it)", tag: "machines", req: proto.JoinRequest{}, status: 201, resp: proto.JoinReply{}},
 		{pattern: "GET /v1/machines/connect", summary: "A joined machine's connection (WebSocket upgrade; no bearer token: the machine signs a nonce with its key, then a yamux session runs over it)", tag: "machines", status: 101},
 		{pattern: "GET /v1/machines", summary: "Joined machines: online, platform, last heartbeat, GPUs", tag: "machines", status: 200, resp: MachineList{}},
@@ -211,7 +211,7 @@ func ops() []op {
 		{pattern: "POST /v1/machines/tokens", summary: "Create a join token; its secret is in the reply, once (admin)", tag: "machines", req: wire.TokenRequest{}, reqOptional: true, status: 201, resp: wire.CreatedToken{}},
 		{pattern: "GET /v1/machines/tokens", summary: "Join tokens, newest first, without their secrets (admin)", tag: "machines", status: 200, resp: JoinTokenList{}},
 		{pattern: "DELETE /v1/machines/tokens/{ref}", summary: "Revoke a join token by id or prefix; machines it joined stay (admin)", tag: "machines", status: 200, resp: wire.JoinToken{}},
-		// Remote jobs on joined machines (issue 17, remotejobs.go).
+		// Remote jobs on joined machines (remotejobs.go).
 		{pattern: "POST /v1/machines/{ref}/jobs", summary: "Start a detached job on a joined machine (gpu_index reserves a GPU)", tag: "machines", req: remotejobs.StartRequest{}, status: 201, resp: wire.RemoteJob{}},
 		{pattern: "GET /v1/machines/{ref}/jobs", summary: "A machine's jobs, newest first", tag: "machines", status: 200, resp: wire.RemoteJobList{}, query: []qp{limit("At most this many jobs (1-1000, default 20).")}},
 		{pattern: "GET /v1/machines/{ref}/jobs/{job_id}", summary: "A remote job's status", tag: "machines", status: 200, resp: wire.RemoteJob{}},

@@ -8,7 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Warm pools (issue 15): GET /v1/pools, PUT (or POST) /v1/pools/{name}, DELETE /v1/pools/{name}.
+// Warm pools: GET /v1/pools, PUT (or POST) /v1/pools/{name}, DELETE /v1/pools/{name}.
 
 // PoolSetRequest is the body of PUT /v1/pools/{name}: the shape of the pool's sandboxes (zero
 // fields take the server's create defaults) and how many it keeps ready.

@@ -38,9 +38,9 @@ type Prometheus struct {
 	httpDur  *prometheus.HistogramVec
 	create   *prometheus.HistogramVec
 	exec     *prometheus.HistogramVec
-	// lease is 1 while this replica holds its node's lifecycle lease (issue 18; ObserveLease).
+	// lease is 1 while this replica holds its node's lifecycle lease (ObserveLease).
 	lease prometheus.Gauge
-	// hist is the registry fetch_metrics' history samples (issue 16): the same series but the
+	// hist is the registry fetch_metrics' history samples: the same series but the
 	// per-sandbox ones, whose sampling would move every caller's cpu_percent window.
 	hist *prometheus.Registry
 
@@ -108,7 +108,7 @@ func (p *Prometheus) attach(svc *sandbox.Service, m *metrics.Service, jobs JobCo
 	p.once.Do(func() {
 		p.reg.MustRegister(&stateCollector{svc: svc, samples: m, jobs: jobs, log: log})
 		p.hist.MustRegister(&stateCollector{svc: svc, samples: m, jobs: jobs, log: log, noSandboxes: true})
-		p.reg.MustRegister(poolCollector{svc}) // warm pools (issue 15, prometheus_pools.go)
+		p.reg.MustRegister(poolCollector{svc}) // warm pools (prometheus_pools.go)
 		p.hist.MustRegister(poolCollector{svc})
 	})
 }
@@ -120,7 +120,7 @@ func (p *Prometheus) Attach(svc *sandbox.Service, m *metrics.Service, jobs JobCo
 	p.attach(svc, m, jobs, log)
 }
 
-// Gatherer is the registry, for fetch_metrics (issue 16): what GET /metrics serves.
+// Gatherer is the registry, for fetch_metrics: what GET /metrics serves.
 func (p *Prometheus) Gatherer() prometheus.Gatherer { return p.reg }
 
 // HistoryGatherer is what fetch_metrics' history samples every 10 s: every series but the

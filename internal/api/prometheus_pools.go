@@ -8,7 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Warm pools' series (issue 15), read at scrape time; one series per pool and family, at most
+// Warm pools' series, read at scrape time; one series per pool and family, at most
 // sandbox.MaxPools pools.
 var (
 	poolLabels       = []string{"pool"}

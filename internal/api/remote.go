@@ -9,7 +9,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Joined machines (issue 17): POST /v1/machines/{ref}/exec (remote_exec) and
+// Joined machines: POST /v1/machines/{ref}/exec (remote_exec) and
 // GET /v1/machines/{ref}/screenshot?display=N (remote_screenshot), over Options.RemoteExec and
 // Options.Screenshots.
 

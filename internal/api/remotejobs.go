@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Remote jobs (issue 17): /v1/machines/{ref}/jobs….
+// Remote jobs: /v1/machines/{ref}/jobs….
 
 // RemoteJobCancelRequest is the optional body of POST /v1/machines/{ref}/jobs/{job_id}/cancel.
 type RemoteJobCancelRequest = wire.RemoteJobCancelRequest

@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/lease"
 )
 
-// Several replicas (issue 18): GET /health says which replica answered and whether it holds
+// Several replicas: GET /health says which replica answered and whether it holds
 // its node's lifecycle lease (the reply fits the OpenAPI document), and /metrics has the gauge.
 func TestHealthAndMetricsReportTheLease(t *testing.T) {
 	var held atomic.Bool

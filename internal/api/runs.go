@@ -16,7 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Durable runs (issue 14): /v1/runs and /v1/batches over runs.Service.
+// Durable runs: /v1/runs and /v1/batches over runs.Service.
 
 // RunRequest is the body of POST /v1/runs: a runs.Spec plus how long to wait for it.
 type RunRequest struct {

@@ -31,7 +31,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		req.IdempotencyKey = h
 	}
 	if wantsNDJSON(r) && req.Image != "" && req.Image != "host" {
-		// Images (issue 13): the pull's progress as NDJSON frames, then the sandbox. A
+		// Images: the pull's progress as NDJSON frames, then the sandbox. A
 		// malformed reference is refused before the stream, as a plain error.
 		if err := sandbox.CheckImageRef("image", req.Image); err != nil {
 			s.fail(w, r, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Snapshots, fork, sleep, wake and diff (issue 15): /v1/sandboxes/{id}/snapshots, /fork,
+// Snapshots, fork, sleep, wake and diff: /v1/sandboxes/{id}/snapshots, /fork,
 // /sleep, /wake, /diff and /v1/snapshots. Thin: the bounds of every number are checked here
 // (refused, never clamped) and the service does the rest.
 

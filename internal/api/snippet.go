@@ -6,7 +6,7 @@ import (
 	"github.com/agentbox/agentbox/internal/snippet"
 )
 
-// runSnippet serves POST /v1/run_python and /v1/run_shell (issue 16): the code runs in a fresh
+// runSnippet serves POST /v1/run_python and /v1/run_shell: the code runs in a fresh
 // sandbox (destroyed afterwards unless keep) or in body.sandbox_id; a program that raised or
 // exited non-zero is a 200 result.
 func (s *Server) runSnippet(lang snippet.Language) http.HandlerFunc {

@@ -8,7 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// execute_sql (issue 16): POST /v1/sql over Options.SQL.
+// execute_sql: POST /v1/sql over Options.SQL.
 
 // SQLRequest is the body of POST /v1/sql.
 type SQLRequest = wire.SQLRequest

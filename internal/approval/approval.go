@@ -1,4 +1,4 @@
-// Package approval gates calls on an operator's decision (issue 16): a gated call is recorded
+// Package approval gates calls on an operator's decision: a gated call is recorded
 // as a pending approval bound to its digest — the SHA-256 of the canonical JSON of its tool and
 // every argument, so an approval covers one invocation — and waits, reporting progress, until an
 // operator approves or denies it (REST /v1/approvals…, `agentbox approvals`, or the MCP
@@ -108,8 +108,8 @@ var ReadOnly = map[string]bool{
 	"file_read": true, "file_list": true,
 	"job_list": true, "job_status": true, "job_logs": true, "job_wait": true,
 	"image_list":    true,
-	"snapshot_list": true, "sandbox_diff": true, "pool_list": true, // issue 15
-	"machine_list": true, "machine_status": true, "remote_job_list": true, "remote_job_status": true, // issue 17
+	"snapshot_list": true, "sandbox_diff": true, "pool_list": true, // snapshots, pools
+	"machine_list": true, "machine_status": true, "remote_job_list": true, "remote_job_status": true, // joined machines
 	"remote_job_logs": true, "remote_screenshot": true,
 	"run_get": true, "run_list": true, "run_events": true, "run_logs": true, "run_artifact": true, "batch_get": true,
 	"watch": true, "watch_fleet": true,

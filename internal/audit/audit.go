@@ -1,4 +1,4 @@
-// Package audit is the audit log of issue 16: a gate.Gate (Recorder) that records every call
+// Package audit is the audit log of a gate.Gate (Recorder) that records every call
 // on every surface — when, where from, who (an API key's id and name or the stdio session,
 // never a key), which tool or route, which sandbox, the SHA-256 of the call's canonical
 // arguments, a redacted summary of them (never a file's content, stdin, an environment

@@ -41,13 +41,13 @@ var Required = map[string]string{
 	"sandbox_commit": ScopeOperate, "image_pull": ScopeOperate,
 	"run": ScopeOperate, "run_cancel": ScopeOperate, "run_batch": ScopeOperate, "run_matrix": ScopeOperate,
 	"agent_compare": ScopeOperate, "agent_test": ScopeOperate,
-	// snapshots, fork, sleep, wake, diff (issue 15): reads list and compare; the rest write
+	// snapshots, fork, sleep, wake, diff: reads list and compare; the rest write
 	"snapshot_list": ScopeRead, "sandbox_diff": ScopeRead,
 	"sandbox_snapshot": ScopeOperate, "snapshot_delete": ScopeOperate, "sandbox_fork": ScopeOperate,
 	"sandbox_sleep": ScopeOperate, "sandbox_wake": ScopeOperate,
-	// the file relay (issue 17): moving files to and from joined machines writes
+	// the file relay: moving files to and from joined machines writes
 	"remote_pull": ScopeOperate, "remote_push": ScopeOperate,
-	// joined machines (issue 17): running on a machine operates it; its screen may show
+	// joined machines: running on a machine operates it; its screen may show
 	// anything, so a screenshot needs operate too
 	"remote_exec": ScopeOperate, "remote_screenshot": ScopeOperate,
 
@@ -83,7 +83,7 @@ var Required = map[string]string{
 	"GET /v1/sandboxes/{id}/expose":                ScopeRead,
 	"GET /v1/images":                               ScopeRead,
 	"GET /v1/images/inspect":                       ScopeRead,
-	"POST /v1/machines/{ref}/exec":                 ScopeOperate, // remote_exec (issue 17)
+	"POST /v1/machines/{ref}/exec":                 ScopeOperate, // remote_exec
 	"GET /v1/machines/{ref}/screenshot":            ScopeOperate, // remote_screenshot: the screen may show anything
 	"GET /v1/runs":                                 ScopeRead,
 	"GET /v1/runs/{id}":                            ScopeRead,
@@ -128,7 +128,7 @@ var Required = map[string]string{
 	"POST /v1/approvals/{id}/deny":                 ScopeAdmin,
 	"POST /v1/sql":                                 ScopeAdmin, // the views show every caller's calls and sandboxes
 	"DELETE /v1/keys/{ref}":                        ScopeAdmin,
-	// issue 15 (snapshots, fork, sleep, wake, diff)
+	// snapshots, fork, sleep, wake, diff
 	"GET /v1/sandboxes/{id}/snapshots":   ScopeRead,
 	"GET /v1/snapshots":                  ScopeRead,
 	"GET /v1/snapshots/{snapshot_id}":    ScopeRead,
@@ -139,13 +139,13 @@ var Required = map[string]string{
 	"POST /v1/sandboxes/{id}/fork":       ScopeOperate,
 	"POST /v1/sandboxes/{id}/sleep":      ScopeOperate,
 	"POST /v1/sandboxes/{id}/wake":       ScopeOperate,
-	// Warm pools (issue 15): setting one reserves server capacity, so it is admin.
+	// Warm pools: setting one reserves server capacity, so it is admin.
 	"pool_list": ScopeRead, "pool_set": ScopeAdmin, "pool_delete": ScopeAdmin,
 	"GET /v1/pools":           ScopeRead,
 	"PUT /v1/pools/{name}":    ScopeAdmin,
 	"POST /v1/pools/{name}":   ScopeAdmin,
 	"DELETE /v1/pools/{name}": ScopeAdmin,
-	// Joined machines (issue 17): join and connect check their own credential (a join token,
+	// Joined machines: join and connect check their own credential (a join token,
 	// the machine's key); reading the registry is read; removing machines, aliases and join
 	// tokens are admin.
 	"machine_list": ScopeRead, "machine_status": ScopeRead,
@@ -160,7 +160,7 @@ var Required = map[string]string{
 	"POST /v1/machines/tokens":                  ScopeAdmin,
 	"GET /v1/machines/tokens":                   ScopeAdmin,
 	"DELETE /v1/machines/tokens/{ref}":          ScopeAdmin,
-	// Remote jobs (issue 17): starting or canceling one runs or stops code on a joined machine.
+	// Remote jobs: starting or canceling one runs or stops code on a joined machine.
 	"remote_job_start": ScopeOperate, "remote_job_cancel": ScopeOperate,
 	"remote_job_list": ScopeRead, "remote_job_status": ScopeRead, "remote_job_logs": ScopeRead,
 	"POST /v1/machines/{ref}/jobs":                 ScopeOperate,

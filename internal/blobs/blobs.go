@@ -1,4 +1,4 @@
-// Package blobs is the server side of the file relay (issue 17 §8): files pulled from joined
+// Package blobs is the server side of the file relay: files pulled from joined
 // machines (remote_pull) or uploaded (POST /v1/blobs) are held as blobs under the server's state
 // dir, handed out through signed links (internal/linksign: the link is its own credential, valid
 // LinkTTL) and written to machines (remote_push) through the machine-side handler

@@ -67,7 +67,7 @@ type Config struct {
 	// Overcommit × (what the state dir's file system has free at start plus what adopted
 	// sandboxes' disks hold, less a tenth of its size, at most 4 GiB, kept for the host).
 	DiskBudgetMB int64
-	// SnapshotBudgetMB bounds what ready user snapshots hold on disk together (issue 15); the
+	// SnapshotBudgetMB bounds what ready user snapshots hold on disk together; the
 	// oldest are retired to make room. 0 = sandbox.DefaultSnapshotBudgetBytes (10 GiB).
 	SnapshotBudgetMB int64
 	// CgroupParent names the cgroup under which sandboxes get one each ("agentbox"). Two
@@ -87,10 +87,10 @@ type Config struct {
 	// MaxJobsPerSandbox bounds the running jobs of one sandbox (sandbox.DefaultMaxJobs, 64,
 	// which is also the agent's own bound).
 	MaxJobsPerSandbox int
-	// Network (issue 12). EgressAllowCIDRs open never-reachable ranges (private, loopback…)
+	// Network. EgressAllowCIDRs open never-reachable ranges (private, loopback…)
 	// to sandboxes whose policy allows them, for labs and tests (--egress-allow-cidr).
 	EgressAllowCIDRs []string
-	// AllowPrivateNetwork (issue 16, --allow-private-network) lets a private-network range
+	// AllowPrivateNetwork (--allow-private-network) lets a private-network range
 	// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, link-local) be an upstream target
 	// (EgressAllowCIDRs) or, with AllowRemote, the listen address.
 	AllowPrivateNetwork bool
@@ -105,7 +105,7 @@ type Config struct {
 	// EgressUpstreamCA is a PEM file of extra roots trusted for upstreams whose TLS the
 	// egress proxy terminates (secrets); for tests (--egress-upstream-ca).
 	EgressUpstreamCA string
-	// Images (issue 13). ImageCacheMB bounds the image cache (<state>/images); 0: 10% of the
+	// Images. ImageCacheMB bounds the image cache (<state>/images); 0: 10% of the
 	// state dir's file system, at most 20 GiB (--image-cache-mb). RegistryAuth are
 	// host=user:password credentials (--registry-auth), RegistryAuthFile a file of them, one a
 	// line (--registry-auth-file); InsecureRegistries are hosts reached over plain HTTP
@@ -114,7 +114,7 @@ type Config struct {
 	RegistryAuth       []string
 	RegistryAuthFile   string
 	InsecureRegistries []string
-	// Durable runs (issue 14). RunWorkers bounds the runs this server executes at once (0:
+	// Durable runs. RunWorkers bounds the runs this server executes at once (0:
 	// runs.DefaultWorkers; --run-workers); CheckoutDirs are the host directories a file://
 	// repo_url may name (--checkout-dir; none: file:// is refused); ArtifactMB bounds the run
 	// blob store of logs and artifacts (0: runs.DefaultArtifactBudgetBytes; --artifact-mb);
@@ -124,11 +124,11 @@ type Config struct {
 	CheckoutDirs []string
 	ArtifactMB   int64
 	RunRetention time.Duration
-	// The audit log (issue 16): how long records are kept (--audit-retention) and how many at
+	// The audit log: how long records are kept (--audit-retention) and how many at
 	// most (--audit-max-rows); pruned hourly.
 	AuditRetention time.Duration
 	AuditMaxRows   int
-	// Approvals (issue 16). ApprovalRequired (--approval-required, AGENTBOX_APPROVAL_REQUIRED=1)
+	// Approvals. ApprovalRequired (--approval-required, AGENTBOX_APPROVAL_REQUIRED=1)
 	// makes every call that acts wait for an operator's decision; ApprovalTools
 	// (--approval-tools exec,file_write,…) gates only these tools (and their REST routes);
 	// ApprovalTimeout is how long a call waits (--approval-timeout, default 5m);
@@ -137,14 +137,14 @@ type Config struct {
 	ApprovalTools    []string
 	ApprovalTimeout  time.Duration
 	ApprovalElicit   bool
-	// Several replicas (issue 18): LeaseTTL is how long the node's lifecycle lease lasts
+	// Several replicas: LeaseTTL is how long the node's lifecycle lease lasts
 	// unless renewed (renewed every third of it; --lease-ttl): a dead holder's lifecycle work is
 	// taken over by another replica within it.
 	LeaseTTL time.Duration
 	// ReadyTimeout bounds a create's wait for the new sandbox's agent to answer (--ready-timeout;
 	// 0: 15 s, or 3 min with the kubernetes runtime, whose kubelet pulls the image meanwhile).
 	ReadyTimeout time.Duration
-	// Kubernetes (issue 18): with --runtime kubernetes (or kubernetes-gvisor) the server runs
+	// Kubernetes: with --runtime kubernetes (or kubernetes-gvisor) the server runs
 	// every sandbox as a pod in KubeNamespace of the cluster KubeConfig names (--kube-config;
 	// "": the in-cluster config), under RuntimeClass KubeRuntimeClassProcess
 	// (--kube-runtime-class-process, runtime kubernetes) or KubeRuntimeClassKernel
@@ -208,7 +208,7 @@ func Default() Config {
 		AuditRetention: audit.DefaultRetention, AuditMaxRows: audit.DefaultMaxRows,
 		LeaseTTL:      lease.DefaultTTL,
 		KubeNamespace: "default", KubeRuntimeClassProcess: "runc", KubeRuntimeClassKernel: "gvisor"}
-	c.ApprovalRequired, c.ApprovalTimeout = os.Getenv("AGENTBOX_APPROVAL_REQUIRED") == "1", 5*time.Minute // approvals (issue 16)
+	c.ApprovalRequired, c.ApprovalTimeout = os.Getenv("AGENTBOX_APPROVAL_REQUIRED") == "1", 5*time.Minute // approvals
 	c.StateDir = DefaultStateDir()
 	c.TokenFile = DefaultTokenFile()
 	c.Token = os.Getenv("AGENTBOX_TOKEN")
@@ -309,7 +309,7 @@ func (c *Config) Validate() error {
 	if c.EgressUpstreamCA != "" && !filepath.IsAbs(c.EgressUpstreamCA) {
 		errs = append(errs, fmt.Sprintf("--egress-upstream-ca %q must be an absolute path", c.EgressUpstreamCA))
 	}
-	// durable runs (issue 14)
+	// durable runs
 	if c.RunWorkers < 0 || c.RunWorkers > MaxRunWorkers {
 		errs = append(errs, fmt.Sprintf("--run-workers %d must be between 1 and %d (0 = the default, %d)", c.RunWorkers, MaxRunWorkers, runs.DefaultWorkers))
 	}
@@ -324,14 +324,14 @@ func (c *Config) Validate() error {
 	if c.RunRetention < MinRunRetention {
 		errs = append(errs, fmt.Sprintf("--run-retention %v must be at least %v (how long settled runs, their logs and artifacts are kept; default %v)", c.RunRetention, MinRunRetention, runs.DefaultRetention))
 	}
-	// several replicas (issue 18)
+	// several replicas
 	if c.LeaseTTL < MinLeaseTTL || c.LeaseTTL > MaxLeaseTTL {
 		errs = append(errs, fmt.Sprintf("--lease-ttl %v must be between %v and %v (default %v)", c.LeaseTTL, MinLeaseTTL, MaxLeaseTTL, lease.DefaultTTL))
 	}
 	if c.ReadyTimeout != 0 && (c.ReadyTimeout < MinReadyTimeout || c.ReadyTimeout > MaxReadyTimeout) {
 		errs = append(errs, fmt.Sprintf("--ready-timeout %v must be between %v and %v (0 = the default: %v, %v with the kubernetes runtime)", c.ReadyTimeout, MinReadyTimeout, MaxReadyTimeout, DefaultReadyTimeout, KubeReadyTimeout))
 	}
-	// approvals (issue 16)
+	// approvals
 	if c.ApprovalTimeout < time.Second || c.ApprovalTimeout > 24*time.Hour {
 		errs = append(errs, fmt.Sprintf("--approval-timeout %v must be between 1s and 24h (default 5m)", c.ApprovalTimeout))
 	}
@@ -410,7 +410,7 @@ func ReadToken() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// privateRanges are the private-network ranges (issue 16's --allow-private-network).
+// privateRanges are the private-network ranges (serve's --allow-private-network).
 var privateRanges = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
 	netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("100.64.0.0/10"),

@@ -42,7 +42,7 @@ func TestJobSettings(t *testing.T) {
 	}
 }
 
-// TestRunSettings: the run settings' defaults and bounds (issue 14).
+// TestRunSettings: the run settings' defaults and bounds.
 func TestRunSettings(t *testing.T) {
 	c := config.Default()
 	c.StateDir = "/var/lib/agentbox-test"
@@ -73,7 +73,7 @@ func TestRunSettings(t *testing.T) {
 }
 
 // TestPrivateNetworkNeedsFlag: an --egress-allow-cidr overlapping a private-network range is
-// refused without --allow-private-network (issue 16); loopback and public ranges are not
+// refused without --allow-private-network; loopback and public ranges are not
 // private.
 func TestPrivateNetworkNeedsFlag(t *testing.T) {
 	for cidr, private := range map[string]bool{

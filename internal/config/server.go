@@ -11,7 +11,7 @@ import (
 type ServerInfo struct {
 	URL string `json:"url"`
 	PID int    `json:"pid"`
-	// TLS (issue 16): the SHA-256 fingerprint of the server's certificate, and the file of a
+	// TLS: the SHA-256 fingerprint of the server's certificate, and the file of a
 	// self-signed one, which local clients pin and trust without being told.
 	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
 	TLSCert        string `json:"tls_cert,omitempty"`

@@ -43,7 +43,7 @@ const (
 	PermissionDenied Code = "PERMISSION_DENIED"
 )
 
-// Approvals (issue 16).
+// Approvals.
 const (
 	// ApprovalRefused: a gated call did not run: an operator denied it (details.reason), nobody
 	// decided in time (details.unreachable: true), or its approval was already used
@@ -53,7 +53,7 @@ const (
 	ApprovalNotFound Code = "APPROVAL_NOT_FOUND"
 )
 
-func init() { Codes = append(Codes, ApprovalRefused, ApprovalNotFound) } // approvals (issue 16)
+func init() { Codes = append(Codes, ApprovalRefused, ApprovalNotFound) } // approvals
 
 // Codes lists every code, for documentation and tests.
 var Codes = []Code{SandboxNotFound, SandboxNotRunning, CapacityUnavailable, CommandTimeout,
@@ -130,23 +130,23 @@ func Message(err error) string {
 // Is reports whether err carries code.
 func Is(err error, code Code) bool { return err != nil && Of(err) == code }
 
-// Snapshots (issue 15).
+// Snapshots.
 const (
 	// SnapshotNotFound: no snapshot of that id (or it was deleted, or never became ready).
 	SnapshotNotFound Code = "SNAPSHOT_NOT_FOUND"
 )
 
-func init() { Codes = append(Codes, SnapshotNotFound) } // snapshots (issue 15)
+func init() { Codes = append(Codes, SnapshotNotFound) } // snapshots
 
-// Warm pools (issue 15).
+// Warm pools.
 const (
 	// PoolNotFound: no warm pool of that name.
 	PoolNotFound Code = "POOL_NOT_FOUND"
 )
 
-func init() { Codes = append(Codes, PoolNotFound) } // warm pools (issue 15)
+func init() { Codes = append(Codes, PoolNotFound) } // warm pools
 
-// Joined machines (issue 17).
+// Joined machines.
 const (
 	// MachineNotFound: no joined machine of that id, name or alias (or it was removed).
 	MachineNotFound Code = "MACHINE_NOT_FOUND"
@@ -165,4 +165,4 @@ const (
 
 func init() {
 	Codes = append(Codes, MachineNotFound, MachineOffline, GPUBusy, RateLimited, BlobNotFound)
-} // issue 17
+} // joined machines

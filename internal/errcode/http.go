@@ -5,13 +5,13 @@ import "net/http"
 // HTTPStatus is the status code every HTTP edge (REST API, guest protocol) uses for code.
 func HTTPStatus(code Code) int {
 	switch code {
-	case ApprovalRefused: // approvals (issue 16)
+	case ApprovalRefused: // approvals
 		return http.StatusForbidden
 	case ApprovalNotFound, SnapshotNotFound:
 		return http.StatusNotFound
-	case PoolNotFound: // warm pools (issue 15)
+	case PoolNotFound: // warm pools
 		return http.StatusNotFound
-	case MachineNotFound, BlobNotFound: // joined machines (issue 17)
+	case MachineNotFound, BlobNotFound: // joined machines
 		return http.StatusNotFound
 	case MachineOffline:
 		return http.StatusServiceUnavailable

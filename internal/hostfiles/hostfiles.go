@@ -1,4 +1,4 @@
-// Package hostfiles is the machine side of the file relay (issue 17 §8): an http.Handler, mounted
+// Package hostfiles is the machine side of the file relay: an http.Handler, mounted
 // by the machine agent under /files/, that streams a regular file out (read) and writes one in
 // atomically (write), and the Client the server uses to call it over the machine's connection.
 //

@@ -1,4 +1,4 @@
-// Package hostjobs is the machine side of remote jobs (issue 17): a joined machine's agent starts
+// Package hostjobs is the machine side of remote jobs: a joined machine's agent starts
 // detached commands that outlive the call, the agent and (on Linux, under systemd) the agent's
 // service restart. Each job lives in a directory of the agent's state dir: its spec, its output
 // (stdout and stderr interleaved, written by the job itself), a pid file and an exit marker

@@ -1,4 +1,4 @@
-// Package machine is the server side of joined machines (issue 17): enrollment with join
+// Package machine is the server side of joined machines: enrollment with join
 // tokens, the connect handshake (a nonce signed with the machine's ed25519 key) and the one
 // yamux session per machine that runs over its WebSocket, the map of live sessions, heartbeats,
 // and Registry.Client, through which feature services reach a machine's HTTP handlers (one

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// The file relay (issue 17 §8): remote_pull, remote_push.
+// The file relay: remote_pull, remote_push.
 
 // RelayBackend is what the relay tools need; *blobs.Service satisfies it.
 type RelayBackend interface {

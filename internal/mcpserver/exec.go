@@ -27,7 +27,7 @@ type ExecIn struct {
 	MaxOutputBytes int64             `json:"max_output_bytes,omitempty" jsonschema:"Output kept per stream; default 1048576 (1 MiB), at most 16777216. The rest is counted, not kept."`
 	User           string            `json:"user,omitempty" jsonschema:"Who runs the command: omit for the sandbox's unprivileged user agent (uid 1000, home /home/agent), or \"root\" for package installs and other system changes inside the sandbox."`
 	Background     bool              `json:"background,omitempty" jsonschema:"Start the command as a detached job (as job_start) and return at once with {job_id, sandbox_id, state, started_at, argv}; stdin, timeout_seconds and max_output_bytes do not apply."`
-	// issue 15 (snapshots.go)
+	// snapshots, diff (snapshots.go)
 	Changes    bool `json:"changes,omitempty" jsonschema:"Also return the paths the command changed in the sandbox's files (changes: [{path, change: added|modified|deleted, type, size, mode}], at most 1000; changes_truncated when more did). Not with background."`
 	Checkpoint bool `json:"checkpoint,omitempty" jsonschema:"Snapshot the sandbox after the command (snapshot_id in the reply; checkpoint_error, with the command's result kept, if it could not be taken): a point to fork from or diff against. Not with background."`
 }
@@ -46,7 +46,7 @@ type ExecOut struct {
 	DurationMs   int64  `json:"duration_ms" jsonschema:"Wall time in milliseconds."`
 	TimedOut     bool   `json:"timed_out" jsonschema:"True when timeout_seconds passed and the command was killed."`
 	OOMKilled    bool   `json:"oom_killed,omitempty" jsonschema:"True when the sandbox ran out of memory (memory_mb) and the command was killed for it."`
-	// With changes or checkpoint (issue 15).
+	// With changes or checkpoint.
 	Changes          []ChangeOut `json:"changes,omitempty" jsonschema:"With changes: the paths the command changed."`
 	ChangesTruncated bool        `json:"changes_truncated,omitempty" jsonschema:"With changes: more paths changed than are listed; sandbox_diff against a snapshot lists them all."`
 	SnapshotID       string      `json:"snapshot_id,omitempty" jsonschema:"With checkpoint: the snapshot taken after the command."`

@@ -9,7 +9,7 @@ import (
 	"github.com/agentbox/agentbox/internal/machine"
 )
 
-// Joined machines (issue 17): machine_list, machine_status.
+// Joined machines: machine_list, machine_status.
 
 // MachineBackend is what the machine tools need: the registry in process (RegistryMachines),
 // the REST client over a running serve.

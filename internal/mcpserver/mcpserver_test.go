@@ -17,26 +17,26 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", // durable runs (issue 14); api_call (issue 16)
+var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", // durable runs; api_call
 	"exec", "execute_sql", "fetch_metrics", "file_list", "file_read", "file_write", "health",
-	"image_list", "image_pull", // images (issue 13)
+	"image_list", "image_pull", // images
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
-	"machine_list", "machine_status", // joined machines (issue 17)
-	"pool_delete", "pool_list", "pool_set", // warm pools (issue 15)
-	"remote_exec",                                                                                      // joined machines (issue 17)
-	"remote_job_cancel", "remote_job_list", "remote_job_logs", "remote_job_start", "remote_job_status", // remote jobs (issue 17)
-	"remote_pull", "remote_push", // the file relay (issue 17)
-	"remote_screenshot",                                                                                             // joined machines (issue 17)
-	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs (issue 14)
-	"run_python", "run_shell", // data-assistant tools (issue 16)
+	"machine_list", "machine_status", // joined machines
+	"pool_delete", "pool_list", "pool_set", // warm pools
+	"remote_exec",                                                                                      // joined machines
+	"remote_job_cancel", "remote_job_list", "remote_job_logs", "remote_job_start", "remote_job_status", // remote jobs
+	"remote_pull", "remote_push", // the file relay
+	"remote_screenshot",                                                                                             // joined machines
+	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs
+	"run_python", "run_shell", // data-assistant tools
 	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy",
-	"sandbox_diff", // issue 15
+	"sandbox_diff",
 	"sandbox_expose", "sandbox_extend",
-	"sandbox_fork", // issue 15
+	"sandbox_fork",
 	"sandbox_get", "sandbox_list", "sandbox_metrics", "sandbox_network_update", "sandbox_secret_calls",
-	"sandbox_sleep", "sandbox_snapshot", // issue 15
+	"sandbox_sleep", "sandbox_snapshot",
 	"sandbox_unexpose",
-	"sandbox_wake", "snapshot_delete", "snapshot_list", // issue 15
+	"sandbox_wake", "snapshot_delete", "snapshot_list",
 	"watch", "watch_fleet"}
 
 // TestToolsList: every tool is listed with a description, an input schema and an output schema;
@@ -70,18 +70,18 @@ func TestToolsList(t *testing.T) {
 			return s
 		}
 		wantArgs := map[string][]string{
-			"run_python":    {"code", "sandbox_id", "timeout_seconds", "network", "keep"}, // issue 16
+			"run_python":    {"code", "sandbox_id", "timeout_seconds", "network", "keep"},
 			"run_shell":     {"code", "sandbox_id", "timeout_seconds", "network", "keep"},
 			"fetch_metrics": {"name", "prefix", "sandbox_id", "window_seconds"},
 			"sandbox_create": {"image", "runtime", "cpu", "memory_mb", "disk_mb", "ttl_seconds", "env", "labels", "requirements", "network", "secrets",
-				"snapshot", "auto_wake", "ttl_while_sleeping"}, // issue 15
-			// network (issue 12)
+				"snapshot", "auto_wake", "ttl_while_sleeping"},
+			// network
 			"sandbox_network_update": {"sandbox_id", "allow", "deny"},
 			"sandbox_connections":    {"sandbox_id", "after", "limit"},
 			"sandbox_secret_calls":   {"sandbox_id", "after", "limit"},
 			"sandbox_expose":         {"sandbox_id", "port", "public"},
 			"sandbox_unexpose":       {"sandbox_id", "port"},
-			// images (issue 13)
+			// images
 			"image_pull":      {"ref"},
 			"sandbox_commit":  {"sandbox_id", "name"},
 			"sandbox_get":     {"sandbox_id"},
@@ -91,7 +91,7 @@ func TestToolsList(t *testing.T) {
 			"file_write":      {"sandbox_id", "path", "content", "content_base64", "mode"},
 			"file_read":       {"sandbox_id", "path", "offset", "length"},
 			"file_list":       {"sandbox_id", "path"},
-			// durable runs (issue 14): the issue's names
+			// durable runs: the names the contract gives
 			"run": {"repo_url", "ref", "setup", "command", "validation_commands", "artifacts", "env", "secrets", "image", "runtime",
 				"cpu", "memory_mb", "disk_mb", "network", "requirements", "timeout_seconds", "phase_timeout_seconds", "retention",
 				"keep_ttl_seconds", "idempotency_key", "wait"},
@@ -99,7 +99,7 @@ func TestToolsList(t *testing.T) {
 			"run_matrix":    {"base", "axes", "max_parallel", "wait"},
 			"agent_compare": {"baseline", "candidate", "target_repo_url", "target_ref", "task", "build_command", "setup_command", "validation_commands", "repetitions"},
 			"agent_test":    {"candidate", "keep_sandbox"},
-			// snapshots, fork, sleep, wake, diff (issue 15): the issue's names
+			// snapshots, fork, sleep, wake, diff: the names the contract gives
 			"sandbox_snapshot": {"sandbox_id", "memory", "labels"},
 			"snapshot_list":    {"sandbox_id", "cursor", "limit"},
 			"snapshot_delete":  {"snapshot_id"},
@@ -114,23 +114,23 @@ func TestToolsList(t *testing.T) {
 			"file_read":      {"size"},
 			"health":         {"runtimes", "capacity", "version"},
 			"sandbox_list":   {"sandboxes", "count"},
-			// network (issue 12)
+			// network
 			"sandbox_connections":  {"sandbox_id", "connections", "next"},
 			"sandbox_secret_calls": {"sandbox_id", "calls", "next"},
 			"sandbox_expose":       {"url", "port", "public", "access_token"},
-			// images (issue 13)
+			// images
 			"image_list":     {"images", "count"},
 			"image_pull":     {"ref", "digest", "layers", "in_use"},
 			"sandbox_commit": {"sandbox_id", "image"},
-			// durable runs (issue 14): the issue's names
+			// durable runs: the names the contract gives
 			"run":       {"run_id", "state", "commit", "phases", "changed_files", "diff", "artifacts", "started_at", "finished_at", "sandbox_id", "cleanup_failed"},
 			"run_get":   {"run_id", "state", "phases"},
 			"run_batch": {"batch_id", "runs", "submission_failures"},
-			// issue 16
+			// the data-assistant tools
 			"run_python":    {"sandbox_id", "kept", "exit_code", "stdout", "stderr", "truncated", "timed_out", "duration_ms", "value", "exception", "artifacts"},
 			"run_shell":     {"sandbox_id", "kept", "exit_code", "stdout", "stderr", "artifacts"},
 			"fetch_metrics": {"metrics", "truncated", "sandbox", "history"},
-			// issue 15
+			// snapshots, forks, sleep, wake, diff
 			"sandbox_snapshot": {"snapshot_id", "kind", "size_bytes", "sandbox_id", "state", "created_at"},
 			"snapshot_list":    {"snapshots", "count", "next_cursor"},
 			"snapshot_delete":  {"snapshot_id", "deleted"},
@@ -157,9 +157,9 @@ func TestToolsList(t *testing.T) {
 					t.Errorf("%s: output has no %q", name, f)
 				}
 			}
-			// Issue 16's data-assistant tools take an optional sandbox_id (omitted: a fresh sandbox, or the server).
+			// The data-assistant tools take an optional sandbox_id (omitted: a fresh sandbox, or the server).
 			optionalID := name == "run_python" || name == "run_shell" || name == "fetch_metrics" ||
-				name == "snapshot_list" // issue 15: a filter
+				name == "snapshot_list" // a filter
 			if _, ok := in.Properties["sandbox_id"]; ok && !optionalID && !slices.Contains(in.Required, "sandbox_id") {
 				t.Errorf("%s: sandbox_id must be required", name)
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Warm pools (issue 15): pool_set, pool_list, pool_delete.
+// Warm pools: pool_set, pool_list, pool_delete.
 
 // PoolBackend is what the pool tools need from the control plane (*sandbox.Service). A backend
 // without it answers UNSUPPORTED_OPERATION.

@@ -15,7 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/screenshot"
 )
 
-// Joined machines (issue 17): remote_exec and remote_screenshot over Options.Remote.
+// Joined machines: remote_exec and remote_screenshot over Options.Remote.
 
 // RemoteBackend runs commands on and takes screenshots of joined machines: the services in
 // process, the REST client over a running serve.

@@ -15,7 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/remotejobs"
 )
 
-// Remote jobs (issue 17): remote_job_start, remote_job_list, remote_job_status,
+// Remote jobs: remote_job_start, remote_job_list, remote_job_status,
 // remote_job_logs, remote_job_cancel.
 
 // RemoteJobBackend is what the remote job tools need: *remotejobs.Service in process,

@@ -20,7 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Durable runs (issue 14): run, run_get, run_list, run_cancel, run_events, run_logs,
+// Durable runs: run, run_get, run_list, run_cancel, run_events, run_logs,
 // run_artifact, run_batch, run_matrix, agent_compare, agent_test, batch_get.
 
 // RunsBackend is what the run tools need of the run service; *runs.Service satisfies it and

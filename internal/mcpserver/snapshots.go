@@ -13,7 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Snapshots, fork, sleep, wake and diff (issue 15): sandbox_snapshot, snapshot_list,
+// Snapshots, fork, sleep, wake and diff: sandbox_snapshot, snapshot_list,
 // snapshot_delete, sandbox_fork, sandbox_sleep, sandbox_wake, sandbox_diff.
 
 // SnapshotBackend is what the snapshot tools need of the control plane (part of Backend).

@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sqlquery"
 )
 
-// execute_sql (issue 16): read-only SQL over the store's published views (sqlquery.Views).
+// execute_sql: read-only SQL over the store's published views (sqlquery.Views).
 
 // SQLIn is execute_sql's input.
 type SQLIn struct {

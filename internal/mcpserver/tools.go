@@ -145,17 +145,17 @@ func errorsDoc(items ...string) string {
 }
 
 func (s *Server) addTools() {
-	s.addMetricsTools()  // metrics (issue 11): sandbox_metrics
-	s.addImageTools()    // images (issue 13): image_list, image_pull, sandbox_commit
-	s.addRunTools()      // durable runs (issue 14, runs.go): run, run_*, agent_*, batch_get
-	s.addAPICallTool()   // the raw API tool (issue 16, apicall.go): api_call
-	s.addSQLTool()       // execute_sql (issue 16, sql.go)
-	s.addSnippetTools()  // data-assistant tools (issue 16, snippet.go): run_python, run_shell
-	s.addFetchMetrics()  // issue 16 (fetch_metrics.go): fetch_metrics
-	s.addRemoteTools()   // joined machines (issue 17, remote.go): remote_exec, remote_screenshot
-	s.addMachineTools()  // joined machines (issue 17, machines.go): machine_list, machine_status
-	s.addRelayTools()    // the file relay (issue 17, blobs.go): remote_pull, remote_push
-	s.addSnapshotTools() // issue 15 (snapshots.go): sandbox_snapshot, snapshot_list, snapshot_delete, sandbox_fork, sandbox_sleep, sandbox_wake, sandbox_diff
+	s.addMetricsTools()  // metrics: sandbox_metrics
+	s.addImageTools()    // images: image_list, image_pull, sandbox_commit
+	s.addRunTools()      // durable runs (runs.go): run, run_*, agent_*, batch_get
+	s.addAPICallTool()   // the raw API tool (apicall.go): api_call
+	s.addSQLTool()       // execute_sql (sql.go)
+	s.addSnippetTools()  // data-assistant tools (snippet.go): run_python, run_shell
+	s.addFetchMetrics()  // fetch_metrics.go
+	s.addRemoteTools()   // joined machines (remote.go): remote_exec, remote_screenshot
+	s.addMachineTools()  // joined machines (machines.go): machine_list, machine_status
+	s.addRelayTools()    // the file relay (blobs.go): remote_pull, remote_push
+	s.addSnapshotTools() // snapshots.go: sandbox_snapshot, snapshot_list, snapshot_delete, sandbox_fork, sandbox_sleep, sandbox_wake, sandbox_diff
 	addTool(s, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Create a sandbox",
@@ -173,7 +173,7 @@ Keep ttl_seconds honest: ask for about as long as the task needs; sandbox_extend
 	}, func(in *jsonschema.Schema) {
 		in.Properties["requirements"].Properties["isolation"].Enum = []any{"process", "kernel", "vm"}
 		in.Properties["requirements"].Properties["network"].Enum = []any{"none", "egress"}
-		tweakCreateNetwork(in) // network (issue 12)
+		tweakCreateNetwork(in) // network
 	}, s.sandboxCreate)
 
 	addTool(s, &mcp.Tool{
@@ -218,9 +218,9 @@ Extend by about what the remaining work needs; do not keep sandboxes alive "just
 	s.addWatchTools() // watch, watch_fleet (watch.go)
 	s.addFileTools()
 	s.addJobTools()
-	s.addNetworkTools()   // network (issue 12): sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose, sandbox_unexpose
-	s.addPoolTools()      // warm pools (issue 15, pools.go): pool_set, pool_list, pool_delete
-	s.addRemoteJobTools() // remote jobs (issue 17, remotejobs.go): remote_job_*
+	s.addNetworkTools()   // network: sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose, sandbox_unexpose
+	s.addPoolTools()      // warm pools (pools.go): pool_set, pool_list, pool_delete
+	s.addRemoteJobTools() // remote jobs (remotejobs.go): remote_job_*
 
 	addTool(s, &mcp.Tool{
 		Name:  "health",
@@ -250,7 +250,7 @@ type SandboxInfo struct {
 	ExpiresInSeconds int64             `json:"expires_in_seconds" jsonschema:"Seconds until expiry; 0 once it has ended."`
 	Reason           string            `json:"reason,omitempty" jsonschema:"Why a finished sandbox ended (destroyed on request, ttl expired, failed or lost)."`
 	Network          *PolicyIn         `json:"network,omitempty" jsonschema:"The sandbox's egress policy; absent: network none (no network at all)."`
-	// snapshots, sleep and pools (issue 15)
+	// snapshots, sleep and pools
 	FromSnapshot     string    `json:"from_snapshot,omitempty" jsonschema:"The snapshot the sandbox was made from (sandbox_create snapshot, sandbox_fork)."`
 	AutoWake         bool      `json:"auto_wake,omitempty" jsonschema:"An exec or file call while it sleeps wakes it first."`
 	TTLWhileSleeping bool      `json:"ttl_while_sleeping,omitempty" jsonschema:"Its TTL keeps running while it sleeps (default: sleeping time does not count)."`
@@ -314,10 +314,10 @@ type CreateIn struct {
 	Labels         map[string]string `json:"labels,omitempty" jsonschema:"Free-form labels to recognise the sandbox by."`
 	Requirements   *Requirements     `json:"requirements,omitempty" jsonschema:"Minimum guarantees (isolation, network); the call fails if no runtime meets them."`
 	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"A key of your choice (at most 256 bytes) that makes retrying safe: a create with a key this client already used returns the sandbox the first one made instead of a second one."`
-	// network (issue 12, network.go): the published schema is networkSchema's oneOf.
+	// network (network.go): the published schema is networkSchema's oneOf.
 	Network any                 `json:"network,omitempty"`
 	Secrets map[string]SecretIn `json:"secrets,omitempty" jsonschema:"Secrets by environment variable name: {\"OPENAI_API_KEY\": {\"from\": \"env:OPENAI_API_KEY\", \"hosts\": [\"api.openai.com\"]}}. The sandbox sees NAME=<placeholder>; agentbox's proxy swaps in the real value only on requests to the secret's hosts (which the network policy must allow). The value never enters the sandbox."`
-	// snapshots and sleep (issue 15, snapshots.go)
+	// snapshots and sleep (snapshots.go)
 	Snapshot         string `json:"snapshot,omitempty" jsonschema:"Start from this snapshot (a snapshot_id from sandbox_snapshot or snapshot_list) instead of an image: its files, and its running processes when its kind is files+memory. The image, runtime and disk_mb are the snapshot's; do not pass others."`
 	AutoWake         bool   `json:"auto_wake,omitempty" jsonschema:"When the sandbox sleeps (sandbox_sleep), an exec or file call wakes it first instead of failing with SANDBOX_NOT_RUNNING."`
 	TTLWhileSleeping bool   `json:"ttl_while_sleeping,omitempty" jsonschema:"Let the TTL keep running while the sandbox sleeps (default: sleeping time does not count against ttl_seconds)."`
@@ -334,13 +334,13 @@ func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, i
 	if in.Requirements != nil {
 		req.Requirements = sandbox.Requirements{Isolation: in.Requirements.Isolation, Network: in.Requirements.Network}
 	}
-	nw, err := networkArg(in.Network) // network (issue 12)
+	nw, err := networkArg(in.Network) // network
 	if err != nil {
 		return SandboxInfo{}, "", err
 	}
 	req.Network, req.Secrets = nw, secretsArg(in.Secrets)
 	owner, session := s.ownerOf(ctx, call.Session)
-	stop := s.pullProgress(&ctx, call, req.Image) // images (issue 13, images.go)
+	stop := s.pullProgress(&ctx, call, req.Image) // images (images.go)
 	sb, err := s.b.Create(sandbox.WithOwner(ctx, owner), req)
 	stop()
 	if err != nil {
@@ -441,7 +441,7 @@ type CapacityInfo struct {
 	HostMemoryReserveMB   int64 `json:"host_memory_reserve_mb,omitempty" jsonschema:"Memory admission keeps for the host (MiB)."`
 	HostDiskFreeMB        int64 `json:"host_disk_free_mb,omitempty" jsonschema:"Disk the state directory's file system has free now (MiB)."`
 	HostDiskReserveMB     int64 `json:"host_disk_reserve_mb,omitempty" jsonschema:"Disk admission keeps for the host (MiB)."`
-	// Warm pools (issue 15, pools.go): their sandboxes count in live and the budgets.
+	// Warm pools (pools.go): their sandboxes count in live and the budgets.
 	Pools     []PoolInfo `json:"pools,omitempty" jsonschema:"Warm pools: target size, ready, starting, hits and misses (pool_list)."`
 	MaxPooled int        `json:"max_pooled,omitempty" jsonschema:"Bound on the sum of the pools' sizes."`
 }
@@ -452,7 +452,7 @@ func capacityInfo(c sandbox.Capacity) CapacityInfo {
 		DiskBudgetMB: c.DiskBudgetMB, DiskUsedMB: c.DiskUsedMB, DiskFreeMB: -1, Overcommit: c.Overcommit,
 		HostMemoryAvailableMB: c.MemoryAvailableMB, HostMemoryReserveMB: c.MemoryReserveMB,
 		HostDiskFreeMB: c.DiskFreeMB, HostDiskReserveMB: c.DiskReserveMB, MaxPooled: c.MaxPooled}
-	for _, p := range c.Pools { // warm pools (issue 15)
+	for _, p := range c.Pools { // warm pools
 		ci.Pools = append(ci.Pools, poolInfo(p))
 	}
 	if c.CPUBudget > 0 {

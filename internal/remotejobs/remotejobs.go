@@ -1,4 +1,4 @@
-// Package remotejobs is the server side of remote jobs (issue 17): it records each job on a
+// Package remotejobs is the server side of remote jobs: it records each job on a
 // joined machine before asking the machine to start it, reserves the GPU a job asks for
 // exclusively (GPU_BUSY for a second job wanting it; an index the machine never reported is
 // refused before anything is written), and converges those records with what the machines say:

@@ -1,4 +1,4 @@
-// Package remoteops is the server side of remote_exec and remote_screenshot (issue 17): the
+// Package remoteops is the server side of remote_exec and remote_screenshot: the
 // services the REST, MCP and CLI surfaces call with a machine reference. They resolve the
 // machine through Machines (*machine.Registry in the server), check the request against its
 // platform and bound the call; the machine-side handlers and their clients are

@@ -19,7 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/testenv/pglab"
 )
 
-// Several replicas (issue 18): the run workers run only on the holder of the node's lifecycle
+// Several replicas: the run workers run only on the holder of the node's lifecycle
 // lease, as `agentbox serve` wires them (cmd/agentbox wire.go startLoop), and a run started and
 // waited on through another replica is executed there and seen settled here.
 

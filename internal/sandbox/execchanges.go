@@ -8,7 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/fsdiff"
 )
 
-// exec's changes and checkpoint (issue 15), as flash_exec has them.
+// exec's changes and checkpoint, as flash_exec has them.
 //
 // changes: a manifest of the sandbox's writable trees (path, type, size, mode, owner, mtime,
 // ctime, inode; no content) is taken before the command and after it, and what differs is the

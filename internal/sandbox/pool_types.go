@@ -7,7 +7,7 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 )
 
-// Warm pools (issue 15): a pool keeps Size ready sandboxes of one shape so that a create of that
+// Warm pools: a pool keeps Size ready sandboxes of one shape so that a create of that
 // shape claims one instead of starting one (pools.go).
 
 // Pool is a warm pool's configuration: its name, the shape of the sandboxes it holds and how

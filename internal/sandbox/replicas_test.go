@@ -16,7 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Several replicas (issue 18) on the fake runtime: two or three sandbox.Service instances, each
+// Several replicas on the fake runtime: two or three sandbox.Service instances, each
 // with its own handle on one shared store and its own Owner of the node's lifecycle lease, over
 // one fake runtime (the cluster they share), as `agentbox serve` wires them (cmd/agentbox
 // wire.go startLoop).

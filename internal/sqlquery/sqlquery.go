@@ -1,4 +1,4 @@
-// Package sqlquery is the contract of execute_sql (issue 16): read-only SQL over a fixed set of
+// Package sqlquery is the contract of execute_sql: read-only SQL over a fixed set of
 // published views of the store (Views), with a row limit, a result-size bound and a query
 // timeout. A store driver implements Querier and enforces the contract with the database itself
 // (for SQLite: a separate read-only connection whose authorizer allows only SELECT and reads of

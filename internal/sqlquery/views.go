@@ -42,7 +42,7 @@ func c(name, typ, doc string) []Column { return []Column{{name, typ, doc}} }
 
 // Views are the published views, in documentation order.
 var Views = []View{
-	{Name: "audit_log", Doc: "every call on every surface (issue 16's audit log), oldest first by seq",
+	{Name: "audit_log", Doc: "every call on every surface (the audit log), oldest first by seq",
 		Columns: cols(
 			c("seq", "integer", "the record's cursor (increasing)"),
 			times("time", "when the call started"),
@@ -110,7 +110,7 @@ var Views = []View{
 			times("created_at", "created"),
 			times("updated_at", "last changed"),
 		)},
-	{Name: "runs", Doc: "durable runs (issue 14)",
+	{Name: "runs", Doc: "durable runs",
 		Columns: cols(
 			c("id", "text", "the run id"),
 			c("owner", "text", "who started it"),

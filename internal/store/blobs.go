@@ -18,7 +18,7 @@ const (
 	BlobFromPull   = "pull"   // remote_pull from Machine's Path
 )
 
-// Blob is one file held by the relay (internal/blobs, issue 17 §8).
+// Blob is one file held by the relay (internal/blobs).
 type Blob struct {
 	ID    string
 	Owner string // the API key (or token) that made it: auth.Key.Owner

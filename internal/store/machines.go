@@ -7,7 +7,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gpu"
 )
 
-// Machine is a joined machine (issue 17): a computer its owner enrolled with a join token,
+// Machine is a joined machine: a computer its owner enrolled with a join token,
 // which dials the server and is driven through it. Name and every alias are unique among live
 // machines (a name never equals another machine's alias); a machine is addressed by id, name
 // or alias.

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Remote jobs (issue 17; internal/remotejobs).
+// Remote jobs (internal/remotejobs).
 
 // Remote job states. Starting: recorded, the machine not yet confirmed; Failed: it never ran
 // (the machine refused it, or does not know it after a crash between record and start).

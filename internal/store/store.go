@@ -18,13 +18,13 @@ type Store interface {
 	// jobs, network records, snapshots, warm pools): every part required.
 	sandbox.Store
 	runs.Store
-	auth.Store       // API keys (issue 16)
-	audit.Store      // the audit log (issue 16)
-	sqlquery.Querier // execute_sql over the published views (issue 16)
-	approval.Store   // approvals (issue 16)
-	MachineStore     // joined machines and join tokens (issue 17, machines.go)
-	RemoteJobStore   // remote jobs (issue 17, remotejobs.go)
-	BlobStore        // the file relay (issue 17, blobs.go)
-	Leases           // leases of lifecycle work across replicas (issue 18, leases.go)
+	auth.Store       // API keys
+	audit.Store      // the audit log
+	sqlquery.Querier // execute_sql over the published views
+	approval.Store   // approvals
+	MachineStore     // joined machines and join tokens (machines.go)
+	RemoteJobStore   // remote jobs (remotejobs.go)
+	BlobStore        // the file relay (blobs.go)
+	Leases           // leases of lifecycle work across replicas (leases.go)
 	Close() error
 }

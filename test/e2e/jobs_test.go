@@ -40,7 +40,7 @@ out.write(b"SHA256 " + h.hexdigest().encode() + b"\n")
 out.flush()
 `
 
-// TestJobSurvivesClientAndServerKill is issue 11's headline: a job started over MCP, writing
+// TestJobSurvivesClientAndServerKill is the detached jobs' headline: a job started over MCP, writing
 // 50 MiB over 20 s, survives the MCP client disconnecting and `agentbox serve` SIGKILLed and
 // restarted mid-job; afterwards its log, paged by offset, is byte for byte what it wrote, and
 // it ends exited 0.

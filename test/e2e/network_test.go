@@ -33,7 +33,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// TestNetwork is issue 12 end to end on runc, crun and gVisor (in parallel, one server each,
+// TestNetwork is the network end to end on runc, crun and gVisor (in parallel, one server each,
 // one lab for all): the default "none", egress by name through the proxy (curl, pip, git) and,
 // where the runtime declares "transparent_egress", through the transparent path; every
 // never-reachable class refused with its reason recorded; SNI mismatch; a live policy change;

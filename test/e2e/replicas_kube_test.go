@@ -41,7 +41,7 @@ func leaseHeld(t *testing.T, s *server) bool {
 	return h.Replica.Held
 }
 
-// TestKubeReplicas (issue 18): two `agentbox serve` processes on one Postgres and one cluster
+// TestKubeReplicas: two `agentbox serve` processes on one Postgres and one cluster
 // namespace. Exactly one holds the lifecycle lease; 12 creates spread over both at once never
 // exceed the live bound of 4 (the rest CAPACITY_UNAVAILABLE; 4 pods); a watcher on B sees A's
 // creates and destroys within a second; then the holder is

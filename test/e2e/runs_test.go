@@ -31,7 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// TestRuns is issue 14 end to end: the built binary's `agentbox serve` on runc with a real
+// TestRuns is durable runs end to end: the built binary's `agentbox serve` on runc with a real
 // state dir, durable runs over REST against netlab's git server (a target repository whose
 // check fails until it is fixed, a fixture coding agent with a good and a bad-build ref, a
 // private repository behind basic auth). Subtests share one lab; most share one server, the

@@ -17,7 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Issue 15: every operation survives a server SIGKILL in its middle with nothing leaked. Here
+// every operation survives a server SIGKILL in its middle with nothing leaked. Here
 // sandbox_sleep and sandbox_wake: a real `agentbox serve` is SIGKILLed while the runtime is in
 // the middle of the operation (runc: files-only; gVisor: files+memory), then started again on
 // the same state dir. The sandbox must come back sleeping or running — never lost, creating or

@@ -207,7 +207,7 @@ func TestMCPClients(t *testing.T) {
 
 	// The official conformance suite (Node 22) against --insecure-no-auth: the required
 	// scenarios pass, and only expected-failures.txt's fail.
-	// Over TLS (issue 16): serve's self-signed certificate, which Node trusts through
+	// Over TLS: serve's self-signed certificate, which Node trusts through
 	// NODE_EXTRA_CA_CERTS.
 	t.Run("TypeScriptSDK_StreamableHTTP_TLS", func(t *testing.T) {
 		token := randomToken(t)

@@ -23,7 +23,7 @@ import { fileURLToPath } from "node:url";
 const here = dirname(fileURLToPath(import.meta.url));
 const SUITE_VERSION = "0.1.16";
 
-// Scenarios agentbox must pass (issue 3). Every other scenario of the active suite needs one of
+// Scenarios agentbox must pass. Every other scenario of the active suite needs one of
 // the suite's fixture tools, resources or prompts and is listed in expected-failures.txt.
 const REQUIRED = [
   "server-initialize", "ping", "logging-set-level", "tools-list", "resources-list",

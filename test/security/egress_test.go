@@ -19,7 +19,7 @@ import (
 )
 
 // egressFlags are the server's flags for the suite's lab (nil when the binary has no egress:
-// issue 12's network not built in), set by start.
+// the network not built in), set by start.
 func egressFlags(bin string, lab *netlab.Lab) []string {
 	out, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
 	if !strings.Contains(string(out), "-egress-allow-cidr") {
@@ -37,7 +37,7 @@ func egressReq() sandbox.CreateRequest {
 func (a *arena) needEgress() *netlab.Lab {
 	a.t.Helper()
 	if !a.s.egress {
-		a.t.Fatal("the server has no --egress-allow-cidr: issue 12's network is not built into this binary")
+		a.t.Fatal("the server has no --egress-allow-cidr: the egress network is not built into this binary")
 	}
 	return a.s.lab
 }

@@ -87,7 +87,7 @@ func TestAttacks(t *testing.T) {
 	runOne := func(t *testing.T, atk attack, ar arenaKind) {
 		rt := ar.rt
 		if why, ok := knownHoles[atk.name+"/"+ar.name]; ok {
-			t.Skipf("KNOWN HOLE, not fixed (issue 4 stays open until it is): %s", why)
+			t.Skipf("KNOWN HOLE, not fixed (it stays a known hole until it is): %s", why)
 		}
 		t.Logf("does: %s", atk.does)
 		t.Logf("want: %s", atk.want)

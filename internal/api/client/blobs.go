@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// The file relay (issue 17 §8).
+// The file relay.
 
 // RemotePull copies a regular file from a joined machine into a blob (POST
 // /v1/machines/{ref}/pull).

@@ -8,7 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// ListMachines lists the joined machines (issue 17), by name.
+// ListMachines lists the joined machines, by name.
 func (c *Client) ListMachines(ctx context.Context) ([]wire.Machine, error) {
 	var out wire.MachineList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/machines", nil, nil, &out)

@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Network (issue 12): egress policy, connection and secret-swap records, preview URLs.
+// Network: egress policy, connection and secret-swap records, preview URLs.
 
 func sandboxPath(id, rest string) string { return "/v1/sandboxes/" + url.PathEscape(id) + rest }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Warm pools (issue 15).
+// Warm pools.
 
 // ListPools returns the server's warm pools with their ready counts, hits and misses.
 func (c *Client) ListPools(ctx context.Context) (PoolList, error) {

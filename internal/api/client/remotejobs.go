@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Remote jobs (issue 17).
+// Remote jobs.
 
 // StartRemoteJob starts a detached job on a joined machine.
 func (c *Client) StartRemoteJob(ctx context.Context, machine string, req wire.RemoteJobStart) (wire.RemoteJob, error) {

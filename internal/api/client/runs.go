@@ -14,7 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Durable runs (issue 14): /v1/runs and /v1/batches.
+// Durable runs: /v1/runs and /v1/batches.
 
 // runPath is /v1/runs/{id}{rest}, refusing an empty id or one with a slash.
 func runPath(kind, id, rest string) (string, error) {

@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Snapshots, fork, sleep, wake and diff (issue 15).
+// Snapshots, fork, sleep, wake and diff.
 
 // Snapshot snapshots sandbox id.
 func (c *Client) Snapshot(ctx context.Context, id string, req sandbox.SnapshotRequest) (sandbox.Snapshot, error) {

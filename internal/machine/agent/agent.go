@@ -1,4 +1,4 @@
-// Package agent is the machine side of a joined machine (issue 17): it keeps the machine's
+// Package agent is the machine side of a joined machine: it keeps the machine's
 // ed25519 identity in a 0600 state file, enrolls with a join token, dials the server's
 // WebSocket and proves its identity, reconnects forever with capped jittered backoff, sends
 // heartbeats (platform, arch, agent version, GPUs), and serves one http.Handler over the yamux

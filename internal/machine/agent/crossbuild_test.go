@@ -12,7 +12,7 @@ import (
 )
 
 // MachineSide are the packages that run on a joined machine: they must build for every
-// platform a machine may be (issue 17). Feature packages (remoteexec, screenshot, hostfiles,
+// platform a machine may be. Feature packages (remoteexec, screenshot, hostfiles,
 // hostjobs) add themselves here.
 var MachineSide = []string{
 	"./internal/machine/agent",

@@ -55,7 +55,7 @@ func Handler(opts HandlerOptions) http.Handler {
 		_ = json.NewEncoder(w).Encode(Info{Hostname: h, Platform: runtime.GOOS, Arch: runtime.GOARCH,
 			AgentVersion: version.Version, PID: os.Getpid(), StartedAt: started})
 	})
-	// Feature handlers (issue 17) mount here:
+	// Feature handlers mount here:
 	mux.Handle("/jobs/", jobsHandler(opts))
 	mux.Handle(hostfiles.Prefix, hostfiles.NewHandler(hostfiles.Options{Logger: opts.Logger}))
 	mux.Handle("/exec", remoteexec.NewHandler(remoteexec.Options{Logger: opts.Logger}))

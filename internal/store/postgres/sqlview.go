@@ -1,6 +1,6 @@
 package postgres
 
-// execute_sql (issue 16) on Postgres: read-only SQL over the published views (sqlquery.Views).
+// execute_sql on Postgres: read-only SQL over the published views (sqlquery.Views).
 //
 // Enforcement is the database's own, in layers:
 //

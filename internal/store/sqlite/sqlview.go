@@ -1,6 +1,6 @@
 package sqlite
 
-// execute_sql (issue 16): read-only SQL over the published views (sqlquery.Views).
+// execute_sql: read-only SQL over the published views (sqlquery.Views).
 //
 // Enforcement is the database's own, in layers, on a connection pool of its own:
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Warm pools (issue 15; migration 0013_pools.sql).
+// Warm pools (migration 0013_pools.sql).
 
 var _ sandbox.PoolStore = (*Store)(nil)
 

@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// Remote jobs (issue 17; migration 0016_remote_jobs.sql).
+// Remote jobs (migration 0016_remote_jobs.sql).
 
 var _ store.RemoteJobStore = (*Store)(nil)
 

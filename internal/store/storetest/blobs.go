@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// blobTests cover the file relay's records and quota ledger (issue 17 §8).
+// blobTests cover the file relay's records and quota ledger.
 var blobTests = []struct {
 	name string
 	run  func(t *testing.T, s store.Store)

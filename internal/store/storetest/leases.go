@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// leaseTests cover store.Leases (issue 18): who holds a piece of lifecycle work across replicas.
+// leaseTests cover store.Leases: who holds a piece of lifecycle work across replicas.
 var leaseTests = []struct {
 	name string
 	run  func(t *testing.T, s store.Store)

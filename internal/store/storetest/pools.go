@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// Warm pools (issue 15): sandbox.PoolStore.
+// Warm pools: sandbox.PoolStore.
 
 var poolTests = []struct {
 	name string

@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// Remote jobs (issue 17): store.RemoteJobStore.
+// Remote jobs: store.RemoteJobStore.
 
 var remoteJobTests = []struct {
 	name string

@@ -57,16 +57,16 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests = append(tests, netTests...)
 	tests = append(tests, imageTests...)
 	tests = append(tests, runTests...)
-	tests = append(tests, apiKeyTests...)    // issue 16: API keys
-	tests = append(tests, auditTests...)     // the audit log (issue 16)
-	tests = append(tests, sqlTests...)       // execute_sql's views (issue 16, sql.go)
-	tests = append(tests, approvalTests...)  // approvals (issue 16)
-	tests = append(tests, snapshotTests...)  // snapshots (issue 15)
-	tests = append(tests, poolTests...)      // warm pools (issue 15, pools.go)
-	tests = append(tests, machineTests...)   // joined machines (issue 17, machines.go)
-	tests = append(tests, remoteJobTests...) // remote jobs (issue 17, remotejobs.go)
-	tests = append(tests, blobTests...)      // the file relay (issue 17, blobs.go)
-	tests = append(tests, leaseTests...)     // leases across replicas (issue 18, leases.go)
+	tests = append(tests, apiKeyTests...)    // API keys
+	tests = append(tests, auditTests...)     // the audit log
+	tests = append(tests, sqlTests...)       // execute_sql's views (sql.go)
+	tests = append(tests, approvalTests...)  // approvals
+	tests = append(tests, snapshotTests...)  // snapshots
+	tests = append(tests, poolTests...)      // warm pools (pools.go)
+	tests = append(tests, machineTests...)   // joined machines (machines.go)
+	tests = append(tests, remoteJobTests...) // remote jobs (remotejobs.go)
+	tests = append(tests, blobTests...)      // the file relay (blobs.go)
+	tests = append(tests, leaseTests...)     // leases across replicas (leases.go)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,4 +1,4 @@
-// Package machinelab gives the joined-machine tests (issue 17) machines that are network
+// Package machinelab gives the joined-machine tests machines that are network
 // namespaces: a bridge of the test's own (10.204.N.1/24, where the server listens) and, per
 // machine, a namespace joined to it by a veth pair with its own address 10.204.N.(10+i). No
 // route leads anywhere else: nothing leaves the host. It needs root; everything it creates is
