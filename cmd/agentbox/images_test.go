@@ -148,7 +148,7 @@ func TestImageCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svc.Close()
-	cache.InUse = svc.ImagesInUse
+	cache.InUse = st.ImagesInUse
 	h := api.New(svc, api.Options{Token: "tok"})
 	hs := httptest.NewServer(h)
 	defer hs.Close()

@@ -81,7 +81,7 @@ func cmdMCP(args []string) int {
 	apiCall, closeAPI := mcpAPICall(cp, log) // api_call (apicall.go)
 	defer closeAPI()
 	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: cp.runsBackend(), APICall: apiCall, Gate: cp.gates, SQL: cp.store,
-		Samples: cp.metrics, Network: cp.network} // sandbox_metrics, fetch_metrics' sample; the network tools
+		Samples: cp.metrics, Network: cp.network, Images: cp.imgs} // sandbox_metrics, fetch_metrics' sample; the network and image tools
 	cp.prom.Attach(cp.svc, cp.metrics, cp.svc, log) // no REST server attaches it here
 	opts.Metrics = cp.metricsSource(ctx)            // fetch_metrics over the process's own registry
 	srv := mcpserver.New(cp.svc, opts)
@@ -100,7 +100,7 @@ func cmdMCP(args []string) int {
 // handler over it with its gates; the func returned closes it.
 func mcpAPICall(cp *controlPlane, log *slog.Logger) (mcpserver.APICallFunc, func()) {
 	rs, _ := cp.runsBackend().(*runs.Service)
-	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network}) // the tools' sampler: one previous CPU sample per sandbox
+	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs}) // the tools' sampler: one previous CPU sample per sandbox
 	return h.Call, h.Close
 }
 

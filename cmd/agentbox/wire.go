@@ -29,6 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/imageadmin"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/statedir"
@@ -45,7 +46,9 @@ type controlPlane struct {
 	// network serves sandboxes' network records and preview URLs (the REST routes, MCP tools,
 	// watch streams, the preview proxy).
 	network *netsession.Service
-	store   store.Store // SQLite (the default) or Postgres (--store)
+	// imgs is the image calls over the cache (list, pull, push, commit, …).
+	imgs  *imageadmin.Service
+	store store.Store // SQLite (the default) or Postgres (--store)
 	// changes tells of other processes' writes to a shared store (Postgres); nil when this
 	// process is alone on its store (SQLite).
 	changes store.ChangeNotifier
@@ -372,7 +375,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))

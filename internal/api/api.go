@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/remoteops"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/imageadmin"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/snippet"
@@ -60,6 +61,9 @@ type Options struct {
 	// network routes, the connections watch stream, the preview proxy); nil: one made over the
 	// service's core.
 	Network *netsession.Service
+	// Images serves the image routes (/v1/images…, commit); nil: one made over the service's
+	// core.
+	Images *imageadmin.Service
 	// Prometheus, if set, serves GET /metrics (behind the token) and counts every request
 	// by route pattern; Jobs adds agentbox_jobs (prometheus.go).
 	Prometheus *Prometheus
@@ -139,6 +143,9 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	}
 	if opts.Network == nil && svc != nil {
 		opts.Network = netsession.New(svc.Core(), svc.Core().Store())
+	}
+	if opts.Images == nil && svc != nil {
+		opts.Images = imageadmin.New(svc.Core(), svc.Core().Store())
 	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
 	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(opts.Metrics),

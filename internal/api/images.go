@@ -123,7 +123,7 @@ func (s *Server) withProgress(w http.ResponseWriter, r *http.Request, ok int, op
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
-	imgs, err := s.svc.ListImages(r.Context())
+	imgs, err := s.opts.Images.ListImages(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -132,14 +132,14 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 		imgs = []image.Image{}
 	}
 	out := ImageList{Images: imgs, Count: len(imgs)}
-	if u, err := s.svc.ImageUsage(r.Context()); err == nil {
+	if u, err := s.opts.Images.ImageUsage(r.Context()); err == nil {
 		out.Usage = &u
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) inspectImage(w http.ResponseWriter, r *http.Request) {
-	img, err := s.svc.InspectImage(r.Context(), r.URL.Query().Get("ref"))
+	img, err := s.opts.Images.InspectImage(r.Context(), r.URL.Query().Get("ref"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -158,12 +158,12 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.svc.CheckImages(); err != nil {
+	if err := s.opts.Images.CheckImages(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.withProgress(w, r, http.StatusOK, func(p image.ProgressFunc) (any, error) {
-		img, err := s.svc.PullImage(r.Context(), req.Ref, p)
+		img, err := s.opts.Images.PullImage(r.Context(), req.Ref, p)
 		return img, err
 	})
 }
@@ -179,7 +179,7 @@ func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errcode.New(errcode.InvalidArgument, "force must be true or false; got %q", text.Truncate(v, 32)))
 		return
 	}
-	removed, err := s.svc.RemoveImage(r.Context(), q.Get("ref"), force)
+	removed, err := s.opts.Images.RemoveImage(r.Context(), q.Get("ref"), force)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -198,7 +198,7 @@ func (s *Server) pruneImages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rep, err := s.svc.PruneImages(r.Context(), req.All)
+	rep, err := s.opts.Images.PruneImages(r.Context(), req.All)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -249,7 +249,7 @@ func (s *Server) importImages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errcode.New(errcode.FileTooLarge, "the import body is %d bytes; the server takes at most %d", r.ContentLength, limit).With("limit", limit))
 		return
 	}
-	if err := s.svc.CheckImages(); err != nil {
+	if err := s.opts.Images.CheckImages(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -257,7 +257,7 @@ func (s *Server) importImages(w http.ResponseWriter, r *http.Request) {
 	// A streamed reply starts before the body is read: HTTP/1.1 needs full duplex for that.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	s.withProgress(w, r, http.StatusCreated, func(p image.ProgressFunc) (any, error) {
-		imgs, err := s.svc.ImportImages(r.Context(), body, p)
+		imgs, err := s.opts.Images.ImportImages(r.Context(), body, p)
 		if body.over {
 			return nil, body.tooLarge() // whatever the cache made of the cut body
 		}
@@ -285,12 +285,12 @@ func (s *Server) pushImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errcode.New(errcode.InvalidArgument, "name is required: the cached image to push (a reference or digest)"))
 		return
 	}
-	if err := s.svc.CheckImages(); err != nil {
+	if err := s.opts.Images.CheckImages(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.withProgress(w, r, http.StatusOK, func(p image.ProgressFunc) (any, error) {
-		if err := s.svc.PushImage(r.Context(), req.Name, req.Ref, p); err != nil {
+		if err := s.opts.Images.PushImage(r.Context(), req.Name, req.Ref, p); err != nil {
 			return nil, err
 		}
 		return PushResult{Name: req.Name, Ref: req.Ref}, nil
@@ -303,7 +303,7 @@ func (s *Server) commitSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	img, err := s.svc.Commit(r.Context(), r.PathValue("id"), req.Name)
+	img, err := s.opts.Images.Commit(r.Context(), r.PathValue("id"), req.Name)
 	if err != nil {
 		s.fail(w, r, err)
 		return

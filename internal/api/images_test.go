@@ -50,7 +50,7 @@ func newImageServer(t *testing.T, opts api.Options) *imageServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache.InUse = svc.ImagesInUse
+	cache.InUse = st.ImagesInUse
 	opts.Token = testToken
 	h := api.New(svc, opts)
 	hs := httptest.NewServer(h)

@@ -9,11 +9,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// ImageBackend is what the image tools need from the control plane (issue 13).
+// ImageBackend is what the image tools need from the control plane (Options.Images).
 type ImageBackend interface {
 	ListImages(ctx context.Context) ([]image.Image, error)
 	// PullImage pulls ref; progress (if non-nil) gets reports and must not block.
@@ -105,7 +106,7 @@ Reply: {sandbox_id, image: {ref, digest, parent, layers, …}}.
 }
 
 func (s *Server) imageList(ctx context.Context, _ *mcp.CallToolRequest, _ NoArgs) (ImageListOut, string, error) {
-	imgs, err := s.b.ListImages(ctx)
+	imgs, err := s.imageBackend().ListImages(ctx)
 	if err != nil {
 		return ImageListOut{}, "", err
 	}
@@ -177,7 +178,7 @@ func (s *Server) pullProgress(ctx *context.Context, req *mcp.CallToolRequest, re
 
 func (s *Server) imagePull(ctx context.Context, req *mcp.CallToolRequest, in ImagePullIn) (ImageInfo, string, error) {
 	progress, stop := s.progressNotifier(ctx, req)
-	img, err := s.b.PullImage(ctx, in.Ref, progress)
+	img, err := s.imageBackend().PullImage(ctx, in.Ref, progress)
 	stop() // every notification is sent before the result
 	if err != nil {
 		return ImageInfo{}, "", err
@@ -206,11 +207,36 @@ func progressLine(p image.Progress) string {
 }
 
 func (s *Server) sandboxCommit(ctx context.Context, _ *mcp.CallToolRequest, in CommitIn) (CommitOut, string, error) {
-	img, err := s.b.Commit(ctx, in.SandboxID, in.Name)
+	img, err := s.imageBackend().Commit(ctx, in.SandboxID, in.Name)
 	if err != nil {
 		return CommitOut{}, "", err
 	}
 	out := CommitOut{SandboxID: in.SandboxID, Image: imageInfo(img)}
 	return out, fmt.Sprintf("Committed %s as %s (%s, on %s). Create sandboxes from it with sandbox_create image %q.",
 		in.SandboxID, in.Name, img.Digest, shortDigest(img.Parent), in.Name), nil
+}
+
+// noImages answers the image tools of a server without Options.Images.
+type noImages struct{}
+
+func (noImages) err() error {
+	return errcode.New(errcode.UnsupportedOp, "this MCP server has no image cache: only image %q is available", image.Host)
+}
+
+func (n noImages) ListImages(context.Context) ([]image.Image, error) { return nil, n.err() }
+
+func (n noImages) PullImage(context.Context, string, image.ProgressFunc) (image.Image, error) {
+	return image.Image{}, n.err()
+}
+
+func (n noImages) Commit(context.Context, string, string) (image.Image, error) {
+	return image.Image{}, n.err()
+}
+
+// imageBackend is Options.Images, or one that refuses every call.
+func (s *Server) imageBackend() ImageBackend {
+	if s.opts.Images == nil {
+		return noImages{}
+	}
+	return s.opts.Images
 }

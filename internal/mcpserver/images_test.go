@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/imageadmin"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv/imagefake"
 )
@@ -46,7 +47,7 @@ func imageService(t *testing.T) (*sandbox.Service, *fake.Runtime, *imagefake.Cac
 func TestImageTools(t *testing.T) {
 	svc, rt, cache := imageService(t)
 	cache.AddRemote("python:3.12-slim", image.Config{User: "1000", WorkingDir: "/app"})
-	srv := mcpserver.New(svc, mcpserver.Options{})
+	srv := mcpserver.New(svc, mcpserver.Options{Images: imageadmin.New(svc.Core(), svc.Core().Store())})
 	defer srv.Close()
 	c := connect(t, srv, "2025-11-25")
 
@@ -130,7 +131,7 @@ func TestImageTools(t *testing.T) {
 // TestImageToolsWithoutCache: a server without an image cache answers UNSUPPORTED_OPERATION.
 func TestImageToolsWithoutCache(t *testing.T) {
 	svc := fakeService(t)
-	srv := mcpserver.New(svc, mcpserver.Options{})
+	srv := mcpserver.New(svc, mcpserver.Options{Images: imageadmin.New(svc.Core(), svc.Core().Store())})
 	defer srv.Close()
 	c := connect(t, srv, "2025-11-25")
 	c.fails("image_list", nil, "UNSUPPORTED_OPERATION")

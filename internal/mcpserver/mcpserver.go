@@ -55,8 +55,6 @@ type Backend interface {
 	// UpdateNetwork replaces a sandbox's egress policy (sandbox_network_update; the other
 	// network tools use Options.Network, network.go).
 	UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error)
-	// images (issue 13, images.go)
-	ImageBackend
 	// snapshots, fork, sleep, wake, diff (issue 15, snapshots.go)
 	SnapshotBackend
 }
@@ -100,6 +98,9 @@ type Options struct {
 	// Samples serves sandbox_metrics and fetch_metrics' sandbox sample (metrics.Service in
 	// process, the REST client over a running serve); nil: they answer UNSUPPORTED_OPERATION.
 	Samples MetricsBackend
+	// Images serves the image tools (images.go): *imageadmin.Service in process; nil: they
+	// answer UNSUPPORTED_OPERATION.
+	Images ImageBackend
 	// Metrics is the server's metrics registry with its history, for fetch_metrics (issue 16,
 	// fetch_metrics.go); nil: the Backend's scrape if it has one (current values only).
 	Metrics *metricsnap.Source

@@ -73,3 +73,7 @@ func (c *Core) Go(f func(ctx context.Context)) {
 // running (a sleeping one without auto_wake is SANDBOX_SLEEPING); any other state is nil, for
 // the caller to judge under its lock.
 func (c *Core) WakeForCall(ctx context.Context, id string) error { return c.s.wakeForCall(ctx, id) }
+
+// Release lets go of sandbox id's agent connection (and runs the Released hooks): for a feature
+// that has just marked the sandbox failed under its lock (a commit whose resume failed).
+func (c *Core) Release(id string) { c.s.dropGuest(id) }

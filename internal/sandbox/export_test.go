@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"time"
 
 	"github.com/agentbox/agentbox/internal/guest"
 )
@@ -15,12 +14,6 @@ func (s *Service) NetSessionReply(ctx context.Context, id string) (guest.NetSess
 
 // FlushNetRecords writes every egress record queued so far to the store.
 func (s *Service) FlushNetRecords(ctx context.Context) error { return s.flushNetRecords(ctx) }
-
-// SetCommitPauseBound shortens how long a commit may keep a sandbox paused, until restore.
-func SetCommitPauseBound(d time.Duration) (restore func()) {
-	old := commitPauseBound.Swap(int64(d))
-	return func() { commitPauseBound.Store(old) }
-}
 
 // SweepSnapshots runs the periodic sweep of snapshot directories once.
 func (s *Service) SweepSnapshots(ctx context.Context) error { return s.sweepSnapshots(ctx, false) }

@@ -1,4 +1,4 @@
-package sandbox
+package imageadmin
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // commitPauseBound is CommitPauseBound, shortened by tests (SetCommitPauseBound).
@@ -23,7 +24,7 @@ func init() { commitPauseBound.Store(int64(CommitPauseBound)) }
 type commitPause struct {
 	s      *Service
 	rt     runtime.Pauser // nil: the runtime cannot pause; the layer is read live
-	sb     Sandbox
+	sb     sandbox.Sandbox
 	parent context.Context
 	// ctx is the commit's: it carries the layer-read hook and is cancelled when the bound passes.
 	ctx    context.Context
@@ -42,7 +43,7 @@ type commitPause struct {
 // pauseForCommit pauses sb for a commit. A runtime that is not a runtime.Pauser gets no pause
 // (the returned pause says why); a failed Pause is the commit's error, after a Resume in case
 // the runtime froze part of the sandbox.
-func (s *Service) pauseForCommit(ctx context.Context, rt runtime.Runtime, sb Sandbox) (*commitPause, error) {
+func (s *Service) pauseForCommit(ctx context.Context, rt runtime.Runtime, sb sandbox.Sandbox) (*commitPause, error) {
 	p := &commitPause{s: s, sb: sb, parent: ctx, done: true}
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	pr, ok := rt.(runtime.Pauser)
@@ -123,14 +124,14 @@ func (p *commitPause) resumeLocked() {
 	}
 	p.s.log.Error("resume after commit failed; the sandbox stays frozen", "sandbox_id", p.sb.ID, "err", err)
 	cur, gerr := p.s.store.GetSandbox(ctx, p.sb.ID)
-	if gerr != nil || cur.State != StateRunning {
+	if gerr != nil || cur.State != sandbox.StateRunning {
 		return
 	}
-	if _, terr := p.s.transition(ctx, cur, StateFailed, "resume after commit failed: "+truncate(errcode.Message(err), 512),
+	if _, terr := p.s.core.Transition(ctx, cur, sandbox.StateFailed, "resume after commit failed: "+truncate(errcode.Message(err), 512),
 		"the sandbox could not be resumed after a commit (its processes stay frozen); destroy it"); terr != nil {
 		p.s.log.Warn("mark failed", "sandbox_id", p.sb.ID, "err", terr)
 	}
-	p.s.dropGuest(p.sb.ID)
+	p.s.core.Release(p.sb.ID)
 }
 
 // overran reports whether the bound passed before the layer was read.

@@ -1,4 +1,4 @@
-package sandbox_test
+package imageadmin_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/imageadmin"
 	"github.com/agentbox/agentbox/internal/testenv/imagefake"
 )
 
@@ -48,7 +49,7 @@ func TestCommitPauses(t *testing.T) {
 	e, c, sb := commitEnv(t)
 	var pausedDuringRead atomic.Bool
 	onCommit(c, func() error { pausedDuringRead.Store(e.rt.Paused(sb.ID)); return nil })
-	img, err := e.svc.Commit(t.Context(), sb.ID, "tmpl:v1")
+	img, err := e.imgs.Commit(t.Context(), sb.ID, "tmpl:v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestCommitResumesOnError(t *testing.T) {
 		e, c, sb := commitEnv(t)
 		boom := errcode.New(errcode.Internal, "boom")
 		onCommit(c, func() error { return boom })
-		if _, err := e.svc.Commit(t.Context(), sb.ID, "tmpl:v1"); !errors.Is(err, boom) {
+		if _, err := e.imgs.Commit(t.Context(), sb.ID, "tmpl:v1"); !errors.Is(err, boom) {
 			t.Fatalf("commit: %v, want the cache's error", err)
 		}
 		if e.rt.Paused(sb.ID) || e.rt.Calls(fake.OpResume) != 1 {
@@ -94,7 +95,7 @@ func TestCommitResumesOnError(t *testing.T) {
 		e, c, sb := commitEnv(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		onCommit(c, func() error { cancel(); return ctx.Err() })
-		if _, err := e.svc.Commit(ctx, sb.ID, "tmpl:v1"); !errors.Is(err, context.Canceled) {
+		if _, err := e.imgs.Commit(ctx, sb.ID, "tmpl:v1"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("commit: %v, want context.Canceled", err)
 		}
 		if e.rt.Paused(sb.ID) || e.rt.Calls(fake.OpResume) != 1 {
@@ -109,7 +110,7 @@ func TestCommitResumesOnError(t *testing.T) {
 // TestCommitPauseBound: a read that outlasts the bound finds the sandbox already resumed, and
 // the commit fails naming the bound; nothing is committed.
 func TestCommitPauseBound(t *testing.T) {
-	defer sandbox.SetCommitPauseBound(100 * time.Millisecond)()
+	defer imageadmin.SetCommitPauseBound(100 * time.Millisecond)()
 	e, c, sb := commitEnv(t)
 	var resumedBeforeReadEnd atomic.Bool
 	onCommit(c, func() error {
@@ -117,7 +118,7 @@ func TestCommitPauseBound(t *testing.T) {
 		resumedBeforeReadEnd.Store(!e.rt.Paused(sb.ID))
 		return nil
 	})
-	_, err := e.svc.Commit(t.Context(), sb.ID, "tmpl:v1")
+	_, err := e.imgs.Commit(t.Context(), sb.ID, "tmpl:v1")
 	if errcode.Of(err) != errcode.UnsupportedOp || !strings.Contains(err.Error(), "100ms") {
 		t.Fatalf("commit past the bound: %v, want UNSUPPORTED_OPERATION naming the bound", err)
 	}
@@ -140,7 +141,7 @@ func TestCommitPauseFailures(t *testing.T) {
 			}
 			return nil
 		})
-		if _, err := e.svc.Commit(t.Context(), sb.ID, "tmpl:v1"); errcode.Of(err) != errcode.RuntimeUnavailable {
+		if _, err := e.imgs.Commit(t.Context(), sb.ID, "tmpl:v1"); errcode.Of(err) != errcode.RuntimeUnavailable {
 			t.Fatalf("commit: %v", err)
 		}
 		if len(c.Commits()) != 0 || e.rt.Paused(sb.ID) {
@@ -158,7 +159,7 @@ func TestCommitPauseFailures(t *testing.T) {
 			}
 			return nil
 		})
-		if _, err := e.svc.Commit(t.Context(), sb.ID, "tmpl:v1"); err != nil {
+		if _, err := e.imgs.Commit(t.Context(), sb.ID, "tmpl:v1"); err != nil {
 			t.Fatalf("commit (the layer was read while paused): %v", err)
 		}
 		if len(c.Commits()) != 1 {

@@ -1,4 +1,4 @@
-package sandbox_test
+package imageadmin_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func TestCreateFromRealStore(t *testing.T) {
 	reg := imagelab.Start(t)
 	reg.Push(t, "bb:1", imagelab.Busybox(t))
 	var e *fakeEnv
-	st, err := image.Open(filepath.Join(t.TempDir(), "images"), image.Options{InUse: func(ctx context.Context) (map[string]int, error) { return e.svc.ImagesInUse(ctx) }})
+	st, err := image.Open(filepath.Join(t.TempDir(), "images"), image.Options{InUse: func(ctx context.Context) (map[string]int, error) { return e.imgs.ImagesInUse(ctx) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestCreateFromRealStore(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(rfs.Layers[0], "bin")); err != nil {
 		t.Fatalf("the unpacked layer: %v", err)
 	}
-	if _, err := e.svc.RemoveImage(t.Context(), reg.Ref("bb:1"), false); errcode.Of(err) != errcode.Conflict {
+	if _, err := e.imgs.RemoveImage(t.Context(), reg.Ref("bb:1"), false); errcode.Of(err) != errcode.Conflict {
 		t.Fatalf("remove in use: %v", err)
 	}
 	layer, err := e.rt.WritableLayer(t.Context(), sb.ID)
@@ -48,7 +48,7 @@ func TestCreateFromRealStore(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(layer.Dir, "etc", "added"), []byte("hi"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	committed, err := e.svc.Commit(t.Context(), sb.ID, "tmpl:v1")
+	committed, err := e.imgs.Commit(t.Context(), sb.ID, "tmpl:v1")
 	if err != nil || committed.Parent != sb.ImageDigest {
 		t.Fatalf("commit: %+v %v", committed, err)
 	}
@@ -57,7 +57,7 @@ func TestCreateFromRealStore(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(rfs2.Layers[len(rfs2.Layers)-1], "etc", "added")); err != nil || string(b) != "hi" {
 		t.Fatalf("the commit's layer: %q %v", b, err)
 	}
-	if used, _ := e.svc.ImagesInUse(t.Context()); used[sb.ImageDigest] != 1 || used[committed.Digest] != 1 {
+	if used, _ := e.imgs.ImagesInUse(t.Context()); used[sb.ImageDigest] != 1 || used[committed.Digest] != 1 {
 		t.Fatalf("ImagesInUse = %v", used)
 	}
 }

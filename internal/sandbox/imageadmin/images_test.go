@@ -1,4 +1,4 @@
-package sandbox_test
+package imageadmin_test
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func newImageEnv(t *testing.T) (*fakeEnv, *imagefake.Cache) {
 	t.Helper()
 	c := imagefake.New(t.TempDir())
 	e := newFakeEnv(t, sandbox.Config{Images: c})
-	c.InUse = func(ctx context.Context) (map[string]int, error) { return e.svc.ImagesInUse(ctx) }
+	c.InUse = func(ctx context.Context) (map[string]int, error) { return e.imgs.ImagesInUse(ctx) }
 	return e, c
 }
 
@@ -67,7 +67,7 @@ func TestCreateFromImagePinsDigest(t *testing.T) {
 	}
 	// The tag moves: a new create gets the new digest, the old sandbox keeps its own.
 	c.AddRemote("python:3.12-slim", image.Config{Env: []string{"PYTHON_VERSION=3.12.8"}})
-	moved, err := e.svc.PullImage(t.Context(), "python:3.12-slim", nil)
+	moved, err := e.imgs.PullImage(t.Context(), "python:3.12-slim", nil)
 	if err != nil || moved.Digest == img.Digest {
 		t.Fatalf("pull: %+v %v", moved, err)
 	}
@@ -78,11 +78,11 @@ func TestCreateFromImagePinsDigest(t *testing.T) {
 	if got, _ := e.svc.Get(t.Context(), sb.ID); got.ImageDigest != img.Digest {
 		t.Fatalf("old sandbox digest changed to %q", got.ImageDigest)
 	}
-	used, err := e.svc.ImagesInUse(t.Context())
+	used, err := e.imgs.ImagesInUse(t.Context())
 	if err != nil || !maps.Equal(used, map[string]int{img.Digest: 1, moved.Digest: 1}) {
 		t.Fatalf("ImagesInUse = %v %v", used, err)
 	}
-	list, err := e.svc.ListImages(t.Context())
+	list, err := e.imgs.ListImages(t.Context())
 	if err != nil || len(list) != 2 {
 		t.Fatalf("ListImages: %+v %v", list, err)
 	}
@@ -95,7 +95,7 @@ func TestCreateFromImagePinsDigest(t *testing.T) {
 	if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if used, _ := e.svc.ImagesInUse(t.Context()); !maps.Equal(used, map[string]int{moved.Digest: 1}) {
+	if used, _ := e.imgs.ImagesInUse(t.Context()); !maps.Equal(used, map[string]int{moved.Digest: 1}) {
 		t.Fatalf("after destroy ImagesInUse = %v", used)
 	}
 	// The host image: no digest, no rootfs.
@@ -176,7 +176,7 @@ func TestCreateImageBadInput(t *testing.T) {
 	if _, err := plain.svc.Create(t.Context(), sandbox.CreateRequest{Image: "python:3.12"}); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("image without a cache: %v", err)
 	}
-	if _, err := plain.svc.ListImages(t.Context()); errcode.Of(err) != errcode.UnsupportedOp {
+	if _, err := plain.imgs.ListImages(t.Context()); errcode.Of(err) != errcode.UnsupportedOp {
 		t.Fatalf("ListImages without a cache: %v", err)
 	}
 }
@@ -271,7 +271,7 @@ func TestCommit(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(layer.Dir, "installed"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	img, err := e.svc.Commit(t.Context(), sb.ID, "tmpl:v1")
+	img, err := e.imgs.Commit(t.Context(), sb.ID, "tmpl:v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,22 +295,22 @@ func TestCommit(t *testing.T) {
 	}
 
 	host := e.create(t, sandbox.CreateRequest{})
-	_, err = e.svc.Commit(t.Context(), host.ID, "h:1")
+	_, err = e.imgs.Commit(t.Context(), host.ID, "h:1")
 	if errcode.Of(err) != errcode.UnsupportedOp || !strings.Contains(err.Error(), "OCI image") {
 		t.Fatalf("commit of a host sandbox: %v, want UNSUPPORTED_OPERATION saying it needs an OCI image", err)
 	}
 	for _, name := range []string{"", "Bad:1", "x@sha256:" + strings.Repeat("a", 64), "host", "a b"} {
-		if _, err := e.svc.Commit(t.Context(), sb.ID, name); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "name") {
+		if _, err := e.imgs.Commit(t.Context(), sb.ID, name); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "name") {
 			t.Errorf("commit name %q: %v, want INVALID_ARGUMENT naming name", name, err)
 		}
 	}
-	if _, err := e.svc.Commit(t.Context(), "sb-0123456789ab", "x:1"); errcode.Of(err) != errcode.SandboxNotFound {
+	if _, err := e.imgs.Commit(t.Context(), "sb-0123456789ab", "x:1"); errcode.Of(err) != errcode.SandboxNotFound {
 		t.Fatalf("commit of an unknown sandbox: %v", err)
 	}
 	if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Commit(t.Context(), sb.ID, "late:1"); errcode.Of(err) != errcode.SandboxNotRunning {
+	if _, err := e.imgs.Commit(t.Context(), sb.ID, "late:1"); errcode.Of(err) != errcode.SandboxNotRunning {
 		t.Fatalf("commit of a destroyed sandbox: %v", err)
 	}
 	if len(c.Commits()) != 1 {
@@ -324,16 +324,16 @@ func TestImageRemoveInUse(t *testing.T) {
 	e, c := newImageEnv(t)
 	c.AddRemote("a:1", image.Config{})
 	sb := e.create(t, sandbox.CreateRequest{Image: "a:1"})
-	if _, err := e.svc.RemoveImage(t.Context(), "a:1", false); errcode.Of(err) != errcode.Conflict {
+	if _, err := e.imgs.RemoveImage(t.Context(), "a:1", false); errcode.Of(err) != errcode.Conflict {
 		t.Fatalf("remove in use: %v", err)
 	}
-	if _, err := e.svc.RemoveImage(t.Context(), "../../x", false); errcode.Of(err) != errcode.InvalidArgument {
+	if _, err := e.imgs.RemoveImage(t.Context(), "../../x", false); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("remove of a bad ref: %v", err)
 	}
 	if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := e.svc.RemoveImage(t.Context(), "a:1", false); err != nil || len(got) != 2 {
+	if got, err := e.imgs.RemoveImage(t.Context(), "a:1", false); err != nil || len(got) != 2 {
 		t.Fatalf("remove: %v %v", got, err)
 	}
 }
@@ -349,7 +349,7 @@ func TestImageRecordSurvivesRestart(t *testing.T) {
 	if err != nil || got.ImageDigest != sb.ImageDigest || got.State != sandbox.StateRunning {
 		t.Fatalf("after restart: %+v %v", got, err)
 	}
-	if used, err := e.svc.ImagesInUse(t.Context()); err != nil || used[sb.ImageDigest] != 1 {
+	if used, err := e.imgs.ImagesInUse(t.Context()); err != nil || used[sb.ImageDigest] != 1 {
 		t.Fatalf("ImagesInUse after restart = %v %v", used, err)
 	}
 }
@@ -423,7 +423,7 @@ func TestImageRecordSurvivesSIGKILL(t *testing.T) {
 	if err := svc.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if used, err := svc.ImagesInUse(t.Context()); err != nil || len(used) != 0 {
+	if used, err := st.ImagesInUse(t.Context()); err != nil || len(used) != 0 {
 		t.Fatalf("ImagesInUse after reconcile found the sandbox gone = %v %v", used, err)
 	}
 	if got, _ := svc.Get(t.Context(), id); got.ImageDigest != digest || got.State.Live() {
@@ -489,7 +489,7 @@ func TestCreateImageConcurrent(t *testing.T) {
 	if c.Pulls() != 1 || c.Leases() != 0 {
 		t.Fatalf("pulls %d (want 1), leases %d (want 0)", c.Pulls(), c.Leases())
 	}
-	if used, err := e.svc.ImagesInUse(t.Context()); err != nil || !maps.Equal(used, map[string]int{sbs[0].ImageDigest: n}) {
+	if used, err := e.imgs.ImagesInUse(t.Context()); err != nil || !maps.Equal(used, map[string]int{sbs[0].ImageDigest: n}) {
 		t.Fatalf("ImagesInUse = %v %v", used, err)
 	}
 	for _, sb := range sbs {
@@ -497,7 +497,7 @@ func TestCreateImageConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if used, err := e.svc.ImagesInUse(t.Context()); err != nil || len(used) != 0 {
+	if used, err := e.imgs.ImagesInUse(t.Context()); err != nil || len(used) != 0 {
 		t.Fatalf("ImagesInUse after destroying them = %v %v", used, err)
 	}
 	if r := e.rt.Resources(); len(r) != 0 {
@@ -510,14 +510,14 @@ func TestCreateImageConcurrent(t *testing.T) {
 func TestWakeAfterTagMoved(t *testing.T) {
 	c := imagefake.New(t.TempDir())
 	e := newFakeEnv(t, sandbox.Config{Images: c, SnapshotDir: filepath.Join(t.TempDir(), "snapshots")})
-	c.InUse = func(ctx context.Context) (map[string]int, error) { return e.svc.ImagesInUse(ctx) }
+	c.InUse = func(ctx context.Context) (map[string]int, error) { return e.imgs.ImagesInUse(ctx) }
 	c.AddRemote("python:3.12-slim", pyConfig)
 	sb := e.create(t, sandbox.CreateRequest{Image: "python:3.12-slim"})
 	if _, err := e.svc.Sleep(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	c.AddRemote("python:3.12-slim", image.Config{Env: []string{"PYTHON_VERSION=3.12.8"}})
-	if moved, err := e.svc.PullImage(t.Context(), "python:3.12-slim", nil); err != nil || moved.Digest == sb.ImageDigest {
+	if moved, err := e.imgs.PullImage(t.Context(), "python:3.12-slim", nil); err != nil || moved.Digest == sb.ImageDigest {
 		t.Fatalf("pull: %+v %v", moved, err)
 	}
 	woke, err := e.svc.Wake(t.Context(), sb.ID)
