@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -43,13 +44,13 @@ const (
 )
 
 // auditServer serves svc's REST API and /mcp on loopback with gates; it returns the /mcp URL.
-func auditServer(svc *sandbox.Service, token string, gates gate.Chain, st *sqlite.Store) (string, func()) {
+func auditServer(svc jobs.Sandboxes, token string, gates gate.Chain, st *sqlite.Store) (string, func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
 	m := mcpserver.New(svc, mcpserver.Options{Gate: gates})
-	h := api.New(svc, api.Options{Token: token, Gate: gates, Audit: st,
+	h := api.New(svc.Service, api.Options{Token: token, Gate: gates, Audit: st, SandboxJobs: svc.Jobs(),
 		Mount: map[string]http.Handler{"/mcp": m.StreamableHTTPHandler(mcpserver.HTTPOptions{MaxBodyBytes: api.MaxJSONBody})}})
 	hs := &http.Server{Handler: h}
 	go hs.Serve(ln)
@@ -84,9 +85,10 @@ func benchAudit(ctx context.Context, svc *sandbox.Service, st *sqlite.Store, tok
 	rec := audit.New(st, audit.Config{}, nil)
 	defer rec.Close()
 	timed := &timedGate{g: rec, xs: map[string][]float64{}}
-	offURL, stopOff := auditServer(svc, token, nil, st)
+	sbs := jobs.With(svc)
+	offURL, stopOff := auditServer(sbs, token, nil, st)
 	defer stopOff()
-	onURL, stopOn := auditServer(svc, token, gate.Chain{timed}, st)
+	onURL, stopOn := auditServer(sbs, token, gate.Chain{timed}, st)
 	defer stopOn()
 	off, on := mcpSession(ctx, offURL, token), mcpSession(ctx, onURL, token)
 	defer off.Close()

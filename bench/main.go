@@ -39,6 +39,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -267,9 +268,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mcpSrv := mcpserver.New(svc, mcpserver.Options{})
+	sbs := jobs.With(svc)
+	mcpSrv := mcpserver.New(sbs, mcpserver.Options{})
 	defer mcpSrv.Close()
-	go http.Serve(ln, api.New(svc, api.Options{Token: token, Prometheus: prom,
+	go http.Serve(ln, api.New(svc, api.Options{Token: token, Prometheus: prom, SandboxJobs: sbs.Jobs(),
 		Mount: map[string]http.Handler{"/mcp": mcpSrv.StreamableHTTPHandler(mcpserver.HTTPOptions{MaxBodyBytes: api.MaxJSONBody})}}))
 	c := client.New("http://"+ln.Addr().String(), token)
 	trueCmd := wire.ExecRequest{Command: []string{"true"}}

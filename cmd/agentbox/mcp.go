@@ -22,12 +22,12 @@ import (
 	"github.com/agentbox/agentbox/internal/mcprelay"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/runs"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/statedir"
 )
 
 // The in-process control plane the MCP server drives when no server is running.
-var _ mcpserver.Backend = (*sandbox.Service)(nil)
+var _ mcpserver.Backend = jobs.Sandboxes{}
 
 // cmdMCP serves MCP over stdio: JSON-RPC on stdout, logs on stderr. With a running server (the
 // state dir's, or the one the CLI would use) it relays stdio to the server's /mcp endpoint, so
@@ -82,9 +82,9 @@ func cmdMCP(args []string) int {
 	defer closeAPI()
 	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: cp.runsBackend(), APICall: apiCall, Gate: cp.gates, SQL: cp.store,
 		Samples: cp.metrics, Network: cp.network, Images: cp.imgs} // sandbox_metrics, fetch_metrics' sample; the network and image tools
-	cp.prom.Attach(cp.svc, cp.metrics, cp.svc, log) // no REST server attaches it here
-	opts.Metrics = cp.metricsSource(ctx)            // fetch_metrics over the process's own registry
-	srv := mcpserver.New(cp.svc, opts)
+	cp.prom.Attach(cp.svc, cp.metrics, cp.sandboxes.Jobs(), log) // no REST server attaches it here
+	opts.Metrics = cp.metricsSource(ctx)                         // fetch_metrics over the process's own registry
+	srv := mcpserver.New(cp.sandboxes, opts)
 	defer srv.Close()
 	if err := srv.Adopt(ctx); err != nil {
 		return fail(err)
@@ -100,7 +100,7 @@ func cmdMCP(args []string) int {
 // handler over it with its gates; the func returned closes it.
 func mcpAPICall(cp *controlPlane, log *slog.Logger) (mcpserver.APICallFunc, func()) {
 	rs, _ := cp.runsBackend().(*runs.Service)
-	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs}) // the tools' sampler: one previous CPU sample per sandbox
+	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, SandboxJobs: cp.sandboxes.Jobs()}) // the tools' sampler: one previous CPU sample per sandbox
 	return h.Call, h.Close
 }
 

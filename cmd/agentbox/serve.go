@@ -149,7 +149,7 @@ func cmdServe(args []string) int {
 	}
 	defer relaySvc.Close()
 	var handler *api.Server // api_call (issue 16, apicall.go) calls it in process
-	mcpSrv := mcpserver.New(cp.svc, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
+	mcpSrv := mcpserver.New(cp.sandboxes, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
 		APICall: apiCallVia(&handler), Gate: cp.gates, Samples: cp.metrics, Network: cp.network, Images: cp.imgs,
 		SQL: cp.store, Metrics: cp.metricsSource(ctx), Machines: mcpserver.RegistryMachines{R: machines}, RemoteJobs: rjobs, // execute_sql, fetch_metrics (issue 16)
 		Relay:  relaySvc,                                                                                                      // remote_pull, remote_push (issue 17)
@@ -159,7 +159,7 @@ func cmdServe(args []string) int {
 	}
 	defer mcpSrv.Close()
 	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
-		Mount: mcpHandlers(mcpSrv), Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Prometheus: cp.prom, Jobs: cp.svc, Runs: cp.runs,
+		Mount: mcpHandlers(mcpSrv), Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Prometheus: cp.prom, Jobs: cp.sandboxes.Jobs(), SandboxJobs: cp.sandboxes.Jobs(), Runs: cp.runs,
 		Gate: cp.gates, Keys: cp.keys, Audit: cp.store, SQL: cp.store,
 		Approvals: cp.approvals, Machines: machines, RemoteJobs: rjobs, // issue 16: the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
 		Blobs:      relaySvc,                                                                     // the file relay (issue 17)

@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/imageadmin"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/statedir"
@@ -47,8 +48,11 @@ type controlPlane struct {
 	// watch streams, the preview proxy).
 	network *netsession.Service
 	// imgs is the image calls over the cache (list, pull, push, commit, …).
-	imgs  *imageadmin.Service
-	store store.Store // SQLite (the default) or Postgres (--store)
+	imgs *imageadmin.Service
+	// sandboxes is svc with its jobs feature (the MCP backend, the runs' workers); its Jobs()
+	// serves the job routes and tools.
+	sandboxes jobs.Sandboxes
+	store     store.Store // SQLite (the default) or Postgres (--store)
 	// changes tells of other processes' writes to a shared store (Postgres); nil when this
 	// process is alone on its store (SQLite).
 	changes store.ChangeNotifier
@@ -375,7 +379,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))
@@ -444,7 +448,7 @@ func (cp *controlPlane) startRuns(ctx context.Context, cfg config.Config, log *s
 	if cfg.ArtifactMB > 0 {
 		budget = cfg.ArtifactMB << 20
 	}
-	svc, err := runs.New(runs.Config{Sandboxes: cp.svc, Store: cp.store, Dir: filepath.Join(cfg.StateDir, "runs"), BaseURL: baseURL,
+	svc, err := runs.New(runs.Config{Sandboxes: cp.sandboxes, Store: cp.store, Dir: filepath.Join(cfg.StateDir, "runs"), BaseURL: baseURL,
 		Workers: cfg.RunWorkers, CheckoutDirs: cfg.CheckoutDirs, ArtifactBudgetBytes: budget, Retention: cfg.RunRetention,
 		Log: log.With("component", "runs"), Shared: cp.svc.Config().Shared})
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/imageadmin"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/snippet"
@@ -64,6 +65,10 @@ type Options struct {
 	// Images serves the image routes (/v1/images…, commit); nil: one made over the service's
 	// core.
 	Images *imageadmin.Service
+	// SandboxJobs runs sandbox jobs (the /v1/sandboxes/{id}/jobs routes, the logs watch
+	// stream); nil: one made over the service's core (there must be one per core: pass the
+	// server's own when it has one).
+	SandboxJobs *jobs.Service
 	// Prometheus, if set, serves GET /metrics (behind the token) and counts every request
 	// by route pattern; Jobs adds agentbox_jobs (prometheus.go).
 	Prometheus *Prometheus
@@ -107,6 +112,7 @@ type Options struct {
 // Server is the REST API.
 type Server struct {
 	svc   *sandbox.Service
+	jobs  *jobs.Service
 	opts  Options
 	log   *slog.Logger
 	mux   *http.ServeMux
@@ -147,8 +153,11 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	if opts.Images == nil && svc != nil {
 		opts.Images = imageadmin.New(svc.Core(), svc.Core().Store())
 	}
-	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
-	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(svc), Metrics: watch.MetricsOf(opts.Metrics),
+	if opts.SandboxJobs == nil && svc != nil {
+		opts.SandboxJobs = jobs.New(svc.Core(), svc.Core().Store())
+	}
+	s := &Server{svc: svc, jobs: opts.SandboxJobs, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
+	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(opts.SandboxJobs), Metrics: watch.MetricsOf(opts.Metrics),
 		Connections: opts.Network.Connections, ConnectionsWake: svc.ConnectionsChanged})
 	if b := s.previewBackend(); b != nil {
 		s.proxy = s.newPreviewProxy(b)

@@ -43,7 +43,7 @@ func (s *Server) startJobFrom(w http.ResponseWriter, r *http.Request, body ExecR
 		s.fail(w, r, err)
 		return
 	}
-	j, err := s.svc.StartJob(r.Context(), r.PathValue("id"), req)
+	j, err := s.jobs.StartJob(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -57,7 +57,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	l, err := s.svc.ListJobs(r.Context(), r.PathValue("id"), int(ptrOr(lim, 0)))
+	l, err := s.jobs.ListJobs(r.Context(), r.PathValue("id"), int(ptrOr(lim, 0)))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -66,7 +66,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
-	j, err := s.svc.JobStatus(r.Context(), r.PathValue("id"), r.PathValue("job_id"))
+	j, err := s.jobs.JobStatus(r.Context(), r.PathValue("id"), r.PathValue("job_id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -95,7 +95,7 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) {
 		n := int(*tail)
 		req.TailLines = &n
 	}
-	l, err := s.svc.JobLogs(r.Context(), r.PathValue("id"), r.PathValue("job_id"), req)
+	l, err := s.jobs.JobLogs(r.Context(), r.PathValue("id"), r.PathValue("job_id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -116,7 +116,7 @@ func (s *Server) waitJob(w http.ResponseWriter, r *http.Request) {
 	if t != nil {
 		d = time.Duration(*t) * time.Second
 	}
-	j, err := s.svc.WaitJob(r.Context(), r.PathValue("id"), r.PathValue("job_id"), d)
+	j, err := s.jobs.WaitJob(r.Context(), r.PathValue("id"), r.PathValue("job_id"), d)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -144,7 +144,7 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		}
 		grace = &d
 	}
-	j, err := s.svc.CancelJob(r.Context(), r.PathValue("id"), r.PathValue("job_id"), grace)
+	j, err := s.jobs.CancelJob(r.Context(), r.PathValue("id"), r.PathValue("job_id"), grace)
 	if err != nil {
 		s.fail(w, r, err)
 		return

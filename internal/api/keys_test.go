@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -46,7 +47,7 @@ func keyServer(t *testing.T) (*imageServer, *testClock) {
 	ready := make(chan struct{})
 	mount := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-ready; mcpH.ServeHTTP(w, r) })
 	s := newImageServer(t, api.Options{Keys: ks, Gate: chain, Mount: map[string]http.Handler{"/mcp": mount}})
-	srv := mcpserver.New(s.svc, mcpserver.Options{Gate: chain})
+	srv := mcpserver.New(jobs.With(s.svc), mcpserver.Options{Gate: chain})
 	t.Cleanup(srv.Close)
 	mcpH = srv.StreamableHTTPHandler(mcpserver.HTTPOptions{})
 	once.Do(func() { close(ready) })

@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -135,7 +136,8 @@ func TestPrometheus(t *testing.T) {
 	prom := api.NewPrometheus()
 	svc := runcService(t, sandbox.Config{Observer: prom, MaxSandboxes: 10, CPUBudget: 8, MemoryBudgetMB: 8192})
 	const token = "prom-test-token"
-	h := api.New(svc, api.Options{Token: token, Prometheus: prom, Jobs: svc})
+	sj := jobs.New(svc.Core(), svc.Core().Store())
+	h := api.New(svc, api.Options{Token: token, Prometheus: prom, Jobs: sj, SandboxJobs: sj})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	defer h.Close()

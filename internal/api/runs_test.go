@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -53,14 +54,15 @@ func newRunsEnv(t *testing.T) *runsEnv {
 		t.Fatal(err)
 	}
 	var base string
-	rs, err := runs.New(runs.Config{Sandboxes: sbs, Store: st, Dir: filepath.Join(dir, "runs"), BaseURL: func() string { return base }})
+	sbj := jobs.With(sbs)
+	rs, err := runs.New(runs.Config{Sandboxes: sbj, Store: st, Dir: filepath.Join(dir, "runs"), BaseURL: func() string { return base }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); rs.Run(ctx) }()
-	h := api.New(sbs, api.Options{Token: runsToken, Runs: rs})
+	h := api.New(sbs, api.Options{Token: runsToken, Runs: rs, SandboxJobs: sbj.Jobs()})
 	srv := httptest.NewServer(h)
 	base = srv.URL
 	t.Cleanup(func() {
@@ -388,7 +390,7 @@ func TestRunWaitEndsAtClose(t *testing.T) {
 	if err := sbs.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := runs.New(runs.Config{Sandboxes: sbs, Store: st, Dir: filepath.Join(dir, "runs"), BaseURL: func() string { return "http://x" }})
+	rs, err := runs.New(runs.Config{Sandboxes: jobs.With(sbs), Store: st, Dir: filepath.Join(dir, "runs"), BaseURL: func() string { return "http://x" }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 	"github.com/agentbox/agentbox/internal/watch"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -29,21 +30,23 @@ const testToken = "watch-test-token"
 // fakeServer is a real REST server over real HTTP, on a service over real SQLite and the fake
 // runtime (no root): the control plane's logic, end to end through SSE.
 type fakeServer struct {
-	svc *sandbox.Service
-	url string
-	c   *client.Client
+	svc  *sandbox.Service
+	jobs *jobs.Service
+	url  string
+	c    *client.Client
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
 	t.Helper()
 	svc := fakecp.Service(t)
-	h := api.New(svc, api.Options{Token: testToken})
+	js := jobs.New(svc.Core(), svc.Core().Store())
+	h := api.New(svc, api.Options{Token: testToken, SandboxJobs: js})
 	hs := httptest.NewServer(h)
 	t.Cleanup(func() {
 		h.Close()
 		hs.Close()
 	})
-	return &fakeServer{svc: svc, url: hs.URL, c: client.New(hs.URL, testToken)}
+	return &fakeServer{svc: svc, jobs: js, url: hs.URL, c: client.New(hs.URL, testToken)}
 }
 
 func (f *fakeServer) create(t *testing.T) sandbox.Sandbox {
@@ -380,7 +383,7 @@ func TestSSEWireFormat(t *testing.T) {
 func TestWatchLogsSSE(t *testing.T) {
 	f := newFakeServer(t)
 	sb := f.create(t)
-	j, err := f.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.2; done"}})
+	j, err := f.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.2; done"}})
 	if err != nil {
 		t.Fatalf("StartJob: %v", err)
 	}

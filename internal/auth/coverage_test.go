@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 )
 
@@ -57,7 +58,7 @@ func TestScopeTableCoversEveryRoute(t *testing.T) {
 // TestScopeTableCoversEveryTool: every MCP tool has a scope in auth.Required, and every tool
 // entry there is a tool.
 func TestScopeTableCoversEveryTool(t *testing.T) {
-	srv := mcpserver.New(fakeService(t), mcpserver.Options{})
+	srv := mcpserver.New(jobs.With(fakeService(t)), mcpserver.Options{})
 	defer srv.Close()
 	ct, st := mcp.NewInMemoryTransports()
 	ctx := t.Context()

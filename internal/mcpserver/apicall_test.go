@@ -44,7 +44,7 @@ func (g *restGate) seen() []gate.Call {
 func TestAPICall(t *testing.T) {
 	svc := fakeService(t)
 	rg := &restGate{}
-	h := api.New(svc, api.Options{Gate: gate.Chain{rg}})
+	h := api.New(svc.Service, api.Options{SandboxJobs: svc.Jobs(), Gate: gate.Chain{rg}})
 	defer h.Close()
 	tg := &toolGate{}
 	srv := mcpserver.New(svc, mcpserver.Options{APICall: h.Call, Gate: gate.Chain{tg}})
@@ -153,7 +153,7 @@ func TestAPICallCarriesTheHTTPCaller(t *testing.T) {
 	srv := mcpserver.New(svc, mcpserver.Options{APICall: func(ctx context.Context, method, path string, q url.Values, body []byte) (int, http.Header, []byte, error) {
 		return h.Call(ctx, method, path, q, body)
 	}})
-	h = api.New(svc, api.Options{Token: "serve-token", Gate: gate.Chain{rg}, Mount: map[string]http.Handler{"/mcp": srv.StreamableHTTPHandler(mcpserver.HTTPOptions{})}})
+	h = api.New(svc.Service, api.Options{SandboxJobs: svc.Jobs(), Token: "serve-token", Gate: gate.Chain{rg}, Mount: map[string]http.Handler{"/mcp": srv.StreamableHTTPHandler(mcpserver.HTTPOptions{})}})
 	hs := httptest.NewServer(h)
 	// After the client's session closes (cleanups run last first): the MCP server's streams
 	// end, then the HTTP server.

@@ -17,13 +17,14 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 )
 
-// *sandbox.Service is a Backend as it is.
-var _ mcpserver.Backend = (*sandbox.Service)(nil)
+// *sandbox.Service with its jobs feature is a Backend as it is.
+var _ mcpserver.Backend = jobs.Sandboxes{}
 
 // Protocol versions the tests run under: the newest (per-request, SEP-2575) and the newest
 // session-based one.
@@ -39,21 +40,20 @@ var protocolVersions = []string{"2026-07-28", "2025-11-25"}
 
 // fakeService is the control plane over real SQLite and the fake runtime (named "runc"), with
 // the default config: no root needed.
-func fakeService(t *testing.T) *sandbox.Service {
+func fakeService(t *testing.T) jobs.Sandboxes {
 	t.Helper()
 	return fakeServiceWith(t, sandbox.Config{})
 }
 
 // fakeServiceWith is fakeService with cfg.
-func fakeServiceWith(t *testing.T, cfg sandbox.Config) *sandbox.Service {
+func fakeServiceWith(t *testing.T, cfg sandbox.Config) jobs.Sandboxes {
 	t.Helper()
-	svc := fakecp.New(t, cfg).Service
-	return svc
+	return jobs.With(fakecp.New(t, cfg).Service)
 }
 
 // service builds a real control plane: real SQLite, real runc, the real agentbox binary as
 // the in-sandbox agent. It skips without root.
-func service(t *testing.T, cfg sandbox.Config) *sandbox.Service {
+func service(t *testing.T, cfg sandbox.Config) jobs.Sandboxes {
 	t.Helper()
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "abmcp")
@@ -95,7 +95,7 @@ func service(t *testing.T, cfg sandbox.Config) *sandbox.Service {
 		svc.Close()
 		st.Close()
 	})
-	return svc
+	return jobs.With(svc)
 }
 
 // client is an SDK client session connected in memory to a Server, recording what the server

@@ -13,12 +13,13 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/imageadmin"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv/imagefake"
 )
 
 // imageService is the control plane over real SQLite, the fake runtime and the fake image cache.
-func imageService(t *testing.T) (*sandbox.Service, *fake.Runtime, *imagefake.Cache) {
+func imageService(t *testing.T) (jobs.Sandboxes, *fake.Runtime, *imagefake.Cache) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
 	if err != nil {
@@ -33,12 +34,13 @@ func imageService(t *testing.T) (*sandbox.Service, *fake.Runtime, *imagefake.Cac
 	if err != nil {
 		t.Fatal(err)
 	}
+	svj := jobs.With(svc)
 	t.Cleanup(func() {
 		svc.Close()
 		rt.Shutdown(context.Background())
 		st.Close()
 	})
-	return svc, rt, cache
+	return svj, rt, cache
 }
 
 // TestImageTools: image_pull (with progress notifications when the call has a progress token,

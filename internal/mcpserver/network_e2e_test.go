@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -82,7 +83,8 @@ func egressService(t *testing.T) (svc *sandbox.Service, upstreamPort int) {
 // sandbox_expose/unexpose; sandbox_secret_calls' paging arguments.
 func TestNetworkToolsEndToEnd(t *testing.T) {
 	svc, port := egressService(t)
-	srv := mcpserver.New(svc, mcpserver.Options{})
+	svj := jobs.With(svc)
+	srv := mcpserver.New(svj, mcpserver.Options{})
 	defer srv.Close()
 	c := connect(t, srv, protocolVersions[0])
 	allowed := fmt.Sprintf("allowed.test:%d", port)

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -27,7 +28,7 @@ var _ mcpserver.RunsBackend = (*runs.Service)(nil)
 
 // runService is a real run service on the fake runtime (commands run on the host in the runs'
 // Dir) and the SQLite store; base is the address its artifact URLs name.
-func runService(t *testing.T, base *string) (*sandbox.Service, *runs.Service, string) {
+func runService(t *testing.T, base *string) (jobs.Sandboxes, *runs.Service, string) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "agentbox.db"))
@@ -42,10 +43,11 @@ func runService(t *testing.T, base *string) (*sandbox.Service, *runs.Service, st
 	if err != nil {
 		t.Fatal(err)
 	}
+	sbj := jobs.With(sbs)
 	if err := sbs.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := runs.New(runs.Config{Sandboxes: sbs, Store: st, Dir: filepath.Join(dir, "runs"), BaseURL: func() string { return *base }})
+	rs, err := runs.New(runs.Config{Sandboxes: sbj, Store: st, Dir: filepath.Join(dir, "runs"), BaseURL: func() string { return *base }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func runService(t *testing.T, base *string) (*sandbox.Service, *runs.Service, st
 		rt.Shutdown(context.Background())
 		st.Close()
 	})
-	return sbs, rs, filepath.Join(dir, "work")
+	return sbj, rs, filepath.Join(dir, "work")
 }
 
 // TestRunToolsRefuse: malformed calls are INVALID_ARGUMENT naming the argument (checked against

@@ -20,7 +20,7 @@ func snapshotBackendsWith(t *testing.T, cfg func(*testing.T) sandbox.Config, f f
 		svc := fakeServiceWith(t, cfg(t))
 		srv := mcpserver.New(svc, mcpserver.Options{})
 		t.Cleanup(srv.Close)
-		f(t, connect(t, srv, protocolVersions[1]), svc)
+		f(t, connect(t, srv, protocolVersions[1]), svc.Service)
 	})
 }
 

@@ -72,7 +72,7 @@ func TestRunPython(t *testing.T) {
 	if !strings.Contains(txt, "Value (int): 2") || !strings.Contains(txt, "hello 20") {
 		t.Errorf("text: %q", txt)
 	}
-	gone(t, svc, out.SandboxID)
+	gone(t, svc.Service, out.SandboxID)
 
 	// An expression statement that is not last, and a None value, give no value.
 	out = mcpserver.RunCodeOut{}
@@ -91,7 +91,7 @@ func TestRunPython(t *testing.T) {
 	if out.Value != nil {
 		t.Errorf("a value after an exception: %+v", out.Value)
 	}
-	gone(t, svc, out.SandboxID)
+	gone(t, svc.Service, out.SandboxID)
 
 	start := time.Now()
 	out = mcpserver.RunCodeOut{}
@@ -102,7 +102,7 @@ func TestRunPython(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("a 1 s timeout took %s", d)
 	}
-	gone(t, svc, out.SandboxID)
+	gone(t, svc.Service, out.SandboxID)
 
 	out = mcpserver.RunCodeOut{}
 	txt = c.ok("run_python", obj{"code": "import sys\nsys.stdout.write('x' * 3000000)\nsys.stderr.write('e' * 10)\n'done'", "max_output_bytes": 1000}, &out)
@@ -148,7 +148,7 @@ func TestRunPython(t *testing.T) {
 	if r, g, _, _ := img.At(0, 0).RGBA(); r>>8 != 0xff || g != 0 {
 		t.Errorf("pixel %v", img.At(0, 0))
 	}
-	gone(t, svc, out.SandboxID)
+	gone(t, svc.Service, out.SandboxID)
 
 	// No network: a connect fails inside the sandbox.
 	out = mcpserver.RunCodeOut{}
@@ -209,7 +209,7 @@ func TestRunPython(t *testing.T) {
 	}
 
 	// Bad arguments: typed errors naming the argument, nothing created.
-	before := live(t, svc)
+	before := live(t, svc.Service)
 	if msg := c.fails("run_python", obj{"code": "1", "timeout_seconds": 601}, "INVALID_ARGUMENT"); !strings.Contains(msg, "timeout_seconds") {
 		t.Errorf("message: %s", msg)
 	}
@@ -220,7 +220,7 @@ func TestRunPython(t *testing.T) {
 		t.Errorf("message: %s", msg)
 	}
 	c.fails("run_python", obj{"code": "1", "sandbox_id": "sb-000000000000"}, "SANDBOX_NOT_FOUND")
-	if n := live(t, svc); n != before {
+	if n := live(t, svc.Service); n != before {
 		t.Fatalf("bad calls left %d live sandboxes, want %d", n, before)
 	}
 	c.ok("sandbox_destroy", obj{"sandbox_id": kept}, nil)
@@ -251,7 +251,7 @@ func TestRunShell(t *testing.T) {
 	if len(out.Artifacts) != 1 || out.Artifacts[0].Path != "/workspace/out/a.txt" || out.Artifacts[0].Size != 5 {
 		t.Fatalf("artifacts: %+v", out.Artifacts)
 	}
-	gone(t, svc, out.SandboxID)
+	gone(t, svc.Service, out.SandboxID)
 	out = mcpserver.RunCodeOut{}
 	c.ok("run_shell", obj{"code": "sleep 30", "timeout_seconds": 0.5}, &out)
 	if !out.TimedOut {
@@ -266,13 +266,13 @@ func TestRunShell(t *testing.T) {
 		_, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_shell", Arguments: obj{"code": "sleep 120", "timeout_seconds": 300}})
 		errc <- err
 	}()
-	eventually(t, 60*time.Second, "the run's sandbox", func() bool { return live(t, svc) == 1 })
+	eventually(t, 60*time.Second, "the run's sandbox", func() bool { return live(t, svc.Service) == 1 })
 	time.Sleep(500 * time.Millisecond) // into the exec
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("a cancelled call returned no error")
 	}
-	eventually(t, 60*time.Second, "the cancelled run's sandbox destroyed", func() bool { return live(t, svc) == 0 })
+	eventually(t, 60*time.Second, "the cancelled run's sandbox destroyed", func() bool { return live(t, svc.Service) == 0 })
 }
 
 // TestFetchMetrics: fetch_metrics over the server's real registry by exact name, by prefix, for
@@ -281,7 +281,7 @@ func TestRunShell(t *testing.T) {
 func TestFetchMetrics(t *testing.T) {
 	svc := service(t, sandbox.Config{})
 	prom := api.NewPrometheus()
-	api.New(svc, api.Options{Prometheus: prom}) // attaches the collector of the service's state
+	api.New(svc.Service, api.Options{Prometheus: prom}) // attaches the collector of the service's state
 	src := metricsnap.New(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.Gatherer().Gather() }).
 		SampleFrom(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.HistoryGatherer().Gather() }) // as wire.go
 	srv := mcpserver.New(svc, mcpserver.Options{ControlPlane: "test", Metrics: src, Samples: metrics.New(svc.Core(), svc.Core().Store())})

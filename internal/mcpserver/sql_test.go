@@ -9,6 +9,7 @@ import (
 	apiclient "github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 )
@@ -20,15 +21,16 @@ import (
 func TestExecuteSQL(t *testing.T) {
 	cp := fakecp.New(t, sandbox.Config{})
 	svc, st := cp.Service, cp.Store
+	svj := jobs.With(svc)
 	const secret = "TOP-SECRET-VALUE-42"
 	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{Env: map[string]string{"API_KEY": secret}, Labels: map[string]string{"team": "sql"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rest := httptest.NewServer(api.New(svc, api.Options{Token: "tok", SQL: st}))
+	rest := httptest.NewServer(api.New(svc, api.Options{Token: "tok", SQL: st, SandboxJobs: svj.Jobs()}))
 	t.Cleanup(rest.Close)
 
-	bare := mcpserver.New(svc, mcpserver.Options{})
+	bare := mcpserver.New(svj, mcpserver.Options{})
 	t.Cleanup(bare.Close)
 	if msg := connect(t, bare, protocolVersions[0]).fails("execute_sql", obj{"query": "SELECT 1"}, "UNSUPPORTED_OPERATION"); !strings.Contains(msg, "no SQL") {
 		t.Errorf("without SQL: %q", msg)
@@ -39,7 +41,7 @@ func TestExecuteSQL(t *testing.T) {
 		sql  sqlquery.Querier
 	}{{"in process", st}, {"over REST", apiclient.New(rest.URL, "tok")}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := mcpserver.New(svc, mcpserver.Options{SQL: tc.sql})
+			srv := mcpserver.New(svj, mcpserver.Options{SQL: tc.sql})
 			t.Cleanup(srv.Close)
 			c := connect(t, srv, protocolVersions[0])
 			var res sqlquery.Result

@@ -13,11 +13,12 @@ import (
 
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 )
 
 // recorder is the service, remembering the owner and idempotency key of every create.
 type recorder struct {
-	*sandbox.Service
+	jobs.Sandboxes
 	mu     sync.Mutex
 	owners []string
 	keys   []string
@@ -28,7 +29,7 @@ func (r *recorder) Create(ctx context.Context, req sandbox.CreateRequest) (sandb
 	r.owners = append(r.owners, sandbox.OwnerFrom(ctx))
 	r.keys = append(r.keys, req.IdempotencyKey)
 	r.mu.Unlock()
-	return r.Service.Create(ctx, req)
+	return r.Sandboxes.Create(ctx, req)
 }
 
 // TestSessionsHoldTheirOwn: over streamable HTTP, each client session is an owner: the
@@ -36,7 +37,7 @@ func (r *recorder) Create(ctx context.Context, req sandbox.CreateRequest) (sandb
 // session's sandbox is reported to that session, never consumed by another.
 func TestSessionsHoldTheirOwn(t *testing.T) {
 	svc := fakeService(t)
-	rec := &recorder{Service: svc}
+	rec := &recorder{Sandboxes: svc}
 	srv := mcpserver.New(rec, mcpserver.Options{})
 	hs := httptest.NewServer(srv.StreamableHTTPHandler(mcpserver.HTTPOptions{}))
 	// After the clients' own cleanups: end the sessions (and their event streams), then the

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
@@ -40,7 +41,7 @@ func newRunEnv(t *testing.T, rt runtime.Runtime, dir string, checkoutDirs ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := runs.New(runs.Config{Sandboxes: sb, Store: st, Dir: filepath.Join(dir, "runs"),
+	svc, err := runs.New(runs.Config{Sandboxes: jobs.With(sb), Store: st, Dir: filepath.Join(dir, "runs"),
 		BaseURL: func() string { return "http://127.0.0.1:1" }, CheckoutDirs: checkoutDirs})
 	if err != nil {
 		t.Fatal(err)

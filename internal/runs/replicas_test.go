@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/postgres"
 	"github.com/agentbox/agentbox/internal/testenv/pglab"
 )
@@ -82,7 +83,7 @@ func startRunReplica(t *testing.T, name, dsn string, shared *fake.Runtime) *runR
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	svc, err := runs.New(runs.Config{Sandboxes: sbs, Store: st, Dir: filepath.Join(dir, "runs"), Shared: true,
+	svc, err := runs.New(runs.Config{Sandboxes: jobs.With(sbs), Store: st, Dir: filepath.Join(dir, "runs"), Shared: true,
 		BaseURL: func() string { return "http://agentbox.test" }})
 	if err != nil {
 		t.Fatal(err)

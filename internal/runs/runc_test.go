@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
@@ -50,7 +51,7 @@ func TestRunOnRunc(t *testing.T) {
 	gitRun(t, repo, "commit", "-qm", "one")
 	head := gitRun(t, repo, "rev-parse", "HEAD")
 
-	svc, err := runs.New(runs.Config{Sandboxes: sbs, Store: st, Dir: filepath.Join(dir, "runs"), CheckoutDirs: []string{repos},
+	svc, err := runs.New(runs.Config{Sandboxes: jobs.With(sbs), Store: st, Dir: filepath.Join(dir, "runs"), CheckoutDirs: []string{repos},
 		BaseURL: func() string { return "http://x" }})
 	if err != nil {
 		t.Fatal(err)
@@ -143,22 +144,23 @@ func TestResumeOnRunc(t *testing.T) {
 	}
 	defer st.Close()
 	root := filepath.Join(dir, "rt")
-	newSandboxes := func() *sandbox.Service {
+	newSandboxes := func() jobs.Sandboxes {
 		rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.Binary(t),
 			CgroupParent: "abt-" + filepath.Base(dir), Subreaper: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sbs, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
+		svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		sbs := jobs.With(svc) // before Reconcile: its adopt hook re-arms the jobs' watches
 		if err := sbs.Reconcile(ctx); err != nil {
 			t.Fatal(err)
 		}
 		return sbs
 	}
-	newRuns := func(sbs *sandbox.Service) (*runs.Service, func()) {
+	newRuns := func(sbs jobs.Sandboxes) (*runs.Service, func()) {
 		svc, err := runs.New(runs.Config{Sandboxes: sbs, Store: st, Dir: filepath.Join(dir, "runs")})
 		if err != nil {
 			t.Fatal(err)

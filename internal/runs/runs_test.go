@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -50,16 +51,17 @@ func newEnvSB(t *testing.T, cfg runs.Config, sbcfg sandbox.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sbs, err := sandbox.NewService(st, []runtime.Runtime{rt}, sbcfg, nil)
+	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sbcfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sbs := jobs.With(svc)
 	if err := sbs.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Sandboxes, cfg.Store, cfg.Dir = sbs, st, filepath.Join(dir, "runs")
 	cfg.BaseURL = func() string { return "http://agentbox.test" }
-	e := &env{st: st, rt: rt, sbs: sbs, cfg: cfg, work: filepath.Join(dir, "work")}
+	e := &env{st: st, rt: rt, sbs: sbs.Service, cfg: cfg, work: filepath.Join(dir, "work")}
 	e.start(t)
 	t.Cleanup(func() {
 		e.stopSvc()

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/linksign"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 )
 
 // Backend is what runs need of the sandbox control plane; *sandbox.Service satisfies it.
@@ -563,4 +564,4 @@ func (s *Service) OpenArtifact(ctx context.Context, runID, path string) (io.Read
 	return nil, Artifact{}, errcode.New(errcode.FileNotFound, "run %s has no artifact %q", runID, trunc(path, 128)).With("field", "path")
 }
 
-var _ Backend = (*sandbox.Service)(nil)
+var _ Backend = jobs.Sandboxes{}

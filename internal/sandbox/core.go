@@ -77,3 +77,16 @@ func (c *Core) WakeForCall(ctx context.Context, id string) error { return c.s.wa
 // Release lets go of sandbox id's agent connection (and runs the Released hooks): for a feature
 // that has just marked the sandbox failed under its lock (a commit whose resume failed).
 func (c *Core) Release(id string) { c.s.dropGuest(id) }
+
+// Guest returns the agent connection this process keeps for sandbox id, or nil when it keeps
+// none (a feature settling a sandbox that is ending reads what the agent still has, without
+// dialling it).
+func (c *Core) Guest(id string) *guest.Client {
+	c.s.guestsMu.Lock()
+	defer c.s.guestsMu.Unlock()
+	return c.s.guests[id]
+}
+
+// Env is the env a command run in sb gets (a sandbox claimed from a warm pool has its
+// claimant's env and secret placeholders laid under env).
+func (c *Core) Env(sb Sandbox, env map[string]string) map[string]string { return callEnv(sb, env) }

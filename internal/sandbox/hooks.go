@@ -24,6 +24,9 @@ type Hooks struct {
 	// Adopted: running sandbox sb, made by an earlier process (or another replica), is this
 	// process's now (Reconcile's adopt): re-arm what watched it.
 	Adopted func(ctx context.Context, sb Sandbox, rt runtime.Runtime)
+	// Woken: sleeping sandbox sb runs again (Wake), its agent answering: re-arm what watched
+	// it. (Adopted is not called at wake.)
+	Woken func(ctx context.Context, sb Sandbox)
 	// Ending: sandbox sb leaves running (or sleeping) for to (stopping, lost), for reason.
 	Ending func(ctx context.Context, sb Sandbox, to State, reason string)
 	// Slept: running sandbox sb sleeps now; memory says its processes were saved with it.
@@ -71,6 +74,14 @@ func (hs *hookSet) adopted(ctx context.Context, sb Sandbox, rt runtime.Runtime) 
 	for _, h := range hs.list() {
 		if h.Adopted != nil {
 			h.Adopted(ctx, sb, rt)
+		}
+	}
+}
+
+func (hs *hookSet) woken(ctx context.Context, sb Sandbox) {
+	for _, h := range hs.list() {
+		if h.Woken != nil {
+			h.Woken(ctx, sb)
 		}
 	}
 }
@@ -160,17 +171,6 @@ func (hs *hookSet) start(ctx context.Context) (wait func()) {
 
 // registerFeatures registers the hooks of the features that still live in this package.
 func (s *Service) registerFeatures() {
-	s.hooks.register(Hooks{Name: "jobs",
-		Adopted: func(ctx context.Context, sb Sandbox, _ runtime.Runtime) { s.reattachJobs(ctx, sb.ID) },
-		Ending:  s.sandboxEnding,
-		Slept:   s.jobsSlept,
-		Prune: func(ctx context.Context, now time.Time) {
-			if n, err := s.store.PruneJobs(ctx, now.Add(-s.cfg.JobRetention)); err != nil && ctx.Err() == nil {
-				s.log.Warn("prune jobs", "err", err)
-			} else if n > 0 {
-				s.log.Info("pruned finished job records", "count", n)
-			}
-		}})
 	s.hooks.register(Hooks{Name: "network",
 		Adopted:  func(_ context.Context, sb Sandbox, rt runtime.Runtime) { s.startNet(sb, rt, nil) },
 		Released: s.stopNet})

@@ -42,7 +42,7 @@ func newGVisorEnv(t *testing.T, cfg sandbox.Config) *env {
 // waitJobEnd waits (at most a minute) for job jobID of sandbox sb to end.
 func (e *env) waitJobEnd(t *testing.T, sb, jobID string) sandbox.Job {
 	t.Helper()
-	j, err := e.svc.WaitJob(context.Background(), sb, jobID, time.Minute)
+	j, err := e.jobs.WaitJob(context.Background(), sb, jobID, time.Minute)
 	if err != nil {
 		t.Fatalf("wait %s: %v", jobID, err)
 	}
@@ -54,7 +54,7 @@ func (e *env) waitJobEnd(t *testing.T, sb, jobID string) sandbox.Job {
 
 func (e *env) startJob(t *testing.T, sb string, argv ...string) sandbox.Job {
 	t.Helper()
-	j, err := e.svc.StartJob(context.Background(), sb, sandbox.JobStartRequest{Argv: argv})
+	j, err := e.jobs.StartJob(context.Background(), sb, sandbox.JobStartRequest{Argv: argv})
 	if err != nil {
 		t.Fatalf("start %v: %v", argv, err)
 	}
@@ -70,7 +70,7 @@ func testJobOOM(t *testing.T, e *env, memMB int64) {
 	if j.State != sandbox.JobKilled || j.Signal != "SIGKILL" || !j.OOMKilled || j.Success {
 		t.Fatalf("allocating 512 MiB under a %d MiB limit: %+v (want killed, SIGKILL, oom_killed)", memMB, j)
 	}
-	if r, err := e.svc.JobStatus(context.Background(), sb.ID, j.ID); err != nil || !r.OOMKilled || r.State != sandbox.JobKilled {
+	if r, err := e.jobs.JobStatus(context.Background(), sb.ID, j.ID); err != nil || !r.OOMKilled || r.State != sandbox.JobKilled {
 		t.Errorf("job_status after the OOM kill: %+v, %v", r, err)
 	}
 	self := e.waitJobEnd(t, sb.ID, e.startJob(t, sb.ID, "sh", "-c", "kill -9 $$").ID)
@@ -104,7 +104,7 @@ while time.process_time() < 2.0: pass"; echo done`)
 	idle := e.startJob(t, sb.ID, "sleep", "1")
 	seen := 0.0
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		j, err := e.svc.JobStatus(ctx, sb.ID, burn.ID)
+		j, err := e.jobs.JobStatus(ctx, sb.ID, burn.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ while time.process_time() < 2.0: pass"; echo done`)
 		}
 		seen = j.CPUSeconds
 		if seen >= 0.3 {
-			l, err := e.svc.ListJobs(ctx, sb.ID, 0)
+			l, err := e.jobs.ListJobs(ctx, sb.ID, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ echo after the output >&2
 rm /workspace/aside && echo ran on > /workspace/marker || exit 91
 exit 7`
 	j := e.startJob(t, sb.ID, "sh", "-c", script)
-	end, err := e.svc.WaitJob(ctx, sb.ID, j.ID, 2*time.Minute)
+	end, err := e.jobs.WaitJob(ctx, sb.ID, j.ID, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ exit 7`
 	if end.LogBytes <= 1<<20 || end.LogBytes >= int64(want.Len()) {
 		t.Fatalf("log_bytes %d of the %d written; want more than 1 MiB kept, and not all", end.LogBytes, want.Len())
 	}
-	if st, err := e.svc.JobStatus(ctx, sb.ID, j.ID); err != nil || !st.LogTruncated || st.State != sandbox.JobExited {
+	if st, err := e.jobs.JobStatus(ctx, sb.ID, j.ID); err != nil || !st.LogTruncated || st.State != sandbox.JobExited {
 		t.Errorf("job_status: %s %v", jobEnd(st), err)
 	}
 	if rec, err := e.st.GetJob(ctx, sb.ID, j.ID); err != nil || !rec.LogTruncated || rec.LogBytes != end.LogBytes {
@@ -196,7 +196,7 @@ exit 7`
 	var got []byte
 	for off := int64(0); ; {
 		page := int64(sandbox.MaxJobLogBytes)
-		l, err := e.svc.JobLogs(ctx, sb.ID, j.ID, sandbox.JobLogsRequest{Offset: &off, MaxBytes: &page})
+		l, err := e.jobs.JobLogs(ctx, sb.ID, j.ID, sandbox.JobLogsRequest{Offset: &off, MaxBytes: &page})
 		if err != nil {
 			t.Fatal(err)
 		}

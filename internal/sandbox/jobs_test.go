@@ -16,7 +16,7 @@ import (
 
 func startJob(t *testing.T, e *fakeEnv, id string, argv ...string) sandbox.Job {
 	t.Helper()
-	j, err := e.svc.StartJob(t.Context(), id, sandbox.JobStartRequest{Argv: argv})
+	j, err := e.jobs.StartJob(t.Context(), id, sandbox.JobStartRequest{Argv: argv})
 	if err != nil {
 		t.Fatalf("StartJob %q: %v", argv, err)
 	}
@@ -43,7 +43,7 @@ func TestJobRunsAndSettles(t *testing.T) {
 	if r := record(t, e, sb.ID, j.ID); r.State != sandbox.JobRunning && r.State != sandbox.JobExited {
 		t.Errorf("record after start: %s", r.State)
 	}
-	w, err := e.svc.WaitJob(t.Context(), sb.ID, j.ID, 10*time.Second)
+	w, err := e.jobs.WaitJob(t.Context(), sb.ID, j.ID, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +54,12 @@ func TestJobRunsAndSettles(t *testing.T) {
 	if r.State != sandbox.JobExited || r.LogBytes != int64(len("line1\nline2\nline3\nerr\n")) || !bytes.Contains(r.Tail, []byte("line3")) {
 		t.Errorf("record = %s, %d bytes, tail %q", r.State, r.LogBytes, r.Tail)
 	}
-	lg, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{})
+	lg, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{})
 	if err != nil || len(lg.Data) != 22 || !strings.Contains(string(lg.Data), "line3\n") || !strings.Contains(string(lg.Data), "err\n") || lg.Source != "agent" || lg.NextOffset != lg.TotalBytes {
 		t.Errorf("JobLogs default = %q %+v, %v", lg.Data, lg, err)
 	}
 	two := 2
-	lg, err = e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{Stream: "stdout", TailLines: &two})
+	lg, err = e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{Stream: "stdout", TailLines: &two})
 	if err != nil || string(lg.Data) != "line2\nline3\n" {
 		t.Errorf("JobLogs stdout tail 2 = %q, %v", lg.Data, err)
 	}
@@ -71,7 +71,7 @@ func TestJobRunsAndSettles(t *testing.T) {
 	if !containsStr(reasons, "job "+j.ID+" started") || !containsStr(reasons, "job "+j.ID+" exited 3") {
 		t.Errorf("job events = %q", reasons)
 	}
-	l, err := e.svc.ListJobs(t.Context(), sb.ID, 0)
+	l, err := e.jobs.ListJobs(t.Context(), sb.ID, 0)
 	if err != nil || len(l.Jobs) != 1 || l.Jobs[0].ID != j.ID || l.Omitted != 0 {
 		t.Errorf("ListJobs = %+v, %v", l, err)
 	}
@@ -91,11 +91,11 @@ func TestJobRecordBeforeAct(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	sb := e.create(t, sandbox.CreateRequest{})
 	// The agent refuses an argv past its bound (64 KiB); the host does not check that.
-	_, err := e.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"echo", strings.Repeat("x", 70<<10)}})
+	_, err := e.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"echo", strings.Repeat("x", 70<<10)}})
 	if !errcode.Is(err, errcode.InvalidArgument) {
 		t.Fatalf("starting a job the agent refuses: %v", err)
 	}
-	l, lerr := e.svc.ListJobs(t.Context(), sb.ID, 0)
+	l, lerr := e.jobs.ListJobs(t.Context(), sb.ID, 0)
 	if lerr != nil || len(l.Jobs) != 1 {
 		t.Fatalf("ListJobs after a refused start = %+v, %v; want its record", l, lerr)
 	}
@@ -108,10 +108,10 @@ func TestJobRecordBeforeAct(t *testing.T) {
 	}
 	// A job in a sandbox that is not running is refused before any record.
 	e.svc.Destroy(t.Context(), sb.ID)
-	if _, err := e.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"true"}}); !errcode.Is(err, errcode.SandboxNotRunning) {
+	if _, err := e.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"true"}}); !errcode.Is(err, errcode.SandboxNotRunning) {
 		t.Errorf("StartJob in a destroyed sandbox: %v", err)
 	}
-	if l, _ := e.svc.ListJobs(t.Context(), sb.ID, 0); len(l.Jobs) != 1 {
+	if l, _ := e.jobs.ListJobs(t.Context(), sb.ID, 0); len(l.Jobs) != 1 {
 		t.Errorf("a refused start left a record: %+v", l)
 	}
 }
@@ -120,27 +120,27 @@ func TestJobLimit(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	sb := e.create(t, sandbox.CreateRequest{})
 	for i := range sandbox.DefaultMaxJobs {
-		if _, err := e.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sleep", "60"}}); err != nil {
+		if _, err := e.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sleep", "60"}}); err != nil {
 			t.Fatalf("job %d: %v", i+1, err)
 		}
 	}
-	_, err := e.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sleep", "60"}})
+	_, err := e.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sleep", "60"}})
 	if !errcode.Is(err, errcode.JobLimitExceeded) {
 		t.Fatalf("job %d: %v, want JOB_LIMIT_EXCEEDED", sandbox.DefaultMaxJobs+1, err)
 	}
-	l, err := e.svc.ListJobs(t.Context(), sb.ID, 1000)
+	l, err := e.jobs.ListJobs(t.Context(), sb.ID, 1000)
 	if err != nil || len(l.Jobs) != sandbox.DefaultMaxJobs {
 		t.Errorf("records = %d, %v; want %d (the refused one is not recorded)", len(l.Jobs), err, sandbox.DefaultMaxJobs)
 	}
-	l, err = e.svc.ListJobs(t.Context(), sb.ID, 0)
+	l, err = e.jobs.ListJobs(t.Context(), sb.ID, 0)
 	if err != nil || len(l.Jobs) != sandbox.DefaultJobList || l.Omitted != sandbox.DefaultMaxJobs-sandbox.DefaultJobList {
 		t.Errorf("ListJobs default = %d jobs, %d omitted, %v", len(l.Jobs), l.Omitted, err)
 	}
 	// One ended frees a place.
-	if _, err := e.svc.CancelJob(t.Context(), sb.ID, l.Jobs[0].ID, new(time.Duration)); err != nil {
+	if _, err := e.jobs.CancelJob(t.Context(), sb.ID, l.Jobs[0].ID, new(time.Duration)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"true"}}); err != nil {
+	if _, err := e.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"true"}}); err != nil {
 		t.Errorf("after a cancel: %v", err)
 	}
 }
@@ -151,7 +151,7 @@ func TestJobLimitOnHost(t *testing.T) {
 	sb := e.create(t, sandbox.CreateRequest{})
 	startJob(t, e, sb.ID, "sleep", "60")
 	startJob(t, e, sb.ID, "sleep", "60")
-	_, err := e.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sleep", "60"}})
+	_, err := e.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"sleep", "60"}})
 	if !errcode.Is(err, errcode.JobLimitExceeded) {
 		t.Fatalf("third job with a bound of 2: %v", err)
 	}
@@ -168,46 +168,46 @@ func TestJobBounds(t *testing.T) {
 		name, arg string
 		call      func() error
 	}{
-		{"limit -1", "limit", func() error { _, err := e.svc.ListJobs(t.Context(), sb.ID, -1); return err }},
-		{"limit 1001", "limit", func() error { _, err := e.svc.ListJobs(t.Context(), sb.ID, 1001); return err }},
+		{"limit -1", "limit", func() error { _, err := e.jobs.ListJobs(t.Context(), sb.ID, -1); return err }},
+		{"limit 1001", "limit", func() error { _, err := e.jobs.ListJobs(t.Context(), sb.ID, 1001); return err }},
 		{"offset -1", "offset_bytes", func() error {
-			_, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{Offset: i64(-1)})
+			_, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{Offset: i64(-1)})
 			return err
 		}},
 		{"max_bytes 0", "max_bytes", func() error {
-			_, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{MaxBytes: i64(0)})
+			_, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{MaxBytes: i64(0)})
 			return err
 		}},
 		{"max_bytes 262145", "max_bytes", func() error {
-			_, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{MaxBytes: i64(262145)})
+			_, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{MaxBytes: i64(262145)})
 			return err
 		}},
 		{"tail_lines 0", "tail_lines", func() error {
-			_, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{TailLines: in(0)})
+			_, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{TailLines: in(0)})
 			return err
 		}},
 		{"tail_lines 10001", "tail_lines", func() error {
-			_, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{TailLines: in(10001)})
+			_, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{TailLines: in(10001)})
 			return err
 		}},
 		{"tail and offset", "tail_lines", func() error {
-			_, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{TailLines: in(1), Offset: i64(0)})
+			_, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{TailLines: in(1), Offset: i64(0)})
 			return err
 		}},
 		{"stream", "stream", func() error {
-			_, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{Stream: "both"})
+			_, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{Stream: "both"})
 			return err
 		}},
-		{"wait -1s", "timeout_seconds", func() error { _, err := e.svc.WaitJob(t.Context(), sb.ID, j.ID, -time.Second); return err }},
+		{"wait -1s", "timeout_seconds", func() error { _, err := e.jobs.WaitJob(t.Context(), sb.ID, j.ID, -time.Second); return err }},
 		{"wait 3601s", "timeout_seconds", func() error {
-			_, err := e.svc.WaitJob(t.Context(), sb.ID, j.ID, 3601*time.Second)
+			_, err := e.jobs.WaitJob(t.Context(), sb.ID, j.ID, 3601*time.Second)
 			return err
 		}},
-		{"grace -1s", "grace_seconds", func() error { _, err := e.svc.CancelJob(t.Context(), sb.ID, j.ID, dur(-time.Second)); return err }},
-		{"grace 601s", "grace_seconds", func() error { _, err := e.svc.CancelJob(t.Context(), sb.ID, j.ID, dur(601*time.Second)); return err }},
-		{"job id", "job_id", func() error { _, err := e.svc.JobStatus(t.Context(), sb.ID, "job-XYZ"); return err }},
+		{"grace -1s", "grace_seconds", func() error { _, err := e.jobs.CancelJob(t.Context(), sb.ID, j.ID, dur(-time.Second)); return err }},
+		{"grace 601s", "grace_seconds", func() error { _, err := e.jobs.CancelJob(t.Context(), sb.ID, j.ID, dur(601*time.Second)); return err }},
+		{"job id", "job_id", func() error { _, err := e.jobs.JobStatus(t.Context(), sb.ID, "job-XYZ"); return err }},
 		{"empty argv", "command", func() error {
-			_, err := e.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{})
+			_, err := e.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{})
 			return err
 		}},
 	}
@@ -230,18 +230,18 @@ func TestJobBounds(t *testing.T) {
 		}
 	}
 	// Nothing was canceled or created by the refused calls.
-	if st, err := e.svc.JobStatus(t.Context(), sb.ID, j.ID); err != nil || st.State != sandbox.JobRunning {
+	if st, err := e.jobs.JobStatus(t.Context(), sb.ID, j.ID); err != nil || st.State != sandbox.JobRunning {
 		t.Errorf("job after refused calls: %+v, %v", st, err)
 	}
-	if l, _ := e.svc.ListJobs(t.Context(), sb.ID, 0); len(l.Jobs) != 1 {
+	if l, _ := e.jobs.ListJobs(t.Context(), sb.ID, 0); len(l.Jobs) != 1 {
 		t.Errorf("jobs after refused calls: %d", len(l.Jobs))
 	}
 	// A wait that times out is not an error.
-	w, err := e.svc.WaitJob(t.Context(), sb.ID, j.ID, 0)
+	w, err := e.jobs.WaitJob(t.Context(), sb.ID, j.ID, 0)
 	if err != nil || w.State != sandbox.JobRunning {
 		t.Errorf("WaitJob 0 = %s, %v; want running", w.State, err)
 	}
-	if _, err := e.svc.JobStatus(t.Context(), sb.ID, sandbox.NewJobID()); !errcode.Is(err, errcode.JobNotFound) {
+	if _, err := e.jobs.JobStatus(t.Context(), sb.ID, sandbox.NewJobID()); !errcode.Is(err, errcode.JobNotFound) {
 		t.Errorf("unknown job: %v", err)
 	}
 }
@@ -258,14 +258,14 @@ func TestJobUnknownWhenSandboxLost(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	st, err := e.svc.JobStatus(t.Context(), sb.ID, j.ID)
+	st, err := e.jobs.JobStatus(t.Context(), sb.ID, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.State != sandbox.JobUnknown || st.Success || st.ExitCode != nil || !strings.Contains(st.Message, "NOT treat it as a success") {
 		t.Errorf("job of a lost sandbox = %+v; want unknown, never success, and said so", st)
 	}
-	w, err := e.svc.WaitJob(t.Context(), sb.ID, j.ID, time.Second)
+	w, err := e.jobs.WaitJob(t.Context(), sb.ID, j.ID, time.Second)
 	if err != nil || w.State != sandbox.JobUnknown {
 		t.Errorf("WaitJob = %s, %v", w.State, err)
 	}
@@ -279,7 +279,7 @@ func TestJobCanceledWhenSandboxDestroyed(t *testing.T) {
 	if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.svc.JobStatus(t.Context(), sb.ID, j.ID)
+	st, err := e.jobs.JobStatus(t.Context(), sb.ID, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,11 +287,11 @@ func TestJobCanceledWhenSandboxDestroyed(t *testing.T) {
 		t.Errorf("job of a destroyed sandbox = %+v; want canceled, saying why", st)
 	}
 	// Its kept output answers after the sandbox is gone.
-	lg, err := e.svc.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{})
+	lg, err := e.jobs.JobLogs(t.Context(), sb.ID, j.ID, sandbox.JobLogsRequest{})
 	if err != nil || string(lg.Data) != "before\n" || lg.Source != "record" {
 		t.Errorf("JobLogs after destroy = %q (%s), %v", lg.Data, lg.Source, err)
 	}
-	if l, err := e.svc.ListJobs(t.Context(), sb.ID, 0); err != nil || len(l.Jobs) != 1 {
+	if l, err := e.jobs.ListJobs(t.Context(), sb.ID, 0); err != nil || len(l.Jobs) != 1 {
 		t.Errorf("ListJobs after destroy = %+v, %v", l, err)
 	}
 }
@@ -304,7 +304,7 @@ func TestJobCanceledWhenTTLExpires(t *testing.T) {
 	if err := e.svc.Converge(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.svc.JobStatus(t.Context(), sb.ID, j.ID)
+	st, err := e.jobs.JobStatus(t.Context(), sb.ID, j.ID)
 	if err != nil || st.State != sandbox.JobCanceled || !strings.Contains(st.Error, "ttl expired") {
 		t.Errorf("job after the TTL = %+v, %v", st, err)
 	}
@@ -314,7 +314,7 @@ func waitLog(t *testing.T, e *fakeEnv, sb, job, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		lg, err := e.svc.JobLogs(t.Context(), sb, job, sandbox.JobLogsRequest{})
+		lg, err := e.jobs.JobLogs(t.Context(), sb, job, sandbox.JobLogsRequest{})
 		if err == nil && strings.Contains(string(lg.Data), want) {
 			return
 		}
@@ -345,7 +345,7 @@ func TestJobReattachAfterRestart(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	st, err := e.svc.JobStatus(t.Context(), sb.ID, j.ID)
+	st, err := e.jobs.JobStatus(t.Context(), sb.ID, j.ID)
 	if err != nil || !st.Success {
 		t.Errorf("JobStatus = %+v, %v", st, err)
 	}

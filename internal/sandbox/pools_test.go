@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -94,15 +95,15 @@ func TestPoolClaimIsFreshWithTheClaimantsEnv(t *testing.T) {
 	if err != nil || res.Stdout != "own\n" {
 		t.Fatalf("a command's own env must win: %q %v", res.Stdout, err)
 	}
-	j, err := e.svc.StartJob(t.Context(), a.ID, sandbox.JobStartRequest{Argv: []string{"sh", "-c", "echo job:$POOL_GREETING"}})
+	j, err := e.jobs.StartJob(t.Context(), a.ID, sandbox.JobStartRequest{Argv: []string{"sh", "-c", "echo job:$POOL_GREETING"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jw, err := e.svc.WaitJob(t.Context(), a.ID, j.ID, 10*time.Second)
+	jw, err := e.jobs.WaitJob(t.Context(), a.ID, j.ID, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := e.svc.JobLogs(t.Context(), a.ID, j.ID, sandbox.JobLogsRequest{}); !strings.Contains(string(out.Data), "job:hello-alice") {
+	if out, _ := e.jobs.JobLogs(t.Context(), a.ID, j.ID, sandbox.JobLogsRequest{}); !strings.Contains(string(out.Data), "job:hello-alice") {
 		t.Fatalf("job (state %s) output %q; want the claimant's env", jw.State, out.Data)
 	}
 	// Leave a mark in alice's sandbox; bob's claim must not see it nor alice's env.
@@ -439,7 +440,7 @@ func newFakeEnvB(b *testing.B) *fakeEnv {
 		rt.Shutdown(context.Background())
 		st.Close()
 	})
-	return &fakeEnv{svc: svc, st: st, rt: rt}
+	return &fakeEnv{svc: svc, jobs: jobs.New(svc.Core(), st), st: st, rt: rt}
 }
 
 // A create right after a pool was set to a new shape, before the refill retired the old

@@ -262,7 +262,6 @@ type Service struct {
 
 	bus     *bus // wakes event subscribers
 	retries retries
-	jobs    jobTracker // watches of running jobs (jobs.go)
 	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
 	recWake recordWake // wakes watchers of connection records (netwake.go)
 	snaps   snapState  // snapshots being taken and in use (snapshots.go)
@@ -1240,3 +1239,5 @@ func (s *Service) Close() error {
 	})
 	return errors.Join(errs...)
 }
+
+func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millisecond) }

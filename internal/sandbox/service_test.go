@@ -22,13 +22,15 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
 
 type env struct {
 	svc  *sandbox.Service
-	root string // runtime root
+	jobs *jobs.Service // svc's jobs feature
+	root string        // runtime root
 	st   *sqlite.Store
 	rt   runtime.Runtime // the runtime itself, behind the service's back
 }
@@ -64,7 +66,7 @@ func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{svc: svc, root: root, st: st, rt: rt}
+	e := &env{svc: svc, jobs: jobs.New(svc.Core(), st), root: root, st: st, rt: rt}
 	t.Cleanup(func() {
 		list, _ := svc.List(context.Background(), sandbox.ListFilter{})
 		for _, sb := range list {

@@ -291,30 +291,6 @@ func (s *Service) deleteSleepSnapshot(ctx context.Context, snapID string) error 
 	return nil
 }
 
-// jobsSlept settles sb's active jobs as it falls asleep: with memory saved their processes
-// continue at wake, so their records stay running (their watches end while it sleeps and are
-// re-armed at wake); without, they ended, and are settled unknown.
-func (s *Service) jobsSlept(ctx context.Context, sb Sandbox, memory bool) {
-	if memory {
-		return
-	}
-	js := s.store
-	jobs, _, err := js.ListJobs(ctx, sb.ID, []JobState{JobStarting, JobRunning}, MaxList)
-	if err != nil {
-		s.log.Warn("list a sleeping sandbox's jobs to settle them", "sandbox_id", sb.ID, "err", err)
-		return
-	}
-	now := s.stamp()
-	for _, j := range jobs {
-		j.FinishedAt = &now
-		j.State = JobUnknown
-		j.Error = "the sandbox slept without memory (runtime " + sb.Runtime + " saves files only), so its processes ended; the job's exit was not recorded"
-		if _, err := s.saveJob(ctx, j, endReason(j)); err != nil {
-			s.log.Warn("settle job of a sleeping sandbox", "sandbox_id", sb.ID, "job_id", j.ID, "err", err)
-		}
-	}
-}
-
 // Wake restores sleeping sandbox id under its id and returns it running, its agent answering.
 // A running sandbox is returned as it is. A wake the budgets cannot take is CAPACITY_UNAVAILABLE
 // and the sandbox sleeps on; so does one whose runtime fails (RUNTIME_UNAVAILABLE): its
@@ -435,7 +411,7 @@ func (s *Service) wake(ctx context.Context, sb Sandbox) (Sandbox, error) {
 	}
 	s.log.Info("sandbox woken", "sandbox_id", id, "kind", info.Kind, "took", time.Since(began))
 	s.watch(rt, id)
-	s.reattachJobs(ctx, id)
+	s.hooks.woken(ctx, out) // its jobs' watches re-armed
 	s.startNet(out, rt, sess)
 
 	// 4. The snapshot's work is done: delete it, then forget it.

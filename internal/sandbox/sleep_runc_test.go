@@ -76,7 +76,7 @@ func TestSleepWakeRunc(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.root, "sandboxes", sb.ID)); !os.IsNotExist(err) {
 		t.Fatalf("the runtime's directory of a sleeping sandbox is still there: %v", err)
 	}
-	if r, err := e.svc.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobUnknown || !strings.Contains(r.Error, "slept without memory") {
+	if r, err := e.jobs.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobUnknown || !strings.Contains(r.Error, "slept without memory") {
 		t.Fatalf("job across a files-only sleep = %+v, %v; want unknown saying why", r, err)
 	}
 
@@ -157,7 +157,7 @@ func TestSleepWakeGVisorMemory(t *testing.T) {
 	if leaks := testenv.Leaks(sb.ID); len(leaks) > 0 {
 		t.Fatalf("a sleeping gVisor sandbox still holds host resources:\n%s", strings.Join(leaks, "\n"))
 	}
-	if r, err := e.svc.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobRunning {
+	if r, err := e.jobs.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobRunning {
 		t.Fatalf("job of a sandbox asleep with memory = %+v, %v; want running", r, err)
 	}
 	if _, err := e.svc.Wake(context.Background(), sb.ID); err != nil {
@@ -168,13 +168,13 @@ func TestSleepWakeGVisorMemory(t *testing.T) {
 	if now := e.lastCount(t, sb.ID); now <= at || at < before {
 		t.Fatalf("the job's count was %d before the sleep and went %d → %d after the wake; want it counting on from there", before, at, now)
 	}
-	if r, err := e.svc.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobRunning {
+	if r, err := e.jobs.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobRunning {
 		t.Fatalf("job after a memory wake = %+v, %v; want running", r, err)
 	}
 	if _, err := os.Stat(filepath.Join(snaps, slept.SleepSnapshot)); !os.IsNotExist(err) {
 		t.Fatalf("sleep snapshot left after the wake: %v", err)
 	}
-	if _, err := e.svc.CancelJob(context.Background(), sb.ID, j.ID, nil); err != nil {
+	if _, err := e.jobs.CancelJob(context.Background(), sb.ID, j.ID, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -115,7 +115,7 @@ func TestSleepWakeFiles(t *testing.T) {
 	wantNotRunningSleeping(t, "exec", err)
 	_, err = e.svc.Stat(t.Context(), sb.ID, "f")
 	wantNotRunningSleeping(t, "stat", err)
-	_, err = e.svc.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"true"}})
+	_, err = e.jobs.StartJob(t.Context(), sb.ID, sandbox.JobStartRequest{Argv: []string{"true"}})
 	wantNotRunningSleeping(t, "job_start", err)
 	_, err = e.svc.PTY(t.Context(), sb.ID, sandbox.PTYRequest{})
 	wantNotRunningSleeping(t, "pty", err)
@@ -171,7 +171,7 @@ func TestSleepWithMemoryKeepsJobsRunning(t *testing.T) {
 		t.Fatalf("job of a sandbox asleep with memory: %s %q; want running", r.State, r.Error)
 	}
 	// A status call does not wake it, nor settle the job.
-	if got, err := e.svc.JobStatus(t.Context(), sb.ID, j.ID); err != nil || got.State != sandbox.JobRunning {
+	if got, err := e.jobs.JobStatus(t.Context(), sb.ID, j.ID); err != nil || got.State != sandbox.JobRunning {
 		t.Fatalf("JobStatus while asleep = %s, %v; want running", got.State, err)
 	}
 	if e.state(t, sb.ID) != sandbox.StateSleeping {

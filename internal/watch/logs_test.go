@@ -15,16 +15,16 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
 	"github.com/agentbox/agentbox/internal/watch"
 )
 
 // newJobService is a control plane over real SQLite and the fake runtime, whose sandboxes'
 // agents are real (guest.Run in this process): jobs are real processes, their logs real files.
-func newJobService(t *testing.T) *sandbox.Service {
+func newJobService(t *testing.T) jobs.Sandboxes {
 	t.Helper()
-	svc := fakecp.Service(t)
-	return svc
+	return jobs.With(fakecp.Service(t))
 }
 
 // logsWatch runs one logs stream in the background, handing its messages on.
