@@ -3,7 +3,7 @@
 // sandbox, and the floor measured in the same run: `runc run` of an equivalent bundle; runc's
 // create → first exec at the runtime with network none and egress in turns (egresscreate.go); job_start
 // beside the exec round trip; a fleet of sandboxes whose jobs' logs are followed by watchers
-// (jobs.go); the network figures of issue 12 against a lab host in its own network namespace
+// (jobs.go); the network figures against a lab host in its own network namespace
 // (network.go, lab.go); the overhead of a durable run over the same steps by hand and a batch
 // of trivial runs against a real `agentbox serve` (runs.go, bench/results-runs.json); what the
 // audit log adds to an MCP call, on vs off in turns (audit.go; -audit-only writes
@@ -120,16 +120,16 @@ func main() {
 	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
 	netf := networkFlags()
 	imf := imagesFlags()
-	auf := auditBenchFlags()    // the audit log (issue 16, audit.go)
-	rf := runsBenchFlags()      // issue 14's figures (runs.go)
-	sqf := sqlFlags()           // execute_sql (issue 16, sql.go)
-	snf := snapshotFlags()      // files snapshots and fork (issue 15, snapshots.go)
-	slf := sleepFlags()         // gVisor sleep/wake (issue 15, sleep.go)
-	pof := poolsBenchFlags()    // warm pools (issue 15, pools.go)
-	mcf := machinesBenchFlags() // joined machines (issue 17, machines.go)
-	blf := blobsFlags()         // the file relay (issue 17, blobs.go)
-	ref := remoteExecFlags()    // remote_exec on a joined machine (issue 17, remoteexec.go)
-	kbf := kubeBenchFlags()     // the kubernetes runtime (issue 18, kube.go)
+	auf := auditBenchFlags()    // the audit log (audit.go)
+	rf := runsBenchFlags()      // the (runs.go)
+	sqf := sqlFlags()           // execute_sql (sql.go)
+	snf := snapshotFlags()      // files snapshots and fork (snapshots.go)
+	slf := sleepFlags()         // gVisor sleep/wake (sleep.go)
+	pof := poolsBenchFlags()    // warm pools (pools.go)
+	mcf := machinesBenchFlags() // joined machines (machines.go)
+	blf := blobsFlags()         // the file relay (blobs.go)
+	ref := remoteExecFlags()    // remote_exec on a joined machine (remoteexec.go)
+	kbf := kubeBenchFlags()     // the kubernetes runtime (kube.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -151,22 +151,22 @@ func main() {
 		serveLab(*netf.labServe) // the lab's server, re-executed in its network namespace (lab.go)
 		return
 	}
-	if *blf.only { // the file relay's throughput (issue 17, blobs.go): no sandboxes
+	if *blf.only { // the file relay's throughput (blobs.go): no sandboxes
 		runBlobsBench(context.Background(), blf, *out)
 		return
 	}
-	if *ref.only { // remote_exec over a joined agent on loopback (issue 17, remoteexec.go): no sandboxes
+	if *ref.only { // remote_exec over a joined agent on loopback (remoteexec.go): no sandboxes
 		runRemoteExecBench(context.Background(), ref, *out)
 		return
 	}
-	if *sqf.only { // execute_sql over 1M audit records (issue 16, sql.go): no sandboxes
+	if *sqf.only { // execute_sql over 1M audit records (sql.go): no sandboxes
 		runSQLBench(context.Background(), sqf, *out)
 		return
 	}
 	if os.Geteuid() != 0 {
 		log.Fatal("bench needs root (real sandboxes): sudo make bench")
 	}
-	if *mcf.only { // joined machines (issue 17, machines.go): a serve child and in-process agents
+	if *mcf.only { // joined machines (machines.go): a serve child and in-process agents
 		res := Results{CPUs: goruntime.NumCPU(), When: time.Now().UTC()}
 		res.Host, _ = os.Hostname()
 		res.Stats = runMachinesBench(context.Background(), absBin(*bin), mcf)
@@ -180,7 +180,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if *kbf.only { // the kubernetes runtime next to local runc and plain pods (issue 18, kube.go)
+	if *kbf.only { // the kubernetes runtime next to local runc and plain pods (kube.go)
 		runKubeBench(context.Background(), guestBin, kbf, *out)
 		return
 	}
@@ -298,7 +298,7 @@ func main() {
 		}
 		return
 	}
-	if *auf.only { // the audit log's overhead (issue 16, audit.go)
+	if *auf.only { // the audit log's overhead (audit.go)
 		res.Stats = benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
@@ -309,7 +309,7 @@ func main() {
 		}
 		return
 	}
-	if *pof.only { // warm pools (issue 15, pools.go)
+	if *pof.only { // warm pools (pools.go)
 		res.Stats = benchPools(ctx, svc, c, warm["runc"], pof)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
@@ -345,7 +345,7 @@ func main() {
 		}
 		return
 	}
-	if *slf.only { // gVisor sleep/wake (issue 15, sleep.go)
+	if *slf.only { // gVisor sleep/wake (sleep.go)
 		runSleep(ctx, rts, filepath.Join(dir, "gvisor"), &res, slf)
 		for _, id := range warm {
 			c.Destroy(ctx, id)
@@ -479,19 +479,19 @@ func main() {
 	// job_start latency and the fleet of watched jobs.
 	jobStats, fleet := benchJobs(ctx, c, token, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
 	res.Stats, res.Fleet = append(res.Stats, jobStats...), fleet
-	runNetwork(ctx, c, &res, netf)                                // issue 12's figures (network.go)
-	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // issue 13's figures (images.go)
-	runSleep(ctx, rts, filepath.Join(dir, "gvisor"), &res, slf)   // issue 15's sleep/wake (sleep.go)
-	if rr := runRuns(ctx, guestBin, rf); rr != nil {              // issue 14's figures (runs.go)
+	runNetwork(ctx, c, &res, netf)                                // the (network.go)
+	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // the (images.go)
+	runSleep(ctx, rts, filepath.Join(dir, "gvisor"), &res, slf)   // the sleep/wake (sleep.go)
+	if rr := runRuns(ctx, guestBin, rf); rr != nil {              // the (runs.go)
 		res.Stats = append(res.Stats, rr.Stats...)
 		writeRunsResults(rr, *rf.out)
 	}
-	// issue 16's figure (audit.go)
+	// the (audit.go)
 	res.Stats = append(res.Stats, benchAudit(ctx, svc, st, token, warm["runc"], *auf.calls)...)
-	res.Stats = append(res.Stats, benchPools(ctx, svc, c, warm["runc"], pof)...) // issue 15's pool figures (pools.go)
-	res.Stats = append(res.Stats, benchRemoteExec(ctx, ref)...)                  // issue 17's remote_exec (remoteexec.go)
-	res.Stats = append(res.Stats, benchBlobs(ctx, blf)...)                       // issue 17's file relay (blobs.go)
-	res.Stats = append(res.Stats, runMachinesBench(ctx, absBin(*bin), mcf)...)   // issue 17's 200 joined machines (machines.go)
+	res.Stats = append(res.Stats, benchPools(ctx, svc, c, warm["runc"], pof)...) // the pool figures (pools.go)
+	res.Stats = append(res.Stats, benchRemoteExec(ctx, ref)...)                  // the remote_exec (remoteexec.go)
+	res.Stats = append(res.Stats, benchBlobs(ctx, blf)...)                       // the file relay (blobs.go)
+	res.Stats = append(res.Stats, runMachinesBench(ctx, absBin(*bin), mcf)...)   // the 200 joined machines (machines.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -477,16 +478,9 @@ print(json.dumps(out))
 func parseLoop(out string, n int) ([]float64, error) {
 	var xs []float64
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &xs); err != nil || len(xs) != n {
-		return nil, fmt.Errorf("loop printed %q (%v)", truncate(out, 200), err)
+		return nil, fmt.Errorf("loop printed %q (%v)", text.Truncate(out, 200), err)
 	}
 	return xs, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // benchConnOverhead times n sequential connections on each path, in rounds that alternate the
@@ -519,7 +513,7 @@ func benchConnOverhead(ctx context.Context, c *client.Client, id string, n int, 
 			} else {
 				res, err := c.Exec(ctx, id, wire.ExecRequest{Command: []string{"python3", "-c", connLoop, m, labIP, strconv.Itoa(per)}, TimeoutSeconds: 120}, nil)
 				if err != nil || res.ExitCode != 0 {
-					return nil, fmt.Errorf("connection loop (%s) in the sandbox: %v exit %d: %s", m, err, res.ExitCode, truncate(res.Stderr, 500))
+					return nil, fmt.Errorf("connection loop (%s) in the sandbox: %v exit %d: %s", m, err, res.ExitCode, text.Truncate(res.Stderr, 500))
 				}
 				out = res.Stdout
 			}
@@ -695,7 +689,7 @@ func benchConcurrent(ctx context.Context, c *client.Client, l *lab, sandboxes, p
 			if err == nil && res.ExitCode == 0 {
 				err = json.Unmarshal([]byte(strings.TrimSpace(res.Stdout)), &r)
 			} else if err == nil {
-				err = fmt.Errorf("exit %d: %s", res.ExitCode, truncate(res.Stderr, 300))
+				err = fmt.Errorf("exit %d: %s", res.ExitCode, text.Truncate(res.Stderr, 300))
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -741,7 +735,7 @@ func labGet(hc *http.Client, url string, into any) error {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("lab: GET %s: %s %q %v", url, resp.Status, truncate(string(b), 200), err)
+		return fmt.Errorf("lab: GET %s: %s %q %v", url, resp.Status, text.Truncate(string(b), 200), err)
 	}
 	if into != nil {
 		return json.Unmarshal(b, into)

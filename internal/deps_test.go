@@ -107,7 +107,7 @@ func violations(pkgs []pkg) []string {
 				module+"internal/guest")
 		}
 		if path == module+"internal/machine/agent" || path == module+"internal/machine/proto" || path == module+"internal/gpu" {
-			forbid(p, p.Deps, "the machine side builds for every platform and knows nothing of the server (issue 17)",
+			forbid(p, p.Deps, "the machine side builds for every platform and knows nothing of the server",
 				module+"internal/sandbox", module+"internal/store", module+"internal/runtime", module+"internal/api",
 				module+"internal/mcpserver", module+"internal/runs")
 			if path != module+"internal/machine/agent" {

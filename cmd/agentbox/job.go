@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -80,7 +81,7 @@ func jobList(args []string) int {
 		fmt.Fprintln(tw, "JOB\tSTATE\tEXIT\tSTARTED\tLOG\tCPU\tCOMMAND")
 		for _, j := range l.Jobs {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2fs\t%s\n", j.ID, j.State, exitText(j), j.StartedAt.Local().Format(time.DateTime),
-				j.LogBytes, j.CPUSeconds, truncateCmd(strings.Join(j.Argv, " ")))
+				j.LogBytes, j.CPUSeconds, text.Truncate(strings.Join(j.Argv, " "), 60))
 		}
 		tw.Flush()
 		if l.Omitted > 0 {
@@ -98,13 +99,6 @@ func exitText(j sandbox.Job) string {
 		return j.Signal
 	}
 	return "-"
-}
-
-func truncateCmd(s string) string {
-	if len(s) > 60 {
-		return s[:60] + "…"
-	}
-	return s
 }
 
 // jobExit is the CLI's exit code for a job's status: 0 only for exited 0; the job's own exit

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Durable runs: agentbox run, runs, batch, agent; and serve's run flags.
@@ -403,7 +404,7 @@ func runsList(args []string) int {
 		fmt.Fprintln(tw, "RUN\tSTATE\tCREATED\tDURATION\tBATCH\tCOMMAND")
 		for _, r := range l.Runs {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.CreatedAt.Local().Format(time.DateTime), msText(r.DurationMs),
-				r.BatchID, truncateCmd(strings.Join(r.Spec.Command, " ")))
+				r.BatchID, text.Truncate(strings.Join(r.Spec.Command, " "), 60))
 		}
 		tw.Flush()
 		if l.Next != "" {

@@ -46,22 +46,22 @@ func cmdServe(args []string) int {
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "several replicas on one store: how long the node's lifecycle lease lasts unless renewed (renewed every third of it); another replica takes a dead holder's lifecycle work (TTLs, reconcile, pool refill, run workers) over within it")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", 0, fmt.Sprintf("how long a create waits for the new sandbox's agent to answer (default %v; %v with --runtime kubernetes, whose kubelet pulls the image meanwhile)", config.DefaultReadyTimeout, config.KubeReadyTimeout))
 	fs.IntVar(&cfg.MaxJobsPerSandbox, "max-jobs-per-sandbox", cfg.MaxJobsPerSandbox, fmt.Sprintf("most running jobs in one sandbox (1–%d)", sandbox.DefaultMaxJobs))
-	registerEgressFlags(fs, &cfg) // network (issue 12, egress.go)
-	registerImageFlags(fs, &cfg)  // images (issue 13, images.go)
-	registerRunFlags(fs, &cfg)    // durable runs (issue 14, run.go)
-	registerKubeFlags(fs, &cfg)   // the kubernetes runtime (issue 18, kube_wire.go)
+	registerEgressFlags(fs, &cfg) // network (egress.go)
+	registerImageFlags(fs, &cfg)  // images (images.go)
+	registerRunFlags(fs, &cfg)    // durable runs (run.go)
+	registerKubeFlags(fs, &cfg)   // the kubernetes runtime (kube_wire.go)
 	var tlsFlags serveTLS
-	tlsFlags.register(fs)           // TLS and exposure (issue 16, tls.go)
-	registerAuditFlags(fs, &cfg)    // the audit log (issue 16, audit.go)
-	registerApprovalFlags(fs, &cfg) // approvals (issue 16, approvals.go)
-	pools := registerPoolFlags(fs)  // warm pools (issue 15, pools.go)
-	relay := registerRelayFlags(fs) // the file relay (issue 17, relay.go)
+	tlsFlags.register(fs)           // TLS and exposure (tls.go)
+	registerAuditFlags(fs, &cfg)    // the audit log (audit.go)
+	registerApprovalFlags(fs, &cfg) // approvals (approvals.go)
+	pools := registerPoolFlags(fs)  // warm pools (pools.go)
+	relay := registerRelayFlags(fs) // the file relay (relay.go)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg.MaxPooled = pools.maxPooled // warm pools (issue 15, pools.go)
+	cfg.MaxPooled = pools.maxPooled // warm pools (pools.go)
 	if *noAuth {
 		if host, _, err := net.SplitHostPort(cfg.Listen); err != nil || !config.IsLoopback(host) || cfg.AllowRemote {
 			fmt.Fprintf(os.Stderr, "agentbox serve: --insecure-no-auth works only on a loopback --listen address and without --allow-remote (got %q)\n", cfg.Listen)
@@ -99,13 +99,13 @@ func cmdServe(args []string) int {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	previews := &previewURLs{} // network (issue 12): http://{port}-{id}.localhost:{server port}/
+	previews := &previewURLs{} // network: http://{port}-{id}.localhost:{server port}/
 	cp, err := buildControlPlane(ctx, cfg, log, previews.URL)
 	if err != nil {
 		return fail(err)
 	}
 	defer cp.Close()
-	if err := pools.apply(ctx, cp.svc); err != nil { // warm pools (issue 15, pools.go)
+	if err := pools.apply(ctx, cp.svc); err != nil { // warm pools (pools.go)
 		return fail(err)
 	}
 
@@ -116,7 +116,7 @@ func cmdServe(args []string) int {
 	previews.setAddr(ln.Addr())
 	url := "http://" + ln.Addr().String()
 	info := config.ServerInfo{PID: os.Getpid()}
-	if tlsFlags.enabled() { // TLS (issue 16, tls.go)
+	if tlsFlags.enabled() { // TLS (tls.go)
 		host, _, _ := net.SplitHostPort(cfg.Listen)
 		tcfg, fp, certFile, err := tlsFlags.config(cfg.StateDir, host)
 		if err != nil {
@@ -133,27 +133,27 @@ func cmdServe(args []string) int {
 	if err := config.WriteServerInfo(cfg.StateDir, info); err != nil {
 		log.Warn("cannot publish server address", "err", err)
 	}
-	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs (issue 14)
+	if err := cp.startRuns(ctx, cfg, log, func() string { return url }); err != nil { // durable runs
 		return fail(err)
 	}
-	machines := machine.New(cp.store, machine.Options{Logger: log}) // joined machines (issue 17)
+	machines := machine.New(cp.store, machine.Options{Logger: log}) // joined machines
 	defer machines.Close()
 	// remote jobs: over the registry's connections; a background check releases the GPUs of jobs
 	// that ended while nobody asked and settles records a crash left starting. The check is
 	// lifecycle work: it runs on the replica holding the lease, and Close waits for it.
 	rjobs := remotejobs.New(machines, cp.store, remotejobs.Options{Owner: sandbox.OwnerFrom, Logger: log})
 	cp.underLease(func(ctx context.Context) { rjobs.Run(ctx, remoteJobCheckInterval) })
-	relaySvc, err := relay.start(ctx, cp.store, cfg.StateDir, machines, func() string { return url }, log) // the file relay (issue 17)
+	relaySvc, err := relay.start(ctx, cp.store, cfg.StateDir, machines, func() string { return url }, log) // the file relay
 	if err != nil {
 		return fail(err)
 	}
 	defer relaySvc.Close()
-	var handler *api.Server // api_call (issue 16, apicall.go) calls it in process
+	var handler *api.Server // api_call (apicall.go) calls it in process
 	mcpSrv := mcpserver.New(cp.sandboxes, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
 		APICall: apiCallVia(&handler), Gate: cp.gates, Samples: cp.metrics, Network: cp.network, Images: cp.imgs,
-		SQL: cp.store, Metrics: cp.metricsSource(ctx), Machines: mcpserver.RegistryMachines{R: machines}, RemoteJobs: rjobs, // execute_sql, fetch_metrics (issue 16)
-		Relay:  relaySvc,                                                                                                      // remote_pull, remote_push (issue 17)
-		Remote: mcpserver.RemoteServices{Exec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines)}}) // remote_exec, remote_screenshot (issue 17)
+		SQL: cp.store, Metrics: cp.metricsSource(ctx), Machines: mcpserver.RegistryMachines{R: machines}, RemoteJobs: rjobs, // execute_sql, fetch_metrics
+		Relay:  relaySvc,                                                                                                      // remote_pull, remote_push
+		Remote: mcpserver.RemoteServices{Exec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines)}}) // remote_exec, remote_screenshot
 	if err := mcpSrv.Adopt(ctx); err != nil {
 		return fail(err)
 	}
@@ -161,10 +161,10 @@ func cmdServe(args []string) int {
 	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
 		Mount: mcpHandlers(mcpSrv), Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Prometheus: cp.prom, Jobs: cp.sandboxes.Jobs(), SandboxJobs: cp.sandboxes.Jobs(), Runs: cp.runs,
 		Gate: cp.gates, Keys: cp.keys, Audit: cp.store, SQL: cp.store,
-		Approvals: cp.approvals, Machines: machines, RemoteJobs: rjobs, // issue 16: the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
-		Blobs:      relaySvc,                                                                     // the file relay (issue 17)
-		RemoteExec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines), // remote_exec, remote_screenshot (issue 17)
-		Lease: cp.owner.Status}) // several replicas (issue 18): GET /health's "replica"
+		Approvals: cp.approvals, Machines: machines, RemoteJobs: rjobs, // the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
+		Blobs:      relaySvc,                                                                     // the file relay
+		RemoteExec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines), // remote_exec, remote_screenshot
+		Lease: cp.owner.Status}) // several replicas: GET /health's "replica"
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)   // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close)  // and long polls for events

@@ -59,18 +59,18 @@ type controlPlane struct {
 	images  *image.Store // the OCI image cache
 	lock    *statedir.Lock
 	prom    *api.Prometheus // the service's Observer, served at GET /metrics
-	// durable runs (issue 14, startRuns): nil until started.
+	// durable runs (startRuns): nil until started.
 	runs     *runs.Service
 	runsStop func()
 	runsOnce sync.Once
-	keys     *auth.Keys // API keys (issue 16)
-	// Governance (issue 16): the gates every REST route and MCP tool call passes, in order —
+	keys     *auth.Keys // API keys
+	// Governance: the gates every REST route and MCP tool call passes, in order —
 	// audit (outermost, so refusals are recorded) → scopes → approvals — and the audit log.
 	gates gate.Chain
 	audit *audit.Recorder
-	// approvals (issue 16): the queue and the chain's last gate.
+	// approvals: the queue and the chain's last gate.
 	approvals *approval.Service
-	// Several replicas (issue 18): this process's replica id and the owner of the node's
+	// Several replicas: this process's replica id and the owner of the node's
 	// lifecycle lease, which runs the lifecycle work (startLoop) only while it holds it.
 	replica string
 	owner   *lease.Owner
@@ -258,7 +258,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	node := ""
 	if config.KubeRuntime(cfg.DefaultRuntime) {
 		// The kubernetes runtimes only (kube_wire.go): every replica on the same namespace is
-		// the same node, so that admission's bounds hold across them (issue 18).
+		// the same node, so that admission's bounds hold across them.
 		rts, err = newKubeRuntimes(ctx, cfg, guestBin, log)
 		node = "kube:" + cfg.KubeNamespace
 	} else {
@@ -292,11 +292,11 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		diskBudget = int64(float64(base) * over)
 	}
 	stateDir := cfg.StateDir
-	eg, err := egressConfig(cfg, log) // network (issue 12, egress.go)
+	eg, err := egressConfig(cfg, log) // network (egress.go)
 	if err != nil {
 		return nil, err
 	}
-	images, err := openImages(cfg, log, st.ImagesInUse) // images (issue 13, images.go)
+	images, err := openImages(cfg, log, st.ImagesInUse) // images (images.go)
 	if err != nil {
 		return nil, err
 	}
@@ -335,14 +335,14 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox, ReadyTimeout: readyTimeout,
 		Egress: eg, PreviewURL: previewURL,
 		Images: images,
-		// Snapshots (issue 15): on the runtimes' file system, so a files snapshot can be a
+		// Snapshots: on the runtimes' file system, so a files snapshot can be a
 		// reflink or hard link of a disk.
 		SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"), SnapshotBudgetBytes: cfg.SnapshotBudgetMB << 20,
 	}, log)
 	if err != nil {
 		return nil, err
 	}
-	// Several replicas (issue 18): the node's lifecycle lease. Alone on its store (SQLite) a
+	// Several replicas: the node's lifecycle lease. Alone on its store (SQLite) a
 	// server takes it at once and reconciles before serving, as it always did; a replica whose
 	// lease another holds serves at once and leaves reconcile to the holder (or to its own
 	// takeover).
@@ -372,7 +372,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 			return nil, fmt.Errorf("reconcile: %w", err)
 		}
 	}
-	// approvals (issue 16): the queue (always served) and, when on, the chain's last gate.
+	// approvals: the queue (always served) and, when on, the chain's last gate.
 	approvals, err := approval.New(st, approval.Config{Required: cfg.ApprovalRequired, Tools: cfg.ApprovalTools,
 		Timeout: cfg.ApprovalTimeout, Elicit: cfg.ApprovalElicit, Log: log.With("component", "approvals")})
 	if err != nil {
@@ -381,7 +381,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	ok = true
 	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
-	// Governance (issue 16): audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
+	// Governance: audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))
 	cp.gates = append(cp.gates, cp.audit, auth.ScopeGate{})
 	if approvals.Enabled() {
@@ -440,7 +440,7 @@ func defaultDiskBudgetMB(ctx context.Context, dir string, rts []runtime.Runtime)
 	return max(free-min(total/10, 4096), 1024), nil
 }
 
-// startRuns builds the run service (issue 14) over the sandbox service and the store, under
+// startRuns builds the run service over the sandbox service and the store, under
 // <state>/runs; its workers run with the lifecycle work (startLoop); baseURL is the server's address as clients reach
 // it (artifact URLs).
 func (cp *controlPlane) startRuns(ctx context.Context, cfg config.Config, log *slog.Logger, baseURL func() string) error {
@@ -481,7 +481,7 @@ func (cp *controlPlane) runsBackend() mcpserver.RunsBackend {
 	return cp.runs
 }
 
-// metricsSource is the registry of cp.prom for fetch_metrics (issue 16), with its history
+// metricsSource is the registry of cp.prom for fetch_metrics, with its history
 // (every series but the per-sandbox ones) sampled every 10 s until ctx ends.
 func (cp *controlPlane) metricsSource(ctx context.Context) *metricsnap.Source {
 	g, h := cp.prom.Gatherer(), cp.prom.HistoryGatherer()

@@ -77,35 +77,35 @@ type Options struct {
 	Preview PreviewBackend
 	// MaxImportBytes bounds the body of POST /v1/images/import; 0: DefaultMaxImportBytes.
 	MaxImportBytes int64
-	// Runs serves /v1/runs and /v1/batches (issue 14, runs.go); nil: they answer
+	// Runs serves /v1/runs and /v1/batches (runs.go); nil: they answer
 	// UNSUPPORTED_OPERATION.
 	Runs *runs.Service
 	// Gate sees every routed call before it acts (scopes, approvals, the audit log: issue
 	// 16; gate.go); empty lets every call in.
 	Gate gate.Chain
 	// Keys, if set, authenticates named API keys ("Authorization: Bearer abk_…" or "X-Api-Key:
-	// abk_…") beside Token, and serves /v1/keys (issue 16, keys.go).
+	// abk_…") beside Token, and serves /v1/keys (keys.go).
 	Keys *auth.Keys
-	// SQL serves POST /v1/sql (execute_sql, issue 16; sql.go); nil: UNSUPPORTED_OPERATION.
+	// SQL serves POST /v1/sql (execute_sql; sql.go); nil: UNSUPPORTED_OPERATION.
 	SQL sqlquery.Querier
-	// Audit serves GET /v1/audit (issue 16, audit.go); nil: UNSUPPORTED_OPERATION.
+	// Audit serves GET /v1/audit (audit.go); nil: UNSUPPORTED_OPERATION.
 	Audit AuditLister
-	// Approvals serves /v1/approvals (issue 16, approvals.go); nil: UNSUPPORTED_OPERATION.
+	// Approvals serves /v1/approvals (approvals.go); nil: UNSUPPORTED_OPERATION.
 	Approvals Approvals
-	// RemoteExec and Screenshots serve /v1/machines/{ref}/exec and /screenshot (issue 17,
+	// RemoteExec and Screenshots serve /v1/machines/{ref}/exec and /screenshot (joined machines,
 	// remote.go); nil: UNSUPPORTED_OPERATION.
 	RemoteExec  *remoteops.Exec
 	Screenshots *remoteops.Screenshots
-	// Machines serves /v1/machines (issue 17, machines.go); nil: UNSUPPORTED_OPERATION.
+	// Machines serves /v1/machines (machines.go); nil: UNSUPPORTED_OPERATION.
 	Machines *machine.Registry
-	// RemoteJobs serves /v1/machines/{ref}/jobs (issue 17, remotejobs.go); nil:
+	// RemoteJobs serves /v1/machines/{ref}/jobs (remotejobs.go); nil:
 	// UNSUPPORTED_OPERATION.
 	RemoteJobs *remotejobs.Service
-	// Blobs serves the file relay (issue 17, blobs.go): /v1/blobs and the machines' pull and
+	// Blobs serves the file relay (blobs.go): /v1/blobs and the machines' pull and
 	// push; nil: UNSUPPORTED_OPERATION.
 	Blobs *blobs.Service
 	// Lease, if set, reports this replica and whether it holds its node's lifecycle lease
-	// (issue 18); GET /health shows it as "replica".
+	//; GET /health shows it as "replica".
 	Lease func() lease.Status
 }
 
@@ -195,17 +195,17 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/runtimes", s.runtimes)
 	// Interactive terminal (pty.go): a WebSocket.
 	m.HandleFunc("GET /v1/sandboxes/{id}/pty", s.pty)
-	// metrics (issue 11): per-sandbox and fleet samples, Prometheus.
+	// metrics: per-sandbox and fleet samples, Prometheus.
 	m.HandleFunc("GET /v1/sandboxes/{id}/metrics", s.sandboxMetrics)
 	m.HandleFunc("GET /v1/fleet/metrics", s.fleetMetrics)
-	// network (issue 12, network.go; preview URLs: preview.go)
+	// network (network.go; preview URLs: preview.go)
 	m.HandleFunc("PATCH /v1/sandboxes/{id}/network", s.updateNetwork)
 	m.HandleFunc("GET /v1/sandboxes/{id}/connections", s.listConnections)
 	m.HandleFunc("GET /v1/sandboxes/{id}/secret-calls", s.listSecretCalls)
 	m.HandleFunc("POST /v1/sandboxes/{id}/expose", s.expose)
 	m.HandleFunc("GET /v1/sandboxes/{id}/expose", s.listExposures)
 	m.HandleFunc("DELETE /v1/sandboxes/{id}/expose/{port}", s.unexpose)
-	// images (issue 13, images.go)
+	// images (images.go)
 	m.HandleFunc("GET /v1/images", s.listImages)
 	m.HandleFunc("GET /v1/images/inspect", s.inspectImage)
 	m.HandleFunc("POST /v1/images/pull", s.pullImage)
@@ -214,8 +214,8 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImages)
 	m.HandleFunc("POST /v1/images/push", s.pushImage)
 	m.HandleFunc("POST /v1/sandboxes/{id}/commit", s.commitSandbox)
-	// the REST API's contract (issue 16, openapi.go)
-	// snapshots, fork, sleep, wake and diff (issue 15, snapshots.go)
+	// the REST API's contract (openapi.go)
+	// snapshots, fork, sleep, wake and diff (snapshots.go)
 	m.HandleFunc("POST /v1/sandboxes/{id}/snapshots", s.createSnapshot)
 	m.HandleFunc("GET /v1/sandboxes/{id}/snapshots", s.listSandboxSnapshots)
 	m.HandleFunc("GET /v1/snapshots", s.listSnapshots)
@@ -227,20 +227,20 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/sandboxes/{id}/diff", s.diffSandbox)
 	m.HandleFunc("POST /v1/sandboxes/{id}/diff", s.diffSandbox)
 	m.HandleFunc("GET /v1/openapi.json", s.openAPI)
-	// warm pools (issue 15, pools.go): /v1/pools
+	// warm pools (pools.go): /v1/pools
 	s.poolRoutes()
-	s.runRoutes() // durable runs (issue 14, runs.go): /v1/runs, /v1/batches
-	s.keyRoutes() // API keys (issue 16, keys.go): /v1/keys
-	// the audit log (issue 16, audit.go)
+	s.runRoutes() // durable runs (runs.go): /v1/runs, /v1/batches
+	s.keyRoutes() // API keys (keys.go): /v1/keys
+	// the audit log (audit.go)
 	m.HandleFunc("GET /v1/audit", s.listAudit)
 
-	m.HandleFunc("POST /v1/sql", s.sqlQuery) // execute_sql (issue 16, sql.go)
-	s.approvalRoutes()                       // approvals (issue 16, approvals.go): /v1/approvals
-	s.remoteRoutes()                         // joined machines (issue 17, remote.go): exec, screenshot
-	s.machineRoutes()                        // joined machines (issue 17, machines.go): /v1/machines
-	s.remoteJobRoutes()                      // remote jobs (issue 17, remotejobs.go): /v1/machines/{ref}/jobs
-	s.blobRoutes()                           // the file relay (issue 17, blobs.go): /v1/blobs, /v1/machines/{ref}/pull|push
-	// data-assistant tools (issue 16, snippet.go)
+	m.HandleFunc("POST /v1/sql", s.sqlQuery) // execute_sql (sql.go)
+	s.approvalRoutes()                       // approvals (approvals.go): /v1/approvals
+	s.remoteRoutes()                         // joined machines (remote.go): exec, screenshot
+	s.machineRoutes()                        // joined machines (machines.go): /v1/machines
+	s.remoteJobRoutes()                      // remote jobs (remotejobs.go): /v1/machines/{ref}/jobs
+	s.blobRoutes()                           // the file relay (blobs.go): /v1/blobs, /v1/machines/{ref}/pull|push
+	// data-assistant tools (snippet.go)
 	m.HandleFunc("POST /v1/run_python", s.runSnippet(snippet.Python))
 	m.HandleFunc("POST /v1/run_shell", s.runSnippet(snippet.Shell))
 	if p := s.opts.Prometheus; p != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/jobmodel"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -160,16 +161,9 @@ func boundedParam(q url.Values, name string, lo, hi int64) (*int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return nil, errcode.New(errcode.InvalidArgument, "%s must be an integer between %d and %d; got %q", name, lo, hi, truncateParam(v))
+		return nil, errcode.New(errcode.InvalidArgument, "%s must be an integer between %d and %d; got %q", name, lo, hi, text.Truncate(v, 32))
 	}
 	return &n, nil
-}
-
-func truncateParam(v string) string {
-	if len(v) > 32 {
-		return v[:32] + "…"
-	}
-	return v
 }
 
 func ptrOr(p *int64, def int64) int64 {

@@ -7,10 +7,11 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
-// Network (issue 12): a sandbox's egress policy, its connection and secret-swap records, and
+// Network: a sandbox's egress policy, its connection and secret-swap records, and
 // its preview URLs. The preview URLs themselves are served by preview.go.
 
 // MaxRecordPage bounds one page of connections or secret calls.
@@ -127,7 +128,7 @@ func (s *Server) unexpose(w http.ResponseWriter, r *http.Request) {
 	v := r.PathValue("port")
 	port, err := strconv.Atoi(v)
 	if err != nil {
-		s.fail(w, r, errcode.New(errcode.InvalidArgument, "port must be an integer between 1 and 65535; got %q", truncateParam(v)))
+		s.fail(w, r, errcode.New(errcode.InvalidArgument, "port must be an integer between 1 and 65535; got %q", text.Truncate(v, 32)))
 		return
 	}
 	if err := checkPort(port); err != nil {

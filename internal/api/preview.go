@@ -15,7 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
-// Preview URLs (issue 12): a request whose Host is {port}-{sandbox_id}.localhost[:serverport]
+// Preview URLs: a request whose Host is {port}-{sandbox_id}.localhost[:serverport]
 // goes to the port a sandbox exposed (sandbox_expose), never to the /v1 routes. The bytes go
 // through the sandbox's agent (PreviewBackend.DialPort); the sandbox gets no route in.
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Durable runs: /v1/runs and /v1/batches over runs.Service.
@@ -175,7 +176,7 @@ func splitStates(q []string) ([]runs.State, error) {
 				continue
 			}
 			if !runs.State(st).Valid() {
-				return nil, errcode.New(errcode.InvalidArgument, "state %q is not a run state: use queued, preparing, running, validating, collecting, cleaning, succeeded, failed, errored, canceled or timed_out", truncateParam(st))
+				return nil, errcode.New(errcode.InvalidArgument, "state %q is not a run state: use queued, preparing, running, validating, collecting, cleaning, succeeded, failed, errored, canceled or timed_out", text.Truncate(st, 32))
 			}
 			out = append(out, runs.State(st))
 		}
@@ -199,7 +200,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	for _, v := range q["label"] {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {
-			s.fail(w, r, errcode.New(errcode.InvalidArgument, "label filter %q must be key=value", truncateParam(v)))
+			s.fail(w, r, errcode.New(errcode.InvalidArgument, "label filter %q must be key=value", text.Truncate(v, 32)))
 			return
 		}
 		if f.Labels == nil {
@@ -278,7 +279,7 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := runs.LogsRequest{Phase: q.Get("phase"), Stream: q.Get("stream")}
 	if req.Stream != "" && req.Stream != "stdout" && req.Stream != "stderr" {
-		s.fail(w, r, errcode.New(errcode.InvalidArgument, "stream must be stdout or stderr; got %q", truncateParam(req.Stream)))
+		s.fail(w, r, errcode.New(errcode.InvalidArgument, "stream must be stdout or stderr; got %q", text.Truncate(req.Stream, 32)))
 		return
 	}
 	off, err := boundedParam(q, "offset", 0, 1<<62)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -222,7 +223,7 @@ func diffQuery(q url.Values) (sandbox.DiffRequest, error) {
 	if v := q.Get("no_unified"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return req, errcode.New(errcode.InvalidArgument, "no_unified must be true or false; got %q", truncateParam(v))
+			return req, errcode.New(errcode.InvalidArgument, "no_unified must be true or false; got %q", text.Truncate(v, 32))
 		}
 		req.NoUnified = b
 	}

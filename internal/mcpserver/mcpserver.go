@@ -55,7 +55,7 @@ type Backend interface {
 	// UpdateNetwork replaces a sandbox's egress policy (sandbox_network_update; the other
 	// network tools use Options.Network, network.go).
 	UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error)
-	// snapshots, fork, sleep, wake, diff (issue 15, snapshots.go)
+	// snapshots, fork, sleep, wake, diff (snapshots.go)
 	SnapshotBackend
 }
 
@@ -80,19 +80,19 @@ type Options struct {
 	// Logger receives the server's log (nil = discard). Never stdout: on stdio, stdout is the
 	// protocol.
 	Logger *slog.Logger
-	// Runs serves the run tools (issue 14, runs.go): *runs.Service in process, or
+	// Runs serves the run tools (runs.go): *runs.Service in process, or
 	// client.RunsBackend over a running serve; nil: they answer UNSUPPORTED_OPERATION.
 	Runs RunsBackend
-	// Relay serves remote_pull and remote_push (issue 17, blobs.go): *blobs.Service in
+	// Relay serves remote_pull and remote_push (blobs.go): *blobs.Service in
 	// agentbox serve; nil: they answer UNSUPPORTED_OPERATION.
 	Relay RelayBackend
-	// APICall serves the api_call tool (issue 16, apicall.go): one request to agentbox's own
+	// APICall serves the api_call tool (apicall.go): one request to agentbox's own
 	// REST API; nil: api_call answers UNSUPPORTED_OPERATION.
 	APICall APICallFunc
-	// Gate sees every tool call before it acts (scopes, approvals, the audit log: issue 16);
+	// Gate sees every tool call before it acts (scopes, approvals, the audit log);
 	// empty lets every call in.
 	Gate gate.Chain
-	// SQL serves execute_sql (issue 16, sql.go): the store in process, the REST client over a
+	// SQL serves execute_sql (sql.go): the store in process, the REST client over a
 	// running serve; nil: it answers UNSUPPORTED_OPERATION.
 	SQL sqlquery.Querier
 	// Samples serves sandbox_metrics and fetch_metrics' sandbox sample (metrics.Service in
@@ -101,20 +101,20 @@ type Options struct {
 	// Images serves the image tools (images.go): *imageadmin.Service in process; nil: they
 	// answer UNSUPPORTED_OPERATION.
 	Images ImageBackend
-	// Metrics is the server's metrics registry with its history, for fetch_metrics (issue 16,
-	// fetch_metrics.go); nil: the Backend's scrape if it has one (current values only).
+	// Metrics is the server's metrics registry with its history, for fetch_metrics
+	// (fetch_metrics.go); nil: the Backend's scrape if it has one (current values only).
 	Metrics *metricsnap.Source
-	// Remote serves remote_exec and remote_screenshot (issue 17, remote.go); nil: they answer
+	// Remote serves remote_exec and remote_screenshot (remote.go); nil: they answer
 	// UNSUPPORTED_OPERATION.
 	Remote RemoteBackend
-	// Machines serves machine_list and machine_status (issue 17, machines.go); nil: they
+	// Machines serves machine_list and machine_status (machines.go); nil: they
 	// answer UNSUPPORTED_OPERATION.
 	Machines MachineBackend
 	// Network serves the network tools' records and preview URLs (network.go):
 	// the control plane's *netsession.Service; nil: one made over the Backend's core (a
 	// *sandbox.Service).
 	Network NetworkBackend
-	// RemoteJobs serves the remote job tools (issue 17, remotejobs.go): *remotejobs.Service in
+	// RemoteJobs serves the remote job tools (remotejobs.go): *remotejobs.Service in
 	// process, client.RemoteJobsBackend over a running serve; nil: UNSUPPORTED_OPERATION.
 	RemoteJobs RemoteJobBackend
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Network (issue 12): sandbox_create's network and secrets, and the tools
+// Network: sandbox_create's network and secrets, and the tools
 // sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose and
 // sandbox_unexpose.
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // LocalNode names the machine a server runs on, the node of every sandbox it makes itself.
@@ -76,7 +77,7 @@ func overCapacity(o *OverCapacityError) error {
 func (s *Service) runtimeOf(sb Sandbox) (runtime.Runtime, error) {
 	h := s.local
 	if sb.Node != "" && sb.Node != h.name {
-		return nil, errcode.New(errcode.RuntimeUnavailable, "sandbox %s runs on node %q, which this server does not manage", sb.ID, truncate(sb.Node, 64))
+		return nil, errcode.New(errcode.RuntimeUnavailable, "sandbox %s runs on node %q, which this server does not manage", sb.ID, text.Truncate(sb.Node, 64))
 	}
 	rt, ok := h.runtimes[sb.Runtime]
 	if !ok {

@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Images: a sandbox's image is "host" (the default) or an OCI image reference, resolved through
@@ -46,10 +47,10 @@ func CheckImageRef(field, ref string) error {
 	if ref == "" || len(ref) > MaxImageRefLen || !imageRefRE.MatchString(ref) {
 		return errcode.New(errcode.InvalidArgument, "%s %q is not an image reference: write NAME[:TAG] or NAME@sha256:<64 hex digits> "+
 			"(e.g. python:3.12-slim, ghcr.io/org/image:tag; names are lowercase), at most %d characters, or use image %q",
-			field, truncate(ref, 128), MaxImageRefLen, image.Host)
+			field, text.Truncate(ref, 128), MaxImageRefLen, image.Host)
 	}
 	if m := imageRefRE.FindStringSubmatch(ref); len(m[2]) > 255 {
-		return errcode.New(errcode.InvalidArgument, "%s %q: the repository name is %d characters; at most 255 are allowed", field, truncate(ref, 128), len(m[2]))
+		return errcode.New(errcode.InvalidArgument, "%s %q: the repository name is %d characters; at most 255 are allowed", field, text.Truncate(ref, 128), len(m[2]))
 	}
 	return nil
 }
@@ -61,7 +62,7 @@ func CheckImageName(field, name string) error {
 		return err
 	}
 	if strings.Contains(name, "@") || name == image.Host {
-		return errcode.New(errcode.InvalidArgument, "%s %q must be NAME[:TAG] (e.g. my-template:v1), without a digest and not %q", field, truncate(name, 128), image.Host)
+		return errcode.New(errcode.InvalidArgument, "%s %q must be NAME[:TAG] (e.g. my-template:v1), without a digest and not %q", field, text.Truncate(name, 128), image.Host)
 	}
 	return nil
 }
@@ -121,7 +122,7 @@ func (s *Service) resolveImage(ctx context.Context, ref string) (_ *pinnedImage,
 	}
 	img, lease, err := c.Resolve(ctx, ref, PullProgressFrom(ctx))
 	if err != nil {
-		return nil, imageErr(err, "image %q could not be resolved", truncate(ref, 128))
+		return nil, imageErr(err, "image %q could not be resolved", text.Truncate(ref, 128))
 	}
 	p := &pinnedImage{img: img, lease: lease}
 	defer func() {
@@ -134,10 +135,10 @@ func (s *Service) resolveImage(ctx context.Context, ref string) (_ *pinnedImage,
 	}
 	layers, err := c.LayerDirs(ctx, img)
 	if err != nil {
-		return nil, imageErr(err, "the layers of image %q (%s) are not usable", truncate(ref, 128), img.Digest)
+		return nil, imageErr(err, "the layers of image %q (%s) are not usable", text.Truncate(ref, 128), img.Digest)
 	}
 	if len(layers) > runtime.MaxRootfsLayers {
-		return nil, errcode.New(errcode.InvalidArgument, "image %q has %d layers; at most %d are supported", truncate(ref, 128), len(layers), runtime.MaxRootfsLayers)
+		return nil, errcode.New(errcode.InvalidArgument, "image %q has %d layers; at most %d are supported", text.Truncate(ref, 128), len(layers), runtime.MaxRootfsLayers)
 	}
 	p.rootfs = &runtime.Rootfs{Layers: layers, User: img.Config.User, Workdir: img.Config.WorkingDir}
 	p.env = s.imageEnv(img)

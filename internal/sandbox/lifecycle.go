@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // The control loop is level-triggered, as Kubernetes controllers are: step looks at one
@@ -334,7 +335,7 @@ func (s *Service) stepFailed(ctx context.Context, id string, err error) error {
 		sb.Version++
 		sb.UpdatedAt = s.now().UTC().Truncate(time.Millisecond)
 		ev := Event{SandboxID: id, Type: "error", From: sb.State, To: sb.State, At: sb.UpdatedAt,
-			Reason: truncate(fmt.Sprintf("attempt %d: %s", n, errcode.Message(err)), 1024)}
+			Reason: text.Truncate(fmt.Sprintf("attempt %d: %s", n, errcode.Message(err)), 1024)}
 		if aerr := s.store.UpdateSandbox(ctx, sb, ev); aerr == nil {
 			s.bus.publish()
 		}
@@ -541,7 +542,7 @@ func (s *Service) adopt(ctx context.Context, rt runtime.Runtime, sb Sandbox) (lo
 	switch errcode.Of(err) {
 	case errcode.SandboxNotFound, errcode.SandboxNotRunning, errcode.InvalidArgument:
 		s.log.Warn("reconcile: adopt refused; sandbox lost", "sandbox_id", sb.ID, "err", err)
-		if _, terr := s.transition(ctx, sb, StateLost, truncate("reconcile: adopt refused: "+errcode.Message(err), 1024),
+		if _, terr := s.transition(ctx, sb, StateLost, text.Truncate("reconcile: adopt refused: "+errcode.Message(err), 1024),
 			"the sandbox on the host had stopped or was not this sandbox when the server started"); terr != nil {
 			s.unadopted.add(sb.ID)
 			return false, terr

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Bounds of the records' queue.
@@ -78,7 +79,7 @@ func (s *Service) RecordConnection(c egress.Connection) {
 	}
 	at := s.now().UTC().Truncate(time.Millisecond)
 	s.enqueue(netRecord{ev: &Event{SandboxID: c.SandboxID, Type: "egress_denied", From: StateRunning, To: StateRunning,
-		At: at, Reason: truncate(reason, 1024)}})
+		At: at, Reason: text.Truncate(reason, 1024)}})
 }
 
 // withAllowHint is a policy refusal's reason with how to lift it, as the proxy's 403 says it,

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Bounds of a sandbox's network session.
@@ -283,12 +284,12 @@ func (s *Service) startStream(n *netSandbox, sess *guest.NetSession, st *guest.N
 	case egress.KindTransparent:
 		var err error
 		if dst, err = netip.ParseAddrPort(st.Header.Dst); err != nil {
-			s.log.Warn("sandbox agent sent a transparent stream without a destination", "sandbox_id", n.id, "dst", truncate(st.Header.Dst, 64))
+			s.log.Warn("sandbox agent sent a transparent stream without a destination", "sandbox_id", n.id, "dst", text.Truncate(st.Header.Dst, 64))
 			st.Close()
 			return nil
 		}
 	default:
-		s.log.Warn("sandbox agent sent a stream of unknown kind", "sandbox_id", n.id, "kind", truncate(st.Header.Kind, 32))
+		s.log.Warn("sandbox agent sent a stream of unknown kind", "sandbox_id", n.id, "kind", text.Truncate(st.Header.Kind, 32))
 		st.Close()
 		return nil
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Network is a sandbox's network as create requests and replies write it: the JSON string
@@ -53,7 +54,7 @@ func (n *Network) UnmarshalJSON(b []byte) error {
 	case len(b) > 0 && b[0] == '"':
 		var s string
 		if err := json.Unmarshal(b, &s); err != nil || s != "none" {
-			return errcode.New(errcode.InvalidArgument, "%s; got %s", want, truncate(string(b), 64))
+			return errcode.New(errcode.InvalidArgument, "%s; got %s", want, text.Truncate(string(b), 64))
 		}
 		n.Policy = nil
 		return nil
@@ -62,13 +63,13 @@ func (n *Network) UnmarshalJSON(b []byte) error {
 		dec.DisallowUnknownFields()
 		var p egress.Policy
 		if err := dec.Decode(&p); err != nil {
-			return errcode.Wrap(errcode.InvalidArgument, err, "%s: %s", want, truncate(err.Error(), 200))
+			return errcode.Wrap(errcode.InvalidArgument, err, "%s: %s", want, text.Truncate(err.Error(), 200))
 		}
 		p = normalPolicy(p)
 		n.Policy = &p
 		return nil
 	}
-	return errcode.New(errcode.InvalidArgument, "%s; got %s", want, truncate(string(b), 64))
+	return errcode.New(errcode.InvalidArgument, "%s; got %s", want, text.Truncate(string(b), 64))
 }
 
 // normalPolicy returns p with non-nil arrays.
@@ -300,7 +301,7 @@ func (s *Service) validateNetwork(req *CreateRequest, rt runtime.Runtime) (*netP
 		field := "secrets." + name
 		switch {
 		case !validEnvName(name):
-			return nil, errcode.New(errcode.InvalidArgument, "secrets: %q is not a valid variable name (letters, digits and _, not starting with a digit, at most %d)", truncate(name, 64), maxKeyLen)
+			return nil, errcode.New(errcode.InvalidArgument, "secrets: %q is not a valid variable name (letters, digits and _, not starting with a digit, at most %d)", text.Truncate(name, 64), maxKeyLen)
 		case reservedEnvName(name):
 			return nil, errcode.New(errcode.InvalidArgument, "%s: %s is set by agentbox in a sandbox with a network policy; name the secret otherwise", field, name)
 		}
@@ -323,7 +324,7 @@ func (s *Service) validateNetwork(req *CreateRequest, rt runtime.Runtime) (*netP
 		for i, h := range spec.Hosts {
 			h = strings.ToLower(strings.TrimSuffix(h, "."))
 			if !validSecretHost(h) {
-				return nil, errcode.New(errcode.InvalidArgument, "%s.hosts[%d]: %q is not a host name (e.g. api.openai.com) or a wildcard (*.example.com); no ports, addresses or paths", field, i, truncate(spec.Hosts[i], 64))
+				return nil, errcode.New(errcode.InvalidArgument, "%s.hosts[%d]: %q is not a host name (e.g. api.openai.com) or a wildcard (*.example.com); no ports, addresses or paths", field, i, text.Truncate(spec.Hosts[i], 64))
 			}
 			hosts[i] = h
 		}
@@ -341,17 +342,17 @@ func checkSecretFrom(from string) error {
 	switch {
 	case strings.HasPrefix(from, "env:"):
 		if !validEnvName(from[4:]) {
-			return errcode.New(errcode.InvalidArgument, "%q: env:VAR needs a variable name (letters, digits and _)", truncate(from, 64))
+			return errcode.New(errcode.InvalidArgument, "%q: env:VAR needs a variable name (letters, digits and _)", text.Truncate(from, 64))
 		}
 		return nil
 	case strings.HasPrefix(from, "file:"):
 		p := from[5:]
 		if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) || len(p) > 4096 || slices.Contains(strings.Split(p, "/"), "..") {
-			return errcode.New(errcode.InvalidArgument, "%q: file:PATH needs an absolute path without ..", truncate(from, 64))
+			return errcode.New(errcode.InvalidArgument, "%q: file:PATH needs an absolute path without ..", text.Truncate(from, 64))
 		}
 		return nil
 	}
-	return errcode.New(errcode.InvalidArgument, "%q must be env:VAR (a variable of the server's environment) or file:/path (a file on the server)", truncate(from, 64))
+	return errcode.New(errcode.InvalidArgument, "%q must be env:VAR (a variable of the server's environment) or file:/path (a file on the server)", text.Truncate(from, 64))
 }
 
 // validSecretHost reports whether h is a lower-case host name, optionally "*."-prefixed.
@@ -419,7 +420,7 @@ func (s *Service) UpdateNetwork(ctx context.Context, id string, p egress.Policy)
 	sb.UpdatedAt = now
 	sb.Version++
 	ev := Event{SandboxID: id, Type: "network_updated", From: sb.State, To: sb.State, At: now,
-		Reason: truncate(fmt.Sprintf("network policy: allow %s, deny %s", quoteList(np.Allow), quoteList(np.Deny)), 1024)}
+		Reason: text.Truncate(fmt.Sprintf("network policy: allow %s, deny %s", quoteList(np.Allow), quoteList(np.Deny)), 1024)}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := s.store.UpdateSandbox(wctx, sb, ev); err != nil {

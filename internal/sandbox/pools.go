@@ -14,9 +14,10 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
-// Warm pools (issue 15).
+// Warm pools.
 //
 // A pool keeps Size running sandboxes of one shape. They are ordinary sandbox records (counted
 // against capacity, driven by the control loop, adopted after a restart) whose Pool field names
@@ -165,7 +166,7 @@ func (s *Service) maxPooled() int {
 // normalizePool validates p and fills its shape's defaults as a create would.
 func (s *Service) normalizePool(p *Pool) error {
 	if !poolNameRE.MatchString(p.Name) {
-		return errcode.New(errcode.InvalidArgument, "name: a pool name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit; got %q", truncate(p.Name, 80))
+		return errcode.New(errcode.InvalidArgument, "name: a pool name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit; got %q", text.Truncate(p.Name, 80))
 	}
 	if p.Size < 0 || p.Size > s.maxPooled() {
 		return errcode.New(errcode.InvalidArgument, "size must be between 0 and %d (the server's bound on pooled sandboxes); got %d", s.maxPooled(), p.Size)
@@ -175,7 +176,7 @@ func (s *Service) normalizePool(p *Pool) error {
 		p.Network = PoolNetworkNone
 	case PoolNetworkEgress:
 	default:
-		return errcode.New(errcode.InvalidArgument, "network: a pool's network is %q or %q (each claimant brings its own allow/deny policy); got %q", PoolNetworkNone, PoolNetworkEgress, truncate(p.Network, 64))
+		return errcode.New(errcode.InvalidArgument, "network: a pool's network is %q or %q (each claimant brings its own allow/deny policy); got %q", PoolNetworkNone, PoolNetworkEgress, text.Truncate(p.Network, 64))
 	}
 	req := p.createRequest()
 	rt, err := s.validateCreate(&req)
@@ -255,7 +256,7 @@ func (s *Service) ListPools(ctx context.Context) ([]PoolStatus, error) {
 // DeletePool removes a pool; the ready sandboxes it holds are destroyed in the background.
 func (s *Service) DeletePool(ctx context.Context, name string) error {
 	if !poolNameRE.MatchString(name) {
-		return errcode.New(errcode.InvalidArgument, "name: a pool name is 1-63 characters of a-z, 0-9, '-' and '_'; got %q", truncate(name, 80))
+		return errcode.New(errcode.InvalidArgument, "name: a pool name is 1-63 characters of a-z, 0-9, '-' and '_'; got %q", text.Truncate(name, 80))
 	}
 	ps := s.store
 	if err := ps.DeletePool(ctx, name); err != nil {
@@ -537,7 +538,7 @@ func (s *Service) refillDone(name string, err error) {
 	}
 	st.failures++
 	st.nextTry = s.now().Add(min(poolBackoffMax, time.Second<<min(st.failures-1, 6)))
-	st.lastErr = truncate(errcode.Message(err), 512)
+	st.lastErr = text.Truncate(errcode.Message(err), 512)
 }
 
 // poolMembers lists the running sandboxes pool name holds (bounded by the pooled bound).
@@ -625,7 +626,7 @@ func ParsePoolFlag(v string) (Pool, error) {
 	for _, kv := range strings.Split(v, ",") {
 		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || k == "" {
-			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool %q: %q is not key=value (keys: name, image, runtime, cpu, memory_mb, disk_mb, network, size)", truncate(v, 200), truncate(kv, 80))
+			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool %q: %q is not key=value (keys: name, image, runtime, cpu, memory_mb, disk_mb, network, size)", text.Truncate(v, 200), text.Truncate(kv, 80))
 		}
 		if seen[k] {
 			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool: %s is given twice", k)
@@ -650,14 +651,14 @@ func ParsePoolFlag(v string) (Pool, error) {
 		case "size":
 			p.Size, err = strconv.Atoi(val)
 		default:
-			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool: unknown key %q (keys: name, image, runtime, cpu, memory_mb, disk_mb, network, size)", truncate(k, 40))
+			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool: unknown key %q (keys: name, image, runtime, cpu, memory_mb, disk_mb, network, size)", text.Truncate(k, 40))
 		}
 		if err != nil {
-			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool: %s must be a number; got %q", k, truncate(val, 40))
+			return Pool{}, errcode.New(errcode.InvalidArgument, "--pool: %s must be a number; got %q", k, text.Truncate(val, 40))
 		}
 	}
 	if !seen["name"] || !seen["size"] {
-		return Pool{}, errcode.New(errcode.InvalidArgument, "--pool %q: name and size are required, e.g. name=py,image=python:3.12,size=4", truncate(v, 200))
+		return Pool{}, errcode.New(errcode.InvalidArgument, "--pool %q: name and size are required, e.g. name=py,image=python:3.12,size=4", text.Truncate(v, 200))
 	}
 	return p, nil
 }

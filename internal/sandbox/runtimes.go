@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // Requirements constrain which runtime may run a sandbox. The zero value accepts the server's
@@ -70,7 +71,7 @@ func neededNetwork(req *CreateRequest) (string, error) {
 	case runtime.NetworkEgress:
 		return runtime.NetworkEgress, nil
 	default:
-		return "", errcode.New(errcode.InvalidArgument, "requirements.network %q must be one of none, egress", truncate(req.Requirements.Network, 64))
+		return "", errcode.New(errcode.InvalidArgument, "requirements.network %q must be one of none, egress", text.Truncate(req.Requirements.Network, 64))
 	}
 	if req.Network != nil && req.Network.Policy != nil {
 		return runtime.NetworkEgress, nil
@@ -95,7 +96,7 @@ func (s *Service) networkHint(mode string) string {
 func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runtime, error) {
 	want := runtime.Isolation(req.Requirements.Isolation)
 	if want != "" && isolationRank[want] == 0 {
-		return nil, errcode.New(errcode.InvalidArgument, "requirements.isolation %q must be one of process, kernel, vm", truncate(string(want), 64))
+		return nil, errcode.New(errcode.InvalidArgument, "requirements.isolation %q must be one of process, kernel, vm", text.Truncate(string(want), 64))
 	}
 	kind := imageKind(req.Image)
 	offers := func(c runtime.Capabilities) bool {
@@ -109,7 +110,7 @@ func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runt
 		}
 		rt, ok := s.local.runtimes[req.Runtime]
 		if !ok {
-			return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not configured on this server; available: %s", truncate(req.Runtime, 64), strings.Join(s.runtimeNames(), ", "))
+			return nil, errcode.New(errcode.RuntimeUnavailable, "runtime %q is not configured on this server; available: %s", text.Truncate(req.Runtime, 64), strings.Join(s.runtimeNames(), ", "))
 		}
 		caps := rt.Capabilities()
 		if want != "" && isolationRank[caps.Isolation] < isolationRank[want] {
@@ -141,7 +142,7 @@ func (s *Service) pickByIsolation(req *CreateRequest, mode string) (runtime.Runt
 	}
 	if len(fits) == 0 {
 		if kind == runtime.ImageOCI {
-			msg := fmt.Sprintf("no usable runtime with %s isolation or stronger runs OCI images (image %q)", cmp.Or(string(want), "process"), truncate(req.Image, 128))
+			msg := fmt.Sprintf("no usable runtime with %s isolation or stronger runs OCI images (image %q)", cmp.Or(string(want), "process"), text.Truncate(req.Image, 128))
 			if mode != "" {
 				msg += " and offers network mode " + mode
 			}

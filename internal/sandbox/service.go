@@ -396,14 +396,14 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 	}
 	caps := rt.Capabilities()
 	if req.Image != image.Host && s.cfg.Images == nil && !caps.PullsImages() {
-		return nil, errcode.New(errcode.InvalidArgument, "image %q: this server has no image cache, so only image %q is available", truncate(req.Image, 128), image.Host)
+		return nil, errcode.New(errcode.InvalidArgument, "image %q: this server has no image cache, so only image %q is available", text.Truncate(req.Image, 128), image.Host)
 	}
 	if kind := imageKind(req.Image); !caps.TakesImage(kind) {
 		if kind == runtime.ImageOCI {
 			return nil, errcode.New(errcode.InvalidArgument, "image %q is an OCI image, which runtime %s does not run (it runs: %s); %s",
-				truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "), s.imageHint())
+				text.Truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "), s.imageHint())
 		}
-		return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on runtime %s; available images: %s", truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "))
+		return nil, errcode.New(errcode.InvalidArgument, "image %q is not available on runtime %s; available images: %s", text.Truncate(req.Image, 128), req.Runtime, strings.Join(caps.Images, ", "))
 	}
 	switch {
 	case req.CPU < 0 || req.CPU > MaxCPU:
@@ -618,7 +618,7 @@ func (s *Service) sameCreate(ctx context.Context, prior, asked Sandbox, req Crea
 		prior.MemoryMB == asked.MemoryMB && prior.DiskMB == asked.DiskMB &&
 		maps.Equal(prior.Env, asked.Env) && maps.Equal(prior.Labels, asked.Labels) && sameNetwork(prior, req)
 	if !same {
-		return Sandbox{}, errcode.New(errcode.Conflict, "idempotency_key %q was used for a different create (sandbox %s); use a new key for a different request", truncate(asked.IdempotencyKey, 64), prior.ID).
+		return Sandbox{}, errcode.New(errcode.Conflict, "idempotency_key %q was used for a different create (sandbox %s); use a new key for a different request", text.Truncate(asked.IdempotencyKey, 64), prior.ID).
 			With("sandbox_id", prior.ID)
 	}
 	unlock := s.lock(prior.ID) // wait for a create still in flight
@@ -779,9 +779,6 @@ func (s *Service) transition(ctx context.Context, sb Sandbox, to State, reason, 
 
 // checkID refuses a malformed id (sandboxid.Check).
 func checkID(id string) error { return sandboxid.Check(id) }
-
-// truncate cuts s to n bytes on a rune boundary (text.Truncate).
-func truncate(s string, n int) string { return text.Truncate(s, n) }
 
 // Get returns one sandbox's record.
 func (s *Service) Get(ctx context.Context, id string) (Sandbox, error) {

@@ -13,9 +13,10 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
-// Sleep and wake (issue 15).
+// Sleep and wake.
 //
 // Sleep saves a running sandbox into a sleep snapshot (runtime.Snapshotter with Release: the
 // runtime stops it and deletes every host resource of it but the snapshot) and records it
@@ -251,7 +252,7 @@ func (s *Service) sleepFailed(ctx context.Context, sb Sandbox, rt runtime.Runtim
 	st, serr := rt.State(ctx, sb.ID)
 	sb.SleepSnapshot = ""
 	if serr == nil && st != runtime.StatusRunning {
-		out, err := s.transition(ctx, sb, StateLost, "sleep failed and stopped the sandbox: "+truncate(errcode.Message(cause), 512), "the sandbox stopped while it was being put to sleep")
+		out, err := s.transition(ctx, sb, StateLost, "sleep failed and stopped the sandbox: "+text.Truncate(errcode.Message(cause), 512), "the sandbox stopped while it was being put to sleep")
 		if err != nil {
 			return out, err
 		}
@@ -260,7 +261,7 @@ func (s *Service) sleepFailed(ctx context.Context, sb Sandbox, rt runtime.Runtim
 	sb.UpdatedAt = s.stamp()
 	sb.Version++
 	ev := Event{SandboxID: sb.ID, Type: "sleep", From: StateRunning, To: StateRunning, At: sb.UpdatedAt,
-		Reason: truncate("sleep failed; the sandbox runs on: "+errcode.Message(cause), 1024)}
+		Reason: text.Truncate("sleep failed; the sandbox runs on: "+errcode.Message(cause), 1024)}
 	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
 		s.log.Warn("record failed sleep (the control loop settles it)", "sandbox_id", sb.ID, "err", err)
 	} else {
@@ -360,7 +361,7 @@ func (s *Service) wake(ctx context.Context, sb Sandbox) (Sandbox, error) {
 		}
 		defer pinned.release()
 		if sb.ImageDigest != "" && pinned.img.Digest != sb.ImageDigest {
-			return sb, errcode.New(errcode.RuntimeUnavailable, "sandbox %s cannot be woken: its image %q resolves to %s, not the %s it was created from", id, truncate(sb.Image, 128), pinned.img.Digest, sb.ImageDigest)
+			return sb, errcode.New(errcode.RuntimeUnavailable, "sandbox %s cannot be woken: its image %q resolves to %s, not the %s it was created from", id, text.Truncate(sb.Image, 128), pinned.img.Digest, sb.ImageDigest)
 		}
 	}
 
@@ -381,7 +382,7 @@ func (s *Service) wake(ctx context.Context, sb Sandbox) (Sandbox, error) {
 	handle, sess, err := s.bringUp(ctx, rt, sb, idmap, pinned, src)
 	if err != nil {
 		s.log.Warn("wake failed", "sandbox_id", id, "err", err)
-		out, aerr := s.backToSleep(ctx, sb, rt, "wake failed: "+truncate(errcode.Message(err), 512))
+		out, aerr := s.backToSleep(ctx, sb, rt, "wake failed: "+text.Truncate(errcode.Message(err), 512))
 		if aerr != nil {
 			s.log.Error("return a failed wake to sleep (the control loop retries)", "sandbox_id", id, "err", aerr)
 		}

@@ -17,9 +17,10 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
-// Snapshots and forks (issue 15). A snapshot is a record (SnapshotStore) and a directory,
+// Snapshots and forks. A snapshot is a record (SnapshotStore) and a directory,
 // Config.SnapshotDir/<snapshot id> (0700), that the runtime (runtime.Snapshotter) fills. The
 // record is written, state creating, before the directory is made and the runtime acts; it
 // becomes ready once the runtime has written snapshot.json, or failed (its directory removed).
@@ -121,7 +122,7 @@ func (s *Service) snapshotBudget() int64 {
 // checkSnapshotID refuses a malformed snapshot id, naming the argument.
 func checkSnapshotID(field, id string) error {
 	if !ValidSnapshotID(id) {
-		return errcode.New(errcode.InvalidArgument, "%s %q is not a snapshot id (snap- and 12 lowercase hex digits); snapshot_list shows them", field, truncate(id, 64))
+		return errcode.New(errcode.InvalidArgument, "%s %q is not a snapshot id (snap- and 12 lowercase hex digits); snapshot_list shows them", field, text.Truncate(id, 64))
 	}
 	return nil
 }
@@ -133,7 +134,7 @@ func checkLabels(field string, labels map[string]string) error {
 	}
 	for k, v := range labels {
 		if k == "" || len(k) > maxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
-			return errcode.New(errcode.InvalidArgument, "%s: label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", field, truncate(k, 64), maxKeyLen, maxValLen)
+			return errcode.New(errcode.InvalidArgument, "%s: label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", field, text.Truncate(k, 64), maxKeyLen, maxValLen)
 		}
 	}
 	return nil
@@ -302,7 +303,7 @@ func (s *Service) failSnapshot(ctx context.Context, ss SnapshotStore, sn Snapsho
 		s.log.Error("remove the directory of a failed snapshot (the control loop retries)", "snapshot_id", sn.ID, "err", err)
 		return cause
 	}
-	sn.State, sn.Error = SnapshotFailed, truncate(errcode.Message(cause), 1024)
+	sn.State, sn.Error = SnapshotFailed, text.Truncate(errcode.Message(cause), 1024)
 	sn.Version++
 	if err := ss.UpdateSnapshot(ctx, sn); err != nil {
 		s.log.Error("record failed snapshot (the control loop retries)", "snapshot_id", sn.ID, "err", err)
@@ -407,7 +408,7 @@ func (s *Service) sandboxEvent(ctx context.Context, id, typ, reason string) {
 	}
 	sb.Version++
 	sb.UpdatedAt = s.now().UTC().Truncate(time.Millisecond)
-	ev := Event{SandboxID: id, Type: typ, From: sb.State, To: sb.State, At: sb.UpdatedAt, Reason: truncate(reason, 1024)}
+	ev := Event{SandboxID: id, Type: typ, From: sb.State, To: sb.State, At: sb.UpdatedAt, Reason: text.Truncate(reason, 1024)}
 	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
 		s.log.Warn("record event", "sandbox_id", id, "type", typ, "err", err)
 		return
@@ -437,7 +438,7 @@ func (s *Service) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapsh
 	}
 	for _, st := range f.States {
 		if !st.Valid() {
-			return nil, errcode.New(errcode.InvalidArgument, "state %q is unknown; use creating, ready, failed or deleting", truncate(string(st), 64))
+			return nil, errcode.New(errcode.InvalidArgument, "state %q is unknown; use creating, ready, failed or deleting", text.Truncate(string(st), 64))
 		}
 	}
 	if f.Purpose == "" {
@@ -517,7 +518,7 @@ func (s *Service) fromSnapshot(ctx context.Context, req *CreateRequest) (Snapsho
 		case sn.State != SnapshotReady:
 			err = errcode.New(errcode.Conflict, "snapshot %s is %s, not ready%s", sn.ID, sn.State, map[bool]string{true: ": " + sn.Error}[sn.Error != ""]).With("state", string(sn.State))
 		case sn.Node != "" && sn.Node != s.local.name:
-			err = errcode.New(errcode.UnsupportedOp, "snapshot %s is on node %q, which this server does not manage", sn.ID, truncate(sn.Node, 64))
+			err = errcode.New(errcode.UnsupportedOp, "snapshot %s is on node %q, which this server does not manage", sn.ID, text.Truncate(sn.Node, 64))
 		}
 	}
 	var unpin func()

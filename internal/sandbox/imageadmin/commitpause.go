@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // commitPauseBound is CommitPauseBound, shortened by tests (SetCommitPauseBound).
@@ -127,7 +128,7 @@ func (p *commitPause) resumeLocked() {
 	if gerr != nil || cur.State != sandbox.StateRunning {
 		return
 	}
-	if _, terr := p.s.core.Transition(ctx, cur, sandbox.StateFailed, "resume after commit failed: "+truncate(errcode.Message(err), 512),
+	if _, terr := p.s.core.Transition(ctx, cur, sandbox.StateFailed, "resume after commit failed: "+text.Truncate(errcode.Message(err), 512),
 		"the sandbox could not be resumed after a commit (its processes stay frozen); destroy it"); terr != nil {
 		p.s.log.Warn("mark failed", "sandbox_id", p.sb.ID, "err", terr)
 	}

@@ -55,8 +55,6 @@ func checkImageRefOrDigest(field, ref string) error {
 	return sandbox.CheckImageRef(field, ref)
 }
 
-func truncate(s string, n int) string { return text.Truncate(s, n) }
-
 // imageErr keeps a typed error as it is and makes an untyped one IMAGE_PULL_FAILED.
 func imageErr(err error, format string, args ...any) error {
 	if _, ok := errcode.As(err); ok {
@@ -146,7 +144,7 @@ func (s *Service) PullImage(ctx context.Context, ref string, progress image.Prog
 	}
 	img, err := c.Pull(ctx, ref, progress)
 	if err != nil {
-		return image.Image{}, imageErr(err, "pull of %q failed", truncate(ref, 128))
+		return image.Image{}, imageErr(err, "pull of %q failed", text.Truncate(ref, 128))
 	}
 	return *img, nil
 }
@@ -197,7 +195,7 @@ func (s *Service) PushImage(ctx context.Context, name, ref string, progress imag
 		return err
 	}
 	if err := c.Push(ctx, name, ref, progress); err != nil {
-		return imageErr(err, "push of %q to %q failed", truncate(name, 128), truncate(ref, 128))
+		return imageErr(err, "push of %q to %q failed", text.Truncate(name, 128), text.Truncate(ref, 128))
 	}
 	return nil
 }
@@ -302,7 +300,7 @@ func (s *Service) Commit(ctx context.Context, id, name string) (image.Image, err
 	sb.Version++
 	sb.UpdatedAt = s.core.Now().Truncate(time.Millisecond)
 	ev := sandbox.Event{SandboxID: id, Type: "commit", From: sb.State, To: sb.State, At: sb.UpdatedAt,
-		Reason: truncate(fmt.Sprintf("committed as %s (%s) on %s; %s", name, img.Digest, base.Digest, how), 1024)}
+		Reason: text.Truncate(fmt.Sprintf("committed as %s (%s) on %s; %s", name, img.Digest, base.Digest, how), 1024)}
 	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
 		s.log.Warn("record commit event", "sandbox_id", id, "err", err) // the image exists
 	} else {
