@@ -22,6 +22,24 @@ func (s *Service) Core() *Core { return &Core{s} }
 // Register adds a feature's hooks (hooks.go). Call it while wiring, before the service runs.
 func (c *Core) Register(h Hooks) { c.s.hooks.register(h) }
 
+// Feature returns the feature service kept under key, building it with build (which may
+// Register hooks) the first time: a feature that hooks into the core exists once per core,
+// however many surfaces (the REST API, the MCP server, the run workers) ask for it, so its
+// hooks never run twice for one event. key is a value of a type of the feature's own.
+func (c *Core) Feature(key any, build func() any) any {
+	c.s.featuresMu.Lock()
+	defer c.s.featuresMu.Unlock()
+	if f, ok := c.s.features[key]; ok {
+		return f
+	}
+	if c.s.features == nil {
+		c.s.features = map[any]any{}
+	}
+	f := build()
+	c.s.features[key] = f
+	return f
+}
+
 // Config is the service's effective configuration.
 func (c *Core) Config() Config { return c.s.cfg }
 

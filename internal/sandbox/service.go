@@ -268,6 +268,9 @@ type Service struct {
 	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
 	pools   poolState  // warm pools' counters and refill loop (pools.go)
 	hooks   hookSet    // the features' hooks (hooks.go)
+	// features holds the feature services that register hooks, one per kind (Core.Feature).
+	featuresMu sync.Mutex
+	features   map[any]any
 
 	// unadopted holds the running sandboxes whose Adopt at start failed for a reason that may
 	// pass; the control loop retries it (lifecycle.go adopt). A sandbox leaves it when it

@@ -49,10 +49,18 @@ type Service struct {
 	watched map[string]bool // job ids that have a watch running, so that each has at most one
 }
 
-// New returns the jobs feature over core, keeping its records in st, and registers its hooks:
+// New returns core's jobs feature (built, with its records in st, on the first call; the same
+// one after) and so registers its hooks once:
 // re-arm the watches of an adopted or woken sandbox, settle the jobs of a sandbox that ends or
 // sleeps without memory, prune finished records past Config.JobRetention.
 func New(core *sandbox.Core, st Store) *Service {
+	return core.Feature(featureKey{}, func() any { return newService(core, st) }).(*Service)
+}
+
+// featureKey keeps the core's one jobs feature (sandbox.Core.Feature).
+type featureKey struct{}
+
+func newService(core *sandbox.Core, st Store) *Service {
 	s := &Service{core: core, store: st, log: core.Log()}
 	core.Register(sandbox.Hooks{Name: "jobs",
 		Adopted: func(ctx context.Context, sb sandbox.Sandbox, _ runtime.Runtime) { s.reattach(ctx, sb.ID) },
