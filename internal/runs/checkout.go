@@ -18,12 +18,13 @@ import (
 )
 
 // Checkout: a constant script run as the phase's job, with the url, ref, dir and mode as its
-// arguments (never interpolated). Mode "shallow" fetches the ref alone at depth 1 and falls
-// back to a full fetch (for a commit the server will not serve by id); mode "bundle" fetches
-// from a bundle file the host made of a file:// repository. A fetch that fails is tried again
-// three times, 1, 2 and 4 s apart (a network cut, or the server — whose egress proxy carries the
-// fetch — restarting mid-fetch, does not fail the run). The last line of its stdout is the
-// resolved commit.
+// arguments (never interpolated). Mode "shallow" fetches the ref alone at depth 1; a server
+// that serves no shallow fetch (dumb HTTP) gets the ref alone in full, and a commit the server
+// will not serve by id gets every branch and tag fetched, the ref then resolved as a commit, a
+// branch or a tag. Mode "bundle" fetches from a bundle file the host made of a file://
+// repository. A fetch that fails is tried again three times, 1, 2 and 4 s apart (a network cut,
+// or the server — whose egress proxy carries the fetch — restarting mid-fetch, does not fail
+// the run). The last line of its stdout is the resolved commit.
 const checkoutScript = `set -eu
 url="$1"; ref="$2"; dir="$3"; mode="$4"
 want="${ref:-HEAD}"
@@ -35,11 +36,25 @@ if [ "$mode" = bundle ]; then depth=""; fi
 fetch() {
   if git fetch -q $depth "$url" "$want"; then
     git checkout -q --detach FETCH_HEAD
-  else
-    echo "fetching $want alone failed; fetching every branch and tag" >&2
-    git fetch -q "$url" "+refs/heads/*:refs/remotes/origin/*" "+refs/tags/*:refs/tags/*" &&
-      git checkout -q --detach "$want"
+    return
   fi
+  if [ -n "$depth" ]; then
+    echo "a shallow fetch of $want failed; fetching it in full" >&2
+    if git fetch -q "$url" "$want"; then
+      git checkout -q --detach FETCH_HEAD
+      return
+    fi
+  fi
+  echo "fetching $want alone failed; fetching every branch and tag" >&2
+  git fetch -q "$url" "+refs/heads/*:refs/remotes/origin/*" "+refs/tags/*:refs/tags/*" || return 1
+  for c in "$want" "refs/remotes/origin/${want#refs/heads/}" "refs/tags/${want#refs/tags/}"; do
+    if commit=$(git rev-parse -q --verify "$c^{commit}"); then
+      git checkout -q --detach "$commit"
+      return
+    fi
+  done
+  echo "$want is no commit, branch or tag of $url" >&2
+  return 1
 }
 for wait in 1 2 4 0; do
   if fetch; then git rev-parse HEAD; exit 0; fi
