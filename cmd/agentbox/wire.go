@@ -372,17 +372,19 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 			return nil, fmt.Errorf("reconcile: %w", err)
 		}
 	}
+	rec := audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))
 	// approvals: the queue (always served) and, when on, the chain's last gate.
 	approvals, err := approval.New(st, approval.Config{Required: cfg.ApprovalRequired, Tools: cfg.ApprovalTools,
-		Timeout: cfg.ApprovalTimeout, Elicit: cfg.ApprovalElicit, Log: log.With("component", "approvals")})
+		Timeout: cfg.ApprovalTimeout, Elicit: cfg.ApprovalElicit, Audit: rec, Log: log.With("component", "approvals")})
 	if err != nil {
+		rec.Close()
 		return nil, err
 	}
 	ok = true
 	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	// Governance: audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
-	cp.audit = audit.New(st, audit.Config{Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}, log.With("component", "audit"))
+	cp.audit = rec
 	cp.gates = append(cp.gates, cp.audit, auth.ScopeGate{})
 	if approvals.Enabled() {
 		cp.gates = append(cp.gates, approvals) // last, just before the call acts

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -41,6 +42,10 @@ type Config struct {
 	// default: the client asked is the model's own, and its user approving the model's call in
 	// the same window is not always the separation an operator wants.
 	Elicit bool
+	// Audit, if set, records the decisions made inside a call rather than by a call of their
+	// own (an elicited one: the MCP client's user answering within the gated call) as audit
+	// records, like an operator's approve or deny call.
+	Audit gate.Observer
 	// ProgressEvery is how often a waiting call reports progress (default 5 s).
 	ProgressEvery time.Duration
 	// Validity is how long an approval stays bound to its digest: within it a call with the same
@@ -116,6 +121,9 @@ func New(st Store, cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
+
+// ElicitedDecision is the audit records' tool of a decision made through elicitation.
+const ElicitedDecision = "approval_elicited_decision"
 
 // AdminOnly is the default MayDecide: the caller's scope must be admin.
 func AdminOnly(c gate.Caller) error {
@@ -251,8 +259,24 @@ func (s *Service) wait(ctx context.Context, c *gate.Call, a Approval) (Approval,
 	deadline := time.NewTimer(time.Until(a.ExpiresAt))
 	defer deadline.Stop()
 	late := false
+	// An elicited decision is audited before the call goes on: once the elicitation decides,
+	// a decided state waits for its record.
+	var elicited chan struct{}
+	var deciding atomic.Bool
 	if s.cfg.Elicit && c.Elicit != nil {
-		go s.elicit(wctx, c, a)
+		elicited = make(chan struct{})
+		go func() {
+			defer close(elicited)
+			s.elicit(wctx, c, a, &deciding)
+		}()
+	}
+	settled := func() {
+		if elicited != nil && deciding.Load() {
+			select {
+			case <-elicited:
+			case <-ctx.Done():
+			}
+		}
 	}
 	tick := time.NewTicker(s.cfg.ProgressEvery)
 	defer tick.Stop()
@@ -267,6 +291,9 @@ func (s *Service) wait(ctx context.Context, c *gate.Call, a Approval) (Approval,
 				return Approval{}, abandoned(ctx, a)
 			}
 			return Approval{}, err
+		}
+		if cur.State != Pending {
+			settled()
 		}
 		switch cur.State {
 		case Approved:
@@ -311,7 +338,8 @@ func (s *Service) progress(c *gate.Call, a Approval) {
 }
 
 // elicit asks the MCP client's user; an answer is a decision like an operator's.
-func (s *Service) elicit(ctx context.Context, c *gate.Call, a Approval) {
+// deciding is set before its decision is stored.
+func (s *Service) elicit(ctx context.Context, c *gate.Call, a Approval, deciding *atomic.Bool) {
 	msg := fmt.Sprintf("agentbox: approve this call?\n\n%s\n\napproval %s, digest %s", a.Summary, a.ID, a.Digest)
 	ok, reason, err := c.Elicit(ctx, msg)
 	if err != nil {
@@ -324,8 +352,16 @@ func (s *Service) elicit(ctx context.Context, c *gate.Call, a Approval) {
 	if !ok && reason == "" {
 		reason = "declined in the MCP client"
 	}
-	if _, err := s.decide(ctx, a.ID, ok, decider, reason); err != nil && !errcode.Is(err, errcode.Conflict) {
+	started := time.Now()
+	deciding.Store(true)
+	_, err = s.decide(ctx, a.ID, ok, decider, reason)
+	if err != nil && !errcode.Is(err, errcode.Conflict) {
 		s.log.Warn("elicited decision", "approval_id", a.ID, "err", err)
+	}
+	if s.cfg.Audit != nil {
+		args, _ := json.Marshal(map[string]any{"approval_id": a.ID, "approve": ok, "reason": reason, "tool": a.Tool, "digest": a.Digest})
+		s.cfg.Audit.Observe(&gate.Call{Surface: c.Surface, Tool: ElicitedDecision, Action: ElicitedDecision, Caller: decider, SandboxID: c.SandboxID,
+			Args: args, Started: started, ApprovalID: a.ID}, err)
 	}
 }
 

@@ -371,3 +371,36 @@ func TestAuditRecordsTheApproval(t *testing.T) {
 		t.Fatalf("audit records %+v, want %s ok and %s refused", recs, ok.ID, no.ID)
 	}
 }
+
+// TestElicitedDecisionIsAudited: a decision made through elicitation — inside the gated call,
+// by no call of its own — is an audit record like an operator's approve, naming the approval,
+// the decider and what was decided; it is written before the gated call goes on.
+func TestElicitedDecisionIsAudited(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rec := audit.New(st, audit.Config{}, nil)
+	defer rec.Close()
+	s, err := approval.New(st, approval.Config{Required: true, Timeout: 10 * time.Second, Elicit: true, Audit: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpCall("exec", `{"sandbox_id":"sb-1","command":["true"]}`)
+	c.Elicit = func(ctx context.Context, msg string) (bool, string, error) { return true, "", nil }
+	exit, err := gate.Chain{rec, s}.Enter(t.Context(), c)
+	if err != nil {
+		t.Fatalf("elicited approve: %v", err)
+	}
+	recs, _, err := st.ListAudit(t.Context(), audit.Filter{Tool: approval.ElicitedDecision, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].ApprovalID != c.ApprovalID || recs[0].Outcome != "ok" ||
+		!strings.HasPrefix(recs[0].CallerName, "elicitation:") || !strings.Contains(string(recs[0].Summary), `"approve":true`) {
+		t.Fatalf("the elicited decision's audit records (before the call ran): %+v", recs)
+	}
+	exit(nil)
+}

@@ -2,9 +2,9 @@
 // on every surface — when, where from, who (an API key's id and name or the stdio session,
 // never a key), which tool or route, which sandbox, the SHA-256 of the call's canonical
 // arguments, a redacted summary of them (never a file's content, stdin, an environment
-// variable's value, a secret or a body's bytes), the outcome and the duration — through a
-// bounded queue that never blocks a call, written to the store in batches, kept for a
-// retention period and to a row bound.
+// variable's value, a secret or a body's bytes), the outcome and the duration — committed
+// to the store before the call's reply leaves (group commit: concurrent calls share one
+// transaction), kept for a retention period and to a row bound.
 package audit
 
 import (

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,12 +208,14 @@ func grepDir(t *testing.T, dir string, leaks ...string) {
 	}
 }
 
-// blockedStore is a store whose writes wait until released (a store that falls behind).
+// blockedStore is a store whose writes wait until released (a store that falls behind), and
+// counts its transactions.
 type blockedStore struct {
 	audit.Store
 	release chan struct{}
 	mu      sync.Mutex
 	written int
+	txns    int
 }
 
 func (b *blockedStore) AppendAudit(ctx context.Context, rs []audit.Record) error {
@@ -223,41 +226,79 @@ func (b *blockedStore) AppendAudit(ctx context.Context, rs []audit.Record) error
 	}
 	b.mu.Lock()
 	b.written += len(rs)
+	b.txns++
 	b.mu.Unlock()
 	return nil
 }
 
 func (b *blockedStore) PruneAudit(context.Context, time.Time, int) (int64, error) { return 0, nil }
 
-// TestQueueOverflowDropsWithoutBlocking: with the store stuck, calls go on at full speed; the
-// queue holds QueueSize records (one batch more in the writer's hands) and the rest are
-// dropped and counted.
-func TestQueueOverflowDropsWithoutBlocking(t *testing.T) {
+func (b *blockedStore) counts() (written, txns int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.written, b.txns
+}
+
+// TestExitReturnsOnceCommitted: a call's exit (after which its reply leaves) returns only once
+// the store has committed its record — and concurrent calls share transactions (group commit).
+func TestExitReturnsOnceCommitted(t *testing.T) {
 	bs := &blockedStore{release: make(chan struct{})}
-	r := audit.New(bs, audit.Config{}, nil)
-	const n = audit.QueueSize + 2000
-	var slowest time.Duration
-	t0 := time.Now()
+	r := audit.New(bs, audit.Config{CommitWait: time.Minute}, nil)
+	defer r.Close()
+	const n = 200
+	var exited atomic.Int64
+	var wg sync.WaitGroup
 	for range n {
-		c := call("health", `{}`)
-		s := time.Now()
-		exit, _ := r.Enter(t.Context(), c)
-		exit(nil)
-		slowest = max(slowest, time.Since(s))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			exit, _ := r.Enter(t.Context(), call("health", `{}`))
+			exit(nil)
+			exited.Add(1)
+		}()
 	}
-	if el := time.Since(t0); el > 5*time.Second || slowest > 200*time.Millisecond {
-		t.Errorf("%d calls took %v, the slowest %v: the recorder blocked", n, el, slowest)
+	// Every call is in the recorder's hands before the store lets a write through.
+	for deadline := time.Now().Add(10 * time.Second); r.Waiting() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls reached the recorder", r.Waiting(), n)
+		}
 	}
-	dropped := r.Dropped()
-	if dropped < n-audit.QueueSize-audit.BatchSize || dropped > n-audit.QueueSize {
-		t.Errorf("dropped %d of %d, want between %d and %d", dropped, n, n-audit.QueueSize-audit.BatchSize, n-audit.QueueSize)
+	if e := exited.Load(); e != 0 {
+		t.Fatalf("%d calls returned before the store wrote anything", e)
+	}
+	close(bs.release)
+	wg.Wait()
+	written, txns := bs.counts()
+	if written != n || r.Dropped() != 0 || r.Late() != 0 {
+		t.Fatalf("written %d of %d (dropped %d, late %d)", written, n, r.Dropped(), r.Late())
+	}
+	// The first call's record went alone (or nearly); the other calls waited behind it and
+	// shared a transaction or two (BatchSize records each).
+	if txns > 1+(n+audit.BatchSize-1)/audit.BatchSize+1 {
+		t.Errorf("%d calls took %d transactions: no group commit", n, txns)
+	}
+}
+
+// TestHungStoreBoundsTheWait: with the store hung, a call waits Config.CommitWait and goes on
+// (counted late); its record is written once the store answers, not dropped.
+func TestHungStoreBoundsTheWait(t *testing.T) {
+	bs := &blockedStore{release: make(chan struct{})}
+	r := audit.New(bs, audit.Config{CommitWait: 50 * time.Millisecond}, nil)
+	t0 := time.Now()
+	exit, _ := r.Enter(t.Context(), call("health", `{}`))
+	exit(nil)
+	if el := time.Since(t0); el < 50*time.Millisecond {
+		t.Errorf("the call returned after %v, before its record was written or CommitWait passed", el)
+	}
+	if r.Late() != 1 {
+		t.Errorf("late = %d, want 1", r.Late())
 	}
 	close(bs.release)
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if int64(bs.written)+r.Dropped() != n {
-		t.Errorf("written %d + dropped %d != %d calls", bs.written, r.Dropped(), n)
+	if written, _ := bs.counts(); written != 1 || r.Dropped() != 0 {
+		t.Errorf("written %d (dropped %d), want the late record written", written, r.Dropped())
 	}
 }
 

@@ -13,13 +13,14 @@ import (
 
 // Bounds and defaults of the recorder.
 const (
-	// QueueSize is how many records wait for the store at most; beyond it a record is
-	// dropped and counted, never waited for.
+	// QueueSize is how many records wait for the store at most; a call whose record finds
+	// the queue full waits for room (within Config.CommitWait).
 	QueueSize = 8192
 	// BatchSize is how many records one store transaction writes at most.
 	BatchSize = 256
-	// FlushEvery is how long a record waits for its batch at most.
-	FlushEvery = 100 * time.Millisecond
+	// DefaultCommitWait is how long a call waits at most for its record to be written
+	// (Config.CommitWait) before its reply goes anyway, the record still queued.
+	DefaultCommitWait = 5 * time.Second
 	// DefaultRetention is how long records are kept by default (--audit-retention).
 	DefaultRetention = 30 * 24 * time.Hour
 	// DefaultMaxRows is how many records are kept at most by default (--audit-max-rows).
@@ -36,28 +37,40 @@ type Config struct {
 	Retention time.Duration
 	// MaxRows is how many records are kept at most (0: DefaultMaxRows).
 	MaxRows int
+	// CommitWait bounds how long a call waits for its record's commit (0:
+	// DefaultCommitWait): a store that hangs delays replies by this much, never forever.
+	CommitWait time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
 
-// Recorder is the audit log's gate.Gate: Enter lets every call in, and its exit queues the
-// call's record. One goroutine writes the queue to the store in batches — every FlushEvery, or
-// as soon as BatchSize records wait — and prunes it.
+// Recorder is the audit log's gate.Gate: Enter lets every call in, and its exit writes the
+// call's record to the store before it returns — so a reply that left the server has its
+// record committed, and a SIGKILL loses none. Records are group-committed: one goroutine
+// writes whatever waits in one transaction (up to BatchSize), so concurrent calls share a
+// commit instead of queueing one each.
 type Recorder struct {
 	st      Store
 	cfg     Config
 	log     *slog.Logger
-	q       chan Record
+	q       chan pending
 	mu      sync.RWMutex // held to read closed and send, or to set closed
 	closed  bool
 	dropped atomic.Int64 // since the last log line
-	total   atomic.Int64 // dropped since start (queue full, store refused a batch, closed)
+	total   atomic.Int64 // dropped since start (the store refused a batch, closed)
+	late    atomic.Int64 // calls whose reply went before their record's commit
+	waiting atomic.Int64 // calls in Append now
 	lastLog atomic.Int64
 	flushes chan chan struct{}
-	kick    chan struct{} // a batch is waiting: write before the tick
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+}
+
+// pending is a queued record and the channel closed once it is written (or dropped).
+type pending struct {
+	rec     Record
+	written chan struct{}
 }
 
 var _ gate.Gate = (*Recorder)(nil)
@@ -70,19 +83,22 @@ func New(st Store, cfg Config, log *slog.Logger) *Recorder {
 	if cfg.MaxRows <= 0 {
 		cfg.MaxRows = DefaultMaxRows
 	}
+	if cfg.CommitWait <= 0 {
+		cfg.CommitWait = DefaultCommitWait
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Recorder{st: st, cfg: cfg, log: log, q: make(chan Record, QueueSize), flushes: make(chan chan struct{}), kick: make(chan struct{}, 1),
+	r := &Recorder{st: st, cfg: cfg, log: log, q: make(chan pending, QueueSize), flushes: make(chan chan struct{}),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go r.run()
 	return r
 }
 
-// Enter lets c in; its exit records it (gate.Gate). It never blocks and never refuses.
+// Enter lets c in; its exit records it (gate.Gate). It never refuses.
 func (r *Recorder) Enter(ctx context.Context, c *gate.Call) (func(error), error) {
 	return func(outcome error) { r.record(c, outcome) }, nil
 }
@@ -110,34 +126,34 @@ func Outcome(err error) string {
 	return string(errcode.Of(err))
 }
 
-// Append queues rec for the store; it never blocks. A full queue (or a closed recorder)
-// drops it and counts it.
+// Append writes rec to the store and returns once it is committed (with the records of the
+// calls beside it), or after Config.CommitWait with rec still queued (counted by Late). A
+// closed recorder drops rec and counts it.
 func (r *Recorder) Append(rec Record) {
+	r.waiting.Add(1)
+	defer r.waiting.Add(-1)
+	p := pending{rec: rec, written: make(chan struct{})}
+	timer := time.NewTimer(r.cfg.CommitWait)
+	defer timer.Stop()
 	r.mu.RLock()
-	sent := false
-	if !r.closed {
-		select {
-		case r.q <- rec:
-			sent = true
-		default:
-		}
-	}
-	closed := r.closed
-	r.mu.RUnlock()
-	switch {
-	case sent:
-		// The writer is not woken per record (a call would pay for the switch): it writes
-		// every FlushEvery, or when a batch is waiting.
-		if len(r.q) >= BatchSize {
-			select {
-			case r.kick <- struct{}{}:
-			default:
-			}
-		}
-	case closed:
+	if r.closed {
+		r.mu.RUnlock()
 		r.drop(1, "the recorder is closed")
-	default:
+		return
+	}
+	select {
+	case r.q <- p:
+	case <-timer.C: // the queue stayed full: the store falls far behind
+		r.mu.RUnlock()
 		r.drop(1, "the store falls behind the calls")
+		return
+	}
+	r.mu.RUnlock()
+	select {
+	case <-p.written:
+	case <-timer.C:
+		r.late.Add(1)
+		r.log.Warn("an audit record is not written yet; the call's reply goes on", "tool", rec.Tool, "waited", r.cfg.CommitWait)
 	}
 }
 
@@ -151,9 +167,16 @@ func (r *Recorder) drop(n int64, why string) {
 	}
 }
 
-// Dropped returns how many records were dropped since the recorder started (the queue was
-// full, the store refused a batch, or the recorder was closed).
+// Dropped returns how many records were dropped since the recorder started (the store
+// refused their batch, or the recorder was closed).
 func (r *Recorder) Dropped() int64 { return r.total.Load() }
+
+// Waiting returns how many calls wait for their record's commit now.
+func (r *Recorder) Waiting() int64 { return r.waiting.Load() }
+
+// Late returns how many calls replied before their record was committed (the store took
+// longer than Config.CommitWait).
+func (r *Recorder) Late() int64 { return r.late.Load() }
 
 // Flush writes every record queued so far before it returns.
 func (r *Recorder) Flush(ctx context.Context) error {
@@ -202,21 +225,31 @@ func (r *Recorder) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r.Prune(ctx)
-	tick := time.NewTicker(FlushEvery)
-	defer tick.Stop()
 	prune := time.NewTicker(PruneEvery)
 	defer prune.Stop()
-	batch := make([]Record, 0, BatchSize)
+	batch := make([]pending, 0, BatchSize)
+	recs := make([]Record, 0, BatchSize)
 	write := func(ctx context.Context) {
 		if len(batch) == 0 {
 			return
 		}
-		if err := r.st.AppendAudit(ctx, batch); err != nil {
+		recs = recs[:0]
+		for _, p := range batch {
+			recs = append(recs, p.rec)
+		}
+		if err := r.st.AppendAudit(ctx, recs); err != nil {
 			r.drop(int64(len(batch)), "the store refused a batch: "+err.Error())
+		}
+		for _, p := range batch {
+			close(p.written)
 		}
 		batch = batch[:0]
 	}
-	drain := func(ctx context.Context) {
+	// drain writes first and whatever else waits now, BatchSize records a transaction.
+	drain := func(ctx context.Context, first *pending) {
+		if first != nil {
+			batch = append(batch, *first)
+		}
 		for n := len(r.q); n > 0; n-- {
 			if batch = append(batch, <-r.q); len(batch) >= BatchSize {
 				write(ctx)
@@ -226,19 +259,17 @@ func (r *Recorder) run() {
 	}
 	for {
 		select {
-		case <-tick.C:
-			drain(ctx)
-		case <-r.kick:
-			drain(ctx)
+		case p := <-r.q:
+			drain(ctx, &p)
 		case <-prune.C:
-			drain(ctx)
+			drain(ctx, nil)
 			r.Prune(ctx)
 		case done := <-r.flushes:
-			drain(ctx)
+			drain(ctx, nil)
 			close(done)
 		case <-r.stop:
 			cctx, ccancel := context.WithTimeout(context.Background(), closeTimeout)
-			drain(cctx)
+			drain(cctx, nil)
 			ccancel()
 			return
 		}
