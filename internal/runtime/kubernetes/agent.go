@@ -237,6 +237,11 @@ func (r *Runtime) waitRunning(ctx context.Context, id string) error {
 			case runtime.StatusStopped:
 				return guest.Permanent(errcode.New(errcode.SandboxNotRunning, "sandbox %s has stopped (pod phase %s%s)", id, p.Status.Phase, podReason(p)))
 			default:
+				if msg, ok := unschedulable(p); ok {
+					return guest.Permanent(errcode.New(errcode.CapacityUnavailable,
+						"sandbox %s cannot be placed on the cluster: the scheduler says %q; destroy sandboxes you no longer need, ask for less cpu or memory, or add nodes", id, msg).
+						With("reason", "unschedulable").With("scheduler", msg))
+				}
 				if reason, hard := waitingReason(p); hard {
 					return guest.Permanent(errcode.New(errcode.SandboxNotRunning, "sandbox %s's pod cannot start: %s", id, reason))
 				}
@@ -249,6 +254,21 @@ func (r *Runtime) waitRunning(ctx context.Context, id string) error {
 		case <-time.After(pollRunning):
 		}
 	}
+}
+
+// unschedulable returns the scheduler's message once it has found no node for pod p (its
+// PodScheduled condition False, reason Unschedulable): a create fails then, with that message,
+// instead of waiting out its ready timeout for a pod that stays Pending.
+func unschedulable(p *corev1.Pod) (string, bool) {
+	if p.Spec.NodeName != "" {
+		return "", false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message, true
+		}
+	}
+	return "", false
 }
 
 // waitingReason is the first container's waiting reason and message, and whether it is hard.

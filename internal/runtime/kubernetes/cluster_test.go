@@ -15,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes"
@@ -300,5 +301,31 @@ func TestInitContainerDelivery(t *testing.T) {
 				t.Fatalf("pod %v: init containers %d", err, len(p.Spec.InitContainers))
 			}
 		})
+	}
+}
+
+// TestUnschedulableFailsFast: a sandbox the cluster cannot place (more cpu than any node has)
+// fails as soon as the scheduler says so — CAPACITY_UNAVAILABLE with the scheduler's own
+// message — instead of waiting out the ready timeout for a pod that stays Pending.
+func TestUnschedulableFailsFast(t *testing.T) {
+	l := testLab(t)
+	rt := newRuntime(t, l, runtime.IsolationProcess, "runc")
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec.CPU = 512 // no node of a test cluster has 512 cores
+	ctx := context.Background()
+	t.Cleanup(func() { rt.Delete(context.Background(), spec.ID) })
+	if _, err := runtime.CreateAndStart(ctx, rt, spec); err != nil {
+		t.Fatalf("create and start %s: %v", spec.ID, err)
+	}
+	c := runtimetest.Client(t, rt, spec.ID)
+	rctx, cancel := context.WithTimeout(ctx, runtimetest.ReadyTimeout)
+	defer cancel()
+	err := c.WaitReady(rctx)
+	if rctx.Err() != nil {
+		t.Fatalf("the wait ran into its timeout (%v) instead of failing on the scheduler's word: %v", runtimetest.ReadyTimeout, err)
+	}
+	e, ok := errcode.As(err)
+	if !ok || e.Code != errcode.CapacityUnavailable || !strings.Contains(e.Message, "Insufficient cpu") {
+		t.Fatalf("the unplaceable sandbox's wait: %v; want CAPACITY_UNAVAILABLE with the scheduler's message", err)
 	}
 }

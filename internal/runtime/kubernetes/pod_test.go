@@ -214,6 +214,28 @@ func TestPodStatus(t *testing.T) {
 	}
 }
 
+// TestUnschedulable: a pending pod the scheduler found no node for is recognised with the
+// scheduler's message; one still being scheduled, or already bound, is not.
+func TestUnschedulable(t *testing.T) {
+	msg := "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+	cond := func(status corev1.ConditionStatus, reason string) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: status, Reason: reason, Message: msg}}
+		return p
+	}
+	if got, ok := unschedulable(cond(corev1.ConditionFalse, corev1.PodReasonUnschedulable)); !ok || got != msg {
+		t.Errorf("unschedulable pod: %q, %v", got, ok)
+	}
+	bound := cond(corev1.ConditionFalse, corev1.PodReasonUnschedulable)
+	bound.Spec.NodeName = "node-1"
+	for name, p := range map[string]*corev1.Pod{"scheduled": cond(corev1.ConditionTrue, ""), "bound": bound,
+		"gated": cond(corev1.ConditionFalse, corev1.PodReasonSchedulingGated), "new": {Status: corev1.PodStatus{Phase: corev1.PodPending}}} {
+		if got, ok := unschedulable(p); ok {
+			t.Errorf("%s pod taken for unschedulable: %q", name, got)
+		}
+	}
+}
+
 // TestSpecRefusals: what the runtime cannot honour is INVALID_ARGUMENT before any I/O.
 func TestSpecRefusals(t *testing.T) {
 	r := &Runtime{cfg: Config{Name: NameProcess, Namespace: "ns", GuestImage: "g"}, caps: runtime.Capabilities{Available: true,
