@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -111,7 +112,7 @@ func kubeChecks(cfg config.Config) []check {
 			classes.Fix = "create the RuntimeClass, or name an existing one with " + want.flag
 		}
 	}
-	out := []check{cluster, ns, classes}
+	out := []check{cluster, ns, classes, kubeRoom(ctx, rt)}
 	if info.Namespace {
 		pol := check{Name: "kube policy", OK: true, Warn: true, Detail: "NetworkPolicy " + kubernetes.NetworkPolicyName + " denies sandbox pods all ingress and egress (enforced where the cluster's network plugin enforces NetworkPolicies)"}
 		if !info.NetworkPolicy {
@@ -129,4 +130,27 @@ func kubeChecks(cfg config.Config) []check {
 		img.Detail = "this binary's pods take their agent from " + tag + " (agentbox kube-guest-image -o guest.tar writes it: import it on each node, ctr -n k8s.io images import guest.tar, or push it to a registry the nodes pull from)"
 	}
 	return append(out, img)
+}
+
+// kubeRoom is doctor's word on how much of a sandbox's shape the cluster can still place: how
+// many default sandboxes fit, and the roomiest node's free cpu and memory.
+func kubeRoom(ctx context.Context, rt *kubernetes.Runtime) check {
+	c := check{Name: "kube room", Warn: true}
+	r, err := rt.Room(ctx, sandbox.DefaultCPU, sandbox.DefaultMemoryMB)
+	switch {
+	case err != nil:
+		c.Detail = "cannot count the cluster's free room: " + err.Error()
+		c.Fix = "give the kubeconfig's user list on nodes and pods (cluster-wide), or check with kubectl describe nodes"
+	case r.Nodes == 0:
+		c.Detail = "no node is Ready and schedulable: every sandbox pod would stay Pending"
+		c.Fix = "kubectl get nodes: uncordon a node or make one Ready"
+	default:
+		c.OK = r.Fit > 0
+		c.Detail = fmt.Sprintf("%d more sandboxes of the default shape (%g cpu, %d MiB) fit on %d node(s); the roomiest node has %.2f cpu and %d MiB free",
+			r.Fit, sandbox.DefaultCPU, sandbox.DefaultMemoryMB, r.Nodes, float64(r.FreeMilliCPU)/1000, r.FreeMemoryMB)
+		if !c.OK {
+			c.Fix = "destroy sandboxes or other pods, ask for less cpu or memory per sandbox (--cpu, --memory-mb), or add nodes: a create would fail with CAPACITY_UNAVAILABLE"
+		}
+	}
+	return c
 }

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// client is the little of the Kubernetes API the runtime uses (pods and their exec,
+// client is the little of the Kubernetes API the runtime uses (pods and their exec, nodes,
 // ConfigMaps, namespaces, NetworkPolicies, RuntimeClasses, the server's version) over
 // client-go's REST client, with a scheme of only those groups. Not client-go's generated
 // clientset: it registers every API group of Kubernetes at init, in every process of the
@@ -62,6 +62,10 @@ func newClient(rc *rest.Config, hc *http.Client) (*client, error) {
 
 func (c *client) pods(ns string) kind[*corev1.Pod, *corev1.PodList] {
 	return kind[*corev1.Pod, *corev1.PodList]{c.core, c.params, ns, "pods", func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} }}
+}
+
+func (c *client) nodes() kind[*corev1.Node, *corev1.NodeList] {
+	return kind[*corev1.Node, *corev1.NodeList]{c.core, c.params, "", "nodes", func() *corev1.Node { return &corev1.Node{} }, func() *corev1.NodeList { return &corev1.NodeList{} }}
 }
 
 func (c *client) configMaps(ns string) kind[*corev1.ConfigMap, *corev1.ConfigMapList] {

@@ -329,3 +329,20 @@ func TestUnschedulableFailsFast(t *testing.T) {
 		t.Fatalf("the unplaceable sandbox's wait: %v; want CAPACITY_UNAVAILABLE with the scheduler's message", err)
 	}
 }
+
+// TestRoomOnCluster: the test cluster's room counts its node and fits a small sandbox, and no
+// more 512-core ones than the scheduler would place (none).
+func TestRoomOnCluster(t *testing.T) {
+	l := testLab(t)
+	rt := newRuntime(t, l, runtime.IsolationProcess, "runc")
+	r, err := rt.Room(context.Background(), 0.1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Nodes < 1 || r.Fit < 1 || r.FreeMilliCPU <= 0 || r.FreeMemoryMB <= 0 {
+		t.Fatalf("room %+v: want a node with room for a 0.1-cpu, 64 MiB sandbox", r)
+	}
+	if big, err := rt.Room(context.Background(), 512, 64); err != nil || big.Fit != 0 {
+		t.Fatalf("512-core sandboxes fit %d times (%v)", big.Fit, err)
+	}
+}
