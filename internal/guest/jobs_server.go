@@ -95,15 +95,43 @@ type job struct {
 func (j *job) sampleCPU() time.Duration {
 	if j.pid > 0 {
 		if n, ok := jobCPU(j.pid, j.tree.tag, j.tree.since); ok {
-			for {
-				old := j.cpuNanos.Load()
-				if int64(n) <= old || j.cpuNanos.CompareAndSwap(old, int64(n)) {
-					break
-				}
-			}
+			j.sampled(n)
 		}
 	}
 	return time.Duration(j.cpuNanos.Load())
+}
+
+// sampled records a CPU sample n of the job, kept if it is the largest so far.
+func (j *job) sampled(n time.Duration) {
+	for {
+		old := j.cpuNanos.Load()
+		if int64(n) <= old || j.cpuNanos.CompareAndSwap(old, int64(n)) {
+			return
+		}
+	}
+}
+
+// sampleJobsCPU samples the CPU time of every running job of jobs in one pass over /proc.
+func sampleJobsCPU(jobs []*job) {
+	var trees []cpuTree
+	var running []*job
+	for _, j := range jobs {
+		j.mu.Lock()
+		fin := j.final != nil
+		j.mu.Unlock()
+		if !fin && j.pid > 0 {
+			trees = append(trees, cpuTree{pid: j.pid, tree: j.tree})
+			running = append(running, j)
+		}
+	}
+	if len(trees) == 0 {
+		return
+	}
+	if d, ok := jobsCPU(trees); ok {
+		for i, j := range running {
+			j.sampled(d[i])
+		}
+	}
 }
 
 // cpuSeconds is d in seconds, to the millisecond.
@@ -219,14 +247,21 @@ func (m *jobManager) get(id string) (*job, error) {
 }
 
 // info is the job's status now.
-func (j *job) info() JobInfo {
+func (j *job) info() JobInfo { return j.status(true) }
+
+// status is the job's status now; sample reads its CPU time from /proc first, else it reports
+// the last sample (a list samples every job in one pass: sampleJobsCPU).
+func (j *job) status(sample bool) JobInfo {
 	j.mu.Lock()
 	fin := j.final
 	j.mu.Unlock()
 	if fin != nil {
 		return *fin
 	}
-	cpu := j.sampleCPU() // outside the lock: it reads /proc
+	cpu := time.Duration(j.cpuNanos.Load())
+	if sample {
+		cpu = j.sampleCPU() // outside the lock: it reads /proc
+	}
 	return JobInfo{JobID: j.id, Argv: j.argv, State: JobRunning, StartedAt: j.started, LogBytes: j.logBytes.Load(), LogTruncated: j.trunc.Load(),
 		CPUSeconds: cpuSeconds(cpu)}
 }
@@ -650,9 +685,10 @@ func (s *server) handleJobList(w http.ResponseWriter, _ *http.Request) {
 		jobs = append(jobs, m.order[i])
 	}
 	m.mu.Unlock()
+	sampleJobsCPU(jobs) // one pass over /proc for them all, not one per job
 	list := JobList{Jobs: make([]JobInfo, len(jobs))}
 	for i, j := range jobs {
-		list.Jobs[i] = j.info()
+		list.Jobs[i] = j.status(false)
 	}
 	writeJSON(w, http.StatusOK, list)
 }

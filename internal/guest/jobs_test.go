@@ -492,3 +492,35 @@ func TestJobDiskFull(t *testing.T) {
 		t.Fatalf("job on a full disk: %+v", g)
 	}
 }
+
+// TestJobListSamplesCPU: a list of jobs samples each running job's CPU time (in one pass over
+// /proc): a job burning CPU shows it, one sleeping shows none, and the list agrees with a get.
+func TestJobListSamplesCPU(t *testing.T) {
+	a := startJobsAgent(t, "")
+	busy := a.start(t, "sh", "-c", "while :; do :; done").JobID
+	idle := a.start(t, "sleep", "1000").JobID
+	var got map[string]float64
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		list, err := a.c.Jobs(ctxT(t, 30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = map[string]float64{}
+		for _, j := range list {
+			got[j.JobID] = j.CPUSeconds
+		}
+		if got[busy] >= 0.2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the busy job's cpu_seconds in the list stayed %g", got[busy])
+		}
+	}
+	if got[idle] > 0.05 {
+		t.Errorf("the sleeping job shows %g s of CPU", got[idle])
+	}
+	j, err := a.c.Job(ctxT(t, 30*time.Second), busy)
+	if err != nil || j.CPUSeconds < got[busy] {
+		t.Errorf("get after the list: %g s (%v), the list said %g s", j.CPUSeconds, err, got[busy])
+	}
+}

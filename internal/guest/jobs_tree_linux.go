@@ -45,13 +45,36 @@ const clockTicks = 100
 // processes carrying it (started at or after since, descending from this process), as a cancel
 // finds them. ok is false when /proc cannot be read.
 func jobCPU(pid int, tag uint32, since uint64) (time.Duration, bool) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
+	d, ok := jobsCPU([]cpuTree{{pid: pid, tree: processTree{tag: tag, since: since}}})
+	if !ok {
 		return 0, false
 	}
+	return d[0], true
+}
+
+// cpuTree is one job's processes as jobCPU finds them: its process group pid and its tree.
+type cpuTree struct {
+	pid  int
+	tree processTree
+}
+
+// jobsCPU is jobCPU of several jobs in one pass over /proc: a list of jobs reads each process's
+// stat once (and its status once, only when a job has a tag), not once per job.
+func jobsCPU(jobs []cpuTree) ([]time.Duration, bool) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
 	self := os.Getpid()
-	want := []byte(strconv.FormatUint(uint64(tag), 10))
-	var ticks uint64
+	byGroup := make(map[int]int, len(jobs))
+	byTag := map[string]int{}
+	for i, j := range jobs {
+		byGroup[j.pid] = i
+		if j.tree.tag != 0 {
+			byTag[strconv.FormatUint(uint64(j.tree.tag), 10)] = i
+		}
+	}
+	ticks := make([]uint64, len(jobs))
 	for _, e := range ents {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil || p == self {
@@ -71,16 +94,49 @@ func jobCPU(pid int, tag uint32, since uint64) (time.Duration, bool) {
 			continue
 		}
 		pgrp, _ := strconv.Atoi(string(f[2]))
-		if pgrp != pid {
+		k, ok := byGroup[pgrp]
+		if !ok {
+			if len(byTag) == 0 {
+				continue
+			}
+			if k, ok = taggedJob(p, byTag); !ok {
+				continue
+			}
 			start, err := strconv.ParseUint(string(f[19]), 10, 64)
-			if tag == 0 || err != nil || start < since || !hasGroup(p, want) || !descends(p, self) {
+			if err != nil || start < jobs[k].tree.since || !descends(p, self) {
 				continue
 			}
 		}
 		for _, x := range f[11:15] {
 			n, _ := strconv.ParseUint(string(x), 10, 64)
-			ticks += n
+			ticks[k] += n
 		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, true
+	out := make([]time.Duration, len(jobs))
+	for k, t := range ticks {
+		out[k] = time.Duration(t) * time.Second / clockTicks
+	}
+	return out, true
+}
+
+// taggedJob returns the job (of byTag, by exec tag) whose tag pid carries, if any.
+func taggedJob(pid int, byTag map[string]int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.Index(b, []byte("\nGroups:"))
+	if i < 0 {
+		return 0, false
+	}
+	line := b[i+len("\nGroups:"):]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	for _, g := range bytes.Fields(line) {
+		if k, ok := byTag[string(g)]; ok {
+			return k, true
+		}
+	}
+	return 0, false
 }

@@ -11,3 +11,10 @@ import (
 func signalTagged(uint32, uint64, unix.Signal) int { return 0 }
 
 func jobCPU(int, uint32, uint64) (time.Duration, bool) { return 0, false }
+
+type cpuTree struct {
+	pid  int
+	tree processTree
+}
+
+func jobsCPU([]cpuTree) ([]time.Duration, bool) { return nil, false }
