@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv/imagelab"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -72,7 +71,7 @@ func runImages(ctx context.Context, c *client.Client, dir, rtRoot string, res *R
 	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	createExec := func(img string) (string, float64) {
 		t0 := time.Now()
-		sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc", Image: img})
+		sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc", Image: img})
 		if err != nil {
 			log.Fatalf("create (image %s): %v", img, err)
 		}
@@ -116,7 +115,7 @@ func runImages(ctx context.Context, c *client.Client, dir, rtRoot string, res *R
 
 	// Commit: a busybox sandbox with 100 MiB written into its root.
 	if *f.commits > 0 {
-		sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc", Image: busybox, DiskMB: 1024})
+		sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc", Image: busybox, DiskMB: 1024})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -155,7 +154,7 @@ func runImages(ctx context.Context, c *client.Client, dir, rtRoot string, res *R
 		var xs []float64
 		var big []string
 		for range 5 {
-			sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc", Image: ref})
+			sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc", Image: ref})
 			if err != nil {
 				log.Fatal(err)
 			}

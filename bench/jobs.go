@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/watch"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -27,7 +26,7 @@ import (
 func benchJobStart(ctx context.Context, c *client.Client, id string, n int) []Stat {
 	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	var starts, execs []float64
-	states := map[sandbox.JobState]int{}
+	states := map[wire.JobState]int{}
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		j, err := c.StartJob(ctx, id, trueCmd)
@@ -36,7 +35,7 @@ func benchJobStart(ctx context.Context, c *client.Client, id string, n int) []St
 		}
 		starts = append(starts, ms(time.Since(t0)))
 		states[j.State]++
-		if j.State != sandbox.JobRunning && j.State != sandbox.JobExited {
+		if j.State != wire.JobRunning && j.State != wire.JobExited {
 			log.Fatalf("job bench: job_start replied %q: %+v", j.State, j)
 		}
 		if _, err := c.WaitJob(ctx, id, j.ID, 30*time.Second); err != nil {
@@ -54,9 +53,9 @@ func benchJobStart(ctx context.Context, c *client.Client, id string, n int) []St
 	return []Stat{s, floor}
 }
 
-func stateCounts(m map[sandbox.JobState]int) string {
+func stateCounts(m map[wire.JobState]int) string {
 	var parts []string
-	for _, st := range []sandbox.JobState{sandbox.JobRunning, sandbox.JobExited} {
+	for _, st := range []wire.JobState{wire.JobRunning, wire.JobExited} {
 		if m[st] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", m[st], st))
 		}
@@ -127,7 +126,7 @@ func benchFleet(ctx context.Context, c *client.Client, token string, sandboxes, 
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc", CPU: f.CPU, MemoryMB: f.MemoryMB, TTLSeconds: 3600})
+			sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc", CPU: f.CPU, MemoryMB: f.MemoryMB, TTLSeconds: 3600})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -124,7 +124,7 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 	go http.Serve(ln, api.New(svc, api.Options{Token: token}))
 	c := client.New("http://"+ln.Addr().String(), token)
 	trueCmd := wire.ExecRequest{Command: []string{"true"}}
-	shape := sandbox.CreateRequest{CPU: 0.5, MemoryMB: 256, DiskMB: 256}
+	shape := wire.CreateRequest{CPU: 0.5, MemoryMB: 256, DiskMB: 256}
 	n := *kb.n
 	createExec := map[string][]float64{}
 	var plain []float64
@@ -172,7 +172,7 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 // plainPod is `kubectl run` + `kubectl exec` of a pod like a sandbox's (the busybox host image,
 // the same cpu and memory, the runc class), through client-go: create, wait for Running, exec
 // `true`; then it deletes the pod (not timed).
-func plainPod(ctx context.Context, lab *kubetest.Lab, ns string, i int, shape sandbox.CreateRequest) (time.Duration, error) {
+func plainPod(ctx context.Context, lab *kubetest.Lab, ns string, i int, shape wire.CreateRequest) (time.Duration, error) {
 	name := fmt.Sprintf("plain-%d", i)
 	res := corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(shape.CPU*1000), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(shape.MemoryMB<<20, resource.BinarySI)}

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/postgres"
 	"github.com/agentbox/agentbox/internal/testenv/pglab"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Several replicas: n creates (REST create → running, the call's whole latency)
@@ -73,7 +74,7 @@ func newReplica(ctx context.Context, lab *kubetest.Lab, ns, dsn string, maxSandb
 // create's latency in ms and the round's creates per second. Each sandbox is destroyed as soon as
 // it is made (not timed; off the creating worker), and at most maxLive are alive at once: a
 // single-node test cluster of 2 cores has room for a few dozen pods, not n.
-func createRound(ctx context.Context, reps []*replica, n, conc, maxLive int, shape sandbox.CreateRequest) ([]float64, float64) {
+func createRound(ctx context.Context, reps []*replica, n, conc, maxLive int, shape wire.CreateRequest) ([]float64, float64) {
 	lat := make([]float64, n)
 	next := make(chan int)
 	live := make(chan struct{}, maxLive)
@@ -132,7 +133,7 @@ func runKubeReplicasBench(ctx context.Context, lab *kubetest.Lab, ns string, n, 
 	}
 	// maxLive of these fit the one node's 2 cores (cpu is the pods' request and limit).
 	const maxLive = 16
-	shape := sandbox.CreateRequest{Runtime: "kubernetes", CPU: 0.1, MemoryMB: 128, DiskMB: 64}
+	shape := wire.CreateRequest{Runtime: "kubernetes", CPU: 0.1, MemoryMB: 128, DiskMB: 64}
 	var stats []Stat
 	for _, round := range []struct {
 		reps  []*replica

@@ -280,7 +280,7 @@ func main() {
 	// serve the exec round trips.
 	warm := map[string]string{}
 	for _, name := range names {
-		sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: name})
+		sb, err := c.Create(ctx, wire.CreateRequest{Runtime: name})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -378,7 +378,7 @@ func main() {
 	for i := 0; i < *nCreate; i++ {
 		for _, name := range names {
 			t0 := time.Now()
-			sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: name})
+			sb, err := c.Create(ctx, wire.CreateRequest{Runtime: name})
 			if err != nil {
 				log.Fatalf("%s: %v", name, err)
 			}
@@ -445,7 +445,7 @@ func main() {
 	// Memory per idle runc sandbox: the agent's PSS (its binary pages are shared) and its RSS.
 	var idle []string
 	for i := 0; i < *nIdle; i++ {
-		sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc"})
+		sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc"})
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -38,7 +37,7 @@ func benchMetrics(ctx context.Context, c *client.Client, base, token, execID str
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc"})
+			sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc"})
 			if err != nil {
 				log.Fatalf("metrics bench: create: %v", err)
 			}

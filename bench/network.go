@@ -115,8 +115,8 @@ func egressConfig(dir string) (sandbox.EgressConfig, error) {
 
 // networkPolicy is the policy of the bench's egress sandboxes: the lab's range, by CIDR (the
 // lab is reached by its address; a name would need a resolver that knows it).
-func networkPolicy() *sandbox.Network {
-	return &sandbox.Network{Policy: &egress.Policy{Allow: []string{labRange}}}
+func networkPolicy() *wire.Network {
+	return &wire.Network{Policy: &wire.Policy{Allow: []string{labRange}}}
 }
 
 // egressUnavailable says why the network figures cannot run on runc, or "".
@@ -153,7 +153,7 @@ func benchNetwork(ctx context.Context, c *client.Client, caps runtime.Capabiliti
 			c.Destroy(context.WithoutCancel(ctx), id)
 		}
 	}()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc", Network: networkPolicy(), TTLSeconds: 3600})
+	sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc", Network: networkPolicy(), TTLSeconds: 3600})
 	if err != nil {
 		if errcode.Is(err, errcode.UnsupportedOp) {
 			return nil, nil, fmt.Sprintf("create with a network policy: %v", err), nil
@@ -228,7 +228,7 @@ func hostProxy(ctx context.Context) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	pol, err := egress.ParsePolicy(*networkPolicy().Policy)
+	pol, err := egress.ParsePolicy(egress.Policy(*networkPolicy().Policy))
 	if err != nil {
 		return "", nil, err
 	}
@@ -638,7 +638,7 @@ func benchConcurrent(ctx context.Context, c *client.Client, l *lab, sandboxes, p
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc", Network: networkPolicy(), CPU: 0.5, MemoryMB: 128, TTLSeconds: 3600})
+			sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc", Network: networkPolicy(), CPU: 0.5, MemoryMB: 128, TTLSeconds: 3600})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -748,9 +748,9 @@ func labGet(hc *http.Client, url string, into any) error {
 func benchNetCreate(ctx context.Context, c *client.Client, n int) ([]Stat, error) {
 	var with, without []float64
 	for i := 0; i < n; i++ {
-		for _, netw := range []*sandbox.Network{networkPolicy(), nil} {
+		for _, netw := range []*wire.Network{networkPolicy(), nil} {
 			t0 := time.Now()
-			sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: "runc", Network: netw})
+			sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc", Network: netw})
 			if err != nil {
 				return nil, fmt.Errorf("create (network %v): %w", netw != nil, err)
 			}

@@ -53,8 +53,8 @@ func benchPools(ctx context.Context, svc *sandbox.Service, c *client.Client, war
 	done := make(chan struct{})
 	go func() { svc.Run(rctx); close(done) }() // the control loop and the pools' refill loop
 	defer func() { cancel(); <-done }()
-	shape := sandbox.CreateRequest{Runtime: "runc", CPU: 0.5, MemoryMB: 256, DiskMB: 256}
-	if _, err := c.SetPool(ctx, sandbox.Pool{Name: benchPoolName, Runtime: shape.Runtime, CPU: shape.CPU,
+	shape := wire.CreateRequest{Runtime: "runc", CPU: 0.5, MemoryMB: 256, DiskMB: 256}
+	if _, err := c.SetPool(ctx, wire.Pool{Name: benchPoolName, Runtime: shape.Runtime, CPU: shape.CPU,
 		MemoryMB: shape.MemoryMB, DiskMB: shape.DiskMB, Size: benchPoolSize}); err != nil {
 		log.Fatalf("pools: set: %v", err)
 	}
@@ -86,7 +86,7 @@ func benchPools(ctx context.Context, svc *sandbox.Service, c *client.Client, war
 		c.Destroy(ctx, sb.ID)
 	}
 	// The pool parked: the same shape starts a sandbox (what a miss costs).
-	if _, err := c.SetPool(ctx, sandbox.Pool{Name: benchPoolName, Runtime: shape.Runtime, CPU: shape.CPU,
+	if _, err := c.SetPool(ctx, wire.Pool{Name: benchPoolName, Runtime: shape.Runtime, CPU: shape.CPU,
 		MemoryMB: shape.MemoryMB, DiskMB: shape.DiskMB, Size: 0}); err != nil {
 		log.Fatalf("pools: park: %v", err)
 	}

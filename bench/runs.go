@@ -19,7 +19,6 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/runs"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -160,7 +159,7 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 	res.CPUs = goruntime.NumCPU()
 
 	// warm up: the runtime's shared rootfs, the first run
-	if r, err := c.WaitRun(ctx, runs.Spec{Command: []string{"true"}}, 5*time.Minute); err != nil || r.State != runs.Succeeded {
+	if r, err := c.WaitRun(ctx, wire.RunSpec{Command: []string{"true"}}, 5*time.Minute); err != nil || r.State != wire.RunSucceeded {
 		b, _ := os.ReadFile(s.logs.Name())
 		log.Fatalf("warm-up run: %v %s %s\n%s", err, r.State, r.Reason, tailBytes(b, 8<<10))
 	}
@@ -168,8 +167,8 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 	phases := map[string][]float64{} // where a run's time goes, from its record
 	for i := 0; i < *f.overhead; i++ {
 		t0 := time.Now()
-		r, err := c.WaitRun(ctx, runs.Spec{Command: []string{"true"}}, 5*time.Minute)
-		if err != nil || r.State != runs.Succeeded {
+		r, err := c.WaitRun(ctx, wire.RunSpec{Command: []string{"true"}}, 5*time.Minute)
+		if err != nil || r.State != wire.RunSucceeded {
 			log.Fatalf("run: %v %s %s", err, r.State, r.Reason)
 		}
 		byRun = append(byRun, ms(time.Since(t0)))
@@ -186,7 +185,7 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 		}
 
 		t0 = time.Now()
-		sb, err := c.Create(ctx, sandbox.CreateRequest{})
+		sb, err := c.Create(ctx, wire.CreateRequest{})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -221,7 +220,7 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 		pid := s.cmd.Process.Pid
 		cpu0, cpuC0 := cpuSeconds(pid)
 		t0 := time.Now()
-		b, err := c.StartBatch(ctx, runs.BatchRequest{Runs: specs, MaxParallel: *f.parallel}, 0)
+		b, err := c.StartBatch(ctx, wire.BatchRequest{Runs: specs, MaxParallel: *f.parallel}, 0)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -236,7 +235,7 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 		}
 		el := time.Since(t0).Seconds()
 		cpu1, cpuC1 := cpuSeconds(pid)
-		fig := &RunsBatchFigure{Runs: len(b.Runs), MaxParallel: b.MaxParallel, Succeeded: b.Counts[runs.Succeeded], Seconds: el,
+		fig := &RunsBatchFigure{Runs: len(b.Runs), MaxParallel: b.MaxParallel, Succeeded: b.Counts[wire.RunSucceeded], Seconds: el,
 			RunsPerSec: float64(len(b.Runs)) / el, ServerCPUSeconds: cpu1 - cpu0, ServerCPUSecondsWithChildren: cpuC1 - cpuC0}
 		// the bound, from the events
 		type span struct{ from, to time.Time }
@@ -248,7 +247,7 @@ func runRuns(ctx context.Context, bin string, f runsFlags) *RunsBench {
 			}
 			var sp span
 			for _, ev := range evs.Events {
-				if ev.To == runs.Preparing && sp.from.IsZero() {
+				if ev.To == wire.RunPreparing && sp.from.IsZero() {
 					sp.from = ev.Time
 				}
 				if ev.To.Settled() {

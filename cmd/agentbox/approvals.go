@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Approvals: agentbox approvals ls|show|approve|deny.
@@ -37,7 +38,7 @@ func approvalsList(args []string) int {
 	state := c.fs.String("state", "", "only approvals in this state")
 	limit := c.fs.Int("limit", 0, fmt.Sprintf("at most this many, newest first (1-%d, default %d)", approval.MaxListLimit, approval.DefaultListLimit))
 	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {
-		l, err := cl.ListApprovals(ctx, approval.State(*state), *limit)
+		l, err := cl.ListApprovals(ctx, wire.ApprovalState(*state), *limit)
 		if err != nil {
 			return fail(err)
 		}
@@ -90,7 +91,7 @@ func approvalsDecide(args []string, approve bool) int {
 }
 
 // printApproval prints a as indented JSON (its summary included as an object).
-func printApproval(a approval.Approval) {
+func printApproval(a wire.Approval) {
 	b, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -16,9 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -35,7 +33,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		"--approval-tools", "exec,file_write", "--approval-timeout", "8s", "--approval-elicit")
 	c := srv.Client()
 	ctx := t.Context()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{}) // not gated: only exec and file_write are
+	sb, err := c.Create(ctx, wire.CreateRequest{}) // not gated: only exec and file_write are
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, srv.Logs)
 	}
@@ -45,11 +43,11 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	pending := func() approval.Approval {
+	pending := func() wire.Approval {
 		t.Helper()
 		deadline := time.Now().Add(6 * time.Second)
 		for time.Now().Before(deadline) {
-			l, err := c.ListApprovals(ctx, approval.Pending, 0)
+			l, err := c.ListApprovals(ctx, wire.ApprovalPending, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +57,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		t.Fatalf("no pending approval\n%s", srv.Logs)
-		return approval.Approval{}
+		return wire.Approval{}
 	}
 	lines := func() string {
 		t.Helper()
@@ -110,7 +108,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 	if got := lines(); got != "ran\n" {
 		t.Fatalf("the approved exec ran %q, want once", got)
 	}
-	if got, err := c.GetApproval(ctx, a.ID); err != nil || got.State != approval.Used || got.Outcome != "ok" || got.UsedAt == nil {
+	if got, err := c.GetApproval(ctx, a.ID); err != nil || got.State != wire.ApprovalUsed || got.Outcome != "ok" || got.UsedAt == nil {
 		t.Fatalf("used approval: %+v %v", got, err)
 	}
 	if out, err := cli("approvals", "approve", a.ID); err == nil || !strings.Contains(out, "CONFLICT") {
@@ -131,7 +129,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 	// Approve through REST (the Go client), a different command.
 	done = execAsync("sh", "-c", "echo rest >> /workspace/count")
 	a = pending()
-	if got, err := c.DecideApproval(ctx, a.ID, true, ""); err != nil || got.State != approval.Approved || got.Decider == "" {
+	if got, err := c.DecideApproval(ctx, a.ID, true, ""); err != nil || got.State != wire.ApprovalApproved || got.Decider == "" {
 		t.Fatalf("REST approve: %+v %v", got, err)
 	}
 	if err := <-done; err != nil {
@@ -155,10 +153,10 @@ func TestApprovalsEndToEnd(t *testing.T) {
 	const content = "TOP-SECRET-CONTENT-7f3a"
 	var mu sync.Mutex
 	var asked []string
-	var queued []approval.Approval
+	var queued []wire.Approval
 	cl := mcp.NewClient(&mcp.Implementation{Name: "approvals-test", Version: "1"}, &mcp.ClientOptions{
 		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			l, err := client.New(srv.URL, testToken).ListApprovals(ctx, approval.Pending, 0)
+			l, err := client.New(srv.URL, testToken).ListApprovals(ctx, wire.ApprovalPending, 0)
 			mu.Lock()
 			asked, queued = append(asked, req.Params.Message), l
 			mu.Unlock()

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // The audit log: serve's retention flags and `agentbox audit ls`.
@@ -44,7 +44,7 @@ func cmdAudit(args []string) int {
 	})
 }
 
-func printAudit(l audit.List) {
+func printAudit(l wire.AuditList) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tTIME\tSURFACE\tCALLER\tTOOL\tSANDBOX\tOUTCOME\tMS")
 	for _, r := range l.Records {

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/statedir"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // overlayCheck is doctor's line on OCI images: the kernel's overlayfs, and which runtimes take
@@ -100,7 +101,9 @@ func imageCacheCheck(stateDir string) check {
 			c.Detail = "a server holds " + stateDir + " but its token is not readable: " + terr.Error()
 			return c
 		}
-		u, err = client.New(url, tok).ImageUsage(ctx)
+		var wu wire.ImageUsage
+		wu, err = client.New(url, tok).ImageUsage(ctx)
+		u = image.Usage(wu)
 	}
 	if err != nil {
 		c.Detail = "cannot read it: " + err.Error()

@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Images: the server flags of the image cache, its wiring, and the image and
@@ -331,8 +332,8 @@ func newProgressViewTo(out io.Writer, quiet, tty bool) *progressView {
 	return &progressView{out: out, quiet: quiet, tty: tty, bars: map[string]*mpb.Bar{}, phase: map[string]string{}, barPhase: map[string]string{}}
 }
 
-// report is an image.ProgressFunc.
-func (v *progressView) report(p image.Progress) {
+// report is an func(wire.ImageProgress).
+func (v *progressView) report(p wire.ImageProgress) {
 	if v.quiet {
 		return
 	}
@@ -401,7 +402,7 @@ func (v *progressView) finish(ok bool) {
 }
 
 // plainLine renders a report as one line.
-func plainLine(p image.Progress) string {
+func plainLine(p wire.ImageProgress) string {
 	what := p.Ref
 	if p.Layer != "" {
 		what = shortDigest(p.Layer)
@@ -418,7 +419,7 @@ func plainLine(p image.Progress) string {
 
 // printImage prints what a pull or a commit made: the image as JSON with --json, else its
 // reference and digest.
-func (c *clientCmd) printImage(img image.Image) {
+func (c *clientCmd) printImage(img wire.Image) {
 	if c.json {
 		printJSON(img)
 		return

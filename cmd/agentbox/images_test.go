@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv/imagefake"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestImageFlags: serve's and mcp's image flags parse into the config; credentials are
@@ -84,12 +85,12 @@ func TestProgressViewPlain(t *testing.T) {
 	v := newProgressViewTo(&buf, false, false)
 	for _, l := range []string{"sha256:aaaaaaaaaaaaaaaaaaaaaaaa", "sha256:bbbbbbbbbbbbbbbbbbbbbbb"} {
 		for i := range 100 {
-			v.report(image.Progress{Ref: "x", Layer: l, Phase: "downloading", Done: int64(i), Total: 100})
+			v.report(wire.ImageProgress{Ref: "x", Layer: l, Phase: "downloading", Done: int64(i), Total: 100})
 		}
-		v.report(image.Progress{Ref: "x", Layer: l, Phase: "unpacking", Done: 100, Total: 100})
-		v.report(image.Progress{Ref: "x", Layer: l, Phase: "done", Done: 100, Total: 100})
+		v.report(wire.ImageProgress{Ref: "x", Layer: l, Phase: "unpacking", Done: 100, Total: 100})
+		v.report(wire.ImageProgress{Ref: "x", Layer: l, Phase: "done", Done: 100, Total: 100})
 	}
-	v.report(image.Progress{Ref: "x", Phase: "done"})
+	v.report(wire.ImageProgress{Ref: "x", Phase: "done"})
 	v.finish(true)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 7 || !strings.Contains(lines[0], "downloading") || !strings.HasPrefix(lines[6], "x: done") {
@@ -97,7 +98,7 @@ func TestProgressViewPlain(t *testing.T) {
 	}
 	quiet := newProgressViewTo(&buf, true, false)
 	buf.Reset()
-	quiet.report(image.Progress{Layer: "l", Phase: "downloading"})
+	quiet.report(wire.ImageProgress{Layer: "l", Phase: "downloading"})
 	quiet.finish(true)
 	if buf.Len() != 0 {
 		t.Fatalf("quiet printed %q", buf.String())
@@ -111,10 +112,10 @@ func TestProgressViewBars(t *testing.T) {
 		var buf syncBuffer
 		v := newProgressViewTo(&buf, false, true)
 		for i := range 50 {
-			v.report(image.Progress{Ref: "x", Layer: "sha256:aaaa", Phase: "downloading", Done: int64(i) << 20, Total: 50 << 20})
-			v.report(image.Progress{Ref: "x", Layer: "sha256:bbbb", Phase: "downloading", Done: int64(i) << 10, Total: 0})
+			v.report(wire.ImageProgress{Ref: "x", Layer: "sha256:aaaa", Phase: "downloading", Done: int64(i) << 20, Total: 50 << 20})
+			v.report(wire.ImageProgress{Ref: "x", Layer: "sha256:bbbb", Phase: "downloading", Done: int64(i) << 10, Total: 0})
 		}
-		v.report(image.Progress{Ref: "x", Layer: "sha256:aaaa", Phase: "done", Done: 50 << 20, Total: 50 << 20})
+		v.report(wire.ImageProgress{Ref: "x", Layer: "sha256:aaaa", Phase: "done", Done: 50 << 20, Total: 50 << 20})
 		done := make(chan struct{})
 		go func() { v.finish(ok); close(done) }()
 		select {

@@ -91,7 +91,7 @@ func jobList(args []string) int {
 	})
 }
 
-func exitText(j sandbox.Job) string {
+func exitText(j wire.Job) string {
 	switch {
 	case j.ExitCode != nil:
 		return fmt.Sprint(*j.ExitCode)
@@ -103,17 +103,17 @@ func exitText(j sandbox.Job) string {
 
 // jobExit is the CLI's exit code for a job's status: 0 only for exited 0; the job's own exit
 // code when it exited; 1 otherwise (killed, canceled, failed, unknown); 3 while it runs.
-func jobExit(j sandbox.Job) int {
+func jobExit(j wire.Job) int {
 	switch {
 	case j.State.Active():
 		return 3
-	case j.State == sandbox.JobExited && j.ExitCode != nil:
+	case j.State == wire.JobExited && j.ExitCode != nil:
 		return *j.ExitCode
 	}
 	return 1
 }
 
-func printJob(j sandbox.Job, asJSON bool) {
+func printJob(j wire.Job, asJSON bool) {
 	if asJSON {
 		printJSON(j)
 		return
@@ -192,7 +192,7 @@ func cmdLogs(args []string) int {
 		var off int64
 		if *tail > 0 {
 			n := *tail
-			l, err := cl.JobLogs(ctx, id, job, sandbox.JobLogsRequest{Stream: *stream, TailLines: &n})
+			l, err := cl.JobLogs(ctx, id, job, wire.JobLogsRequest{Stream: *stream, TailLines: &n})
 			if err != nil {
 				return fail(err)
 			}
@@ -202,7 +202,7 @@ func cmdLogs(args []string) int {
 		page := int64(sandbox.MaxJobLogBytes)
 		for {
 			o := off
-			l, err := cl.JobLogs(ctx, id, job, sandbox.JobLogsRequest{Stream: *stream, Offset: &o, MaxBytes: &page})
+			l, err := cl.JobLogs(ctx, id, job, wire.JobLogsRequest{Stream: *stream, Offset: &o, MaxBytes: &page})
 			if err != nil {
 				if ctx.Err() != nil {
 					return 130

@@ -13,7 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/egress"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Network: `agentbox network set|show`, `agentbox connections`, `agentbox
@@ -34,7 +34,7 @@ func (l *listFlag) Set(s string) error {
 }
 
 // secretFlag collects --secret NAME=env:VAR@host1,host2 (or NAME=file:/path@hosts).
-type secretFlag map[string]sandbox.SecretSpec
+type secretFlag map[string]wire.SecretSpec
 
 func (f secretFlag) String() string { return "" }
 
@@ -54,35 +54,35 @@ var secretNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // parseSecret parses NAME=SOURCE@HOST[,HOST...], SOURCE being env:VAR or file:/path. The last
 // "@" separates the hosts (a path may hold one).
-func parseSecret(s string) (string, sandbox.SecretSpec, error) {
+func parseSecret(s string) (string, wire.SecretSpec, error) {
 	const form = "NAME=env:VAR@host1,host2 or NAME=file:/path@host"
 	name, rest, ok := strings.Cut(s, "=")
 	if !ok {
-		return "", sandbox.SecretSpec{}, fmt.Errorf("%q must be %s", s, form)
+		return "", wire.SecretSpec{}, fmt.Errorf("%q must be %s", s, form)
 	}
 	if !secretNameRE.MatchString(name) {
-		return "", sandbox.SecretSpec{}, fmt.Errorf("secret name %q must be an environment variable name (letters, digits, _; not starting with a digit)", name)
+		return "", wire.SecretSpec{}, fmt.Errorf("secret name %q must be an environment variable name (letters, digits, _; not starting with a digit)", name)
 	}
 	at := strings.LastIndex(rest, "@")
 	if at < 0 {
-		return "", sandbox.SecretSpec{}, fmt.Errorf("secret %s: %q names no hosts; write %s (the hosts whose requests get the value)", name, rest, form)
+		return "", wire.SecretSpec{}, fmt.Errorf("secret %s: %q names no hosts; write %s (the hosts whose requests get the value)", name, rest, form)
 	}
 	from, hostList := rest[:at], rest[at+1:]
 	switch {
 	case strings.HasPrefix(from, "env:") && len(from) > len("env:"):
 	case strings.HasPrefix(from, "file:/"):
 	default:
-		return "", sandbox.SecretSpec{}, fmt.Errorf("secret %s: source %q must be env:VAR or file:/absolute/path", name, from)
+		return "", wire.SecretSpec{}, fmt.Errorf("secret %s: source %q must be env:VAR or file:/absolute/path", name, from)
 	}
 	var hosts []string
 	for _, h := range strings.Split(hostList, ",") {
 		h = strings.TrimSpace(h)
 		if h == "" {
-			return "", sandbox.SecretSpec{}, fmt.Errorf("secret %s: empty host in %q; write %s", name, hostList, form)
+			return "", wire.SecretSpec{}, fmt.Errorf("secret %s: empty host in %q; write %s", name, hostList, form)
 		}
 		hosts = append(hosts, h)
 	}
-	return name, sandbox.SecretSpec{From: from, Hosts: hosts}, nil
+	return name, wire.SecretSpec{From: from, Hosts: hosts}, nil
 }
 
 // networkFlags are sandbox create's network flags.
@@ -101,9 +101,9 @@ func (n *networkFlags) register(c *clientCmd) {
 }
 
 // apply sets req's network and secrets.
-func (n *networkFlags) apply(req *sandbox.CreateRequest) {
+func (n *networkFlags) apply(req *wire.CreateRequest) {
 	if len(n.allow) > 0 || len(n.deny) > 0 || n.egress || len(n.secrets) > 0 {
-		req.Network = &sandbox.Network{Policy: &egress.Policy{Allow: nonNilStrings(n.allow), Deny: nonNilStrings(n.deny)}}
+		req.Network = &wire.Network{Policy: &wire.Policy{Allow: nonNilStrings(n.allow), Deny: nonNilStrings(n.deny)}}
 	}
 	if len(n.secrets) > 0 {
 		req.Secrets = n.secrets
@@ -139,7 +139,7 @@ func networkSet(args []string) int {
 	c.fs.Var(&allow, "allow", "a host the sandbox may reach (repeatable; the whole new allow list)")
 	c.fs.Var(&deny, "deny", "a host refused even when allowed (repeatable; the whole new deny list)")
 	return c.run(args, exactly(1), func(ctx context.Context, cl *client.Client, pos []string) int {
-		p := egress.Policy{Allow: nonNilStrings(allow), Deny: nonNilStrings(deny)}
+		p := wire.Policy{Allow: nonNilStrings(allow), Deny: nonNilStrings(deny)}
 		sb, err := cl.UpdateNetwork(ctx, pos[0], p)
 		if err != nil {
 			return fail(err)
@@ -168,7 +168,7 @@ func networkShow(args []string) int {
 			printJSON(map[string]any{"sandbox_id": pos[0], "network": nw, "exposures": exps})
 			return 0
 		}
-		var p egress.Policy
+		var p wire.Policy
 		if len(nw) == 0 || string(nw) == `"none"` || string(nw) == "null" || json.Unmarshal(nw, &p) != nil {
 			fmt.Printf("network\tnone (created without a policy; it cannot be changed)\n")
 		} else {

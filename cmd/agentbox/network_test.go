@@ -1,11 +1,10 @@
 package main
 
 import (
+	"github.com/agentbox/agentbox/internal/wire"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // TestParseSecret: --secret NAME=env:VAR@host1,host2 (or file:/path@host); every malformed
@@ -78,8 +77,8 @@ func TestCreateNetworkFlags(t *testing.T) {
 	}
 }
 
-func createReq(n networkFlags) sandbox.CreateRequest {
-	var r sandbox.CreateRequest
+func createReq(n networkFlags) wire.CreateRequest {
+	var r wire.CreateRequest
 	n.apply(&r)
 	return r
 }

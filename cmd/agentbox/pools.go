@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Warm pools: `agentbox pool set|ls|rm` and serve's --pool.
@@ -71,7 +72,7 @@ func cmdPool(args []string) int {
 
 func poolSet(args []string) int {
 	c := newClientCmd("pool set", "agentbox pool set NAME --size N [--image I] [--runtime R] [--cpu C] [--memory-mb M] [--disk-mb D] [--json]")
-	var p sandbox.Pool
+	var p wire.Pool
 	size := c.fs.Int("size", -1, "how many ready sandboxes the pool keeps (required; 0 parks it)")
 	c.fs.StringVar(&p.Image, "image", "", "image (default: the server's)")
 	c.fs.StringVar(&p.Runtime, "runtime", "", "runtime (default: the server's)")

@@ -91,7 +91,7 @@ func TestServePoolsSurviveSIGKILL(t *testing.T) {
 	}
 
 	// A claim works and gets an adopted sandbox, with the claimant's env.
-	sb, err := c.Create(t.Context(), sandbox.CreateRequest{MemoryMB: 128, DiskMB: 128, Env: map[string]string{"CLAIMANT": "after-kill"}})
+	sb, err := c.Create(t.Context(), wire.CreateRequest{MemoryMB: 128, DiskMB: 128, Env: map[string]string{"CLAIMANT": "after-kill"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestServePoolsSurviveSIGKILL(t *testing.T) {
 	waitPool(t, c, 2) // refilled
 
 	// Park the pool, destroy the claimed sandbox: nothing of the state dir is left.
-	if _, err := c.SetPool(t.Context(), sandbox.Pool{Name: "warm", MemoryMB: 128, DiskMB: 128, Size: 0}); err != nil {
+	if _, err := c.SetPool(t.Context(), wire.Pool{Name: "warm", MemoryMB: 128, DiskMB: 128, Size: 0}); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, c, 0)

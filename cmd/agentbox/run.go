@@ -20,8 +20,8 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/runs"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/text"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Durable runs: agentbox run, runs, batch, agent; and serve's run flags.
@@ -104,7 +104,7 @@ func (f fileFlag) Set(s string) error {
 
 // runArgs is `agentbox run`'s parsed command line.
 type runArgs struct {
-	spec   runs.Spec
+	spec   wire.RunSpec
 	detach bool
 	json   bool
 }
@@ -186,7 +186,7 @@ func newRunCmd() (*clientCmd, func(pos []string) (runArgs, error)) {
 		} else if sp.KeepTTLSeconds != 0 {
 			return runArgs{}, errors.New("--keep-ttl needs --keep")
 		}
-		var req sandbox.CreateRequest
+		var req wire.CreateRequest
 		nw.apply(&req)
 		sp.Network, sp.Secrets = req.Network, req.Secrets
 		ra.json = c.json
@@ -236,12 +236,12 @@ func cmdRun(args []string) int {
 }
 
 // followRun prints a run's events as they happen until it settles (or ctx ends).
-func followRun(ctx context.Context, cl *client.Client, id string, w io.Writer) (runs.Run, error) {
+func followRun(ctx context.Context, cl *client.Client, id string, w io.Writer) (wire.Run, error) {
 	var after int64
 	for {
 		l, err := cl.RunEvents(ctx, id, after, runs.MaxEventsPage)
 		if err != nil {
-			return runs.Run{ID: id}, err
+			return wire.Run{ID: id}, err
 		}
 		for _, ev := range l.Events {
 			fmt.Fprintf(w, "  %s %s", ev.Time.Local().Format("15:04:05.000"), ev.To)
@@ -259,7 +259,7 @@ func followRun(ctx context.Context, cl *client.Client, id string, w io.Writer) (
 		}
 		r, err := cl.GetRun(ctx, id)
 		if err != nil {
-			return runs.Run{ID: id}, err
+			return wire.Run{ID: id}, err
 		}
 		if r.State.Settled() {
 			return r, nil
@@ -274,11 +274,11 @@ func followRun(ctx context.Context, cl *client.Client, id string, w io.Writer) (
 
 // runExit is the CLI's exit code for a settled run: 0 succeeded, 1 failed, 2 otherwise
 // (errored, timed_out, canceled).
-func runExit(r runs.Run) int {
+func runExit(r wire.Run) int {
 	switch r.State {
-	case runs.Succeeded:
+	case wire.RunSucceeded:
 		return 0
-	case runs.Failed:
+	case wire.RunFailed:
 		return 1
 	}
 	return 2
@@ -300,7 +300,7 @@ func codeText(c *int) string {
 
 // printRun is a run's readable summary: state, phases with exit codes and durations, changed
 // files, artifacts with URLs.
-func printRun(w io.Writer, r runs.Run) {
+func printRun(w io.Writer, r wire.Run) {
 	fmt.Fprintf(w, "run %s: %s", r.ID, r.State)
 	if r.Reason != "" {
 		fmt.Fprintf(w, " (%s)", r.Reason)
@@ -342,7 +342,7 @@ func printRun(w io.Writer, r runs.Run) {
 	}
 	// The failing phase's output tail, to see why without another command.
 	for _, p := range r.Phases {
-		if p.State != runs.PhaseSucceeded && p.State != runs.PhasePending && p.State != runs.PhaseSkipped && (p.Stderr != "" || p.Stdout != "") {
+		if p.State != wire.PhaseSucceeded && p.State != wire.PhasePending && p.State != wire.PhaseSkipped && (p.Stderr != "" || p.Stdout != "") {
 			out := p.Stderr
 			if out == "" {
 				out = p.Stdout
@@ -386,10 +386,10 @@ func runsList(args []string) int {
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "only runs with label K=V (repeatable)")
 	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {
-		f := runs.Filter{BatchID: *batch, Labels: labels, Before: *before, Limit: *limit}
+		f := wire.RunFilter{BatchID: *batch, Labels: labels, Before: *before, Limit: *limit}
 		if *state != "" {
 			for _, s := range strings.Split(*state, ",") {
-				f.States = append(f.States, runs.State(s))
+				f.States = append(f.States, wire.RunState(s))
 			}
 		}
 		l, err := cl.ListRuns(ctx, f)
@@ -480,7 +480,7 @@ func runsLogs(args []string) int {
 	return c.run(args, exactly(1), func(ctx context.Context, cl *client.Client, pos []string) int {
 		var off int64
 		for off < maxCLILogBytes {
-			l, err := cl.RunLogs(ctx, pos[0], runs.LogsRequest{Phase: *phase, Stream: *stream, Offset: off, MaxBytes: runs.MaxLogPage})
+			l, err := cl.RunLogs(ctx, pos[0], wire.RunLogsRequest{Phase: *phase, Stream: *stream, Offset: off, MaxBytes: runs.MaxLogPage})
 			if err != nil {
 				return fail(err)
 			}
@@ -560,7 +560,7 @@ func readRequest(file string, v any) error {
 }
 
 // batchCmd is a subcommand that submits a FILE.json as a batch.
-func batchCmd(name string, args []string, start func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (runs.Batch, error)) int {
+func batchCmd(name string, args []string, start func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (wire.Batch, error)) int {
 	c := newClientCmd(name, "agentbox "+name+" [--wait] [--wait-timeout D] [--json] FILE.json")
 	wait := c.fs.Bool("wait", false, "wait for every run to settle, then print the batch (exit 0 only if every run succeeded)")
 	waitFor := c.fs.Duration("wait-timeout", runs.MaxWait, "with --wait: how long to wait (at most 1h)")
@@ -591,15 +591,15 @@ func batchCmd(name string, args []string, start func(ctx context.Context, cl *cl
 
 // batchExit: 0 when every run succeeded (and nothing was refused), 1 when some failed, 2 when
 // some errored, timed out, were canceled or are still unsettled.
-func batchExit(b runs.Batch) int {
+func batchExit(b wire.Batch) int {
 	code := 0
 	if len(b.SubmissionFailures) > 0 {
 		code = 1
 	}
 	for _, r := range b.Runs {
 		switch {
-		case r.State == runs.Succeeded:
-		case r.State == runs.Failed:
+		case r.State == wire.RunSucceeded:
+		case r.State == wire.RunFailed:
 			code = max(code, 1)
 		default:
 			code = 2
@@ -608,7 +608,7 @@ func batchExit(b runs.Batch) int {
 	return code
 }
 
-func printBatch(w io.Writer, b runs.Batch) {
+func printBatch(w io.Writer, b wire.Batch) {
 	fmt.Fprintf(w, "batch %s (%s, max_parallel %d): %d runs, settled %v\n", b.ID, b.Kind, b.MaxParallel, len(b.Runs), b.Settled)
 	var counts []string
 	for st, n := range b.Counts {
@@ -716,17 +716,17 @@ func cmdBatch(args []string) int {
 }
 
 // startFrom is a batchCmd start that reads FILE (or stdin for -) as a T and calls start with it.
-func startFrom[T any](start func(*client.Client, context.Context, T, time.Duration) (runs.Batch, error)) func(context.Context, *client.Client, string, time.Duration) (runs.Batch, error) {
-	return func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (runs.Batch, error) {
+func startFrom[T any](start func(*client.Client, context.Context, T, time.Duration) (wire.Batch, error)) func(context.Context, *client.Client, string, time.Duration) (wire.Batch, error) {
+	return func(ctx context.Context, cl *client.Client, file string, wait time.Duration) (wire.Batch, error) {
 		var req T
 		if err := readRequest(file, &req); err != nil {
-			return runs.Batch{}, err
+			return wire.Batch{}, err
 		}
 		return start(cl, ctx, req, wait)
 	}
 }
 
-func printBatchOr(asJSON bool, b runs.Batch, err error) int {
+func printBatchOr(asJSON bool, b wire.Batch, err error) int {
 	if err != nil {
 		return fail(err)
 	}

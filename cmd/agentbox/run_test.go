@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/runs"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // parseRun parses `agentbox run`'s command line as cmdRun does, without a server.
@@ -120,18 +121,18 @@ func TestRunFlags(t *testing.T) {
 // TestRunExitAndSummary: exit codes by state; the summary names the phases with exit codes and
 // durations, changed files, artifacts with URLs, and a failing phase's output.
 func TestRunExitAndSummary(t *testing.T) {
-	for st, want := range map[runs.State]int{runs.Succeeded: 0, runs.Failed: 1, runs.Errored: 2, runs.TimedOut: 2, runs.Canceled: 2} {
-		if got := runExit(runs.Run{State: st}); got != want {
+	for st, want := range map[wire.RunState]int{wire.RunSucceeded: 0, wire.RunFailed: 1, wire.RunErrored: 2, wire.RunTimedOut: 2, wire.RunCanceled: 2} {
+		if got := runExit(wire.Run{State: st}); got != want {
 			t.Errorf("runExit(%s) = %d, want %d", st, got, want)
 		}
 	}
 	one, zero := 1, 0
 	ms := int64(1500)
-	r := runs.Run{ID: "run-0123456789ab", State: runs.Failed, Reason: "validation[0] exited 1", Commit: "abc123", DurationMs: &ms,
-		Phases: []runs.Phase{{Name: "command", State: runs.PhaseSucceeded, ExitCode: &zero, DurationMs: &ms},
-			{Name: "validation[0]", State: runs.PhaseFailed, ExitCode: &one, Stderr: "FAIL: test_x\n"}},
-		ChangedFiles:  []runs.ChangedFile{{Path: "a.py", Status: "modified"}, {Path: "b.py", Status: "renamed", From: "c.py"}},
-		Artifacts:     []runs.Artifact{{Path: "out/r.xml", Size: 10, URL: "http://127.0.0.1:8765/v1/runs/run-0123456789ab/artifacts/out/r.xml?expires=1&sig=ab"}},
+	r := wire.Run{ID: "run-0123456789ab", State: wire.RunFailed, Reason: "validation[0] exited 1", Commit: "abc123", DurationMs: &ms,
+		Phases: []wire.RunPhase{{Name: "command", State: wire.PhaseSucceeded, ExitCode: &zero, DurationMs: &ms},
+			{Name: "validation[0]", State: wire.PhaseFailed, ExitCode: &one, Stderr: "FAIL: test_x\n"}},
+		ChangedFiles:  []wire.ChangedFile{{Path: "a.py", Status: "modified"}, {Path: "b.py", Status: "renamed", From: "c.py"}},
+		Artifacts:     []wire.Artifact{{Path: "out/r.xml", Size: 10, URL: "http://127.0.0.1:8765/v1/runs/run-0123456789ab/artifacts/out/r.xml?expires=1&sig=ab"}},
 		CleanupFailed: true, CleanupError: "busy", SandboxID: "sb-0123456789ab"}
 	var b strings.Builder
 	printRun(&b, r)
@@ -143,13 +144,13 @@ func TestRunExitAndSummary(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", s, out)
 		}
 	}
-	if got := batchExit(runs.Batch{Runs: []runs.BatchRun{{State: runs.Succeeded}, {State: runs.Failed}}}); got != 1 {
+	if got := batchExit(wire.Batch{Runs: []wire.BatchRun{{State: wire.RunSucceeded}, {State: wire.RunFailed}}}); got != 1 {
 		t.Errorf("batchExit with a failure = %d", got)
 	}
-	if got := batchExit(runs.Batch{Runs: []runs.BatchRun{{State: runs.Succeeded}, {State: runs.Running}}}); got != 2 {
+	if got := batchExit(wire.Batch{Runs: []wire.BatchRun{{State: wire.RunSucceeded}, {State: wire.RunRunning}}}); got != 2 {
 		t.Errorf("batchExit with an unsettled run = %d", got)
 	}
-	if got := batchExit(runs.Batch{Runs: []runs.BatchRun{{State: runs.Succeeded}}, SubmissionFailures: []runs.SubmissionFailure{{Index: 1}}}); got != 1 {
+	if got := batchExit(wire.Batch{Runs: []wire.BatchRun{{State: wire.RunSucceeded}}, SubmissionFailures: []wire.SubmissionFailure{{Index: 1}}}); got != 1 {
 		t.Errorf("batchExit with a refused spec = %d", got)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 func cmdSandbox(args []string) int {
@@ -31,7 +31,7 @@ func cmdSandbox(args []string) int {
 
 func sandboxCreate(args []string) int {
 	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]... [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping]")
-	var req sandbox.CreateRequest
+	var req wire.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
 	c.fs.StringVar(&req.Image, "image", "", "image: host (the default: the host's /usr) or an OCI image reference (python:3.12-slim, ghcr.io/org/img:tag, name@sha256:…, a committed NAME:TAG), pulled by the server if not cached")
 	c.fs.StringVar(&req.Runtime, "runtime", "", "runtime: runc, crun or gvisor (default: the server's, or one that gives --isolation)")
@@ -59,10 +59,11 @@ func sandboxCreate(args []string) int {
 		}
 		// Images: a pull the create needs shows its bars on a terminal.
 		v := newProgressView(os.Stderr, c.json)
-		if v.tty && req.Image != "" && req.Image != "host" {
-			ctx = sandbox.WithPullProgress(ctx, v.report)
+		var progress func(wire.ImageProgress)
+		if v.tty {
+			progress = v.report
 		}
-		sb, err := cl.Create(ctx, req)
+		sb, err := cl.CreateWithProgress(ctx, req, progress)
 		v.finish(err == nil)
 		if err != nil {
 			return fail(err)

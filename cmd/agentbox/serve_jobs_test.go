@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -43,7 +42,7 @@ func TestServeJobFlags(t *testing.T) {
 	srv := testenv.StartServer(t, testenv.ShortTempDir(t, "abjflag"), testToken, "--max-jobs-per-sandbox", "2", "--job-retention", "1h")
 	c := srv.Client()
 	ctx := context.Background()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	sb, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, srv.Logs)
 	}

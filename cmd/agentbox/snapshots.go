@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Snapshots, fork, sleep, wake and diff: agentbox snapshot, snapshots ls|get|rm,
@@ -20,7 +21,7 @@ func cmdSnapshot(args []string) int {
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "label K=V for the snapshot (repeatable)")
 	return c.run(args, exactly(1), func(ctx context.Context, cl *client.Client, pos []string) int {
-		req := sandbox.SnapshotRequest{Memory: *memory}
+		req := wire.SnapshotRequest{Memory: *memory}
 		if len(labels) > 0 {
 			req.Labels = labels
 		}
@@ -53,7 +54,7 @@ func cmdSnapshots(args []string) int {
 
 func snapshotsList(args []string) int {
 	c := newClientCmd("snapshots ls", "agentbox snapshots ls [--sandbox ID] [--cursor SNAP] [--limit N] [--json]")
-	var f sandbox.SnapshotFilter
+	var f wire.SnapshotFilter
 	c.fs.StringVar(&f.SandboxID, "sandbox", "", "only this sandbox's snapshots")
 	c.fs.StringVar(&f.After, "cursor", "", "continue after this snapshot (the next cursor a previous page printed)")
 	c.fs.IntVar(&f.Limit, "limit", 0, "at most this many snapshots, 1-1000 (default 100)")
@@ -110,7 +111,7 @@ func snapshotsRm(args []string) int {
 
 func cmdFork(args []string) int {
 	c := newClientCmd("fork", "agentbox fork [--count N] [--snapshot SNAP | --memory] [--ttl SECONDS] [--label K=V]... [--json] ID")
-	var req sandbox.ForkRequest
+	var req wire.ForkRequest
 	c.fs.IntVar(&req.Count, "count", 1, fmt.Sprintf("how many sandboxes to make, 1-%d", sandbox.MaxForkCount))
 	c.fs.StringVar(&req.SnapshotID, "snapshot", "", "fork from this existing snapshot of the sandbox (default: one taken now)")
 	c.fs.BoolVar(&req.Memory, "memory", false, "the snapshot taken now captures memory and processes too (they continue in each fork)")
@@ -167,7 +168,7 @@ func sleepWake(verb string, args []string) int {
 
 func cmdDiff(args []string) int {
 	c := newClientCmd("diff", "agentbox diff [--with OTHER | --snapshot SNAP] [--cursor C] [--limit N] [--max-diff-bytes N] [--no-unified] [--json] ID")
-	var req sandbox.DiffRequest
+	var req wire.DiffRequest
 	c.fs.StringVar(&req.OtherSandboxID, "with", "", "compare with this sandbox (default: the sandbox's image)")
 	c.fs.StringVar(&req.SnapshotID, "snapshot", "", "compare with this snapshot")
 	c.fs.StringVar(&req.Cursor, "cursor", "", "continue a paged diff (the next cursor a previous page printed)")
@@ -209,7 +210,7 @@ func cmdDiff(args []string) int {
 }
 
 // changeLine renders one change: A/M/D MODE TYPE SIZE PATH [-> TARGET].
-func changeLine(ch sandbox.DiffChange) string {
+func changeLine(ch wire.DiffChange) string {
 	sign := map[string]string{sandbox.ChangeAdded: "A", sandbox.ChangeModified: "M", sandbox.ChangeDeleted: "D"}[ch.Change]
 	line := fmt.Sprintf("%s %s %s %d %s", sign, ch.Mode, ch.Type, ch.Size, ch.Path)
 	if ch.Target != "" {
@@ -220,7 +221,7 @@ func changeLine(ch sandbox.DiffChange) string {
 
 // printExecChanges writes exec --changes and --checkpoint's results to stderr (stdout is the
 // command's).
-func printExecChanges(res sandbox.ExecResult) {
+func printExecChanges(res wire.ExecResult) {
 	for _, ch := range res.Changes {
 		fmt.Fprintln(os.Stderr, changeLine(ch))
 	}

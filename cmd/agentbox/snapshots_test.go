@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // cliServer is the REST API over the fake control plane, with AGENTBOX_URL and AGENTBOX_TOKEN
@@ -62,7 +63,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 // message), as every client command does.
 func TestSnapshotCLIUsage(t *testing.T) {
 	_, c := cliServer(t)
-	sb, err := c.Create(t.Context(), sandbox.CreateRequest{})
+	sb, err := c.Create(t.Context(), wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestSnapshotCLIUsage(t *testing.T) {
 // server.
 func TestSnapshotCLIUnsupported(t *testing.T) {
 	_, c := cliServer(t)
-	sb, err := c.Create(t.Context(), sandbox.CreateRequest{})
+	sb, err := c.Create(t.Context(), wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestSnapshotCLIUnsupported(t *testing.T) {
 func TestSnapshotCLI(t *testing.T) {
 	_, c := cliServerWith(t, sandbox.Config{SnapshotDir: t.TempDir()})
 	ctx := t.Context()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	sb, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

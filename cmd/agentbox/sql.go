@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/sqlquery"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // cmdSQL is `agentbox sql [--max-rows N] [--json] QUERY` (execute_sql): one read-only
@@ -31,7 +32,7 @@ func cmdSQL(args []string) int {
 }
 
 // printSQL prints a result as a table, then its count (and truncation) on stderr.
-func printSQL(res sqlquery.Result) {
+func printSQL(res wire.SQLResult) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.ToUpper(strings.Join(res.Columns, "\t")))
 	for _, row := range res.Rows {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -55,7 +54,7 @@ func TestStateDirMustBeReachable(t *testing.T) {
 	srv := testenv.StartServer(t, filepath.Join(open, "state"), testToken)
 	c := srv.Client()
 	ctx := context.Background()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	sb, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatalf("create under a 0711 dir: %v\n%s", err, srv.Logs)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // cmdToken manages named API keys through the running server (admin scope: the
@@ -33,7 +34,7 @@ func tokenCreate(args []string) int {
 	scope := c.fs.String("scope", auth.ScopeRead, "read (gets, lists, logs), operate (creates, execs, writes, deletes), or admin (keys, approvals, the server)")
 	expires := c.fs.Duration("expires", 0, fmt.Sprintf("how long the key lasts (%v to %v; 0: until revoked)", auth.MinTTL, auth.MaxTTL))
 	return c.run(args, exactly(1), func(ctx context.Context, cl *client.Client, pos []string) int {
-		req := auth.CreateRequest{Name: pos[0], Scope: *scope}
+		req := wire.KeyCreateRequest{Name: pos[0], Scope: *scope}
 		if *expires != 0 {
 			req.TTL = expires.String()
 		}
@@ -81,7 +82,7 @@ func tokenList(args []string) int {
 			switch {
 			case k.RevokedAt != nil:
 				state = "revoked " + t(k.RevokedAt)
-			case !k.Active(now):
+			case k.ExpiresAt != nil && !now.Before(*k.ExpiresAt):
 				state = "expired"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Scope, k.Prefix, t(&k.CreatedAt), t(k.ExpiresAt), t(k.LastUsedAt), state)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -77,10 +76,10 @@ func cmdTop(args []string) int {
 }
 
 // topSample lists the sandboxes that are not destroyed and samples the running ones.
-func topSample(ctx context.Context, cl *client.Client) ([]wire.Sandbox, sandbox.FleetMetrics, error) {
+func topSample(ctx context.Context, cl *client.Client) ([]wire.Sandbox, wire.FleetMetrics, error) {
 	sbs, err := cl.List(ctx, nil, nil)
 	if err != nil {
-		return nil, sandbox.FleetMetrics{}, err
+		return nil, wire.FleetMetrics{}, err
 	}
 	fleet, err := cl.FleetMetrics(ctx)
 	return sbs, fleet, err
@@ -88,8 +87,8 @@ func topSample(ctx context.Context, cl *client.Client) ([]wire.Sandbox, sandbox.
 
 // renderTop writes the fleet's table: every sandbox that is not destroyed, sorted by id, with
 // its metrics when it is running.
-func renderTop(w io.Writer, sbs []wire.Sandbox, fleet sandbox.FleetMetrics, now time.Time) {
-	byID := map[string]sandbox.SandboxMetrics{}
+func renderTop(w io.Writer, sbs []wire.Sandbox, fleet wire.FleetMetrics, now time.Time) {
+	byID := map[string]wire.SandboxMetrics{}
 	for _, m := range fleet.Sandboxes {
 		byID[m.SandboxID] = m
 	}

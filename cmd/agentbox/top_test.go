@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -24,10 +23,10 @@ func TestRenderTop(t *testing.T) {
 		{ID: "sb-bbbbbbbbbbbb", State: wire.StateFailed, Runtime: "runc", ExpiresAt: now.Add(time.Hour)},
 		{ID: "sb-aaaaaaaaaaaa", State: wire.StateRunning, Runtime: "gvisor", ExpiresAt: now.Add(90*time.Minute + 5*time.Second)},
 	}
-	fleet := sandbox.FleetMetrics{TookSeconds: 0.012, Sandboxes: []sandbox.SandboxMetrics{{
+	fleet := wire.FleetMetrics{TookSeconds: 0.012, Sandboxes: []wire.SandboxMetrics{{
 		SandboxID: "sb-aaaaaaaaaaaa", CPUPercent: &pct, MemoryPercent: &mem, RunningJobs: &jobs,
-		Metrics: runtime.Metrics{Memory: &runtime.MemoryMetrics{UsedBytes: 64 << 20, LimitBytes: 256 << 20},
-			Pids: &runtime.PidsMetrics{Current: 7}, Disk: &runtime.DiskMetrics{UsedBytes: 3 << 30, TotalBytes: 0}},
+		Metrics: wire.Metrics{Memory: &wire.MemoryMetrics{UsedBytes: 64 << 20, LimitBytes: 256 << 20},
+			Pids: &wire.PidsMetrics{Current: 7}, Disk: &wire.DiskMetrics{UsedBytes: 3 << 30, TotalBytes: 0}},
 	}}}
 	var b bytes.Buffer
 	renderTop(&b, sbs, fleet, now)
@@ -56,11 +55,11 @@ func TestTopAndMetricsOnServe(t *testing.T) {
 	srv := testenv.StartServer(t, stateDir, testToken)
 	cl := srv.Client()
 	ctx := context.Background()
-	busy, err := cl.Create(ctx, sandbox.CreateRequest{CPU: 1})
+	busy, err := cl.Create(ctx, wire.CreateRequest{CPU: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	idle, err := cl.Create(ctx, sandbox.CreateRequest{CPU: 1})
+	idle, err := cl.Create(ctx, wire.CreateRequest{CPU: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

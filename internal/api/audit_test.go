@@ -12,7 +12,6 @@ import (
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -34,7 +33,7 @@ func TestAuditRecordsRESTCalls(t *testing.T) {
 	}
 	rec := audit.New(ast, audit.Config{}, nil)
 	s := newImageServer(t, api.Options{Gate: gate.Chain{rec}, Audit: ast})
-	sb, err := s.c.Create(t.Context(), sandbox.CreateRequest{Env: map[string]string{"API_KEY": secret}})
+	sb, err := s.c.Create(t.Context(), wire.CreateRequest{Env: map[string]string{"API_KEY": secret}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // gateLog is a gate that keeps every call and outcome, refusing calls to refuse.
@@ -49,7 +50,7 @@ func (g *gateLog) Enter(ctx context.Context, c *gate.Call) (func(error), error) 
 func TestGateSeesRESTCalls(t *testing.T) {
 	g := &gateLog{refuse: "sandbox_destroy"}
 	s := newImageServer(t, api.Options{Gate: gate.Chain{g}})
-	sb, err := s.c.Create(t.Context(), sandbox.CreateRequest{Labels: map[string]string{"k": "v"}})
+	sb, err := s.c.Create(t.Context(), wire.CreateRequest{Labels: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
 	}

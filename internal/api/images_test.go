@@ -116,17 +116,17 @@ func TestImagesREST(t *testing.T) {
 	}
 	// Through the client, with progress.
 	var mu sync.Mutex
-	var got []image.Progress
-	img, err = s.c.PullImage(ctx, "python:3.12-slim", func(p image.Progress) { mu.Lock(); got = append(got, p); mu.Unlock() })
+	var got []wire.ImageProgress
+	img, err = s.c.PullImage(ctx, "python:3.12-slim", func(p wire.ImageProgress) { mu.Lock(); got = append(got, p); mu.Unlock() })
 	if err != nil || len(got) == 0 {
 		t.Fatalf("client pull with progress: %+v %v (%d reports)", img, err, len(got))
 	}
 
 	// Bad input, typed, before any stream.
-	if _, err := s.c.PullImage(ctx, "Not A Ref", func(image.Progress) {}); errcode.Of(err) != errcode.InvalidArgument {
+	if _, err := s.c.PullImage(ctx, "Not A Ref", func(wire.ImageProgress) {}); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("bad ref: %v", err)
 	}
-	if _, err := s.c.PullImage(ctx, "nosuch:1", func(image.Progress) {}); errcode.Of(err) != errcode.ImageNotFound {
+	if _, err := s.c.PullImage(ctx, "nosuch:1", func(wire.ImageProgress) {}); errcode.Of(err) != errcode.ImageNotFound {
 		t.Fatalf("absent image, streamed: %v", err)
 	}
 	if _, err := s.c.PullImage(ctx, "nosuch:1", nil); errcode.Of(err) != errcode.ImageNotFound {
@@ -136,7 +136,7 @@ func TestImagesREST(t *testing.T) {
 		t.Fatalf("absent image: HTTP %s, want 404", r.Status)
 	}
 
-	sb, err := s.c.Create(ctx, sandbox.CreateRequest{Image: "python:3.12-slim"})
+	sb, err := s.c.Create(ctx, wire.CreateRequest{Image: "python:3.12-slim"})
 	if err != nil || sb.ImageDigest != img.Digest || sb.Image != "python:3.12-slim" {
 		t.Fatalf("create: %+v %v", sb, err)
 	}
@@ -180,7 +180,7 @@ func TestImagesREST(t *testing.T) {
 	if err != nil || committed.Parent != img.Digest {
 		t.Fatalf("commit: %+v %v", committed, err)
 	}
-	host, err := s.c.Create(ctx, sandbox.CreateRequest{})
+	host, err := s.c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +190,8 @@ func TestImagesREST(t *testing.T) {
 	if _, err := s.c.Commit(ctx, sb.ID, "BAD NAME"); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("commit bad name: %v", err)
 	}
-	var pushed []image.Progress
-	if err := s.c.PushImage(ctx, "tmpl:v1", "localhost:5000/tmpl:v1", func(p image.Progress) { pushed = append(pushed, p) }); err != nil || len(pushed) == 0 {
+	var pushed []wire.ImageProgress
+	if err := s.c.PushImage(ctx, "tmpl:v1", "localhost:5000/tmpl:v1", func(p wire.ImageProgress) { pushed = append(pushed, p) }); err != nil || len(pushed) == 0 {
 		t.Fatalf("push: %v (%d reports)", err, len(pushed))
 	}
 	if err := s.c.PushImage(ctx, "tmpl:v1", "", nil); errcode.Of(err) != errcode.InvalidArgument {
@@ -216,16 +216,16 @@ func TestImagesREST(t *testing.T) {
 }
 
 // TestCreateWithPullProgress: a create that pulls its image streams the pull's progress as NDJSON
-// frames when asked (the Go client with sandbox.WithPullProgress), then the sandbox; without
+// frames when asked (the Go client's CreateWithProgress), then the sandbox; without
 // progress it is one 201 reply.
 func TestCreateWithPullProgress(t *testing.T) {
 	s := newImageServer(t, api.Options{})
 	s.cache.AddRemote("node:22", image.Config{})
 	s.cache.AddRemote("node:23", image.Config{})
 	var mu sync.Mutex
-	var got []image.Progress
-	ctx := sandbox.WithPullProgress(t.Context(), func(p image.Progress) { mu.Lock(); got = append(got, p); mu.Unlock() })
-	sb, err := s.c.Create(ctx, sandbox.CreateRequest{Image: "node:22"})
+	var got []wire.ImageProgress
+	ctx := t.Context()
+	sb, err := s.c.CreateWithProgress(ctx, wire.CreateRequest{Image: "node:22"}, func(p wire.ImageProgress) { mu.Lock(); got = append(got, p); mu.Unlock() })
 	if err != nil || sb.ImageDigest == "" || sb.State != wire.StateRunning {
 		t.Fatalf("create: %+v %v", sb, err)
 	}
@@ -235,7 +235,7 @@ func TestCreateWithPullProgress(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no progress reported for a create that pulled")
 	}
-	if _, err := s.c.Create(ctx, sandbox.CreateRequest{Image: "nosuch:1"}); errcode.Of(err) != errcode.ImageNotFound {
+	if _, err := s.c.Create(ctx, wire.CreateRequest{Image: "nosuch:1"}); errcode.Of(err) != errcode.ImageNotFound {
 		t.Fatalf("streamed create of an absent image: %v", err)
 	}
 	r := s.post(t, "/v1/sandboxes", "", "application/json", []byte(`{"image":"node:23"}`))
@@ -261,7 +261,7 @@ func TestImagesImportBounded(t *testing.T) {
 	// No Content-Length (a pipe): cut at the bound while streaming.
 	pr, pw := ioPipe()
 	go func() { pw.Write(make([]byte, 5000)); pw.Close() }()
-	if _, err := s.c.ImportImages(t.Context(), pr, func(image.Progress) {}); errcode.Of(err) != errcode.FileTooLarge {
+	if _, err := s.c.ImportImages(t.Context(), pr, func(wire.ImageProgress) {}); errcode.Of(err) != errcode.FileTooLarge {
 		t.Fatalf("streamed import over the bound: %v", err)
 	}
 	if list, _ := s.c.ListImages(t.Context()); len(list) != 1 {
@@ -279,7 +279,7 @@ func TestImagesImportBounded(t *testing.T) {
 		}
 		pw.Close()
 	}()
-	imgs, err = big.c.ImportImages(t.Context(), pr, func(image.Progress) {})
+	imgs, err = big.c.ImportImages(t.Context(), pr, func(wire.ImageProgress) {})
 	if err != nil || len(imgs) != 1 || imgs[0].Ref != "imported:16777216" {
 		t.Fatalf("streamed 16 MiB import: %+v %v", imgs, err)
 	}
@@ -291,10 +291,10 @@ func TestImagesWithoutCache(t *testing.T) {
 	if _, err := f.c.ListImages(t.Context()); errcode.Of(err) != errcode.UnsupportedOp {
 		t.Fatalf("list: %v", err)
 	}
-	if _, err := f.c.PullImage(t.Context(), "python:3", func(image.Progress) {}); errcode.Of(err) != errcode.UnsupportedOp {
+	if _, err := f.c.PullImage(t.Context(), "python:3", func(wire.ImageProgress) {}); errcode.Of(err) != errcode.UnsupportedOp {
 		t.Fatalf("pull: %v", err)
 	}
-	if _, err := f.c.Create(t.Context(), sandbox.CreateRequest{Image: "python:3"}); errcode.Of(err) != errcode.InvalidArgument {
+	if _, err := f.c.Create(t.Context(), wire.CreateRequest{Image: "python:3"}); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("create: %v", err)
 	}
 }

@@ -54,9 +54,9 @@ func keyServer(t *testing.T) (*imageServer, *testClock) {
 	return s, clk
 }
 
-func mustKey(t *testing.T, admin *client.Client, name, scope, ttl string) auth.Created {
+func mustKey(t *testing.T, admin *client.Client, name, scope, ttl string) wire.CreatedKey {
 	t.Helper()
-	k, err := admin.CreateKey(t.Context(), auth.CreateRequest{Name: name, Scope: scope, TTL: ttl})
+	k, err := admin.CreateKey(t.Context(), wire.KeyCreateRequest{Name: name, Scope: scope, TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestScopeBoundaries(t *testing.T) {
 	reader, worker, boss := client.New(s.url, rk.Secret), client.New(s.url, ok.Secret), client.New(s.url, ak.Secret)
 
 	// operate: create and exec; the sandbox is the key's.
-	sb, err := worker.Create(ctx, sandbox.CreateRequest{})
+	sb, err := worker.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestScopeBoundaries(t *testing.T) {
 	if _, err := worker.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil); err != nil {
 		t.Fatalf("operate exec: %v", err)
 	}
-	_, err = worker.CreateKey(ctx, auth.CreateRequest{Name: "x"})
+	_, err = worker.CreateKey(ctx, wire.KeyCreateRequest{Name: "x"})
 	denied(t, "operate creates a key", err, auth.ScopeAdmin)
 	_, err = worker.ListKeys(ctx)
 	denied(t, "operate lists keys", err, auth.ScopeAdmin)
@@ -109,13 +109,13 @@ func TestScopeBoundaries(t *testing.T) {
 	if _, err := reader.Get(ctx, sb.ID); err != nil {
 		t.Fatalf("read gets: %v", err)
 	}
-	_, err = reader.Create(ctx, sandbox.CreateRequest{})
+	_, err = reader.Create(ctx, wire.CreateRequest{})
 	denied(t, "read creates", err, auth.ScopeOperate)
 	_, err = reader.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil)
 	denied(t, "read execs", err, auth.ScopeOperate)
 	_, err = reader.Destroy(ctx, sb.ID)
 	denied(t, "read destroys", err, auth.ScopeOperate)
-	_, err = reader.CreateKey(ctx, auth.CreateRequest{Name: "x"})
+	_, err = reader.CreateKey(ctx, wire.KeyCreateRequest{Name: "x"})
 	denied(t, "read creates a key", err, auth.ScopeAdmin)
 	if n, _ := s.svc.List(ctx, sandbox.ListFilter{}); len(n) != 1 {
 		t.Fatalf("refused calls acted: %d sandboxes", len(n))

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestNetworkRoutesEndToEnd drives the network routes and a preview URL through real HTTP, the
@@ -62,7 +63,7 @@ func TestNetworkRoutesEndToEnd(t *testing.T) {
 	c := client.New(hs.URL, testToken)
 
 	// A sandbox with a policy: the reply says it; a live change replaces it.
-	eg, err := c.Create(ctx, sandbox.CreateRequest{Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{"example.com"}}}})
+	eg, err := c.Create(ctx, wire.CreateRequest{Network: &wire.Network{Policy: &wire.Policy{Allow: []string{"example.com"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,14 +71,14 @@ func TestNetworkRoutesEndToEnd(t *testing.T) {
 	if p := eg.Network.Policy; p == nil || len(p.Allow) != 1 || p.Allow[0] != "example.com" {
 		t.Fatalf("created with %+v", eg.Network)
 	}
-	up, err := c.UpdateNetwork(ctx, eg.ID, egress.Policy{Allow: []string{"pypi.org", "*.github.com"}, Deny: []string{"evil.github.com"}})
+	up, err := c.UpdateNetwork(ctx, eg.ID, wire.Policy{Allow: []string{"pypi.org", "*.github.com"}, Deny: []string{"evil.github.com"}})
 	if err != nil || up.Network.Policy == nil || len(up.Network.Policy.Allow) != 2 || up.Network.Policy.Deny[0] != "evil.github.com" {
 		t.Fatalf("update: %+v %v", up.Network, err)
 	}
 	if raw, err := c.Network(ctx, eg.ID); err != nil || !strings.Contains(string(raw), "pypi.org") {
 		t.Fatalf("network: %s %v", raw, err)
 	}
-	if _, err := c.UpdateNetwork(ctx, eg.ID, egress.Policy{Allow: []string{"http://x/"}}); !errcode.Is(err, errcode.InvalidArgument) {
+	if _, err := c.UpdateNetwork(ctx, eg.ID, wire.Policy{Allow: []string{"http://x/"}}); !errcode.Is(err, errcode.InvalidArgument) {
 		t.Fatalf("a bad entry: %v", err)
 	}
 	l, err := c.Connections(ctx, eg.ID, 0, 10)
@@ -89,7 +90,7 @@ func TestNetworkRoutesEndToEnd(t *testing.T) {
 	}
 
 	// A sandbox with network none cannot be changed; its ports can still be exposed.
-	none, err := c.Create(ctx, sandbox.CreateRequest{})
+	none, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestNetworkRoutesEndToEnd(t *testing.T) {
 	if none.Network.Policy != nil {
 		t.Fatalf("default network %+v", none.Network)
 	}
-	if _, err := c.UpdateNetwork(ctx, none.ID, egress.Policy{Allow: []string{"pypi.org"}}); !errcode.Is(err, errcode.Conflict) {
+	if _, err := c.UpdateNetwork(ctx, none.ID, wire.Policy{Allow: []string{"pypi.org"}}); !errcode.Is(err, errcode.Conflict) {
 		t.Fatalf("update of a none sandbox: %v", err)
 	}
 

@@ -11,8 +11,8 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv/fakecp"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestPoolsREST: /v1/pools through the Go client, a claim over POST /v1/sandboxes (from_pool
@@ -41,14 +41,14 @@ func TestPoolsREST(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("PUT without size: %s", resp.Status)
 	}
-	if _, err := c.SetPool(t.Context(), sandbox.Pool{Name: "UPPER", Size: 1}); !errcode.Is(err, errcode.InvalidArgument) {
+	if _, err := c.SetPool(t.Context(), wire.Pool{Name: "UPPER", Size: 1}); !errcode.Is(err, errcode.InvalidArgument) {
 		t.Fatalf("bad name: %v", err)
 	}
 	if err := c.DeletePool(t.Context(), "nope"); !errcode.Is(err, errcode.PoolNotFound) {
 		t.Fatalf("delete unknown: %v", err)
 	}
 
-	st, err := c.SetPool(t.Context(), sandbox.Pool{Name: "p", Size: 1})
+	st, err := c.SetPool(t.Context(), wire.Pool{Name: "p", Size: 1})
 	if err != nil || st.Size != 1 || st.Image != "host" {
 		t.Fatalf("SetPool: %+v %v", st, err)
 	}
@@ -66,7 +66,7 @@ func TestPoolsREST(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	sb, err := c.Create(t.Context(), sandbox.CreateRequest{Env: map[string]string{"V": "1"}})
+	sb, err := c.Create(t.Context(), wire.CreateRequest{Env: map[string]string{"V": "1"}})
 	if err != nil || !sb.FromPool || sb.Pool != "" {
 		t.Fatalf("create: %+v %v; want from_pool", sb, err)
 	}

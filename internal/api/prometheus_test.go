@@ -161,11 +161,11 @@ func TestPrometheus(t *testing.T) {
 	}
 
 	c := client.New(srv.URL, token)
-	a, err := c.Create(ctx, sandbox.CreateRequest{CPU: 0.5, MemoryMB: 128})
+	a, err := c.Create(ctx, wire.CreateRequest{CPU: 0.5, MemoryMB: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.Create(ctx, sandbox.CreateRequest{})
+	b, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j, err := c.WaitJob(ctx, b.ID, job.ID, 30*time.Second); err != nil || j.State != sandbox.JobExited {
+	if j, err := c.WaitJob(ctx, b.ID, job.ID, 30*time.Second); err != nil || j.State != wire.JobExited {
 		t.Fatalf("job: %+v %v", j, err)
 	}
 	if _, err := c.Metrics(ctx, "sb-000000000000"); !errcode.Is(err, errcode.SandboxNotFound) {

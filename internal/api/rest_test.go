@@ -85,7 +85,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := client.New(srv.URL, "s3cret")
 
-	sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	sb, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

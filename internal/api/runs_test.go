@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // runsEnv is the REST API over a real run service on the fake runtime (its commands run on the
@@ -180,7 +181,7 @@ func TestRunsValidation(t *testing.T) {
 		}
 	}
 	// Nothing was recorded by the refused requests.
-	l, err := e.c.ListRuns(t.Context(), runs.Filter{})
+	l, err := e.c.ListRuns(t.Context(), wire.RunFilter{})
 	if err != nil || len(l.Runs) != 0 {
 		t.Fatalf("refused requests recorded runs: %+v %v", l, err)
 	}
@@ -197,24 +198,24 @@ func TestRunOverREST(t *testing.T) {
 	e := newRunsEnv(t)
 	ctx := t.Context()
 	dir := filepath.Join(e.work, "r1")
-	r, err := e.c.WaitRun(ctx, runs.Spec{Dir: dir, Files: map[string]string{"in.txt": "hello\n"},
+	r, err := e.c.WaitRun(ctx, wire.RunSpec{Dir: dir, Files: map[string]string{"in.txt": "hello\n"},
 		Command:            []string{"sh", "-c", "mkdir -p out && tr a-z A-Z < in.txt > out/up.txt && echo done"},
 		ValidationCommands: [][]string{{"test", "-s", "out/up.txt"}}, Artifacts: []string{"out/*.txt"},
 		Labels: map[string]string{"suite": "rest"}}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.State != runs.Succeeded || len(r.Artifacts) != 1 || r.Artifacts[0].Path != "out/up.txt" {
+	if r.State != wire.RunSucceeded || len(r.Artifacts) != 1 || r.Artifacts[0].Path != "out/up.txt" {
 		t.Fatalf("run %+v", r)
 	}
-	if got, err := e.c.GetRun(ctx, r.ID); err != nil || got.ID != r.ID || got.State != runs.Succeeded {
+	if got, err := e.c.GetRun(ctx, r.ID); err != nil || got.ID != r.ID || got.State != wire.RunSucceeded {
 		t.Fatalf("get: %+v %v", got, err)
 	}
-	l, err := e.c.ListRuns(ctx, runs.Filter{States: []runs.State{runs.Succeeded}, Labels: map[string]string{"suite": "rest"}})
+	l, err := e.c.ListRuns(ctx, wire.RunFilter{States: []wire.RunState{wire.RunSucceeded}, Labels: map[string]string{"suite": "rest"}})
 	if err != nil || len(l.Runs) != 1 || l.Runs[0].ID != r.ID {
 		t.Fatalf("list: %+v %v", l, err)
 	}
-	if l, err := e.c.ListRuns(ctx, runs.Filter{States: []runs.State{runs.Failed}}); err != nil || len(l.Runs) != 0 {
+	if l, err := e.c.ListRuns(ctx, wire.RunFilter{States: []wire.RunState{wire.RunFailed}}); err != nil || len(l.Runs) != 0 {
 		t.Fatalf("list failed: %+v %v", l, err)
 	}
 	// Another owner's run is not the caller's to list.
@@ -222,18 +223,18 @@ func TestRunOverREST(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := e.c.ListRuns(ctx, runs.Filter{Labels: map[string]string{"suite": "rest"}}); err != nil || len(l.Runs) != 1 || l.Runs[0].ID != r.ID {
+	if l, err := e.c.ListRuns(ctx, wire.RunFilter{Labels: map[string]string{"suite": "rest"}}); err != nil || len(l.Runs) != 1 || l.Runs[0].ID != r.ID {
 		t.Fatalf("list shows another owner's run %s: %+v %v", other.ID, l, err)
 	}
 	evs, err := e.c.RunEvents(ctx, r.ID, 0, 0)
-	if err != nil || len(evs.Events) < 3 || evs.Events[0].To != runs.Queued || evs.Events[len(evs.Events)-1].To != runs.Succeeded {
+	if err != nil || len(evs.Events) < 3 || evs.Events[0].To != wire.RunQueued || evs.Events[len(evs.Events)-1].To != wire.RunSucceeded {
 		t.Fatalf("events: %+v %v", evs, err)
 	}
 	page, err := e.c.RunEvents(ctx, r.ID, evs.Events[0].Seq, 1)
 	if err != nil || len(page.Events) != 1 || page.Events[0].Seq != evs.Events[1].Seq {
 		t.Fatalf("events after %d limit 1: %+v %v", evs.Events[0].Seq, page, err)
 	}
-	lg, err := e.c.RunLogs(ctx, r.ID, runs.LogsRequest{})
+	lg, err := e.c.RunLogs(ctx, r.ID, wire.RunLogsRequest{})
 	if err != nil || string(lg.Data) != "done\n" || !lg.Complete || lg.Phase != runs.PhaseCommand {
 		t.Fatalf("logs: %+v %v", lg, err)
 	}
@@ -314,7 +315,7 @@ func TestRunOverREST(t *testing.T) {
 	}
 
 	// Idempotency over REST: the same key returns the same run.
-	k := runs.Spec{Dir: filepath.Join(e.work, "r2"), Command: []string{"true"}, IdempotencyKey: "k-1"}
+	k := wire.RunSpec{Dir: filepath.Join(e.work, "r2"), Command: []string{"true"}, IdempotencyKey: "k-1"}
 	r1, err := e.c.StartRun(ctx, k)
 	if err != nil {
 		t.Fatal(err)
@@ -345,12 +346,12 @@ func TestBatchOverREST(t *testing.T) {
 		b, _ := json.Marshal(runs.Spec{Dir: filepath.Join(e.work, name), Command: []string{"sh", "-c", "echo " + name}})
 		return b
 	}
-	b, err := e.c.StartBatch(ctx, runs.BatchRequest{Runs: []json.RawMessage{ok("a"), json.RawMessage(`{"command":["true"],"bogus":1}`), ok("b")},
+	b, err := e.c.StartBatch(ctx, wire.BatchRequest{Runs: []json.RawMessage{ok("a"), json.RawMessage(`{"command":["true"],"bogus":1}`), ok("b")},
 		MaxParallel: 2}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !b.Settled || len(b.Runs) != 2 || len(b.SubmissionFailures) != 1 || b.SubmissionFailures[0].Index != 1 || b.Counts[runs.Succeeded] != 2 {
+	if !b.Settled || len(b.Runs) != 2 || len(b.SubmissionFailures) != 1 || b.SubmissionFailures[0].Index != 1 || b.Counts[wire.RunSucceeded] != 2 {
 		t.Fatalf("batch %+v", b)
 	}
 	if g, err := e.c.GetBatch(ctx, b.ID); err != nil || g.ID != b.ID || len(g.Runs) != 2 {
@@ -359,13 +360,13 @@ func TestBatchOverREST(t *testing.T) {
 	if l, err := e.c.ListBatches(ctx, "", 10); err != nil || len(l.Batches) != 1 {
 		t.Fatalf("list batches: %+v %v", l, err)
 	}
-	if l, err := e.c.ListRuns(ctx, runs.Filter{BatchID: b.ID}); err != nil || len(l.Runs) != 2 {
+	if l, err := e.c.ListRuns(ctx, wire.RunFilter{BatchID: b.ID}); err != nil || len(l.Runs) != 2 {
 		t.Fatalf("runs of the batch: %+v %v", l, err)
 	}
 	if c, err := e.c.CancelBatch(ctx, b.ID); err != nil || c.ID != b.ID {
 		t.Fatalf("cancel batch: %+v %v", c, err)
 	}
-	m, err := e.c.StartMatrix(ctx, runs.MatrixRequest{Base: ok("m"), Axes: map[string][]json.RawMessage{"env.MODE": {json.RawMessage(`"x"`), json.RawMessage(`"y"`)}}}, time.Minute)
+	m, err := e.c.StartMatrix(ctx, wire.MatrixRequest{Base: ok("m"), Axes: map[string][]json.RawMessage{"env.MODE": {json.RawMessage(`"x"`), json.RawMessage(`"y"`)}}}, time.Minute)
 	if err != nil || len(m.Matrix) != 2 || !m.Settled || m.Kind != "matrix" {
 		t.Fatalf("matrix: %+v %v", m, err)
 	}
@@ -411,7 +412,7 @@ func TestRunWaitEndsAtClose(t *testing.T) {
 	c := client.New(srv.URL, "")
 	time.AfterFunc(500*time.Millisecond, h.Close)
 	start := time.Now()
-	r, err := c.WaitRun(t.Context(), runs.Spec{Dir: filepath.Join(dir, "w"), Command: []string{"sleep", "3"}}, time.Hour)
+	r, err := c.WaitRun(t.Context(), wire.RunSpec{Dir: filepath.Join(dir, "w"), Command: []string{"sleep", "3"}}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func snapServerWith(t *testing.T, cfg sandbox.Config) (*sandbox.Service, *httpte
 // range, before the service acts; an unknown sandbox is 404.
 func TestSnapshotRoutesValidation(t *testing.T) {
 	_, hs, c := snapServer(t)
-	sb, err := c.Create(t.Context(), sandbox.CreateRequest{})
+	sb, err := c.Create(t.Context(), wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,29 +99,29 @@ func TestSnapshotRoutesValidation(t *testing.T) {
 func TestSnapshotRoutesUnsupported(t *testing.T) {
 	_, _, c := snapServer(t)
 	ctx := t.Context()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	sb, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := sb.ID
 	calls := map[string]func(context.Context) error{
 		"snapshot": func(ctx context.Context) error {
-			_, err := c.Snapshot(ctx, id, sandbox.SnapshotRequest{Memory: true})
+			_, err := c.Snapshot(ctx, id, wire.SnapshotRequest{Memory: true})
 			return err
 		},
 		"list": func(ctx context.Context) error {
-			_, err := c.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: id, Limit: 5})
+			_, err := c.ListSnapshots(ctx, wire.SnapshotFilter{SandboxID: id, Limit: 5})
 			return err
 		},
 		"get":    func(ctx context.Context) error { _, err := c.GetSnapshot(ctx, "snap-0123456789ab"); return err },
 		"delete": func(ctx context.Context) error { return c.DeleteSnapshot(ctx, "snap-0123456789ab") },
 		"fork": func(ctx context.Context) error {
-			_, err := c.Fork(ctx, id, sandbox.ForkRequest{Count: 2})
+			_, err := c.Fork(ctx, id, wire.ForkRequest{Count: 2})
 			return err
 		},
 		"sleep": func(ctx context.Context) error { _, err := c.Sleep(ctx, id); return err },
 		"create from a snapshot": func(ctx context.Context) error {
-			_, err := c.Create(ctx, sandbox.CreateRequest{Snapshot: "snap-0123456789ab", AutoWake: true})
+			_, err := c.Create(ctx, wire.CreateRequest{Snapshot: "snap-0123456789ab", AutoWake: true})
 			return err
 		},
 	}
@@ -140,12 +140,12 @@ func TestSnapshotRoutesUnsupported(t *testing.T) {
 func TestSnapshotForkDiffREST(t *testing.T) {
 	_, hs, c := snapServerWith(t, sandbox.Config{SnapshotDir: t.TempDir()})
 	ctx := t.Context()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{Labels: map[string]string{"src": "yes"}})
+	sb, err := c.Create(ctx, wire.CreateRequest{Labels: map[string]string{"src": "yes"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := sb.ID
-	sh := func(id, script string, changes, checkpoint bool) sandbox.ExecResult {
+	sh := func(id, script string, changes, checkpoint bool) wire.ExecResult {
 		t.Helper()
 		res, err := c.Exec(ctx, id, wire.ExecRequest{Command: []string{"sh", "-c", script}, Changes: changes, Checkpoint: checkpoint}, nil)
 		if err != nil || res.ExitCode != 0 {
@@ -158,20 +158,20 @@ func TestSnapshotForkDiffREST(t *testing.T) {
 		t.Fatalf("exec changes/checkpoint: %+v", res)
 	}
 	// An explicit snapshot, with labels; the body is optional.
-	snap, err := c.Snapshot(ctx, id, sandbox.SnapshotRequest{Labels: map[string]string{"at": "one"}})
-	if err != nil || snap.Kind != "files" || snap.State != sandbox.SnapshotReady || snap.SandboxID != id || snap.Labels["at"] != "one" {
+	snap, err := c.Snapshot(ctx, id, wire.SnapshotRequest{Labels: map[string]string{"at": "one"}})
+	if err != nil || snap.Kind != "files" || snap.State != wire.SnapshotReady || snap.SandboxID != id || snap.Labels["at"] != "one" {
 		t.Fatalf("snapshot: %+v %v", snap, err)
 	}
 	// Memory on a runtime without it: refused with the reason, never a files-only snapshot.
-	if _, err := c.Snapshot(ctx, id, sandbox.SnapshotRequest{Memory: true}); errcode.Of(err) != errcode.UnsupportedOp {
+	if _, err := c.Snapshot(ctx, id, wire.SnapshotRequest{Memory: true}); errcode.Of(err) != errcode.UnsupportedOp {
 		t.Fatalf("memory snapshot on the fake: %v, want UNSUPPORTED_OPERATION", err)
 	}
 	// Pages: two snapshots of this sandbox (the checkpoint and this one), one per page.
-	p1, err := c.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: id, Limit: 1})
+	p1, err := c.ListSnapshots(ctx, wire.SnapshotFilter{SandboxID: id, Limit: 1})
 	if err != nil || p1.Count != 1 || p1.NextCursor == "" {
 		t.Fatalf("page 1: %+v %v", p1, err)
 	}
-	p2, err := c.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: id, Limit: 1, After: p1.NextCursor})
+	p2, err := c.ListSnapshots(ctx, wire.SnapshotFilter{SandboxID: id, Limit: 1, After: p1.NextCursor})
 	if err != nil || p2.Count != 1 || p2.Snapshots[0].ID == p1.Snapshots[0].ID {
 		t.Fatalf("page 2: %+v %v", p2, err)
 	}
@@ -184,7 +184,7 @@ func TestSnapshotForkDiffREST(t *testing.T) {
 	}
 
 	sh(id, "echo two > a.txt && rm bin && echo new > c.txt", false, false) // after the snapshot
-	fr, err := c.Fork(ctx, id, sandbox.ForkRequest{Count: 2, SnapshotID: snap.ID, Labels: map[string]string{"fork": "1"}})
+	fr, err := c.Fork(ctx, id, wire.ForkRequest{Count: 2, SnapshotID: snap.ID, Labels: map[string]string{"fork": "1"}})
 	if err != nil || len(fr.Sandboxes) != 2 || fr.SnapshotID != snap.ID || fr.Kind != "files" {
 		t.Fatalf("fork: %+v %v", fr, err)
 	}
@@ -201,7 +201,7 @@ func TestSnapshotForkDiffREST(t *testing.T) {
 	}
 
 	// The source against its snapshot: a.txt modified, bin deleted, c.txt added; paged.
-	d, err := c.Diff(ctx, id, sandbox.DiffRequest{SnapshotID: snap.ID})
+	d, err := c.Diff(ctx, id, wire.DiffRequest{SnapshotID: snap.ID})
 	if err != nil || d.Against != "snapshot:"+snap.ID {
 		t.Fatalf("diff: %+v %v", d, err)
 	}
@@ -216,10 +216,10 @@ func TestSnapshotForkDiffREST(t *testing.T) {
 	if err := getJSON(hs.URL+"/v1/sandboxes/"+id+"/diff?snapshot_id="+snap.ID+"&limit=1&no_unified=true", &page); err != nil || len(page.Changes) != 1 || page.NextCursor == "" || page.Diff != "" {
 		t.Fatalf("GET diff page: %+v %v", page, err)
 	}
-	if d, err := c.Diff(ctx, f1.ID, sandbox.DiffRequest{OtherSandboxID: f2.ID}); err != nil || d.Against != "sandbox:"+f2.ID || len(d.Changes) != 1 || d.Changes[0].Path != "/workspace/a.txt" {
+	if d, err := c.Diff(ctx, f1.ID, wire.DiffRequest{OtherSandboxID: f2.ID}); err != nil || d.Against != "sandbox:"+f2.ID || len(d.Changes) != 1 || d.Changes[0].Path != "/workspace/a.txt" {
 		t.Fatalf("diff of two forks: %+v %v", d, err)
 	}
-	if d, err := c.Diff(ctx, f2.ID, sandbox.DiffRequest{}); err != nil || !strings.HasPrefix(d.Against, "image:") {
+	if d, err := c.Diff(ctx, f2.ID, wire.DiffRequest{}); err != nil || !strings.HasPrefix(d.Against, "image:") {
 		t.Fatalf("diff against the image: %+v %v", d, err)
 	}
 
@@ -229,7 +229,7 @@ func TestSnapshotForkDiffREST(t *testing.T) {
 	if _, err := c.GetSnapshot(ctx, snap.ID); errcode.Of(err) != errcode.SnapshotNotFound || errcode.HTTPStatus(errcode.Of(err)) != 404 {
 		t.Fatalf("get after delete: %v, want SNAPSHOT_NOT_FOUND (404)", err)
 	}
-	if _, err := c.Fork(ctx, id, sandbox.ForkRequest{SnapshotID: snap.ID}); errcode.Of(err) != errcode.SnapshotNotFound {
+	if _, err := c.Fork(ctx, id, wire.ForkRequest{SnapshotID: snap.ID}); errcode.Of(err) != errcode.SnapshotNotFound {
 		t.Fatalf("fork of a deleted snapshot: %v", err)
 	}
 	// The forks outlive their snapshot.

@@ -107,7 +107,7 @@ func curl(t *testing.T, svc *sandbox.Service, id, url string) string {
 func TestWatchConnectionsSSE(t *testing.T) {
 	e := newEgressServer(t)
 	allowed := fmt.Sprintf("allowed.test:%d", e.upstreamPort)
-	sb, err := e.c.Create(t.Context(), sandbox.CreateRequest{Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{allowed}}}})
+	sb, err := e.c.Create(t.Context(), wire.CreateRequest{Network: &wire.Network{Policy: &wire.Policy{Allow: []string{allowed}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

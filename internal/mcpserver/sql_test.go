@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestExecuteSQL(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		sql  sqlquery.Querier
-	}{{"in process", st}, {"over REST", apiclient.New(rest.URL, "tok")}} {
+	}{{"in process", st}, {"over REST", restSQL{apiclient.New(rest.URL, "tok")}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := mcpserver.New(svj, mcpserver.Options{SQL: tc.sql})
 			t.Cleanup(srv.Close)
@@ -76,4 +77,13 @@ func TestExecuteSQL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// restSQL is execute_sql's querier over the REST API: the Go client's query, its reply read as
+// sqlquery's.
+type restSQL struct{ c *apiclient.Client }
+
+func (r restSQL) Query(ctx context.Context, query string, maxRows int) (sqlquery.Result, error) {
+	res, err := r.c.Query(ctx, query, maxRows)
+	return sqlquery.Result(res), err
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestDefaultsHoldTheLiveBound: a server with its default admission (no budget flags) on this
@@ -33,7 +33,7 @@ func TestDefaultsHoldTheLiveBound(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				sb, err := c.Create(ctx, sandbox.CreateRequest{})
+				sb, err := c.Create(ctx, wire.CreateRequest{})
 				if err != nil {
 					errs <- fmt.Errorf("default sandbox %d: %w", i, err)
 					continue
@@ -56,7 +56,7 @@ func TestDefaultsHoldTheLiveBound(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	_, err := c.Create(ctx, sandbox.CreateRequest{})
+	_, err := c.Create(ctx, wire.CreateRequest{})
 	if errcode.Of(err) != errcode.CapacityUnavailable {
 		t.Fatalf("201st default sandbox: %v, want CAPACITY_UNAVAILABLE", err)
 	}

@@ -36,7 +36,7 @@ func TestDiskBoundedAcrossRestart(t *testing.T) {
 	s := startServer(t, dir)
 	ctx := context.Background()
 	c := s.client()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{DiskMB: 64})
+	sb, err := c.Create(ctx, wire.CreateRequest{DiskMB: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

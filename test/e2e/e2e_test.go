@@ -206,7 +206,7 @@ func TestRESTHardeningAndBadInput(t *testing.T) {
 	if list, err := c.List(ctx, []string{"creating", "running", "failed", "destroyed"}, nil); err != nil || len(list) != 0 {
 		t.Fatalf("bad input created sandboxes: %v %v", list, err)
 	}
-	sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	sb, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestKillAndRestart(t *testing.T) {
 	c := s.client()
 	var ids []string
 	for i := 0; i < 3; i++ {
-		sb, err := c.Create(ctx, sandbox.CreateRequest{})
+		sb, err := c.Create(ctx, wire.CreateRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func TestKillDuringCreate(t *testing.T) {
 	dir := testenv.ShortTempDir(t, "abe2e")
 	for _, delay := range []time.Duration{5 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond} {
 		s := startServer(t, dir)
-		go s.client().Create(context.Background(), sandbox.CreateRequest{})
+		go s.client().Create(context.Background(), wire.CreateRequest{})
 		time.Sleep(delay)
 		s.kill()
 	}

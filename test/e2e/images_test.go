@@ -11,8 +11,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/image"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/imagelab"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -74,13 +72,13 @@ func TestImages(t *testing.T) {
 	if _, err := c.PullImage(ctx, otherRef, nil); errcode.Of(err) != errcode.ImagePullFailed {
 		t.Fatalf("pull from a registry without credentials = %v, want IMAGE_PULL_FAILED", err)
 	}
-	if _, err := c.Create(ctx, sandbox.CreateRequest{Image: "no such image!"}); errcode.Of(err) != errcode.InvalidArgument {
+	if _, err := c.Create(ctx, wire.CreateRequest{Image: "no such image!"}); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("create from a malformed reference = %v, want INVALID_ARGUMENT", err)
 	}
 
 	for _, rt := range []string{"runc", "crun", "gvisor"} {
 		t.Run(rt, func(t *testing.T) {
-			a, err := c.Create(ctx, sandbox.CreateRequest{Runtime: rt, Image: busybox, DiskMB: 64})
+			a, err := c.Create(ctx, wire.CreateRequest{Runtime: rt, Image: busybox, DiskMB: 64})
 			if err != nil {
 				t.Fatalf("create: %v", err)
 			}
@@ -98,7 +96,7 @@ func TestImages(t *testing.T) {
 			if _, err := c.WriteFile(ctx, a.ID, "/etc/motd", 0o644, strings.NewReader("files API\n")); err != nil {
 				t.Errorf("files API write into /etc: %v", err)
 			}
-			b, err := c.Create(ctx, sandbox.CreateRequest{Runtime: rt, Image: busybox})
+			b, err := c.Create(ctx, wire.CreateRequest{Runtime: rt, Image: busybox})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +129,7 @@ func TestImages(t *testing.T) {
 	}
 	reg.Push(t, "e2e/minimal:1", imagelab.Single(t, imagelab.LayerTar(imagelab.Dir("app", 0o755),
 		imagelab.Reg("app/busybox", string(bb), 0o755), imagelab.Dir("data", 0o755), imagelab.Reg("data/file.txt", "in the image\n", 0o644))))
-	minimal, err := c.Create(ctx, sandbox.CreateRequest{Image: reg.Ref("e2e/minimal:1")})
+	minimal, err := c.Create(ctx, wire.CreateRequest{Image: reg.Ref("e2e/minimal:1")})
 	if err != nil {
 		t.Fatalf("create from a shell-less image: %v", err)
 	}
@@ -165,7 +163,7 @@ func TestImages(t *testing.T) {
 	if out, errOut, code := s.cli("", "image", "import", saved); code != 0 {
 		t.Fatalf("image import: %d %s %s", code, out, errOut)
 	}
-	sb, err := c.Create(ctx, sandbox.CreateRequest{Image: "imported/busybox:7"})
+	sb, err := c.Create(ctx, wire.CreateRequest{Image: "imported/busybox:7"})
 	if err != nil {
 		t.Fatalf("create from the imported image: %v", err)
 	}
@@ -178,7 +176,7 @@ func TestImages(t *testing.T) {
 
 // commitAndShip commits sandbox id, creates from the commit, pushes it to reg and pulls it
 // into a clean cache of a second server.
-func commitAndShip(t *testing.T, s *server, reg *imagelab.Registry, id string, base image.Image, ids *[]string) {
+func commitAndShip(t *testing.T, s *server, reg *imagelab.Registry, id string, base wire.Image, ids *[]string) {
 	t.Helper()
 	ctx := context.Background()
 	c := s.client()
@@ -193,7 +191,7 @@ func commitAndShip(t *testing.T, s *server, reg *imagelab.Registry, id string, b
 	if len(tmpl.Layers) != len(base.Layers)+1 || !tmpl.Committed {
 		t.Errorf("the commit has %d layers (committed %v), want the base's %d + 1", len(tmpl.Layers), tmpl.Committed, len(base.Layers))
 	}
-	sb, err := c.Create(ctx, sandbox.CreateRequest{Image: "e2e/template:v1"})
+	sb, err := c.Create(ctx, wire.CreateRequest{Image: "e2e/template:v1"})
 	if err != nil {
 		t.Fatalf("create from the commit: %v", err)
 	}
@@ -224,7 +222,7 @@ func commitAndShip(t *testing.T, s *server, reg *imagelab.Registry, id string, b
 	if got.Digest != tmpl.Digest {
 		t.Errorf("pushed then pulled digest %s, committed %s", got.Digest, tmpl.Digest)
 	}
-	sb2, err := c2.Create(ctx, sandbox.CreateRequest{Image: pushed})
+	sb2, err := c2.Create(ctx, wire.CreateRequest{Image: pushed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +280,7 @@ func TestKillDuringPull(t *testing.T) {
 	if _, err := c.PullImage(ctx, ref, nil); err != nil {
 		t.Fatalf("pull after the restart: %v", err)
 	}
-	sb, err := c.Create(ctx, sandbox.CreateRequest{Image: ref})
+	sb, err := c.Create(ctx, wire.CreateRequest{Image: ref})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // TestJobCLI: agentbox job start|ls|status|wait|cancel, exec --background and logs -f.
@@ -14,7 +15,7 @@ func TestJobCLI(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "abjcli")
 	s := startServer(t, dir)
-	sb, err := s.client().Create(context.Background(), sandbox.CreateRequest{})
+	sb, err := s.client().Create(context.Background(), wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

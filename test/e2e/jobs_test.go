@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 type bearerRT struct{ next http.RoundTripper }
@@ -57,7 +58,7 @@ func testJobSurvives(t *testing.T, rt string) {
 	dir := testenv.ShortTempDir(t, "abjob")
 	s := startServer(t, dir)
 	ctx := context.Background()
-	sb, err := s.client().Create(ctx, sandbox.CreateRequest{Runtime: rt, DiskMB: 512, MemoryMB: 512})
+	sb, err := s.client().Create(ctx, wire.CreateRequest{Runtime: rt, DiskMB: 512, MemoryMB: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func testJobSurvives(t *testing.T, rt string) {
 	// Mid-job: SIGKILL the server, restart it.
 	time.Sleep(5 * time.Second)
 	mid, err := s.client().JobStatus(ctx, sb.ID, jobID)
-	if err != nil || mid.State != sandbox.JobRunning || mid.LogBytes == 0 {
+	if err != nil || mid.State != wire.JobRunning || mid.LogBytes == 0 {
 		t.Fatalf("job after the client left: %+v, %v; want running with output", mid, err)
 	}
 	s.kill()
@@ -91,7 +92,7 @@ func testJobSurvives(t *testing.T, rt string) {
 	s = startServer(t, dir)
 	cl := s.client()
 	st, err := cl.JobStatus(ctx, sb.ID, jobID)
-	if err != nil || st.State != sandbox.JobRunning || st.LogBytes < mid.LogBytes {
+	if err != nil || st.State != wire.JobRunning || st.LogBytes < mid.LogBytes {
 		t.Fatalf("job after the restart: %+v, %v; want still running, log grown from %d", st, err, mid.LogBytes)
 	}
 
@@ -104,7 +105,7 @@ func testJobSurvives(t *testing.T, rt string) {
 			t.Fatal(err)
 		}
 	}
-	if st.State != sandbox.JobExited || st.ExitCode == nil || *st.ExitCode != 0 || !st.Success {
+	if st.State != wire.JobExited || st.ExitCode == nil || *st.ExitCode != 0 || !st.Success {
 		t.Fatalf("job ended %+v; want exited 0", st)
 	}
 
@@ -114,7 +115,7 @@ func testJobSurvives(t *testing.T, rt string) {
 	page := int64(sandbox.MaxJobLogBytes)
 	for {
 		o := off
-		l, err := cl.JobLogs(ctx, sb.ID, jobID, sandbox.JobLogsRequest{Offset: &o, MaxBytes: &page})
+		l, err := cl.JobLogs(ctx, sb.ID, jobID, wire.JobLogsRequest{Offset: &o, MaxBytes: &page})
 		if err != nil {
 			t.Fatalf("logs at %d: %v", off, err)
 		}
@@ -139,17 +140,17 @@ func testJobSurvives(t *testing.T, rt string) {
 
 	// The record was settled too (the re-attached watch), with the end of the output.
 	l, err := cl.ListJobs(ctx, sb.ID, 0)
-	if err != nil || len(l.Jobs) != 1 || l.Jobs[0].State != sandbox.JobExited {
+	if err != nil || len(l.Jobs) != 1 || l.Jobs[0].State != wire.JobExited {
 		t.Fatalf("job_list: %+v, %v", l, err)
 	}
 	if _, err := cl.Destroy(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	after, err := cl.JobStatus(ctx, sb.ID, jobID)
-	if err != nil || after.State != sandbox.JobExited || !after.Success {
+	if err != nil || after.State != wire.JobExited || !after.Success {
 		t.Fatalf("status after the sandbox is gone: %+v, %v", after, err)
 	}
-	tail, err := cl.JobLogs(ctx, sb.ID, jobID, sandbox.JobLogsRequest{})
+	tail, err := cl.JobLogs(ctx, sb.ID, jobID, wire.JobLogsRequest{})
 	if err != nil || tail.Source != "record" || !strings.HasSuffix(string(tail.Data), line) {
 		t.Fatalf("logs after the sandbox is gone: %q… (%s), %v", tail.Data[:min(len(tail.Data), 40)], tail.Source, err)
 	}

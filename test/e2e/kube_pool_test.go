@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -23,7 +22,7 @@ func TestKubePool(t *testing.T) {
 	s := start(testenv.ShortTempDir(t, "abkubepool"))
 	ctx := context.Background()
 	c := s.client()
-	shape := sandbox.Pool{Name: "kp", Image: "host", Runtime: kubernetes.NameProcess, CPU: 0.25, MemoryMB: 128, DiskMB: 256, Size: 2}
+	shape := wire.Pool{Name: "kp", Image: "host", Runtime: kubernetes.NameProcess, CPU: 0.25, MemoryMB: 128, DiskMB: 256, Size: 2}
 	if _, err := c.SetPool(ctx, shape); err != nil {
 		t.Fatalf("pool_set: %v\n%s", err, s.Logs)
 	}
@@ -54,7 +53,7 @@ func TestKubePool(t *testing.T) {
 		pooled[p.Name] = true
 	}
 	t0 := time.Now()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{Image: "host", Runtime: kubernetes.NameProcess, CPU: 0.25, MemoryMB: 128, DiskMB: 256})
+	sb, err := c.Create(ctx, wire.CreateRequest{Image: "host", Runtime: kubernetes.NameProcess, CPU: 0.25, MemoryMB: 128, DiskMB: 256})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}

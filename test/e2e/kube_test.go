@@ -17,7 +17,6 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes"
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes/kubetest"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -60,7 +59,7 @@ func TestKubeREST(t *testing.T) {
 	s := start(testenv.ShortTempDir(t, "abkube"))
 	ctx := context.Background()
 	c := s.client()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{CPU: 0.5, MemoryMB: 256})
+	sb, err := c.Create(ctx, wire.CreateRequest{CPU: 0.5, MemoryMB: 256})
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, s.Logs)
 	}
@@ -88,7 +87,7 @@ func TestKubeREST(t *testing.T) {
 		t.Fatalf("read back %q", b)
 	}
 	// Kernel isolation asked for: the gVisor class.
-	gv, err := c.Create(ctx, sandbox.CreateRequest{Requirements: sandbox.Requirements{Isolation: "kernel"}})
+	gv, err := c.Create(ctx, wire.CreateRequest{Requirements: wire.Requirements{Isolation: "kernel"}})
 	if err != nil {
 		t.Fatalf("create with kernel isolation: %v", err)
 	}
@@ -107,7 +106,7 @@ func TestKubeREST(t *testing.T) {
 	// An OCI image reference passes through to the cluster (no local pull): one the node lacks
 	// fails the create (the kubelet's reason in the server's log), and leaves no pod.
 	began := time.Now()
-	if _, err = c.Create(ctx, sandbox.CreateRequest{Image: "localhost/agentbox-absent:1"}); err == nil {
+	if _, err = c.Create(ctx, wire.CreateRequest{Image: "localhost/agentbox-absent:1"}); err == nil {
 		t.Fatal("create of an image the node lacks succeeded")
 	} else if !strings.Contains(err.Error(), "ErrImage") && !strings.Contains(err.Error(), "ImagePullBackOff") {
 		t.Errorf("the create's error does not say why the pod did not start: %v", err)
@@ -137,11 +136,11 @@ func TestKubeReconcile(t *testing.T) {
 	s := start(dir)
 	ctx := context.Background()
 	c := s.client()
-	gone, err := c.Create(ctx, sandbox.CreateRequest{})
+	gone, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, s.Logs)
 	}
-	kept, err := c.Create(ctx, sandbox.CreateRequest{})
+	kept, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}

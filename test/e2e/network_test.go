@@ -188,7 +188,7 @@ func (n *netEnv) create(req map[string]any) sandbox.Sandbox {
 }
 
 // exec runs argv in id as user ("" = agent) and returns the result; a failed call fails the test.
-func (n *netEnv) exec(t *testing.T, id, user string, argv ...string) sandbox.ExecResult {
+func (n *netEnv) exec(t *testing.T, id, user string, argv ...string) wire.ExecResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
@@ -202,12 +202,12 @@ func (n *netEnv) exec(t *testing.T, id, user string, argv ...string) sandbox.Exe
 	return res
 }
 
-func (n *netEnv) sh(t *testing.T, id, script string) sandbox.ExecResult {
+func (n *netEnv) sh(t *testing.T, id, script string) wire.ExecResult {
 	t.Helper()
 	return n.exec(t, id, "", "sh", "-c", script)
 }
 
-func (n *netEnv) py(t *testing.T, id, prog string, args ...string) sandbox.ExecResult {
+func (n *netEnv) py(t *testing.T, id, prog string, args ...string) wire.ExecResult {
 	t.Helper()
 	return n.exec(t, id, "", append([]string{"python3", "-c", prog}, args...)...)
 }

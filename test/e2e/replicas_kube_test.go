@@ -81,7 +81,7 @@ func TestKubeReplicas(t *testing.T) {
 	refused := 0
 	for i := range 12 {
 		wg.Go(func() {
-			sb, err := []*server{a, b}[i%2].client().Create(ctx, sandbox.CreateRequest{CPU: 0.1, MemoryMB: 64, TTLSeconds: 600})
+			sb, err := []*server{a, b}[i%2].client().Create(ctx, wire.CreateRequest{CPU: 0.1, MemoryMB: 64, TTLSeconds: 600})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -129,7 +129,7 @@ func TestKubeReplicas(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		sb, err := a.client().Create(ctx, sandbox.CreateRequest{CPU: 0.1, MemoryMB: 64, TTLSeconds: 600})
+		sb, err := a.client().Create(ctx, wire.CreateRequest{CPU: 0.1, MemoryMB: 64, TTLSeconds: 600})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +147,7 @@ func TestKubeReplicas(t *testing.T) {
 	wcancel()
 
 	// The holder dies right after making a sandbox with a short TTL.
-	sb, err := holder.client().Create(ctx, sandbox.CreateRequest{CPU: 0.1, MemoryMB: 64, TTLSeconds: 5})
+	sb, err := holder.client().Create(ctx, wire.CreateRequest{CPU: 0.1, MemoryMB: 64, TTLSeconds: 5})
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, holder.Logs)
 	}

@@ -496,14 +496,14 @@ func (e *runsEnv) testRecord(t *testing.T) {
 	}
 	// the Go client reads the same record, events, logs and artifact
 	c, ctx := s.client(), context.Background()
-	if cr, err := c.GetRun(ctx, r.ID); err != nil || cr.State != r.State || cr.Commit != r.Commit || len(cr.Phases) != len(r.Phases) ||
+	if cr, err := c.GetRun(ctx, r.ID); err != nil || string(cr.State) != string(r.State) || cr.Commit != r.Commit || len(cr.Phases) != len(r.Phases) ||
 		len(cr.ChangedFiles) != len(r.ChangedFiles) || cr.Diff != r.Diff {
 		t.Errorf("client GetRun: %+v %v", cr, err)
 	}
 	if ce, err := c.RunEvents(ctx, r.ID, 0, 1000); err != nil || len(ce.Events) != len(evs) {
 		t.Errorf("client RunEvents: %d events, %v", len(ce.Events), err)
 	}
-	if cl, err := c.RunLogs(ctx, r.ID, runs.LogsRequest{Phase: "command", Stream: "stdout"}); err != nil || string(cl.Data) != "to-stdout\n" || !cl.Complete {
+	if cl, err := c.RunLogs(ctx, r.ID, wire.RunLogsRequest{Phase: "command", Stream: "stdout"}); err != nil || string(cl.Data) != "to-stdout\n" || !cl.Complete {
 		t.Errorf("client RunLogs: %+v %v", cl, err)
 	}
 	if rc, _, err := c.DownloadArtifact(ctx, r.ID, a.Path); err != nil {
@@ -515,8 +515,8 @@ func (e *runsEnv) testRecord(t *testing.T) {
 			t.Errorf("client DownloadArtifact: %q", b)
 		}
 	}
-	if cl, err := c.ListRuns(ctx, runs.Filter{Labels: map[string]string{"suite": "e2e-runs"}, Limit: 10}); err != nil ||
-		!slices.ContainsFunc(cl.Runs, func(x runs.Run) bool { return x.ID == r.ID }) {
+	if cl, err := c.ListRuns(ctx, wire.RunFilter{Labels: map[string]string{"suite": "e2e-runs"}, Limit: 10}); err != nil ||
+		!slices.ContainsFunc(cl.Runs, func(x wire.Run) bool { return x.ID == r.ID }) {
 		t.Errorf("client ListRuns by label: %v", err)
 	}
 	// an unknown run: RUN_NOT_FOUND

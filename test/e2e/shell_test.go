@@ -184,7 +184,7 @@ func TestPTYEndpointChecks(t *testing.T) {
 	s := startServer(t, testenv.ShortTempDir(t, "abptyc"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sb, err := s.client().Create(ctx, sandbox.CreateRequest{MemoryMB: 256})
+	sb, err := s.client().Create(ctx, wire.CreateRequest{MemoryMB: 256})
 	if err != nil {
 		t.Fatal(err)
 	}

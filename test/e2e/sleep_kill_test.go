@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -53,7 +52,7 @@ func killDuringSleepWake(t *testing.T, rt, op string) {
 	s := startServer(t, dir)
 	ctx := context.Background()
 	c := s.client()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{Runtime: rt, MemoryMB: 256})
+	sb, err := c.Create(ctx, wire.CreateRequest{Runtime: rt, MemoryMB: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +138,7 @@ func killDuringSleepWake(t *testing.T, rt, op string) {
 	if got.State == wire.StateSleeping {
 		// A sleep finished after the restart says what it kept, and keeps no less.
 		sn, err := c2.GetSnapshot(ctx, got.SleepSnapshot)
-		if err != nil || sn.State != sandbox.SnapshotReady {
+		if err != nil || sn.State != wire.SnapshotReady {
 			t.Fatalf("the sleep snapshot after the restart: %+v %v", sn, err)
 		}
 		memoryKept = sn.Kind == runtime.SnapshotFilesMemory

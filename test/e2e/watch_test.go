@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/watch"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -27,7 +26,7 @@ func TestWatchAgainstServe(t *testing.T) {
 	s := startServer(t, dir)
 	ctx := context.Background()
 	c := s.client()
-	sb, err := c.Create(ctx, sandbox.CreateRequest{})
+	sb, err := c.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

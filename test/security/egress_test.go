@@ -29,8 +29,8 @@ func egressFlags(bin string, lab *netlab.Lab) []string {
 }
 
 // egressReq is an egress sandbox allowed good.lab and tls.lab (ports 80 and 443).
-func egressReq() sandbox.CreateRequest {
-	return sandbox.CreateRequest{Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{"good.lab", "tls.lab"}, Deny: []string{}}}}
+func egressReq() wire.CreateRequest {
+	return wire.CreateRequest{Network: &wire.Network{Policy: &wire.Policy{Allow: []string{"good.lab", "tls.lab"}, Deny: []string{}}}}
 }
 
 // needEgress fails the attack when the server runs without the lab's egress flags.
@@ -195,7 +195,7 @@ func egressAttacks() []attack {
 			name:   "egress-dns-tunnel",
 			does:   "in a sandbox allowed good.lab, asks its resolver (UDP and TCP) TXT, MX, ANY and NULL questions for good.lab, and A questions for 63-character labels of data under good.lab and under a name no rule allows, as a DNS tunnel would",
 			want:   "every one is REFUSED (rcode 5) without an answer, none reaches the lab's DNS server, and the connection records list them as refused DNS queries",
-			create: sandbox.CreateRequest{Network: &sandbox.Network{Policy: &egress.Policy{Allow: []string{"good.lab"}, Deny: []string{}}}},
+			create: wire.CreateRequest{Network: &wire.Network{Policy: &wire.Policy{Allow: []string{"good.lab"}, Deny: []string{}}}},
 			run: func(a *arena) {
 				lab := a.needEgress()
 				data := randHex(31) + "a" // 63 characters
@@ -304,9 +304,9 @@ for p in sorted(paths):
 			name:   "egress-preview-other-token",
 			does:   "sandboxes A and B each expose port 8000 (private) with a server on it; the attacker holds A's access token (and the cookie A's preview URL set) and requests B's preview URL with them, and A's URL with B's sandbox id swapped in",
 			want:   "B's preview answers only with B's token or the server's bearer token: A's token and cookie get no page of B's",
-			create: sandbox.CreateRequest{},
+			create: wire.CreateRequest{},
 			run: func(a *arena) {
-				b := a.newSandbox(sandbox.CreateRequest{})
+				b := a.newSandbox(wire.CreateRequest{})
 				tokens := map[string]string{}
 				urls := map[string]string{}
 				for _, id := range []string{a.id, b.ID} {

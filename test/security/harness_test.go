@@ -34,7 +34,6 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/netlab"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -60,9 +59,9 @@ var runtimes = []string{"runc", "crun", "gvisor"}
 
 // createFor is the create request that puts a sandbox on runtime rt: runc and crun by name,
 // gVisor by requirement (kernel isolation), as a client that wants a user-space kernel would ask.
-func createFor(rt string, req sandbox.CreateRequest) sandbox.CreateRequest {
+func createFor(rt string, req wire.CreateRequest) wire.CreateRequest {
 	if rt == "gvisor" {
-		req.Requirements = sandbox.Requirements{Isolation: "kernel"}
+		req.Requirements = wire.Requirements{Isolation: "kernel"}
 	} else {
 		req.Runtime = rt
 	}
@@ -304,7 +303,7 @@ func (a *arena) gvisor() bool { return a.rt == "gvisor" }
 
 // newSandbox creates a sandbox on the arena's runtime; it is destroyed (and checked for leaks)
 // when the test ends.
-func (a *arena) newSandbox(req sandbox.CreateRequest) wire.Sandbox {
+func (a *arena) newSandbox(req wire.CreateRequest) wire.Sandbox {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -339,7 +338,7 @@ func (a *arena) newSandbox(req sandbox.CreateRequest) wire.Sandbox {
 
 // exec runs a command in sandbox id and fails the test if the API call fails. Only from the
 // test's goroutine.
-func (a *arena) execIn(id string, req wire.ExecRequest) sandbox.ExecResult {
+func (a *arena) execIn(id string, req wire.ExecRequest) wire.ExecResult {
 	a.t.Helper()
 	res, err := a.tryExecIn(id, req)
 	if err != nil {
@@ -349,7 +348,7 @@ func (a *arena) execIn(id string, req wire.ExecRequest) sandbox.ExecResult {
 }
 
 // tryExecIn is execIn returning the error; safe from any goroutine.
-func (a *arena) tryExecIn(id string, req wire.ExecRequest) (sandbox.ExecResult, error) {
+func (a *arena) tryExecIn(id string, req wire.ExecRequest) (wire.ExecResult, error) {
 	if req.TimeoutSeconds == 0 {
 		req.TimeoutSeconds = 60
 	}
@@ -359,13 +358,13 @@ func (a *arena) tryExecIn(id string, req wire.ExecRequest) (sandbox.ExecResult, 
 }
 
 // sh runs a shell script as the agent user (the default) in the arena's sandbox.
-func (a *arena) sh(script string) sandbox.ExecResult {
+func (a *arena) sh(script string) wire.ExecResult {
 	a.t.Helper()
 	return a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", script}})
 }
 
 // root runs a shell script as root inside the arena's sandbox.
-func (a *arena) root(script string) sandbox.ExecResult {
+func (a *arena) root(script string) wire.ExecResult {
 	a.t.Helper()
 	return a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", script}, User: "root"})
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -163,7 +162,7 @@ type impostor struct {
 func startImpostor(a *arena) *impostor {
 	a.t.Helper()
 	im := &impostor{a: a, stop: make(chan struct{})}
-	im.bystander = a.newSandbox(sandbox.CreateRequest{}).ID
+	im.bystander = a.newSandbox(wire.CreateRequest{}).ID
 	a.alive(im.bystander, 20*time.Second)
 	im.baseRSS = kib(statusField(a.s.pid(), "VmRSS"))
 	im.peakRSS.Store(im.baseRSS)

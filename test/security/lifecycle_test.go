@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -127,7 +126,7 @@ func lifecycleAttacks() []attack {
 			want: "the server destroys the sandbox within 5 s of its expiry; then no process, cgroup, mount or loop device of it is left on the host",
 			// 10 s, not less: under the parallel suite a gVisor create and the first exec
 			// can take seconds, and the daemons must be seen running before the TTL.
-			create: sandbox.CreateRequest{TTLSeconds: 10},
+			create: wire.CreateRequest{TTLSeconds: 10},
 			run: func(a *arena) {
 				m1, m2 := marker(), marker()
 				a.execIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", "setsid -f sleep " + m1 + "; python3 -c '" + daemonProg + "' " + m2}, TimeoutSeconds: 30})
@@ -172,7 +171,7 @@ func lifecycleAttacks() []attack {
 				ctx := context.Background()
 				for _, delay := range []time.Duration{5 * time.Millisecond, 40 * time.Millisecond, 120 * time.Millisecond, 300 * time.Millisecond} {
 					s.start()
-					go s.c.Create(ctx, createFor(a.rt, sandbox.CreateRequest{}))
+					go s.c.Create(ctx, createFor(a.rt, wire.CreateRequest{}))
 					time.Sleep(delay)
 					s.kill()
 				}

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -197,9 +196,9 @@ func netAttacks() []attack {
 			does: "sandbox B (same runtime) listens on 127.0.0.1:7777, 0.0.0.0:7778, UDP 127.0.0.1:7779 and the abstract socket @absec-b; sandbox A, as the agent user and as root, connects and sends to all of them",
 			want: "A reaches nothing; B's listeners accept exactly the two control connections B makes to itself (so they were live)",
 			run: func(a *arena) {
-				b := a.newSandbox(sandbox.CreateRequest{})
+				b := a.newSandbox(wire.CreateRequest{})
 				var wg sync.WaitGroup
-				var lres sandbox.ExecResult
+				var lres wire.ExecResult
 				var lerr error
 				wg.Add(1)
 				go func() {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -266,7 +265,7 @@ func pathAttacks() []attack {
 				dir, c := a.hostDir()
 				const raceSeconds = 6
 				var wg sync.WaitGroup
-				var raceRes sandbox.ExecResult
+				var raceRes wire.ExecResult
 				var raceErr error
 				wg.Add(1)
 				go func() {
@@ -358,7 +357,7 @@ func pathAttacks() []attack {
 			name:   "files-sparse-10g",
 			does:   "makes a 10 GiB sparse file (on a disk of 11 GiB) and has the host read it whole, then a 1 MiB range at 5 GiB, through the files API",
 			want:   "the whole read is refused fast with FILE_TOO_LARGE naming the size; the range comes back as exactly 1 MiB of zeros; the server's peak RSS grows by less than 64 MiB; the host's free space barely moves (the file is sparse)",
-			create: sandbox.CreateRequest{DiskMB: 11 << 10},
+			create: wire.CreateRequest{DiskMB: 11 << 10},
 			run: func(a *arena) {
 				freeBefore, _ := fsFree(a.t, a.s.stateDir)
 				hwm := kib(statusField(a.s.pid(), "VmHWM"))

@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -716,7 +715,7 @@ out("SWAPPED", os.readlink("/.agentbox/run/agent.sock"))
 			does: "as root in sandbox A, replaces A's agent socket with a symlink to the host path of sandbox B's agent socket (same runtime), then A's owner runs commands and writes a file in A",
 			want: "nothing A's owner does reaches B: B's marker file is never read through A, and the file written to A does not appear in B",
 			run: func(a *arena) {
-				victim := a.newSandbox(sandbox.CreateRequest{})
+				victim := a.newSandbox(wire.CreateRequest{})
 				a.execIn(victim.ID, apiExec("", "sh", "-c", "echo victim-"+victim.ID+" > /workspace/whoami"))
 				a.sh("echo attacker > /workspace/whoami")
 				victimSock := filepath.Join(a.sandboxDir(victim.ID), "run", "agent.sock")

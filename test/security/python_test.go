@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -55,7 +54,7 @@ def hold():
 // holding runs prog (Python, after the prelude) as user with args (sys.argv[2:]); prog calls
 // hold() once it has done its attack, keeping what it got. check runs on the host while it holds, with the output so far;
 // then the program is released and its result returned.
-func (a *arena) holding(user, prog string, check func(out string), args ...string) sandbox.ExecResult {
+func (a *arena) holding(user, prog string, check func(out string), args ...string) wire.ExecResult {
 	a.t.Helper()
 	res, err := a.tryHolding(user, prog, check, args...)
 	if err != nil {
@@ -65,14 +64,14 @@ func (a *arena) holding(user, prog string, check func(out string), args ...strin
 }
 
 // tryHolding is holding returning the exec's error.
-func (a *arena) tryHolding(user, prog string, check func(out string), args ...string) (sandbox.ExecResult, error) {
+func (a *arena) tryHolding(user, prog string, check func(out string), args ...string) (wire.ExecResult, error) {
 	a.t.Helper()
 	token := randHex(6)
 	var (
 		mu    sync.Mutex
 		buf   strings.Builder
 		once  sync.Once
-		res   sandbox.ExecResult
+		res   wire.ExecResult
 		err   error
 		ready = make(chan struct{})
 		done  = make(chan struct{})
@@ -113,7 +112,7 @@ func (a *arena) tryHolding(user, prog string, check func(out string), args ...st
 
 // pyAs runs a Python program (after the prelude) as user with args (sys.argv[2:]); stdin feeds
 // it.
-func (a *arena) pyAs(user, prog, stdin string, args ...string) sandbox.ExecResult {
+func (a *arena) pyAs(user, prog, stdin string, args ...string) wire.ExecResult {
 	a.t.Helper()
 	return a.execIn(a.id, wire.ExecRequest{Command: append([]string{"python3", "-c", prelude + prog, "-"}, args...), User: user, Stdin: stdin, TimeoutSeconds: 120})
 }

@@ -61,7 +61,7 @@ func resourceAttacks() []attack {
 			does:   "in a 128 MiB sandbox, allocates and touches 16 MiB blocks until something stops it",
 			want:   "the bomb is killed inside (OOM), the sandbox still answers and is still running, its host memory cgroup never went past 128 MiB, and the host has memory to spare",
 			gvisor: "gVisor holds the whole sandbox's memory in its sentry, which the host would kill at the cgroup's limit: the host's OOM guard kills the bomb at 128 MiB, and the cgroup's limit is 128 MiB plus the guard's 512 MiB of slack, which the peak never passes",
-			create: sandbox.CreateRequest{MemoryMB: 128},
+			create: wire.CreateRequest{MemoryMB: 128},
 			run: func(a *arena) {
 				avail := memAvailable()
 				res, err := a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"python3", "-c", "blocks = []\nwhile True:\n    blocks.append(b'x' * (16 << 20))"}, TimeoutSeconds: 60})
@@ -105,7 +105,7 @@ func resourceAttacks() []attack {
 			want:   "the process count is capped (host: the sandbox's pids cgroup never exceeds pids.max), the host can still start processes during the bomb, the timeout kills every forked process, and the sandbox answers afterwards",
 			run: func(a *arena) {
 				var wg sync.WaitGroup
-				var bomb sandbox.ExecResult
+				var bomb wire.ExecResult
 				var bombErr error
 				m := marker()
 				wg.Add(1)
@@ -207,9 +207,9 @@ hold()
 			want:   fmt.Sprintf("the spinner really burns CPU (its host cpuacct shows at least a quarter of a CPU, with the rest of the test run's packages competing for the host), yet the other sandbox's median exec round trip stays under %s and the host still starts processes quickly (median under 50 ms)", execP50),
 			gvisor: "a gVisor exec costs more than a runc one (the sentry traps every system call); the bound is the same",
 			serial: true,
-			create: sandbox.CreateRequest{CPU: float64(goruntime.NumCPU())},
+			create: wire.CreateRequest{CPU: float64(goruntime.NumCPU())},
 			run: func(a *arena) {
-				other := a.newSandbox(sandbox.CreateRequest{})
+				other := a.newSandbox(wire.CreateRequest{})
 				base := a.execLatencies(other.ID, 10, 0)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
@@ -255,7 +255,7 @@ hold()
 			name:   "res-disk-fill",
 			does:   "in a sandbox with disk_mb 64, writes zeros to /workspace until the disk is full; then the host uploads 80 MiB through the files API",
 			want:   "the writer gets ENOSPC at about 64 MiB; on the host the sandbox's disk image occupies at most 64 MiB and the host file system loses little; the upload fails with FILE_TOO_LARGE; the sandbox still answers",
-			create: sandbox.CreateRequest{DiskMB: 64},
+			create: wire.CreateRequest{DiskMB: 64},
 			run: func(a *arena) {
 				free0, _ := fsFree(a.t, a.s.stateDir)
 				res := a.sh("dd if=/dev/zero of=/workspace/fill bs=1M 2>&1; sync; wc -c < /workspace/fill")
@@ -285,7 +285,7 @@ hold()
 			name:   "res-inode-exhaustion",
 			does:   "in a sandbox with disk_mb 16, creates empty files in /workspace until it cannot",
 			want:   "creation stops with ENOSPC after at most a few thousand files (the disk's own inodes); the host file system's free inodes barely move; /tmp, commands and the files API still work (an upload to /workspace fails with FILE_TOO_LARGE)",
-			create: sandbox.CreateRequest{DiskMB: 16},
+			create: wire.CreateRequest{DiskMB: 16},
 			run: func(a *arena) {
 				_, inodes0 := fsFree(a.t, a.s.stateDir)
 				res := a.pyAs("", `
@@ -320,7 +320,7 @@ except OSError as e:
 			name:   "res-tmpfs-fill",
 			does:   "in a 128 MiB sandbox, fills /tmp and /dev/shm (tmpfs, charged to its memory) until they are full, keeps them full, and runs commands",
 			want:   "the writes stop at the tmpfs sizes (ENOSPC), the sandbox still answers, its host memory cgroup stays within 128 MiB",
-			create: sandbox.CreateRequest{MemoryMB: 128},
+			create: wire.CreateRequest{MemoryMB: 128},
 			run: func(a *arena) {
 				res, err := a.tryExecIn(a.id, wire.ExecRequest{Command: []string{"sh", "-c", "for f in /tmp/fill /dev/shm/fill; do dd if=/dev/zero of=$f bs=1M 2>&1 | grep -q 'No space left' && echo FULL $f; done; true"}})
 				if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // attack is one thing sandboxed code tries, run on every runtime.
@@ -27,7 +28,7 @@ type attack struct {
 	// harmless; "" when it is the same.
 	gvisor string
 	// create is the arena's sandbox; noSandbox attacks make their own.
-	create    sandbox.CreateRequest
+	create    wire.CreateRequest
 	noSandbox bool
 	// serial attacks measure time: they run alone, before the others.
 	serial bool

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -20,7 +19,7 @@ func approvalPath(id, rest string) (string, error) {
 }
 
 // ListApprovals lists approvals newest first (state "": all; limit 0: the server's default).
-func (c *Client) ListApprovals(ctx context.Context, state approval.State, limit int) ([]approval.Approval, error) {
+func (c *Client) ListApprovals(ctx context.Context, state wire.ApprovalState, limit int) ([]wire.Approval, error) {
 	q := url.Values{}
 	if state != "" {
 		q.Set("state", string(state))
@@ -28,33 +27,33 @@ func (c *Client) ListApprovals(ctx context.Context, state approval.State, limit 
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var l approvalList
+	var l wire.ApprovalList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/approvals", q, nil, &l)
 	return l.Approvals, err
 }
 
 // GetApproval returns one approval.
-func (c *Client) GetApproval(ctx context.Context, id string) (approval.Approval, error) {
+func (c *Client) GetApproval(ctx context.Context, id string) (wire.Approval, error) {
 	p, err := approvalPath(id, "")
 	if err != nil {
-		return approval.Approval{}, err
+		return wire.Approval{}, err
 	}
-	var a approval.Approval
+	var a wire.Approval
 	err = c.doJSON(ctx, http.MethodGet, p, nil, nil, &a)
 	return a, err
 }
 
 // DecideApproval approves (or denies) a pending approval, with an optional reason.
-func (c *Client) DecideApproval(ctx context.Context, id string, approve bool, reason string) (approval.Approval, error) {
+func (c *Client) DecideApproval(ctx context.Context, id string, approve bool, reason string) (wire.Approval, error) {
 	verb := "/deny"
 	if approve {
 		verb = "/approve"
 	}
 	p, err := approvalPath(id, verb)
 	if err != nil {
-		return approval.Approval{}, err
+		return wire.Approval{}, err
 	}
-	var a approval.Approval
+	var a wire.Approval
 	err = c.doJSON(ctx, http.MethodPost, p, nil, wire.DecisionRequest{Reason: reason}, &a)
 	return a, err
 }

@@ -2,14 +2,13 @@ package client
 
 import (
 	"context"
+	"github.com/agentbox/agentbox/internal/wire"
 	"net/http"
-
-	"github.com/agentbox/agentbox/internal/audit"
 )
 
 // Audit pages the audit log (GET /v1/audit): after 0, the newest limit records
 // (0: the server's default, 100); tool matches a record's tool or action.
-func (c *Client) Audit(ctx context.Context, after int64, limit int, tool, sandboxID string) (audit.List, error) {
+func (c *Client) Audit(ctx context.Context, after int64, limit int, tool, sandboxID string) (wire.AuditList, error) {
 	q := pageQuery(after, limit)
 	if tool != "" {
 		q.Set("tool", tool)
@@ -17,7 +16,7 @@ func (c *Client) Audit(ctx context.Context, after int64, limit int, tool, sandbo
 	if sandboxID != "" {
 		q.Set("sandbox_id", sandboxID)
 	}
-	var l audit.List
+	var l wire.AuditList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/audit", q, nil, &l)
 	return l, err
 }

@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -111,11 +110,16 @@ func (c *Client) Health(ctx context.Context) error {
 }
 
 // Create creates a sandbox.
-func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (wire.Sandbox, error) {
+func (c *Client) Create(ctx context.Context, req wire.CreateRequest) (wire.Sandbox, error) {
+	return c.CreateWithProgress(ctx, req, nil)
+}
+
+// CreateWithProgress creates a sandbox; when the create pulls its image, progress (if non-nil)
+// gets the pull's reports as the server streams them.
+func (c *Client) CreateWithProgress(ctx context.Context, req wire.CreateRequest, progress func(wire.ImageProgress)) (wire.Sandbox, error) {
 	var sb wire.Sandbox
-	if p := sandbox.PullProgressFrom(ctx); p != nil && req.Image != "" && req.Image != "host" {
-		// The pull's progress (sandbox.WithPullProgress) as the server streams it.
-		err := c.imageOp(ctx, http.MethodPost, "/v1/sandboxes", req, nil, "", p, &sb)
+	if progress != nil && req.Image != "" && req.Image != "host" {
+		err := c.imageOp(ctx, http.MethodPost, "/v1/sandboxes", req, nil, "", progress, &sb)
 		return sb, err
 	}
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &sb)
@@ -158,9 +162,9 @@ func (c *Client) Extend(ctx context.Context, id string, ttlSeconds int64) (wire.
 }
 
 // Exec runs a command; with onOutput non-nil the output is streamed to it as it happens.
-func (c *Client) Exec(ctx context.Context, id string, req wire.ExecRequest, onOutput sandbox.OutputFunc) (sandbox.ExecResult, error) {
+func (c *Client) Exec(ctx context.Context, id string, req wire.ExecRequest, onOutput func(stream string, data []byte)) (wire.ExecResult, error) {
 	path := "/v1/sandboxes/" + url.PathEscape(id) + "/exec"
-	var res sandbox.ExecResult
+	var res wire.ExecResult
 	if onOutput == nil {
 		err := c.doJSON(ctx, http.MethodPost, path, nil, req, &res)
 		return res, err
@@ -176,7 +180,7 @@ func (c *Client) Exec(ctx context.Context, id string, req wire.ExecRequest, onOu
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var f execFrame
+		var f wire.ExecFrame
 		if err := dec.Decode(&f); err != nil {
 			if err == io.EOF {
 				break
@@ -196,14 +200,14 @@ func (c *Client) Exec(ctx context.Context, id string, req wire.ExecRequest, onOu
 }
 
 // WriteFile uploads r to path in the sandbox.
-func (c *Client) WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (sandbox.FileInfo, error) {
+func (c *Client) WriteFile(ctx context.Context, id, path string, mode uint32, r io.Reader) (wire.FileInfo, error) {
 	q := url.Values{"path": {path}, "mode": {fmt.Sprintf("%04o", mode)}}
 	resp, err := c.do(ctx, http.MethodPut, "/v1/sandboxes/"+url.PathEscape(id)+"/files", q, r, "application/octet-stream")
 	if err != nil {
-		return sandbox.FileInfo{}, err
+		return wire.FileInfo{}, err
 	}
 	defer resp.Body.Close()
-	var fi sandbox.FileInfo
+	var fi wire.FileInfo
 	err = json.NewDecoder(resp.Body).Decode(&fi)
 	return fi, err
 }
@@ -226,15 +230,15 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, offset, length i
 }
 
 // Stat describes a file in the sandbox.
-func (c *Client) Stat(ctx context.Context, id, path string) (sandbox.FileInfo, error) {
-	var fi sandbox.FileInfo
+func (c *Client) Stat(ctx context.Context, id, path string) (wire.FileInfo, error) {
+	var fi wire.FileInfo
 	err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/files/stat", url.Values{"path": {path}}, nil, &fi)
 	return fi, err
 }
 
 // ListDir lists a directory in the sandbox.
-func (c *Client) ListDir(ctx context.Context, id, path string) (sandbox.DirList, error) {
-	var dl sandbox.DirList
+func (c *Client) ListDir(ctx context.Context, id, path string) (wire.DirList, error) {
+	var dl wire.DirList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/files/list", url.Values{"path": {path}}, nil, &dl)
 	return dl, err
 }
@@ -251,8 +255,8 @@ func (c *Client) Events(ctx context.Context, id string) ([]wire.Event, error) {
 }
 
 // Capacity returns the server's capacity.
-func (c *Client) Capacity(ctx context.Context) (sandbox.Capacity, error) {
-	var cp sandbox.Capacity
+func (c *Client) Capacity(ctx context.Context) (wire.Capacity, error) {
+	var cp wire.Capacity
 	err := c.doJSON(ctx, http.MethodGet, "/v1/capacity", nil, nil, &cp)
 	return cp, err
 }
@@ -267,15 +271,15 @@ func (c *Client) Runtimes(ctx context.Context) ([]wire.Capabilities, error) {
 }
 
 // Metrics samples a running sandbox's resource use.
-func (c *Client) Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error) {
-	var m sandbox.SandboxMetrics
+func (c *Client) Metrics(ctx context.Context, id string) (wire.SandboxMetrics, error) {
+	var m wire.SandboxMetrics
 	err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/metrics", nil, nil, &m)
 	return m, err
 }
 
 // FleetMetrics samples every running sandbox.
-func (c *Client) FleetMetrics(ctx context.Context) (sandbox.FleetMetrics, error) {
-	var m sandbox.FleetMetrics
+func (c *Client) FleetMetrics(ctx context.Context) (wire.FleetMetrics, error) {
+	var m wire.FleetMetrics
 	err := c.doJSON(ctx, http.MethodGet, "/v1/fleet/metrics", nil, nil, &m)
 	return m, err
 }

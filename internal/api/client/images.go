@@ -12,7 +12,6 @@ import (
 	"strconv"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -20,34 +19,34 @@ import (
 const MaxFrameBytes = 4 << 20
 
 // ListImages lists the server's cached images.
-func (c *Client) ListImages(ctx context.Context) ([]image.Image, error) {
-	var out imageList
+func (c *Client) ListImages(ctx context.Context) ([]wire.Image, error) {
+	var out wire.ImageList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/images", nil, nil, &out)
 	return out.Images, err
 }
 
 // ImageUsage returns the server's image cache size and budget.
-func (c *Client) ImageUsage(ctx context.Context) (image.Usage, error) {
-	var out imageList
+func (c *Client) ImageUsage(ctx context.Context) (wire.ImageUsage, error) {
+	var out wire.ImageList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/images", nil, nil, &out); err != nil {
-		return image.Usage{}, err
+		return wire.ImageUsage{}, err
 	}
 	if out.Usage == nil {
-		return image.Usage{}, errcode.New(errcode.UnsupportedOp, "the server did not report its image cache's usage")
+		return wire.ImageUsage{}, errcode.New(errcode.UnsupportedOp, "the server did not report its image cache's usage")
 	}
 	return *out.Usage, nil
 }
 
 // InspectImage returns one cached image by reference or digest.
-func (c *Client) InspectImage(ctx context.Context, ref string) (image.Image, error) {
-	var out image.Image
+func (c *Client) InspectImage(ctx context.Context, ref string) (wire.Image, error) {
+	var out wire.Image
 	err := c.doJSON(ctx, http.MethodGet, "/v1/images/inspect", url.Values{"ref": {ref}}, nil, &out)
 	return out, err
 }
 
 // PullImage pulls ref on the server; progress (if non-nil) gets the server's reports.
-func (c *Client) PullImage(ctx context.Context, ref string, progress image.ProgressFunc) (image.Image, error) {
-	var out image.Image
+func (c *Client) PullImage(ctx context.Context, ref string, progress func(wire.ImageProgress)) (wire.Image, error) {
+	var out wire.Image
 	err := c.imageOp(ctx, http.MethodPost, "/v1/images/pull", wire.PullRequest{Ref: ref}, nil, "", progress, &out)
 	return out, err
 }
@@ -61,34 +60,34 @@ func (c *Client) RemoveImage(ctx context.Context, ref string, force bool) ([]str
 }
 
 // PruneImages removes images no live sandbox uses (all: tagged ones too).
-func (c *Client) PruneImages(ctx context.Context, all bool) (image.PruneReport, error) {
-	var out image.PruneReport
+func (c *Client) PruneImages(ctx context.Context, all bool) (wire.PruneReport, error) {
+	var out wire.PruneReport
 	err := c.doJSON(ctx, http.MethodPost, "/v1/images/prune", nil, wire.PruneRequest{All: all}, &out)
 	return out, err
 }
 
 // ImportImages sends a `docker save` or OCI-layout tarball to the server.
-func (c *Client) ImportImages(ctx context.Context, r io.Reader, progress image.ProgressFunc) ([]image.Image, error) {
-	var out importResult
+func (c *Client) ImportImages(ctx context.Context, r io.Reader, progress func(wire.ImageProgress)) ([]wire.Image, error) {
+	var out wire.ImportResult
 	err := c.imageOp(ctx, http.MethodPost, "/v1/images/import", nil, r, "application/x-tar", progress, &out)
 	return out.Images, err
 }
 
 // PushImage pushes the server's cached image name to ref.
-func (c *Client) PushImage(ctx context.Context, name, ref string, progress image.ProgressFunc) error {
+func (c *Client) PushImage(ctx context.Context, name, ref string, progress func(wire.ImageProgress)) error {
 	return c.imageOp(ctx, http.MethodPost, "/v1/images/push", wire.PushRequest{Name: name, Ref: ref}, nil, "", progress, nil)
 }
 
 // Commit commits sandbox id's writable layer as the image name (NAME[:TAG]).
-func (c *Client) Commit(ctx context.Context, id, name string) (image.Image, error) {
-	var out image.Image
+func (c *Client) Commit(ctx context.Context, id, name string) (wire.Image, error) {
+	var out wire.Image
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/commit", nil, wire.CommitRequest{Name: name}, &out)
 	return out, err
 }
 
 // imageOp sends in (JSON) or raw (with ctype) and decodes the reply into out: one JSON reply
 // without progress, else the NDJSON frames, progress reports to progress.
-func (c *Client) imageOp(ctx context.Context, method, path string, in any, raw io.Reader, ctype string, progress image.ProgressFunc, out any) error {
+func (c *Client) imageOp(ctx context.Context, method, path string, in any, raw io.Reader, ctype string, progress func(wire.ImageProgress), out any) error {
 	body := raw
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -118,9 +117,9 @@ func (c *Client) imageOp(ctx context.Context, method, path string, in any, raw i
 	sc.Buffer(make([]byte, 0, 64<<10), MaxFrameBytes)
 	for sc.Scan() {
 		var f struct {
-			Progress *image.Progress   `json:"progress"`
-			Result   json.RawMessage   `json:"result"`
-			Error    *wire.ErrorDetail `json:"error"`
+			Progress *wire.ImageProgress `json:"progress"`
+			Result   json.RawMessage     `json:"result"`
+			Error    *wire.ErrorDetail   `json:"error"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
 			return fmt.Errorf("bad frame from server: %w", err)

@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/agentbox/agentbox/internal/egress"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -28,29 +26,29 @@ func pageQuery(after int64, limit int) url.Values {
 }
 
 // UpdateNetwork replaces a sandbox's egress policy (PATCH /v1/sandboxes/{id}/network).
-func (c *Client) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (wire.Sandbox, error) {
+func (c *Client) UpdateNetwork(ctx context.Context, id string, p wire.Policy) (wire.Sandbox, error) {
 	var sb wire.Sandbox
 	err := c.doJSON(ctx, http.MethodPatch, sandboxPath(id, "/network"), nil, p, &sb)
 	return sb, err
 }
 
 // Connections pages a sandbox's connection records (after 0: the newest limit).
-func (c *Client) Connections(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
-	var l sandbox.ConnectionList
+func (c *Client) Connections(ctx context.Context, id string, after int64, limit int) (wire.ConnectionList, error) {
+	var l wire.ConnectionList
 	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/connections"), pageQuery(after, limit), nil, &l)
 	return l, err
 }
 
 // SecretCalls pages a sandbox's secret swaps.
-func (c *Client) SecretCalls(ctx context.Context, id string, after int64, limit int) (sandbox.SecretCallList, error) {
-	var l sandbox.SecretCallList
+func (c *Client) SecretCalls(ctx context.Context, id string, after int64, limit int) (wire.SecretCallList, error) {
+	var l wire.SecretCallList
 	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/secret-calls"), pageQuery(after, limit), nil, &l)
 	return l, err
 }
 
 // Expose makes a port of the sandbox a preview URL.
-func (c *Client) Expose(ctx context.Context, id string, port int, public bool) (sandbox.Exposure, error) {
-	var e sandbox.Exposure
+func (c *Client) Expose(ctx context.Context, id string, port int, public bool) (wire.Exposure, error) {
+	var e wire.Exposure
 	err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/expose"), nil, wire.ExposeRequest{Port: port, Public: public}, &e)
 	return e, err
 }
@@ -61,8 +59,8 @@ func (c *Client) Unexpose(ctx context.Context, id string, port int) error {
 }
 
 // Exposures lists a sandbox's preview URLs.
-func (c *Client) Exposures(ctx context.Context, id string) ([]sandbox.Exposure, error) {
-	var l exposureList
+func (c *Client) Exposures(ctx context.Context, id string) ([]wire.Exposure, error) {
+	var l wire.ExposureList
 	err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/expose"), nil, nil, &l)
 	return l.Exposures, err
 }

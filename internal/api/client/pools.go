@@ -4,22 +4,21 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Warm pools.
 
 // ListPools returns the server's warm pools with their ready counts, hits and misses.
-func (c *Client) ListPools(ctx context.Context) (PoolList, error) {
-	var l PoolList
+func (c *Client) ListPools(ctx context.Context) (wire.PoolList, error) {
+	var l wire.PoolList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/pools", nil, nil, &l)
 	return l, err
 }
 
 // SetPool creates or replaces a warm pool.
-func (c *Client) SetPool(ctx context.Context, p sandbox.Pool) (sandbox.PoolStatus, error) {
-	var st sandbox.PoolStatus
+func (c *Client) SetPool(ctx context.Context, p wire.Pool) (wire.PoolStatus, error) {
+	var st wire.PoolStatus
 	size := p.Size
 	req := wire.PoolSetRequest{Image: p.Image, Runtime: p.Runtime, CPU: p.CPU, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB,
 		Network: p.Network, Size: &size}

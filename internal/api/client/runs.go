@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
-	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -39,31 +38,31 @@ func waitOpts(wait time.Duration) wire.WaitOptions {
 }
 
 // StartRun records a run and returns it at once (POST /v1/runs).
-func (c *Client) StartRun(ctx context.Context, spec runs.Spec) (runs.Run, error) {
+func (c *Client) StartRun(ctx context.Context, spec wire.RunSpec) (wire.Run, error) {
 	return c.WaitRun(ctx, spec, 0)
 }
 
-// WaitRun records a run and waits up to wait (at most runs.MaxWait) for it to settle; the reply
+// WaitRun records a run and waits up to wait (at most the server's bound, runs.MaxWait) for it to settle; the reply
 // is the run as it is then. wait 0 returns at once.
-func (c *Client) WaitRun(ctx context.Context, spec runs.Spec, wait time.Duration) (runs.Run, error) {
-	var r runs.Run
-	err := c.doJSON(ctx, http.MethodPost, "/v1/runs", nil, runRequest{Spec: spec, WaitOptions: waitOpts(wait)}, &r)
+func (c *Client) WaitRun(ctx context.Context, spec wire.RunSpec, wait time.Duration) (wire.Run, error) {
+	var r wire.Run
+	err := c.doJSON(ctx, http.MethodPost, "/v1/runs", nil, wire.RunRequest{RunSpec: spec, WaitOptions: waitOpts(wait)}, &r)
 	return r, err
 }
 
 // GetRun returns a run's record.
-func (c *Client) GetRun(ctx context.Context, id string) (runs.Run, error) {
+func (c *Client) GetRun(ctx context.Context, id string) (wire.Run, error) {
 	p, err := runPath("runs", id, "")
 	if err != nil {
-		return runs.Run{}, err
+		return wire.Run{}, err
 	}
-	var r runs.Run
+	var r wire.Run
 	err = c.doJSON(ctx, http.MethodGet, p, nil, nil, &r)
 	return r, err
 }
 
 // ListRuns pages runs, newest first.
-func (c *Client) ListRuns(ctx context.Context, f runs.Filter) (runs.RunList, error) {
+func (c *Client) ListRuns(ctx context.Context, f wire.RunFilter) (wire.RunList, error) {
 	q := url.Values{}
 	var states []string
 	for _, s := range f.States {
@@ -84,27 +83,27 @@ func (c *Client) ListRuns(ctx context.Context, f runs.Filter) (runs.RunList, err
 	if f.Limit != 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var l runs.RunList
+	var l wire.RunList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/runs", q, nil, &l)
 	return l, err
 }
 
 // CancelRun asks for a run's end.
-func (c *Client) CancelRun(ctx context.Context, id string) (runs.Run, error) {
+func (c *Client) CancelRun(ctx context.Context, id string) (wire.Run, error) {
 	p, err := runPath("runs", id, "/cancel")
 	if err != nil {
-		return runs.Run{}, err
+		return wire.Run{}, err
 	}
-	var r runs.Run
+	var r wire.Run
 	err = c.doJSON(ctx, http.MethodPost, p, nil, nil, &r)
 	return r, err
 }
 
 // RunEvents pages a run's events after seq (limit 0: the server's default).
-func (c *Client) RunEvents(ctx context.Context, id string, after int64, limit int) (runs.EventList, error) {
+func (c *Client) RunEvents(ctx context.Context, id string, after int64, limit int) (wire.RunEventList, error) {
 	p, err := runPath("runs", id, "/events")
 	if err != nil {
-		return runs.EventList{}, err
+		return wire.RunEventList{}, err
 	}
 	q := url.Values{}
 	if after > 0 {
@@ -113,16 +112,16 @@ func (c *Client) RunEvents(ctx context.Context, id string, after int64, limit in
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var l runs.EventList
+	var l wire.RunEventList
 	err = c.doJSON(ctx, http.MethodGet, p, q, nil, &l)
 	return l, err
 }
 
 // RunLogs reads a slice of one phase's output.
-func (c *Client) RunLogs(ctx context.Context, id string, req runs.LogsRequest) (runs.Logs, error) {
+func (c *Client) RunLogs(ctx context.Context, id string, req wire.RunLogsRequest) (wire.RunLogs, error) {
 	p, err := runPath("runs", id, "/logs")
 	if err != nil {
-		return runs.Logs{}, err
+		return wire.RunLogs{}, err
 	}
 	q := url.Values{}
 	if req.Phase != "" {
@@ -137,7 +136,7 @@ func (c *Client) RunLogs(ctx context.Context, id string, req runs.LogsRequest) (
 	if req.MaxBytes > 0 {
 		q.Set("max_bytes", strconv.FormatInt(req.MaxBytes, 10))
 	}
-	var l runs.Logs
+	var l wire.RunLogs
 	err = c.doJSON(ctx, http.MethodGet, p, q, nil, &l)
 	return l, err
 }
@@ -163,46 +162,46 @@ func (c *Client) DownloadArtifact(ctx context.Context, id, path string) (io.Read
 }
 
 // StartBatch records a batch (POST /v1/batches); wait > 0 waits for it to settle.
-func (c *Client) StartBatch(ctx context.Context, req runs.BatchRequest, wait time.Duration) (runs.Batch, error) {
-	var b runs.Batch
-	err := c.doJSON(ctx, http.MethodPost, "/v1/batches", nil, batchStartRequest{BatchRequest: req, WaitOptions: waitOpts(wait)}, &b)
+func (c *Client) StartBatch(ctx context.Context, req wire.BatchRequest, wait time.Duration) (wire.Batch, error) {
+	var b wire.Batch
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches", nil, wire.BatchStartRequest{BatchRequest: req, WaitOptions: waitOpts(wait)}, &b)
 	return b, err
 }
 
 // StartMatrix expands and records a matrix (POST /v1/batches/matrix).
-func (c *Client) StartMatrix(ctx context.Context, req runs.MatrixRequest, wait time.Duration) (runs.Batch, error) {
-	var b runs.Batch
-	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/matrix", nil, matrixStartRequest{MatrixRequest: req, WaitOptions: waitOpts(wait)}, &b)
+func (c *Client) StartMatrix(ctx context.Context, req wire.MatrixRequest, wait time.Duration) (wire.Batch, error) {
+	var b wire.Batch
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/matrix", nil, wire.MatrixStartRequest{MatrixRequest: req, WaitOptions: waitOpts(wait)}, &b)
 	return b, err
 }
 
 // AgentCompare records an agent comparison (POST /v1/batches/agent-compare).
-func (c *Client) AgentCompare(ctx context.Context, req runs.CompareRequest, wait time.Duration) (runs.Batch, error) {
-	var b runs.Batch
-	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-compare", nil, compareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
+func (c *Client) AgentCompare(ctx context.Context, req wire.CompareRequest, wait time.Duration) (wire.Batch, error) {
+	var b wire.Batch
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-compare", nil, wire.CompareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
 	return b, err
 }
 
 // AgentTest records a single-side agent test (POST /v1/batches/agent-test).
-func (c *Client) AgentTest(ctx context.Context, req runs.CompareRequest, wait time.Duration) (runs.Batch, error) {
-	var b runs.Batch
-	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-test", nil, compareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
+func (c *Client) AgentTest(ctx context.Context, req wire.CompareRequest, wait time.Duration) (wire.Batch, error) {
+	var b wire.Batch
+	err := c.doJSON(ctx, http.MethodPost, "/v1/batches/agent-test", nil, wire.CompareStartRequest{CompareRequest: req, WaitOptions: waitOpts(wait)}, &b)
 	return b, err
 }
 
 // GetBatch returns a batch's record.
-func (c *Client) GetBatch(ctx context.Context, id string) (runs.Batch, error) {
+func (c *Client) GetBatch(ctx context.Context, id string) (wire.Batch, error) {
 	p, err := runPath("batches", id, "")
 	if err != nil {
-		return runs.Batch{}, err
+		return wire.Batch{}, err
 	}
-	var b runs.Batch
+	var b wire.Batch
 	err = c.doJSON(ctx, http.MethodGet, p, nil, nil, &b)
 	return b, err
 }
 
 // ListBatches pages batches, newest first.
-func (c *Client) ListBatches(ctx context.Context, before string, limit int) (runs.BatchList, error) {
+func (c *Client) ListBatches(ctx context.Context, before string, limit int) (wire.BatchList, error) {
 	q := url.Values{}
 	if before != "" {
 		q.Set("before", before)
@@ -210,18 +209,18 @@ func (c *Client) ListBatches(ctx context.Context, before string, limit int) (run
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var l runs.BatchList
+	var l wire.BatchList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/batches", q, nil, &l)
 	return l, err
 }
 
 // CancelBatch cancels every unsettled run of a batch.
-func (c *Client) CancelBatch(ctx context.Context, id string) (runs.Batch, error) {
+func (c *Client) CancelBatch(ctx context.Context, id string) (wire.Batch, error) {
 	p, err := runPath("batches", id, "/cancel")
 	if err != nil {
-		return runs.Batch{}, err
+		return wire.Batch{}, err
 	}
-	var b runs.Batch
+	var b wire.Batch
 	err = c.doJSON(ctx, http.MethodPost, p, nil, nil, &b)
 	return b, err
 }

@@ -6,22 +6,21 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Snapshots, fork, sleep, wake and diff.
 
 // Snapshot snapshots sandbox id.
-func (c *Client) Snapshot(ctx context.Context, id string, req sandbox.SnapshotRequest) (sandbox.Snapshot, error) {
-	var out sandbox.Snapshot
+func (c *Client) Snapshot(ctx context.Context, id string, req wire.SnapshotRequest) (wire.Snapshot, error) {
+	var out wire.Snapshot
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/snapshots", nil, req, &out)
 	return out, err
 }
 
 // ListSnapshots lists one page of snapshots (f.SandboxID: one sandbox's; f.After: the
 // previous page's next_cursor).
-func (c *Client) ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) (SnapshotList, error) {
+func (c *Client) ListSnapshots(ctx context.Context, f wire.SnapshotFilter) (wire.SnapshotList, error) {
 	q := url.Values{}
 	if f.SandboxID != "" {
 		q.Set("sandbox_id", f.SandboxID)
@@ -32,14 +31,14 @@ func (c *Client) ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) (S
 	if f.Limit != 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out SnapshotList
+	var out wire.SnapshotList
 	err := c.doJSON(ctx, http.MethodGet, "/v1/snapshots", q, nil, &out)
 	return out, err
 }
 
 // GetSnapshot returns one snapshot.
-func (c *Client) GetSnapshot(ctx context.Context, id string) (sandbox.Snapshot, error) {
-	var out sandbox.Snapshot
+func (c *Client) GetSnapshot(ctx context.Context, id string) (wire.Snapshot, error) {
+	var out wire.Snapshot
 	err := c.doJSON(ctx, http.MethodGet, "/v1/snapshots/"+url.PathEscape(id), nil, nil, &out)
 	return out, err
 }
@@ -50,7 +49,7 @@ func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 // Fork makes new sandboxes from a snapshot of sandbox id.
-func (c *Client) Fork(ctx context.Context, id string, req sandbox.ForkRequest) (wire.ForkResult, error) {
+func (c *Client) Fork(ctx context.Context, id string, req wire.ForkRequest) (wire.ForkResult, error) {
 	var out wire.ForkResult
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/fork", nil, req, &out)
 	return out, err
@@ -71,8 +70,8 @@ func (c *Client) Wake(ctx context.Context, id string) (wire.Sandbox, error) {
 }
 
 // Diff returns a page of what changed in sandbox id (POST …/diff with req as the body).
-func (c *Client) Diff(ctx context.Context, id string, req sandbox.DiffRequest) (sandbox.DiffResult, error) {
-	var out sandbox.DiffResult
+func (c *Client) Diff(ctx context.Context, id string, req wire.DiffRequest) (wire.DiffResult, error) {
+	var out wire.DiffResult
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/diff", nil, req, &out)
 	return out, err
 }

@@ -4,16 +4,13 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // Query runs one read-only SQL query over the published views (POST /v1/sql); it is a
-// sqlquery.Querier over the REST API.
-func (c *Client) Query(ctx context.Context, query string, maxRows int) (sqlquery.Result, error) {
-	var res sqlquery.Result
+// the REST twin of the server's sqlquery.Querier.
+func (c *Client) Query(ctx context.Context, query string, maxRows int) (wire.SQLResult, error) {
+	var res wire.SQLResult
 	err := c.doJSON(ctx, http.MethodPost, "/v1/sql", nil, wire.SQLRequest{Query: query, MaxRows: maxRows}, &res)
 	return res, err
 }
-
-var _ sqlquery.Querier = (*Client)(nil)
