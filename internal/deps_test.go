@@ -57,9 +57,17 @@ var leaves = map[string]struct {
 		why: "peerreply reads agents' replies for the server and the machine side alike: the standard library, errcode and text only"},
 	module + "internal/jobmodel": {allowed: []string{module + "internal/errcode"},
 		why: "jobmodel is what sandbox and machine jobs share: the standard library and errcode only"},
+	module + "internal/sandboxid": {allowed: []string{module + "internal/errcode"},
+		why: "sandboxid is the sandbox id format the CLI's client checks: the standard library and errcode only"},
 	module + "internal/wire": {allowed: []string{module + "internal/errcode"},
 		why: "the REST API's request and reply types are a leaf, so that the CLI's client needs nothing of the server to speak it: the standard library and errcode only"},
 }
+
+// clientDeps are all the CLI's client (internal/api/client) may use of the module: the wire
+// types, the error codes, and leaves that themselves use nothing of the module but errcode
+// (the sandbox id format, the job model's id format, text).
+var clientDeps = []string{module + "internal/wire", module + "internal/errcode", module + "internal/sandboxid",
+	module + "internal/jobmodel", module + "internal/text"}
 
 // std reports whether an import path is the standard library's (its first element has no dot).
 func std(path string) bool {
@@ -115,12 +123,11 @@ func violations(pkgs []pkg) []string {
 			}
 		}
 		if path == module+"internal/api/client" {
-			forbid(p, p.Deps, "the CLI's client speaks the REST API through its wire types (internal/wire), not the server's packages",
-				module+"internal/api", module+"internal/mcpserver", module+"internal/store", module+"internal/machine",
-				module+"internal/remoteexec", module+"internal/screenshot", module+"internal/blobs")
-			// sandbox (and through it the runtimes) is still among its transitive dependencies
-			// while its replies' types move to wire; its own imports name no runtime.
-			forbid(p, p.Imports, "the CLI's client knows no runtime", module+"internal/runtime")
+			for _, d := range p.Deps {
+				if under(d, strings.TrimSuffix(module, "/")) && !slices.Contains(clientDeps, d) {
+					out = append(out, path+" → "+d+": the CLI's client speaks the REST API through its wire types (internal/wire): of the module it uses only wire, errcode and the leaves sandboxid, jobmodel and text, never the server's packages")
+				}
+			}
 		}
 		if leaf, ok := leaves[path]; ok {
 			for _, d := range p.Deps {
@@ -214,7 +221,19 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/api/client", Deps: m("internal/machine/agent")},
 		{ImportPath: module + "internal/api/client", Deps: m("internal/blobs")},
 		{ImportPath: module + "internal/api/client", Deps: m("internal/store")},
-		{ImportPath: module + "internal/api/client", Imports: m("internal/runtime")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/runtime")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/sandbox")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/runs")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/image")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/approval")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/audit")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/auth")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/egress")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/sqlquery")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/remoteexec")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/screenshot")},
+		{ImportPath: module + "internal/api/client", Deps: m("internal/machine")},
+		{ImportPath: module + "internal/sandboxid", Deps: m("internal/text")},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {
@@ -237,8 +256,10 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/api", Deps: m("internal/sandbox/metrics", "internal/sandbox")},
 		{ImportPath: module + "internal/testenv/kubelab", Imports: []string{"k8s.io/client-go/kubernetes", "k8s.io/api/core/v1"}},
 		{ImportPath: module + "internal/peerreply", Deps: append(m("internal/errcode", "internal/text"), "net/http")},
-		{ImportPath: module + "internal/api/client", Imports: m("internal/wire", "internal/errcode", "internal/sandboxid"),
-			Deps: m("internal/wire", "internal/errcode", "internal/sandboxid")},
+		{ImportPath: module + "internal/api/client", Imports: m("internal/wire", "internal/errcode", "internal/sandboxid", "internal/jobmodel"),
+			Deps: append(m("internal/wire", "internal/errcode", "internal/sandboxid", "internal/jobmodel", "internal/text"),
+				"net/http", "github.com/coder/websocket")},
+		{ImportPath: module + "internal/sandboxid", Deps: m("internal/errcode")},
 	}
 	if v := violations(good); len(v) != 0 {
 		t.Errorf("allowed edges reported: %q", v)
