@@ -19,9 +19,7 @@ type Approvals interface {
 }
 
 // ApprovalList is GET /v1/approvals's reply.
-type ApprovalList struct {
-	Approvals []approval.Approval `json:"approvals"`
-}
+type ApprovalList = wire.ApprovalList
 
 // DecisionRequest is the body of POST /v1/approvals/{id}/approve|deny (optional on approve).
 type DecisionRequest = wire.DecisionRequest
@@ -59,13 +57,13 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 		f.Limit = n
 	}
 	l, err := ap.List(r.Context(), f)
-	s.reply(w, r, ApprovalList{Approvals: l}, err)
+	s.reply(w, r, ApprovalList{Approvals: convSlice(l, wireApproval)}, err)
 }
 
 func (s *Server) getApproval(w http.ResponseWriter, r *http.Request) {
 	if ap := s.approvals(w, r); ap != nil {
 		a, err := ap.Get(r.Context(), r.PathValue("id"))
-		s.reply(w, r, a, err)
+		s.reply(w, r, wireApproval(a), err)
 	}
 }
 
@@ -83,5 +81,5 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request, approve 
 	}
 	caller, _ := gate.CallerFrom(r.Context()) // none (--insecure-no-auth): MayDecide refuses
 	a, err := ap.Decide(r.Context(), r.PathValue("id"), approve, caller, req.Reason)
-	s.reply(w, r, a, err)
+	s.reply(w, r, wireApproval(a), err)
 }

@@ -51,5 +51,5 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	if n := len(recs); n > 0 {
 		l.Next = recs[n-1].Seq
 	}
-	writeJSON(w, http.StatusOK, l)
+	writeJSON(w, http.StatusOK, wireAuditList(l))
 }

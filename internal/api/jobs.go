@@ -49,7 +49,7 @@ func (s *Server) startJobFrom(w http.ResponseWriter, r *http.Request, body ExecR
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, j)
+	writeJSON(w, http.StatusCreated, wireJob(j))
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +63,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, l)
+	writeJSON(w, http.StatusOK, wireJobList(l))
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +72,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, wireJob(j))
 }
 
 func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) {
@@ -122,7 +122,7 @@ func (s *Server) waitJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, wireJob(j))
 }
 
 // JobCancelRequest is the (optional) body of POST …/jobs/{job_id}/cancel.
@@ -150,7 +150,7 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, wireJob(j))
 }
 
 // boundedParam reads an integer query parameter in [lo, hi]; nil when absent.

@@ -7,6 +7,7 @@ import (
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/wire"
 )
 
 // APIKeyHeader is the header an API key may come in, instead of "Authorization: Bearer".
@@ -75,13 +76,11 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, c)
+	writeJSON(w, http.StatusCreated, wireCreatedKey(c))
 }
 
 // KeyList is GET /v1/keys's reply.
-type KeyList struct {
-	Keys []auth.Key `json:"keys"`
-}
+type KeyList = wire.KeyList
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	ks := s.keys(w, r)
@@ -93,7 +92,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, KeyList{Keys: l})
+	writeJSON(w, http.StatusOK, KeyList{Keys: convSlice(l, wireAPIKey)})
 }
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
@@ -106,5 +105,5 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, k)
+	writeJSON(w, http.StatusOK, wireAPIKey(k))
 }

@@ -24,10 +24,7 @@ type NetworkUpdate = egress.Policy
 type ExposeRequest = wire.ExposeRequest
 
 // ExposureList is the reply of GET /v1/sandboxes/{id}/expose.
-type ExposureList struct {
-	SandboxID string             `json:"sandbox_id"`
-	Exposures []sandbox.Exposure `json:"exposures"`
-}
+type ExposureList = wire.ExposureList
 
 // Unexposed is the reply of DELETE /v1/sandboxes/{id}/expose/{port}.
 type Unexposed struct {
@@ -78,7 +75,7 @@ func (s *Server) listConnections(w http.ResponseWriter, r *http.Request) {
 	if l.Connections == nil {
 		l.Connections = []egress.Connection{}
 	}
-	writeJSON(w, http.StatusOK, l)
+	writeJSON(w, http.StatusOK, wireConnectionList(l))
 }
 
 func (s *Server) listSecretCalls(w http.ResponseWriter, r *http.Request) {
@@ -95,7 +92,7 @@ func (s *Server) listSecretCalls(w http.ResponseWriter, r *http.Request) {
 	if l.Calls == nil {
 		l.Calls = []egress.SecretCall{}
 	}
-	writeJSON(w, http.StatusOK, l)
+	writeJSON(w, http.StatusOK, wireSecretCallList(l))
 }
 
 // checkPort refuses a port outside 1–65535, naming the argument.
@@ -121,7 +118,7 @@ func (s *Server) expose(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, e)
+	writeJSON(w, http.StatusCreated, wireExposure(e))
 }
 
 func (s *Server) unexpose(w http.ResponseWriter, r *http.Request) {
@@ -153,5 +150,5 @@ func (s *Server) listExposures(w http.ResponseWriter, r *http.Request) {
 	if l == nil {
 		l = []sandbox.Exposure{}
 	}
-	writeJSON(w, http.StatusOK, ExposureList{SandboxID: id, Exposures: l})
+	writeJSON(w, http.StatusOK, ExposureList{SandboxID: id, Exposures: convSlice(l, wireExposure)})
 }

@@ -13,8 +13,6 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/agentbox/agentbox/internal/approval"
-	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/lease"
@@ -77,7 +75,7 @@ func ops() []op {
 		{pattern: "GET /health", summary: "Liveness (no token needed)", tag: "server", status: 200, resp: healthReply{}},
 		{pattern: "GET /metrics", summary: "Prometheus metrics (text exposition format; served when the server counts metrics)", tag: "server", status: 200, respType: "text/plain"},
 		{pattern: "GET /v1/openapi.json", summary: "This document", tag: "server", status: 200, respType: "application/json"},
-		{pattern: "GET /v1/capacity", summary: "The server's capacity: budgets, use and what one more sandbox may take", tag: "server", status: 200, resp: sandbox.Capacity{}},
+		{pattern: "GET /v1/capacity", summary: "The server's capacity: budgets, use and what one more sandbox may take", tag: "server", status: 200, resp: wire.Capacity{}},
 		{pattern: "GET /v1/runtimes", summary: "The runtimes this server offers and the default", tag: "server", status: 200, resp: wire.RuntimeList{}},
 		{pattern: "GET /v1/fleet/metrics", summary: "Resource use of every running sandbox", tag: "metrics", status: 200, resp: sandbox.FleetMetrics{}},
 		{pattern: "GET /v1/events", summary: "The event log, oldest first", tag: "events", status: 200, resp: EventList{},
@@ -108,21 +106,21 @@ func ops() []op {
 		{pattern: "GET /v1/sandboxes/{id}/files/list", summary: "List a directory (bounded)", tag: "files", status: 200, resp: sandbox.DirList{}, query: []qp{path}},
 		{pattern: "POST /v1/sandboxes/{id}/files/mkdir", summary: "Make a directory", tag: "files", req: sandbox.MkdirRequest{}, status: 200, resp: sandbox.FileInfo{}},
 
-		{pattern: "POST /v1/sandboxes/{id}/jobs", summary: "Start a detached job", tag: "jobs", req: ExecRequest{}, status: 201, resp: sandbox.Job{}},
-		{pattern: "GET /v1/sandboxes/{id}/jobs", summary: "List a sandbox's jobs", tag: "jobs", status: 200, resp: sandbox.JobList{}, query: []qp{limit("At most this many jobs.")}},
-		{pattern: "GET /v1/sandboxes/{id}/jobs/{job_id}", summary: "Get a job", tag: "jobs", status: 200, resp: sandbox.Job{}},
+		{pattern: "POST /v1/sandboxes/{id}/jobs", summary: "Start a detached job", tag: "jobs", req: ExecRequest{}, status: 201, resp: wire.Job{}},
+		{pattern: "GET /v1/sandboxes/{id}/jobs", summary: "List a sandbox's jobs", tag: "jobs", status: 200, resp: wire.JobList{}, query: []qp{limit("At most this many jobs.")}},
+		{pattern: "GET /v1/sandboxes/{id}/jobs/{job_id}", summary: "Get a job", tag: "jobs", status: 200, resp: wire.Job{}},
 		{pattern: "GET /v1/sandboxes/{id}/jobs/{job_id}/logs", summary: "A job's output (a bounded window)", tag: "jobs", status: 200, resp: sandbox.JobLogs{},
 			query: []qp{{"stream", "string", "stdout or stderr.", false}, {"offset", "integer", "First byte.", false}, {"max_bytes", "integer", "At most this many bytes.", false}, {"tail_lines", "integer", "Only the last lines.", false}}},
-		{pattern: "GET /v1/sandboxes/{id}/jobs/{job_id}/wait", summary: "Wait for a job to end (bounded)", tag: "jobs", status: 200, resp: sandbox.Job{},
+		{pattern: "GET /v1/sandboxes/{id}/jobs/{job_id}/wait", summary: "Wait for a job to end (bounded)", tag: "jobs", status: 200, resp: wire.Job{},
 			query: []qp{{"timeout_seconds", "integer", "Wait at most this long.", false}}},
-		{pattern: "POST /v1/sandboxes/{id}/jobs/{job_id}/cancel", summary: "Cancel a job", tag: "jobs", req: JobCancelRequest{}, reqOptional: true, status: 200, resp: sandbox.Job{}},
+		{pattern: "POST /v1/sandboxes/{id}/jobs/{job_id}/cancel", summary: "Cancel a job", tag: "jobs", req: JobCancelRequest{}, reqOptional: true, status: 200, resp: wire.Job{}},
 
 		{pattern: "GET /v1/sandboxes/{id}/metrics", summary: "A sandbox's resource use", tag: "metrics", status: 200, resp: sandbox.SandboxMetrics{}},
 
 		{pattern: "PATCH /v1/sandboxes/{id}/network", summary: "Change a sandbox's egress policy live", tag: "network", req: NetworkUpdate{}, status: 200, resp: wire.Sandbox{}},
-		{pattern: "GET /v1/sandboxes/{id}/connections", summary: "The sandbox's egress connections", tag: "network", status: 200, resp: sandbox.ConnectionList{}, query: []qp{after, limit("At most this many records.")}},
-		{pattern: "GET /v1/sandboxes/{id}/secret-calls", summary: "Requests that had a secret swapped in", tag: "network", status: 200, resp: sandbox.SecretCallList{}, query: []qp{after, limit("At most this many records.")}},
-		{pattern: "POST /v1/sandboxes/{id}/expose", summary: "Expose a port as a preview URL", tag: "network", req: ExposeRequest{}, status: 201, resp: sandbox.Exposure{}},
+		{pattern: "GET /v1/sandboxes/{id}/connections", summary: "The sandbox's egress connections", tag: "network", status: 200, resp: wire.ConnectionList{}, query: []qp{after, limit("At most this many records.")}},
+		{pattern: "GET /v1/sandboxes/{id}/secret-calls", summary: "Requests that had a secret swapped in", tag: "network", status: 200, resp: wire.SecretCallList{}, query: []qp{after, limit("At most this many records.")}},
+		{pattern: "POST /v1/sandboxes/{id}/expose", summary: "Expose a port as a preview URL", tag: "network", req: ExposeRequest{}, status: 201, resp: wire.Exposure{}},
 		{pattern: "GET /v1/sandboxes/{id}/expose", summary: "A sandbox's exposed ports", tag: "network", status: 200, resp: ExposureList{}},
 		{pattern: "DELETE /v1/sandboxes/{id}/expose/{port}", summary: "Stop exposing a port", tag: "network", status: 200, resp: Unexposed{}},
 
@@ -136,12 +134,12 @@ func ops() []op {
 		{pattern: "POST /v1/images/push", summary: "Push a cached image to a registry", tag: "images", req: PushRequest{}, status: 200, resp: PushResult{}, ndjson: ImageFrame{}},
 		{pattern: "POST /v1/sandboxes/{id}/commit", summary: "Commit a sandbox's root as a new image", tag: "images", req: CommitRequest{}, status: 201, resp: image.Image{}},
 
-		{pattern: "POST /v1/sandboxes/{id}/snapshots", summary: "Snapshot a sandbox's files (and memory, with memory: true, where the runtime can)", tag: "snapshots", req: sandbox.SnapshotRequest{}, reqOptional: true, status: 201, resp: sandbox.Snapshot{}},
+		{pattern: "POST /v1/sandboxes/{id}/snapshots", summary: "Snapshot a sandbox's files (and memory, with memory: true, where the runtime can)", tag: "snapshots", req: sandbox.SnapshotRequest{}, reqOptional: true, status: 201, resp: wire.Snapshot{}},
 		{pattern: "GET /v1/sandboxes/{id}/snapshots", summary: "A sandbox's snapshots, oldest first (paged)", tag: "snapshots", status: 200, resp: SnapshotList{},
 			query: []qp{{"cursor", "string", "Continue after this snapshot_id (the previous page's next_cursor).", false}, limit("At most this many snapshots (1–1000, default 100).")}},
 		{pattern: "GET /v1/snapshots", summary: "List snapshots, oldest first (paged)", tag: "snapshots", status: 200, resp: SnapshotList{},
 			query: []qp{{"sandbox_id", "string", "Only this sandbox's snapshots.", false}, {"cursor", "string", "Continue after this snapshot_id (the previous page's next_cursor).", false}, limit("At most this many snapshots (1–1000, default 100).")}},
-		{pattern: "GET /v1/snapshots/{snapshot_id}", summary: "Get a snapshot", tag: "snapshots", status: 200, resp: sandbox.Snapshot{}},
+		{pattern: "GET /v1/snapshots/{snapshot_id}", summary: "Get a snapshot", tag: "snapshots", status: 200, resp: wire.Snapshot{}},
 		{pattern: "DELETE /v1/snapshots/{snapshot_id}", summary: "Delete a snapshot and its files", tag: "snapshots", status: 200, resp: DeletedSnapshot{}},
 		{pattern: "POST /v1/sandboxes/{id}/fork", summary: "Fork a sandbox into 1–20 new sandboxes from a snapshot (taken now, or snapshot_id)", tag: "snapshots", req: sandbox.ForkRequest{}, reqOptional: true, status: 201, resp: wire.ForkResult{}},
 		{pattern: "POST /v1/sandboxes/{id}/sleep", summary: "Put a sandbox to sleep: snapshot it, release its memory and CPU (state sleeping)", tag: "snapshots", status: 200, resp: wire.Sandbox{}},
@@ -152,21 +150,21 @@ func ops() []op {
 				{"max_diff_bytes", "integer", "Bound of the unified diff of text files (1–1048576, default 65536).", false}, {"no_unified", "boolean", "true: leave the unified diff out.", false}}},
 		{pattern: "POST /v1/sandboxes/{id}/diff", summary: "The same diff, with its arguments as a JSON body", tag: "snapshots", req: sandbox.DiffRequest{}, reqOptional: true, status: 200, resp: sandbox.DiffResult{}},
 
-		{pattern: "POST /v1/runs", summary: "Start a durable run", tag: "runs", req: RunRequest{}, status: 201, resp: runs.Run{}},
-		{pattern: "GET /v1/runs", summary: "List runs, newest first", tag: "runs", status: 200, resp: runs.RunList{},
+		{pattern: "POST /v1/runs", summary: "Start a durable run", tag: "runs", req: RunRequest{}, status: 201, resp: wire.Run{}},
+		{pattern: "GET /v1/runs", summary: "List runs, newest first", tag: "runs", status: 200, resp: wire.RunList{},
 			query: []qp{{"state", "string", "Only these states (repeatable).", true}, {"batch_id", "string", "Only this batch's runs.", false}, {"before", "string", "Page: runs before this id.", false}, {"label", "string", "key=value (repeatable).", true}, limit("At most this many runs.")}},
-		{pattern: "GET /v1/runs/{id}", summary: "Get a run", tag: "runs", status: 200, resp: runs.Run{}},
-		{pattern: "POST /v1/runs/{id}/cancel", summary: "Cancel a run", tag: "runs", status: 200, resp: runs.Run{}},
-		{pattern: "GET /v1/runs/{id}/events", summary: "A run's events", tag: "runs", status: 200, resp: runs.EventList{}, query: []qp{after, limit("At most this many events.")}},
+		{pattern: "GET /v1/runs/{id}", summary: "Get a run", tag: "runs", status: 200, resp: wire.Run{}},
+		{pattern: "POST /v1/runs/{id}/cancel", summary: "Cancel a run", tag: "runs", status: 200, resp: wire.Run{}},
+		{pattern: "GET /v1/runs/{id}/events", summary: "A run's events", tag: "runs", status: 200, resp: wire.RunEventList{}, query: []qp{after, limit("At most this many events.")}},
 		{pattern: "GET /v1/runs/{id}/logs", summary: "A run's phase output (a bounded window)", tag: "runs", status: 200, resp: runs.Logs{},
 			query: []qp{{"phase", "string", "The phase.", false}, {"stream", "string", "stdout or stderr.", false}, {"offset", "integer", "First byte.", false}, {"max_bytes", "integer", "At most this many bytes.", false}}},
 		{pattern: "/v1/runs/{id}/artifacts/{path...}", method: "GET", summary: "Download a run's artifact (the token, or the signed URL's expires and sig)", tag: "runs", status: 200, respType: "application/octet-stream",
 			query: []qp{{"expires", "integer", "The signed URL's expiry (unix time).", false}, {"sig", "string", "The signed URL's signature.", false}}},
 		{pattern: "GET /v1/approvals", summary: "The approval queue (admin; never a file's content)", tag: "governance", status: 200, resp: ApprovalList{},
 			query: []qp{{"state", "string", "pending, approved, denied, expired or used.", false}, limit("At most this many approvals.")}},
-		{pattern: "GET /v1/approvals/{id}", summary: "One approval", tag: "governance", status: 200, resp: approval.Approval{}},
-		{pattern: "POST /v1/approvals/{id}/approve", summary: "Approve one pending call (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: approval.Approval{}},
-		{pattern: "POST /v1/approvals/{id}/deny", summary: "Deny one pending call with a reason (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: approval.Approval{}},
+		{pattern: "GET /v1/approvals/{id}", summary: "One approval", tag: "governance", status: 200, resp: wire.Approval{}},
+		{pattern: "POST /v1/approvals/{id}/approve", summary: "Approve one pending call (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: wire.Approval{}},
+		{pattern: "POST /v1/approvals/{id}/deny", summary: "Deny one pending call with a reason (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: wire.Approval{}},
 		{pattern: "POST /v1/run_python", summary: "Run a Python snippet in a fresh locked-down sandbox (or a given one)", tag: "tools", req: snippet.Request{}, status: 200, resp: snippet.Result{}},
 		{pattern: "POST /v1/run_shell", summary: "Run a shell snippet in a fresh locked-down sandbox (or a given one)", tag: "tools", req: snippet.Request{}, status: 200, resp: snippet.Result{}},
 		// joined machines (remote.go)
@@ -174,18 +172,18 @@ func ops() []op {
 		{pattern: "GET /v1/machines/{ref}/screenshot", summary: "A screenshot of a joined machine's display (remote_screenshot), the PNG in base64", tag: "machines",
 			query: []qp{{"display", "integer", "The display index (0–999); default the machine's.", false}}, status: 200, resp: ScreenshotReply{}},
 		{pattern: "POST /v1/sql", summary: "Read-only SQL over the published views (admin)", tag: "governance", req: SQLRequest{}, status: 200, resp: sqlquery.Result{}},
-		{pattern: "GET /v1/audit", summary: "The audit log: every REST and MCP call (admin)", tag: "governance", status: 200, resp: audit.List{},
+		{pattern: "GET /v1/audit", summary: "The audit log: every REST and MCP call (admin)", tag: "governance", status: 200, resp: wire.AuditList{},
 			query: []qp{after, limit("At most this many records (1–1000, default 100)."), {"tool", "string", "An MCP tool, an action or a route pattern.", false}, {"sandbox_id", "string", "Only this sandbox's calls.", false}}},
-		{pattern: "POST /v1/keys", summary: "Create a named API key (admin; the key is in this reply only)", tag: "keys", req: auth.CreateRequest{}, status: 201, resp: auth.Created{}},
+		{pattern: "POST /v1/keys", summary: "Create a named API key (admin; the key is in this reply only)", tag: "keys", req: auth.CreateRequest{}, status: 201, resp: wire.CreatedKey{}},
 		{pattern: "GET /v1/keys", summary: "List API keys (admin; never the keys)", tag: "keys", status: 200, resp: KeyList{}},
-		{pattern: "DELETE /v1/keys/{ref}", summary: "Revoke an API key by id or name (admin)", tag: "keys", status: 200, resp: auth.Key{}},
-		{pattern: "POST /v1/batches", summary: "Start a batch of runs", tag: "runs", req: BatchStartRequest{}, status: 201, resp: runs.Batch{}},
-		{pattern: "POST /v1/batches/matrix", summary: "Start a matrix of runs", tag: "runs", req: MatrixStartRequest{}, status: 201, resp: runs.Batch{}},
-		{pattern: "POST /v1/batches/agent-compare", summary: "Compare coding agents on one task", tag: "runs", req: CompareStartRequest{}, status: 201, resp: runs.Batch{}},
-		{pattern: "POST /v1/batches/agent-test", summary: "Test a coding agent on tasks", tag: "runs", req: CompareStartRequest{}, status: 201, resp: runs.Batch{}},
-		{pattern: "GET /v1/batches", summary: "List batches, newest first", tag: "runs", status: 200, resp: runs.BatchList{}, query: []qp{{"before", "string", "Page: batches before this id.", false}, limit("At most this many batches.")}},
-		{pattern: "GET /v1/batches/{id}", summary: "Get a batch", tag: "runs", status: 200, resp: runs.Batch{}},
-		{pattern: "POST /v1/batches/{id}/cancel", summary: "Cancel a batch", tag: "runs", status: 200, resp: runs.Batch{}},
+		{pattern: "DELETE /v1/keys/{ref}", summary: "Revoke an API key by id or name (admin)", tag: "keys", status: 200, resp: wire.APIKey{}},
+		{pattern: "POST /v1/batches", summary: "Start a batch of runs", tag: "runs", req: BatchStartRequest{}, status: 201, resp: wire.Batch{}},
+		{pattern: "POST /v1/batches/matrix", summary: "Start a matrix of runs", tag: "runs", req: MatrixStartRequest{}, status: 201, resp: wire.Batch{}},
+		{pattern: "POST /v1/batches/agent-compare", summary: "Compare coding agents on one task", tag: "runs", req: CompareStartRequest{}, status: 201, resp: wire.Batch{}},
+		{pattern: "POST /v1/batches/agent-test", summary: "Test a coding agent on tasks", tag: "runs", req: CompareStartRequest{}, status: 201, resp: wire.Batch{}},
+		{pattern: "GET /v1/batches", summary: "List batches, newest first", tag: "runs", status: 200, resp: wire.BatchList{}, query: []qp{{"before", "string", "Page: batches before this id.", false}, limit("At most this many batches.")}},
+		{pattern: "GET /v1/batches/{id}", summary: "Get a batch", tag: "runs", status: 200, resp: wire.Batch{}},
+		{pattern: "POST /v1/batches/{id}/cancel", summary: "Cancel a batch", tag: "runs", status: 200, resp: wire.Batch{}},
 		// The file relay (blobs.go).
 		{pattern: "POST /v1/machines/{ref}/pull", summary: "Copy a regular file from a joined machine into a blob (remote_pull)", tag: "machines", req: RemotePullRequest{}, status: 200, resp: wire.Blob{}},
 		{pattern: "POST /v1/machines/{ref}/push", summary: "Write a blob to a joined machine atomically (remote_push)", tag: "machines", req: RemotePushRequest{}, status: 200, resp: wire.BlobPush{}},
@@ -196,8 +194,8 @@ func ops() []op {
 		{pattern: "DELETE /v1/blobs/{id}", summary: "Delete a blob", tag: "machines", status: 200, resp: BlobDeleted{}},
 		// Warm pools (pools.go).
 		{pattern: "GET /v1/pools", summary: "Warm pools: shape, size, ready, hits and misses", tag: "pools", status: 200, resp: PoolList{}},
-		{pattern: "PUT /v1/pools/{name}", summary: "Create or replace a warm pool (admin)", tag: "pools", req: PoolSetRequest{}, status: 200, resp: sandbox.PoolStatus{}},
-		{pattern: "POST /v1/pools/{name}", summary: "Create or replace a warm pool (admin; as PUT)", tag: "pools", req: PoolSetRequest{}, status: 200, resp: sandbox.PoolStatus{}},
+		{pattern: "PUT /v1/pools/{name}", summary: "Create or replace a warm pool (admin)", tag: "pools", req: PoolSetRequest{}, status: 200, resp: wire.PoolStatus{}},
+		{pattern: "POST /v1/pools/{name}", summary: "Create or replace a warm pool (admin; as PUT)", tag: "pools", req: PoolSetRequest{}, status: 200, resp: wire.PoolStatus{}},
 		{pattern: "DELETE /v1/pools/{name}", summary: "Delete a warm pool; its ready sandboxes are destroyed (admin)", tag: "pools", status: 200, resp: PoolDeleted{}},
 		// Joined machines (machines.go).
 		{pattern: "POST /v1/machines/join", summary: "Enroll a machine with a join token (no bearer token: the join token is the credential; `agentbox join` sends it)", tag: "machines", req: proto.JoinRequest{}, status: 201, resp: proto.JoinReply{}},
@@ -262,6 +260,10 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[wire.RemoteJob]():         "RemotejobsJob",
 	reflect.TypeFor[wire.RemoteJobList]():     "RemotejobsList",
 	reflect.TypeFor[wire.RemoteJobLogs]():     "HostjobsLogs",
+	reflect.TypeFor[wire.APIKey]():            "Key",
+	reflect.TypeFor[wire.CreatedKey]():        "Created",
+	reflect.TypeFor[wire.AuditList]():         "List",
+	reflect.TypeFor[wire.RunEventList]():      "RunsEventList",
 }
 
 // docBuilder collects the named schemas (components) of the document.

@@ -35,12 +35,7 @@ func (r PoolSetRequest) Pool(name string) (sandbox.Pool, error) {
 }
 
 // PoolList is the reply of GET /v1/pools.
-type PoolList struct {
-	Pools []sandbox.PoolStatus `json:"pools"`
-	Count int                  `json:"count"`
-	// MaxPooled bounds the sum of the pools' sizes.
-	MaxPooled int `json:"max_pooled"`
-}
+type PoolList = wire.PoolList
 
 // PoolDeleted is the reply of DELETE /v1/pools/{name}.
 type PoolDeleted struct {
@@ -71,7 +66,7 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, PoolList{Pools: pools, Count: len(pools), MaxPooled: c.MaxPooled})
+	writeJSON(w, http.StatusOK, PoolList{Pools: convSlice(pools, wirePoolStatus), Count: len(pools), MaxPooled: c.MaxPooled})
 }
 
 func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +85,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, wirePoolStatus(st))
 }
 
 func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) {

@@ -150,7 +150,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusCreated, run)
+	writeJSON(w, http.StatusCreated, wireRun(run))
 }
 
 // untilClose is ctx, also ended by Close: a start's wait answers with the record as it is when
@@ -222,20 +222,20 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	if l.Runs == nil {
 		l.Runs = []runs.Run{}
 	}
-	writeJSON(w, http.StatusOK, l)
+	writeJSON(w, http.StatusOK, wireRunList(l))
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
 	if rs := s.runsSvc(w, r); rs != nil {
 		run, err := rs.Get(r.Context(), r.PathValue("id"))
-		s.reply(w, r, run, err)
+		s.reply(w, r, wireRun(run), err)
 	}
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 	if rs := s.runsSvc(w, r); rs != nil {
 		run, err := rs.Cancel(r.Context(), r.PathValue("id"))
-		s.reply(w, r, run, err)
+		s.reply(w, r, wireRun(run), err)
 	}
 }
 
@@ -268,7 +268,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 	if l.Events == nil {
 		l.Events = []runs.Event{}
 	}
-	s.reply(w, r, l, err)
+	s.reply(w, r, wireRunEventList(l), err)
 }
 
 func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
@@ -398,7 +398,7 @@ func (s *Server) startBatchWith(w http.ResponseWriter, r *http.Request, body any
 			return
 		}
 	}
-	writeJSON(w, http.StatusCreated, b)
+	writeJSON(w, http.StatusCreated, wireBatch(b))
 }
 
 func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
@@ -416,19 +416,19 @@ func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
 	if l.Batches == nil {
 		l.Batches = []runs.Batch{}
 	}
-	s.reply(w, r, l, err)
+	s.reply(w, r, wireBatchList(l), err)
 }
 
 func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
 	if rs := s.runsSvc(w, r); rs != nil {
 		b, err := rs.GetBatch(r.Context(), r.PathValue("id"))
-		s.reply(w, r, b, err)
+		s.reply(w, r, wireBatch(b), err)
 	}
 }
 
 func (s *Server) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	if rs := s.runsSvc(w, r); rs != nil {
 		b, err := rs.CancelBatch(r.Context(), r.PathValue("id"))
-		s.reply(w, r, b, err)
+		s.reply(w, r, wireBatch(b), err)
 	}
 }

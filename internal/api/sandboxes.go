@@ -231,7 +231,7 @@ func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, wireCapacity(c))
 }
 
 func (s *Server) runtimes(w http.ResponseWriter, r *http.Request) {

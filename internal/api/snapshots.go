@@ -29,12 +29,7 @@ const (
 )
 
 // SnapshotList is the reply of GET /v1/snapshots and GET /v1/sandboxes/{id}/snapshots.
-type SnapshotList struct {
-	Snapshots []sandbox.Snapshot `json:"snapshots"`
-	Count     int                `json:"count"`
-	// NextCursor, when set, continues the listing (?cursor=): the page was full.
-	NextCursor string `json:"next_cursor,omitempty"`
-}
+type SnapshotList = wire.SnapshotList
 
 // DeletedSnapshot is the reply of DELETE /v1/snapshots/{snapshot_id}.
 type DeletedSnapshot struct {
@@ -55,7 +50,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, snap)
+	writeJSON(w, http.StatusCreated, wireSnapshot(snap))
 }
 
 func (s *Server) listSandboxSnapshots(w http.ResponseWriter, r *http.Request) {
@@ -101,9 +96,9 @@ func snapshotPage(list []sandbox.Snapshot, limit int) SnapshotList {
 	if len(list) > limit {
 		list = list[:limit]
 	}
-	out := SnapshotList{Snapshots: list, Count: len(list)}
+	out := SnapshotList{Snapshots: convSlice(list, wireSnapshot), Count: len(list)}
 	if out.Snapshots == nil {
-		out.Snapshots = []sandbox.Snapshot{}
+		out.Snapshots = []wire.Snapshot{}
 	}
 	if limit > 0 && len(list) == limit {
 		out.NextCursor = list[len(list)-1].ID
@@ -117,7 +112,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, snap)
+	writeJSON(w, http.StatusOK, wireSnapshot(snap))
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {

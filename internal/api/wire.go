@@ -143,10 +143,9 @@ func wireWatchMessage(m watch.Message) wire.WatchMessage {
 		e := wireEvent(*m.Event)
 		out.Event = &e
 	}
-	if c := m.Connection; c != nil {
-		out.Connection = &wire.Connection{SandboxID: c.SandboxID, Seq: c.Seq, Time: c.Time, Kind: string(c.Kind), Host: c.Host,
-			Port: c.Port, Addr: c.Addr, Decision: c.Decision, Rule: c.Rule, Reason: c.Reason, BytesOut: c.BytesOut,
-			BytesIn: c.BytesIn, DurationMS: c.DurationMS, Intercepted: c.Intercepted}
+	if m.Connection != nil {
+		c := wireConnection(*m.Connection)
+		out.Connection = &c
 	}
 	return out
 }

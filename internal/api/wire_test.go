@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/approval"
+	"github.com/agentbox/agentbox/internal/audit"
+	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/blobs"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/gpu"
@@ -15,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/machine/agent"
 	"github.com/agentbox/agentbox/internal/remoteexec"
 	"github.com/agentbox/agentbox/internal/remotejobs"
+	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/screenshot"
@@ -33,6 +37,18 @@ var storeRows = []reflect.Type{
 	reflect.TypeFor[store.Machine](),
 	reflect.TypeFor[store.RemoteJob](),
 	reflect.TypeFor[sandbox.Event](),
+	reflect.TypeFor[sandbox.Job](),
+	reflect.TypeFor[sandbox.Snapshot](),
+	reflect.TypeFor[sandbox.Exposure](),
+	reflect.TypeFor[sandbox.Pool](),
+	reflect.TypeFor[egress.Connection](),
+	reflect.TypeFor[egress.SecretCall](),
+	reflect.TypeFor[approval.Approval](),
+	reflect.TypeFor[auth.Key](),
+	reflect.TypeFor[audit.Record](),
+	reflect.TypeFor[runs.Run](),
+	reflect.TypeFor[runs.Batch](),
+	reflect.TypeFor[runs.Event](),
 }
 
 // reaches returns the path from t to the first type in bad that t is or holds (through fields,
@@ -291,4 +307,124 @@ func TestWireEventBytes(t *testing.T) {
 			t.Errorf("watch kind %q is %q on the wire", k, w)
 		}
 	}
+}
+
+// fill sets every exported field of v (a pointer), however deep, to a value that is not its zero:
+// a list or map of one filled element, a filled pointer. What a conversion forgets then shows
+// in the JSON.
+func fill(v reflect.Value, depth int) {
+	if depth > 8 {
+		return
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("s")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(7)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(1.5)
+	case reflect.Interface:
+		v.Set(reflect.ValueOf("x"))
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		fill(p.Elem(), depth+1)
+		v.Set(p)
+	case reflect.Slice:
+		if v.Type() == reflect.TypeFor[json.RawMessage]() {
+			v.SetBytes([]byte(`{"a":1}`))
+			return
+		}
+		l := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(l.Index(0), depth+1)
+		v.Set(l)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k, depth+1)
+		fill(e, depth+1)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			v.Set(reflect.ValueOf(time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)))
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i), depth+1)
+			}
+		}
+	}
+}
+
+// filled returns a T with every field set (fill).
+func filled[T any]() T {
+	var v T
+	fill(reflect.ValueOf(&v).Elem(), 0)
+	return v
+}
+
+// recordBytes fails t unless conv(v) writes v's own JSON, for v filled and v empty, and what the
+// wire type reads back writes the same.
+func recordBytes[D, W any](t *testing.T, conv func(D) W) {
+	t.Helper()
+	var zero D
+	for _, v := range []D{filled[D](), zero} {
+		sameBytes[W](t, reflect.TypeFor[D]().String(), v, conv(v))
+	}
+}
+
+// TestWireRecordBytes: every store record a reply carries (and every reply that holds one) is
+// converted to its wire type byte for byte as the record's own JSON was, every field set and
+// none: the conversions forget no field and publish none the record hid.
+func TestWireRecordBytes(t *testing.T) {
+	recordBytes(t, wireJob)
+	recordBytes(t, wireJobList)
+	recordBytes(t, wireSnapshot)
+	recordBytes(t, wireExposure)
+	recordBytes(t, wirePool)
+	recordBytes(t, wirePoolStatus)
+	recordBytes(t, wireCapacity)
+	recordBytes(t, wireConnection)
+	recordBytes(t, wireConnectionList)
+	recordBytes(t, wireSecretCall)
+	recordBytes(t, wireSecretCallList)
+	recordBytes(t, wireApproval)
+	recordBytes(t, wireAPIKey)
+	recordBytes(t, wireCreatedKey)
+	recordBytes(t, wireAuditRecord)
+	recordBytes(t, wireAuditList)
+	recordBytes(t, wireRun)
+	recordBytes(t, wireRunList)
+	recordBytes(t, wireRunEvent)
+	recordBytes(t, wireRunEventList)
+	recordBytes(t, wireBatch)
+	recordBytes(t, wireBatchList)
+	// The lists api builds keep an empty list empty ([]), and nil nil (null).
+	for _, l := range [][]sandbox.Snapshot{nil, {}, {filled[sandbox.Snapshot]()}} {
+		sameBytes[wire.SnapshotList](t, "snapshot list", struct {
+			Snapshots []sandbox.Snapshot `json:"snapshots"`
+			Count     int                `json:"count"`
+		}{l, len(l)}, SnapshotList{Snapshots: convSlice(l, wireSnapshot), Count: len(l)})
+	}
+	// The secrets, the store's versions and hashes never reach a reply.
+	for _, b := range [][]byte{mustJSON(t, wireJob(filled[sandbox.Job]())), mustJSON(t, wireExposure(sandbox.Exposure{TokenHash: "hash-value"})),
+		mustJSON(t, wireSnapshot(sandbox.Snapshot{Secrets: []egress.Secret{{Name: "secret-name"}}, Version: 9}))} {
+		if bytes.Contains(b, []byte("hash-value")) || bytes.Contains(b, []byte("secret-name")) || bytes.Contains(b, []byte(`"version"`)) || bytes.Contains(b, []byte(`"tail"`)) {
+			t.Errorf("a reply carries a field its record hides: %s", b)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
