@@ -126,7 +126,7 @@ type MatrixRequest struct {
 type CompareRequest struct {
 	Baseline  *AgentSide `json:"baseline,omitempty"`
 	Candidate AgentSide  `json:"candidate"`
-	// Preset is "omp" (the oh-my-pi conventions: preset.go) or "" (AgentCommand required).
+	// Preset is "omp" (the oh-my-pi conventions) or "" (AgentCommand required).
 	Preset string `json:"preset,omitempty"`
 	// TargetRepoURL/TargetRef: the repository the agent works on.
 	TargetRepoURL    string `json:"target_repo_url"`

@@ -11,14 +11,14 @@ type CreateRequest struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	// Requirements pick a runtime that satisfies them when Runtime is empty, and are checked
-	// against Runtime when it is not (runtimes.go).
+	// against Runtime when it is not.
 	Requirements Requirements `json:"requirements,omitzero"`
 	// IdempotencyKey makes a retried create return the sandbox the first one made: keys are
-	// scoped to the caller's owner (WithOwner) and kept as long as the sandbox's record.
+	// scoped to the caller's owner and kept as long as the sandbox's record.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// Network is "none" (the default) or an egress policy (network.go).
+	// Network is "none" (the default) or an egress policy.
 	Network *Network `json:"network,omitempty"`
-	// Secrets are swapped in at the egress proxy, never put in the sandbox (network.go).
+	// Secrets are swapped in at the egress proxy, never put in the sandbox.
 	Secrets map[string]SecretSpec `json:"secrets,omitempty"`
 	// Snapshot makes the sandbox from a snapshot (its files, and its memory where captured)
 	// instead of the image: the shape (image, runtime, disk_mb; cpu and memory_mb with memory)

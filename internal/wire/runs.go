@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// Run is the durable record of a run and the reply of every run operation.
+// Run is a durable run as the replies of the run operations carry it.
 type Run struct {
 	ID      string   `json:"run_id"`
 	BatchID string   `json:"batch_id,omitempty"`
@@ -80,7 +80,7 @@ type RunSpec struct {
 	// collected after the validations.
 	Artifacts []string          `json:"artifacts,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
-	// Secrets are references, as the network issue defines them (sandbox.SecretSpec).
+	// Secrets are references, as a create's secrets are (SecretSpec).
 	Secrets map[string]SecretSpec `json:"secrets,omitempty"`
 	// The sandbox's shape.
 	Image        string       `json:"image,omitempty"`

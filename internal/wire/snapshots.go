@@ -18,7 +18,7 @@ type DiffChange struct {
 	Target string `json:"target,omitempty"`
 }
 
-// DiffRequest names what Service.Diff compares a sandbox with: exactly one of OtherSandboxID
+// DiffRequest names what a diff compares a sandbox with: exactly one of OtherSandboxID
 // and SnapshotID, or neither (the sandbox's image: everything the sandbox wrote).
 type DiffRequest struct {
 	OtherSandboxID string `json:"other_sandbox_id,omitempty"`
@@ -74,7 +74,7 @@ type Snapshot struct {
 	Error       string            `json:"error,omitempty"`
 }
 
-// SnapshotRequest asks Service.Snapshot for a snapshot.
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
 type SnapshotRequest struct {
 	// Memory asks for memory and processes too (runtime.SnapshotFilesMemory); a runtime that
 	// cannot is UNSUPPORTED_OPERATION with the reason, never a files-only snapshot.
@@ -82,7 +82,7 @@ type SnapshotRequest struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// ForkRequest asks Service.Fork for Count new sandboxes from a snapshot of a sandbox.
+// ForkRequest (POST /v1/sandboxes/{id}/fork) asks for Count new sandboxes from a snapshot of a sandbox.
 type ForkRequest struct {
 	// Count is 1–MaxForkCount (0: 1).
 	Count int `json:"count,omitempty"`
