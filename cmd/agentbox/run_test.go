@@ -43,7 +43,7 @@ func TestRunArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	sp := ra.spec
-	want := runs.Spec{RepoURL: "https://example.com/r.git", Ref: "v1", Setup: []string{"sh", "-c", "make deps && make"},
+	want := wire.RunSpec{RepoURL: "https://example.com/r.git", Ref: "v1", Setup: []string{"sh", "-c", "make deps && make"},
 		Command: []string{"pytest", "-q", "--maxfail=1"}, ValidationCommands: [][]string{{"make", "test"}, {"go", "vet", "./..."}},
 		Artifacts: []string{"out/*.xml", "cov.txt"}, Files: map[string]string{"docs/task.md": "do it\n"}, Env: map[string]string{"A": "1"},
 		Image: "python:3.12", Runtime: "gvisor", Retention: runs.RetentionKeep, KeepTTLSeconds: 600, TimeoutSeconds: 900,
