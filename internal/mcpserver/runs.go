@@ -23,8 +23,7 @@ import (
 // Durable runs: run, run_get, run_list, run_cancel, run_events, run_logs,
 // run_artifact, run_batch, run_matrix, agent_compare, agent_test, batch_get.
 
-// RunsBackend is what the run tools need of the run service; *runs.Service satisfies it and
-// internal/api/client.RunsBackend does over the REST API.
+// RunsBackend is what the run tools need of the run service; *runs.Service satisfies it.
 type RunsBackend interface {
 	Start(ctx context.Context, spec runs.Spec) (runs.Run, error)
 	Wait(ctx context.Context, id string, timeout time.Duration) (runs.Run, error)
