@@ -88,7 +88,9 @@ type Connection struct {
 	Intercepted bool      `json:"intercepted,omitempty"` // TLS terminated to swap secrets
 }
 
-// SecretCall is the record of one request that carried a secret's placeholder.
+// SecretCall is the record of one request that carried a secret's placeholder, or of one
+// response from a secret's host that carried its value (Scrubbed > 0: the sandbox got the
+// placeholder in its place), or that was refused because its body could not be scrubbed.
 type SecretCall struct {
 	SandboxID string    `json:"sandbox_id"`
 	Seq       int64     `json:"seq"`
@@ -99,7 +101,11 @@ type SecretCall struct {
 	Path      string    `json:"path"`
 	// Replaced is false when the placeholder went to a host the secret does not list (it was
 	// left as it was) or the value could not be resolved; Reason says which.
-	Replaced bool   `json:"replaced"`
+	Replaced bool `json:"replaced"`
+	// Scrubbed is how many times the response to the request carried the secret's value
+	// (headers, trailers and body, decoded), each replaced by its placeholder before it
+	// reached the sandbox.
+	Scrubbed int64  `json:"scrubbed,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 }
 

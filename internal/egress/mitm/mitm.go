@@ -173,7 +173,9 @@ type session struct {
 	ubw  *bufio.Writer
 	used bool // up has carried a request
 
-	values []string // values resolved on this connection: scrubbed from errors
+	// values are those resolved on this connection (a value rotated since is still taken
+	// out of responses and errors).
+	values []scrubPair
 }
 
 func (s *session) serve(ctx context.Context) error {
@@ -278,7 +280,7 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 				return v, false
 			}
 			values[k], resolved[k] = val, true
-			s.values = append(s.values, val)
+			s.remember(k, val)
 		}
 		st.replaced = true
 		return strings.ReplaceAll(v, secrets[k].Placeholder, values[k]), true
@@ -417,30 +419,62 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 	}
 	record()
 
+	// The values the response must not carry back: every secret listing this host (the host
+	// has, or may have had, its value), resolved now, and those resolved earlier on this
+	// connection. A value that cannot be resolved was not sent either.
+	for k := range secrets {
+		if !listed[k] || resolved[k] {
+			continue
+		}
+		if val, err := s.i.cfg.Sources.Resolve(secrets[k].From); err == nil {
+			values[k], resolved[k] = val, true
+			s.remember(k, val)
+		}
+	}
+	sc := newScrubber(s.values)
+	if sc != nil {
+		// upstream answers in a coding the scrubber reads, or none
+		if v, ok := narrowAcceptEncoding(req.Header.Values("Accept-Encoding")); ok {
+			req.Header.Set("Accept-Encoding", v)
+		}
+	}
+
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = []string{""} // Request.Write adds Go's own otherwise
 	}
-	resp, err := s.roundTrip(ctx, req)
+	resp, err := s.roundTrip(ctx, req, sc)
 	if err != nil {
+		s.recordScrubs(req, sc)
 		s.i.log.Info("egress: upstream failed", "sandbox", s.t.SandboxID, "host", s.host, "error", s.scrub(err))
 		s.reply(http.StatusBadGateway, fmt.Sprintf("agentbox egress: %s:%d could not be reached through the interceptor: %v", s.host, s.port, s.scrub(err)))
 		return false, err
 	}
 	defer resp.Body.Close()
+	defer s.recordScrubs(req, sc)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		scrubHeader(resp.Header, sc)
+		resp.Status = statusLine(resp, sc)
 		return false, s.upgrade(resp)
 	}
-	resp.Body = flushBeforeRead{r: resp.Body, src: s.ubr, dst: s.cbw}
-	if err := resp.Write(s.cbw); err != nil {
-		return false, fmt.Errorf("egress: relaying the response of %s: %w", s.host, err)
-	}
-	if err := s.cbw.Flush(); err != nil {
+	keep, err = s.relay(req, resp, sc)
+	if err != nil || !keep {
 		return false, err
 	}
 	if resp.Close {
 		s.closeUpstream()
 	}
-	return !req.Close && !resp.Close, nil
+	return true, nil
+}
+
+// remember adds secret k's value val to those taken out of this connection's responses and
+// errors.
+func (s *session) remember(k int, val string) {
+	for _, p := range s.values {
+		if p.secret == k && string(p.value) == val {
+			return
+		}
+	}
+	s.values = append(s.values, scrubPair{secret: k, value: []byte(val), placeholder: []byte(s.t.Secrets[k].Placeholder)})
 }
 
 func (st *secretState) add(reason string) {
@@ -455,7 +489,7 @@ func (st *secretState) add(reason string) {
 // roundTrip writes req upstream and reads the response's header (1xx interim responses
 // other than 101 are relayed to the sandbox). A bodiless request on a reused connection that
 // upstream had closed is sent again on a new one.
-func (s *session) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+func (s *session) roundTrip(ctx context.Context, req *http.Request, sc *scrubber) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		if err := s.ensureUpstream(ctx); err != nil {
 			return nil, err
@@ -483,10 +517,7 @@ func (s *session) roundTrip(ctx context.Context, req *http.Request) (*http.Respo
 				if err != nil || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 					break
 				}
-				fmt.Fprintf(s.cbw, "HTTP/1.1 %s\r\n", resp.Status)
-				resp.Header.Write(s.cbw)
-				io.WriteString(s.cbw, "\r\n")
-				if err = s.cbw.Flush(); err != nil {
+				if err = s.writeInterim(req, resp, sc); err != nil {
 					return nil, err
 				}
 			}
@@ -609,8 +640,8 @@ func (s *session) scrub(err error) error {
 	}
 	msg := err.Error()
 	changed := false
-	for _, v := range s.values {
-		if strings.Contains(msg, v) {
+	for _, p := range s.values {
+		if v := string(p.value); v != "" && strings.Contains(msg, v) {
 			msg, changed = strings.ReplaceAll(msg, v, "[secret]"), true
 		}
 	}

@@ -83,6 +83,7 @@ type env struct {
 	logs     *syncBuf
 	target   *egress.Target
 	handler  atomic.Value // http.HandlerFunc override
+	dialTo   atomic.Value // string: an upstream address other than up's (raw test servers)
 
 	vmu  sync.Mutex
 	vars map[string]string
@@ -182,7 +183,6 @@ func (e *env) listen(host string) string {
 		e.t.Fatal(err)
 	}
 	e.lns = append(e.lns, ln)
-	upAddr := e.up.Listener.Addr().String()
 	port := 443
 	if e.plain {
 		port = 80
@@ -200,6 +200,10 @@ func (e *env) listen(host string) string {
 			go func() {
 				defer e.wg.Done()
 				_, _, err := e.icpt.Intercept(e.ctx, e.target, c, host, port, !e.plain, func(ctx context.Context) (net.Conn, error) {
+					upAddr := e.up.Listener.Addr().String()
+					if a, ok := e.dialTo.Load().(string); ok && a != "" {
+						upAddr = a
+					}
 					var d net.Dialer
 					return d.DialContext(ctx, "tcp", upAddr)
 				})
