@@ -48,7 +48,7 @@ func decodeNetwork(sb *sandbox.Sandbox, network, secrets string) error {
 
 const (
 	connectionColumns = `seq, sandbox_id, at, kind, host, port, addr, decision, rule, reason, bytes_out, bytes_in, duration_ms, intercepted`
-	secretCallColumns = `seq, sandbox_id, at, secret, host, method, path, replaced, reason`
+	secretCallColumns = `seq, sandbox_id, at, secret, host, method, path, replaced, reason, scrubbed`
 )
 
 // AppendNetRecords inserts conns, calls and evs (each only if its sandbox's record exists) in
@@ -100,9 +100,9 @@ func (s *Store) AppendNetRecords(ctx context.Context, conns []egress.Connection,
 				}
 				continue
 			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO secret_calls (sandbox_id, at, secret, host, method, path, replaced, reason)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-				c.SandboxID, millis(c.Time), c.Secret, c.Host, c.Method, c.Path, c.Replaced, c.Reason)
+			_, err := tx.ExecContext(ctx, `INSERT INTO secret_calls (sandbox_id, at, secret, host, method, path, replaced, reason, scrubbed)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				c.SandboxID, millis(c.Time), c.Secret, c.Host, c.Method, c.Path, c.Replaced, c.Reason, c.Scrubbed)
 			if err != nil {
 				return fmt.Errorf("insert secret call: %w", err)
 			}
@@ -205,7 +205,7 @@ func (s *Store) ListSecretCalls(ctx context.Context, sandboxID string, after int
 	omitted, err := s.pageRecords(ctx, "secret_calls", secretCallColumns, sandboxID, after, limit, func(r rowScanner) (int64, error) {
 		var c egress.SecretCall
 		var at int64
-		err := r.Scan(&c.Seq, &c.SandboxID, &at, &c.Secret, &c.Host, &c.Method, &c.Path, &c.Replaced, &c.Reason)
+		err := r.Scan(&c.Seq, &c.SandboxID, &at, &c.Secret, &c.Host, &c.Method, &c.Path, &c.Replaced, &c.Reason, &c.Scrubbed)
 		c.Time = fromMillis(at)
 		out = append(out, c)
 		return c.Seq, err

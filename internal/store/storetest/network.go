@@ -35,7 +35,7 @@ func conn(sb sandbox.Sandbox, i int, at time.Time) egress.Connection {
 
 func call(sb sandbox.Sandbox, i int, at time.Time) egress.SecretCall {
 	return egress.SecretCall{SandboxID: sb.ID, Time: at.Add(time.Duration(i) * time.Millisecond), Secret: "API_KEY",
-		Host: "api.example", Method: "POST", Path: fmt.Sprintf("/v1/%d", i), Replaced: i%2 == 0, Reason: "r"}
+		Host: "api.example", Method: "POST", Path: fmt.Sprintf("/v1/%d", i), Replaced: i%2 == 0, Scrubbed: int64(i % 3), Reason: "r"}
 }
 
 func mustAppend(t *testing.T, s store.Store, conns []egress.Connection, calls []egress.SecretCall, evs []sandbox.Event, keep int) {
