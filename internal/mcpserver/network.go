@@ -125,7 +125,7 @@ Use it when a download or API call fails inside the sandbox: a denied record nam
 		Name:  "sandbox_secret_calls",
 		Title: "A sandbox's secret swaps",
 		Description: `List the requests of a sandbox that carried a secret's placeholder, oldest first (never the value). Arguments: sandbox_id (required), after (cursor), limit (1–1000, default 100).
-Reply: {sandbox_id, calls: [{seq, time, secret, host, method, path, replaced (false when the host is not one of the secret's hosts, or the value could not be read), reason}], next, omitted}.
+Reply: {sandbox_id, calls: [{seq, time, secret, host, method, path, replaced (false when the host is not one of the secret's hosts, or the value could not be read), scrubbed (a response from the host that carried the value back: how many times the sandbox got the placeholder in its place), reason}], next, omitted}.
 Secrets are given at sandbox_create (secrets: {"NAME": {"from": "env:VAR", "hosts": ["api.example.com"]}}): the sandbox sees NAME=<placeholder>, and agentbox's proxy swaps in the value only on requests to those hosts.
 ` + errorsDoc(errNotFound, errInvalid),
 		Annotations: &mcp.ToolAnnotations{Title: "A sandbox's secret swaps", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
@@ -218,7 +218,10 @@ func (s *Server) sandboxSecretCalls(ctx context.Context, _ *mcp.CallToolRequest,
 	}
 	for _, c := range l.Calls {
 		state := "replaced"
-		if !c.Replaced {
+		switch {
+		case c.Scrubbed > 0:
+			state = fmt.Sprintf("response scrubbed: the value came back %d time(s), the sandbox got the placeholder", c.Scrubbed)
+		case !c.Replaced:
 			state = "NOT replaced: " + c.Reason
 		}
 		fmt.Fprintf(&b, "\n%s %s %s %s%s: %s", c.Time.Format(time.RFC3339), c.Secret, c.Method, c.Host, c.Path, state)
