@@ -23,7 +23,7 @@ RUNSC := /usr/local/bin/runsc
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients
 
-.PHONY: all build cross run test test-unit bench bench-audit bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp vet clean k8s k8s-up k8s-down
+.PHONY: all build cross run test test-unit bench bench-audit bench-scrub bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp vet clean k8s k8s-up k8s-down
 
 all: build
 
@@ -139,6 +139,11 @@ bench: deps build
 # bench-audit: what the audit log adds to an MCP call, on vs off in one run.
 bench-audit: build
 	$(GO) run ./bench -audit-only -out bench/results-audit.json
+
+# bench-scrub: a 100 MiB GET through the secret interceptor with and without a secret, in turns
+# (what taking secrets' values out of responses costs).
+bench-scrub:
+	$(GO) run ./bench -scrub-only -out bench/results-scrub.json
 
 # bench-sql: execute_sql's count-by-tool-in-the-last-hour over 1,000,000 audit records.
 bench-sql:

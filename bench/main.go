@@ -7,7 +7,9 @@
 // (network.go, lab.go); the overhead of a durable run over the same steps by hand and a batch
 // of trivial runs against a real `agentbox serve` (runs.go, bench/results-runs.json); what the
 // audit log adds to an MCP call, on vs off in turns (audit.go; -audit-only writes
-// bench/results-audit.json with make bench-audit). It prints a table and writes JSON results.
+// bench/results-audit.json with make bench-audit); what scrubbing secrets' values out of
+// responses costs an intercepted GET, with and without a secret in turns (scrub.go;
+// -scrub-only writes bench/results-scrub.json with make bench-scrub). It prints a table and writes JSON results.
 //
 //	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
 package main
@@ -130,6 +132,7 @@ func main() {
 	blf := blobsFlags()         // the file relay (blobs.go)
 	ref := remoteExecFlags()    // remote_exec on a joined machine (remoteexec.go)
 	kbf := kubeBenchFlags()     // the kubernetes runtime (kube.go)
+	scf := scrubFlags()         // response scrubbing in the secret interceptor (scrub.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -157,6 +160,10 @@ func main() {
 	}
 	if *ref.only { // remote_exec over a joined agent on loopback (remoteexec.go): no sandboxes
 		runRemoteExecBench(context.Background(), ref, *out)
+		return
+	}
+	if *scf.only { // response scrubbing's cost to an intercepted GET (scrub.go): no sandboxes
+		runScrubBench(context.Background(), scf, *out)
 		return
 	}
 	if *sqf.only { // execute_sql over 1M audit records (sql.go): no sandboxes
@@ -491,6 +498,7 @@ func main() {
 	res.Stats = append(res.Stats, benchPools(ctx, svc, c, warm["runc"], pof)...) // the pool figures (pools.go)
 	res.Stats = append(res.Stats, benchRemoteExec(ctx, ref)...)                  // the remote_exec (remoteexec.go)
 	res.Stats = append(res.Stats, benchBlobs(ctx, blf)...)                       // the file relay (blobs.go)
+	res.Stats = append(res.Stats, benchScrub(ctx, scf)...)                       // response scrubbing (scrub.go)
 	res.Stats = append(res.Stats, runMachinesBench(ctx, absBin(*bin), mcf)...)   // the 200 joined machines (machines.go)
 	for _, id := range warm {
 		c.Destroy(ctx, id)

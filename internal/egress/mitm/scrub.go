@@ -24,6 +24,7 @@ type scrubPair struct {
 	value       []byte
 	placeholder []byte
 	fail        []int // KMP failure function of value (for the held-back tail)
+	anchor      int   // index of value's byte searched for first: the one likely rarest in a body
 }
 
 // scrubber replaces values with placeholders and counts the replacements per pair.
@@ -48,6 +49,7 @@ func newScrubber(pairs []scrubPair) *scrubber {
 			continue
 		}
 		p.fail = kmpFailure(p.value)
+		p.anchor = rarest(p.value)
 		kept = append(kept, p)
 	}
 	if len(kept) == 0 {
@@ -72,13 +74,68 @@ func kmpFailure(v []byte) []int {
 	return f
 }
 
+// rarest returns the index of v's byte likely least frequent in a response body (text is
+// mostly lower-case letters, spaces and a few punctuation marks; a key's upper-case letters
+// and digits are rarer), so the search wakes up at as few false candidates as it can.
+func rarest(v []byte) int {
+	rank := func(c byte) int {
+		switch {
+		case strings.IndexByte(" etaoinshrdlu", c) >= 0:
+			return 5
+		case c >= 'a' && c <= 'z':
+			return 4
+		case strings.IndexByte("\",:./-_={}<>", c) >= 0:
+			return 3
+		case c >= '0' && c <= '9' || c >= 'A' && c <= 'Z':
+			return 2
+		default:
+			return 1
+		}
+	}
+	best := 0
+	for i := range v {
+		if rank(v[i]) < rank(v[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// index returns the first position of p's value in b, or -1: the anchor byte is found with
+// bytes.IndexByte (vectorised) and each candidate checked whole; after many false candidates
+// (a body full of the anchor byte) bytes.Index takes over for the rest.
+func (p *scrubPair) index(b []byte) int {
+	v, j := p.value, p.anchor
+	n := len(v)
+	c := v[j]
+	fails := 0
+	for i := 0; len(b)-i >= n; {
+		k := bytes.IndexByte(b[i+j:len(b)-n+j+1], c)
+		if k < 0 {
+			return -1
+		}
+		start := i + k
+		if bytes.Equal(b[start:start+n], v) {
+			return start
+		}
+		i = start + 1
+		if fails++; fails > 8+i>>6 {
+			if r := bytes.Index(b[i:], v); r >= 0 {
+				return i + r
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
 // next returns the leftmost match in b at or after from (the longest value on a tie): its
 // position and pair, or -1.
 func (s *scrubber) next(b []byte, from int) (pos, pair int) {
 	pos, pair = -1, -1
 	for k := range s.pairs {
 		v := s.pairs[k].value
-		i := bytes.Index(b[from:], v)
+		i := s.pairs[k].index(b[from:])
 		if i < 0 {
 			continue
 		}

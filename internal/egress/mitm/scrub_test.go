@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"net/textproto"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,15 +450,76 @@ func TestScrubberStream(t *testing.T) {
 	}
 }
 
+// BenchmarkScrubWriter: one and three secrets over 32 KiB writes of random bytes (a
+// download) and of text.
 func BenchmarkScrubWriter(b *testing.B) {
-	sc := newScrubber([]scrubPair{{value: []byte(echoValue), placeholder: []byte(phA)}})
-	buf := make([]byte, bufSize)
-	for i := range buf {
-		buf[i] = byte('a' + i%26)
+	random := make([]byte, bufSize)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range random {
+		random[i] = byte(rng.Uint32())
 	}
-	sw := &scrubWriter{s: sc, w: io.Discard}
-	b.SetBytes(int64(len(buf)))
-	for b.Loop() {
-		sw.Write(buf)
+	text := make([]byte, bufSize)
+	for i := range text {
+		text[i] = "the quick brown fox jumps over the lazy dog sk- "[i%48]
+	}
+	for _, n := range []int{1, 3} {
+		var pairs []scrubPair
+		for i := range n {
+			pairs = append(pairs, scrubPair{secret: i, value: []byte(fmt.Sprint(echoValue, i)), placeholder: []byte(phA)})
+		}
+		for name, buf := range map[string][]byte{"random": random, "text": text} {
+			b.Run(fmt.Sprintf("%s/%d-secrets", name, n), func(b *testing.B) {
+				sw := &scrubWriter{s: newScrubber(pairs), w: io.Discard}
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					sw.Write(buf)
+				}
+			})
+		}
+	}
+}
+
+// TestFramingUpstreamOffersHTTP2: an upstream that offers HTTP/2 beside HTTP/1.1 is spoken to
+// in HTTP/1.1 (the interceptor offers only that), keep-alive across several requests.
+func TestFramingUpstreamOffersHTTP2(t *testing.T) {
+	e := newEnv(t, secretsAB(false), false)
+	e.setVar("TEST_OPENAI", echoValue)
+	var protos []string
+	var mu sync.Mutex
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos = append(protos, r.Proto)
+		mu.Unlock()
+		io.WriteString(w, "proto "+r.Proto+" auth "+r.Header.Get("Authorization"))
+	})}
+	var upConns atomic.Int64
+	srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			upConns.Add(1)
+		}
+	}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TLSConfig = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return e.upCA.Leaf(h.ServerName) }}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { e.close(); srv.Close(); <-done })
+	e.dialTo.Store(ln.Addr().String())
+	c := e.client("api.example.com", nil)
+	for i := 0; i < 3; i++ {
+		resp, body := do(t, c, "GET", "https://api.example.com/h2", nil, map[string]string{"Authorization": phA})
+		if resp.StatusCode != 200 || body != "proto HTTP/1.1 auth "+phA {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(protos) != 3 || upConns.Load() != 1 || e.accepted.Load() != 1 {
+		t.Fatalf("protos %v, upstream connections %d, sandbox connections %d", protos, upConns.Load(), e.accepted.Load())
 	}
 }
