@@ -128,8 +128,35 @@ func TestScrubEchoedValue(t *testing.T) {
 			}
 			calls := e.waitScrubbed(t, map[string]int64{"OPENAI_API_KEY": 3})
 			e.assertNoValue(t, calls, echoValue)
+			var scrubs []egress.SecretCall
+			for _, c := range calls {
+				if c.Scrubbed > 0 {
+					scrubs = append(scrubs, c)
+				}
+			}
+			if len(scrubs) != 1 || scrubs[0].Path != "/echo" || scrubs[0].Method != "GET" || scrubs[0].Host != "api.example.com" ||
+				scrubs[0].SandboxID != "sb-test" || !strings.Contains(scrubs[0].Reason, "3 time(s)") {
+				t.Fatalf("scrub records %+v", scrubs)
+			}
 		})
 	}
+}
+
+// TestScrubPlainHTTP: over plain HTTP the value is never sent, but a host that has it (from an
+// earlier HTTPS request) and shows it gets it scrubbed all the same.
+func TestScrubPlainHTTP(t *testing.T) {
+	e := newEnv(t, secretsAB(false), true)
+	e.setVar("TEST_OPENAI", echoValue)
+	e.handler.Store(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Last-Key", echoValue)
+		io.WriteString(w, "last key seen: "+echoValue)
+	}))
+	c := e.client("api.example.com", nil)
+	resp, body := do(t, c, "GET", "http://api.example.com/debug", nil, nil)
+	if body != "last key seen: "+phA || resp.Header.Get("X-Last-Key") != phA {
+		t.Fatalf("%q %v", body, resp.Header)
+	}
+	e.waitScrubbed(t, map[string]int64{"OPENAI_API_KEY": 2})
 }
 
 // TestScrubNarrowsAcceptEncoding: upstream is asked only for codings the proxy decodes; a
