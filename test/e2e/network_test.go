@@ -710,9 +710,18 @@ func (n *netEnv) secrets(t *testing.T, sb sandbox.Sandbox) {
 	if len(rec) != 1 || rec[0].Get("Authorization") != "Bearer "+n.secret || rec[0].Get("X-File") != n.fileV[0] {
 		t.Errorf("alt.lab saw %v, want the real values", rec)
 	}
+	placeholder := strings.TrimSpace(n.sh(t, sb.ID, `echo $LAB_TOKEN`).Stdout)
+	// The named host echoing what it got (the real values) gives the sandbox the placeholder.
+	t0 := tag("echoed")
+	r = n.sh(t, sb.ID, `curl -sS --max-time 20 --compressed -H "Authorization: Bearer $LAB_TOKEN" 'https://alt.lab/echo-headers?tag=`+t0+`'`)
+	if rec := n.lab.Recorded(t0); len(rec) != 1 || rec[0].Get("Authorization") != "Bearer "+n.secret {
+		t.Errorf("alt.lab saw %v, want the real value", rec)
+	}
+	if strings.Contains(r.Stdout, n.secret) || !strings.Contains(r.Stdout, "Bearer "+placeholder) {
+		t.Errorf("HOLE: the echo of the request reached the sandbox as %q (exit %d, %q)", r.Stdout, r.ExitCode, r.Stderr)
+	}
 	// Another allowed host gets the placeholder, over TLS (not intercepted: the lab's own
 	// certificate) and over plain HTTP.
-	placeholder := strings.TrimSpace(n.sh(t, sb.ID, `echo $LAB_TOKEN`).Stdout)
 	t2, t3 := tag("tls-other"), tag("http-other")
 	n.sh(t, sb.ID, `curl -sS --max-time 20 --cacert /tmp/lab-ca.pem -H "Authorization: Bearer $LAB_TOKEN" 'https://tls.lab/echo-headers?quiet=1&tag=`+t2+`'; curl -sS --max-time 20 -H "Authorization: Bearer $LAB_TOKEN" 'http://good.lab/echo-headers?quiet=1&tag=`+t3+`'`)
 	for _, tg := range []string{t2, t3} {
