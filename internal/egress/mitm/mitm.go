@@ -301,7 +301,7 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 			return v, 0, true
 		}
 		dec := string(raw)
-		changed := false
+		changed, last := false, 0
 		for k := range secrets {
 			ph := secrets[k].Placeholder
 			if ph == "" || !strings.Contains(dec, ph) {
@@ -327,12 +327,16 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 				states[k].add(reason)
 				return v, k, false
 			}
-			dec, changed = nd, true
+			dec, changed, last = nd, true, k
 		}
 		if !changed {
 			return v, 0, true
 		}
-		return scheme + " " + base64.StdEncoding.EncodeToString([]byte(dec)), 0, true
+		enc := base64.StdEncoding.EncodeToString([]byte(dec))
+		// an echo of the header would carry the value encoded: the encoded credentials sent
+		// upstream are scrubbed back to those the sandbox sent
+		s.rememberPair(scrubPair{secret: last, value: []byte(enc), placeholder: []byte(strings.TrimSpace(cred))})
+		return scheme + " " + enc, 0, true
 	}
 	fail := func(k int) (bool, error) {
 		record()
@@ -437,6 +441,10 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 		if v, ok := narrowAcceptEncoding(req.Header.Values("Accept-Encoding")); ok {
 			req.Header.Set("Accept-Encoding", v)
 		}
+		// Whole bodies only: two ranges could each hold a part of a value, neither part
+		// scrubbed (a server may always answer a range request with the whole body).
+		req.Header.Del("Range")
+		req.Header.Del("If-Range")
 	}
 
 	if _, ok := req.Header["User-Agent"]; !ok {
@@ -469,12 +477,17 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 // remember adds secret k's value val to those taken out of this connection's responses and
 // errors.
 func (s *session) remember(k int, val string) {
-	for _, p := range s.values {
-		if p.secret == k && string(p.value) == val {
+	s.rememberPair(scrubPair{secret: k, value: []byte(val), placeholder: []byte(s.t.Secrets[k].Placeholder)})
+}
+
+// rememberPair adds p to the pairs taken out of this connection's responses and errors.
+func (s *session) rememberPair(p scrubPair) {
+	for _, q := range s.values {
+		if bytes.Equal(q.value, p.value) {
 			return
 		}
 	}
-	s.values = append(s.values, scrubPair{secret: k, value: []byte(val), placeholder: []byte(s.t.Secrets[k].Placeholder)})
+	s.values = append(s.values, p)
 }
 
 func (st *secretState) add(reason string) {

@@ -600,3 +600,31 @@ func processCPU() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestScrubEchoedBasicCredentials: a host echoing HTTP Basic credentials (as git sends a
+// token) returns the value base64-encoded; the sandbox gets back the credentials it sent.
+// A range request is sent for the whole body, so no two ranges split a value between them.
+func TestScrubEchoedBasicCredentials(t *testing.T) {
+	e := newEnv(t, secretsAB(false), false)
+	e.setVar("TEST_OPENAI", echoValue)
+	var ranges []string
+	var mu sync.Mutex
+	e.handler.Store(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		ranges = append(ranges, r.Header.Get("Range"))
+		mu.Unlock()
+		io.WriteString(w, "you sent "+r.Header.Get("Authorization"))
+	}))
+	c := e.client("api.example.com", nil)
+	sent := basicAuth("x-access-token", phA)
+	_, body := do(t, c, "GET", "https://api.example.com/info/refs", nil, map[string]string{"Authorization": sent, "Range": "bytes=10-20"})
+	if body != "you sent "+sent {
+		t.Fatalf("body %q, want %q", body, "you sent "+sent)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ranges) != 1 || ranges[0] != "" {
+		t.Fatalf("upstream saw Range %q", ranges)
+	}
+	e.waitScrubbed(t, map[string]int64{"OPENAI_API_KEY": 1})
+}
