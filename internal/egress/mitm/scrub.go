@@ -147,13 +147,14 @@ func (s *scrubber) next(b []byte, from int) (pos, pair int) {
 	return pos, pair
 }
 
-// appendScrubbed appends b with every value replaced to dst; it returns dst and the offset
-// in b after the last replacement.
-func (s *scrubber) appendScrubbed(dst, b []byte) ([]byte, int) {
-	i := 0
+// appendScrubbed appends b[from:] with every value replaced to dst, taking only matches that
+// start before limit (len(b): all); it returns dst and the offset in b after the last
+// replacement (from when none): the bytes from there on are not in dst.
+func (s *scrubber) appendScrubbed(dst, b []byte, from, limit int) ([]byte, int) {
+	i := from
 	for {
 		pos, k := s.next(b, i)
-		if pos < 0 {
+		if pos < 0 || pos >= limit {
 			return dst, i
 		}
 		dst = append(dst, b[i:pos]...)
@@ -175,13 +176,13 @@ func (s *scrubber) String(v string) string {
 	if !found {
 		return v
 	}
-	out, i := s.appendScrubbed(nil, []byte(v))
+	out, i := s.appendScrubbed(nil, []byte(v), 0, len(v))
 	return string(append(out, v[i:]...))
 }
 
-// held is how many bytes at the end of b (which holds no whole value) could be the start of
-// a value that later bytes complete: the longest suffix of b that is a proper prefix of any
-// value, found with each value's prefix function over at most its length - 1 last bytes.
+// held is how many bytes at the end of b could be the start of a value that later bytes
+// complete: the longest suffix of b that is a proper prefix of any value, found with each
+// value's prefix function over at most its length - 1 last bytes.
 func (s *scrubber) held(b []byte) int {
 	h := 0
 	for _, p := range s.pairs {
@@ -197,7 +198,7 @@ func (s *scrubber) held(b []byte) int {
 			if c == p.value[k] {
 				k++
 			}
-			if k == len(p.value) { // cannot happen: b holds no whole value
+			if k == len(p.value) { // a whole value: not a proper prefix, look for a shorter one
 				k = p.fail[k-1]
 			}
 		}
@@ -223,23 +224,36 @@ func (sw *scrubWriter) Write(p []byte) (int, error) {
 		sw.pend = append(sw.pend, p...)
 		b = sw.pend
 	}
-	out, i := sw.s.appendScrubbed(sw.out[:0], b)
-	keep := sw.s.held(b[i:])
+	// A match is taken only if it starts before the held tail (the longest suffix that could
+	// begin a value): a value starting there that later bytes complete would be the leftmost
+	// match. When a replacement runs over that tail, what could still grow starts after it:
+	// the tail is found again from there.
+	out, i := sw.out[:0], 0
+	keepFrom := 0
+	for {
+		keepFrom = len(b) - sw.s.held(b[i:])
+		var j int
+		out, j = sw.s.appendScrubbed(out, b, i, keepFrom)
+		if j <= keepFrom {
+			i = j
+			break
+		}
+		i = j
+	}
 	if i == 0 && len(sw.pend) == 0 {
 		// nothing replaced: write straight from p (the common case, no copy)
-		if keep < len(b) {
-			if _, err := sw.w.Write(b[:len(b)-keep]); err != nil {
+		if keepFrom > 0 {
+			if _, err := sw.w.Write(b[:keepFrom]); err != nil {
 				return 0, err
 			}
 		}
-		sw.pend = append(sw.pend, b[len(b)-keep:]...)
+		sw.pend = append(sw.pend, b[keepFrom:]...)
 		return len(p), nil
 	}
-	out = append(out, b[i:len(b)-keep]...)
+	out = append(out, b[i:keepFrom]...)
 	sw.out = out
 	// b may alias pend: move the tail to its front before writing (write does not touch pend).
-	tail := b[len(b)-keep:]
-	sw.pend = append(sw.pend[:0], tail...)
+	sw.pend = append(sw.pend[:0], b[keepFrom:]...)
 	if len(out) > 0 {
 		if _, err := sw.w.Write(out); err != nil {
 			return 0, err
@@ -248,13 +262,15 @@ func (sw *scrubWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Close writes what is held back (the stream ended: it is no value's start any more).
+// Close writes what is held back, scrubbed as the stream's end (no value can grow further).
 func (sw *scrubWriter) Close() error {
 	if len(sw.pend) == 0 {
 		return nil
 	}
-	_, err := sw.w.Write(sw.pend)
+	out, i := sw.s.appendScrubbed(sw.out[:0], sw.pend, 0, len(sw.pend))
+	out = append(out, sw.pend[i:]...)
 	sw.pend = sw.pend[:0]
+	_, err := sw.w.Write(out)
 	return err
 }
 

@@ -430,26 +430,7 @@ func TestScrubberStream(t *testing.T) {
 	for i, v := range values {
 		pairs = append(pairs, scrubPair{secret: i, value: []byte(v), placeholder: []byte(phs[i])})
 	}
-	// reference: leftmost match, longest on a tie
-	ref := func(s string) string {
-		var out strings.Builder
-		for i := 0; i < len(s); {
-			best := -1
-			for k, v := range values {
-				if strings.HasPrefix(s[i:], v) && (best < 0 || len(v) > len(values[best])) {
-					best = k
-				}
-			}
-			if best < 0 {
-				out.WriteByte(s[i])
-				i++
-				continue
-			}
-			out.WriteString(phs[best])
-			i += len(values[best])
-		}
-		return out.String()
-	}
+	ref := func(s string) string { return refScrub(s, values, phs) }
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 2000; round++ {
 		var in strings.Builder
@@ -627,4 +608,63 @@ func TestScrubEchoedBasicCredentials(t *testing.T) {
 		t.Fatalf("upstream saw Range %q", ranges)
 	}
 	e.waitScrubbed(t, map[string]int64{"OPENAI_API_KEY": 1})
+}
+
+// refScrub is the scrubber's meaning, written plainly: at each position the longest value that
+// starts there is replaced, else the byte is kept.
+func refScrub(s string, values, phs []string) string {
+	var out strings.Builder
+	for i := 0; i < len(s); {
+		best := -1
+		for k, v := range values {
+			if v != "" && strings.HasPrefix(s[i:], v) && (best < 0 || len(v) > len(values[best])) {
+				best = k
+			}
+		}
+		if best < 0 {
+			out.WriteByte(s[i])
+			i++
+			continue
+		}
+		out.WriteString(phs[best])
+		i += len(values[best])
+	}
+	return out.String()
+}
+
+// FuzzScrubWriter: two values (any bytes) and a body written in pieces of the sizes the
+// fuzzer picks come out as refScrub says, and what is held back stays under the longest value.
+func FuzzScrubWriter(f *testing.F) {
+	f.Add("abab", "ba", []byte("xxababababa bab"), uint8(3))
+	f.Add("aaa", "aab", []byte("aaaaaabaaab"), uint8(1))
+	f.Add(echoValue, "sk-", []byte("sk-sk-live-"+echoValue+"sk-li"), uint8(7))
+	f.Fuzz(func(t *testing.T, v1, v2 string, body []byte, step uint8) {
+		if v1 == "" || v2 == "" || len(v1) > 64 || len(v2) > 64 {
+			return
+		}
+		values := []string{v1, v2}
+		phs := []string{"<P1>", "<P2>"}
+		if v1 == v2 {
+			values, phs = values[:1], phs[:1]
+		}
+		var pairs []scrubPair
+		for i := range values {
+			pairs = append(pairs, scrubPair{secret: i, value: []byte(values[i]), placeholder: []byte(phs[i])})
+		}
+		var out bytes.Buffer
+		sw := &scrubWriter{s: newScrubber(pairs), w: &out}
+		n := int(step%16) + 1
+		for rest := body; len(rest) > 0; {
+			k := min(len(rest), n)
+			sw.Write(rest[:k])
+			if len(sw.pend) >= max(len(v1), len(v2)) {
+				t.Fatalf("held back %d bytes", len(sw.pend))
+			}
+			rest = rest[k:]
+		}
+		sw.Close()
+		if want := refScrub(string(body), values, phs); out.String() != want {
+			t.Fatalf("values %q %q, body %q:\n got %q\nwant %q", v1, v2, body, out.String(), want)
+		}
+	})
 }
