@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 )
@@ -166,12 +168,17 @@ type session struct {
 	cbr  *bufio.Reader
 	cbw  *bufio.Writer
 
-	mu   sync.Mutex // guards up against closeUpstream from ctx's AfterFunc
-	up   net.Conn
-	ulim *io.LimitedReader
-	ubr  *bufio.Reader
-	ubw  *bufio.Writer
-	used bool // up has carried a request
+	mu sync.Mutex // guards up and h2 against closeUpstream from ctx's AfterFunc
+	up net.Conn
+	h2 *http2.ClientConn // up speaks HTTP/2 (h2.go)
+	// reqBody is the current request's body when it went over HTTP/2, read by the
+	// ClientConn's own goroutine: until it has been read to its end, the sandbox's connection
+	// cannot carry another request.
+	reqBody *doneBody
+	ulim    *io.LimitedReader
+	ubr     *bufio.Reader
+	ubw     *bufio.Writer
+	used    bool // up has carried a request
 
 	// values are those resolved on this connection (a value rotated since is still taken
 	// out of responses and errors).
@@ -468,6 +475,9 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 	if err != nil || !keep {
 		return false, err
 	}
+	if s.reqBody != nil && !s.reqBody.done.Load() {
+		return false, nil // upstream answered before the whole body was sent: the rest is on the connection
+	}
 	if resp.Close {
 		s.closeUpstream()
 	}
@@ -503,9 +513,22 @@ func (st *secretState) add(reason string) {
 // other than 101 are relayed to the sandbox). A bodiless request on a reused connection that
 // upstream had closed is sent again on a new one.
 func (s *session) roundTrip(ctx context.Context, req *http.Request, sc *scrubber) (*http.Response, error) {
+	s.reqBody = nil
 	for attempt := 0; ; attempt++ {
-		if err := s.ensureUpstream(ctx); err != nil {
+		if err := s.ensureUpstream(ctx, isUpgrade(req)); err != nil {
 			return nil, err
+		}
+		s.mu.Lock()
+		cc := s.h2
+		s.mu.Unlock()
+		if cc != nil {
+			resp, body, err := s.roundTripH2(ctx, cc, req, sc)
+			s.reqBody = body
+			if err != nil {
+				s.closeUpstream()
+				return nil, err
+			}
+			return resp, nil
 		}
 		reused := s.used
 		s.used = true
@@ -546,12 +569,40 @@ func (s *session) roundTrip(ctx context.Context, req *http.Request, sc *scrubber
 	}
 }
 
-func (s *session) ensureUpstream(ctx context.Context) error {
+// isUpgrade reports whether req asks to switch protocols (a WebSocket, say), which only
+// HTTP/1.1 carries.
+func isUpgrade(req *http.Request) bool {
+	if req.Header.Get("Upgrade") == "" {
+		return false
+	}
+	for _, v := range req.Header.Values("Connection") {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ensureUpstream dials upstream when there is no connection, or when the one there speaks
+// HTTP/2 and the request is an upgrade or the connection takes no new request. Upstream is
+// offered h2 and http/1.1 (http/1.1 alone for an upgrade).
+func (s *session) ensureUpstream(ctx context.Context, upgrade bool) error {
 	s.mu.Lock()
-	up := s.up
+	up, cc := s.up, s.h2
 	s.mu.Unlock()
+	if up != nil && cc != nil && (upgrade || !cc.CanTakeNewRequest()) {
+		s.closeUpstream()
+		up = nil
+	}
 	if up != nil {
 		return nil
+	}
+	cc = nil
+	protos := []string{"h2", "http/1.1"}
+	if upgrade {
+		protos = []string{"http/1.1"}
 	}
 	raw, err := s.dial(ctx)
 	if err != nil {
@@ -560,7 +611,7 @@ func (s *session) ensureUpstream(ctx context.Context) error {
 	conn := raw
 	if s.tls {
 		tc := tls.Client(raw, &tls.Config{ServerName: s.host, RootCAs: s.i.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"http/1.1"}})
+			NextProtos: protos})
 		hctx, cancel := context.WithTimeout(ctx, s.i.cfg.HandshakeTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
@@ -569,9 +620,16 @@ func (s *session) ensureUpstream(ctx context.Context) error {
 			return fmt.Errorf("TLS with %s: %w", s.host, err)
 		}
 		conn = tc
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			cc, err = h2Transport.NewClientConn(tc)
+			if err != nil {
+				raw.Close()
+				return fmt.Errorf("HTTP/2 with %s: %w", s.host, err)
+			}
+		}
 	}
 	s.mu.Lock()
-	s.up = conn
+	s.up, s.h2 = conn, cc
 	s.mu.Unlock()
 	if ctx.Err() != nil { // the AfterFunc may have run before up was set
 		s.closeUpstream()
@@ -587,6 +645,10 @@ func (s *session) ensureUpstream(ctx context.Context) error {
 func (s *session) closeUpstream() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.h2 != nil {
+		s.h2.Close()
+		s.h2 = nil
+	}
 	if s.up != nil {
 		s.up.Close()
 		s.up = nil

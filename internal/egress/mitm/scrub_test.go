@@ -488,48 +488,114 @@ func BenchmarkScrubWriter(b *testing.B) {
 	}
 }
 
-// TestFramingUpstreamOffersHTTP2: an upstream that offers HTTP/2 beside HTTP/1.1 is spoken to
-// in HTTP/1.1 (the interceptor offers only that), keep-alive across several requests.
-func TestFramingUpstreamOffersHTTP2(t *testing.T) {
-	e := newEnv(t, secretsAB(false), false)
-	e.setVar("TEST_OPENAI", echoValue)
-	var protos []string
-	var mu sync.Mutex
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		protos = append(protos, r.Proto)
-		mu.Unlock()
-		io.WriteString(w, "proto "+r.Proto+" auth "+r.Header.Get("Authorization"))
-	})}
-	var upConns atomic.Int64
-	srv.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			upConns.Add(1)
-		}
-	}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetHTTP2(true)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.TLSConfig = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return e.upCA.Leaf(h.ServerName) }}
-	done := make(chan struct{})
-	go func() { defer close(done); srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() { e.close(); srv.Close(); <-done })
-	e.dialTo.Store(ln.Addr().String())
-	c := e.client("api.example.com", nil)
-	for i := 0; i < 3; i++ {
-		resp, body := do(t, c, "GET", "https://api.example.com/h2", nil, map[string]string{"Authorization": phA})
-		if resp.StatusCode != 200 || body != "proto HTTP/1.1 auth "+phA {
-			t.Fatalf("%d %q", resp.StatusCode, body)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(protos) != 3 || upConns.Load() != 1 || e.accepted.Load() != 1 {
-		t.Fatalf("protos %v, upstream connections %d, sandbox connections %d", protos, upConns.Load(), e.accepted.Load())
+// TestFramingUpstreamHTTP2: an upstream that offers HTTP/2 (beside HTTP/1.1, or alone) is
+// spoken to in HTTP/2 over one connection across several requests, bodies, trailers and 103s
+// included, scrubbed like any other; an upgrade goes over an HTTP/1.1 connection of its own.
+func TestFramingUpstreamHTTP2(t *testing.T) {
+	for _, h1 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("http1-too=%v", h1), func(t *testing.T) {
+			e := newEnv(t, secretsAB(false), false)
+			e.setVar("TEST_OPENAI", echoValue)
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				auth := r.Header.Get("Authorization")
+				switch r.URL.Path {
+				case "/upload":
+					b, _ := io.ReadAll(r.Body)
+					io.WriteString(w, r.Proto+" got "+string(b))
+				case "/trailers":
+					w.Header().Set("Trailer", "X-Checksum")
+					w.Header().Set("Link", "</a.css>")
+					w.WriteHeader(http.StatusEarlyHints)
+					io.WriteString(w, r.Proto+" body")
+					w.Header().Set("X-Checksum", "sum-"+auth)
+				case "/ws":
+					if r.ProtoMajor != 1 {
+						http.Error(w, "upgrade over "+r.Proto, 400)
+						return
+					}
+					c, brw, err := http.NewResponseController(w).Hijack()
+					if err != nil {
+						return
+					}
+					defer c.Close()
+					io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+					line, _ := brw.ReadString('\n')
+					io.WriteString(c, "echo: "+line)
+				default:
+					io.WriteString(w, "proto "+r.Proto+" auth "+auth)
+				}
+			})}
+			var upConns atomic.Int64
+			srv.ConnState = func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					upConns.Add(1)
+				}
+			}
+			srv.Protocols = new(http.Protocols)
+			srv.Protocols.SetHTTP1(h1)
+			srv.Protocols.SetHTTP2(true)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.TLSConfig = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return e.upCA.Leaf(h.ServerName) }}
+			done := make(chan struct{})
+			go func() { defer close(done); srv.ServeTLS(ln, "", "") }()
+			t.Cleanup(func() { e.close(); srv.Close(); <-done })
+			e.dialTo.Store(ln.Addr().String())
+			c := e.client("api.example.com", nil)
+			for i := 0; i < 3; i++ {
+				resp, body := do(t, c, "GET", "https://api.example.com/h2", nil, map[string]string{"Authorization": phA})
+				if resp.StatusCode != 200 || body != "proto HTTP/2.0 auth "+phA {
+					t.Fatalf("%d %q", resp.StatusCode, body)
+				}
+			}
+			resp, body := do(t, c, "POST", "https://api.example.com/upload", strings.NewReader("the payload"), nil)
+			if resp.StatusCode != 200 || body != "HTTP/2.0 got the payload" {
+				t.Fatalf("upload: %d %q", resp.StatusCode, body)
+			}
+			var hints int
+			trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				if code == http.StatusEarlyHints && h.Get("Link") == "</a.css>" {
+					hints++
+				}
+				return nil
+			}}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", "https://api.example.com/trailers", nil)
+			req.Header.Set("Authorization", phA)
+			tr, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(tr.Body)
+			tr.Body.Close()
+			if string(b) != "HTTP/2.0 body" || tr.Trailer.Get("X-Checksum") != "sum-"+phA || hints != 1 {
+				t.Fatalf("body %q, trailer %v, hints %d", b, tr.Trailer, hints)
+			}
+			if n := upConns.Load(); n != 1 || e.accepted.Load() != 1 {
+				t.Fatalf("%d upstream connections, %d sandbox connections", n, e.accepted.Load())
+			}
+			e.waitScrubbed(t, map[string]int64{"OPENAI_API_KEY": 4})
+
+			// an upgrade: a connection of its own, in HTTP/1.1 (refused where upstream has none)
+			conn := e.dialSandbox(t)
+			fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+			br := bufio.NewReader(conn)
+			up, err := http.ReadResponse(br, nil)
+			if !h1 {
+				if err != nil || up.StatusCode != http.StatusBadGateway {
+					t.Fatalf("upgrade to an HTTP/2-only upstream: %v %v", up, err)
+				}
+				return
+			}
+			if err != nil || up.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("upgrade: %v %v", up, err)
+			}
+			io.WriteString(conn, "ping\n")
+			if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+				t.Fatalf("after the upgrade: %q %v", line, err)
+			}
+		})
 	}
 }
 
