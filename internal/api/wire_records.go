@@ -212,6 +212,7 @@ func wireSecretCall(v egress.SecretCall) wire.SecretCall {
 		Method:    v.Method,
 		Path:      v.Path,
 		Replaced:  v.Replaced,
+		Scrubbed:  v.Scrubbed,
 		Reason:    v.Reason,
 	}
 }

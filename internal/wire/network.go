@@ -33,7 +33,10 @@ type SecretCall struct {
 	Path      string    `json:"path"`
 	// Replaced is false when the placeholder went to a host the secret does not list (it was
 	// left as it was) or the value could not be resolved; Reason says which.
-	Replaced bool   `json:"replaced"`
+	Replaced bool `json:"replaced"`
+	// Scrubbed is how many times the response carried the secret's value, each replaced by
+	// its placeholder before it reached the sandbox.
+	Scrubbed int64  `json:"scrubbed,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 }
 
