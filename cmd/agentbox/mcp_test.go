@@ -343,7 +343,8 @@ func TestMCPStdioUsesRunningServer(t *testing.T) {
 }
 
 // TestMCPStreamableHTTP: serve's /mcp with the token, under each protocol version; and the
-// HTTP hardening: no token → 401, another Origin → 403, a rebinding Host → 403.
+// HTTP hardening: no token → 401, another Origin (scheme, host or port) → 403, a rebinding
+// Host → 403.
 func TestMCPStreamableHTTP(t *testing.T) {
 	testenv.RequireRoot(t)
 	url, _ := serve(t, testenv.ShortTempDir(t, "abmcp"))
@@ -391,6 +392,11 @@ func TestMCPStreamableHTTP(t *testing.T) {
 		{"rebinding Host", map[string]string{"Authorization": auth, "Host": "evil.example:8765"}, 403, "loopback"},
 		{"rebinding Host and Origin", map[string]string{"Authorization": auth, "Host": "evil.example", "Origin": "http://evil.example"}, 403, "loopback"},
 		{"same origin", map[string]string{"Authorization": auth, "Origin": url}, 200, `"protocolVersion"`},
+		// The origin is the scheme, host and port: an https page of the same host and port is
+		// another origin of a plain HTTP server, and so is another port of the same host.
+		{"https origin on plain HTTP", map[string]string{"Authorization": auth, "Origin": "https://" + strings.TrimPrefix(url, "http://")}, 403, "cross-origin"},
+		{"another port", map[string]string{"Authorization": auth, "Origin": "http://127.0.0.1:1"}, 403, "cross-origin"},
+		{"opaque origin", map[string]string{"Authorization": auth, "Origin": "null"}, 403, "cross-origin"},
 		{"no origin (not a browser)", map[string]string{"Authorization": auth}, 200, `"serverInfo"`},
 		{"localhost Host", map[string]string{"Authorization": auth, "Host": "localhost" + strings.TrimPrefix(url, "http://127.0.0.1")}, 200, `"serverInfo"`},
 	}

@@ -430,8 +430,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// decode reads a bounded JSON body, refusing unknown fields and trailing data.
+// bodyTooLarge is the error of a JSON body over limit bytes: FILE_TOO_LARGE (413) with the
+// limit in its message and details.
+func bodyTooLarge(limit int64) error {
+	return errcode.New(errcode.FileTooLarge, "request body exceeds %d bytes, this server's bound for a JSON body; send less (large files go through PUT .../files)", limit).With("limit", limit)
+}
+
+// readJSONBody reads a whole JSON body of at most MaxJSONBody bytes: one declared over it is
+// refused before a byte is read, one that grows over it when it does.
+func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > MaxJSONBody {
+		return nil, bodyTooLarge(MaxJSONBody)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, bodyTooLarge(mbe.Limit)
+	case err != nil:
+		return nil, errcode.New(errcode.InvalidArgument, "request body: %v", err)
+	}
+	return b, nil
+}
+
+// decode reads a bounded JSON body, refusing unknown fields and trailing data. A body
+// declared over the bound is refused before a byte of it is read.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength > MaxJSONBody {
+		return bodyTooLarge(MaxJSONBody)
+	}
 	body := http.MaxBytesReader(w, r.Body, MaxJSONBody)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -441,7 +468,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &mbe):
-			return errcode.New(errcode.InvalidArgument, "request body exceeds %d bytes; send less (large files go through PUT .../files)", MaxJSONBody)
+			return bodyTooLarge(mbe.Limit)
 		case errors.Is(err, io.EOF):
 			return errcode.New(errcode.InvalidArgument, "request body is empty; send a JSON object")
 		case errors.As(err, &ute):

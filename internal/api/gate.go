@@ -80,9 +80,9 @@ func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, s
 		if secretBodies[pattern] {
 			args["body_bytes"] = r.ContentLength // a join token is never recorded
 		} else if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
-			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+			b, err := readJSONBody(w, r)
 			if err != nil {
-				writeError(w, errcode.New(errcode.InvalidArgument, "request body: %v (at most %d bytes of JSON)", err, MaxJSONBody), 0)
+				writeError(w, err, 0)
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(b))

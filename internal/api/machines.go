@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 
@@ -49,9 +50,18 @@ func (s *Server) joinMachine(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req proto.JoinRequest
+	if r.ContentLength > proto.MaxJoinBody {
+		s.fail(w, r, bodyTooLarge(proto.MaxJoinBody))
+		return
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, proto.MaxJoinBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.fail(w, r, bodyTooLarge(mbe.Limit))
+			return
+		}
 		s.fail(w, r, errcode.New(errcode.InvalidArgument, "join request: %v (a JSON object of at most %d bytes)", err, proto.MaxJoinBody))
 		return
 	}

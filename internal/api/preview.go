@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandboxid"
 )
@@ -22,7 +23,15 @@ import (
 // Access: the server's bearer token (Authorization header), or the exposure's access token —
 // given once as ?agentbox_token=… (answered with a redirect to the same URL without it and a
 // host-only, HttpOnly, SameSite=Strict cookie), then sent as that cookie — or none when the
-// exposure is public. Neither token is ever forwarded to the sandbox.
+// exposure is public.
+//
+// Isolation: every preview host is its own origin, and a sandbox's app is an untrusted one.
+// No agentbox credential is forwarded to it (the Authorization header when it carries the
+// server's token or an API key, X-Api-Key, the access token in the query, every cookie named
+// agentbox_…). Its responses cannot reach beyond its own host: a Set-Cookie loses any Domain
+// attribute (Domain=localhost would set the cookie for the API and every other preview) and
+// one naming an agentbox cookie is dropped, as is a Clear-Site-Data that would clear cookies
+// (browsers clear them for the whole site, every preview's and the API's included).
 
 // PreviewBackend is what preview URLs need from the control plane (*sandbox.Service).
 type PreviewBackend interface {
@@ -36,6 +45,9 @@ const (
 	PreviewTokenParam = "agentbox_token"
 	// PreviewCookie is the cookie that carries it afterwards.
 	PreviewCookie = "agentbox_preview"
+	// reservedCookiePrefix names agentbox's cookies: a preview never forwards them to the
+	// sandbox nor lets the sandbox set them.
+	reservedCookiePrefix = "agentbox_"
 	// maxPreviewResponseHeader bounds an upstream's response header, like the server's own.
 	maxPreviewResponseHeader = 64 << 10
 )
@@ -97,6 +109,10 @@ func (s *Server) newPreviewProxy(b PreviewBackend) *httputil.ReverseProxy {
 			pr.Out.Host = pr.In.Host // the app sees the name it was asked by
 			pr.SetXForwarded()
 		},
+		ModifyResponse: func(resp *http.Response) error {
+			confineResponse(resp.Header)
+			return nil
+		},
 		Transport:     tr,
 		FlushInterval: -1, // stream (server-sent events, long downloads)
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -137,19 +153,16 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request, id string, port
 		previewError(w, http.StatusNotFound, "agentbox preview: this server serves no preview URLs")
 		return
 	}
-	// Take agentbox's credentials off the request: the sandbox sees neither token.
-	bearer := false
-	if s.opts.Token != "" && s.authorized(r) {
-		bearer = true
-		r.Header.Del("Authorization")
-	}
+	// Take agentbox's credentials off the request: the sandbox sees none of them.
+	bearer := s.opts.Token != "" && s.authorized(r)
+	stripCredentials(r, s.opts.Token)
 	q := r.URL.Query()
 	fromQuery, inQuery := q.Get(PreviewTokenParam), q.Has(PreviewTokenParam)
 	if inQuery {
 		q.Del(PreviewTokenParam)
 		r.URL.RawQuery = q.Encode()
 	}
-	fromCookie := stripCookie(r, PreviewCookie)
+	fromCookie := stripCookies(r, PreviewCookie)
 	tok := fromCookie
 	if inQuery {
 		tok = fromQuery
@@ -196,9 +209,23 @@ func (s *Server) previewBackend() PreviewBackend {
 	return nil
 }
 
-// stripCookie removes every cookie called name from r's Cookie headers, keeping the others as
-// they were written, and returns the last one's value.
-func stripCookie(r *http.Request, name string) string {
+// stripCredentials takes every agentbox credential off a request bound for a sandbox: the
+// Authorization header when it is the server's token or an API key (an app's own
+// Authorization stays), X-Api-Key, and every cookie named agentbox_… (the preview cookie is
+// read by the caller first). The query's access token is the caller's: it needs its value.
+func stripCredentials(r *http.Request, token string) {
+	if cred, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		cred = strings.TrimSpace(cred)
+		if auth.IsKey(cred) || (token != "" && constantEq(cred, token)) {
+			r.Header.Del("Authorization")
+		}
+	}
+	r.Header.Del(APIKeyHeader)
+}
+
+// stripCookies removes every agentbox cookie (named agentbox_…) from r's Cookie headers,
+// keeping the others as they were written, and returns the value of the last one called name.
+func stripCookies(r *http.Request, name string) string {
 	hs := r.Header.Values("Cookie")
 	if len(hs) == 0 {
 		return ""
@@ -208,8 +235,11 @@ func stripCookie(r *http.Request, name string) string {
 	for _, h := range hs {
 		for _, part := range strings.Split(h, ";") {
 			k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+			k = strings.TrimSpace(k)
 			if k == name {
-				val = strings.Trim(v, `"`)
+				val = strings.Trim(strings.TrimSpace(v), `"`)
+			}
+			if reservedCookie(k) {
 				continue
 			}
 			if strings.TrimSpace(part) != "" {
@@ -222,4 +252,53 @@ func stripCookie(r *http.Request, name string) string {
 		r.Header.Set("Cookie", strings.Join(kept, "; "))
 	}
 	return val
+}
+
+// reservedCookie reports whether a cookie name is agentbox's (any case: a browser keeps
+// Agentbox_preview apart from agentbox_preview, but neither is the sandbox's to use).
+func reservedCookie(name string) bool {
+	return len(name) >= len(reservedCookiePrefix) && strings.EqualFold(name[:len(reservedCookiePrefix)], reservedCookiePrefix)
+}
+
+// confineResponse keeps a sandbox's response to its own preview host: each Set-Cookie loses
+// its Domain attributes (a host-only cookie reaches this preview host and no other; a Domain
+// of localhost would reach the API and every preview), one naming an agentbox cookie or that
+// a browser could read differently is dropped, and a Clear-Site-Data that clears cookies
+// (which browsers do for the whole site) is dropped.
+func confineResponse(h http.Header) {
+	if scs := h.Values("Set-Cookie"); len(scs) > 0 {
+		h.Del("Set-Cookie")
+		for _, sc := range scs {
+			if kept, ok := hostOnlyCookie(sc); ok {
+				h.Add("Set-Cookie", kept)
+			}
+		}
+	}
+	if csd := strings.ToLower(strings.Join(h.Values("Clear-Site-Data"), ",")); strings.Contains(csd, `"cookies"`) || strings.Contains(csd, `"*"`) {
+		h.Del("Clear-Site-Data")
+	}
+}
+
+// hostOnlyCookie is a Set-Cookie value without its Domain attributes, split as browsers split
+// it (RFC 6265 §5.2: the name=value pair up to the first ';', then ';'-separated attributes
+// whose names are compared case-insensitively); ok is false when it must be dropped: an agentbox
+// cookie, or one Go cannot parse (a browser might read it otherwise than this check does).
+func hostOnlyCookie(sc string) (string, bool) {
+	c, err := http.ParseSetCookie(sc)
+	if err != nil || reservedCookie(c.Name) {
+		return "", false
+	}
+	parts := strings.Split(sc, ";")
+	if n, _, _ := strings.Cut(parts[0], "="); reservedCookie(strings.TrimSpace(n)) {
+		return "", false
+	}
+	kept := parts[:1]
+	for _, a := range parts[1:] {
+		k, _, _ := strings.Cut(a, "=")
+		if strings.EqualFold(strings.TrimSpace(k), "domain") {
+			continue
+		}
+		kept = append(kept, a)
+	}
+	return strings.Join(kept, ";"), true
 }

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -304,4 +308,134 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// TestPreviewConfinesTheSandbox: a sandbox's web server behind a preview URL sets cookies for
+// Domain=localhost (which a browser would send to the API and to every other preview), for its
+// own name with a Domain, and under agentbox's cookie names; and it sends Clear-Site-Data. A
+// browser's cookie jar that follows the preview keeps only host-only cookies of that preview
+// host: the API host and another sandbox's preview get none, and agentbox's preview cookie
+// cannot be set from the sandbox. No agentbox credential (the server's token, an API key in
+// Authorization or X-Api-Key, agentbox cookies) reaches the sandbox's server.
+func TestPreviewConfinesTheSandbox(t *testing.T) {
+	const tok = "preview-test-server-token"
+	const apiKey = "abk_0123456789abcdef0123456789abcdef"
+	var mu sync.Mutex
+	var seenHdr []http.Header
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seenHdr = append(seenHdr, r.Header.Clone())
+		mu.Unlock()
+		if r.URL.Path == "/login" {
+			for _, c := range []string{
+				"everywhere=1; Domain=localhost; Path=/",
+				"dotted=2; Path=/; domain=.LOCALHOST; HttpOnly",
+				"mine=3; Domain=" + strings.Split(r.Host, ":")[0] + "; Path=/",
+				"plain=4; Path=/; SameSite=Lax",
+				"agentbox_preview=stolen; Domain=localhost; Path=/",
+				"Agentbox_Preview=stolen; Path=/",
+			} {
+				w.Header().Add("Set-Cookie", c)
+			}
+			w.Header().Set("Clear-Site-Data", `"cookies", "storage"`)
+		}
+		fmt.Fprintln(w, "ok")
+	}))
+	t.Cleanup(app.Close)
+	a, b := "sb-00000000000a", "sb-00000000000b"
+	fp := &fakePreview{exposures: map[string]fakeExposure{
+		a + ":8080": {public: true, addr: app.Listener.Addr().String()},
+		b + ":8080": {public: true, addr: app.Listener.Addr().String()},
+		a + ":3000": {token: "tok-a", addr: app.Listener.Addr().String()},
+	}}
+	h := api.New(nil, api.Options{Token: tok, Preview: fp})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(h.Close)
+	_, sport, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	urlOf := func(host string) string { return "http://" + host + ":" + sport + "/" }
+	previewA, previewB, apiHost := fmt.Sprintf("8080-%s.localhost", a), fmt.Sprintf("8080-%s.localhost", b), "localhost"
+
+	// A browser: a cookie jar, every name resolving to the server.
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
+	}}}
+	get := func(u string, hdr http.Header) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", u, nil)
+		maps.Copy(req.Header, hdr)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", u, resp.StatusCode)
+		}
+		return resp
+	}
+	resp := get(urlOf(previewA)+"login", http.Header{
+		"Authorization": {"Bearer " + apiKey},
+		"X-Api-Key":     {apiKey},
+		"Cookie":        {"app=1; agentbox_other=x; AGENTBOX_PREVIEW=y"},
+	})
+	for _, sc := range resp.Header.Values("Set-Cookie") {
+		if strings.Contains(strings.ToLower(sc), "domain") || strings.HasPrefix(strings.ToLower(sc), "agentbox_") {
+			t.Errorf("Set-Cookie %q reached the browser", sc)
+		}
+	}
+	if len(resp.Header.Values("Set-Cookie")) != 4 {
+		t.Errorf("Set-Cookie %q: want the sandbox's four own cookies, host-only", resp.Header.Values("Set-Cookie"))
+	}
+	if v := resp.Header.Get("Clear-Site-Data"); v != "" {
+		t.Errorf("Clear-Site-Data %q reached the browser: it clears every preview's cookies", v)
+	}
+	names := func(host string) []string {
+		u, _ := url.Parse(urlOf(host))
+		var out []string
+		for _, c := range jar.Cookies(u) {
+			out = append(out, c.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := names(previewA); !slices.Equal(got, []string{"dotted", "everywhere", "mine", "plain"}) {
+		t.Errorf("preview A's own cookies: %v", got)
+	}
+	for _, host := range []string{apiHost, previewB, "127.0.0.1"} {
+		if got := names(host); len(got) != 0 {
+			t.Errorf("%s got the sandbox's cookies %v", host, got)
+		}
+	}
+	// Another sandbox's preview is sent none of them.
+	get(urlOf(previewB), nil)
+	mu.Lock()
+	first, second := seenHdr[0], seenHdr[len(seenHdr)-1]
+	mu.Unlock()
+	if c := second.Get("Cookie"); c != "" {
+		t.Errorf("sandbox b was sent sandbox a's cookies: %q", c)
+	}
+	if first.Get("Authorization") != "" || first.Get("X-Api-Key") != "" || first.Get("Cookie") != "app=1" {
+		t.Errorf("the sandbox saw agentbox credentials: Authorization %q, X-Api-Key %q, Cookie %q",
+			first.Get("Authorization"), first.Get("X-Api-Key"), first.Get("Cookie"))
+	}
+	// The server's token in X-Api-Key on a private preview, with the preview cookie: the
+	// sandbox sees neither.
+	req, _ := http.NewRequest("GET", urlOf(fmt.Sprintf("3000-%s.localhost", a)), nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("X-Api-Key", tok)
+	if resp, err := (&http.Client{Transport: hc.Transport}).Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("private preview with the token: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	mu.Lock()
+	last := seenHdr[len(seenHdr)-1]
+	mu.Unlock()
+	if last.Get("Authorization") != "" || last.Get("X-Api-Key") != "" {
+		t.Errorf("the sandbox saw the server's token: %v", last)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/sameorigin"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -62,14 +63,14 @@ func ptyRequest(q url.Values) (sandbox.PTYRequest, error) {
 }
 
 // sameOriginOnly refuses a request a browser sends from another origin: a WebSocket handshake
-// is a GET that a web page may open to any host, so the Origin must be the server's own.
+// is a GET that a web page may open to any host, so the Origin must be the server's own
+// (scheme, host and port: internal/sameorigin).
 func sameOriginOnly(r *http.Request) error {
 	o := r.Header.Get("Origin")
 	if o == "" {
 		return nil // not a browser
 	}
-	u, err := url.Parse(o)
-	if err != nil || !strings.EqualFold(u.Host, r.Host) {
+	if !sameorigin.Same(r, o) { // scheme, host and port
 		return errcode.New(errcode.AuthFailed, "cross-origin request refused (Origin %q): the terminal endpoint does not serve web pages of other origins", o)
 	}
 	return nil

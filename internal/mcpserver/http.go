@@ -4,9 +4,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"strings"
 
+	"github.com/agentbox/agentbox/internal/sameorigin"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -37,7 +36,7 @@ func (s *Server) SSEHandler(opts HTTPOptions) http.Handler {
 }
 
 // sameOrigin refuses browser cross-origin requests: any request whose Origin is not the
-// server's own (every method, so an event stream cannot be opened from a web page either),
+// server's own — its scheme, host and port (internal/sameorigin) — (every method, so an event stream cannot be opened from a web page either),
 // then net/http's CrossOriginProtection (Sec-Fetch-Site) for the unsafe methods. Non-browser
 // clients send neither header.
 func sameOrigin(next http.Handler) http.Handler {
@@ -48,8 +47,7 @@ func sameOrigin(next http.Handler) http.Handler {
 	protected := cop.Handler(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o := r.Header.Get("Origin"); o != "" {
-			u, err := url.Parse(o)
-			if err != nil || !strings.EqualFold(u.Host, r.Host) {
+			if !sameorigin.Same(r, o) { // scheme, host and port
 				denyOrigin(w, o)
 				return
 			}
