@@ -40,7 +40,7 @@ func cmdServe(args []string) int {
 	fs.Int64Var(&cfg.DiskBudgetMB, "disk-budget-mb", 0, "sum of live sandboxes' disk_mb (default overcommit × (the state dir's free space at start plus what adopted sandboxes' disks hold, less a tenth of its size, at most 4 GiB))")
 	fs.Int64Var(&cfg.SnapshotBudgetMB, "snapshot-budget-mb", 0, "what ready snapshots may hold on disk together; the oldest are retired to make room (default 10240)")
 	fs.StringVar(&cfg.GuestBinary, "guest-binary", "", "agentbox binary to run inside sandboxes (default: this one)")
-	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (servers sharing a host need different ones)")
+	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (default: agentbox-<8 hex digits of the state dir's path>, or agentbox while sandboxes of an older server are there; two servers never share one)")
 	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, fmt.Sprintf("first host uid of the pool sandboxes' user-namespace ranges (%d ids each) come from (default %d)", sandbox.IDRangeSize, sandbox.DefaultIDPoolBase))
 	fs.DurationVar(&cfg.JobRetention, "job-retention", cfg.JobRetention, "how long finished job records are kept")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "several replicas on one store: how long the node's lifecycle lease lasts unless renewed (renewed every third of it); another replica takes a dead holder's lifecycle work (TTLs, reconcile, pool refill, run workers) over within it")

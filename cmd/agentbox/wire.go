@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/hostlock"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/lease"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -58,7 +59,9 @@ type controlPlane struct {
 	changes store.ChangeNotifier
 	images  *image.Store // the OCI image cache
 	lock    *statedir.Lock
-	prom    *api.Prometheus // the service's Observer, served at GET /metrics
+	// hostLock holds the server's cgroup parents (hostclaim.go); nil without cgroups.
+	hostLock *hostlock.Lock
+	prom     *api.Prometheus // the service's Observer, served at GET /metrics
 	// durable runs (startRuns): nil until started.
 	runs     *runs.Service
 	runsStop func()
@@ -159,6 +162,7 @@ func (cp *controlPlane) Close() {
 		cp.audit.Close() // writes what is queued before the store closes
 	}
 	cp.store.Close()
+	cp.hostLock.Release()
 	cp.lock.Release()
 }
 
@@ -255,6 +259,12 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		}
 	}
 	var rts []runtime.Runtime
+	var hostLock *hostlock.Lock // the cgroup parents' host locks (hostclaim.go)
+	defer func() {
+		if !ok {
+			hostLock.Release()
+		}
+	}()
 	node := ""
 	if config.KubeRuntime(cfg.DefaultRuntime) {
 		// The kubernetes runtimes only (kube_wire.go): every replica on the same namespace is
@@ -262,7 +272,16 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		rts, err = newKubeRuntimes(ctx, cfg, guestBin, log)
 		node = "kube:" + cfg.KubeNamespace
 	} else {
-		rts, err = newRuntimes(ctx, cfg.StateDir, cfg.CgroupParent, guestBin, log)
+		// The cgroup parent is this state dir's, held for the server's life (hostclaim.go).
+		var parent string
+		if parent, err = cgroupParent(ctx, cfg.CgroupParent, cfg.StateDir, st, log); err != nil {
+			return nil, err
+		}
+		if hostLock, err = lockCgroupParents(parent, cfg.StateDir); err != nil {
+			return nil, err
+		}
+		log.Debug("cgroup parent", "cgroup_parent", parent)
+		rts, err = newRuntimes(ctx, cfg.StateDir, parent, guestBin, log)
 	}
 	if err != nil {
 		return nil, err
@@ -381,7 +400,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	// Governance: audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = rec

@@ -70,8 +70,10 @@ type Config struct {
 	// SnapshotBudgetMB bounds what ready user snapshots hold on disk together; the
 	// oldest are retired to make room. 0 = sandbox.DefaultSnapshotBudgetBytes (10 GiB).
 	SnapshotBudgetMB int64
-	// CgroupParent names the cgroup under which sandboxes get one each ("agentbox"). Two
-	// servers on one host must use different parents.
+	// CgroupParent names the cgroup under which sandboxes get one each; "" (the default):
+	// derived from the state dir ("agentbox-" and 8 hex digits of its path), or the legacy
+	// shared "agentbox" while the store has sandboxes there. Two servers on one host never
+	// share one: the second refuses to start (a host lock, internal/hostlock).
 	CgroupParent string
 	// GuestBinary is the agentbox binary bound into sandboxes (default: this executable).
 	GuestBinary string
@@ -202,7 +204,7 @@ const DefaultJobRetention = 7 * 24 * time.Hour
 // Default returns the configuration with every default filled from the environment and host.
 func Default() Config {
 	c := Config{Version: Version, Listen: DefaultListen, DefaultRuntime: sandbox.DefaultRuntime,
-		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes, CgroupParent: "agentbox",
+		DefaultTTL: sandbox.DefaultTTL, MaxTTL: sandbox.DefaultMaxTTL, MaxSandboxes: sandbox.DefaultMaxSandboxes,
 		Overcommit: DefaultOvercommit, JobRetention: DefaultJobRetention, MaxJobsPerSandbox: sandbox.DefaultMaxJobs,
 		RunRetention:   runs.DefaultRetention,
 		AuditRetention: audit.DefaultRetention, AuditMaxRows: audit.DefaultMaxRows,

@@ -3,6 +3,8 @@
 package statedir
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -48,6 +50,23 @@ func Acquire(dir string) (*Lock, error) {
 
 // Release drops the lock.
 func (l *Lock) Release() error { return l.f.Close() }
+
+// Identity is the name of what a server of dir makes on its host outside dir (its cgroup
+// parent): "agentbox-" and 8 hex digits of the SHA-256 of dir's absolute path, symlinks
+// resolved, so the same directory gives the same name however it is written and across
+// restarts, and two state dirs (almost surely) two names; the host locks (internal/hostlock)
+// turn the rare collision into a refusal to start.
+func Identity(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "agentbox-" + hex.EncodeToString(sum[:4]), nil
+}
 
 // CheckSearchable returns an error that names the fix when a directory above dir (dir included,
 // as written and with symlinks resolved) does not let other users search it (mode o+x). The

@@ -69,3 +69,32 @@ func TestCheckSearchable(t *testing.T) {
 		t.Fatalf("through a symlink into a 0750 dir: %v", err)
 	}
 }
+
+// TestIdentity: one name per directory, however it is written (relative, through a symlink,
+// with a trailing slash), the shape a cgroup parent takes, and another for another directory.
+func TestIdentity(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "state")
+	other := filepath.Join(base, "other")
+	for _, d := range []string{dir, other} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(dir, filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	id, err := Identity(dir)
+	if err != nil || len(id) != len("agentbox-")+8 || !strings.HasPrefix(id, "agentbox-") || strings.Trim(id[9:], "0123456789abcdef") != "" {
+		t.Fatalf("Identity(%s) = %q, %v", dir, id, err)
+	}
+	t.Chdir(base)
+	for _, same := range []string{dir + "/", filepath.Join(base, "link"), "state", "./link/"} {
+		if got, err := Identity(same); err != nil || got != id {
+			t.Errorf("Identity(%s) = %q %v, want %q", same, got, err, id)
+		}
+	}
+	if got, _ := Identity(other); got == id {
+		t.Errorf("two directories, one identity %q", id)
+	}
+}

@@ -59,10 +59,21 @@ func StartServer(t testing.TB, stateDir, token string, extra ...string) *Server 
 // StartServerEnv is StartServer with env (KEY=VALUE) added to the server's environment.
 func StartServerEnv(t testing.TB, stateDir, token string, env []string, extra ...string) *Server {
 	t.Helper()
+	return startServer(t, stateDir, token, env, append([]string{"--cgroup-parent", "abtest-" + filepath.Base(stateDir)}, extra...))
+}
+
+// StartServerDefaults is StartServer without a cgroup parent chosen by the test: the server
+// derives its own from stateDir, as one a user starts does.
+func StartServerDefaults(t testing.TB, stateDir, token string, extra ...string) *Server {
+	t.Helper()
+	return startServer(t, stateDir, token, nil, extra)
+}
+
+func startServer(t testing.TB, stateDir, token string, env, extra []string) *Server {
+	t.Helper()
 	s := &Server{t: t, Bin: Binary(t), StateDir: stateDir, Token: token, Logs: &SyncBuffer{}, done: make(chan struct{})}
 	os.Remove(config.ServerInfoPath(stateDir))
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir,
-		"--cgroup-parent", "abtest-" + filepath.Base(stateDir)}, extra...)
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir}, extra...)
 	s.cmd = exec.Command(s.Bin, args...)
 	s.cmd.Env = append(append(os.Environ(), env...), "AGENTBOX_TOKEN="+token)
 	s.cmd.Stderr = s.Logs

@@ -69,9 +69,11 @@ type Config struct {
 	// sandbox and run there as `agentbox guest`. It must be statically linked.
 	GuestBinary string
 	// CgroupParent is the cgroup under which every sandbox gets <CgroupParent>/<id> in each
-	// hierarchy; default "agentbox". List reports, and Delete removes, every sandbox-shaped
-	// cgroup under it: two runtimes on one host (a server and a test, two servers) must not
-	// share a CgroupParent, or one sweeps the other's sandboxes.
+	// hierarchy; default "agentbox-" and 8 hex digits of Root's path (statedir.Identity), one
+	// of its own per root. List reports, and Delete removes, every sandbox-shaped cgroup under
+	// it: two runtimes on one host (a server and a test, two servers) must not share a
+	// CgroupParent, or one sweeps the other's sandboxes (a server holds a host lock on its
+	// parents for its life: internal/hostlock).
 	CgroupParent string
 	// Subreaper makes this process a child subreaper (prctl PR_SET_CHILD_SUBREAPER) so that
 	// sandbox inits, orphaned when the runtime's create command exits, are reparented to it
@@ -89,8 +91,10 @@ func validID(id string) bool { return sandboxid.Valid(id) }
 // parentPattern is the shape of Config.CgroupParent: one path component.
 var parentPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
-// DefaultCgroupParent is Config.CgroupParent's default.
-const DefaultCgroupParent = "agentbox"
+// LegacyCgroupParent is the cgroup parent every server shared by default before the default
+// was derived from the state dir: a server whose store still has sandboxes there keeps it
+// (cmd/agentbox adopts them rather than leaving them behind).
+const LegacyCgroupParent = "agentbox"
 
 // maxRootLen keeps Root + "/sandboxes/sb-xxxxxxxxxxxx/run/agent.sock" within 107 bytes.
 const maxRootLen = 107 - len("/sandboxes/sb-000000000000/run/agent.sock")

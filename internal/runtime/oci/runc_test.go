@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+	"github.com/agentbox/agentbox/internal/statedir"
 )
 
 // guestBinary is the agentbox binary TestMain builds when the runc tests can run.
@@ -174,6 +175,28 @@ func TestNewUnavailable(t *testing.T) {
 	}
 	if _, err := New(context.Background(), Config{Root: "/" + strings.Repeat("x", maxRootLen), GuestBinary: "/bin/true"}); err == nil {
 		t.Error("a Root too long for the agent's socket accepted")
+	}
+}
+
+// TestDefaultCgroupParent: without a CgroupParent a runtime's is its root's own (statedir's
+// identity of Root), never the parent every runtime used to share; two roots, two parents.
+func TestDefaultCgroupParent(t *testing.T) {
+	t.Parallel()
+	parents := map[string]bool{}
+	for range 2 {
+		root := t.TempDir()
+		rt, err := New(context.Background(), Config{Name: "runc", Binary: "no-such-runtime-binary", Root: root, GuestBinary: "/bin/true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := statedir.Identity(root)
+		if rt.cgroupParent != want || rt.cgroupParent == LegacyCgroupParent {
+			t.Fatalf("the default cgroup parent of %s is %q, want %q", root, rt.cgroupParent, want)
+		}
+		parents[rt.cgroupParent] = true
+	}
+	if len(parents) != 2 {
+		t.Fatalf("two roots share a default cgroup parent: %v", parents)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandboxid"
+	"github.com/agentbox/agentbox/internal/statedir"
 )
 
 // Timeouts of the OCI runtime's commands (the caller's ctx may be shorter).
@@ -114,7 +115,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("oci %s: GuestBinary %q must be an absolute path", cfg.Name, cfg.GuestBinary)
 	}
 	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = DefaultCgroupParent
+		id, err := statedir.Identity(root)
+		if err != nil {
+			return nil, fmt.Errorf("oci %s: %w", cfg.Name, err)
+		}
+		cfg.CgroupParent = id
 	}
 	if !parentPattern.MatchString(cfg.CgroupParent) {
 		return nil, fmt.Errorf("oci %s: CgroupParent %q must be one path component of letters, digits, '.', '_' or '-'", cfg.Name, cfg.CgroupParent)
