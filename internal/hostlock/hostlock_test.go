@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +16,8 @@ import (
 )
 
 // TestAcquire: a lock held by another process is refused naming that process's pid, all or
-// none (the first of two names is not left held); released or its holder dead, it is free.
+// none (the first of two names is not left held); released or its holder dead, it is free; a
+// released lock's file is gone.
 func TestAcquire(t *testing.T) {
 	if os.Getenv("HOSTLOCK_HOLD") != "" {
 		l, err := hostlock.Acquire(os.Getenv("HOSTLOCK_DIR"), "thing", os.Getenv("HOSTLOCK_HOLD"))
@@ -59,7 +62,43 @@ func TestAcquire(t *testing.T) {
 		t.Fatalf("after release and the holder's death: %v", err)
 	}
 	l.Release()
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("released locks left %v", ents)
+	}
 	if _, err := hostlock.Acquire(dir, "thing", "../x"); err == nil {
 		t.Fatal("a path was taken for a name")
+	}
+}
+
+// TestAcquireRace: acquirers racing with releases (which remove the file) never hold one name
+// twice at once.
+func TestAcquireRace(t *testing.T) {
+	dir := t.TempDir()
+	var holders, most, taken atomic.Int32
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 300 {
+				l, err := hostlock.Acquire(dir, "thing", "x")
+				if err != nil {
+					if !errors.Is(err, hostlock.ErrHeld) {
+						t.Error(err)
+						return
+					}
+					continue
+				}
+				taken.Add(1)
+				n := holders.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(20 * time.Microsecond) // let another open the file this one removes
+				holders.Add(-1)
+				l.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if most.Load() != 1 || taken.Load() == 0 {
+		t.Fatalf("at most %d holders at once (%d acquisitions); want 1", most.Load(), taken.Load())
 	}
 }
