@@ -37,7 +37,7 @@ func TestTwoServersOneHost(t *testing.T) {
 	}
 	a := testenv.StartServerDefaults(t, dirA, testToken)
 	ca := a.Client()
-	sb, err := ca.Create(ctx, sandbox.CreateRequest{})
+	sb, err := ca.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestTwoServersOneHost(t *testing.T) {
 	b := testenv.StartServerDefaults(t, dirB, testToken)
 	alive("after the second server's start")
 	cb := b.Client()
-	other, err := cb.Create(ctx, sandbox.CreateRequest{})
+	other, err := cb.Create(ctx, wire.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
