@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -46,6 +47,99 @@ type Hooks struct {
 	// Start starts the feature's background loop for as long as ctx (the control loop's term)
 	// lasts; wait returns once it ended.
 	Start func(ctx context.Context) (wait func())
+
+	// The create hooks, in the order a create (create.go) calls them. Each stage calls every
+	// feature's hook, in registration order, before the next stage begins; an error or an
+	// answer (Creation.Answer) ends the create there.
+
+	// Request: a create's request, not yet validated (c.Runtime and c.Sandbox are nil): a
+	// feature may fill or narrow c.Req. A create from a snapshot takes the snapshot's shape,
+	// network and secrets here, before the core validates them, and sets c.FromSnapshot,
+	// c.Source and c.ImageDigest.
+	Request func(ctx context.Context, c *Creation) error
+	// Prepare: the request is valid (defaults filled, the runtime picked: c.Runtime) and the
+	// record drafted (c.Sandbox, not yet recorded): a feature checks its part against the
+	// runtime and sets it on the draft (egress validates the network and secrets and sets the
+	// record's), or answers the create itself (a warm pool's claim). Registration order is
+	// the order of these hooks: a feature that reads what another prepared (the pools read
+	// the network) registers after it.
+	Prepare func(ctx context.Context, c *Creation) error
+	// Spec: sandbox sb is about to be started (created, or woken) with spec: a feature adds
+	// its part (egress: the network mode, the CA bundle and the proxy's environment).
+	Spec func(sb Sandbox, spec *runtime.Spec)
+	// Up: the created sandbox's agent answers (gc), its record still creating: a feature
+	// readies its part before the create reports the sandbox running (egress opens its
+	// network session; a pool's refill primes its member). An error fails the create. What is
+	// to run once the record says running goes to c.OnStarted.
+	Up func(ctx context.Context, c *Creation, gc *guest.Client) error
+	// Claimed: running sandbox sb, started for a warm pool, was claimed by a create and its
+	// record took the claimant's network and secrets: apply them before the create returns.
+	Claimed func(ctx context.Context, sb Sandbox)
+	// Resumed: running sandbox sb, whose agent connection this process let go of for a sleep
+	// that failed, runs on (with rt): reopen what Released dropped.
+	Resumed func(ctx context.Context, sb Sandbox, rt runtime.Runtime)
+}
+
+// Creation is one create as it passes the create hooks (Hooks.Request, Prepare, Up): the
+// request, then the runtime and the draft record, and what the features add to them.
+type Creation struct {
+	// Req is the request. Request hooks may change it; from Prepare on it is validated, its
+	// defaults filled, and read only.
+	Req *CreateRequest
+	// Pool names the warm pool this create fills (Core.CreatePooled); "" for a caller's
+	// create.
+	Pool string
+	// Runtime runs the sandbox (from Prepare on).
+	Runtime runtime.Runtime
+	// Sandbox is the draft record (from Prepare on; at Up, as recorded): Prepare hooks set
+	// their fields on it.
+	Sandbox *Sandbox
+	// For a create from a snapshot (a Request hook sets them): the snapshot's id (the record's
+	// FromSnapshot), what the runtime starts the sandbox from, and the digest its image is
+	// pinned to (the snapshot's image, wherever its tag moved since).
+	FromSnapshot string
+	Source       *runtime.SnapshotSource
+	ImageDigest  string
+
+	answered  bool
+	answer    Sandbox
+	answerErr error
+	deferred  []func()
+	onStarted []func(sb Sandbox, ok bool)
+}
+
+// Answer ends the create with sb and err, from a Request or Prepare hook (a warm pool's claim
+// answers it with the claimed sandbox): nothing is created, the later hooks are not called.
+func (c *Creation) Answer(sb Sandbox, err error) {
+	c.answered, c.answer, c.answerErr = true, sb, err
+}
+
+// Defer adds f to what runs when the create ends, whatever its outcome (last added, first
+// run): a pin to release, a count to drop.
+func (c *Creation) Defer(f func()) { c.deferred = append(c.deferred, f) }
+
+// OnStarted adds f, from an Up hook, to what runs once the create is over: with the running
+// record and ok true, or ok false when recording it running failed.
+func (c *Creation) OnStarted(f func(sb Sandbox, ok bool)) { c.onStarted = append(c.onStarted, f) }
+
+// result is what an ended create returns: its answer, or err.
+func (c *Creation) result(err error) (Sandbox, error) {
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return c.answer, c.answerErr
+}
+
+func (c *Creation) started(sb Sandbox, ok bool) {
+	for _, f := range c.onStarted {
+		f(sb, ok)
+	}
+}
+
+func (c *Creation) end() {
+	for i := len(c.deferred) - 1; i >= 0; i-- {
+		c.deferred[i]()
+	}
 }
 
 // hookSet is the hooks registered with a service, in order. Registering copies the list, so
@@ -110,6 +204,66 @@ func (hs *hookSet) released(id string) {
 	}
 }
 
+// request runs the Request hooks until one fails or answers.
+func (hs *hookSet) request(ctx context.Context, c *Creation) error {
+	for _, h := range hs.list() {
+		if h.Request != nil {
+			if err := h.Request(ctx, c); err != nil || c.answered {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// prepare runs the Prepare hooks until one fails or answers.
+func (hs *hookSet) prepare(ctx context.Context, c *Creation) error {
+	for _, h := range hs.list() {
+		if h.Prepare != nil {
+			if err := h.Prepare(ctx, c); err != nil || c.answered {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (hs *hookSet) spec(sb Sandbox, spec *runtime.Spec) {
+	for _, h := range hs.list() {
+		if h.Spec != nil {
+			h.Spec(sb, spec)
+		}
+	}
+}
+
+// up runs the Up hooks until one fails.
+func (hs *hookSet) up(ctx context.Context, c *Creation, gc *guest.Client) error {
+	for _, h := range hs.list() {
+		if h.Up != nil {
+			if err := h.Up(ctx, c, gc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (hs *hookSet) claimed(ctx context.Context, sb Sandbox) {
+	for _, h := range hs.list() {
+		if h.Claimed != nil {
+			h.Claimed(ctx, sb)
+		}
+	}
+}
+
+func (hs *hookSet) resumed(ctx context.Context, sb Sandbox, rt runtime.Runtime) {
+	for _, h := range hs.list() {
+		if h.Resumed != nil {
+			h.Resumed(ctx, sb, rt)
+		}
+	}
+}
+
 // converge runs every Converge hook (all of them, whatever one returns) and joins their errors.
 func (hs *hookSet) converge(ctx context.Context, atStart bool) error {
 	var errs []error
@@ -169,12 +323,18 @@ func (hs *hookSet) start(ctx context.Context) (wait func()) {
 	}
 }
 
-// registerFeatures registers the hooks of the features that still live in this package.
+// registerFeatures registers the hooks of the features that still live in this package, in
+// the order their create hooks need: the snapshots' (a create's shape) before the network's
+// (which validates the network a snapshot may give) before the pools' (whose claim matches
+// the network).
 func (s *Service) registerFeatures() {
+	s.hooks.register(Hooks{Name: "snapshots", Converge: s.convergeSnapshots, Sweep: s.sweepSnapshots,
+		Request: s.snapshotRequest})
 	s.hooks.register(Hooks{Name: "network",
 		Adopted:  func(_ context.Context, sb Sandbox, rt runtime.Runtime) { s.startNet(sb, rt, nil) },
-		Released: s.stopNet})
-	s.hooks.register(Hooks{Name: "snapshots", Converge: s.convergeSnapshots, Sweep: s.sweepSnapshots})
+		Released: s.stopNet, Prepare: s.netPrepare, Spec: s.netSpec, Up: s.netUp,
+		Claimed: s.netClaimed, Woken: s.netWoken,
+		Resumed: func(_ context.Context, sb Sandbox, rt runtime.Runtime) { s.startNet(sb, rt, nil) }})
 	s.hooks.register(Hooks{Name: "pools", Capacity: func(ctx context.Context, c *Capacity) error {
 		var err error
 		if c.Pools, err = s.ListPools(ctx); err != nil {
@@ -182,5 +342,5 @@ func (s *Service) registerFeatures() {
 		}
 		c.MaxPooled = s.maxPooled()
 		return nil
-	}, Start: s.startPools})
+	}, Start: s.startPools, Prepare: s.poolPrepare, Up: s.poolUp})
 }

@@ -9,6 +9,7 @@ package sandbox
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -117,6 +118,92 @@ func (s *Service) openNet(ctx context.Context, rt runtime.Runtime, sb Sandbox, g
 		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its network session did not open: %s", sb.ID, errcode.Message(err))
 	}
 	return sess, nil
+}
+
+// netPrepare is the network's Prepare hook: it validates the create's network and secrets
+// against the runtime and sets them on the draft record.
+func (s *Service) netPrepare(_ context.Context, c *Creation) error {
+	plan, err := s.validateNetwork(c.Req, c.Runtime)
+	if err != nil || plan == nil {
+		return err
+	}
+	p := normalPolicy(plan.policy.Policy())
+	c.Sandbox.Network, c.Sandbox.Secrets = Network{Policy: &p}, plan.secrets
+	return nil
+}
+
+// netSpec is the network's Spec hook: an egress sandbox starts with the egress network, the
+// CA bundle and the proxy's environment (validateNetwork refused any name its env also sets).
+func (s *Service) netSpec(sb Sandbox, spec *runtime.Spec) {
+	if sb.Network.Policy == nil {
+		return
+	}
+	spec.Network, spec.CABundle = runtime.NetworkEgress, s.cfg.Egress.CABundle
+	env := maps.Clone(spec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, s.cfg.Egress.egressEnv(sb.Secrets))
+	spec.Env = env
+}
+
+// netUp is the network's Up hook: an egress sandbox's first session opens before the create
+// reports it running, and is served once it runs.
+func (s *Service) netUp(ctx context.Context, c *Creation, gc *guest.Client) error {
+	if c.Sandbox.Network.Policy == nil {
+		return nil
+	}
+	sess, err := s.openNet(ctx, c.Runtime, *c.Sandbox, gc)
+	if err != nil {
+		return err
+	}
+	rt := c.Runtime
+	c.OnStarted(func(sb Sandbox, ok bool) {
+		if !ok {
+			sess.Close()
+			return
+		}
+		s.startNet(sb, rt, sess)
+	})
+	return nil
+}
+
+// netClaimed is the network's Claimed hook: a claimed egress sandbox's session takes the
+// claimant's policy and secrets (its record has them already) before the claimant has its id.
+func (s *Service) netClaimed(_ context.Context, sb Sandbox) {
+	if sb.Network.Policy == nil {
+		return
+	}
+	compiled, err := egress.ParsePolicy(*sb.Network.Policy)
+	if err != nil {
+		s.log.Error("claimed sandbox's network policy is refused; its egress stays closed", "sandbox_id", sb.ID, "err", err)
+		return
+	}
+	s.setNetPolicy(sb.ID, compiled)
+	s.setNetSecrets(sb.ID, sb.Secrets)
+}
+
+// netWoken is the network's Woken hook: a woken egress sandbox's session opens before the wake
+// returns (else it is reopened in the background, with backoff).
+func (s *Service) netWoken(ctx context.Context, sb Sandbox) {
+	if s.net.proxy == nil || sb.Network.Policy == nil {
+		return
+	}
+	rt, err := s.runtimeOf(sb)
+	if err != nil {
+		return
+	}
+	s.guestsMu.Lock()
+	gc := s.guests[sb.ID]
+	s.guestsMu.Unlock()
+	var sess *guest.NetSession
+	if gc != nil {
+		if sess, err = s.openNet(ctx, rt, sb, gc); err != nil {
+			s.log.Warn("woken sandbox's network session did not open; retrying in the background", "sandbox_id", sb.ID, "err", err)
+			sess = nil
+		}
+	}
+	s.startNet(sb, rt, sess)
 }
 
 // startNet keeps sb's network session up while sb runs, starting with sess (nil: open one).

@@ -311,12 +311,38 @@ func (p Pool) createRequest() CreateRequest {
 	return req
 }
 
-// claim is Create's hook: a create of a pool's shape takes one of its ready sandboxes. ok says
-// the create is answered (by the claimed sandbox, the key's earlier sandbox, or err); !ok means
-// start one as usual. plan is the create's validated network (nil: none). Creates from a
-// snapshot or with one of the sleep options (a pooled sandbox was started without them) never
-// match.
-func (s *Service) claim(ctx context.Context, req CreateRequest, plan *netPlan) (_ Sandbox, ok bool, _ error) {
+// poolPrepare is the pools' Prepare hook. A refill's create (c.Pool) makes a sandbox the pool
+// holds: nobody's until claimed, replaced before the longest TTL ends. A caller's create counts
+// as interactive while it runs (refills yield to it) and claims a ready sandbox of its shape
+// when a pool has one, which answers it.
+func (s *Service) poolPrepare(ctx context.Context, c *Creation) error {
+	if c.Pool != "" {
+		c.Sandbox.Pool, c.Sandbox.Owner, c.Sandbox.ExpiresAt = c.Pool, PoolOwnerPrefix+c.Pool, c.Sandbox.CreatedAt.Add(s.cfg.MaxTTL)
+		return nil
+	}
+	s.pools.interactive.Add(1)
+	c.Defer(func() { s.pools.interactive.Add(-1) })
+	if sb, ok, err := s.claim(ctx, *c.Req, *c.Sandbox); ok {
+		c.Answer(sb, err)
+	}
+	return nil
+}
+
+// poolUp is the pools' Up hook: a refill's sandbox is primed before it becomes claimable, so
+// its claimant's first exec finds the agent warm.
+func (s *Service) poolUp(ctx context.Context, c *Creation, _ *guest.Client) error {
+	if c.Pool != "" {
+		s.primePooled(ctx, c.Sandbox.ID)
+	}
+	return nil
+}
+
+// claim takes a ready sandbox of a pool for a create of its shape. ok says the create is
+// answered (by the claimed sandbox, the key's earlier sandbox, or err); !ok means start one as
+// usual. draft is the create's draft record, whose network and secrets the network's Prepare
+// set. Creates from a snapshot or with one of the sleep options (a pooled sandbox was started
+// without them) never match.
+func (s *Service) claim(ctx context.Context, req CreateRequest, draft Sandbox) (_ Sandbox, ok bool, _ error) {
 	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping {
 		return Sandbox{}, false, nil
 	}
@@ -326,7 +352,7 @@ func (s *Service) claim(ctx context.Context, req CreateRequest, plan *netPlan) (
 		s.log.Warn("pools: cannot read the pools; starting a sandbox", "err", err)
 		return Sandbox{}, false, nil
 	}
-	p, found := matchPool(pools, req, plan != nil)
+	p, found := matchPool(pools, req, draft.Network.Policy != nil)
 	if !found {
 		return Sandbox{}, false, nil
 	}
@@ -335,9 +361,8 @@ func (s *Service) claim(ctx context.Context, req CreateRequest, plan *netPlan) (
 	c := PoolClaim{Pool: p.Name, Node: s.local.name, Owner: owner,
 		IdempotencyKey: req.IdempotencyKey, Env: req.Env, Labels: req.Labels,
 		ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second), At: now}
-	if plan != nil {
-		np := normalPolicy(plan.policy.Policy())
-		c.Network, c.Secrets = Network{Policy: &np}, plan.secrets
+	if draft.Network.Policy != nil {
+		c.Network, c.Secrets = draft.Network, draft.Secrets
 	}
 	claimed, prior, err := ps.ClaimPooled(ctx, c)
 	if err != nil {
@@ -376,10 +401,7 @@ func (s *Service) claim(ctx context.Context, req CreateRequest, plan *netPlan) (
 		s.pools.kick()
 		return Sandbox{}, false, nil
 	}
-	if plan != nil { // recorded above; now live, before the claimant has the sandbox's id
-		s.setNetPolicy(claimed.ID, plan.policy)
-		s.setNetSecrets(claimed.ID, plan.secrets)
-	}
+	s.hooks.claimed(ctx, claimed) // its network and secrets, recorded above, now live
 	s.pools.lastClaim.Store(time.Now().UnixNano())
 	// The refill is woken once the claimant's first calls are likely done (afterClaimDelay
 	// waits as long anyway): until then even its reads of the pools would share the CPU
@@ -518,7 +540,7 @@ func (s *Service) primePooled(ctx context.Context, id string) {
 
 // fillOne creates one sandbox for p (through Create, as the pool).
 func (s *Service) fillOne(ctx context.Context, p Pool) error {
-	_, err := s.createPooled(ctx, p.Name, p.createRequest())
+	_, err := s.create(ctx, p.createRequest(), p.Name)
 	return err
 }
 

@@ -267,7 +267,7 @@ func (s *Service) sleepFailed(ctx context.Context, sb Sandbox, rt runtime.Runtim
 	} else {
 		s.bus.publish()
 	}
-	s.startNet(sb, rt, nil) // its network session, reopened in the background
+	s.hooks.resumed(ctx, sb, rt) // its network session, reopened in the background
 	return sb, s.sleepErr(sb, cause)
 }
 
@@ -379,7 +379,7 @@ func (s *Service) wake(ctx context.Context, sb Sandbox) (Sandbox, error) {
 	// 2. The runtime creates it from the snapshot, in place, and its agent answers.
 	src := &runtime.SnapshotSource{Dir: dir, Info: info, Memory: info.Kind == runtime.SnapshotFilesMemory, InPlace: true}
 	began := time.Now()
-	handle, sess, err := s.bringUp(ctx, rt, sb, idmap, pinned, src)
+	handle, _, err := s.bringUp(ctx, rt, sb, idmap, pinned, src)
 	if err != nil {
 		s.log.Warn("wake failed", "sandbox_id", id, "err", err)
 		out, aerr := s.backToSleep(ctx, sb, rt, "wake failed: "+text.Truncate(errcode.Message(err), 512))
@@ -405,15 +405,11 @@ func (s *Service) wake(ctx context.Context, sb Sandbox) (Sandbox, error) {
 	out, err := s.transition(ctx, sb, StateRunning, fmt.Sprintf("wake: %s restored from snapshot %s after sleeping %s", info.Kind, slept.SleepSnapshot, sleptFor.Round(time.Second)), "")
 	if err != nil {
 		s.dropGuest(id)
-		if sess != nil {
-			sess.Close()
-		}
 		return out, err
 	}
 	s.log.Info("sandbox woken", "sandbox_id", id, "kind", info.Kind, "took", time.Since(began))
 	s.watch(rt, id)
-	s.hooks.woken(ctx, out) // its jobs' watches re-armed
-	s.startNet(out, rt, sess)
+	s.hooks.woken(ctx, out) // its jobs' watches re-armed, its network session opened
 
 	// 4. The snapshot's work is done: delete it, then forget it.
 	return s.dropSleepSnapshot(ctx, out), nil

@@ -496,6 +496,22 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	return nil
 }
 
+// snapshotRequest is the snapshots' Request hook: a create from a snapshot takes its shape,
+// network and secrets (fromSnapshot) and starts from it, the snapshot pinned until the create
+// ends.
+func (s *Service) snapshotRequest(ctx context.Context, c *Creation) error {
+	if c.Req.Snapshot == "" {
+		return nil
+	}
+	snap, src, unpin, err := s.fromSnapshot(ctx, c.Req)
+	if err != nil {
+		return err
+	}
+	c.Defer(unpin)
+	c.FromSnapshot, c.Source, c.ImageDigest = snap.ID, src, snap.ImageDigest
+	return nil
+}
+
 // fromSnapshot prepares a create from req.Snapshot: it pins the snapshot (the caller calls
 // unpin, never nil), takes the sandbox's shape from it (a conflicting explicit value is
 // INVALID_ARGUMENT naming the field) and, when the request names neither, its network policy
