@@ -36,7 +36,7 @@ var storeDrivers = []string{module + "internal/store/sqlite", module + "internal
 
 // features are the feature packages over the sandbox lifecycle core: each depends on the core
 // (internal/sandbox), which calls them only through the hooks they register, never by import.
-var features = []string{module + "internal/sandbox/metrics", module + "internal/sandbox/netsession", module + "internal/sandbox/imageadmin", module + "internal/sandbox/jobs"}
+var features = []string{module + "internal/sandbox/metrics", module + "internal/sandbox/netsession", module + "internal/sandbox/imageadmin", module + "internal/sandbox/jobs", module + "internal/sandbox/pools"}
 
 // under reports whether path is p or one of its subpackages.
 func under(path, p string) bool { return path == p || strings.HasPrefix(path, p+"/") }

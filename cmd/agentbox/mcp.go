@@ -100,7 +100,7 @@ func cmdMCP(args []string) int {
 // handler over it with its gates; the func returned closes it.
 func mcpAPICall(cp *controlPlane, log *slog.Logger) (mcpserver.APICallFunc, func()) {
 	rs, _ := cp.runsBackend().(*runs.Service)
-	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, SandboxJobs: cp.sandboxes.Jobs()}) // the tools' sampler: one previous CPU sample per sandbox
+	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Pools: cp.pools, SandboxJobs: cp.sandboxes.Jobs()}) // the tools' sampler: one previous CPU sample per sandbox
 	return h.Call, h.Close
 }
 

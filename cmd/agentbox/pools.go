@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -29,7 +30,7 @@ type poolValues []sandbox.Pool
 func (p *poolValues) String() string { return fmt.Sprint(len(*p), " pools") }
 
 func (p *poolValues) Set(v string) error {
-	pool, err := sandbox.ParsePoolFlag(v)
+	pool, err := pools.ParseFlag(v)
 	if err != nil {
 		return fmt.Errorf("%s", errcode.Message(err))
 	}
@@ -47,7 +48,7 @@ func registerPoolFlags(fs *flag.FlagSet) *poolFlags {
 }
 
 // apply sets the flags' pools on svc (validated as pool_set does).
-func (p *poolFlags) apply(ctx context.Context, svc *sandbox.Service) error {
+func (p *poolFlags) apply(ctx context.Context, svc *pools.Service) error {
 	for _, pool := range p.pools {
 		if _, err := svc.SetPool(ctx, pool); err != nil {
 			return fmt.Errorf("--pool name=%s: %w", pool.Name, err)

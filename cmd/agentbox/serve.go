@@ -105,7 +105,7 @@ func cmdServe(args []string) int {
 		return fail(err)
 	}
 	defer cp.Close()
-	if err := pools.apply(ctx, cp.svc); err != nil { // warm pools (pools.go)
+	if err := pools.apply(ctx, cp.pools); err != nil { // warm pools (pools.go)
 		return fail(err)
 	}
 
@@ -159,7 +159,7 @@ func cmdServe(args []string) int {
 	}
 	defer mcpSrv.Close()
 	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
-		Mount: mcpHandlers(mcpSrv), Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Prometheus: cp.prom, Jobs: cp.sandboxes.Jobs(), SandboxJobs: cp.sandboxes.Jobs(), Runs: cp.runs,
+		Mount: mcpHandlers(mcpSrv), Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Pools: cp.pools, Prometheus: cp.prom, Jobs: cp.sandboxes.Jobs(), SandboxJobs: cp.sandboxes.Jobs(), Runs: cp.runs,
 		Gate: cp.gates, Keys: cp.keys, Audit: cp.store, SQL: cp.store,
 		Approvals: cp.approvals, Machines: machines, RemoteJobs: rjobs, // the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
 		Blobs:      relaySvc,                                                                     // the file relay

@@ -34,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 	"github.com/agentbox/agentbox/internal/statedir"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/postgres"
@@ -50,6 +51,9 @@ type controlPlane struct {
 	network *netsession.Service
 	// imgs is the image calls over the cache (list, pull, push, commit, …).
 	imgs *imageadmin.Service
+	// pools keeps the warm pools (the REST routes, MCP tools, serve's --pool); built right
+	// after the service, so that its create hooks follow the core's own.
+	pools *pools.Service
 	// sandboxes is svc with its jobs feature (the MCP backend, the runs' workers); its Jobs()
 	// serves the job routes and tools.
 	sandboxes jobs.Sandboxes
@@ -400,7 +404,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), pools: pools.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	// Governance: audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = rec

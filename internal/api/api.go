@@ -34,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
@@ -69,6 +70,9 @@ type Options struct {
 	// stream); nil: one made over the service's core (there must be one per core: pass the
 	// server's own when it has one).
 	SandboxJobs *jobs.Service
+	// Pools serves the warm pool routes (/v1/pools) and their Prometheus series; nil: the
+	// pools feature of the service's core.
+	Pools *pools.Service
 	// Prometheus, if set, serves GET /metrics (behind the token) and counts every request
 	// by route pattern; Jobs adds agentbox_jobs (prometheus.go).
 	Prometheus *Prometheus
@@ -152,6 +156,9 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	}
 	if opts.Images == nil && svc != nil {
 		opts.Images = imageadmin.New(svc.Core(), svc.Core().Store())
+	}
+	if opts.Pools == nil && svc != nil {
+		opts.Pools = pools.New(svc.Core(), svc.Core().Store())
 	}
 	if opts.SandboxJobs == nil && svc != nil {
 		opts.SandboxJobs = jobs.New(svc.Core(), svc.Core().Store())
@@ -244,7 +251,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/run_python", s.runSnippet(snippet.Python))
 	m.HandleFunc("POST /v1/run_shell", s.runSnippet(snippet.Shell))
 	if p := s.opts.Prometheus; p != nil {
-		p.attach(s.svc, s.opts.Metrics, s.opts.Jobs, s.log)
+		p.attach(s.svc, s.opts.Metrics, s.opts.Pools, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log))
 	}
 	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {

@@ -53,7 +53,7 @@ func (s *Server) poolRoutes() {
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
-	pools, err := s.svc.ListPools(r.Context())
+	pools, err := s.opts.Pools.ListPools(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -80,7 +80,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	st, err := s.svc.SetPool(r.Context(), p)
+	st, err := s.opts.Pools.SetPool(r.Context(), p)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -90,7 +90,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if err := s.svc.DeletePool(r.Context(), name); err != nil {
+	if err := s.opts.Pools.DeletePool(r.Context(), name); err != nil {
 		s.fail(w, r, err)
 		return
 	}

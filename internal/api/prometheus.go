@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 )
 
 // JobCounter reports how many jobs are in each state (running, exited, killed, canceled,
@@ -104,20 +105,22 @@ func (p *Prometheus) ObserveExec(runtime, outcome string, d time.Duration) {
 }
 
 // attach registers the collector of svc's state (once: one exporter serves one service).
-func (p *Prometheus) attach(svc *sandbox.Service, m *metrics.Service, jobs JobCounter, log *slog.Logger) {
+func (p *Prometheus) attach(svc *sandbox.Service, m *metrics.Service, pl *pools.Service, jobs JobCounter, log *slog.Logger) {
 	p.once.Do(func() {
 		p.reg.MustRegister(&stateCollector{svc: svc, samples: m, jobs: jobs, log: log})
 		p.hist.MustRegister(&stateCollector{svc: svc, samples: m, jobs: jobs, log: log, noSandboxes: true})
-		p.reg.MustRegister(poolCollector{svc}) // warm pools (prometheus_pools.go)
-		p.hist.MustRegister(poolCollector{svc})
+		if pl != nil {
+			p.reg.MustRegister(poolCollector{pl}) // warm pools (prometheus_pools.go)
+			p.hist.MustRegister(poolCollector{pl})
+		}
 	})
 }
 
 // Attach registers the collector of svc's state (the sandboxes, capacity and per-sandbox
-// series, sampled by m) without a REST server: `agentbox mcp` in process, for fetch_metrics.
-// api.New does it itself; once is all it takes.
+// series, sampled by m; the warm pools of svc's core) without a REST server: `agentbox mcp` in
+// process, for fetch_metrics. api.New does it itself; once is all it takes.
 func (p *Prometheus) Attach(svc *sandbox.Service, m *metrics.Service, jobs JobCounter, log *slog.Logger) {
-	p.attach(svc, m, jobs, log)
+	p.attach(svc, m, pools.New(svc.Core(), svc.Core().Store()), jobs, log)
 }
 
 // Gatherer is the registry, for fetch_metrics: what GET /metrics serves.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 )
 
 // Warm pools' series, read at scrape time; one series per pool and family, at most
@@ -20,7 +20,7 @@ var (
 )
 
 // poolCollector reports the warm pools.
-type poolCollector struct{ svc *sandbox.Service }
+type poolCollector struct{ pools *pools.Service }
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPoolReady, descPoolStarting, descPoolSize, descPoolHits, descPoolMisses} {
@@ -31,7 +31,7 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
-	pools, err := c.svc.ListPools(ctx)
+	pools, err := c.pools.ListPools(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(descPoolReady, err)
 		return

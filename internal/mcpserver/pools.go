@@ -10,12 +10,14 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 )
 
 // Warm pools: pool_set, pool_list, pool_delete.
 
-// PoolBackend is what the pool tools need from the control plane (*sandbox.Service). A backend
-// without it answers UNSUPPORTED_OPERATION.
+// PoolBackend is what the pool tools need from the control plane: the warm pools feature
+// (*pools.Service) of an in-process backend's core, or a remote backend's pool calls. A backend
+// with neither answers UNSUPPORTED_OPERATION.
 type PoolBackend interface {
 	SetPool(ctx context.Context, p sandbox.Pool) (sandbox.PoolStatus, error)
 	ListPools(ctx context.Context) ([]sandbox.PoolStatus, error)
@@ -110,11 +112,14 @@ Reply: {name, deleted: true}.
 }
 
 func (s *Server) pools() (PoolBackend, error) {
-	pb, ok := s.b.(PoolBackend)
-	if !ok {
-		return nil, errcode.New(errcode.UnsupportedOp, "this server's control plane has no warm pools")
+	if pb, ok := s.b.(PoolBackend); ok {
+		return pb, nil
 	}
-	return pb, nil
+	if c, ok := s.b.(interface{ Core() *sandbox.Core }); ok { // in process: the core's pools feature
+		core := c.Core()
+		return pools.New(core, core.Store()), nil
+	}
+	return nil, errcode.New(errcode.UnsupportedOp, "this server's control plane has no warm pools")
 }
 
 func (s *Server) poolSet(ctx context.Context, _ *mcp.CallToolRequest, in PoolSetIn) (PoolInfo, string, error) {

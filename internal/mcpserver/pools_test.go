@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 )
 
 // TestPoolTools: pool_set, pool_list and pool_delete; a create of the pool's shape is claimed from it and says so, and sees its env.
@@ -14,6 +15,7 @@ func TestPoolTools(t *testing.T) {
 	for _, tc := range []struct{ name string }{{"in process"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc := fakeService(t)
+			pools.New(svc.Core(), svc.Core().Store()) // wired before the loop starts its refill
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { svc.Run(ctx); close(done) }() // the refill loop runs with the control loop

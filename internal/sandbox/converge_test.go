@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -43,7 +44,8 @@ func (c *clock) Add(d time.Duration) {
 // fakeEnv is a service over real SQLite and the fake runtime.
 type fakeEnv struct {
 	svc   *sandbox.Service
-	jobs  *jobs.Service // svc's jobs feature
+	jobs  *jobs.Service  // svc's jobs feature
+	pools *pools.Service // svc's warm pools
 	st    *sqlite.Store
 	rt    *fake.Runtime
 	clock *clock
@@ -94,7 +96,7 @@ func (e *fakeEnv) restart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, e.jobs = svc, jobs.New(svc.Core(), e.st)
+	e.svc, e.pools, e.jobs = svc, pools.New(svc.Core(), e.st), jobs.New(svc.Core(), e.st)
 	if err := svc.Reconcile(t.Context()); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
@@ -293,7 +295,7 @@ func TestCreateWhoseCallerHangsUpAtEachStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.svc, e.jobs = svc, jobs.New(svc.Core(), e.st)
+		e.svc, e.pools, e.jobs = svc, pools.New(svc.Core(), e.st), jobs.New(svc.Core(), e.st)
 		sb, err := svc.Create(ctx, sandbox.CreateRequest{})
 		if err != nil || sb.State != sandbox.StateRunning {
 			t.Fatalf("create whose caller left during admission: %v, state %s; want running", err, sb.State)

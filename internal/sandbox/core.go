@@ -108,3 +108,39 @@ func (c *Core) Guest(id string) *guest.Client {
 // Env is the env a command run in sb gets (a sandbox claimed from a warm pool has its
 // claimant's env and secret placeholders laid under env).
 func (c *Core) Env(sb Sandbox, env map[string]string) map[string]string { return callEnv(sb, env) }
+
+// TryLock takes sandbox id's lifecycle lock if no one holds it (ok false: someone does).
+func (c *Core) TryLock(id string) (unlock func(), ok bool) { return c.s.tryLock(id) }
+
+// StopAndDestroy stops sb and removes what it held, recording reason, under the caller's lock
+// of it (a warm pool retiring its member).
+func (c *Core) StopAndDestroy(ctx context.Context, sb Sandbox, reason string) (Sandbox, error) {
+	return c.s.stopAndDestroy(ctx, sb, reason)
+}
+
+// Destroy is Service.Destroy.
+func (c *Core) Destroy(ctx context.Context, id string) (Sandbox, error) { return c.s.Destroy(ctx, id) }
+
+// CheckCreate checks req as a create would up to its Prepare stage (defaults filled, the
+// runtime picked, the features' Prepare hooks run with Creation.Check set), creating nothing:
+// a warm pool's shape.
+func (c *Core) CheckCreate(ctx context.Context, req *CreateRequest) error {
+	cr := &Creation{Req: req, Check: true}
+	defer cr.end()
+	_, err := c.s.checkCreate(ctx, cr)
+	return err
+}
+
+// SameCreate answers a create (req; asked, its record as drafted) whose idempotency key its
+// owner already used for prior: prior once its create is over, if the request is the same,
+// else CONFLICT.
+func (c *Core) SameCreate(ctx context.Context, prior, asked Sandbox, req CreateRequest) (Sandbox, error) {
+	return c.s.sameCreate(ctx, prior, asked, req)
+}
+
+// Claimed runs the Claimed hooks for sb, just claimed from a warm pool (its record has the
+// claimant's network and secrets), and wakes the event subscribers.
+func (c *Core) Claimed(ctx context.Context, sb Sandbox) {
+	c.s.hooks.claimed(ctx, sb)
+	c.s.bus.publish()
+}

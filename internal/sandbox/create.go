@@ -49,32 +49,9 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 	}
 	c := &Creation{Req: &req, Pool: pool}
 	defer c.end()
-	if err := s.hooks.request(ctx, c); err != nil || c.answered {
+	rt, err := s.checkCreate(ctx, c)
+	if err != nil || c.answered {
 		return c.result(err)
-	}
-	rt, err := s.validateCreate(&req)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	if len(req.IdempotencyKey) > MaxIdempotencyKey || strings.ContainsFunc(req.IdempotencyKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return Sandbox{}, errcode.New(errcode.InvalidArgument, "idempotency_key must be at most %d characters without control characters", MaxIdempotencyKey)
-	}
-	now := s.stamp() // the store keeps milliseconds
-	c.Runtime = rt
-	c.Sandbox = &Sandbox{
-		ID: NewID(), State: StateCreating, Image: req.Image, Runtime: req.Runtime,
-		Isolation: string(rt.Capabilities().Isolation), CPU: req.CPU, MemoryMB: req.MemoryMB,
-		DiskMB: req.DiskMB, PidsLimit: s.cfg.PidsLimit, Env: req.Env, Labels: req.Labels,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
-		Owner: OwnerFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
-		AutoWake: req.AutoWake, TTLWhileSleeping: req.TTLWhileSleeping, FromSnapshot: c.FromSnapshot,
-	}
-	if err := s.hooks.prepare(ctx, c); err != nil || c.answered {
-		return c.result(err)
-	}
-	if (req.Network != nil && req.Network.Policy != nil || len(req.Secrets) > 0) && c.Sandbox.Network.Policy == nil {
-		// No feature took the network on (the egress feature is not registered).
-		return Sandbox{}, errcode.New(errcode.UnsupportedOp, "network: this server has no egress proxy, so sandboxes can only have network \"none\"")
 	}
 	var pinned *pinnedImage
 	if req.Image != image.Host && !rt.Capabilities().PullsImages() { // a runtime that pulls takes the reference as is
@@ -131,6 +108,40 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 	}
 	c.started(out, err == nil)
 	return out, err
+}
+
+// checkCreate runs c through the create's first stages: the Request hooks, validation and
+// the draft record, the Prepare hooks. It returns the runtime; c.answered says a hook answered.
+func (s *Service) checkCreate(ctx context.Context, c *Creation) (runtime.Runtime, error) {
+	if err := s.hooks.request(ctx, c); err != nil || c.answered {
+		return nil, err
+	}
+	req := c.Req
+	rt, err := s.validateCreate(req)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.IdempotencyKey) > MaxIdempotencyKey || strings.ContainsFunc(req.IdempotencyKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return nil, errcode.New(errcode.InvalidArgument, "idempotency_key must be at most %d characters without control characters", MaxIdempotencyKey)
+	}
+	now := s.stamp() // the store keeps milliseconds
+	c.Runtime = rt
+	c.Sandbox = &Sandbox{
+		ID: NewID(), State: StateCreating, Image: req.Image, Runtime: req.Runtime,
+		Isolation: string(rt.Capabilities().Isolation), CPU: req.CPU, MemoryMB: req.MemoryMB,
+		DiskMB: req.DiskMB, PidsLimit: s.cfg.PidsLimit, Env: req.Env, Labels: req.Labels,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
+		Owner: OwnerFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
+		AutoWake: req.AutoWake, TTLWhileSleeping: req.TTLWhileSleeping, FromSnapshot: c.FromSnapshot,
+	}
+	if err := s.hooks.prepare(ctx, c); err != nil || c.answered {
+		return nil, err
+	}
+	if (req.Network != nil && req.Network.Policy != nil || len(req.Secrets) > 0) && c.Sandbox.Network.Policy == nil {
+		// No feature took the network on (the egress feature is not registered).
+		return nil, errcode.New(errcode.UnsupportedOp, "network: this server has no egress proxy, so sandboxes can only have network \"none\"")
+	}
+	return rt, nil
 }
 
 // startCreated brings c's sandbox up and runs the Up hooks once its agent answers; a failed

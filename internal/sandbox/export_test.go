@@ -17,12 +17,3 @@ func (s *Service) FlushNetRecords(ctx context.Context) error { return s.flushNet
 
 // SweepSnapshots runs the periodic sweep of snapshot directories once.
 func (s *Service) SweepSnapshots(ctx context.Context) error { return s.sweepSnapshots(ctx, false) }
-
-// RefillPools runs one pass of the warm pools' refill loop.
-func (s *Service) RefillPools(ctx context.Context) { s.refillPass(ctx) }
-
-// HoldInteractive counts an interactive create in flight until release (refills yield to it).
-func (s *Service) HoldInteractive() (release func()) {
-	s.pools.interactive.Add(1)
-	return func() { s.pools.interactive.Add(-1) }
-}

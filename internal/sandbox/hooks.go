@@ -89,6 +89,9 @@ type Creation struct {
 	// Pool names the warm pool this create fills (Core.CreatePooled); "" for a caller's
 	// create.
 	Pool string
+	// Check says the create is only checked (Core.CheckCreate, a warm pool's shape): Prepare
+	// hooks check their part and change nothing (claim nothing); nothing is started.
+	Check bool
 	// Runtime runs the sandbox (from Prepare on).
 	Runtime runtime.Runtime
 	// Sandbox is the draft record (from Prepare on; at Up, as recorded): Prepare hooks set
@@ -325,8 +328,8 @@ func (hs *hookSet) start(ctx context.Context) (wait func()) {
 
 // registerFeatures registers the hooks of the features that still live in this package, in
 // the order their create hooks need: the snapshots' (a create's shape) before the network's
-// (which validates the network a snapshot may give) before the pools' (whose claim matches
-// the network).
+// (which validates the network a snapshot may give). The warm pools (internal/sandbox/pools),
+// whose claim matches the network, register after them.
 func (s *Service) registerFeatures() {
 	s.hooks.register(Hooks{Name: "snapshots", Converge: s.convergeSnapshots, Sweep: s.sweepSnapshots,
 		Request: s.snapshotRequest})
@@ -335,12 +338,4 @@ func (s *Service) registerFeatures() {
 		Released: s.stopNet, Prepare: s.netPrepare, Spec: s.netSpec, Up: s.netUp,
 		Claimed: s.netClaimed, Woken: s.netWoken,
 		Resumed: func(_ context.Context, sb Sandbox, rt runtime.Runtime) { s.startNet(sb, rt, nil) }})
-	s.hooks.register(Hooks{Name: "pools", Capacity: func(ctx context.Context, c *Capacity) error {
-		var err error
-		if c.Pools, err = s.ListPools(ctx); err != nil {
-			return err
-		}
-		c.MaxPooled = s.maxPooled()
-		return nil
-	}, Start: s.startPools, Prepare: s.poolPrepare, Up: s.poolUp})
 }

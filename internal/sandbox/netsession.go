@@ -48,7 +48,7 @@ type netState struct {
 type netSandbox struct {
 	id     string
 	policy atomic.Pointer[egress.Compiled]
-	target atomic.Pointer[egress.Target] // replaced when a pooled sandbox is claimed (pools.go)
+	target atomic.Pointer[egress.Target] // replaced when a pooled sandbox is claimed (internal/sandbox/pools)
 	req    guest.NetSessionRequest
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -1,6 +1,9 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"maps"
+)
 
 type ownerKey struct{}
 
@@ -14,4 +17,21 @@ func WithOwner(ctx context.Context, owner string) context.Context {
 func OwnerFrom(ctx context.Context) string {
 	o, _ := ctx.Value(ownerKey{}).(string)
 	return o
+}
+
+// callEnv is the env a command in sb runs with: a sandbox claimed from a pool was started
+// without its claimant's env and secrets, so that env and the secrets' placeholders (kept on
+// the record) are laid under the command's own. Other sandboxes have them as the agent's base
+// env already.
+func callEnv(sb Sandbox, env map[string]string) map[string]string {
+	if !sb.FromPool || len(sb.Env)+len(sb.Secrets) == 0 {
+		return env
+	}
+	out := make(map[string]string, len(sb.Env)+len(sb.Secrets)+len(env))
+	maps.Copy(out, sb.Env)
+	for _, sc := range sb.Secrets {
+		out[sc.Name] = sc.Placeholder
+	}
+	maps.Copy(out, env)
+	return out
 }

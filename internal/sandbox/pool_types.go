@@ -8,7 +8,19 @@ import (
 )
 
 // Warm pools: a pool keeps Size ready sandboxes of one shape so that a create of that
-// shape claims one instead of starting one (pools.go).
+// shape claims one instead of starting one. The feature is internal/sandbox/pools; the types
+// are the store's, the capacity reply's and that package's.
+
+// Bounds of pools.
+const (
+	// MaxPools bounds how many pools a server keeps.
+	MaxPools = 32
+	// PoolOwnerPrefix prefixes the owner of a sandbox a pool holds ("pool:<name>").
+	PoolOwnerPrefix = "pool:"
+	// PoolNetworkNone and PoolNetworkEgress are a pool's networks.
+	PoolNetworkNone   = "none"
+	PoolNetworkEgress = "egress"
+)
 
 // Pool is a warm pool's configuration: its name, the shape of the sandboxes it holds and how
 // many it keeps ready.

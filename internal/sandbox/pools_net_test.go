@@ -20,7 +20,7 @@ func TestPoolEgress(t *testing.T) {
 	port := upstream(t)
 	e := newFakeEnv(t, netConfig(func(string) error { return nil }))
 	e.setPool(t, sandbox.Pool{Name: "net", Size: 1, Network: sandbox.PoolNetworkEgress})
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	members, _ := e.svc.List(t.Context(), sandbox.ListFilter{Pool: "net", States: []sandbox.State{sandbox.StateRunning}})
 	if len(members) != 1 || members[0].Network.Policy == nil || len(members[0].Network.Policy.Allow) != 0 {
 		t.Fatalf("egress pool members: %+v; want one with a policy allowing nothing", members)
@@ -89,10 +89,10 @@ func TestPoolEgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.svc.DeletePool(t.Context(), "net"); err != nil {
+	if err := e.pools.DeletePool(t.Context(), "net"); err != nil {
 		t.Fatal(err)
 	}
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	if r := e.rt.Resources(); len(r) != 0 {
 		t.Fatalf("host resources left: %v", r)
 	}
@@ -103,9 +103,9 @@ func TestPoolEgress(t *testing.T) {
 func TestPoolEgressNeedsTheProxy(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, sandbox.Config{})
-	_, err := e.svc.SetPool(t.Context(), sandbox.Pool{Name: "net", Size: 1, Network: sandbox.PoolNetworkEgress})
+	_, err := e.pools.SetPool(t.Context(), sandbox.Pool{Name: "net", Size: 1, Network: sandbox.PoolNetworkEgress})
 	wantCode(t, err, errcode.UnsupportedOp, "no egress proxy")
-	_, err = e.svc.SetPool(t.Context(), sandbox.Pool{Name: "net", Size: 1, Network: "allow"})
+	_, err = e.pools.SetPool(t.Context(), sandbox.Pool{Name: "net", Size: 1, Network: "allow"})
 	wantCode(t, err, errcode.InvalidArgument, `"none" or "egress"`)
 }
 
@@ -118,10 +118,10 @@ func TestPoolEgressRunc(t *testing.T) {
 	cfg.Egress.ProxyPort, cfg.Egress.DNSPort = 0, 0 // 3128 and 53 in the sandbox's own netns
 	e := newEnv(t, cfg)
 	port := upstream(t)
-	if _, err := e.svc.SetPool(t.Context(), sandbox.Pool{Name: "net", Size: 1, MemoryMB: 128, DiskMB: 64, Network: sandbox.PoolNetworkEgress}); err != nil {
+	if _, err := e.pools.SetPool(t.Context(), sandbox.Pool{Name: "net", Size: 1, MemoryMB: 128, DiskMB: 64, Network: sandbox.PoolNetworkEgress}); err != nil {
 		t.Fatal(err)
 	}
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	members, _ := e.svc.List(t.Context(), sandbox.ListFilter{Pool: "net", States: []sandbox.State{sandbox.StateRunning}})
 	if len(members) != 1 {
 		t.Fatalf("pool members: %+v", members)
@@ -158,8 +158,8 @@ func TestPoolEgressRunc(t *testing.T) {
 	if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.svc.DeletePool(t.Context(), "net"); err != nil {
+	if err := e.pools.DeletePool(t.Context(), "net"); err != nil {
 		t.Fatal(err)
 	}
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 }

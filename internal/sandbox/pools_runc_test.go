@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 )
 
 // TestPoolRunc: warm pools on real runc sandboxes. A claim gives a fresh sandbox with the
@@ -17,6 +18,7 @@ func TestPoolRunc(t *testing.T) {
 	e := newEnv(t, sandbox.Config{})
 	ctx := context.Background()
 	svc := e.svc
+	pl := pools.New(svc.Core(), e.st)
 	t.Cleanup(func() { // before the env's own cleanup (LIFO): the current service destroys everything
 		all, _ := e.st.ListSandboxes(ctx, sandbox.ListFilter{States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning, sandbox.StateStopping, sandbox.StateFailed, sandbox.StateLost}})
 		for _, sb := range all {
@@ -26,13 +28,13 @@ func TestPoolRunc(t *testing.T) {
 			svc.Close()
 		}
 	})
-	if _, err := svc.SetPool(ctx, sandbox.Pool{Name: "r", Size: 2, MemoryMB: 128, DiskMB: 64}); err != nil {
+	if _, err := pl.SetPool(ctx, sandbox.Pool{Name: "r", Size: 2, MemoryMB: 128, DiskMB: 64}); err != nil {
 		t.Fatal(err)
 	}
-	svc.RefillPools(ctx)
-	pools, err := svc.ListPools(ctx)
-	if err != nil || len(pools) != 1 || pools[0].Ready != 2 {
-		t.Fatalf("after refill: %+v %v", pools, err)
+	pl.Refill(ctx)
+	ps, err := pl.ListPools(ctx)
+	if err != nil || len(ps) != 1 || ps[0].Ready != 2 {
+		t.Fatalf("after refill: %+v %v", ps, err)
 	}
 	a, err := svc.Create(sandbox.WithOwner(ctx, "alice"), sandbox.CreateRequest{MemoryMB: 128, DiskMB: 64, Env: map[string]string{"POOL_SECRET": "alice-1"}})
 	if err != nil || !a.FromPool {
@@ -49,12 +51,13 @@ func TestPoolRunc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pl = pools.New(svc.Core(), e.st)
 	if err := svc.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pools, _ = svc.ListPools(ctx)
-	if len(pools) != 1 || pools[0].Ready != 1 {
-		t.Fatalf("after restart: %+v; want the one left adopted", pools)
+	ps, _ = pl.ListPools(ctx)
+	if len(ps) != 1 || ps[0].Ready != 1 {
+		t.Fatalf("after restart: %+v; want the one left adopted", ps)
 	}
 	b, err := svc.Create(sandbox.WithOwner(ctx, "bob"), sandbox.CreateRequest{MemoryMB: 128, DiskMB: 64})
 	if err != nil || !b.FromPool || b.ID == a.ID {
@@ -68,14 +71,14 @@ func TestPoolRunc(t *testing.T) {
 	if err != nil || res.Stdout != "alice-1\n" {
 		t.Fatalf("alice's env after the restart: %q %v", res.Stdout, err)
 	}
-	svc.RefillPools(ctx) // refills after claims
-	if pools, _ = svc.ListPools(ctx); pools[0].Ready != 2 {
-		t.Fatalf("refill after restart: %+v", pools)
+	pl.Refill(ctx) // refills after claims
+	if ps, _ = pl.ListPools(ctx); ps[0].Ready != 2 {
+		t.Fatalf("refill after restart: %+v", ps)
 	}
-	if err := svc.DeletePool(ctx, "r"); err != nil {
+	if err := pl.DeletePool(ctx, "r"); err != nil {
 		t.Fatal(err)
 	}
-	svc.RefillPools(ctx) // retires the deleted pool's sandboxes
+	pl.Refill(ctx) // retires the deleted pool's sandboxes
 	if cp, _ := svc.Capacity(ctx); cp.Live != 2 {
 		t.Fatalf("after deleting the pool: %d live, want alice's and bob's", cp.Live)
 	}

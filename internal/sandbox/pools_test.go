@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -20,7 +21,7 @@ import (
 
 func (e *fakeEnv) pool(t *testing.T, name string) sandbox.PoolStatus {
 	t.Helper()
-	pools, err := e.svc.ListPools(t.Context())
+	pools, err := e.pools.ListPools(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func (e *fakeEnv) pool(t *testing.T, name string) sandbox.PoolStatus {
 
 func (e *fakeEnv) setPool(t *testing.T, p sandbox.Pool) {
 	t.Helper()
-	if _, err := e.svc.SetPool(t.Context(), p); err != nil {
+	if _, err := e.pools.SetPool(t.Context(), p); err != nil {
 		t.Fatalf("SetPool: %v", err)
 	}
 }
@@ -58,7 +59,7 @@ func TestPoolClaimIsFreshWithTheClaimantsEnv(t *testing.T) {
 	if p := e.pool(t, "py"); p.Ready != 0 || p.Size != 2 || p.Image != "host" || p.Runtime != "runc" || p.Network != "none" || p.MemoryMB != sandbox.DefaultMemoryMB {
 		t.Fatalf("pool before refill: %+v; want size 2, 0 ready, the defaults' shape", p)
 	}
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	if p := e.pool(t, "py"); p.Ready != 2 {
 		t.Fatalf("after a refill pass: %d ready, want 2", p.Ready)
 	}
@@ -133,7 +134,7 @@ func TestPoolClaimIsFreshWithTheClaimantsEnv(t *testing.T) {
 		t.Fatalf("create of another shape: %+v %v", d, err)
 	}
 	// Refill after claims; a destroyed claimed sandbox never returns to the pool.
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	if p := e.pool(t, "py"); p.Ready != 2 {
 		t.Fatalf("after refill: %d ready, want 2", p.Ready)
 	}
@@ -159,7 +160,7 @@ func TestPoolClaimIsFreshWithTheClaimantsEnv(t *testing.T) {
 func TestPoolConcurrentClaimantsNeverShare(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 4})
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	const n = 10
 	var wg sync.WaitGroup
 	out := make([]sandbox.Sandbox, n)
@@ -194,7 +195,7 @@ func TestPoolConcurrentClaimantsNeverShare(t *testing.T) {
 func TestPoolIdempotentCreateClaimsOnce(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 2})
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	req := sandbox.CreateRequest{IdempotencyKey: "k1", Env: map[string]string{"A": "1"}}
 	a, err := e.svc.Create(t.Context(), req)
 	if err != nil || !a.FromPool {
@@ -216,13 +217,36 @@ func TestPoolIdempotentCreateClaimsOnce(t *testing.T) {
 func TestPoolRefillYieldsToInteractiveCreates(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 2})
-	release := e.svc.HoldInteractive()
-	e.svc.RefillPools(t.Context())
+	// A caller's create held in its runtime start: in flight while the refill runs.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.rt.SetFault(func(ctx context.Context, op fake.Op, id string) error {
+		if op != fake.OpRun && op != fake.OpCreate {
+			return nil
+		}
+		held := false
+		once.Do(func() { held = true })
+		if held {
+			close(entered)
+			<-release
+		}
+		return nil
+	})
+	created := make(chan error, 1)
+	go func() {
+		_, err := e.svc.Create(context.Background(), sandbox.CreateRequest{Image: "host", MemoryMB: 64})
+		created <- err
+	}()
+	<-entered
+	e.pools.Refill(t.Context())
 	if p := e.pool(t, "p"); p.Ready+p.Starting != 0 {
 		t.Fatalf("refill ran while an interactive create was in flight: %+v", p)
 	}
-	release()
-	e.svc.RefillPools(t.Context())
+	close(release)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	e.pools.Refill(t.Context())
 	if p := e.pool(t, "p"); p.Ready != 2 {
 		t.Fatalf("after the create: %+v", p)
 	}
@@ -233,19 +257,19 @@ func TestPoolRefillBacksOffOnFailure(t *testing.T) {
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 1})
 	clear := failOn(e.rt, fake.OpRun, "") // the fake runtime is a runtime.Runner: a create is one run
 	defer clear()
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	before := e.rt.Calls(fake.OpRun) + e.rt.Calls(fake.OpCreate)
 	p := e.pool(t, "p")
 	if p.LastError == "" {
 		t.Fatalf("a failed refill is not reported: %+v", p)
 	}
-	e.svc.RefillPools(t.Context()) // inside the backoff: no attempt
+	e.pools.Refill(t.Context()) // inside the backoff: no attempt
 	if got := e.rt.Calls(fake.OpRun) + e.rt.Calls(fake.OpCreate); got != before {
 		t.Fatalf("refill retried inside its backoff (%d → %d runtime calls)", before, got)
 	}
 	clear()
 	e.clock.Add(2 * time.Second)
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	if p := e.pool(t, "p"); p.Ready != 1 || p.LastError != "" {
 		t.Fatalf("after the backoff: %+v", p)
 	}
@@ -254,31 +278,31 @@ func TestPoolRefillBacksOffOnFailure(t *testing.T) {
 func TestPoolShrinkAndDeleteRetire(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 3})
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 1})
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	if p := e.pool(t, "p"); p.Ready != 1 {
 		t.Fatalf("after shrinking to 1: %+v", p)
 	}
 	// A new shape replaces the old one's sandboxes.
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 1, MemoryMB: 256})
-	e.svc.RefillPools(t.Context())
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
+	e.pools.Refill(t.Context())
 	members, _ := e.svc.List(t.Context(), sandbox.ListFilter{Pool: "p", States: []sandbox.State{sandbox.StateRunning}})
 	if len(members) != 1 || members[0].MemoryMB != 256 {
 		t.Fatalf("after a new shape: %+v", members)
 	}
-	if err := e.svc.DeletePool(t.Context(), "p"); err != nil {
+	if err := e.pools.DeletePool(t.Context(), "p"); err != nil {
 		t.Fatal(err)
 	}
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	if cp, _ := e.svc.Capacity(t.Context()); cp.Live != 0 || len(cp.Pools) != 0 {
 		t.Fatalf("after delete: live %d pools %+v", cp.Live, cp.Pools)
 	}
 	if r := e.rt.Resources(); len(r) != 0 {
 		t.Fatalf("host resources left: %v", r)
 	}
-	if err := e.svc.DeletePool(t.Context(), "p"); errcode.Of(err) != errcode.PoolNotFound {
+	if err := e.pools.DeletePool(t.Context(), "p"); errcode.Of(err) != errcode.PoolNotFound {
 		t.Fatalf("deleting it again: %v; want POOL_NOT_FOUND", err)
 	}
 }
@@ -286,13 +310,13 @@ func TestPoolShrinkAndDeleteRetire(t *testing.T) {
 func TestPoolsAdoptedAfterRestart(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 2})
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	runs := e.rt.Calls(fake.OpRun) + e.rt.Calls(fake.OpCreate)
 	e.restart(t) // a new server over the same store and runtime (the sandboxes kept running)
 	if p := e.pool(t, "p"); p.Ready != 2 || p.Size != 2 {
 		t.Fatalf("after restart: %+v; want the pool with its 2 sandboxes adopted", p)
 	}
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	if got := e.rt.Calls(fake.OpRun) + e.rt.Calls(fake.OpCreate); got != runs {
 		t.Fatalf("the restarted server started %d more sandboxes for a full pool", got-runs)
 	}
@@ -319,7 +343,7 @@ func TestPoolCrashedRefillIsSwept(t *testing.T) {
 		return nil
 	})
 	done := make(chan struct{})
-	go func() { e.svc.RefillPools(t.Context()); close(done) }()
+	go func() { e.pools.Refill(t.Context()); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for e.pool(t, "p").Starting != 1 {
 		if time.Now().After(deadline) {
@@ -342,7 +366,7 @@ func TestPoolCrashedRefillIsSwept(t *testing.T) {
 	e.rt.SetFault(nil)
 	close(block) // the dead server's create returns at last; it changes nothing
 	<-done
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	if p := e.pool(t, "p"); p.Ready != 1 {
 		t.Fatalf("refill after the sweep: %+v", p)
 	}
@@ -365,16 +389,16 @@ func TestPoolValidation(t *testing.T) {
 		{sandbox.Pool{Name: "p", Size: 1, MemoryMB: 1}, "memory_mb"},
 		{sandbox.Pool{Name: "p", Size: 1, CPU: -1}, "cpu"},
 	} {
-		_, err := e.svc.SetPool(t.Context(), tc.p)
+		_, err := e.pools.SetPool(t.Context(), tc.p)
 		if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("SetPool(%+v): %v; want INVALID_ARGUMENT naming %q", tc.p, err, tc.want)
 		}
 	}
-	if _, err := e.svc.SetPool(t.Context(), sandbox.Pool{Name: "p", Size: 1, Runtime: "nope"}); err == nil || !strings.Contains(err.Error(), `runtime "nope"`) {
+	if _, err := e.pools.SetPool(t.Context(), sandbox.Pool{Name: "p", Size: 1, Runtime: "nope"}); err == nil || !strings.Contains(err.Error(), `runtime "nope"`) {
 		t.Errorf("SetPool with an unknown runtime: %v", err)
 	}
 	e.setPool(t, sandbox.Pool{Name: "a", Size: 3})
-	if _, err := e.svc.SetPool(t.Context(), sandbox.Pool{Name: "b", Size: 3}); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "at most 2") {
+	if _, err := e.pools.SetPool(t.Context(), sandbox.Pool{Name: "b", Size: 3}); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "at most 2") {
 		t.Errorf("pools over the pooled bound: %v", err)
 	}
 	e.setPool(t, sandbox.Pool{Name: "a", Size: 5}) // replacing a pool does not count it twice
@@ -386,11 +410,11 @@ func TestPoolValidation(t *testing.T) {
 		{"name=p,size=1,size=2", "size is given twice"},
 		{"name=p,cpu", "not key=value"},
 	} {
-		if _, err := sandbox.ParsePoolFlag(tc.flag); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+		if _, err := pools.ParseFlag(tc.flag); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParsePoolFlag(%q): %v; want %q", tc.flag, err, tc.want)
 		}
 	}
-	p, err := sandbox.ParsePoolFlag("name=py,image=host,runtime=runc,cpu=0.5,memory_mb=256,disk_mb=512,network=none,size=2")
+	p, err := pools.ParseFlag("name=py,image=host,runtime=runc,cpu=0.5,memory_mb=256,disk_mb=512,network=none,size=2")
 	if err != nil || p != (sandbox.Pool{Name: "py", Image: "host", Runtime: "runc", CPU: 0.5, MemoryMB: 256, DiskMB: 512, Network: "none", Size: 2}) {
 		t.Fatalf("ParsePoolFlag: %+v %v", p, err)
 	}
@@ -403,13 +427,13 @@ func TestPoolValidation(t *testing.T) {
 //	go test ./internal/sandbox -run '^$' -bench BenchmarkPoolClaim -benchtime 200x
 func BenchmarkPoolClaim(b *testing.B) {
 	e := newFakeEnvB(b)
-	if _, err := e.svc.SetPool(b.Context(), sandbox.Pool{Name: "b", Size: 1}); err != nil {
+	if _, err := e.pools.SetPool(b.Context(), sandbox.Pool{Name: "b", Size: 1}); err != nil {
 		b.Fatal(err)
 	}
 	req := sandbox.CreateRequest{Env: map[string]string{"K": "v"}, Labels: map[string]string{"l": "1"}}
 	for b.Loop() {
 		b.StopTimer()
-		e.svc.RefillPools(b.Context())
+		e.pools.Refill(b.Context())
 		b.StartTimer()
 		sb, err := e.svc.Create(b.Context(), req)
 		if err != nil || !sb.FromPool {
@@ -440,7 +464,7 @@ func newFakeEnvB(b *testing.B) *fakeEnv {
 		rt.Shutdown(context.Background())
 		st.Close()
 	})
-	return &fakeEnv{svc: svc, jobs: jobs.New(svc.Core(), st), st: st, rt: rt}
+	return &fakeEnv{svc: svc, pools: pools.New(svc.Core(), st), jobs: jobs.New(svc.Core(), st), st: st, rt: rt}
 }
 
 // A create right after a pool was set to a new shape, before the refill retired the old
@@ -449,7 +473,7 @@ func newFakeEnvB(b *testing.B) *fakeEnv {
 func TestPoolClaimNeverGivesAnOldShape(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{})
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 1})
-	e.svc.RefillPools(t.Context())
+	e.pools.Refill(t.Context())
 	old, _ := e.svc.List(t.Context(), sandbox.ListFilter{Pool: "p", States: []sandbox.State{sandbox.StateRunning}})
 	if len(old) != 1 {
 		t.Fatalf("pool members: %+v", old)
@@ -484,7 +508,7 @@ func TestPoolClaimNeverGivesAnOldShape(t *testing.T) {
 // TestPoolMaxPooled: serve --max-pooled bounds the pools' sizes together, within the live bound.
 func TestPoolMaxPooled(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{MaxSandboxes: 10, MaxPooled: 3})
-	if _, err := e.svc.SetPool(t.Context(), sandbox.Pool{Name: "p", Size: 4}); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "between 0 and 3") {
+	if _, err := e.pools.SetPool(t.Context(), sandbox.Pool{Name: "p", Size: 4}); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "between 0 and 3") {
 		t.Fatalf("a pool over --max-pooled: %v", err)
 	}
 	e.setPool(t, sandbox.Pool{Name: "p", Size: 3})

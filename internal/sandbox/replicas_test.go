@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 )
 
 // Several replicas on the fake runtime: two or three sandbox.Service instances, each
@@ -25,6 +26,7 @@ import (
 type replica struct {
 	name  string
 	svc   *sandbox.Service
+	pools *pools.Service // svc's warm pools
 	owner *lease.Owner
 	dead  *atomic.Bool // its lease calls fail: it died (or lost the database)
 	stop  func()
@@ -64,7 +66,7 @@ func startReplica(t *testing.T, name string, st sandbox.Store, rt runtime.Runtim
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{name: name, svc: svc, dead: &atomic.Bool{}}
+	r := &replica{name: name, svc: svc, pools: pools.New(svc.Core(), st), dead: &atomic.Bool{}}
 	r.owner = lease.New(lease.Config{Leases: deadableLeases{leases, r.dead}, Name: lease.Lifecycle(svc.Config().Node), Holder: name, TTL: ttl})
 	held, err := r.owner.TryAcquire(t.Context())
 	if err != nil {
@@ -338,7 +340,7 @@ func TestReplicasPoolRefillOnOneAndClaimsDoNotRace(t *testing.T) {
 	cfg := sandbox.Config{MaxSandboxes: 20}
 	a := startReplica(t, "a", stores[0], rtA, leases, cfg, leaseTTL)
 	b := startReplica(t, "b", stores[1], rtB, leases, cfg, leaseTTL)
-	if _, err := b.svc.SetPool(t.Context(), sandbox.Pool{Name: "py", Size: 3}); err != nil {
+	if _, err := b.pools.SetPool(t.Context(), sandbox.Pool{Name: "py", Size: 3}); err != nil {
 		t.Fatal(err)
 	}
 	members := func() []sandbox.Sandbox {
@@ -417,7 +419,7 @@ func TestReplicasPoolRefillOnOneAndClaimsDoNotRace(t *testing.T) {
 	}
 }
 
-func poolStatus(t *testing.T, svc *sandbox.Service, name string) sandbox.PoolStatus {
+func poolStatus(t *testing.T, svc *pools.Service, name string) sandbox.PoolStatus {
 	t.Helper()
 	pools, err := svc.ListPools(t.Context())
 	if err != nil {

@@ -94,7 +94,7 @@ type Config struct {
 	// snapshots hold together; DefaultSnapshotBudgetBytes (10 GiB).
 	SnapshotDir         string
 	SnapshotBudgetBytes int64
-	// MaxPooled bounds the sum of all warm pools' sizes (pools.go); MaxSandboxes/2.
+	// MaxPooled bounds the sum of all warm pools' sizes (internal/sandbox/pools); MaxSandboxes/2.
 	MaxPooled int
 }
 
@@ -220,7 +220,6 @@ type Service struct {
 	recWake recordWake // wakes watchers of connection records (netwake.go)
 	snaps   snapState  // snapshots being taken and in use (snapshots.go)
 	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
-	pools   poolState  // warm pools' counters and refill loop (pools.go)
 	hooks   hookSet    // the features' hooks (hooks.go)
 	// features holds the feature services that register hooks, one per kind (Core.Feature).
 	featuresMu sync.Mutex
@@ -394,7 +393,7 @@ func (s *Service) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 	if len(f.States) == 0 {
 		f.States = []State{StateCreating, StateRunning, StateSleeping, StateStopping, StateFailed, StateLost}
 	}
-	f.NoPooled = f.Pool == "" // a pool's sandboxes are nobody's until claimed (pools.go)
+	f.NoPooled = f.Pool == "" // a pool's sandboxes are nobody's until claimed (internal/sandbox/pools)
 	return s.store.ListSandboxes(ctx, f)
 }
 

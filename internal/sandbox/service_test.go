@@ -23,16 +23,18 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
+	"github.com/agentbox/agentbox/internal/sandbox/pools"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
 
 type env struct {
-	svc  *sandbox.Service
-	jobs *jobs.Service // svc's jobs feature
-	root string        // runtime root
-	st   *sqlite.Store
-	rt   runtime.Runtime // the runtime itself, behind the service's back
+	svc   *sandbox.Service
+	jobs  *jobs.Service  // svc's jobs feature
+	pools *pools.Service // svc's warm pools
+	root  string         // runtime root
+	st    *sqlite.Store
+	rt    runtime.Runtime // the runtime itself, behind the service's back
 }
 
 // newEnv builds a real service: real SQLite, real runc, the real agentbox binary as the agent.
@@ -66,7 +68,7 @@ func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{svc: svc, jobs: jobs.New(svc.Core(), st), root: root, st: st, rt: rt}
+	e := &env{svc: svc, pools: pools.New(svc.Core(), st), jobs: jobs.New(svc.Core(), st), root: root, st: st, rt: rt}
 	t.Cleanup(func() {
 		list, _ := svc.List(context.Background(), sandbox.ListFilter{})
 		for _, sb := range list {
