@@ -2,6 +2,8 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -482,5 +484,25 @@ func TestSleepingSurvivesRestart(t *testing.T) {
 	}
 	if out := e.sh(t, sb.ID, "cat f"); out != "w\n" {
 		t.Fatalf("file = %q", out)
+	}
+}
+
+// TestWakeReopensEgress: a woken egress sandbox's network session is open again when the wake
+// returns (the network's Woken hook), under the policy it slept with.
+func TestWakeReopensEgress(t *testing.T) {
+	port := upstream(t)
+	e := newSleepEnv(t, netConfig(func(string) error { return nil }), fake.Config{})
+	sb := e.create(t, sandbox.CreateRequest{Network: policy(fmt.Sprintf("allowed.test:%d", port))})
+	e.sleep(t, sb.ID)
+	e.wake(t, sb.ID)
+	reply, err := e.svc.NetSessionReply(t.Context(), sb.ID)
+	if err != nil {
+		t.Fatalf("woken egress sandbox's session: %v", err)
+	}
+	if code, body := viaProxy(t, reply.ProxyAddr, "allowed.test", port); code != 200 || body != "hello from upstream" {
+		t.Errorf("after the wake, allowed.test = %d %q; want its policy to allow it", code, body)
+	}
+	if code, _ := viaProxy(t, reply.ProxyAddr, "other.test", port); code != http.StatusForbidden {
+		t.Errorf("after the wake, other.test = %d; want 403", code)
 	}
 }
