@@ -165,7 +165,7 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	}
 	s := &Server{svc: svc, jobs: opts.SandboxJobs, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
 	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(opts.SandboxJobs), Metrics: watch.MetricsOf(opts.Metrics),
-		Connections: opts.Network.Connections, ConnectionsWake: svc.ConnectionsChanged})
+		Connections: opts.Network.Connections, ConnectionsWake: opts.Network.ConnectionsChanged})
 	if b := s.previewBackend(); b != nil {
 		s.proxy = s.newPreviewProxy(b)
 	}

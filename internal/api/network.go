@@ -38,7 +38,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	sb, err := s.svc.UpdateNetwork(r.Context(), r.PathValue("id"), p)
+	sb, err := s.opts.Network.UpdateNetwork(r.Context(), r.PathValue("id"), p)
 	if err != nil {
 		s.fail(w, r, err)
 		return

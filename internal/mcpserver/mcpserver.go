@@ -15,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/metricsnap"
@@ -52,9 +51,6 @@ type Backend interface {
 	Runtimes() []runtime.Capabilities
 	// detached jobs (jobs.go)
 	JobBackend
-	// UpdateNetwork replaces a sandbox's egress policy (sandbox_network_update; the other
-	// network tools use Options.Network, network.go).
-	UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error)
 	// snapshots, fork, sleep, wake, diff (snapshots.go)
 	SnapshotBackend
 }
@@ -161,7 +157,7 @@ func New(b Backend, opts Options) *Server {
 		Connections: func(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error) {
 			return s.net.Connections(ctx, id, after, limit)
 		}}
-	if w, ok := b.(interface {
+	if w, ok := s.net.(interface {
 		ConnectionsChanged(id string) (<-chan struct{}, func())
 	}); ok {
 		wopts.ConnectionsWake = w.ConnectionsChanged // in process: woken as records are written

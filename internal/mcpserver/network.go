@@ -20,9 +20,11 @@ import (
 // sandbox_network_update, sandbox_connections, sandbox_secret_calls, sandbox_expose and
 // sandbox_unexpose.
 
-// NetworkBackend is what the network tools need of the network feature (records and preview
-// URLs), *netsession.Service. The policy update is the core's (Backend.UpdateNetwork).
+// NetworkBackend is what the network tools need of the network feature (policy updates,
+// records and preview URLs), *netsession.Service.
 type NetworkBackend interface {
+	// UpdateNetwork replaces a sandbox's egress policy (sandbox_network_update).
+	UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error)
 	Connections(ctx context.Context, id string, after int64, limit int) (sandbox.ConnectionList, error)
 	SecretCalls(ctx context.Context, id string, after int64, limit int) (sandbox.SecretCallList, error)
 	Expose(ctx context.Context, id string, port int, public bool) (sandbox.Exposure, error)
@@ -178,7 +180,7 @@ type NetworkOut struct {
 
 func (s *Server) sandboxNetworkUpdate(ctx context.Context, _ *mcp.CallToolRequest, in NetworkUpdateIn) (NetworkOut, string, error) {
 	p := egress.Policy{Allow: nonNil(in.Allow), Deny: nonNil(in.Deny)}
-	sb, err := s.b.UpdateNetwork(ctx, in.SandboxID, p)
+	sb, err := s.net.UpdateNetwork(ctx, in.SandboxID, p)
 	if err != nil {
 		return NetworkOut{}, "", err
 	}

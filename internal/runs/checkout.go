@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -155,7 +156,10 @@ func (x *exe) narrowNetwork() error {
 	}
 	ctx, cancel := context.WithTimeout(x.ctx, opTimeout)
 	defer cancel()
-	if _, err := x.s.sb.UpdateNetwork(ctx, x.r.SandboxID, x.ownPolicy()); err != nil {
+	if x.s.cfg.Network == nil {
+		return errcode.New(errcode.UnsupportedOp, "this server has no network feature to restore run %s's sandbox's policy with", x.r.ID)
+	}
+	if _, err := x.s.cfg.Network.UpdateNetwork(ctx, x.r.SandboxID, x.ownPolicy()); err != nil {
 		return fmt.Errorf("restoring the run's network policy after the checkout: %w", err)
 	}
 	x.narrowed = true

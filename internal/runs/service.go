@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/linksign"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
+	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 )
 
 // Backend is what runs need of the sandbox control plane; *sandbox.Service satisfies it.
@@ -38,13 +39,21 @@ type Backend interface {
 	ReadFile(ctx context.Context, id, path string, offset, length, limit int64) (io.ReadCloser, int64, error)
 	Stat(ctx context.Context, id, path string) (sandbox.FileInfo, error)
 	ListDir(ctx context.Context, id, path string) (sandbox.DirList, error)
+}
+
+// NetworkUpdater changes a sandbox's egress policy (the network feature, *netsession.Service):
+// a checkout lets the sandbox reach the repository's host, then restores the run's own policy.
+type NetworkUpdater interface {
 	UpdateNetwork(ctx context.Context, id string, p egress.Policy) (sandbox.Sandbox, error)
 }
 
 // Config configures the run service.
 type Config struct {
 	Sandboxes Backend
-	Store     Store
+	// Network changes sandboxes' egress policies; nil: the network feature of Sandboxes' core
+	// (an in-process backend), else none (a checkout that needs it fails).
+	Network NetworkUpdater
+	Store   Store
 	// Dir is the service's own directory (<state>/runs): the blob store of logs and artifacts
 	// and the key that signs artifact URLs.
 	Dir string
@@ -147,6 +156,12 @@ func New(cfg Config) (*Service, error) {
 	blobs, err := newBlobStore(filepath.Join(cfg.Dir, "blobs"))
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Network == nil {
+		if c, ok := cfg.Sandboxes.(interface{ Core() *sandbox.Core }); ok {
+			core := c.Core()
+			cfg.Network = netsession.New(core, core.Store())
+		}
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, now: cfg.Now, store: cfg.Store, sb: cfg.Sandboxes,
 		blobs: blobs, signer: signer, wakeCh: make(chan struct{}, 1), changed: make(chan struct{}),

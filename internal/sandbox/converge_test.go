@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
+	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/sandbox/pools"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
@@ -44,8 +45,9 @@ func (c *clock) Add(d time.Duration) {
 // fakeEnv is a service over real SQLite and the fake runtime.
 type fakeEnv struct {
 	svc   *sandbox.Service
-	jobs  *jobs.Service  // svc's jobs feature
-	pools *pools.Service // svc's warm pools
+	jobs  *jobs.Service       // svc's jobs feature
+	net   *netsession.Service // svc's network
+	pools *pools.Service      // svc's warm pools
 	st    *sqlite.Store
 	rt    *fake.Runtime
 	clock *clock
@@ -96,7 +98,9 @@ func (e *fakeEnv) restart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, e.pools, e.jobs = svc, pools.New(svc.Core(), e.st), jobs.New(svc.Core(), e.st)
+	// The network before the pools: a pool's claim reads the network the create prepared.
+	e.svc, e.net = svc, netsession.New(svc.Core(), e.st)
+	e.pools, e.jobs = pools.New(svc.Core(), e.st), jobs.New(svc.Core(), e.st)
 	if err := svc.Reconcile(t.Context()); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
@@ -295,7 +299,9 @@ func TestCreateWhoseCallerHangsUpAtEachStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.svc, e.pools, e.jobs = svc, pools.New(svc.Core(), e.st), jobs.New(svc.Core(), e.st)
+		// The network before the pools: a pool's claim reads the network the create prepared.
+		e.svc, e.net = svc, netsession.New(svc.Core(), e.st)
+		e.pools, e.jobs = pools.New(svc.Core(), e.st), jobs.New(svc.Core(), e.st)
 		sb, err := svc.Create(ctx, sandbox.CreateRequest{})
 		if err != nil || sb.State != sandbox.StateRunning {
 			t.Fatalf("create whose caller left during admission: %v, state %s; want running", err, sb.State)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
@@ -144,3 +145,23 @@ func (c *Core) Claimed(ctx context.Context, sb Sandbox) {
 	c.s.hooks.claimed(ctx, sb)
 	c.s.bus.publish()
 }
+
+// Context is the service's background context: Close cancels it (then waits for what Go
+// started).
+func (c *Core) Context() context.Context { return c.s.bg }
+
+// Hold counts work in flight that Close waits for, until done is called: for work that runs in
+// a goroutine not started by Go. Call it only while work Close already waits for runs (so that
+// Close cannot have finished waiting).
+func (c *Core) Hold() (done func()) {
+	c.s.wg.Add(1)
+	return c.s.wg.Done
+}
+
+// EgressProxy is the egress proxy (Config.Egress.NewProxy built it), or nil when the server
+// has none: the network feature hands it the egress sandboxes' streams.
+func (c *Core) EgressProxy() EgressProxy { return c.s.egress.proxy }
+
+// SetEgressRecorder makes r the recorder of what the egress proxy does (its connections and
+// secret swaps): the network feature, which the proxy, built with the service, could not name.
+func (c *Core) SetEgressRecorder(r egress.Recorder) { c.s.egress.rec.Store(&r) }

@@ -326,16 +326,11 @@ func (hs *hookSet) start(ctx context.Context) (wait func()) {
 	}
 }
 
-// registerFeatures registers the hooks of the features that still live in this package, in
-// the order their create hooks need: the snapshots' (a create's shape) before the network's
-// (which validates the network a snapshot may give). The warm pools (internal/sandbox/pools),
-// whose claim matches the network, register after them.
+// registerFeatures registers the hooks of the features that still live in this package: the
+// snapshots' Request hook (a create's shape) comes before every feature a consumer registers
+// later, the network's (internal/sandbox/netsession, which validates the network a snapshot may
+// give) and then the warm pools' (internal/sandbox/pools, whose claim matches the network).
 func (s *Service) registerFeatures() {
 	s.hooks.register(Hooks{Name: "snapshots", Converge: s.convergeSnapshots, Sweep: s.sweepSnapshots,
 		Request: s.snapshotRequest})
-	s.hooks.register(Hooks{Name: "network",
-		Adopted:  func(_ context.Context, sb Sandbox, rt runtime.Runtime) { s.startNet(sb, rt, nil) },
-		Released: s.stopNet, Prepare: s.netPrepare, Spec: s.netSpec, Up: s.netUp,
-		Claimed: s.netClaimed, Woken: s.netWoken,
-		Resumed: func(_ context.Context, sb Sandbox, rt runtime.Runtime) { s.startNet(sb, rt, nil) }})
 }

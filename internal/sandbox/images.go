@@ -160,7 +160,7 @@ func (s *Service) imageEnv(img *image.Image) map[string]string {
 	skipped := 0
 	for i, kv := range img.Config.Env {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok || i >= maxImageEnv || !validEnvName(k) || strings.ContainsRune(v, 0) || len(v) > maxValLen*4 {
+		if !ok || i >= maxImageEnv || !ValidEnvName(k) || strings.ContainsRune(v, 0) || len(v) > maxValLen*4 {
 			skipped++
 			continue
 		}

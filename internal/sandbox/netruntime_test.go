@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -46,6 +47,7 @@ func TestCreatePicksEgressRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	netsession.New(svc.Core(), st) // the network feature checks and sets a create's policy
 	t.Cleanup(func() {
 		svc.Close()
 		runc.Shutdown(context.Background())

@@ -17,20 +17,20 @@ func TestConnectionsChanged(t *testing.T) {
 	e := newFakeEnv(t, netConfig(func(string) error { return nil }))
 	a := e.create(t, sandbox.CreateRequest{Network: policy(fmt.Sprintf("allowed.test:%d", port))})
 	b := e.create(t, sandbox.CreateRequest{Network: policy(fmt.Sprintf("allowed.test:%d", port))})
-	ra, err := e.svc.NetSessionReply(t.Context(), a.ID)
+	ra, err := e.net.SessionReply(t.Context(), a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := e.svc.NetSessionReply(t.Context(), b.ID)
+	rb, err := e.net.SessionReply(t.Context(), b.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wa, release := e.svc.ConnectionsChanged(a.ID)
+	wa, release := e.net.ConnectionsChanged(a.ID)
 	defer release()
 	if code, _ := viaProxy(t, rb.ProxyAddr, "other.test", port); code != http.StatusForbidden {
 		t.Fatalf("b's refused GET = %d", code)
 	}
-	if err := e.svc.FlushNetRecords(t.Context()); err != nil {
+	if err := e.net.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -46,7 +46,7 @@ func TestConnectionsChanged(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a's waiter was not woken when a's record was written")
 	}
-	wa2, release2 := e.svc.ConnectionsChanged(a.ID)
+	wa2, release2 := e.net.ConnectionsChanged(a.ID)
 	defer release2()
 	select {
 	case <-wa2:

@@ -18,7 +18,6 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 )
 
 // The network's control plane on the fake runtime: its embedded agent binds real listeners on
@@ -238,7 +237,7 @@ func TestEgressEndToEnd(t *testing.T) {
 		t.Errorf("placeholder = %q", placeholder)
 	}
 	// Create returned once the session was up: the proxy answers at once.
-	reply, err := e.svc.NetSessionReply(t.Context(), sb.ID)
+	reply, err := e.net.SessionReply(t.Context(), sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,10 +266,10 @@ func TestEgressEndToEnd(t *testing.T) {
 	}
 
 	// Every connection is recorded; the refused CONNECT is an event too.
-	if err := e.svc.FlushNetRecords(t.Context()); err != nil {
+	if err := e.net.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	list, err := e.net().Connections(t.Context(), sb.ID, 0, 0)
+	list, err := e.net.Connections(t.Context(), sb.ID, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +297,7 @@ func TestEgressEndToEnd(t *testing.T) {
 	}
 
 	// A live change applies to the next connection.
-	upd, err := e.svc.UpdateNetwork(t.Context(), sb.ID, egress.Policy{Allow: []string{fmt.Sprintf("other.test:%d", port)}})
+	upd, err := e.net.UpdateNetwork(t.Context(), sb.ID, egress.Policy{Allow: []string{fmt.Sprintf("other.test:%d", port)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +319,7 @@ func TestEgressEndToEnd(t *testing.T) {
 
 	// A restarted server reopens the session (the agent kept its listeners) with the stored policy.
 	e.restart(t)
-	again, err := e.svc.NetSessionReply(t.Context(), sb.ID)
+	again, err := e.net.SessionReply(t.Context(), sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,10 +337,10 @@ func TestEgressEndToEnd(t *testing.T) {
 	if _, err := e.svc.Destroy(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.NetSessionReply(t.Context(), sb.ID); errcode.Of(err) != errcode.SandboxNotRunning {
+	if _, err := e.net.SessionReply(t.Context(), sb.ID); errcode.Of(err) != errcode.SandboxNotRunning {
 		t.Errorf("after destroy NetSessionReply = %v", err)
 	}
-	_, err = e.svc.UpdateNetwork(t.Context(), sb.ID, egress.Policy{})
+	_, err = e.net.UpdateNetwork(t.Context(), sb.ID, egress.Policy{})
 	wantCode(t, err, errcode.SandboxNotRunning, "")
 }
 
@@ -349,17 +348,17 @@ func TestUpdateNetworkRefusals(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, netConfig(nil))
 	none := e.create(t, sandbox.CreateRequest{})
-	_, err := e.svc.UpdateNetwork(t.Context(), none.ID, egress.Policy{Allow: []string{"pypi.org"}})
+	_, err := e.net.UpdateNetwork(t.Context(), none.ID, egress.Policy{Allow: []string{"pypi.org"}})
 	wantCode(t, err, errcode.Conflict, "created with network none; create it with a network policy, e.g. network: {allow: []}")
 	sb := e.create(t, sandbox.CreateRequest{Network: policy()})
-	_, err = e.svc.UpdateNetwork(t.Context(), sb.ID, egress.Policy{Allow: []string{"ok.example", "http://bad/"}})
+	_, err = e.net.UpdateNetwork(t.Context(), sb.ID, egress.Policy{Allow: []string{"ok.example", "http://bad/"}})
 	wantCode(t, err, errcode.InvalidArgument, "allow[1]")
 	if got, _ := e.svc.Get(t.Context(), sb.ID); got.Version != sb.Version {
 		t.Errorf("a refused update changed the record: version %d → %d", sb.Version, got.Version)
 	}
-	_, err = e.svc.UpdateNetwork(t.Context(), "sb-nope", egress.Policy{})
+	_, err = e.net.UpdateNetwork(t.Context(), "sb-nope", egress.Policy{})
 	wantCode(t, err, errcode.InvalidArgument, "sandbox_id")
-	_, err = e.svc.UpdateNetwork(t.Context(), "sb-0123456789ab", egress.Policy{})
+	_, err = e.net.UpdateNetwork(t.Context(), "sb-0123456789ab", egress.Policy{})
 	wantCode(t, err, errcode.SandboxNotFound, "")
 }
 
@@ -391,22 +390,22 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, netConfig(nil))
 	sb := e.create(t, sandbox.CreateRequest{Network: policy()})
-	if _, err := e.svc.NetSessionReply(t.Context(), sb.ID); err != nil {
+	if _, err := e.net.SessionReply(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	const n = 250
 	for i := range n {
 		c := egress.Connection{SandboxID: sb.ID, Kind: egress.KindProxy, Host: fmt.Sprintf("h%d.example", i), Port: 443,
 			Decision: egress.Denied, Rule: "no allow rule matches", Reason: "not allowed"}
-		e.svc.RecordConnection(c)
-		e.svc.RecordSecretCall(egress.SecretCall{SandboxID: sb.ID, Secret: "K", Host: c.Host, Method: "GET", Path: "/", Replaced: i%2 == 0})
+		e.net.RecordConnection(c)
+		e.net.RecordSecretCall(egress.SecretCall{SandboxID: sb.ID, Secret: "K", Host: c.Host, Method: "GET", Path: "/", Replaced: i%2 == 0})
 	}
 	// DNS refusals are records only, never events.
-	e.svc.RecordConnection(egress.Connection{SandboxID: sb.ID, Kind: egress.KindDNS, Host: "x.example", Decision: egress.Denied})
-	if err := e.svc.FlushNetRecords(t.Context()); err != nil {
+	e.net.RecordConnection(egress.Connection{SandboxID: sb.ID, Kind: egress.KindDNS, Host: "x.example", Decision: egress.Denied})
+	if err := e.net.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	page, err := e.net().Connections(t.Context(), sb.ID, 0, 0)
+	page, err := e.net.Connections(t.Context(), sb.ID, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,13 +423,13 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 	// Paging by cursor from the first record on sees every later record once (after 0 is no
 	// cursor: the newest page).
 	seen, after := 0, int64(0)
-	first, err := e.net().Connections(t.Context(), sb.ID, 0, 1000)
+	first, err := e.net.Connections(t.Context(), sb.ID, 0, 1000)
 	if err != nil || len(first.Connections) != n+1 || first.Omitted != 0 {
 		t.Fatalf("limit 1000: %d records, omitted %d, %v", len(first.Connections), first.Omitted, err)
 	}
 	after = first.Connections[0].Seq
 	for {
-		p, err := e.net().Connections(t.Context(), sb.ID, after, 64)
+		p, err := e.net.Connections(t.Context(), sb.ID, after, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,7 +445,7 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 	if seen != n {
 		t.Errorf("paging by cursor saw %d records, want %d", seen, n)
 	}
-	calls, err := e.net().SecretCalls(t.Context(), sb.ID, 0, 10)
+	calls, err := e.net.SecretCalls(t.Context(), sb.ID, 0, 10)
 	if err != nil || len(calls.Calls) != 10 || calls.Omitted != n-10 || calls.Calls[9].Host != fmt.Sprintf("h%d.example", n-1) {
 		t.Errorf("secret calls page = %+v, %v", calls, err)
 	}
@@ -455,8 +454,8 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 		t.Errorf("egress_denied events = %d, want 5 (rate-limited)", len(evs))
 	}
 	e.clock.Add(time.Second)
-	e.svc.RecordConnection(egress.Connection{SandboxID: sb.ID, Kind: egress.KindTransparent, Host: "late.example", Port: 443, Decision: egress.Denied})
-	e.svc.FlushNetRecords(t.Context())
+	e.net.RecordConnection(egress.Connection{SandboxID: sb.ID, Kind: egress.KindTransparent, Host: "late.example", Port: 443, Decision: egress.Denied})
+	e.net.Flush(t.Context())
 	if evs := e.eventsOf(t, sb.ID, "egress_denied"); len(evs) != 6 || !strings.Contains(evs[5].Reason, "late.example:443") {
 		t.Errorf("a second later: egress_denied events = %+v", evs)
 	}
@@ -465,12 +464,12 @@ func TestNetRecordsPagingAndEvents(t *testing.T) {
 		after int64
 		limit int
 	}{{-1, 10}, {0, -1}, {0, 1001}} {
-		_, err := e.net().Connections(t.Context(), sb.ID, tc.after, tc.limit)
+		_, err := e.net.Connections(t.Context(), sb.ID, tc.after, tc.limit)
 		wantCode(t, err, errcode.InvalidArgument, "")
-		_, err = e.net().SecretCalls(t.Context(), sb.ID, tc.after, tc.limit)
+		_, err = e.net.SecretCalls(t.Context(), sb.ID, tc.after, tc.limit)
 		wantCode(t, err, errcode.InvalidArgument, "")
 	}
-	_, err = e.net().Connections(t.Context(), "sb-0123456789ab", 0, 0)
+	_, err = e.net.Connections(t.Context(), "sb-0123456789ab", 0, 0)
 	wantCode(t, err, errcode.SandboxNotFound, "")
 }
 
@@ -504,18 +503,11 @@ func TestEgressRunc(t *testing.T) {
 	if res := run("curl", "-sS", "--noproxy", "*", "--max-time", "5", fmt.Sprintf("http://127.0.0.1:%d/", port)); res.ExitCode == 0 {
 		t.Errorf("the host's loopback was reachable without the proxy: %q", res.Stdout)
 	}
-	if err := e.svc.FlushNetRecords(t.Context()); err != nil {
+	if err := e.net.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	list, err := e.net().Connections(t.Context(), sb.ID, 0, 0)
+	list, err := e.net.Connections(t.Context(), sb.ID, 0, 0)
 	if err != nil || len(list.Connections) < 2 {
 		t.Errorf("connections = %+v, %v", list, err)
 	}
 }
-
-// net is the network feature over e's service (it keeps nothing of its own: one per call is
-// the same as one per env).
-func (e *env) net() *netsession.Service { return netsession.New(e.svc.Core(), e.st) }
-
-// net is the network feature over e's service.
-func (e *fakeEnv) net() *netsession.Service { return netsession.New(e.svc.Core(), e.st) }

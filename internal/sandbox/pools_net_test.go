@@ -25,7 +25,7 @@ func TestPoolEgress(t *testing.T) {
 	if len(members) != 1 || members[0].Network.Policy == nil || len(members[0].Network.Policy.Allow) != 0 {
 		t.Fatalf("egress pool members: %+v; want one with a policy allowing nothing", members)
 	}
-	pooled, err := e.svc.NetSessionReply(t.Context(), members[0].ID)
+	pooled, err := e.net.SessionReply(t.Context(), members[0].ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestPoolEgress(t *testing.T) {
 	if err != nil || got.Network.Policy == nil || len(got.Network.Policy.Allow) != 1 || len(got.Secrets) != 1 || got.Secrets[0].Placeholder != placeholder {
 		t.Fatalf("after restart: %+v %v", got, err)
 	}
-	again, err := e.svc.NetSessionReply(t.Context(), sb.ID)
+	again, err := e.net.SessionReply(t.Context(), sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/sandbox/pools"
 )
 
@@ -66,6 +67,7 @@ func startReplica(t *testing.T, name string, st sandbox.Store, rt runtime.Runtim
 	if err != nil {
 		t.Fatal(err)
 	}
+	netsession.New(svc.Core(), st) // as wired: the network before the pools
 	r := &replica{name: name, svc: svc, pools: pools.New(svc.Core(), st), dead: &atomic.Bool{}}
 	r.owner = lease.New(lease.Config{Leases: deadableLeases{leases, r.dead}, Name: lease.Lifecycle(svc.Config().Node), Holder: name, TTL: ttl})
 	held, err := r.owner.TryAcquire(t.Context())

@@ -216,11 +216,10 @@ type Service struct {
 
 	bus     *bus // wakes event subscribers
 	retries retries
-	net     netState   // egress sandboxes' sessions and records (netsession.go, netrecords.go)
-	recWake recordWake // wakes watchers of connection records (netwake.go)
-	snaps   snapState  // snapshots being taken and in use (snapshots.go)
-	diffs   diffGate   // bounds the file walks of diffs and exec changes (diff.go)
-	hooks   hookSet    // the features' hooks (hooks.go)
+	egress  egressProxy // the egress proxy, if configured, and who records what it did
+	snaps   snapState   // snapshots being taken and in use (snapshots.go)
+	diffs   diffGate    // bounds the file walks of diffs and exec changes (diff.go)
+	hooks   hookSet     // the features' hooks (hooks.go)
 	// features holds the feature services that register hooks, one per kind (Core.Feature).
 	featuresMu sync.Mutex
 	features   map[any]any
@@ -271,19 +270,16 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 	}
 	s := &Service{store: st, local: h, cfg: cfg, log: log, now: cfg.Now,
 		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus(),
-		retries: retries{m: map[string]retry{}},
-		net:     netState{m: map[string]*netSandbox{}}}
+		retries: retries{m: map[string]retry{}}}
 	s.bg, s.stop = context.WithCancel(context.Background())
 	s.registerFeatures()
 	if cfg.Egress.NewProxy != nil {
-		p, err := cfg.Egress.NewProxy(s)
+		p, err := cfg.Egress.NewProxy(&s.egress)
 		if err != nil {
 			s.stop()
 			return nil, fmt.Errorf("egress proxy: %w", err)
 		}
-		s.net.proxy, s.net.rec = p, newRecordQueue()
-		s.wg.Add(1)
-		go s.flushRecords()
+		s.egress.proxy = p
 	}
 	return s, nil
 }

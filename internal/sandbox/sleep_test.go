@@ -210,7 +210,7 @@ func TestAutoWake(t *testing.T) {
 		t.Fatalf("stat after auto-wake = %+v, %v", fi, err)
 	}
 	e.sleep(t, sb.ID)
-	if _, err := e.net().Expose(t.Context(), sb.ID, 8080, true); err != nil || e.state(t, sb.ID) != sandbox.StateRunning {
+	if _, err := e.net.Expose(t.Context(), sb.ID, 8080, true); err != nil || e.state(t, sb.ID) != sandbox.StateRunning {
 		t.Fatalf("expose of a sleeping auto_wake sandbox = %v, state %s; want it woken and exposed", err, e.state(t, sb.ID))
 	}
 	// A call marked WithoutAutoWake (a watch stream's poll) does not wake it.
@@ -220,7 +220,7 @@ func TestAutoWake(t *testing.T) {
 	// Without auto_wake, expose says to wake it.
 	other := e.create(t, sandbox.CreateRequest{})
 	e.sleep(t, other.ID)
-	_, err = e.net().Expose(t.Context(), other.ID, 8080, true)
+	_, err = e.net.Expose(t.Context(), other.ID, 8080, true)
 	wantNotRunningSleeping(t, "expose", err)
 }
 
@@ -495,7 +495,7 @@ func TestWakeReopensEgress(t *testing.T) {
 	sb := e.create(t, sandbox.CreateRequest{Network: policy(fmt.Sprintf("allowed.test:%d", port))})
 	e.sleep(t, sb.ID)
 	e.wake(t, sb.ID)
-	reply, err := e.svc.NetSessionReply(t.Context(), sb.ID)
+	reply, err := e.net.SessionReply(t.Context(), sb.ID)
 	if err != nil {
 		t.Fatalf("woken egress sandbox's session: %v", err)
 	}

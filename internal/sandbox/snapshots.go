@@ -133,8 +133,8 @@ func checkLabels(field string, labels map[string]string) error {
 		return errcode.New(errcode.InvalidArgument, "%s has %d entries; at most %d are allowed", field, len(labels), MaxLabels)
 	}
 	for k, v := range labels {
-		if k == "" || len(k) > maxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
-			return errcode.New(errcode.InvalidArgument, "%s: label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", field, text.Truncate(k, 64), maxKeyLen, maxValLen)
+		if k == "" || len(k) > MaxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
+			return errcode.New(errcode.InvalidArgument, "%s: label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", field, text.Truncate(k, 64), MaxKeyLen, maxValLen)
 		}
 	}
 	return nil
@@ -737,7 +737,7 @@ func (s *Service) roomFor(ctx context.Context, shape Sandbox, n int) error {
 	u.MemoryMB += int64(k) * shape.MemoryMB
 	u.DiskMB += int64(k) * shape.DiskMB
 	if over := s.local.admission.Check(u, shape); over != nil {
-		return prefixed(fmt.Sprintf("a fork of %d does not fit (none was made): ", n), overCapacity(over))
+		return errcode.Prefixed(fmt.Sprintf("a fork of %d does not fit (none was made): ", n), overCapacity(over))
 	}
 	return nil
 }

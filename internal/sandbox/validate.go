@@ -21,7 +21,7 @@ const (
 	MaxDiskMB   = 1 << 22
 	MaxEnv      = 256
 	MaxLabels   = 64
-	maxKeyLen   = 256
+	MaxKeyLen   = 256
 	maxValLen   = 8 << 10
 )
 
@@ -98,8 +98,8 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 		return nil, err
 	}
 	for k, v := range req.Labels {
-		if k == "" || len(k) > maxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
-			return nil, errcode.New(errcode.InvalidArgument, "label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", k, maxKeyLen, maxValLen)
+		if k == "" || len(k) > MaxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
+			return nil, errcode.New(errcode.InvalidArgument, "label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", k, MaxKeyLen, maxValLen)
 		}
 	}
 	if req.CPU == 0 {
@@ -120,7 +120,7 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 // ValidateEnv checks environment variables: POSIX-ish names, no NUL.
 func ValidateEnv(field string, env map[string]string) error {
 	for k, v := range env {
-		if !validEnvName(k) {
+		if !ValidEnvName(k) {
 			return errcode.New(errcode.InvalidArgument, "%s: %q is not a valid variable name (letters, digits and _, not starting with a digit)", field, k)
 		}
 		if strings.ContainsRune(v, 0) || len(v) > maxValLen*4 {
@@ -130,8 +130,10 @@ func ValidateEnv(field string, env map[string]string) error {
 	return nil
 }
 
-func validEnvName(k string) bool {
-	if k == "" || len(k) > maxKeyLen {
+// ValidEnvName reports whether k is a POSIX-ish variable name: letters, digits and _, not
+// starting with a digit, at most MaxKeyLen.
+func ValidEnvName(k string) bool {
+	if k == "" || len(k) > MaxKeyLen {
 		return false
 	}
 	for i, c := range k {

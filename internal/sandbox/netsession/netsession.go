@@ -1,12 +1,12 @@
-// Package netsession serves what callers ask of a sandbox's network: the pages of its
-// connection and secret-call records, and its preview URLs (expose, unexpose, list, the
-// preview proxy's authorization and its dial to the sandbox's port). It is a feature over the
-// sandbox lifecycle core, which it reaches through its sandbox.Core handle, and reads and
-// writes the durable state it needs through its own Store.
-//
-// The egress sessions themselves (the proxy's streams, the records' queue, policy updates)
-// still live in the core package: they hang on the create, wake and pool-claim paths, which
-// have no hooks for them yet.
+// Package netsession is a sandbox's network: its egress (the create's network and secrets
+// checked and set, the session that carries the sandbox's connections to the egress proxy,
+// policy updates), the records of what the proxy did (a queue written in batches, pages of
+// connection and secret-call records, a wake-up for their live watchers) and its preview URLs
+// (expose, unexpose, list, the preview proxy's authorization and its dial to the sandbox's
+// port). It is a feature over the sandbox lifecycle core, which it reaches through its
+// sandbox.Core handle and which calls it through the hooks it registers (a create's Prepare,
+// Spec and Up; Adopted, Woken, Resumed, Claimed, Released), and reads and writes the durable
+// state it needs through its own Store.
 package netsession
 
 import (
@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxid"
 )
@@ -45,18 +46,41 @@ type Store interface {
 	ListExposures(ctx context.Context, sandboxID string) ([]sandbox.Exposure, error)
 	// DeleteExposure removes the exposure of port; SANDBOX_NOT_FOUND naming the port if none.
 	DeleteExposure(ctx context.Context, sandboxID string, port int) error
+	// AppendNetRecords writes a batch of the proxy's records (sandbox.NetStore).
+	AppendNetRecords(ctx context.Context, conns []egress.Connection, calls []egress.SecretCall, events []sandbox.Event, keep int) error
+	// UpdateSandbox writes sb (its version checked) with ev (sandbox.Store).
+	UpdateSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbox.Event) error
 }
 
-// Service serves sandboxes' network records and preview URLs. It is safe for concurrent use.
+// Service serves sandboxes' networks. It is safe for concurrent use.
 type Service struct {
 	core  *sandbox.Core
 	store Store
+
+	net     netState   // egress sandboxes' sessions and records (egress.go, records.go)
+	recWake recordWake // wakes watchers of connection records (recordwake.go)
 }
 
-// New returns the network feature over core, reading and writing st. It registers no hooks:
-// what it keeps lives in the store.
+type featureKey struct{}
+
+// New returns the network feature over core, reading and writing st, and registers its hooks:
+// one per core, however often asked. Build it at wiring time, before the features whose create
+// hooks read the network it prepares (the warm pools). With an egress proxy configured
+// (sandbox.Config.Egress) it records what the proxy did and serves egress sandboxes' sessions.
 func New(core *sandbox.Core, st Store) *Service {
-	return &Service{core: core, store: st}
+	return core.Feature(featureKey{}, func() any {
+		s := &Service{core: core, store: st, net: netState{m: map[string]*netSandbox{}}}
+		if p := core.EgressProxy(); p != nil {
+			s.net.proxy, s.net.rec = p, newRecordQueue()
+			core.SetEgressRecorder(s)
+			core.Go(s.flushRecords)
+		}
+		core.Register(sandbox.Hooks{Name: "network",
+			Adopted:  func(_ context.Context, sb sandbox.Sandbox, rt runtime.Runtime) { s.startNet(sb, rt, nil) },
+			Released: s.stopNet, Prepare: s.prepare, Spec: s.spec, Up: s.up, Claimed: s.claimed, Woken: s.woken,
+			Resumed: func(_ context.Context, sb sandbox.Sandbox, rt runtime.Runtime) { s.startNet(sb, rt, nil) }})
+		return s
+	}).(*Service)
 }
 
 // checkPage validates a records page's cursor and limit.

@@ -1,11 +1,12 @@
-package sandbox
+package netsession
 
 // The host side of every running egress sandbox's network: one session per sandbox with its
 // agent (guest.Client.NetSession; the host dials it, nothing in the sandbox can dial the host),
 // whose streams — the sandbox's connections to its proxy, DNS and transparent listeners — are
 // each handed to the egress proxy with the sandbox's Target. The session opens in create
-// before the sandbox is reported running, and at Reconcile for the sandboxes a restarted
-// server adopts; while the sandbox runs, a broken session is reopened with backoff.
+// before the sandbox is reported running (the Up hook), at wake before the wake returns
+// (Woken), and at Reconcile for the sandboxes a restarted server adopts (Adopted); while the
+// sandbox runs, a broken session is reopened with backoff.
 
 import (
 	"context"
@@ -20,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/text"
 )
 
@@ -37,7 +39,7 @@ const (
 
 // netState is the service's part for networks: the proxy and each egress sandbox's session.
 type netState struct {
-	proxy EgressProxy
+	proxy sandbox.EgressProxy
 	rec   *recordQueue // nil without a proxy
 
 	mu sync.Mutex
@@ -94,7 +96,7 @@ func (s *Service) netOf(id string) *netSandbox {
 
 // netRequest is the session request for a sandbox of runtime rt.
 func (s *Service) netRequest(rt runtime.Runtime) guest.NetSessionRequest {
-	req := guest.NetSessionRequest{ProxyPort: s.cfg.Egress.proxyPort(), DNSPort: s.cfg.Egress.dnsPort()}
+	req := guest.NetSessionRequest{ProxyPort: proxyPort(s.core.Config().Egress), DNSPort: dnsPort(s.core.Config().Egress)}
 	// Process isolation (runc, crun): the agent's sockets are host kernel sockets, so it hands
 	// each one over (SCM_RIGHTS) and the proxy serves it with no relay in between; gVisor's
 	// sockets live in its own kernel, so its agent relays the bytes.
@@ -103,7 +105,7 @@ func (s *Service) netRequest(rt runtime.Runtime) guest.NetSessionRequest {
 	// connection wakes the host once, not the agent and then the host.
 	req.PassListeners = req.PassFDs
 	if slices.Contains(rt.Capabilities().Hardening, runtime.HardeningTransparentEgress) {
-		req.TransparentPorts = s.cfg.Egress.TransparentPorts
+		req.TransparentPorts = s.core.Config().Egress.TransparentPorts
 		if req.TransparentPorts == nil {
 			req.TransparentPorts = []int{80, 443}
 		}
@@ -112,7 +114,7 @@ func (s *Service) netRequest(rt runtime.Runtime) guest.NetSessionRequest {
 }
 
 // openNet opens sb's first session, in create, once its agent answers.
-func (s *Service) openNet(ctx context.Context, rt runtime.Runtime, sb Sandbox, gc *guest.Client) (*guest.NetSession, error) {
+func (s *Service) openNet(ctx context.Context, rt runtime.Runtime, sb sandbox.Sandbox, gc *guest.Client) (*guest.NetSession, error) {
 	sess, err := gc.NetSession(ctx, s.netRequest(rt))
 	if err != nil {
 		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its network session did not open: %s", sb.ID, errcode.Message(err))
@@ -120,36 +122,36 @@ func (s *Service) openNet(ctx context.Context, rt runtime.Runtime, sb Sandbox, g
 	return sess, nil
 }
 
-// netPrepare is the network's Prepare hook: it validates the create's network and secrets
+// prepare is the network's Prepare hook: it validates the create's network and secrets
 // against the runtime and sets them on the draft record.
-func (s *Service) netPrepare(_ context.Context, c *Creation) error {
+func (s *Service) prepare(_ context.Context, c *sandbox.Creation) error {
 	plan, err := s.validateNetwork(c.Req, c.Runtime)
 	if err != nil || plan == nil {
 		return err
 	}
-	p := normalPolicy(plan.policy.Policy())
-	c.Sandbox.Network, c.Sandbox.Secrets = Network{Policy: &p}, plan.secrets
+	p := sandbox.NormalPolicy(plan.policy.Policy())
+	c.Sandbox.Network, c.Sandbox.Secrets = sandbox.Network{Policy: &p}, plan.secrets
 	return nil
 }
 
-// netSpec is the network's Spec hook: an egress sandbox starts with the egress network, the
+// spec is the network's Spec hook: an egress sandbox starts with the egress network, the
 // CA bundle and the proxy's environment (validateNetwork refused any name its env also sets).
-func (s *Service) netSpec(sb Sandbox, spec *runtime.Spec) {
+func (s *Service) spec(sb sandbox.Sandbox, spec *runtime.Spec) {
 	if sb.Network.Policy == nil {
 		return
 	}
-	spec.Network, spec.CABundle = runtime.NetworkEgress, s.cfg.Egress.CABundle
+	spec.Network, spec.CABundle = runtime.NetworkEgress, s.core.Config().Egress.CABundle
 	env := maps.Clone(spec.Env)
 	if env == nil {
 		env = map[string]string{}
 	}
-	maps.Copy(env, s.cfg.Egress.egressEnv(sb.Secrets))
+	maps.Copy(env, egressEnv(s.core.Config().Egress, sb.Secrets))
 	spec.Env = env
 }
 
-// netUp is the network's Up hook: an egress sandbox's first session opens before the create
+// up is the network's Up hook: an egress sandbox's first session opens before the create
 // reports it running, and is served once it runs.
-func (s *Service) netUp(ctx context.Context, c *Creation, gc *guest.Client) error {
+func (s *Service) up(ctx context.Context, c *sandbox.Creation, gc *guest.Client) error {
 	if c.Sandbox.Network.Policy == nil {
 		return nil
 	}
@@ -158,7 +160,7 @@ func (s *Service) netUp(ctx context.Context, c *Creation, gc *guest.Client) erro
 		return err
 	}
 	rt := c.Runtime
-	c.OnStarted(func(sb Sandbox, ok bool) {
+	c.OnStarted(func(sb sandbox.Sandbox, ok bool) {
 		if !ok {
 			sess.Close()
 			return
@@ -168,38 +170,36 @@ func (s *Service) netUp(ctx context.Context, c *Creation, gc *guest.Client) erro
 	return nil
 }
 
-// netClaimed is the network's Claimed hook: a claimed egress sandbox's session takes the
+// claimed is the network's Claimed hook: a claimed egress sandbox's session takes the
 // claimant's policy and secrets (its record has them already) before the claimant has its id.
-func (s *Service) netClaimed(_ context.Context, sb Sandbox) {
+func (s *Service) claimed(_ context.Context, sb sandbox.Sandbox) {
 	if sb.Network.Policy == nil {
 		return
 	}
 	compiled, err := egress.ParsePolicy(*sb.Network.Policy)
 	if err != nil {
-		s.log.Error("claimed sandbox's network policy is refused; its egress stays closed", "sandbox_id", sb.ID, "err", err)
+		s.core.Log().Error("claimed sandbox's network policy is refused; its egress stays closed", "sandbox_id", sb.ID, "err", err)
 		return
 	}
 	s.setNetPolicy(sb.ID, compiled)
 	s.setNetSecrets(sb.ID, sb.Secrets)
 }
 
-// netWoken is the network's Woken hook: a woken egress sandbox's session opens before the wake
+// woken is the network's Woken hook: a woken egress sandbox's session opens before the wake
 // returns (else it is reopened in the background, with backoff).
-func (s *Service) netWoken(ctx context.Context, sb Sandbox) {
+func (s *Service) woken(ctx context.Context, sb sandbox.Sandbox) {
 	if s.net.proxy == nil || sb.Network.Policy == nil {
 		return
 	}
-	rt, err := s.runtimeOf(sb)
+	rt, err := s.core.RuntimeOf(sb)
 	if err != nil {
 		return
 	}
-	s.guestsMu.Lock()
-	gc := s.guests[sb.ID]
-	s.guestsMu.Unlock()
+	gc := s.core.Guest(sb.ID)
 	var sess *guest.NetSession
 	if gc != nil {
 		if sess, err = s.openNet(ctx, rt, sb, gc); err != nil {
-			s.log.Warn("woken sandbox's network session did not open; retrying in the background", "sandbox_id", sb.ID, "err", err)
+			s.core.Log().Warn("woken sandbox's network session did not open; retrying in the background", "sandbox_id", sb.ID, "err", err)
 			sess = nil
 		}
 	}
@@ -207,7 +207,7 @@ func (s *Service) netWoken(ctx context.Context, sb Sandbox) {
 }
 
 // startNet keeps sb's network session up while sb runs, starting with sess (nil: open one).
-func (s *Service) startNet(sb Sandbox, rt runtime.Runtime, sess *guest.NetSession) {
+func (s *Service) startNet(sb sandbox.Sandbox, rt runtime.Runtime, sess *guest.NetSession) {
 	if s.net.proxy == nil || sb.Network.Policy == nil {
 		if sess != nil {
 			sess.Close()
@@ -218,7 +218,7 @@ func (s *Service) startNet(sb Sandbox, rt runtime.Runtime, sess *guest.NetSessio
 	if err != nil {
 		// The stored policy was valid when it was stored; a newer build refusing it must not
 		// open the sandbox to anything.
-		s.log.Error("sandbox's stored network policy is refused; its egress stays closed", "sandbox_id", sb.ID, "err", err)
+		s.core.Log().Error("sandbox's stored network policy is refused; its egress stays closed", "sandbox_id", sb.ID, "err", err)
 		if sess != nil {
 			sess.Close()
 		}
@@ -227,15 +227,14 @@ func (s *Service) startNet(sb Sandbox, rt runtime.Runtime, sess *guest.NetSessio
 	n := &netSandbox{id: sb.ID, req: s.netRequest(rt), slots: make(chan struct{}, maxNetStreams), changed: make(chan struct{})}
 	n.policy.Store(compiled)
 	n.target.Store(&egress.Target{SandboxID: sb.ID, Policy: n.policy.Load, Secrets: sb.Secrets})
-	n.ctx, n.cancel = context.WithCancel(s.bg)
+	n.ctx, n.cancel = context.WithCancel(s.core.Context())
 	s.net.mu.Lock()
 	if old := s.net.m[sb.ID]; old != nil {
 		old.cancel()
 	}
 	s.net.m[sb.ID] = n
 	s.net.mu.Unlock()
-	s.wg.Add(1)
-	go s.netLoop(n, sess)
+	s.core.Go(func(context.Context) { s.netLoop(n, sess) })
 }
 
 // stopNet ends sandbox id's session and its streams (they finish in the background; Close
@@ -277,7 +276,6 @@ func (s *Service) setNetSecrets(id string, secrets []egress.Secret) {
 
 // netLoop serves n's sessions until n is stopped or its sandbox no longer runs.
 func (s *Service) netLoop(n *netSandbox, sess *guest.NetSession) {
-	defer s.wg.Done()
 	defer n.cancel()
 	backoff := netBackoffMin
 	failures := 0
@@ -291,7 +289,7 @@ func (s *Service) netLoop(n *netSandbox, sess *guest.NetSession) {
 			if time.Since(began) >= time.Second {
 				backoff = netBackoffMin
 			}
-			s.log.Info("sandbox network session ended; reopening", "sandbox_id", n.id)
+			s.core.Log().Info("sandbox network session ended; reopening", "sandbox_id", n.id)
 			sess = nil
 			if !sleepCtx(n.ctx, backoff) {
 				return
@@ -301,7 +299,7 @@ func (s *Service) netLoop(n *netSandbox, sess *guest.NetSession) {
 		if n.ctx.Err() != nil {
 			return
 		}
-		_, gc, err := s.runningOr(n.ctx, n.id, false)
+		_, gc, err := s.core.Running(n.ctx, n.id, false)
 		if c := errcode.Of(err); c == errcode.SandboxNotRunning || c == errcode.SandboxNotFound {
 			s.forgetNet(n)
 			return
@@ -314,7 +312,7 @@ func (s *Service) netLoop(n *netSandbox, sess *guest.NetSession) {
 				return
 			}
 			if failures++; failures == 1 || failures%60 == 0 {
-				s.log.Warn("sandbox network session did not open; retrying", "sandbox_id", n.id, "attempt", failures, "err", err)
+				s.core.Log().Warn("sandbox network session did not open; retrying", "sandbox_id", n.id, "attempt", failures, "err", err)
 			}
 			sess = nil
 			if !sleepCtx(n.ctx, backoff) {
@@ -362,7 +360,7 @@ func (s *Service) serveSession(n *netSandbox, sess *guest.NetSession) {
 // startStream checks st's header and takes one of n's slots (waiting while maxNetStreams are
 // served, until sess or n ends); it returns what serves st, or nil when st was closed. It
 // runs while a goroutine of the service (serveSession's, or one sess counts and Close waits
-// for, inside serveSession) still holds the service's WaitGroup, so its Add is safe.
+// for, inside serveSession) is still held by the core, so its Hold is safe.
 func (s *Service) startStream(n *netSandbox, sess *guest.NetSession, st *guest.NetStream) func() {
 	kind := egress.Kind(st.Header.Kind)
 	var dst netip.AddrPort
@@ -371,12 +369,12 @@ func (s *Service) startStream(n *netSandbox, sess *guest.NetSession, st *guest.N
 	case egress.KindTransparent:
 		var err error
 		if dst, err = netip.ParseAddrPort(st.Header.Dst); err != nil {
-			s.log.Warn("sandbox agent sent a transparent stream without a destination", "sandbox_id", n.id, "dst", text.Truncate(st.Header.Dst, 64))
+			s.core.Log().Warn("sandbox agent sent a transparent stream without a destination", "sandbox_id", n.id, "dst", text.Truncate(st.Header.Dst, 64))
 			st.Close()
 			return nil
 		}
 	default:
-		s.log.Warn("sandbox agent sent a stream of unknown kind", "sandbox_id", n.id, "kind", text.Truncate(st.Header.Kind, 32))
+		s.core.Log().Warn("sandbox agent sent a stream of unknown kind", "sandbox_id", n.id, "kind", text.Truncate(st.Header.Kind, 32))
 		st.Close()
 		return nil
 	}
@@ -389,9 +387,9 @@ func (s *Service) startStream(n *netSandbox, sess *guest.NetSession, st *guest.N
 		st.Close()
 		return nil
 	}
-	s.wg.Add(1)
+	done := s.core.Hold()
 	return func() {
-		defer s.wg.Done()
+		defer done()
 		defer func() { <-n.slots }()
 		// The connection itself, not the NetStream around it: the proxy's copies between it
 		// and TCP then splice. A handed-over socket (st.Header.FD) is the sandbox's own TCP
@@ -401,9 +399,9 @@ func (s *Service) startStream(n *netSandbox, sess *guest.NetSession, st *guest.N
 	}
 }
 
-// netSessionReply waits until sandbox id's session is up and returns where its listeners are
-// (for tests: export_test.go).
-func (s *Service) netSessionReply(ctx context.Context, id string) (guest.NetSessionReply, error) {
+// SessionReply waits until sandbox id's network session is up and returns where its listeners
+// are (the proxy's and resolver's addresses as the sandbox sees them).
+func (s *Service) SessionReply(ctx context.Context, id string) (guest.NetSessionReply, error) {
 	for {
 		n := s.netOf(id)
 		if n == nil || n.ctx.Err() != nil {

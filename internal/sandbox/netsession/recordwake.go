@@ -1,4 +1,4 @@
-package sandbox
+package netsession
 
 // A per-sandbox, in-memory "connection records were written" signal for live watchers
 // (watch's connections stream). Nothing is written to the store for it: the flush of the

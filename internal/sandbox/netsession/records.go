@@ -1,4 +1,4 @@
-package sandbox
+package netsession
 
 // The records of what the egress proxy did (egress.Recorder, implemented by the Service):
 // a bounded queue that never blocks the proxy, written to the store in batches by one
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/text"
 )
 
@@ -31,7 +32,7 @@ const (
 type netRecord struct {
 	conn *egress.Connection
 	call *egress.SecretCall
-	ev   *Event
+	ev   *sandbox.Event
 }
 
 type recordQueue struct {
@@ -57,7 +58,7 @@ func (s *Service) RecordConnection(c egress.Connection) {
 	}
 	c.Seq = 0
 	if c.Time.IsZero() {
-		c.Time = s.now()
+		c.Time = s.core.Now()
 	}
 	if c.Decision == egress.Denied && c.Kind != egress.KindDNS {
 		c.Reason = withAllowHint(c)
@@ -67,7 +68,7 @@ func (s *Service) RecordConnection(c egress.Connection) {
 		return
 	}
 	n := s.netOf(c.SandboxID)
-	if n == nil || !n.allowEvent(s.now()) {
+	if n == nil || !n.allowEvent(s.core.Now()) {
 		return
 	}
 	reason := fmt.Sprintf("%s:%d refused", c.Host, c.Port)
@@ -77,8 +78,8 @@ func (s *Service) RecordConnection(c egress.Connection) {
 	if c.Reason != "" {
 		reason += ": " + c.Reason
 	}
-	at := s.now().UTC().Truncate(time.Millisecond)
-	s.enqueue(netRecord{ev: &Event{SandboxID: c.SandboxID, Type: "egress_denied", From: StateRunning, To: StateRunning,
+	at := s.core.Now()
+	s.enqueue(netRecord{ev: &sandbox.Event{SandboxID: c.SandboxID, Type: "egress_denied", From: sandbox.StateRunning, To: sandbox.StateRunning,
 		At: at, Reason: text.Truncate(reason, 1024)}})
 }
 
@@ -106,7 +107,7 @@ func (s *Service) RecordSecretCall(c egress.SecretCall) {
 	}
 	c.Seq = 0
 	if c.Time.IsZero() {
-		c.Time = s.now()
+		c.Time = s.core.Now()
 	}
 	s.enqueue(netRecord{call: &c})
 }
@@ -123,14 +124,13 @@ func (s *Service) enqueue(r netRecord) {
 	now := time.Now().UnixNano()
 	last := rq.lastLog.Load()
 	if now-last >= int64(dropLogEvery) && rq.lastLog.CompareAndSwap(last, now) {
-		s.log.Warn("egress records dropped: the store falls behind the proxy", "dropped", rq.dropped.Swap(0), "queue", RecordQueue)
+		s.core.Log().Warn("egress records dropped: the store falls behind the proxy", "dropped", rq.dropped.Swap(0), "queue", RecordQueue)
 	}
 }
 
 // flushRecords writes the queue to the store until the service closes, then writes what is
 // left.
-func (s *Service) flushRecords() {
-	defer s.wg.Done()
+func (s *Service) flushRecords(bg context.Context) {
 	rq := s.net.rec
 	tick := time.NewTicker(recordFlushEvery)
 	defer tick.Stop()
@@ -145,20 +145,20 @@ func (s *Service) flushRecords() {
 		select {
 		case r := <-rq.q:
 			if batch = append(batch, r); len(batch) >= recordBatch {
-				write(s.bg)
+				write(bg)
 			}
 		case <-tick.C:
-			write(s.bg)
+			write(bg)
 		case done := <-rq.flushes:
 			for len(rq.q) > 0 && len(batch) < RecordQueue {
 				batch = append(batch, <-rq.q)
 				if len(batch) >= recordBatch {
-					write(s.bg)
+					write(bg)
 				}
 			}
-			write(s.bg)
+			write(bg)
 			close(done)
-		case <-s.bg.Done():
+		case <-bg.Done():
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			for n := len(rq.q); n > 0; n-- {
 				batch = append(batch, <-rq.q)
@@ -178,7 +178,7 @@ func (s *Service) writeRecords(ctx context.Context, batch []netRecord) {
 	ns := s.store
 	var conns []egress.Connection
 	var calls []egress.SecretCall
-	var evs []Event
+	var evs []sandbox.Event
 	for _, r := range batch {
 		switch {
 		case r.conn != nil:
@@ -189,13 +189,13 @@ func (s *Service) writeRecords(ctx context.Context, batch []netRecord) {
 			evs = append(evs, *r.ev)
 		}
 	}
-	if err := ns.AppendNetRecords(ctx, conns, calls, evs, MaxNetRecords); err != nil {
+	if err := ns.AppendNetRecords(ctx, conns, calls, evs, sandbox.MaxNetRecords); err != nil {
 		s.net.rec.droppedTotal.Add(int64(len(batch)))
-		s.log.Warn("egress records not written", "records", len(batch), "err", err)
+		s.core.Log().Warn("egress records not written", "records", len(batch), "err", err)
 		return
 	}
 	if len(evs) > 0 {
-		s.bus.publish()
+		s.core.Published()
 	}
 	if len(conns) > 0 {
 		ids := map[string]bool{}
@@ -206,9 +206,8 @@ func (s *Service) writeRecords(ctx context.Context, batch []netRecord) {
 	}
 }
 
-// flushNetRecords writes every record queued so far before it returns (for tests:
-// export_test.go).
-func (s *Service) flushNetRecords(ctx context.Context) error {
+// Flush writes every record queued so far to the store before it returns.
+func (s *Service) Flush(ctx context.Context) error {
 	if s.net.rec == nil {
 		return nil
 	}
@@ -217,8 +216,8 @@ func (s *Service) flushNetRecords(ctx context.Context) error {
 	case s.net.rec.flushes <- done:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-s.bg.Done():
-		return s.bg.Err()
+	case <-s.core.Context().Done():
+		return s.core.Context().Err()
 	}
 	select {
 	case <-done:
@@ -228,9 +227,9 @@ func (s *Service) flushNetRecords(ctx context.Context) error {
 	}
 }
 
-// DroppedNetRecords returns how many egress records were dropped since the service started
-// (the queue was full, or the store refused a batch).
-func (s *Service) DroppedNetRecords() int64 {
+// DroppedRecords returns how many egress records were dropped since the service started (the
+// queue was full, or the store refused a batch).
+func (s *Service) DroppedRecords() int64 {
 	if s.net.rec == nil {
 		return 0
 	}
