@@ -20,7 +20,10 @@ type Core struct{ s *Service }
 // Core returns the service's handle for features.
 func (s *Service) Core() *Core { return &Core{s} }
 
-// Register adds a feature's hooks (hooks.go). Call it while wiring, before the service runs.
+// Register adds a feature's hooks (hooks.go). Call it while wiring, in the order the create
+// hooks need: the network feature before the warm pools, whose claim reads the network it
+// prepared. A feature registered while the control loop runs has its Start hook started in
+// the running term.
 func (c *Core) Register(h Hooks) { c.s.hooks.register(h) }
 
 // Feature returns the feature service kept under key, building it with build (which may

@@ -150,6 +150,15 @@ func (c *Creation) end() {
 type hookSet struct {
 	mu  sync.Mutex
 	cur atomic.Pointer[[]Hooks]
+	// runs are the control loop's terms running now (start): a feature registered during one
+	// has its Start hook started in it too.
+	runs map[*hookRun]bool
+}
+
+// hookRun is one term's Start hooks: its context and what to wait for when it ends.
+type hookRun struct {
+	ctx   context.Context
+	waits []func()
 }
 
 func (hs *hookSet) register(h Hooks) {
@@ -157,6 +166,13 @@ func (hs *hookSet) register(h Hooks) {
 	defer hs.mu.Unlock()
 	all := append(slices.Clone(hs.list()), h)
 	hs.cur.Store(&all)
+	if h.Start != nil {
+		for r := range hs.runs {
+			if r.ctx.Err() == nil {
+				r.waits = append(r.waits, h.Start(r.ctx))
+			}
+		}
+	}
 }
 
 // list returns the hooks registered so far.
@@ -311,15 +327,26 @@ func (hs *hookSet) capacity(ctx context.Context, c *Capacity) error {
 	return nil
 }
 
-// start starts every Start hook's loop; wait waits for them all.
+// start starts every Start hook's loop for the term ctx, and those of features registered
+// while it lasts; wait waits for them all.
 func (hs *hookSet) start(ctx context.Context) (wait func()) {
-	var waits []func()
+	hs.mu.Lock()
+	r := &hookRun{ctx: ctx}
 	for _, h := range hs.list() {
 		if h.Start != nil {
-			waits = append(waits, h.Start(ctx))
+			r.waits = append(r.waits, h.Start(ctx))
 		}
 	}
+	if hs.runs == nil {
+		hs.runs = map[*hookRun]bool{}
+	}
+	hs.runs[r] = true
+	hs.mu.Unlock()
 	return func() {
+		hs.mu.Lock()
+		delete(hs.runs, r)
+		waits := r.waits
+		hs.mu.Unlock()
 		for _, w := range waits {
 			w()
 		}

@@ -38,3 +38,36 @@ func TestHookSet(t *testing.T) {
 		t.Fatalf("%d hooks registered, want 7", n)
 	}
 }
+
+// TestLateStart: a feature registered while a term of the control loop runs has its Start hook
+// started in that term, and the term's wait waits for it; one registered after the term ended
+// is not started in it.
+func TestLateStart(t *testing.T) {
+	var hs hookSet
+	ctx, cancel := context.WithCancel(t.Context())
+	wait := hs.start(ctx)
+	started, ended := make(chan context.Context, 1), make(chan struct{})
+	hs.register(Hooks{Name: "late", Start: func(ctx context.Context) func() {
+		started <- ctx
+		return func() { <-ctx.Done(); close(ended) }
+	}})
+	select {
+	case got := <-started:
+		if got != ctx {
+			t.Fatalf("late Start got another context")
+		}
+	default:
+		t.Fatal("a feature registered during a term was not started in it")
+	}
+	cancel()
+	wait()
+	select {
+	case <-ended:
+	default:
+		t.Fatal("the term's wait returned before the late feature's loop ended")
+	}
+	hs.register(Hooks{Name: "after", Start: func(context.Context) func() {
+		t.Error("a feature registered after the term was started in it")
+		return func() {}
+	}})
+}

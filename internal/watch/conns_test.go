@@ -15,7 +15,7 @@ import (
 )
 
 // memConns is an in-memory connections table with the store's paging (global seq, interleaved
-// sandboxes; after 0 = the newest limit) and a wake like sandbox.Service.ConnectionsChanged.
+// sandboxes; after 0 = the newest limit) and a wake like netsession.Service.ConnectionsChanged.
 type memConns struct {
 	mu    sync.Mutex
 	recs  []egress.Connection

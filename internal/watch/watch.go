@@ -213,7 +213,7 @@ type ConnectionPager func(ctx context.Context, sandboxID string, after int64, li
 
 // ConnectionWake returns a channel closed when connection records of a sandbox are next
 // written, and a release to call when the caller stops waiting
-// (sandbox.Service.ConnectionsChanged).
+// (netsession.Service.ConnectionsChanged).
 type ConnectionWake func(sandboxID string) (<-chan struct{}, func())
 
 // MetricsSource takes one sample of a sandbox's metrics (any JSON-encodable value).
