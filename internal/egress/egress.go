@@ -109,8 +109,11 @@ type SecretCall struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
-// Recorder keeps what the proxy did. Calls must not block for long: a store writes in
-// batches behind them.
+// Recorder keeps what the proxy did. A connection that was not allowed (refused, or failed)
+// is recorded before its refusal reaches the sandbox: RecordConnection returns once it is
+// stored (or a bounded wait passed), so that a client reading the records right after the
+// refusal finds it. Other records are written in batches behind the calls, which return at
+// once.
 type Recorder interface {
 	RecordConnection(c Connection)
 	RecordSecretCall(c SecretCall)

@@ -394,15 +394,15 @@ func (p *Proxy) serveConnect(ctx context.Context, t *Target, c net.Conn, br *buf
 	ck := p.check(ctx, pol, host, port)
 	rec := ck.connection(t, KindProxy)
 	if !ck.ok() {
+		p.record(rec, start) // stored before the refusal reaches the sandbox
 		p.refuse(c, pol, &ck)
-		p.record(rec, start)
 		return true
 	}
 	up, ap, err := p.dialChecked(ctx, &ck)
 	if err != nil {
 		rec.Decision, rec.Reason = Failed, fmt.Sprintf("cannot connect to %s: %s", net.JoinHostPort(ck.host, portStr), shortErr(err))
-		writePlain(c, http.StatusBadGateway, nil, "agentbox egress: "+rec.Reason+"\n")
 		p.record(rec, start)
+		writePlain(c, http.StatusBadGateway, nil, "agentbox egress: "+rec.Reason+"\n")
 		return true
 	}
 	rec.Addr = ap.String()
@@ -558,8 +558,8 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	rec := ck.connection(t, KindProxy)
 	if !ck.ok() {
 		keep := drain(req)
+		p.record(rec, start) // stored before the refusal reaches the sandbox
 		p.refuse(c, pol, &ck)
-		p.record(rec, start)
 		return keep
 	}
 	if ic := p.cfg.Interceptor; ic != nil && ic.Wants(t, ck.host) {
@@ -588,8 +588,8 @@ func (p *Proxy) serveForward(ctx context.Context, t *Target, c net.Conn, br *buf
 	if err != nil {
 		keep := drain(req)
 		rec.Decision, rec.Reason = Failed, fmt.Sprintf("cannot connect to %s: %s", net.JoinHostPort(ck.host, strconv.Itoa(port)), shortErr(err))
-		writePlain(c, http.StatusBadGateway, nil, "agentbox egress: "+rec.Reason+"\n")
 		p.record(rec, start)
+		writePlain(c, http.StatusBadGateway, nil, "agentbox egress: "+rec.Reason+"\n")
 		return keep
 	}
 	rec.Addr = ap.String()

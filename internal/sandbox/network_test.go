@@ -511,3 +511,41 @@ func TestEgressRunc(t *testing.T) {
 		t.Errorf("connections = %+v, %v", list, err)
 	}
 }
+
+// TestRefusalRecordedBeforeItArrives: a refused request's connection record is in the store
+// by the time the refusal reaches the sandbox — read at once, with no flush, it is there (for a
+// plain request and a CONNECT alike).
+func TestRefusalRecordedBeforeItArrives(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, netConfig(nil))
+	sb := e.create(t, sandbox.CreateRequest{Network: policy("allowed.test")})
+	reply, err := e.net.SessionReply(t.Context(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, refused := range []func() int{
+		func() int { code, _ := viaProxy(t, reply.ProxyAddr, "refused-get.test", 80); return code },
+		func() int { return connectVia(t, reply.ProxyAddr, "refused-connect.test", 443) },
+	} {
+		if code := refused(); code != http.StatusForbidden {
+			t.Fatalf("refusal %d: HTTP %d, want 403", i, code)
+		}
+		list, err := e.net.Connections(t.Context(), sb.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if denied := countDenied(list.Connections); denied != i+1 {
+			t.Fatalf("right after refusal %d the records show %d refusals: %+v", i, denied, list.Connections)
+		}
+	}
+}
+
+func countDenied(cs []egress.Connection) int {
+	n := 0
+	for _, c := range cs {
+		if c.Decision == egress.Denied {
+			n++
+		}
+	}
+	return n
+}

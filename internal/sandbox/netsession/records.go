@@ -1,9 +1,12 @@
 package netsession
 
 // The records of what the egress proxy did (egress.Recorder, implemented by the Service):
-// a bounded queue that never blocks the proxy, written to the store in batches by one
-// goroutine. When the queue is full a record is dropped and counted, and the count is logged
-// at most once a minute.
+// a bounded queue written to the store in batches by one goroutine. A connection that was not
+// allowed is written before RecordConnection returns — before the proxy sends its refusal, so
+// `agentbox connections` right after a refused request shows it (bounded by
+// refusalCommitWait); other records are queued and RecordSecretCall and an allowed connection's
+// record never block. When the queue is full a record is dropped and counted, and the count
+// is logged at most once a minute.
 
 import (
 	"context"
@@ -25,7 +28,10 @@ const (
 	recordBatch = 256
 	// recordFlushEvery is how long a record waits for its batch at most.
 	recordFlushEvery = 100 * time.Millisecond
-	dropLogEvery     = time.Minute
+	// refusalCommitWait bounds how long a refusal waits for its record's commit (a store that
+	// hangs delays the refusal by this much, never forever; the record is still written).
+	refusalCommitWait = 5 * time.Second
+	dropLogEvery      = time.Minute
 )
 
 // netRecord is one queued record: a connection, a secret call or an event.
@@ -33,6 +39,8 @@ type netRecord struct {
 	conn *egress.Connection
 	call *egress.SecretCall
 	ev   *sandbox.Event
+	// written, if set, is closed once the record is written (or dropped): its caller waits.
+	written chan struct{}
 }
 
 type recordQueue struct {
@@ -63,7 +71,20 @@ func (s *Service) RecordConnection(c egress.Connection) {
 	if c.Decision == egress.Denied && c.Kind != egress.KindDNS {
 		c.Reason = withAllowHint(c)
 	}
-	s.enqueue(netRecord{conn: &c})
+	if c.Decision == egress.Allowed {
+		s.enqueue(netRecord{conn: &c})
+		return
+	}
+	written := make(chan struct{})
+	if s.enqueue(netRecord{conn: &c, written: written}) {
+		t := time.NewTimer(refusalCommitWait)
+		select {
+		case <-written:
+		case <-t.C:
+			s.core.Log().Warn("an egress refusal's record is not written yet; the refusal goes on", "sandbox_id", c.SandboxID, "waited", refusalCommitWait)
+		}
+		t.Stop()
+	}
 	if c.Decision != egress.Denied || c.Kind == egress.KindDNS {
 		return
 	}
@@ -112,11 +133,13 @@ func (s *Service) RecordSecretCall(c egress.SecretCall) {
 	s.enqueue(netRecord{call: &c})
 }
 
-func (s *Service) enqueue(r netRecord) {
+// enqueue queues r, or drops and counts it when the queue is full; it reports whether r was
+// queued.
+func (s *Service) enqueue(r netRecord) bool {
 	rq := s.net.rec
 	select {
 	case rq.q <- r:
-		return
+		return true
 	default:
 	}
 	rq.dropped.Add(1)
@@ -126,6 +149,7 @@ func (s *Service) enqueue(r netRecord) {
 	if now-last >= int64(dropLogEvery) && rq.lastLog.CompareAndSwap(last, now) {
 		s.core.Log().Warn("egress records dropped: the store falls behind the proxy", "dropped", rq.dropped.Swap(0), "queue", RecordQueue)
 	}
+	return false
 }
 
 // flushRecords writes the queue to the store until the service closes, then writes what is
@@ -145,6 +169,14 @@ func (s *Service) flushRecords(bg context.Context) {
 		select {
 		case r := <-rq.q:
 			if batch = append(batch, r); len(batch) >= recordBatch {
+				write(bg)
+			} else if r.written != nil {
+				// A refusal waits for its record: write it now, with whatever else waits.
+				for n := len(rq.q); n > 0; n-- {
+					if batch = append(batch, <-rq.q); len(batch) >= recordBatch {
+						write(bg)
+					}
+				}
 				write(bg)
 			}
 		case <-tick.C:
@@ -189,6 +221,13 @@ func (s *Service) writeRecords(ctx context.Context, batch []netRecord) {
 			evs = append(evs, *r.ev)
 		}
 	}
+	defer func() {
+		for _, r := range batch {
+			if r.written != nil {
+				close(r.written)
+			}
+		}
+	}()
 	if err := ns.AppendNetRecords(ctx, conns, calls, evs, sandbox.MaxNetRecords); err != nil {
 		s.net.rec.droppedTotal.Add(int64(len(batch)))
 		s.core.Log().Warn("egress records not written", "records", len(batch), "err", err)
