@@ -36,7 +36,7 @@ var storeDrivers = []string{module + "internal/store/sqlite", module + "internal
 
 // features are the feature packages over the sandbox lifecycle core: each depends on the core
 // (internal/sandbox), which calls them only through the hooks they register, never by import.
-var features = []string{module + "internal/sandbox/metrics", module + "internal/sandbox/netsession", module + "internal/sandbox/imageadmin", module + "internal/sandbox/jobs", module + "internal/sandbox/pools"}
+var features = []string{module + "internal/sandbox/metrics", module + "internal/sandbox/netsession", module + "internal/sandbox/imageadmin", module + "internal/sandbox/jobs", module + "internal/sandbox/pools", module + "internal/sandbox/snapshots"}
 
 // under reports whether path is p or one of its subpackages.
 func under(path, p string) bool { return path == p || strings.HasPrefix(path, p+"/") }
@@ -174,7 +174,7 @@ func TestDependencyDirection(t *testing.T) {
 		pkgs = append(pkgs, p)
 	}
 	// The rules must see the packages they are about, or they prove nothing.
-	for _, want := range []string{"internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/sandbox/metrics", "internal/sandbox/netsession", "internal/sandbox/imageadmin", "internal/api", "internal/api/client", "internal/mcpserver"} {
+	for _, want := range []string{"internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/sandbox/metrics", "internal/sandbox/netsession", "internal/sandbox/imageadmin", "internal/sandbox/snapshots", "internal/api", "internal/api/client", "internal/mcpserver"} {
 		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+want }) {
 			t.Fatalf("go list did not report %s", want)
 		}
@@ -204,6 +204,7 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/sandbox", Deps: m("internal/sandbox/metrics")},
 		{ImportPath: module + "internal/sandbox", Deps: m("internal/sandbox/netsession")},
 		{ImportPath: module + "internal/sandbox", Deps: m("internal/sandbox/imageadmin")},
+		{ImportPath: module + "internal/sandbox", Deps: m("internal/sandbox/snapshots")},
 		{ImportPath: module + "internal/runtime", Deps: m("internal/guest")},
 		{ImportPath: module + "internal/config", Imports: m("modernc.org/sqlite")},
 		{ImportPath: module + "internal/sandbox", XTestImports: m("github.com/jackc/pgx/v5")},
@@ -254,6 +255,8 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/mcpserver", Deps: m("internal/sandbox/netsession", "internal/sandbox")},
 		{ImportPath: module + "internal/sandbox/imageadmin", Deps: m("internal/sandbox", "internal/image", "internal/runtime")},
 		{ImportPath: module + "internal/api", Deps: m("internal/sandbox/metrics", "internal/sandbox")},
+		{ImportPath: module + "internal/sandbox/snapshots", Deps: m("internal/sandbox", "internal/fsdiff", "internal/runtime")},
+		{ImportPath: module + "internal/mcpserver", Deps: m("internal/sandbox/snapshots", "internal/sandbox")},
 		{ImportPath: module + "internal/testenv/kubelab", Imports: []string{"k8s.io/client-go/kubernetes", "k8s.io/api/core/v1"}},
 		{ImportPath: module + "internal/peerreply", Deps: append(m("internal/errcode", "internal/text"), "net/http")},
 		{ImportPath: module + "internal/api/client", Imports: m("internal/wire", "internal/errcode", "internal/sandboxid", "internal/jobmodel"),

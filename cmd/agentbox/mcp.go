@@ -81,7 +81,7 @@ func cmdMCP(args []string) int {
 	apiCall, closeAPI := mcpAPICall(cp, log) // api_call (apicall.go)
 	defer closeAPI()
 	opts := mcpserver.Options{ControlPlane: where, Logger: log, Runs: cp.runsBackend(), APICall: apiCall, Gate: cp.gates, SQL: cp.store,
-		Samples: cp.metrics, Network: cp.network, Images: cp.imgs} // sandbox_metrics, fetch_metrics' sample; the network and image tools
+		Samples: cp.metrics, Network: cp.network, Images: cp.imgs, Snapshots: cp.snaps} // sandbox_metrics, fetch_metrics' sample; the network, image and snapshot tools
 	cp.prom.Attach(cp.svc, cp.metrics, cp.sandboxes.Jobs(), log) // no REST server attaches it here
 	opts.Metrics = cp.metricsSource(ctx)                         // fetch_metrics over the process's own registry
 	srv := mcpserver.New(cp.sandboxes, opts)
@@ -100,7 +100,7 @@ func cmdMCP(args []string) int {
 // handler over it with its gates; the func returned closes it.
 func mcpAPICall(cp *controlPlane, log *slog.Logger) (mcpserver.APICallFunc, func()) {
 	rs, _ := cp.runsBackend().(*runs.Service)
-	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Pools: cp.pools, SandboxJobs: cp.sandboxes.Jobs()}) // the tools' sampler: one previous CPU sample per sandbox
+	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Pools: cp.pools, SandboxJobs: cp.sandboxes.Jobs(), Snapshots: cp.snaps}) // the tools' sampler: one previous CPU sample per sandbox
 	return h.Call, h.Close
 }
 

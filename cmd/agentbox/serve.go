@@ -150,7 +150,7 @@ func cmdServe(args []string) int {
 	defer relaySvc.Close()
 	var handler *api.Server // api_call (apicall.go) calls it in process
 	mcpSrv := mcpserver.New(cp.sandboxes, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
-		APICall: apiCallVia(&handler), Gate: cp.gates, Samples: cp.metrics, Network: cp.network, Images: cp.imgs,
+		APICall: apiCallVia(&handler), Gate: cp.gates, Samples: cp.metrics, Network: cp.network, Images: cp.imgs, Snapshots: cp.snaps,
 		SQL: cp.store, Metrics: cp.metricsSource(ctx), Machines: mcpserver.RegistryMachines{R: machines}, RemoteJobs: rjobs, // execute_sql, fetch_metrics
 		Relay:  relaySvc,                                                                                                      // remote_pull, remote_push
 		Remote: mcpserver.RemoteServices{Exec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines)}}) // remote_exec, remote_screenshot
@@ -159,7 +159,7 @@ func cmdServe(args []string) int {
 	}
 	defer mcpSrv.Close()
 	handler = api.New(cp.svc, api.Options{Token: token, MaxFileBytes: cfg.MaxFileBytes, AllowAnyHost: cfg.AllowRemote, Logger: log,
-		Mount: mcpHandlers(mcpSrv), Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Pools: cp.pools, Prometheus: cp.prom, Jobs: cp.sandboxes.Jobs(), SandboxJobs: cp.sandboxes.Jobs(), Runs: cp.runs,
+		Mount: mcpHandlers(mcpSrv), Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Pools: cp.pools, Prometheus: cp.prom, Jobs: cp.sandboxes.Jobs(), SandboxJobs: cp.sandboxes.Jobs(), Snapshots: cp.snaps, Runs: cp.runs,
 		Gate: cp.gates, Keys: cp.keys, Audit: cp.store, SQL: cp.store,
 		Approvals: cp.approvals, Machines: machines, RemoteJobs: rjobs, // the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
 		Blobs:      relaySvc,                                                                     // the file relay

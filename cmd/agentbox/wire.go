@@ -35,6 +35,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/sandbox/pools"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 	"github.com/agentbox/agentbox/internal/statedir"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/postgres"
@@ -54,6 +55,8 @@ type controlPlane struct {
 	// pools keeps the warm pools (the REST routes, MCP tools, serve's --pool); built right
 	// after the service, so that its create hooks follow the core's own.
 	pools *pools.Service
+	// snaps takes, lists, deletes, forks from and diffs snapshots (the REST routes, MCP tools).
+	snaps *snapshots.Service
 	// sandboxes is svc with its jobs feature (the MCP backend, the runs' workers); its Jobs()
 	// serves the job routes and tools.
 	sandboxes jobs.Sandboxes
@@ -365,6 +368,9 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
+	// The features whose hooks Reconcile runs register before it: at start it converges and
+	// sweeps the snapshots a crash left.
+	snaps := snapshots.New(svc.Core(), st)
 	// Several replicas: the node's lifecycle lease. Alone on its store (SQLite) a
 	// server takes it at once and reconciles before serving, as it always did; a replica whose
 	// lease another holds serves at once and leaves reconcile to the holder (or to its own
@@ -406,6 +412,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	ok = true
 	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), pools: pools.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
+	cp.snaps = snaps
 	// Governance: audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
 	cp.audit = rec
 	cp.gates = append(cp.gates, cp.audit, auth.ScopeGate{})

@@ -35,6 +35,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/sandbox/pools"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
 	"github.com/agentbox/agentbox/internal/version"
@@ -73,6 +74,9 @@ type Options struct {
 	// Pools serves the warm pool routes (/v1/pools) and their Prometheus series; nil: the
 	// pools feature of the service's core.
 	Pools *pools.Service
+	// Snapshots serves the snapshot, fork and diff routes (snapshots.go): the control plane's
+	// snapshots feature; nil: the one of svc's core.
+	Snapshots *snapshots.Service
 	// Prometheus, if set, serves GET /metrics (behind the token) and counts every request
 	// by route pattern; Jobs adds agentbox_jobs (prometheus.go).
 	Prometheus *Prometheus
@@ -117,6 +121,7 @@ type Options struct {
 type Server struct {
 	svc   *sandbox.Service
 	jobs  *jobs.Service
+	snaps *snapshots.Service
 	opts  Options
 	log   *slog.Logger
 	mux   *http.ServeMux
@@ -163,7 +168,10 @@ func New(svc *sandbox.Service, opts Options) *Server {
 	if opts.SandboxJobs == nil && svc != nil {
 		opts.SandboxJobs = jobs.New(svc.Core(), svc.Core().Store())
 	}
-	s := &Server{svc: svc, jobs: opts.SandboxJobs, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
+	if opts.Snapshots == nil && svc != nil {
+		opts.Snapshots = snapshots.New(svc.Core(), svc.Core().Store())
+	}
+	s := &Server{svc: svc, jobs: opts.SandboxJobs, snaps: opts.Snapshots, opts: opts, log: opts.Logger, mux: http.NewServeMux(), owner: TokenOwner(opts.Token), done: make(chan struct{})}
 	s.hub = watch.NewHub(svc, watch.Options{Logger: opts.Logger, JobLogs: watch.JobLogsOf(opts.SandboxJobs), Metrics: watch.MetricsOf(opts.Metrics),
 		Connections: opts.Network.Connections, ConnectionsWake: opts.Network.ConnectionsChanged})
 	if b := s.previewBackend(); b != nil {

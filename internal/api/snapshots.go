@@ -45,7 +45,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	snap, err := s.svc.Snapshot(r.Context(), r.PathValue("id"), req)
+	snap, err := s.snaps.Snapshot(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -83,7 +83,7 @@ func (s *Server) listSnapshotsFor(w http.ResponseWriter, r *http.Request, sandbo
 		return
 	}
 	f.Limit = int(ptrOr(lim, DefaultSnapshotPage))
-	list, err := s.svc.ListSnapshots(r.Context(), f)
+	list, err := s.snaps.ListSnapshots(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -107,7 +107,7 @@ func snapshotPage(list []sandbox.Snapshot, limit int) SnapshotList {
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.svc.GetSnapshot(r.Context(), r.PathValue("snapshot_id"))
+	snap, err := s.snaps.GetSnapshot(r.Context(), r.PathValue("snapshot_id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -117,7 +117,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("snapshot_id")
-	if err := s.svc.DeleteSnapshot(r.Context(), id); err != nil {
+	if err := s.snaps.DeleteSnapshot(r.Context(), id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -151,7 +151,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.svc.Fork(r.Context(), r.PathValue("id"), req)
+	res, err := s.snaps.Fork(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -240,7 +240,7 @@ func (s *Server) diffSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.svc.Diff(r.Context(), r.PathValue("id"), req)
+	res, err := s.snaps.Diff(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -51,8 +51,8 @@ type Backend interface {
 	Runtimes() []runtime.Capabilities
 	// detached jobs (jobs.go)
 	JobBackend
-	// snapshots, fork, sleep, wake, diff (snapshots.go)
-	SnapshotBackend
+	// sleep and wake (snapshots.go; the snapshot, fork and diff tools use Options.Snapshots)
+	SleepBackend
 }
 
 // Bounds of the MCP surface (the REST API streams larger files).
@@ -110,6 +110,9 @@ type Options struct {
 	// the control plane's *netsession.Service; nil: one made over the Backend's core (a
 	// *sandbox.Service).
 	Network NetworkBackend
+	// Snapshots serves the snapshot, fork and diff tools (snapshots.go): the control plane's
+	// *snapshots.Service; nil: the one of the Backend's core (a *sandbox.Service).
+	Snapshots SnapshotBackend
 	// RemoteJobs serves the remote job tools (remotejobs.go): *remotejobs.Service in
 	// process, client.RemoteJobsBackend over a running serve; nil: UNSUPPORTED_OPERATION.
 	RemoteJobs RemoteJobBackend
@@ -125,6 +128,7 @@ type Server struct {
 	watch *watcher
 	hub   *watch.Hub // the watch and watch_fleet tools' streams
 	net   NetworkBackend
+	snaps SnapshotBackend // nil: the snapshot tools answer UNSUPPORTED_OPERATION
 
 	processOwner string // the owner of connections without sessions (stdio)
 }
@@ -147,7 +151,7 @@ func New(b Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner(), net: networkOf(b, opts.Network)}
+	s := &Server{b: b, opts: opts, log: opts.Logger, held: newHeldSets(), processOwner: newProcessOwner(), net: networkOf(b, opts.Network), snaps: snapshotsOf(b, opts.Snapshots)}
 	s.watch = newWatcher(s)
 	var metricsOf watch.MetricsSource
 	if opts.Samples != nil {

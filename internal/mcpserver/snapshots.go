@@ -11,20 +11,49 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 )
 
 // Snapshots, fork, sleep, wake and diff: sandbox_snapshot, snapshot_list,
 // snapshot_delete, sandbox_fork, sandbox_sleep, sandbox_wake, sandbox_diff.
 
-// SnapshotBackend is what the snapshot tools need of the control plane (part of Backend).
+// SnapshotBackend is what the snapshot, fork and diff tools need (Options.Snapshots): the
+// control plane's *snapshots.Service. Sleep and wake are the Backend's (the lifecycle core's).
 type SnapshotBackend interface {
 	Snapshot(ctx context.Context, id string, req sandbox.SnapshotRequest) (sandbox.Snapshot, error)
 	ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) ([]sandbox.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	Fork(ctx context.Context, id string, req sandbox.ForkRequest) (sandbox.ForkResult, error)
+	Diff(ctx context.Context, id string, req sandbox.DiffRequest) (sandbox.DiffResult, error)
+}
+
+// SleepBackend is what sandbox_sleep and sandbox_wake need of the control plane (part of
+// Backend).
+type SleepBackend interface {
 	Sleep(ctx context.Context, id string) (sandbox.Sandbox, error)
 	Wake(ctx context.Context, id string) (sandbox.Sandbox, error)
-	Diff(ctx context.Context, id string, req sandbox.DiffRequest) (sandbox.DiffResult, error)
+}
+
+// snapshotsOf is Options.Snapshots, else the snapshots feature over b's sandbox core; nil
+// when b has none (a Backend without a *sandbox.Service behind it: the tools then answer
+// UNSUPPORTED_OPERATION).
+func snapshotsOf(b Backend, sb SnapshotBackend) SnapshotBackend {
+	if sb != nil {
+		return sb
+	}
+	if c, ok := b.(interface{ Core() *sandbox.Core }); ok {
+		core := c.Core()
+		return snapshots.New(core, core.Store())
+	}
+	return nil
+}
+
+// snapshots is the snapshot tools' backend, or UNSUPPORTED_OPERATION.
+func (s *Server) snapshots() (SnapshotBackend, error) {
+	if s.snaps == nil {
+		return nil, errcode.New(errcode.UnsupportedOp, "snapshots are not available on this MCP server")
+	}
+	return s.snaps, nil
 }
 
 // Bounds of the snapshot tools (the REST API's: internal/api/snapshots.go).
@@ -261,7 +290,11 @@ Reply: {against, changes: [{path, change: "added" | "modified" | "deleted", type
 }
 
 func (s *Server) sandboxSnapshot(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotIn) (SnapshotInfo, string, error) {
-	sn, err := s.b.Snapshot(ctx, in.SandboxID, sandbox.SnapshotRequest{Memory: in.Memory, Labels: in.Labels})
+	snaps, err := s.snapshots()
+	if err != nil {
+		return SnapshotInfo{}, "", err
+	}
+	sn, err := snaps.Snapshot(ctx, in.SandboxID, sandbox.SnapshotRequest{Memory: in.Memory, Labels: in.Labels})
 	if err != nil {
 		return SnapshotInfo{}, "", err
 	}
@@ -271,8 +304,12 @@ func (s *Server) sandboxSnapshot(ctx context.Context, _ *mcp.CallToolRequest, in
 }
 
 func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotListIn) (SnapshotListOut, string, error) {
+	snaps, err := s.snapshots()
+	if err != nil {
+		return SnapshotListOut{}, "", err
+	}
 	limit := int(ptrOr(in.Limit, DefaultSnapshotPage))
-	list, err := s.b.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: in.SandboxID, After: in.Cursor, Limit: limit})
+	list, err := snaps.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: in.SandboxID, After: in.Cursor, Limit: limit})
 	if err != nil {
 		return SnapshotListOut{}, "", err
 	}
@@ -299,13 +336,21 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 }
 
 func (s *Server) snapshotDelete(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotIDIn) (SnapshotDeleteOut, string, error) {
-	if err := s.b.DeleteSnapshot(ctx, in.SnapshotID); err != nil {
+	snaps, err := s.snapshots()
+	if err != nil {
+		return SnapshotDeleteOut{}, "", err
+	}
+	if err := snaps.DeleteSnapshot(ctx, in.SnapshotID); err != nil {
 		return SnapshotDeleteOut{}, "", err
 	}
 	return SnapshotDeleteOut{SnapshotID: in.SnapshotID, Deleted: true}, fmt.Sprintf("Deleted snapshot %s.", in.SnapshotID), nil
 }
 
 func (s *Server) sandboxFork(ctx context.Context, call *mcp.CallToolRequest, in ForkIn) (ForkOut, string, error) {
+	snaps, err := s.snapshots()
+	if err != nil {
+		return ForkOut{}, "", err
+	}
 	req := sandbox.ForkRequest{Count: int(ptrOr(in.Count, 1)), SnapshotID: in.SnapshotID, Memory: in.Memory,
 		TTLSeconds: ptrOr(in.TTLSeconds, 0), Labels: in.Labels}
 	if req.SnapshotID != "" && req.Memory {
@@ -316,7 +361,7 @@ func (s *Server) sandboxFork(ctx context.Context, call *mcp.CallToolRequest, in 
 		return ForkOut{}, "", errcode.New(errcode.CapacityUnavailable, "this MCP server already tracks %d sandboxes; destroy the ones you no longer need (sandbox_list shows them) and retry", maxHeld)
 	}
 	owner, session := s.ownerOf(ctx, call.Session)
-	res, err := s.b.Fork(sandbox.WithOwner(ctx, owner), in.SandboxID, req)
+	res, err := snaps.Fork(sandbox.WithOwner(ctx, owner), in.SandboxID, req)
 	if err != nil {
 		return ForkOut{}, "", err
 	}
@@ -355,12 +400,16 @@ func (s *Server) sandboxWake(ctx context.Context, call *mcp.CallToolRequest, in 
 }
 
 func (s *Server) sandboxDiff(ctx context.Context, _ *mcp.CallToolRequest, in DiffIn) (DiffOut, string, error) {
+	snaps, err := s.snapshots()
+	if err != nil {
+		return DiffOut{}, "", err
+	}
 	if in.OtherSandboxID != "" && in.SnapshotID != "" {
 		return DiffOut{}, "", errcode.New(errcode.InvalidArgument, "give other_sandbox_id or snapshot_id (or neither, to compare with the image), not both")
 	}
 	req := sandbox.DiffRequest{OtherSandboxID: in.OtherSandboxID, SnapshotID: in.SnapshotID, Cursor: in.Cursor,
 		Limit: int(ptrOr(in.Limit, 0)), MaxDiffBytes: ptrOr(in.MaxDiffBytes, 0), NoUnified: in.NoUnified}
-	res, err := s.b.Diff(ctx, in.SandboxID, req)
+	res, err := snaps.Diff(ctx, in.SandboxID, req)
 	if err != nil {
 		return DiffOut{}, "", err
 	}

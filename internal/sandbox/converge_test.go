@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/sandbox/pools"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -48,6 +49,7 @@ type fakeEnv struct {
 	jobs  *jobs.Service       // svc's jobs feature
 	net   *netsession.Service // svc's network
 	pools *pools.Service      // svc's warm pools
+	snaps *snapshots.Service  // svc's snapshots feature
 	st    *sqlite.Store
 	rt    *fake.Runtime
 	clock *clock
@@ -101,6 +103,7 @@ func (e *fakeEnv) restart(t *testing.T) {
 	// The network before the pools: a pool's claim reads the network the create prepared.
 	e.svc, e.net = svc, netsession.New(svc.Core(), e.st)
 	e.pools, e.jobs = pools.New(svc.Core(), e.st), jobs.New(svc.Core(), e.st)
+	e.snaps = snapshots.New(svc.Core(), e.st)
 	if err := svc.Reconcile(t.Context()); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
@@ -302,6 +305,7 @@ func TestCreateWhoseCallerHangsUpAtEachStep(t *testing.T) {
 		// The network before the pools: a pool's claim reads the network the create prepared.
 		e.svc, e.net = svc, netsession.New(svc.Core(), e.st)
 		e.pools, e.jobs = pools.New(svc.Core(), e.st), jobs.New(svc.Core(), e.st)
+		e.snaps = snapshots.New(svc.Core(), e.st)
 		sb, err := svc.Create(ctx, sandbox.CreateRequest{})
 		if err != nil || sb.State != sandbox.StateRunning {
 			t.Fatalf("create whose caller left during admission: %v, state %s; want running", err, sb.State)

@@ -57,6 +57,33 @@ func (c *Core) Log() *slog.Logger { return c.s.log }
 // Now is the service's clock, in milliseconds (what the store keeps), UTC.
 func (c *Core) Now() time.Time { return c.s.stamp() }
 
+// Node is the name of the node this server manages (what a record's Node says of it).
+func (c *Core) Node() string { return c.s.local.name }
+
+// SnapshotDir is the directory of snapshot id under Config.SnapshotDir (a sleep snapshot's
+// too): the runtime fills it, and the snapshot's files are there while its record lives.
+func (c *Core) SnapshotDir(id string) string { return c.s.snapshotDir(id) }
+
+// Admit refuses, before anything is made, n sandboxes of shape (CPU, MemoryMB, DiskMB) that
+// the host's headroom or the admission bounds would not take all of (CAPACITY_UNAVAILABLE,
+// prefixed with what, e.g. "a fork of 3 does not fit (none was made): "). Each create admits
+// itself again; this is the all-or-nothing check of a batch.
+func (c *Core) Admit(ctx context.Context, shape Sandbox, n int, what string) error {
+	return c.s.roomFor(ctx, shape, n, what)
+}
+
+// Create is Service.Create, for a feature that makes sandboxes (a fork).
+func (c *Core) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
+	return c.s.Create(ctx, req)
+}
+
+// Event appends an event of typ (from and to the sandbox's current state) to sandbox id's
+// record and wakes the subscribers; the caller holds id's lock. A failure is logged, not
+// returned: the event tells of an operation that has already happened.
+func (c *Core) Event(ctx context.Context, id, typ, reason string) {
+	c.s.sandboxEvent(ctx, id, typ, reason)
+}
+
 // Lock takes sandbox id's lifecycle lock: while it is held no create, destroy, sleep, wake or
 // control-loop step changes the sandbox.
 func (c *Core) Lock(id string) (unlock func()) { return c.s.lock(id) }
@@ -113,7 +140,8 @@ func (c *Core) Guest(id string) *guest.Client {
 // claimant's env and secret placeholders laid under env).
 func (c *Core) Env(sb Sandbox, env map[string]string) map[string]string { return callEnv(sb, env) }
 
-// TryLock takes sandbox id's lifecycle lock if no one holds it (ok false: someone does).
+// TryLock takes sandbox id's lifecycle lock if no one holds it (ok false: someone does): a
+// control-loop step skips what an operation holds. Snapshot ids share the lock space.
 func (c *Core) TryLock(id string) (unlock func(), ok bool) { return c.s.tryLock(id) }
 
 // StopAndDestroy stops sb and removes what it held, recording reason, under the caller's lock

@@ -117,6 +117,9 @@ func (s *Service) checkCreate(ctx context.Context, c *Creation) (runtime.Runtime
 		return nil, err
 	}
 	req := c.Req
+	if req.Snapshot != "" && c.FromSnapshot == "" { // no feature took it (the snapshots feature is not wired)
+		return nil, errcode.New(errcode.UnsupportedOp, "this server keeps no snapshots, so it cannot create from snapshot %s", text.Truncate(req.Snapshot, 64))
+	}
 	rt, err := s.validateCreate(req)
 	if err != nil {
 		return nil, err

@@ -17,7 +17,7 @@ func TestDiffRunc(t *testing.T) {
 	sb := e.create(t, sandbox.CreateRequest{})
 	e.exec(t, sb.ID, argv("sh", "-c", "cd /workspace && printf 'one\\ntwo\\n' > t.txt && printf '\\000\\001\\002' > b.bin && "+
 		"ln -s /etc/passwd ln && mkdir -p n/e && printf x > n/e/f && printf s > suid && chmod 4755 suid"))
-	res, err := e.svc.Diff(t.Context(), sb.ID, sandbox.DiffRequest{})
+	res, err := e.snaps.Diff(t.Context(), sb.ID, sandbox.DiffRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,13 +36,13 @@ func TestDiffRunc(t *testing.T) {
 	}
 
 	t.Logf("diff against the image: %d changes", len(res.Changes))
-	snap, err := e.svc.Snapshot(t.Context(), sb.ID, sandbox.SnapshotRequest{})
+	snap, err := e.snaps.Snapshot(t.Context(), sb.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("snapshot %s taken", snap.ID)
 	e.exec(t, sb.ID, argv("sh", "-c", "cd /workspace && printf 'one\\n2\\n' > t.txt && chmod 600 b.bin && rm n/e/f"))
-	res, err = e.svc.Diff(t.Context(), sb.ID, sandbox.DiffRequest{SnapshotID: snap.ID})
+	res, err = e.snaps.Diff(t.Context(), sb.ID, sandbox.DiffRequest{SnapshotID: snap.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

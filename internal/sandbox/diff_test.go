@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -42,12 +43,12 @@ func TestServiceDiffValidation(t *testing.T) {
 		{sandbox.DiffRequest{OtherSandboxID: "../x"}, "other_sandbox_id"},
 		{sandbox.DiffRequest{SnapshotID: "a/b"}, "snapshot_id"},
 		{sandbox.DiffRequest{Limit: -1}, "limit"},
-		{sandbox.DiffRequest{Limit: sandbox.MaxDiffLimit + 1}, "limit"},
-		{sandbox.DiffRequest{MaxDiffBytes: sandbox.MaxMaxDiffBytes + 1}, "max_diff_bytes"},
+		{sandbox.DiffRequest{Limit: snapshots.MaxDiffLimit + 1}, "limit"},
+		{sandbox.DiffRequest{MaxDiffBytes: snapshots.MaxMaxDiffBytes + 1}, "max_diff_bytes"},
 		{sandbox.DiffRequest{MaxDiffBytes: -1}, "max_diff_bytes"},
 		{sandbox.DiffRequest{Cursor: "relative"}, "cursor"},
 	} {
-		_, err := e.svc.Diff(t.Context(), sb.ID, c.req)
+		_, err := e.snaps.Diff(t.Context(), sb.ID, c.req)
 		ee, ok := errcode.As(err)
 		if !ok || ee.Code != errcode.InvalidArgument || ee.Details["argument"] != c.arg {
 			t.Errorf("%+v: got %v (details %v), want INVALID_ARGUMENT naming %s", c.req, err, detailsOf(err), c.arg)
@@ -71,7 +72,7 @@ func TestServiceDiff(t *testing.T) {
 	sh(t, e, a.ID, "mkdir -p src/pkg && printf 'one\\ntwo\\n' > src/pkg/main.txt && printf 'same\\n' > same && printf 'only a\\n' > gone && ln -s /etc/passwd link && printf '\\0\\1' > bin && chmod 4755 bin")
 	sh(t, e, b.ID, "mkdir -p src/pkg && printf 'one\\n2\\n' > src/pkg/main.txt && printf 'same\\n' > same && printf 'only b\\n' > new && ln -s /etc/passwd link && printf '\\0\\2' > bin && chmod 755 bin")
 
-	res, err := e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{})
+	res, err := e.snaps.Diff(t.Context(), a.ID, sandbox.DiffRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestServiceDiff(t *testing.T) {
 	}
 
 	// b against a: what b has that a has not.
-	res, err = e.svc.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID})
+	res, err = e.snaps.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestServiceDiff(t *testing.T) {
 	if !slices.Contains(res.Skipped, "/workspace/bin") {
 		t.Errorf("binary not skipped: %q", res.Skipped)
 	}
-	noUni, err := e.svc.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID, NoUnified: true})
+	noUni, err := e.snaps.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID, NoUnified: true})
 	if err != nil || noUni.Diff != "" {
 		t.Errorf("no_unified: diff %q, err %v", noUni.Diff, err)
 	}
@@ -125,7 +126,7 @@ func TestServiceDiff(t *testing.T) {
 	var paged []string
 	cur := ""
 	for range 10 {
-		p, err := e.svc.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID, Limit: 1, Cursor: cur})
+		p, err := e.snaps.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID, Limit: 1, Cursor: cur})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +148,7 @@ func TestServiceDiff(t *testing.T) {
 	if _, err := e.svc.Destroy(t.Context(), a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID}); !errcode.Is(err, errcode.SandboxNotRunning) &&
+	if _, err := e.snaps.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID}); !errcode.Is(err, errcode.SandboxNotRunning) &&
 		!errcode.Is(err, errcode.SandboxNotFound) {
 		t.Errorf("against a destroyed sandbox: %v", err)
 	}
@@ -172,11 +173,12 @@ func TestServiceDiffUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Close(); rt.Shutdown(context.Background()); st.Close() })
+	snaps := snapshots.New(svc.Core(), st)
 	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Diff(t.Context(), sb.ID, sandbox.DiffRequest{}); !errcode.Is(err, errcode.UnsupportedOp) {
+	if _, err := snaps.Diff(t.Context(), sb.ID, sandbox.DiffRequest{}); !errcode.Is(err, errcode.UnsupportedOp) {
 		t.Errorf("diff: %v, want UNSUPPORTED_OPERATION", err)
 	}
 	_, err = svc.Exec(t.Context(), sb.ID, sandbox.ExecRequest{Argv: []string{"touch", "ran"}, Changes: true}, nil)
@@ -217,8 +219,8 @@ func TestExecChanges(t *testing.T) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%v %+v", err, res)
 	}
-	if len(res.Changes) != sandbox.MaxExecChanges || !res.ChangesTruncated {
-		t.Errorf("%d changes, truncated %v; want %d and truncated", len(res.Changes), res.ChangesTruncated, sandbox.MaxExecChanges)
+	if len(res.Changes) != snapshots.MaxExecChanges || !res.ChangesTruncated {
+		t.Errorf("%d changes, truncated %v; want %d and truncated", len(res.Changes), res.ChangesTruncated, snapshots.MaxExecChanges)
 	}
 	// Without changes, none are reported.
 	res, err = e.svc.Exec(t.Context(), sb.ID, sandbox.ExecRequest{Argv: []string{"touch", "x"}}, nil)
@@ -243,12 +245,12 @@ func TestServiceDiffSnapshot(t *testing.T) {
 	e := newSnapEnv(t, sandbox.Config{})
 	a := e.create(t, sandbox.CreateRequest{})
 	sh(t, e, a.ID, "printf 'v1\\n' > f && printf x > rm && mkdir d && printf k > d/keep")
-	snap, err := e.svc.Snapshot(t.Context(), a.ID, sandbox.SnapshotRequest{})
+	snap, err := e.snaps.Snapshot(t.Context(), a.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sh(t, e, a.ID, "printf 'v2\\n' > f && rm rm && printf n > d/new")
-	res, err := e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: snap.ID})
+	res, err := e.snaps.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: snap.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +270,7 @@ func TestServiceDiffSnapshot(t *testing.T) {
 	// Another sandbox against a's snapshot: everything of a's is deleted, b's file added.
 	b := e.create(t, sandbox.CreateRequest{})
 	sh(t, e, b.ID, "printf b > only-b")
-	res, err = e.svc.Diff(t.Context(), b.ID, sandbox.DiffRequest{SnapshotID: snap.ID})
+	res, err = e.snaps.Diff(t.Context(), b.ID, sandbox.DiffRequest{SnapshotID: snap.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +278,7 @@ func TestServiceDiffSnapshot(t *testing.T) {
 	if got["/workspace/only-b"] != "added file 0644" || got["/workspace/d/keep"] != "deleted file 0644" || len(got) != 5 {
 		t.Errorf("b against a's snapshot: %v", got)
 	}
-	if _, err := e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: "snap-000000000000"}); !errcode.Is(err, errcode.SnapshotNotFound) {
+	if _, err := e.snaps.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: "snap-000000000000"}); !errcode.Is(err, errcode.SnapshotNotFound) {
 		t.Errorf("unknown snapshot: %v, want SNAPSHOT_NOT_FOUND", err)
 	}
 
@@ -287,7 +289,7 @@ func TestServiceDiffSnapshot(t *testing.T) {
 	if c := changeMap(ex.Changes); len(c) != 1 || c["/workspace/f"] != "modified file 0644" {
 		t.Errorf("changes with checkpoint: %v", c)
 	}
-	res, err = e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: ex.SnapshotID})
+	res, err = e.snaps.Diff(t.Context(), a.ID, sandbox.DiffRequest{SnapshotID: ex.SnapshotID})
 	if err != nil || len(res.Changes) != 0 {
 		t.Errorf("against the checkpoint just taken: %v %+v", err, res.Changes)
 	}
@@ -308,7 +310,7 @@ func TestServiceDiffSleeping(t *testing.T) {
 	if slept.State != sandbox.StateSleeping || slept.SleepSnapshot == "" {
 		t.Fatalf("after sleep: %s, sleep snapshot %q", slept.State, slept.SleepSnapshot)
 	}
-	res, err := e.svc.Diff(t.Context(), a.ID, sandbox.DiffRequest{})
+	res, err := e.snaps.Diff(t.Context(), a.ID, sandbox.DiffRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +318,7 @@ func TestServiceDiffSleeping(t *testing.T) {
 		t.Errorf("sleeping sandbox against its image: %v", got)
 	}
 	// A live sandbox against the sleeping one.
-	res, err = e.svc.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID})
+	res, err = e.snaps.Diff(t.Context(), b.ID, sandbox.DiffRequest{OtherSandboxID: a.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

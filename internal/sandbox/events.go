@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/text"
 )
 
 // bus wakes subscribers when the store gains events. It carries no events itself: a subscriber
@@ -134,4 +135,22 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// sandboxEvent appends an event of typ to sandbox id's record (the caller holds its lock); a
+// failure is logged, not returned.
+func (s *Service) sandboxEvent(ctx context.Context, id, typ, reason string) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		s.log.Warn("record event", "sandbox_id", id, "type", typ, "err", err)
+		return
+	}
+	sb.Version++
+	sb.UpdatedAt = s.now().UTC().Truncate(time.Millisecond)
+	ev := Event{SandboxID: id, Type: typ, From: sb.State, To: sb.State, At: sb.UpdatedAt, Reason: text.Truncate(reason, 1024)}
+	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
+		s.log.Warn("record event", "sandbox_id", id, "type", typ, "err", err)
+		return
+	}
+	s.bus.publish()
 }

@@ -2,5 +2,6 @@ package sandbox
 
 import "context"
 
-// SweepSnapshots runs the periodic sweep of snapshot directories once.
-func (s *Service) SweepSnapshots(ctx context.Context) error { return s.sweepSnapshots(ctx, false) }
+// SweepOnce runs the features' parts of the periodic orphan sweep once (the snapshots
+// feature's removes orphaned snapshot directories).
+func (s *Service) SweepOnce(ctx context.Context) error { return s.hooks.sweep(ctx, false) }

@@ -3,14 +3,18 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
+	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
 // TestOneFeaturePerCore: a feature that registers hooks is built once per core however many
@@ -116,5 +120,59 @@ func TestCreateHooks(t *testing.T) {
 	}
 	if states[sandbox.StateRunning] != 1 || states[sandbox.StateFailed] != 1 || len(all) != 2 {
 		t.Fatalf("records: %v; want the first create running, the failed one failed, nothing of the answered one", states)
+	}
+}
+
+// TestSnapshotsFeatureHooks: the core serves an exec's changes and checkpoint and a create from
+// a snapshot only through the snapshots feature's hooks. Without the feature they are
+// UNSUPPORTED_OPERATION (the exec's command not run); with it (built once per core) they work.
+func TestSnapshotsFeatureHooks(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := fake.New(fake.Config{Name: "runc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := sandbox.NewService(st, []runtime.Runtime{rt}, sandbox.Config{SnapshotDir: filepath.Join(dir, "snapshots")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close(); rt.Shutdown(context.Background()); st.Close() })
+	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []sandbox.ExecRequest{
+		{Argv: []string{"touch", "ran"}, Changes: true},
+		{Argv: []string{"touch", "ran"}, Checkpoint: true},
+	} {
+		if _, err := svc.Exec(t.Context(), sb.ID, req, nil); !errcode.Is(err, errcode.UnsupportedOp) {
+			t.Errorf("exec %+v without the snapshots feature: %v, want UNSUPPORTED_OPERATION", req, err)
+		}
+	}
+	if res, err := svc.Exec(t.Context(), sb.ID, sandbox.ExecRequest{Argv: []string{"ls", "ran"}}, nil); err != nil || res.ExitCode == 0 {
+		t.Errorf("the command of a refused exec ran: %v %+v", err, res)
+	}
+	if _, err := svc.Create(t.Context(), sandbox.CreateRequest{Snapshot: "snap-0123456789ab"}); !errcode.Is(err, errcode.UnsupportedOp) {
+		t.Errorf("create from a snapshot without the snapshots feature: %v, want UNSUPPORTED_OPERATION", err)
+	}
+
+	snaps := snapshots.New(svc.Core(), st)
+	if again := snapshots.New(svc.Core(), st); again != snaps {
+		t.Fatalf("snapshots.New on one core gave different features: %p %p", snaps, again)
+	}
+	res, err := svc.Exec(t.Context(), sb.ID, sandbox.ExecRequest{Argv: []string{"touch", "made"}, Changes: true, Checkpoint: true}, nil)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec with changes and checkpoint: %+v %v", res, err)
+	}
+	if len(res.Changes) != 1 || !strings.HasSuffix(res.Changes[0].Path, "/made") || res.Changes[0].Change != sandbox.ChangeAdded || res.SnapshotID == "" {
+		t.Fatalf("exec's changes %+v, snapshot %q (%s); want made added and a checkpoint", res.Changes, res.SnapshotID, res.CheckpointError)
+	}
+	made, err := svc.Create(t.Context(), sandbox.CreateRequest{Snapshot: res.SnapshotID})
+	if err != nil || made.FromSnapshot != res.SnapshotID {
+		t.Fatalf("create from the checkpoint: %+v %v", made, err)
 	}
 }

@@ -27,7 +27,7 @@ func TestForkSIGKILLRunc(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "abfk")
 	guestBin := testenv.Binary(t)
-	svc, _, closeSvc := realSnapService(t, dir, guestBin)
+	svc, snaps, _, closeSvc := realSnapService(t, dir, guestBin)
 	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{DiskMB: 2048})
 	if err != nil {
 		closeSvc()
@@ -38,7 +38,7 @@ func TestForkSIGKILLRunc(t *testing.T) {
 		closeSvc()
 		t.Fatalf("fill the disk: %+v %v", res, err)
 	}
-	sn, err := svc.Snapshot(t.Context(), sb.ID, sandbox.SnapshotRequest{})
+	sn, err := snaps.Snapshot(t.Context(), sb.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		closeSvc()
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestForkSIGKILLRunc(t *testing.T) {
 		t.Fatalf("the child's fork was never seen midway (runtime root: %v)", lsR(filepath.Join(dir, "rt")))
 	}
 
-	svc, st2, closeSvc := realSnapService(t, dir, guestBin)
+	svc, snaps, st2, closeSvc := realSnapService(t, dir, guestBin)
 	defer closeSvc()
 	if got, err := st2.GetSnapshot(t.Context(), sn.ID); err != nil || got.State != sandbox.SnapshotReady {
 		t.Fatalf("the snapshot after the restart: %+v, %v; want ready", got, err)
@@ -136,7 +136,7 @@ func TestForkSIGKILLRunc(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := svc.DeleteSnapshot(t.Context(), sn.ID); err != nil {
+	if err := snaps.DeleteSnapshot(t.Context(), sn.ID); err != nil {
 		t.Fatal(err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "snapshots")); len(ents) != 0 {
@@ -150,10 +150,10 @@ func TestForkSIGKILLRunc(t *testing.T) {
 // forkKillChild is the server the parent kills: it adopts the sandbox and forks three from the
 // snapshot.
 func forkKillChild(t *testing.T, dir string) {
-	svc, _, closeSvc := realSnapService(t, dir, os.Getenv("AGENTBOX_FORKKILL_GUEST"))
+	_, snaps, _, closeSvc := realSnapService(t, dir, os.Getenv("AGENTBOX_FORKKILL_GUEST"))
 	defer closeSvc()
 	fmt.Println("FORKING")
-	if _, err := svc.Fork(context.Background(), os.Getenv("AGENTBOX_FORKKILL_SB"),
+	if _, err := snaps.Fork(context.Background(), os.Getenv("AGENTBOX_FORKKILL_SB"),
 		sandbox.ForkRequest{SnapshotID: os.Getenv("AGENTBOX_FORKKILL_SNAP"), Count: 3}); err != nil {
 		t.Fatal(err)
 	}

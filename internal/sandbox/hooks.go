@@ -42,6 +42,11 @@ type Hooks struct {
 	Sweep func(ctx context.Context, atStart bool) error
 	// Prune deletes the feature's finished records older than its retention (hourly).
 	Prune func(ctx context.Context, now time.Time)
+	// Exec: an exec of running sandbox sb (req) is about to run its command. A feature that adds
+	// to what the exec returns (changes, checkpoint) does its part before the command here and
+	// returns finish (nil: nothing to add), which the core calls after the command has run,
+	// whatever its exit, to fill res. An error from either fails the exec.
+	Exec func(ctx context.Context, sb Sandbox, req ExecRequest) (finish func(ctx context.Context, res *ExecResult) error, err error)
 	// Capacity adds the feature's part to a capacity reply.
 	Capacity func(ctx context.Context, c *Capacity) error
 	// Start starts the feature's background loop for as long as ctx (the control loop's term)
@@ -316,6 +321,25 @@ func (hs *hookSet) prune(ctx context.Context, now time.Time) {
 	}
 }
 
+// exec runs every Exec hook before an exec's command and returns what to run after it; served
+// reports whether a feature serves the exec's extras at all.
+func (hs *hookSet) exec(ctx context.Context, sb Sandbox, req ExecRequest) (finish []func(context.Context, *ExecResult) error, served bool, err error) {
+	for _, h := range hs.list() {
+		if h.Exec == nil {
+			continue
+		}
+		served = true
+		f, err := h.Exec(ctx, sb, req)
+		if err != nil {
+			return nil, served, err
+		}
+		if f != nil {
+			finish = append(finish, f)
+		}
+	}
+	return finish, served, nil
+}
+
 func (hs *hookSet) capacity(ctx context.Context, c *Capacity) error {
 	for _, h := range hs.list() {
 		if h.Capacity != nil {
@@ -351,13 +375,4 @@ func (hs *hookSet) start(ctx context.Context) (wait func()) {
 			w()
 		}
 	}
-}
-
-// registerFeatures registers the hooks of the features that still live in this package: the
-// snapshots' Request hook (a create's shape) comes before every feature a consumer registers
-// later, the network's (internal/sandbox/netsession, which validates the network a snapshot may
-// give) and then the warm pools' (internal/sandbox/pools, whose claim matches the network).
-func (s *Service) registerFeatures() {
-	s.hooks.register(Hooks{Name: "snapshots", Converge: s.convergeSnapshots, Sweep: s.sweepSnapshots,
-		Request: s.snapshotRequest})
 }

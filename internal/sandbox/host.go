@@ -85,3 +85,25 @@ func (s *Service) runtimeOf(sb Sandbox) (runtime.Runtime, error) {
 	}
 	return rt, nil
 }
+
+// roomFor refuses, before anything is made, n sandboxes of shape that the host's headroom or
+// the admission bounds would not take all of (CAPACITY_UNAVAILABLE, its message prefixed with
+// what).
+func (s *Service) roomFor(ctx context.Context, shape Sandbox, n int, what string) error {
+	if err := s.local.checkHeadroom(ctx); err != nil {
+		return err
+	}
+	u, err := s.store.CountLive(ctx)
+	if err != nil {
+		return fmt.Errorf("count live sandboxes: %w", err)
+	}
+	k := n - 1
+	u.Live += k
+	u.CPU += float64(k) * shape.CPU
+	u.MemoryMB += int64(k) * shape.MemoryMB
+	u.DiskMB += int64(k) * shape.DiskMB
+	if over := s.local.admission.Check(u, shape); over != nil {
+		return errcode.Prefixed(what, overCapacity(over))
+	}
+	return nil
+}

@@ -256,3 +256,13 @@ func (q *ProgressQueue) Pump(stop <-chan struct{}, send func(image.Progress)) {
 		}
 	}
 }
+
+// digestRef is ref pinned to digest: repository@digest.
+func digestRef(ref, digest string) string {
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	} else if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+	return ref + "@" + digest
+}

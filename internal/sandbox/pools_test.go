@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/sandbox/pools"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
@@ -464,7 +465,7 @@ func newFakeEnvB(b *testing.B) *fakeEnv {
 		rt.Shutdown(context.Background())
 		st.Close()
 	})
-	return &fakeEnv{svc: svc, pools: pools.New(svc.Core(), st), jobs: jobs.New(svc.Core(), st), st: st, rt: rt}
+	return &fakeEnv{svc: svc, pools: pools.New(svc.Core(), st), jobs: jobs.New(svc.Core(), st), snaps: snapshots.New(svc.Core(), st), st: st, rt: rt}
 }
 
 // A create right after a pool was set to a new shape, before the refill retired the old

@@ -217,8 +217,6 @@ type Service struct {
 	bus     *bus // wakes event subscribers
 	retries retries
 	egress  egressProxy // the egress proxy, if configured, and who records what it did
-	snaps   snapState   // snapshots being taken and in use (snapshots.go)
-	diffs   diffGate    // bounds the file walks of diffs and exec changes (diff.go)
 	hooks   hookSet     // the features' hooks (hooks.go)
 	// features holds the feature services that register hooks, one per kind (Core.Feature).
 	featuresMu sync.Mutex
@@ -272,7 +270,6 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus(),
 		retries: retries{m: map[string]retry{}}}
 	s.bg, s.stop = context.WithCancel(context.Background())
-	s.registerFeatures()
 	if cfg.Egress.NewProxy != nil {
 		p, err := cfg.Egress.NewProxy(&s.egress)
 		if err != nil {
@@ -560,7 +557,7 @@ func (s *Service) guestFailed(ctx context.Context, sb Sandbox, err error) error 
 	cur, gerr := s.store.GetSandbox(ctx, sb.ID)
 	if gerr == nil && (cur.State == StateSleeping || cur.State == StateCreating && cur.SleepSnapshot != "") {
 		// It went to sleep while the call ran (and may have woken since): not lost.
-		return errcode.New(errcode.SandboxNotRunning, "sandbox %s went to sleep while the call ran; wake it (%s) and retry", sb.ID, wakeHow(sb.ID)).With("state", string(StateSleeping))
+		return errcode.New(errcode.SandboxNotRunning, "sandbox %s went to sleep while the call ran; wake it (%s) and retry", sb.ID, WakeHow(sb.ID)).With("state", string(StateSleeping))
 	}
 	if gerr == nil && cur.State == StateRunning {
 		// Under the lock: a sandbox woken since the first look runs again.
@@ -632,11 +629,13 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 	if err != nil {
 		return ExecResult{}, err
 	}
-	var changes *execChanges
-	if req.Changes {
-		if changes, err = s.beginExecChanges(ctx, sb); err != nil {
-			return ExecResult{}, err
-		}
+	// What a feature adds to the exec (the snapshots feature: changes, checkpoint).
+	finish, served, err := s.hooks.exec(ctx, sb, req)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	if (req.Changes || req.Checkpoint) && !served {
+		return ExecResult{}, errcode.New(errcode.UnsupportedOp, "changes and checkpoint are not available on this server (it runs without the snapshots feature); exec without them")
 	}
 	// The agent enforces the timeout; this bound only catches an agent that stopped answering.
 	cctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)
@@ -650,8 +649,10 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 		}
 		return res, s.guestFailed(ctx, sb, err)
 	}
-	if req.Changes || req.Checkpoint {
-		return res, s.finishExec(ctx, sb, req, changes, &res)
+	for _, f := range finish {
+		if err := f(ctx, &res); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }

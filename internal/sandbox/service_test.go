@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/sandbox/netsession"
 	"github.com/agentbox/agentbox/internal/sandbox/pools"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
@@ -34,6 +35,7 @@ type env struct {
 	jobs  *jobs.Service       // svc's jobs feature
 	net   *netsession.Service // svc's network
 	pools *pools.Service      // svc's warm pools
+	snaps *snapshots.Service  // svc's snapshots feature
 	root  string              // runtime root
 	st    *sqlite.Store
 	rt    runtime.Runtime // the runtime itself, behind the service's back
@@ -70,7 +72,7 @@ func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{svc: svc, net: netsession.New(svc.Core(), st), jobs: jobs.New(svc.Core(), st), root: root, st: st, rt: rt}
+	e := &env{svc: svc, net: netsession.New(svc.Core(), st), jobs: jobs.New(svc.Core(), st), snaps: snapshots.New(svc.Core(), st), root: root, st: st, rt: rt}
 	e.pools = pools.New(svc.Core(), st) // after the network, whose Prepare a claim reads
 	t.Cleanup(func() {
 		list, _ := svc.List(context.Background(), sandbox.ListFilter{})

@@ -77,7 +77,7 @@ type WakeAdmitter interface {
 // sleepingErr is what a call that needs a running sandbox gets from a sleeping one without
 // auto_wake.
 func sleepingErr(id string) error {
-	return errcode.New(errcode.SandboxNotRunning, "sandbox %s is sleeping; wake it (%s) and retry (a sandbox created with auto_wake wakes on its first call)", id, wakeHow(id)).
+	return errcode.New(errcode.SandboxNotRunning, "sandbox %s is sleeping; wake it (%s) and retry (a sandbox created with auto_wake wakes on its first call)", id, WakeHow(id)).
 		With("state", string(StateSleeping))
 }
 
@@ -108,6 +108,10 @@ func (s *Service) wakeForCall(ctx context.Context, id string) error {
 
 // sleepDir is the directory of sleep snapshot snapID.
 func (s *Service) sleepDir(snapID string) string { return s.snapshotDir(snapID) }
+
+// snapshotDir is the directory of snapshot id (of any purpose): Config.SnapshotDir/<id>, 0700,
+// which the runtime fills.
+func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.SnapshotDir, id) }
 
 // snapshotter returns sb's runtime as a Snapshotter, or UNSUPPORTED_OPERATION naming it.
 func (s *Service) snapshotter(sb Sandbox, op string) (runtime.Runtime, runtime.Snapshotter, error) {
@@ -574,7 +578,7 @@ func (s *Service) checkSleeping(ctx context.Context, sb Sandbox) (Sandbox, error
 	return sb, nil
 }
 
-// wakeHow names the wake call on every surface, for an error that tells a caller to wake id.
-func wakeHow(id string) string {
+// WakeHow names the wake call on every surface, for an error that tells a caller to wake id.
+func WakeHow(id string) string {
 	return fmt.Sprintf("sandbox_wake; CLI agentbox wake %s; REST POST /v1/sandboxes/%s/wake", id, id)
 }

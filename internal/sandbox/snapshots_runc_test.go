@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
@@ -40,7 +41,7 @@ func TestSnapshotForkRunc(t *testing.T) {
 	const fingerprint = `cd /workspace && find . -printf '%p %y %#m %U:%G %s\n' | LC_ALL=C sort && find . -type f -exec md5sum {} + | LC_ALL=C sort`
 	e.sh(t, src.ID, "mkdir -p /workspace/d && echo at-fork > /workspace/f && head -c 1048576 /dev/urandom > /workspace/d/big && chmod 640 /workspace/f && chown 1000:1000 /workspace/d/big")
 	before := e.sh(t, src.ID, fingerprint)
-	sn, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
+	sn, err := e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestSnapshotForkRunc(t *testing.T) {
 		t.Fatalf("snapshot %+v", sn)
 	}
 	e.sh(t, src.ID, "echo after > /workspace/f")
-	res, err := e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{Count: 2, SnapshotID: sn.ID})
+	res, err := e.snaps.Fork(t.Context(), src.ID, sandbox.ForkRequest{Count: 2, SnapshotID: sn.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestSnapshotForkRunc(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.svc.DeleteSnapshot(t.Context(), sn.ID); err != nil {
+	if err := e.snaps.DeleteSnapshot(t.Context(), sn.ID); err != nil {
 		t.Fatal(err)
 	}
 	if ents, _ := os.ReadDir(snaps); len(ents) != 0 {
@@ -82,8 +83,9 @@ func TestSnapshotForkRunc(t *testing.T) {
 }
 
 // realSnapService is a service over the state in dir (SQLite, runc under dir/rt, snapshots in
-// dir/snapshots), as newEnv builds it, reconciled: what a (re)started server is.
-func realSnapService(t *testing.T, dir, guestBin string) (*sandbox.Service, *sqlite.Store, func()) {
+// dir/snapshots), as newEnv builds it, with its snapshots feature, reconciled: what a
+// (re)started server is.
+func realSnapService(t *testing.T, dir, guestBin string) (*sandbox.Service, *snapshots.Service, *sqlite.Store, func()) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "agentbox.db"))
@@ -99,10 +101,11 @@ func realSnapService(t *testing.T, dir, guestBin string) (*sandbox.Service, *sql
 	if err != nil {
 		t.Fatal(err)
 	}
+	snaps := snapshots.New(svc.Core(), st) // before Reconcile: its Converge finishes what a kill left
 	if err := svc.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return svc, st, func() { svc.Close(); st.Close() }
+	return svc, snaps, st, func() { svc.Close(); st.Close() }
 }
 
 // TestSnapshotSIGKILLRunc: a server process SIGKILLed in the middle of a snapshot (the runtime
@@ -117,7 +120,7 @@ func TestSnapshotSIGKILLRunc(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "absk")
 	guestBin := testenv.Binary(t)
-	svc, _, closeSvc := realSnapService(t, dir, guestBin)
+	svc, _, _, closeSvc := realSnapService(t, dir, guestBin)
 	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{DiskMB: 2048})
 	if err != nil {
 		closeSvc()
@@ -144,14 +147,14 @@ func TestSnapshotSIGKILLRunc(t *testing.T) {
 	for sc.Scan() && !strings.Contains(sc.Text(), "SNAPSHOTTING") {
 	}
 	// Kill once the runtime has begun writing the snapshot's directory and before it is done.
-	snaps := filepath.Join(dir, "snapshots")
+	snapDir := filepath.Join(dir, "snapshots")
 	deadline := time.Now().Add(30 * time.Second)
 	killedMidway := false
 	for time.Now().Before(deadline) {
-		ents, _ := os.ReadDir(snaps)
+		ents, _ := os.ReadDir(snapDir)
 		if len(ents) == 1 {
-			inner, _ := os.ReadDir(filepath.Join(snaps, ents[0].Name()))
-			if _, err := os.Stat(filepath.Join(snaps, ents[0].Name(), runtime.SnapshotInfoFile)); len(inner) > 0 && os.IsNotExist(err) {
+			inner, _ := os.ReadDir(filepath.Join(snapDir, ents[0].Name()))
+			if _, err := os.Stat(filepath.Join(snapDir, ents[0].Name(), runtime.SnapshotInfoFile)); len(inner) > 0 && os.IsNotExist(err) {
 				killedMidway = true
 				break
 			}
@@ -161,17 +164,17 @@ func TestSnapshotSIGKILLRunc(t *testing.T) {
 	_ = cmd.Process.Kill() // SIGKILL
 	_ = cmd.Wait()
 	if !killedMidway {
-		t.Fatalf("the child's snapshot was never seen midway (snapshot dir: %v)", lsR(snaps))
+		t.Fatalf("the child's snapshot was never seen midway (snapshot dir: %v)", lsR(snapDir))
 	}
 
-	svc, st2, closeSvc := realSnapService(t, dir, guestBin)
+	svc, snaps, st2, closeSvc := realSnapService(t, dir, guestBin)
 	defer closeSvc()
 	list, err := st2.ListSnapshots(t.Context(), sandbox.SnapshotFilter{})
 	if err != nil || len(list) != 1 || list[0].State != sandbox.SnapshotFailed || !strings.Contains(list[0].Error, "server stopped") {
 		t.Fatalf("snapshot records after the restart: %+v, %v; want one failed, saying the server stopped", list, err)
 	}
-	if ents, _ := os.ReadDir(snaps); len(ents) != 0 {
-		t.Fatalf("snapshot directories after the restart: %v", lsR(snaps))
+	if ents, _ := os.ReadDir(snapDir); len(ents) != 0 {
+		t.Fatalf("snapshot directories after the restart: %v", lsR(snapDir))
 	}
 	got, err := svc.Get(t.Context(), sb.ID)
 	if err != nil || got.State != sandbox.StateRunning {
@@ -184,11 +187,11 @@ func TestSnapshotSIGKILLRunc(t *testing.T) {
 		t.Fatalf("the sandbox after a kill during its snapshot (was it left frozen?): %+v, %v", r, err)
 	}
 	// A snapshot now works, and a fork from it.
-	sn, err := svc.Snapshot(t.Context(), sb.ID, sandbox.SnapshotRequest{})
+	sn, err := snaps.Snapshot(t.Context(), sb.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fk, err := svc.Fork(t.Context(), sb.ID, sandbox.ForkRequest{SnapshotID: sn.ID})
+	fk, err := snaps.Fork(t.Context(), sb.ID, sandbox.ForkRequest{SnapshotID: sn.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +201,11 @@ func TestSnapshotSIGKILLRunc(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := svc.DeleteSnapshot(t.Context(), sn.ID); err != nil {
+	if err := snaps.DeleteSnapshot(t.Context(), sn.ID); err != nil {
 		t.Fatal(err)
 	}
-	if ents, _ := os.ReadDir(snaps); len(ents) != 0 {
-		t.Fatalf("snapshot directories left: %v", lsR(snaps))
+	if ents, _ := os.ReadDir(snapDir); len(ents) != 0 {
+		t.Fatalf("snapshot directories left: %v", lsR(snapDir))
 	}
 	if leaks := testenv.LeaksAfter(5*time.Second, append(ids, dir+"/")...); len(leaks) > 0 {
 		t.Fatalf("host leaks:\n%s", strings.Join(leaks, "\n"))
@@ -211,10 +214,10 @@ func TestSnapshotSIGKILLRunc(t *testing.T) {
 
 // snapKillChild is the server the parent kills: it adopts the sandbox and snapshots it.
 func snapKillChild(t *testing.T, dir string) {
-	svc, _, closeSvc := realSnapService(t, dir, os.Getenv("AGENTBOX_SNAPKILL_GUEST"))
+	_, snaps, _, closeSvc := realSnapService(t, dir, os.Getenv("AGENTBOX_SNAPKILL_GUEST"))
 	defer closeSvc()
 	fmt.Println("SNAPSHOTTING")
-	if _, err := svc.Snapshot(context.Background(), os.Getenv("AGENTBOX_SNAPKILL_SB"), sandbox.SnapshotRequest{}); err != nil {
+	if _, err := snaps.Snapshot(context.Background(), os.Getenv("AGENTBOX_SNAPKILL_SB"), sandbox.SnapshotRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("SNAPSHOT DONE (the parent was too slow to kill it)")

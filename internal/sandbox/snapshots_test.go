@@ -67,7 +67,7 @@ func TestSnapshotForkFilesIdenticalThenIndependent(t *testing.T) {
 	e := newSnapEnv(t, sandbox.Config{})
 	src := e.create(t, sandbox.CreateRequest{DiskMB: 256, Labels: map[string]string{"team": "a"}})
 	e.sh(t, src.ID, "echo at-fork > f && mkdir -p d && echo deep > d/g")
-	sn, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{Labels: map[string]string{"step": "1"}})
+	sn, err := e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{Labels: map[string]string{"step": "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestSnapshotForkFilesIdenticalThenIndependent(t *testing.T) {
 	}
 	e.sh(t, src.ID, "echo after > f")
 
-	res, err := e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{Count: 2, SnapshotID: sn.ID, Labels: map[string]string{"fork": "yes"}, TTLSeconds: 600})
+	res, err := e.snaps.Fork(t.Context(), src.ID, sandbox.ForkRequest{Count: 2, SnapshotID: sn.ID, Labels: map[string]string{"fork": "yes"}, TTLSeconds: 600})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,17 +119,17 @@ func TestSnapshotForkFilesIdenticalThenIndependent(t *testing.T) {
 	}
 
 	// List, get, delete.
-	list, err := e.svc.ListSnapshots(t.Context(), sandbox.SnapshotFilter{SandboxID: src.ID})
+	list, err := e.snaps.ListSnapshots(t.Context(), sandbox.SnapshotFilter{SandboxID: src.ID})
 	if err != nil || len(list) != 1 || list[0].ID != sn.ID {
 		t.Fatalf("ListSnapshots = %+v, %v", list, err)
 	}
-	if got, err := e.svc.GetSnapshot(t.Context(), sn.ID); err != nil || got.ID != sn.ID {
+	if got, err := e.snaps.GetSnapshot(t.Context(), sn.ID); err != nil || got.ID != sn.ID {
 		t.Fatalf("GetSnapshot = %+v, %v", got, err)
 	}
-	if err := e.svc.DeleteSnapshot(t.Context(), sn.ID); err != nil {
+	if err := e.snaps.DeleteSnapshot(t.Context(), sn.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.svc.GetSnapshot(t.Context(), sn.ID)
+	_, err = e.snaps.GetSnapshot(t.Context(), sn.ID)
 	wantSnapCode(t, "GetSnapshot after delete", err, errcode.SnapshotNotFound, sn.ID, "snapshot_list")
 	if d := e.snapDirs(t); len(d) != 0 {
 		t.Fatalf("snapshot directories left after delete: %v", d)
@@ -147,27 +147,27 @@ func TestSnapshotRefusals(t *testing.T) {
 	other := e.create(t, sandbox.CreateRequest{})
 	ctx := t.Context()
 
-	_, err := e.svc.Snapshot(ctx, src.ID, sandbox.SnapshotRequest{Memory: true})
+	_, err := e.snaps.Snapshot(ctx, src.ID, sandbox.SnapshotRequest{Memory: true})
 	wantSnapCode(t, "memory snapshot on the fake", err, errcode.UnsupportedOp, "runc", "keeps no memory")
-	_, err = e.svc.Snapshot(ctx, "nope", sandbox.SnapshotRequest{})
+	_, err = e.snaps.Snapshot(ctx, "nope", sandbox.SnapshotRequest{})
 	wantSnapCode(t, "Snapshot(bad id)", err, errcode.InvalidArgument)
-	_, err = e.svc.GetSnapshot(ctx, "snap-xyz")
+	_, err = e.snaps.GetSnapshot(ctx, "snap-xyz")
 	wantSnapCode(t, "GetSnapshot(bad id)", err, errcode.InvalidArgument, "snapshot_id")
-	_, err = e.svc.GetSnapshot(ctx, sandbox.NewSnapshotID())
+	_, err = e.snaps.GetSnapshot(ctx, sandbox.NewSnapshotID())
 	wantSnapCode(t, "GetSnapshot(unknown)", err, errcode.SnapshotNotFound, "snapshot_list")
-	err = e.svc.DeleteSnapshot(ctx, sandbox.NewSnapshotID())
+	err = e.snaps.DeleteSnapshot(ctx, sandbox.NewSnapshotID())
 	wantSnapCode(t, "DeleteSnapshot(unknown)", err, errcode.SnapshotNotFound)
-	_, err = e.svc.ListSnapshots(ctx, sandbox.SnapshotFilter{Limit: 1001})
+	_, err = e.snaps.ListSnapshots(ctx, sandbox.SnapshotFilter{Limit: 1001})
 	wantSnapCode(t, "ListSnapshots(limit 1001)", err, errcode.InvalidArgument, "1000")
 	for _, n := range []int{-1, 21} {
-		_, err = e.svc.Fork(ctx, src.ID, sandbox.ForkRequest{Count: n})
+		_, err = e.snaps.Fork(ctx, src.ID, sandbox.ForkRequest{Count: n})
 		wantSnapCode(t, "Fork(count out of range)", err, errcode.InvalidArgument, "count", "20")
 	}
-	sn, err := e.svc.Snapshot(ctx, src.ID, sandbox.SnapshotRequest{})
+	sn, err := e.snaps.Snapshot(ctx, src.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.svc.Fork(ctx, other.ID, sandbox.ForkRequest{SnapshotID: sn.ID})
+	_, err = e.snaps.Fork(ctx, other.ID, sandbox.ForkRequest{SnapshotID: sn.ID})
 	wantSnapCode(t, "Fork of another sandbox's snapshot", err, errcode.InvalidArgument, "snapshot_id", src.ID)
 	_, err = e.svc.Create(ctx, sandbox.CreateRequest{Snapshot: sn.ID, DiskMB: 2048})
 	wantSnapCode(t, "Create from snapshot with another disk_mb", err, errcode.InvalidArgument, "disk_mb")
@@ -179,15 +179,15 @@ func TestSnapshotRefusals(t *testing.T) {
 	if _, err := e.svc.Destroy(ctx, other.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.svc.Snapshot(ctx, other.ID, sandbox.SnapshotRequest{})
+	_, err = e.snaps.Snapshot(ctx, other.ID, sandbox.SnapshotRequest{})
 	wantSnapCode(t, "Snapshot of a destroyed sandbox", err, errcode.SandboxNotRunning, "destroyed", "running")
-	_, err = e.svc.Fork(ctx, other.ID, sandbox.ForkRequest{})
+	_, err = e.snaps.Fork(ctx, other.ID, sandbox.ForkRequest{})
 	wantSnapCode(t, "Fork of a destroyed sandbox", err, errcode.SandboxNotRunning)
 
 	// A server without a snapshot directory takes none.
 	plain := newFakeEnv(t, sandbox.Config{})
 	p := plain.create(t, sandbox.CreateRequest{})
-	_, err = plain.svc.Snapshot(ctx, p.ID, sandbox.SnapshotRequest{})
+	_, err = plain.snaps.Snapshot(ctx, p.ID, sandbox.SnapshotRequest{})
 	wantSnapCode(t, "Snapshot without a snapshot directory", err, errcode.UnsupportedOp)
 }
 
@@ -198,7 +198,7 @@ func TestSnapshotRuntimeFailureLeavesNothing(t *testing.T) {
 	src := e.create(t, sandbox.CreateRequest{})
 	e.sh(t, src.ID, "echo x > f")
 	clear := failOn(e.rt, fake.OpSnapshotInfo, src.ID)
-	_, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
+	_, err := e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
 	clear()
 	if err == nil {
 		t.Fatal("Snapshot with a failing runtime succeeded")
@@ -227,7 +227,7 @@ func TestSnapshotBudgetRetiresOldest(t *testing.T) {
 	var ids []string
 	for range 3 {
 		e.clock.Add(time.Second) // oldest first is by created_at
-		sn, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
+		sn, err := e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestSnapshotBudgetRetiresOldest(t *testing.T) {
 		ids = append(ids, sn.ID)
 	}
 	// 3 × ~100 KiB do not fit in 250 KiB: the third retired the first.
-	list, err := e.svc.ListSnapshots(t.Context(), sandbox.SnapshotFilter{})
+	list, err := e.snaps.ListSnapshots(t.Context(), sandbox.SnapshotFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,12 +257,12 @@ func TestSnapshotBudgetRetiresOldest(t *testing.T) {
 	}
 	// Larger than the whole budget: refused, nothing written, nothing retired.
 	e.sh(t, src.ID, "head -c 409600 /dev/urandom > big")
-	_, err = e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
+	_, err = e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
 	wantSnapCode(t, "a snapshot larger than the budget", err, errcode.CapacityUnavailable, "budget", "--snapshot-budget-mb")
 	if d := e.snapDirs(t); len(d) != 2 {
 		t.Fatalf("directories after the refusal %v, want the 2 kept", d)
 	}
-	if list, _ := e.svc.ListSnapshots(t.Context(), sandbox.SnapshotFilter{States: []sandbox.SnapshotState{sandbox.SnapshotReady}}); len(list) != 2 {
+	if list, _ := e.snaps.ListSnapshots(t.Context(), sandbox.SnapshotFilter{States: []sandbox.SnapshotState{sandbox.SnapshotReady}}); len(list) != 2 {
 		t.Fatalf("ready snapshots after the refusal: %d, want 2", len(list))
 	}
 }
@@ -272,7 +272,7 @@ func TestSnapshotBudgetRetiresOldest(t *testing.T) {
 func TestForkAllOrNone(t *testing.T) {
 	e := newSnapEnv(t, sandbox.Config{MaxSandboxes: 3})
 	src := e.create(t, sandbox.CreateRequest{})
-	sn, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
+	sn, err := e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestForkAllOrNone(t *testing.T) {
 		return len(l)
 	}
 	runs := e.rt.Calls(fake.OpRun)
-	_, err = e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{Count: 3, SnapshotID: sn.ID})
+	_, err = e.snaps.Fork(t.Context(), src.ID, sandbox.ForkRequest{Count: 3, SnapshotID: sn.ID})
 	wantSnapCode(t, "Fork of 3 with room for 2", err, errcode.CapacityUnavailable, "fork of 3", "none was made")
 	if n := e.rt.Calls(fake.OpRun); n != runs || live() != 1 {
 		t.Fatalf("a refused fork made sandboxes: %d runs, %d live", n-runs, live())
@@ -298,7 +298,7 @@ func TestForkAllOrNone(t *testing.T) {
 		}
 		return nil
 	})
-	_, err = e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{Count: 2, SnapshotID: sn.ID})
+	_, err = e.snaps.Fork(t.Context(), src.ID, sandbox.ForkRequest{Count: 2, SnapshotID: sn.ID})
 	e.rt.SetFault(nil)
 	if err == nil {
 		t.Fatal("a fork whose create failed succeeded")
@@ -322,18 +322,18 @@ func TestForkAllOrNone(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.svc.Fork(context.Background(), src.ID, sandbox.ForkRequest{SnapshotID: sn.ID})
+		_, err := e.snaps.Fork(context.Background(), src.ID, sandbox.ForkRequest{SnapshotID: sn.ID})
 		done <- err
 	}()
 	<-started
-	err = e.svc.DeleteSnapshot(t.Context(), sn.ID)
+	err = e.snaps.DeleteSnapshot(t.Context(), sn.ID)
 	wantSnapCode(t, "DeleteSnapshot during a fork", err, errcode.Conflict, "in use")
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatalf("fork: %v", err)
 	}
 	e.rt.SetFault(nil)
-	if err := e.svc.DeleteSnapshot(t.Context(), sn.ID); err != nil {
+	if err := e.snaps.DeleteSnapshot(t.Context(), sn.ID); err != nil {
 		t.Fatalf("DeleteSnapshot after the fork: %v", err)
 	}
 }
@@ -343,7 +343,7 @@ func TestForkTakesSnapshotNow(t *testing.T) {
 	e := newSnapEnv(t, sandbox.Config{})
 	src := e.create(t, sandbox.CreateRequest{})
 	e.sh(t, src.ID, "echo now > f")
-	res, err := e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{})
+	res, err := e.snaps.Fork(t.Context(), src.ID, sandbox.ForkRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestForkTakesSnapshotNow(t *testing.T) {
 	if got := e.sh(t, res.Sandboxes[0].ID, "cat f"); got != "now\n" {
 		t.Fatalf("fork reads %q", got)
 	}
-	if sn, err := e.svc.GetSnapshot(t.Context(), res.SnapshotID); err != nil || sn.State != sandbox.SnapshotReady || sn.SandboxID != src.ID {
+	if sn, err := e.snaps.GetSnapshot(t.Context(), res.SnapshotID); err != nil || sn.State != sandbox.SnapshotReady || sn.SandboxID != src.ID {
 		t.Fatalf("fork's snapshot %+v, %v", sn, err)
 	}
 }
@@ -366,7 +366,7 @@ func TestSnapshotReconcileAfterCrash(t *testing.T) {
 	e := newSnapEnv(t, sandbox.Config{})
 	src := e.create(t, sandbox.CreateRequest{})
 	e.sh(t, src.ID, "echo kept > f")
-	good, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
+	good, err := e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func TestSnapshotConvergeLeavesInFlight(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.svc.Snapshot(context.Background(), src.ID, sandbox.SnapshotRequest{})
+		_, err := e.snaps.Snapshot(context.Background(), src.ID, sandbox.SnapshotRequest{})
 		done <- err
 	}()
 	<-at
@@ -442,7 +442,7 @@ func TestSnapshotConvergeLeavesInFlight(t *testing.T) {
 	if err := e.svc.Converge(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	e.svc.SweepSnapshots(t.Context())
+	e.svc.SweepOnce(t.Context())
 	list, _ := e.st.ListSnapshots(t.Context(), sandbox.SnapshotFilter{})
 	if len(list) != 1 || list[0].State != sandbox.SnapshotCreating || len(e.snapDirs(t)) != 1 {
 		t.Fatalf("in-flight snapshot after converge and sweep: %+v, dirs %v", list, e.snapDirs(t))
@@ -464,7 +464,7 @@ func TestSnapshotMemoryKindShape(t *testing.T) {
 	cfg := sandbox.Config{SnapshotDir: filepath.Join(t.TempDir(), "snapshots")}
 	e := newFakeEnvWith(t, cfg, fake.Config{MemorySnapshots: true})
 	src := e.create(t, sandbox.CreateRequest{CPU: 0.5, MemoryMB: 256})
-	sn, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{Memory: true})
+	sn, err := e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{Memory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +475,7 @@ func TestSnapshotMemoryKindShape(t *testing.T) {
 	wantSnapCode(t, "Create from a memory snapshot with another memory_mb", err, errcode.InvalidArgument, "memory_mb")
 	_, err = e.svc.Create(t.Context(), sandbox.CreateRequest{Snapshot: sn.ID, CPU: 2})
 	wantSnapCode(t, "Create from a memory snapshot with another cpu", err, errcode.InvalidArgument, "cpu")
-	res, err := e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{SnapshotID: sn.ID, Memory: true})
+	res, err := e.snaps.Fork(t.Context(), src.ID, sandbox.ForkRequest{SnapshotID: sn.ID, Memory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,10 +483,10 @@ func TestSnapshotMemoryKindShape(t *testing.T) {
 		t.Fatalf("memory fork %+v: %+v", res, f)
 	}
 	// A files snapshot cannot be forked with memory.
-	files, err := e.svc.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
+	files, err := e.snaps.Snapshot(t.Context(), src.ID, sandbox.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.svc.Fork(t.Context(), src.ID, sandbox.ForkRequest{SnapshotID: files.ID, Memory: true})
+	_, err = e.snaps.Fork(t.Context(), src.ID, sandbox.ForkRequest{SnapshotID: files.ID, Memory: true})
 	wantSnapCode(t, "Fork with memory of a files snapshot", err, errcode.InvalidArgument, "memory")
 }

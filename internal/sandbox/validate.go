@@ -117,6 +117,20 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 	return rt, nil
 }
 
+// ValidateLabels applies create's rule for labels to those of another request (a snapshot's,
+// a fork's), naming its field.
+func ValidateLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return errcode.New(errcode.InvalidArgument, "%s has %d entries; at most %d are allowed", field, len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > MaxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
+			return errcode.New(errcode.InvalidArgument, "%s: label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", field, text.Truncate(k, 64), MaxKeyLen, maxValLen)
+		}
+	}
+	return nil
+}
+
 // ValidateEnv checks environment variables: POSIX-ish names, no NUL.
 func ValidateEnv(field string, env map[string]string) error {
 	for k, v := range env {

@@ -1,4 +1,4 @@
-package sandbox
+package snapshots
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/fsdiff"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // exec's changes and checkpoint, as flash_exec has them.
@@ -18,6 +19,8 @@ import (
 // not run); one that grew past it during the command gets changes_truncated with no list.
 // Metadata catches every write that changes size, mtime or ctime; a process that restores
 // all three (touch -d) hides its change, as with rsync's quick check.
+//
+// The core calls exec (its Exec hook) before the command and the finish it returns after.
 //
 // checkpoint: after the command has run (whatever its exit), Service.Snapshot takes a files
 // snapshot; its id is the result's snapshot_id. A failed snapshot does not lose the command's
@@ -32,8 +35,24 @@ type execChanges struct {
 	before *fsdiff.Manifest
 }
 
+// exec is the Exec hook: with changes it takes the manifest before the command; with changes or
+// checkpoint it returns what fills the result after it.
+func (s *Service) exec(ctx context.Context, sb sandbox.Sandbox, req sandbox.ExecRequest) (func(context.Context, *sandbox.ExecResult) error, error) {
+	if !req.Changes && !req.Checkpoint {
+		return nil, nil
+	}
+	var ch *execChanges
+	if req.Changes {
+		var err error
+		if ch, err = s.beginExecChanges(ctx, sb); err != nil {
+			return nil, err
+		}
+	}
+	return func(ctx context.Context, res *sandbox.ExecResult) error { return s.finishExec(ctx, sb, req, ch, res) }, nil
+}
+
 // beginExecChanges takes the manifest before the command.
-func (s *Service) beginExecChanges(ctx context.Context, sb Sandbox) (*execChanges, error) {
+func (s *Service) beginExecChanges(ctx context.Context, sb sandbox.Sandbox) (*execChanges, error) {
 	trees, release, err := s.sandboxSide(ctx, sb)
 	if err != nil {
 		return nil, err
@@ -60,27 +79,27 @@ func (s *Service) manifest(ctx context.Context, trees []fsdiff.Tree) (*fsdiff.Ma
 }
 
 // finishExec fills res's changes and snapshot_id after the command ran.
-func (s *Service) finishExec(ctx context.Context, sb Sandbox, req ExecRequest, ch *execChanges, res *ExecResult) error {
+func (s *Service) finishExec(ctx context.Context, sb sandbox.Sandbox, req sandbox.ExecRequest, ch *execChanges, res *sandbox.ExecResult) error {
 	if ch != nil {
 		after, err := s.manifest(ctx, ch.trees)
 		var le *fsdiff.LimitError
 		switch {
 		case errors.As(err, &le):
 			res.ChangesTruncated = true
-			res.Changes = []DiffChange{}
+			res.Changes = []sandbox.DiffChange{}
 		case err != nil:
 			return diffError(sb.ID, err)
 		default:
 			cs, trunc := fsdiff.CompareManifests(ch.before, after, MaxExecChanges)
-			res.Changes = make([]DiffChange, 0, len(cs))
+			res.Changes = make([]sandbox.DiffChange, 0, len(cs))
 			for _, c := range cs {
-				res.Changes = append(res.Changes, DiffChange{Path: c.Path, Change: c.Change, Type: c.Type, Size: c.Size, Mode: c.Mode, Target: c.Target})
+				res.Changes = append(res.Changes, sandbox.DiffChange{Path: c.Path, Change: c.Change, Type: c.Type, Size: c.Size, Mode: c.Mode, Target: c.Target})
 			}
 			res.ChangesTruncated = trunc
 		}
 	}
 	if req.Checkpoint {
-		snap, err := s.Snapshot(ctx, sb.ID, SnapshotRequest{})
+		snap, err := s.Snapshot(ctx, sb.ID, sandbox.SnapshotRequest{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -1,4 +1,4 @@
-package sandbox
+package snapshots
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/fsdiff"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandboxid"
 )
 
 // Bounds of a diff.
@@ -54,12 +56,12 @@ func (g *diffGate) acquire(ctx context.Context) (func(), error) {
 }
 
 // validateDiff checks a DiffRequest and fills its defaults.
-func validateDiff(req *DiffRequest) error {
+func validateDiff(req *sandbox.DiffRequest) error {
 	if req.OtherSandboxID != "" && req.SnapshotID != "" {
 		return errcode.New(errcode.InvalidArgument, "give at most one of other_sandbox_id and snapshot_id (neither compares with the sandbox's image)").With("argument", "snapshot_id")
 	}
 	if req.OtherSandboxID != "" {
-		if err := checkID(req.OtherSandboxID); err != nil {
+		if err := sandboxid.Check(req.OtherSandboxID); err != nil {
 			return errcode.New(errcode.InvalidArgument, "other_sandbox_id: %s", errcode.Message(err)).With("argument", "other_sandbox_id")
 		}
 	}
@@ -91,45 +93,45 @@ func validateDiff(req *DiffRequest) error {
 // a page at a time. A running sandbox is read live, not paused (a file being written while the
 // diff runs may show half-made); a sleeping one through its sleep snapshot. Against the image,
 // everything in the sandbox's writable trees is a change (the image's own files are not read).
-func (s *Service) Diff(ctx context.Context, id string, req DiffRequest) (DiffResult, error) {
-	if err := checkID(id); err != nil {
-		return DiffResult{}, err
+func (s *Service) Diff(ctx context.Context, id string, req sandbox.DiffRequest) (sandbox.DiffResult, error) {
+	if err := sandboxid.Check(id); err != nil {
+		return sandbox.DiffResult{}, err
 	}
 	if err := validateDiff(&req); err != nil {
-		return DiffResult{}, err
+		return sandbox.DiffResult{}, err
 	}
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
-		return DiffResult{}, err
+		return sandbox.DiffResult{}, err
 	}
 	release, err := s.diffs.acquire(ctx)
 	if err != nil {
-		return DiffResult{}, err
+		return sandbox.DiffResult{}, err
 	}
 	defer release()
 	newSide, closeNew, err := s.sandboxSide(ctx, sb)
 	if err != nil {
-		return DiffResult{}, err
+		return sandbox.DiffResult{}, err
 	}
 	defer closeNew()
 	var oldSide []fsdiff.Tree
-	res := DiffResult{SandboxID: id, Against: "image:" + sb.Image}
+	res := sandbox.DiffResult{SandboxID: id, Against: "image:" + sb.Image}
 	switch {
 	case req.OtherSandboxID != "":
 		other, err := s.store.GetSandbox(ctx, req.OtherSandboxID)
 		if err != nil {
-			return DiffResult{}, err
+			return sandbox.DiffResult{}, err
 		}
 		side, closeOld, err := s.sandboxSide(ctx, other)
 		if err != nil {
-			return DiffResult{}, err
+			return sandbox.DiffResult{}, err
 		}
 		defer closeOld()
 		oldSide, res.Against = side, "sandbox:"+other.ID
 	case req.SnapshotID != "":
 		side, closeOld, err := s.snapshotSide(ctx, req.SnapshotID)
 		if err != nil {
-			return DiffResult{}, err
+			return sandbox.DiffResult{}, err
 		}
 		defer closeOld()
 		oldSide, res.Against = side, "snapshot:"+req.SnapshotID
@@ -137,11 +139,11 @@ func (s *Service) Diff(ctx context.Context, id string, req DiffRequest) (DiffRes
 	fr, err := fsdiff.Diff(ctx, oldSide, newSide, fsdiff.Options{Cursor: req.Cursor, Limit: req.Limit,
 		Unified: !req.NoUnified, MaxDiffBytes: req.MaxDiffBytes})
 	if err != nil {
-		return DiffResult{}, diffError(id, err)
+		return sandbox.DiffResult{}, diffError(id, err)
 	}
-	res.Changes = make([]DiffChange, 0, len(fr.Changes))
+	res.Changes = make([]sandbox.DiffChange, 0, len(fr.Changes))
 	for _, c := range fr.Changes {
-		res.Changes = append(res.Changes, DiffChange{Path: c.Path, Change: c.Change, Type: c.Type, Size: c.Size, Mode: c.Mode, Target: c.Target})
+		res.Changes = append(res.Changes, sandbox.DiffChange{Path: c.Path, Change: c.Change, Type: c.Type, Size: c.Size, Mode: c.Mode, Target: c.Target})
 	}
 	res.NextCursor, res.Diff, res.DiffTruncated, res.Skipped = fr.NextCursor, fr.Diff, fr.DiffTruncated, fr.Skipped
 	res.ContentFallback = fr.ContentFallback
@@ -193,10 +195,10 @@ func noRelease() {}
 
 // sandboxSide returns a sandbox's trees: a running one's live, a sleeping one's from its
 // sleep snapshot.
-func (s *Service) sandboxSide(ctx context.Context, sb Sandbox) ([]fsdiff.Tree, func(), error) {
+func (s *Service) sandboxSide(ctx context.Context, sb sandbox.Sandbox) ([]fsdiff.Tree, func(), error) {
 	switch sb.State {
-	case StateRunning:
-	case StateSleeping:
+	case sandbox.StateRunning:
+	case sandbox.StateSleeping:
 		if sb.SleepSnapshot == "" {
 			return nil, nil, errcode.New(errcode.SandboxNotRunning, "sandbox %s is sleeping but names no sleep snapshot; wake it and retry", sb.ID).With("state", string(sb.State))
 		}
@@ -204,7 +206,7 @@ func (s *Service) sandboxSide(ctx context.Context, sb Sandbox) ([]fsdiff.Tree, f
 	default:
 		return nil, nil, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running or sleeping sandbox's files can be diffed", sb.ID, sb.State).With("state", string(sb.State))
 	}
-	rt, err := s.runtimeOf(sb)
+	rt, err := s.core.RuntimeOf(sb)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -222,7 +224,7 @@ func (s *Service) sandboxSide(ctx context.Context, sb Sandbox) ([]fsdiff.Tree, f
 // snapshotSide mounts a ready snapshot's files (read-only) through its runtime, pinned (a
 // delete is CONFLICT) until the returned func releases them.
 func (s *Service) snapshotSide(ctx context.Context, id string) (_ []fsdiff.Tree, _ func(), err error) {
-	unpin := s.snaps.pin(id)
+	unpin := s.state.pin(id)
 	defer func() {
 		if err != nil {
 			unpin()
@@ -232,10 +234,10 @@ func (s *Service) snapshotSide(ctx context.Context, id string) (_ []fsdiff.Tree,
 	if err != nil {
 		return nil, nil, err
 	}
-	if snap.State != SnapshotReady {
+	if snap.State != sandbox.SnapshotReady {
 		return nil, nil, errcode.New(errcode.Conflict, "snapshot %s is %s, not ready", snap.ID, snap.State).With("state", string(snap.State))
 	}
-	rt, err := s.runtimeOf(Sandbox{ID: snap.SandboxID, Runtime: snap.Runtime, Node: snap.Node})
+	rt, err := s.core.RuntimeOf(sandbox.Sandbox{ID: snap.SandboxID, Runtime: snap.Runtime, Node: snap.Node})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -243,7 +245,7 @@ func (s *Service) snapshotSide(ctx context.Context, id string) (_ []fsdiff.Tree,
 	if err != nil {
 		return nil, nil, err
 	}
-	dir := s.snapshotDir(snap.ID)
+	dir := s.core.SnapshotDir(snap.ID)
 	info, err := diffSnapshotInfo(dir)
 	if err != nil {
 		return nil, nil, errcode.Wrap(errcode.SnapshotNotFound, err, "the files of snapshot %s are not on this server", snap.ID)
