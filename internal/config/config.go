@@ -68,7 +68,7 @@ type Config struct {
 	// sandboxes' disks hold, less a tenth of its size, at most 4 GiB, kept for the host).
 	DiskBudgetMB int64
 	// SnapshotBudgetMB bounds what ready user snapshots hold on disk together; the
-	// oldest are retired to make room. 0 = sandbox.DefaultSnapshotBudgetBytes (10 GiB).
+	// oldest are retired to make room. 0 = snapshots.DefaultSnapshotBudgetBytes (10 GiB).
 	SnapshotBudgetMB int64
 	// CgroupParent names the cgroup under which sandboxes get one each; "" (the default):
 	// derived from the state dir ("agentbox-" and 8 hex digits of its path), or the legacy
