@@ -27,7 +27,7 @@ type ExecRequest struct {
 	Background bool `json:"background,omitempty"`
 	// Changes returns the paths the command changed (result changes, changes_truncated);
 	// Checkpoint snapshots the sandbox after it (result snapshot_id, or checkpoint_error).
-	// The changed paths and a checkpoint after the command (sandbox/execchanges.go).
+	// The changed paths and a checkpoint after the command (sandbox/snapshots/execchanges.go).
 	Changes    bool `json:"changes,omitempty"`
 	Checkpoint bool `json:"checkpoint,omitempty"`
 }

@@ -167,7 +167,7 @@ type ExecRequest struct {
 	Timeout        time.Duration // default guest.DefaultTimeout
 	MaxOutputBytes int64         // default guest.DefaultMaxOutputBytes
 	User           string
-	// Changes and Checkpoint: the paths the command changed, a snapshot after it (execchanges.go).
+	// Changes and Checkpoint: the paths the command changed, a snapshot after it (the snapshots feature's Exec hook).
 	Changes, Checkpoint bool
 }
 

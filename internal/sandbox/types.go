@@ -49,7 +49,7 @@ type ExecResult struct {
 	OOMKilled bool `json:"oom_killed,omitempty"`
 	// Changes (exec with changes) are the paths the command changed, at most MaxExecChanges;
 	// ChangesTruncated says more changed. SnapshotID (exec with checkpoint) is the snapshot
-	// taken after the command; CheckpointError says why none was (execchanges.go).
+	// taken after the command; CheckpointError says why none was (internal/sandbox/snapshots).
 	Changes          []DiffChange `json:"changes,omitempty"`
 	ChangesTruncated bool         `json:"changes_truncated,omitempty"`
 	SnapshotID       string       `json:"snapshot_id,omitempty"`
