@@ -88,8 +88,9 @@ type Options struct {
 	// Runs serves /v1/runs and /v1/batches (runs.go); nil: they answer
 	// UNSUPPORTED_OPERATION.
 	Runs *runs.Service
-	// Gate sees every routed call before it acts (scopes, approvals, the audit log: issue
-	// 16; gate.go); empty lets every call in.
+	// Gate sees every routed call before it acts (scopes, ownership, approvals, the audit
+	// log; gate.go), each described by its route's declaration (routetable.go); empty lets
+	// every call in.
 	Gate gate.Chain
 	// Keys, if set, authenticates named API keys ("Authorization: Bearer abk_…" or "X-Api-Key:
 	// abk_…") beside Token, and serves /v1/keys (keys.go).
@@ -266,7 +267,7 @@ func (s *Server) routes() {
 		writeError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s %s (see docs/ARCHITECTURE.md for the REST API)", r.Method, r.URL.Path), http.StatusNotFound)
 	})
 	for p, h := range s.opts.Mount {
-		m.Handle(p, h)
+		m.mount(p, h)
 	}
 }
 
@@ -328,7 +329,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 		if len(s.opts.Gate) > 0 { // the audit log hears of refused requests too (never the credential)
 			_, pattern := s.mux.Handler(r)
 			args, _ := json.Marshal(map[string]string{"method": r.Method, "path": r.URL.Path})
-			s.opts.Gate.Observe(&gate.Call{Surface: gate.SurfaceREST, Tool: pattern, Action: restActions[pattern], Args: args, Started: time.Now()}, authErr)
+			s.opts.Gate.Observe(&gate.Call{Surface: gate.SurfaceREST, Tool: pattern, Action: routeTable[pattern].Action, Args: args, Started: time.Now()}, authErr)
 		}
 		return
 	}
@@ -343,13 +344,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	if route != nil {
 		defer func() { *route = r.Pattern }() // set by the mux, even if the handler panics
 	}
-	if len(s.opts.Gate) > 0 {
-		if _, pattern := s.mux.Handler(r); pattern != "" && !s.mounted(r.URL.Path) {
-			s.gated(w, r, pattern, s.mux.ServeHTTP)
-			return
-		}
-	}
-	s.mux.ServeHTTP(w, r)
+	s.mux.ServeHTTP(w, r) // every route passes the gate chain (decided)
 }
 
 // mounted reports whether path is served by one of Options.Mount's handlers.

@@ -2,101 +2,102 @@ package api
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
-	"mime"
 	"net/http"
-	"strings"
+	"os"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 )
 
-// restActions names the MCP tool a REST route is the same operation as, so that a gate rule
-// naming a tool (an approval for "exec") covers both surfaces.
-var restActions = map[string]string{
-	"POST /v1/machines/{ref}/pull":                 "remote_pull", // the file relay
-	"POST /v1/machines/{ref}/push":                 "remote_push",
-	"POST /v1/sandboxes":                           "sandbox_create",
-	"GET /v1/sandboxes":                            "sandbox_list",
-	"GET /v1/sandboxes/{id}":                       "sandbox_get",
-	"DELETE /v1/sandboxes/{id}":                    "sandbox_destroy",
-	"POST /v1/sandboxes/{id}/extend":               "sandbox_extend",
-	"POST /v1/sandboxes/{id}/exec":                 "exec",
-	"PUT /v1/sandboxes/{id}/files":                 "file_write",
-	"GET /v1/sandboxes/{id}/files":                 "file_read",
-	"GET /v1/sandboxes/{id}/files/list":            "file_list",
-	"POST /v1/sandboxes/{id}/jobs":                 "job_start",
-	"POST /v1/sandboxes/{id}/jobs/{job_id}/cancel": "job_cancel",
-	"PATCH /v1/sandboxes/{id}/network":             "sandbox_network_update",
-	"POST /v1/sandboxes/{id}/expose":               "sandbox_expose",
-	"POST /v1/sandboxes/{id}/commit":               "sandbox_commit",
-	"POST /v1/images/pull":                         "image_pull",
-	"POST /v1/runs":                                "run",
-	"POST /v1/sql":                                 "execute_sql",
-	"POST /v1/runs/{id}/cancel":                    "run_cancel",
-	"POST /v1/batches":                             "run_batch",
-	"POST /v1/batches/matrix":                      "run_matrix",
-	"POST /v1/batches/agent-compare":               "agent_compare",
-	"POST /v1/batches/agent-test":                  "agent_test",
-	// snapshots, forks, sleep, wake, diff (snapshots.go)
-	"POST /v1/sandboxes/{id}/snapshots":  "sandbox_snapshot",
-	"GET /v1/snapshots":                  "snapshot_list",
-	"GET /v1/sandboxes/{id}/snapshots":   "snapshot_list",
-	"DELETE /v1/snapshots/{snapshot_id}": "snapshot_delete",
-	"POST /v1/sandboxes/{id}/fork":       "sandbox_fork",
-	"POST /v1/sandboxes/{id}/sleep":      "sandbox_sleep",
-	"POST /v1/sandboxes/{id}/wake":       "sandbox_wake",
-	"GET /v1/sandboxes/{id}/diff":        "sandbox_diff",
-	"POST /v1/sandboxes/{id}/diff":       "sandbox_diff",
-	"POST /v1/run_python":                "run_python", // snippet.go
-	"POST /v1/run_shell":                 "run_shell",
-	// joined machines (remote.go)
-	"POST /v1/machines/{ref}/exec":      "remote_exec",
-	"GET /v1/machines/{ref}/screenshot": "remote_screenshot",
+// decided is h behind Options.Gate: every route is registered through it (patternMux), with
+// its declaration, so no route reaches its handler without passing the chain.
+func (s *Server) decided(pattern string, rt Route, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if len(s.opts.Gate) == 0 {
+			h(w, r)
+			return
+		}
+		s.gated(w, r, pattern, rt, h)
+	}
 }
 
-// secretBodies are routes whose JSON body holds a secret: the gate records its length only.
-var secretBodies = map[string]bool{"POST /v1/machines/join": true}
+// holder is a gate that can tell beforehand whether it holds a call until someone decides
+// (approval.Service): a streamed body is then spooled so that the approver sees its digest.
+type holder interface {
+	Gated(c *gate.Call) bool
+}
 
-// gated serves r through Options.Gate: the call is described (route, path, query, and a JSON
-// body up to MaxJSONBody; any other body by its length only, never its content, which is
-// left to stream), entered, served, and its outcome reported. Mounted handlers (MCP)
-// are gated per tool by their own server, not here.
-func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, serve func(http.ResponseWriter, *http.Request)) {
-	c := &gate.Call{Surface: gate.SurfaceREST, Tool: pattern, Action: restActions[pattern], Started: time.Now()}
+// gated serves r through Options.Gate: the call is described by its route's declaration (the
+// action, scope, object and read-only mark of routeTable) and its arguments — method, path,
+// query and body — entered, served, and its outcome reported. The handler reads exactly the
+// body the chain was shown: a JSON body whatever its Content-Type (one that is not JSON is
+// refused before the chain), a stream by its length and SHA-256 (spooled first when a gate
+// would hold the call), a secret by its length. Mounted handlers (MCP) are gated per tool by
+// their own server, not here.
+func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, rt Route, serve http.HandlerFunc) {
+	c := &gate.Call{Surface: gate.SurfaceREST, Tool: pattern, Action: rt.Action, Scope: rt.Scope, ReadOnly: rt.ReadOnly,
+		Object: objectOf(rt.Object, r.PathValue), Started: time.Now()}
 	if caller, ok := gate.CallerFrom(r.Context()); ok {
 		c.Caller = caller
 	}
-	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/"); ok {
-		c.SandboxID, _, _ = strings.Cut(rest, "/")
+	switch rt.Object {
+	case gate.ObjectSandbox, gate.ObjectJob, gate.ObjectExpose:
+		c.SandboxID = c.Object.ID
 	}
 	args := map[string]any{"method": r.Method, "path": r.URL.Path}
 	if q := r.URL.Query(); len(q) > 0 {
 		args["query"] = q
 	}
+	refuse := func(err error) {
+		c.Args, _ = json.Marshal(args)
+		s.opts.Gate.Observe(c, err)
+		writeError(w, err, 0)
+	}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		if secretBodies[pattern] {
+		switch rt.Body {
+		case BodySecret:
 			args["body_bytes"] = r.ContentLength // a join token is never recorded
-		} else if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
-			b, err := readJSONBody(w, r)
+		case BodyStream:
+			c.Args, _ = json.Marshal(args)
+			if !s.holds(c) {
+				args["body_bytes"] = r.ContentLength // streamed as it comes; -1: chunked
+				break
+			}
+			f, n, sum, err := spool(r.Body, s.maxStream())
 			if err != nil {
-				writeError(w, err, 0)
+				refuse(err)
+				return
+			}
+			defer func() { _ = f.Close() }()
+			r.Body, r.ContentLength = f, n
+			args["body_bytes"], args["body_sha256"] = n, sum
+		default:
+			b, err := readJSONBody(w, r) // over the bound: FILE_TOO_LARGE (413)
+			if err != nil {
+				refuse(err)
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(b))
-			if json.Valid(b) {
-				args["body"] = json.RawMessage(b)
-				var sb struct {
-					SandboxID string `json:"sandbox_id"`
-				}
-				if c.SandboxID == "" && json.Unmarshal(b, &sb) == nil {
-					c.SandboxID = sb.SandboxID // e.g. run_python's sandbox
-				}
+			if len(bytes.TrimSpace(b)) == 0 {
+				break
 			}
-		} else if r.ContentLength > 0 {
-			args["body_bytes"] = r.ContentLength
+			if !json.Valid(b) {
+				refuse(errcode.New(errcode.InvalidArgument, "request body is not one JSON value: %s takes a JSON body (whatever its Content-Type), which is shown as sent to the audit log and any approver", pattern).With("argument", "body"))
+				return
+			}
+			args["body"] = json.RawMessage(b)
+			var sb struct {
+				SandboxID string `json:"sandbox_id"`
+			}
+			if c.SandboxID == "" && json.Unmarshal(b, &sb) == nil {
+				c.SandboxID = sb.SandboxID // e.g. run_python's sandbox
+			}
 		}
 	}
 	c.Args, _ = json.Marshal(args)
@@ -108,6 +109,61 @@ func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, s
 	rec := &outcomeRecorder{statusRecorder: statusRecorder{ResponseWriter: w}}
 	defer func() { exit(rec.outcome()) }()
 	serve(rec, r)
+}
+
+// holds reports whether a gate of the chain would hold c for a decision.
+func (s *Server) holds(c *gate.Call) bool {
+	for _, g := range s.opts.Gate {
+		if h, ok := g.(holder); ok && h.Gated(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxStream bounds a spooled stream: the largest body a streaming route takes.
+func (s *Server) maxStream() int64 {
+	return max(s.opts.MaxFileBytes, s.opts.MaxImportBytes, DefaultMaxImportBytes)
+}
+
+// spooledBody is a spooled request body: a temporary file, removed when closed.
+type spooledBody struct{ *os.File }
+
+func (b spooledBody) Close() error {
+	err := b.File.Close()
+	_ = os.Remove(b.Name())
+	return err
+}
+
+// spool copies at most limit bytes of body to a temporary file and returns it rewound, with
+// its length and SHA-256: what the approver is shown is what the handler then reads.
+func spool(body io.Reader, limit int64) (io.ReadCloser, int64, string, error) {
+	f, err := os.CreateTemp("", "agentbox-body-*")
+	if err != nil {
+		return nil, 0, "", errcode.New(errcode.Internal, "spool request body: %v", err)
+	}
+	sb := spooledBody{f}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, limit+1))
+	if err == nil && n > limit {
+		err = errcode.New(errcode.InvalidArgument, "request body exceeds %d bytes", limit)
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		_ = sb.Close()
+		if !isTyped(err) {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				err = errcode.New(errcode.InvalidArgument, "request body exceeds %d bytes", mbe.Limit)
+			} else {
+				err = errcode.New(errcode.InvalidArgument, "request body: %v", err)
+			}
+		}
+		return nil, 0, "", err
+	}
+	return sb, n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // outcomeRecorder keeps a response's status and, when writeError wrote it, its typed error.

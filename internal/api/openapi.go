@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -29,12 +30,23 @@ type patternMux struct {
 	s *Server
 }
 
+// HandleFunc registers h behind the gate chain with pattern's declaration (routeTable); a
+// pattern without one panics, as ServeMux does on a conflicting pattern: a route the gate
+// knows nothing of is a programming error, never a route served ungated.
 func (m patternMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	rt, ok := routeTable[pattern]
+	if !ok {
+		panic(fmt.Sprintf("api: route %q has no declaration in routeTable (internal/api/routetable.go): declare its action, scope and object", pattern))
+	}
 	m.s.patterns = append(m.s.patterns, pattern)
-	m.ServeMux.HandleFunc(pattern, h)
+	m.ServeMux.HandleFunc(pattern, m.s.decided(pattern, rt, h))
 }
 
-func (m patternMux) Handle(pattern string, h http.Handler) {
+// Handle is HandleFunc for a handler.
+func (m patternMux) Handle(pattern string, h http.Handler) { m.HandleFunc(pattern, h.ServeHTTP) }
+
+// mount registers a mounted handler (Options.Mount): it gates its own calls (MCP, per tool).
+func (m patternMux) mount(pattern string, h http.Handler) {
 	m.s.patterns = append(m.s.patterns, pattern)
 	m.ServeMux.Handle(pattern, h)
 }
@@ -117,21 +129,12 @@ func (s *Server) Call(ctx context.Context, method, path string, query url.Values
 				writeError(w, errcode.New(errcode.Internal, "internal error; see the server log"), 0)
 			}
 		}()
-		if pattern := s.routePattern(r); pattern != "" && len(s.opts.Gate) > 0 {
-			s.gated(w, r, pattern, s.mux.ServeHTTP)
-			return
-		}
-		s.mux.ServeHTTP(w, r)
+		s.mux.ServeHTTP(w, r) // every route passes the gate chain (decided)
 	}()
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
 	return w.status, w.header, w.buf.Bytes(), nil
-}
-
-func (s *Server) routePattern(r *http.Request) string {
-	_, p := s.mux.Handler(r)
-	return p
 }
 
 // callRecorder keeps a reply up to limit bytes, then cancels the handler.

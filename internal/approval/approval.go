@@ -100,8 +100,8 @@ type Store interface {
 }
 
 // ReadOnly are the MCP tools that only read; with approvals required for every call, they (and
-// every REST GET, and the approval routes themselves) are never gated. Every other tool — a new
-// one too, until it is listed here — waits for a decision.
+// every REST route its table declares read-only, and the approval routes themselves) are never
+// gated. Every other tool — a new one too, until it is listed here — waits for a decision.
 var ReadOnly = map[string]bool{
 	"health": true, "sandbox_list": true, "sandbox_get": true, "sandbox_metrics": true,
 	"sandbox_connections": true, "sandbox_secret_calls": true,

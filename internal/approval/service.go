@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +29,7 @@ const (
 
 // Config configures a Service.
 type Config struct {
-	// Required gates every call that acts (everything but ReadOnly tools, REST GETs and the
+	// Required gates every call that acts (everything but ReadOnly tools, read-only REST routes and the
 	// approval routes). Tools, when set, gates only these (matched against gate.Call.Action,
 	// so a REST route of the same operation is gated too, and against Tool). Neither: nothing
 	// is gated (the Service still serves the queue).
@@ -145,8 +144,10 @@ func (s *Service) Gated(c *gate.Call) bool {
 		return false
 	}
 	if c.Surface == gate.SurfaceREST {
-		method, path, _ := strings.Cut(c.Tool, " ")
-		return method != http.MethodGet && method != http.MethodHead && !strings.HasPrefix(path, "/v1/approvals")
+		// The route's declaration says whether it only reads (a GET may act: the terminal);
+		// deciding on approvals is never itself held.
+		_, path, _ := strings.Cut(c.Tool, " ")
+		return !c.ReadOnly && !strings.HasPrefix(path, "/v1/approvals/")
 	}
 	return !ReadOnly[c.Tool]
 }

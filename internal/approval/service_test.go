@@ -68,7 +68,7 @@ func run(s *approval.Service, c *gate.Call, ran *atomic.Int32) error {
 	return nil
 }
 
-// TestGatedSet: with approval required, reads are never gated; anything else is (an unknown
+// TestGatedSet: with approval required, reads (REST routes declared read-only) are never gated; anything else is (an unknown
 // tool too); --approval-tools gates the named tools on both surfaces.
 func TestGatedSet(t *testing.T) {
 	t.Parallel()
@@ -83,7 +83,9 @@ func TestGatedSet(t *testing.T) {
 		{mcpCall("file_read", "{}"), false},
 		{mcpCall("health", "{}"), false},
 		{mcpCall("sandbox_list", "{}"), false},
-		{&gate.Call{Surface: gate.SurfaceREST, Tool: "GET /v1/sandboxes/{id}/files", Action: "file_read"}, false},
+		{&gate.Call{Surface: gate.SurfaceREST, Tool: "GET /v1/sandboxes/{id}/files", Action: "file_read", ReadOnly: true}, false},
+		// A GET that acts (the terminal) is gated: the route's declaration says, not its method.
+		{&gate.Call{Surface: gate.SurfaceREST, Tool: "GET /v1/sandboxes/{id}/pty", Action: "exec"}, true},
 		{&gate.Call{Surface: gate.SurfaceREST, Tool: "DELETE /v1/sandboxes/{id}/files"}, true},
 		{&gate.Call{Surface: gate.SurfaceREST, Tool: "POST /v1/approvals/{id}/approve"}, false},
 	} {

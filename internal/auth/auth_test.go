@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
@@ -163,7 +164,10 @@ func TestScopeGate(t *testing.T) {
 		{"", "sandbox_list", false}, {"", "GET /health", true}, {"bogus", "sandbox_list", false},
 	}
 	for _, tc := range cases {
-		c := &gate.Call{Tool: tc.tool, Caller: gate.Caller{ID: "key_1", Name: "k", Scope: tc.scope}}
+		c := &gate.Call{Surface: gate.SurfaceMCP, Tool: tc.tool, Caller: gate.Caller{ID: "key_1", Name: "k", Scope: tc.scope}}
+		if rt, ok := api.RouteTable()[tc.tool]; ok { // a REST route: the scope its declaration gives
+			c.Surface, c.Scope = gate.SurfaceREST, rt.Scope
+		}
 		exit, err := auth.ScopeGate{}.Enter(t.Context(), c)
 		if tc.ok != (err == nil) {
 			t.Errorf("%s calling %s: %v", tc.scope, tc.tool, err)
@@ -174,7 +178,7 @@ func TestScopeGate(t *testing.T) {
 			continue
 		}
 		e, _ := errcode.As(err)
-		need := auth.RequiredScope(tc.tool)
+		need := auth.NeededScope(c)
 		if e == nil || e.Code != errcode.PermissionDenied || errcode.HTTPStatus(e.Code) != 403 ||
 			!strings.Contains(e.Message, "needs scope "+need) || e.Details["required_scope"] != need {
 			t.Errorf("%s calling %s: %#v", tc.scope, tc.tool, err)

@@ -7,8 +7,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
@@ -23,35 +24,37 @@ func fakeService(t *testing.T) *sandbox.Service {
 	return svc
 }
 
-// restEntries are the scope table's entries that are REST patterns.
-func restEntries() []string {
-	var out []string
+// TestScopeTableHasNoRoutes: REST routes declare their scope in the API's route table
+// (internal/api/routetable.go, checked by TestEveryRouteDeclared), never here, so that there
+// is one declaration per route.
+func TestScopeTableHasNoRoutes(t *testing.T) {
 	for k := range auth.Required {
 		if strings.Contains(k, "/") {
-			out = append(out, k)
+			t.Errorf("auth.Required names the REST route %q: declare it in internal/api/routetable.go", k)
 		}
 	}
-	return out
 }
 
-// TestScopeTableCoversEveryRoute: every REST route the server registers has a scope in
-// auth.Required, and every REST entry there is a route (none stale).
-func TestScopeTableCoversEveryRoute(t *testing.T) {
-	h := api.New(fakeService(t), api.Options{Prometheus: api.NewPrometheus(), Token: "t0123456789abcdef"})
-	defer h.Close()
-	routes := h.Routes()
-	if len(routes) < 50 {
-		t.Fatalf("only %d routes: %v", len(routes), routes)
-	}
-	for _, r := range routes {
-		if _, ok := auth.Required[r]; !ok {
-			t.Errorf("REST route %q has no scope in auth.Required (internal/auth/scopes.go)", r)
+// TestScopeOfRESTCalls: a REST call needs the scope its surface declared; one that declares
+// none needs admin (deny by default), whatever its tool.
+func TestScopeOfRESTCalls(t *testing.T) {
+	for _, tc := range []struct {
+		c    gate.Call
+		want string
+	}{
+		{gate.Call{Surface: gate.SurfaceREST, Tool: "GET /v1/sandboxes", Scope: auth.ScopeRead}, auth.ScopeRead},
+		{gate.Call{Surface: gate.SurfaceREST, Tool: "GET /v1/sandboxes/{id}/pty", Scope: auth.ScopeOperate}, auth.ScopeOperate},
+		{gate.Call{Surface: gate.SurfaceREST, Tool: "sandbox_list"}, auth.ScopeAdmin},
+		{gate.Call{Surface: gate.SurfaceMCP, Tool: "sandbox_list"}, auth.ScopeRead},
+		{gate.Call{Surface: gate.SurfaceMCP, Tool: "no_such_tool"}, auth.ScopeAdmin},
+	} {
+		if got := auth.NeededScope(&tc.c); got != tc.want {
+			t.Errorf("%s %s (scope %q): needs %s, want %s", tc.c.Surface, tc.c.Tool, tc.c.Scope, got, tc.want)
 		}
 	}
-	for _, e := range restEntries() {
-		if e != "/v1/" && !slices.Contains(routes, e) { // "/v1/": the catch-all answering unknown paths
-			t.Errorf("auth.Required names %q, which is no route", e)
-		}
+	c := gate.Call{Surface: gate.SurfaceREST, Tool: "GET /v1/sandboxes/{id}/pty", Scope: auth.ScopeOperate, Caller: gate.Caller{Name: "r", Scope: auth.ScopeRead}}
+	if _, err := (auth.ScopeGate{}).Enter(t.Context(), &c); errcode.Of(err) != errcode.PermissionDenied {
+		t.Fatalf("read key on the terminal: %v, want PERMISSION_DENIED", err)
 	}
 }
 

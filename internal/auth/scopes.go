@@ -12,12 +12,12 @@ import (
 // its own credential (a run artifact's signed URL).
 const Public = "public"
 
-// Required is the scope each call needs, by gate.Call.Tool: MCP tool names and REST route
-// patterns. read: gets, lists, logs, events, metrics, health; operate: everything that
-// creates, executes, writes or deletes sandboxes, jobs, runs and images; admin: keys,
-// approval decisions, server-level operations. A call whose tool is not here needs admin (a
-// new route or tool without an entry fails TestScopeTableCoversEveryTool and
-// TestScopeTableCoversEveryRoute).
+// Required is the scope each MCP tool needs, by gate.Call.Tool. read: gets, lists, logs,
+// events, metrics, health; operate: everything that creates, executes, writes or deletes
+// sandboxes, jobs, runs and images; admin: keys, approval decisions, server-level
+// operations. A tool not here needs admin (a new tool without an entry fails
+// TestScopeTableCoversEveryTool). REST routes declare theirs in the route table
+// (internal/api/routetable.go), which the REST surface puts on gate.Call.Scope.
 var Required = map[string]string{
 	// MCP tools.
 	"health": ScopeRead,
@@ -51,123 +51,15 @@ var Required = map[string]string{
 	// anything, so a screenshot needs operate too
 	"remote_exec": ScopeOperate, "remote_screenshot": ScopeOperate,
 
-	// REST routes.
-	"GET /health":                                  Public,
-	"/v1/runs/{id}/artifacts/{path...}":            Public, // a signed URL, or the caller's key (checked by the handler)
-	"GET /v1/blobs/{id}":                           Public, // a signed link, or the owner's key (checked by the handler)
-	"POST /v1/blobs":                               ScopeOperate,
-	"DELETE /v1/blobs/{id}":                        ScopeOperate,
-	"POST /v1/machines/{ref}/pull":                 ScopeOperate,
-	"POST /v1/machines/{ref}/push":                 ScopeOperate,
-	"/v1/":                                         ScopeRead, // the "no such endpoint" answer
-	"GET /metrics":                                 ScopeRead,
-	"GET /v1/sandboxes":                            ScopeRead,
-	"GET /v1/sandboxes/{id}":                       ScopeRead,
-	"GET /v1/sandboxes/{id}/files":                 ScopeRead,
-	"GET /v1/sandboxes/{id}/files/stat":            ScopeRead,
-	"GET /v1/sandboxes/{id}/files/list":            ScopeRead,
-	"GET /v1/sandboxes/{id}/events":                ScopeRead,
-	"GET /v1/sandboxes/{id}/jobs":                  ScopeRead,
-	"GET /v1/sandboxes/{id}/jobs/{job_id}":         ScopeRead,
-	"GET /v1/sandboxes/{id}/jobs/{job_id}/logs":    ScopeRead,
-	"GET /v1/sandboxes/{id}/jobs/{job_id}/wait":    ScopeRead,
-	"GET /v1/events":                               ScopeRead,
-	"GET /v1/sandboxes/{id}/watch":                 ScopeRead,
-	"GET /v1/capacity":                             ScopeRead,
-	"GET /v1/openapi.json":                         ScopeRead,
-	"GET /v1/runtimes":                             ScopeRead,
-	"GET /v1/sandboxes/{id}/metrics":               ScopeRead,
-	"GET /v1/fleet/metrics":                        ScopeRead,
-	"GET /v1/sandboxes/{id}/connections":           ScopeRead,
-	"GET /v1/sandboxes/{id}/secret-calls":          ScopeRead,
-	"GET /v1/sandboxes/{id}/expose":                ScopeRead,
-	"GET /v1/images":                               ScopeRead,
-	"GET /v1/images/inspect":                       ScopeRead,
-	"POST /v1/machines/{ref}/exec":                 ScopeOperate, // remote_exec
-	"GET /v1/machines/{ref}/screenshot":            ScopeOperate, // remote_screenshot: the screen may show anything
-	"GET /v1/runs":                                 ScopeRead,
-	"GET /v1/runs/{id}":                            ScopeRead,
-	"GET /v1/runs/{id}/events":                     ScopeRead,
-	"GET /v1/runs/{id}/logs":                       ScopeRead,
-	"GET /v1/batches":                              ScopeRead,
-	"GET /v1/batches/{id}":                         ScopeRead,
-	"POST /v1/sandboxes":                           ScopeOperate,
-	"DELETE /v1/sandboxes/{id}":                    ScopeOperate,
-	"POST /v1/sandboxes/{id}/extend":               ScopeOperate,
-	"POST /v1/sandboxes/{id}/exec":                 ScopeOperate,
-	"PUT /v1/sandboxes/{id}/files":                 ScopeOperate,
-	"DELETE /v1/sandboxes/{id}/files":              ScopeOperate,
-	"POST /v1/sandboxes/{id}/files/mkdir":          ScopeOperate,
-	"POST /v1/sandboxes/{id}/jobs":                 ScopeOperate,
-	"POST /v1/sandboxes/{id}/jobs/{job_id}/cancel": ScopeOperate,
-	"GET /v1/sandboxes/{id}/pty":                   ScopeOperate, // an interactive shell
-	"PATCH /v1/sandboxes/{id}/network":             ScopeOperate,
-	"POST /v1/sandboxes/{id}/expose":               ScopeOperate,
-	"DELETE /v1/sandboxes/{id}/expose/{port}":      ScopeOperate,
-	"POST /v1/images/pull":                         ScopeOperate,
-	"DELETE /v1/images":                            ScopeOperate,
-	"POST /v1/images/prune":                        ScopeOperate,
-	"POST /v1/images/import":                       ScopeOperate,
-	"POST /v1/images/push":                         ScopeOperate,
-	"POST /v1/sandboxes/{id}/commit":               ScopeOperate,
-	"POST /v1/runs":                                ScopeOperate,
-	"POST /v1/runs/{id}/cancel":                    ScopeOperate,
-	"POST /v1/batches":                             ScopeOperate,
-	"POST /v1/batches/matrix":                      ScopeOperate,
-	"POST /v1/batches/agent-compare":               ScopeOperate,
-	"POST /v1/batches/agent-test":                  ScopeOperate,
-	"POST /v1/batches/{id}/cancel":                 ScopeOperate,
-	"POST /v1/keys":                                ScopeAdmin,
-	"GET /v1/keys":                                 ScopeAdmin,
-	"GET /v1/audit":                                ScopeAdmin, // every caller's calls
-	"POST /v1/run_python":                          ScopeOperate,
-	"POST /v1/run_shell":                           ScopeOperate,
-	"GET /v1/approvals":                            ScopeAdmin, // the operator's queue
-	"GET /v1/approvals/{id}":                       ScopeAdmin,
-	"POST /v1/approvals/{id}/approve":              ScopeAdmin,
-	"POST /v1/approvals/{id}/deny":                 ScopeAdmin,
-	"POST /v1/sql":                                 ScopeAdmin, // the views show every caller's calls and sandboxes
-	"DELETE /v1/keys/{ref}":                        ScopeAdmin,
-	// snapshots, fork, sleep, wake, diff
-	"GET /v1/sandboxes/{id}/snapshots":   ScopeRead,
-	"GET /v1/snapshots":                  ScopeRead,
-	"GET /v1/snapshots/{snapshot_id}":    ScopeRead,
-	"GET /v1/sandboxes/{id}/diff":        ScopeRead,
-	"POST /v1/sandboxes/{id}/diff":       ScopeRead, // the same read, with a body
-	"POST /v1/sandboxes/{id}/snapshots":  ScopeOperate,
-	"DELETE /v1/snapshots/{snapshot_id}": ScopeOperate,
-	"POST /v1/sandboxes/{id}/fork":       ScopeOperate,
-	"POST /v1/sandboxes/{id}/sleep":      ScopeOperate,
-	"POST /v1/sandboxes/{id}/wake":       ScopeOperate,
 	// Warm pools: setting one reserves server capacity, so it is admin.
 	"pool_list": ScopeRead, "pool_set": ScopeAdmin, "pool_delete": ScopeAdmin,
-	"GET /v1/pools":           ScopeRead,
-	"PUT /v1/pools/{name}":    ScopeAdmin,
-	"POST /v1/pools/{name}":   ScopeAdmin,
-	"DELETE /v1/pools/{name}": ScopeAdmin,
 	// Joined machines: join and connect check their own credential (a join token,
 	// the machine's key); reading the registry is read; removing machines, aliases and join
 	// tokens are admin.
 	"machine_list": ScopeRead, "machine_status": ScopeRead,
-	"POST /v1/machines/join":                    Public,
-	"GET /v1/machines/connect":                  Public,
-	"GET /v1/machines":                          ScopeRead,
-	"GET /v1/machines/{ref}":                    ScopeRead,
-	"GET /v1/machines/{ref}/agent":              ScopeRead, // asks the machine's agent over its session
-	"DELETE /v1/machines/{ref}":                 ScopeAdmin,
-	"POST /v1/machines/{ref}/aliases":           ScopeAdmin,
-	"DELETE /v1/machines/{ref}/aliases/{alias}": ScopeAdmin,
-	"POST /v1/machines/tokens":                  ScopeAdmin,
-	"GET /v1/machines/tokens":                   ScopeAdmin,
-	"DELETE /v1/machines/tokens/{ref}":          ScopeAdmin,
 	// Remote jobs: starting or canceling one runs or stops code on a joined machine.
 	"remote_job_start": ScopeOperate, "remote_job_cancel": ScopeOperate,
 	"remote_job_list": ScopeRead, "remote_job_status": ScopeRead, "remote_job_logs": ScopeRead,
-	"POST /v1/machines/{ref}/jobs":                 ScopeOperate,
-	"GET /v1/machines/{ref}/jobs":                  ScopeRead,
-	"GET /v1/machines/{ref}/jobs/{job_id}":         ScopeRead,
-	"GET /v1/machines/{ref}/jobs/{job_id}/logs":    ScopeRead,
-	"POST /v1/machines/{ref}/jobs/{job_id}/cancel": ScopeOperate,
 }
 
 // RequiredScope is the scope a call of tool needs: its entry in Required, else admin.
@@ -187,7 +79,27 @@ var _ gate.Gate = ScopeGate{}
 
 // Enter implements gate.Gate.
 func (ScopeGate) Enter(ctx context.Context, c *gate.Call) (func(error), error) {
-	need := RequiredScope(c.Tool)
+	if err := CheckScope(c); err != nil {
+		return nil, err
+	}
+	return func(error) {}, nil
+}
+
+// NeededScope is the scope c needs: the one its surface declared (a REST route's), else its
+// tool's entry in Required; a REST call that declares none needs admin.
+func NeededScope(c *gate.Call) string {
+	switch {
+	case c.Scope != "":
+		return c.Scope
+	case c.Surface == gate.SurfaceREST:
+		return ScopeAdmin
+	}
+	return RequiredScope(c.Tool)
+}
+
+// CheckScope refuses c when its caller's scope does not cover NeededScope(c).
+func CheckScope(c *gate.Call) error {
+	need := NeededScope(c)
 	if !Covers(c.Caller.Scope, need) {
 		who := c.Caller.Name
 		if who == "" {
@@ -199,8 +111,8 @@ func (ScopeGate) Enter(ctx context.Context, c *gate.Call) (func(error), error) {
 		if have == "" {
 			have = "none"
 		}
-		return nil, errcode.New(errcode.PermissionDenied, "%s needs scope %s; %s has scope %s (create a key with `agentbox token create NAME --scope %s`)",
+		return errcode.New(errcode.PermissionDenied, "%s needs scope %s; %s has scope %s (create a key with `agentbox token create NAME --scope %s`)",
 			c.Tool, need, who, have, need).With("required_scope", need).With("scope", have)
 	}
-	return func(error) {}, nil
+	return nil
 }

@@ -23,7 +23,40 @@ type Caller struct {
 	ID    string `json:"id"`
 	Name  string `json:"name"`
 	Scope string `json:"scope"`
+	// Principal is who the caller acts as, owning what it creates: an API key's "key:<id>",
+	// or AdminPrincipal for the server's token and the stdio session.
+	Principal string `json:"principal,omitempty"`
 }
+
+// AdminPrincipal is the principal of the server's token (and of the stdio session, and of
+// records made before principals were recorded).
+const AdminPrincipal = "admin"
+
+// Object is what a call names and acts on: a sandbox, a run, a snapshot… Kind is one of the
+// Object* kinds; ID is its id as the call gave it ("" for lists and server-level calls).
+type Object struct {
+	Kind string `json:"kind,omitempty"`
+	ID   string `json:"id,omitempty"`
+}
+
+// Object kinds. Sandbox, Job and Expose are owned through their sandbox (their ID is the
+// sandbox's); Run, Batch and Snapshot have their own principal; the others are the server's
+// (their scope decides who may act on them).
+const (
+	ObjectNone     = ""
+	ObjectSandbox  = "sandbox"
+	ObjectJob      = "job"
+	ObjectExpose   = "expose"
+	ObjectRun      = "run"
+	ObjectBatch    = "batch"
+	ObjectSnapshot = "snapshot"
+	ObjectApproval = "approval"
+	ObjectKey      = "key"
+	ObjectMachine  = "machine"
+	ObjectPool     = "pool"
+	ObjectBlob     = "blob"
+	ObjectImage    = "image"
+)
 
 type callerKey struct{}
 
@@ -52,8 +85,16 @@ type Call struct {
 	// length and SHA-256, never its content).
 	Args      json.RawMessage
 	SandboxID string
-	Caller    Caller
-	Started   time.Time
+	// Scope is the scope the call needs as its surface declares it (the REST route table); ""
+	// lets the scope gate look it up by Tool (MCP tools).
+	Scope string
+	// ReadOnly is the surface's declaration that the call only reads: approvals never gate
+	// it.
+	ReadOnly bool
+	// Object is what the call names, resolved to its principal by the authorization gate.
+	Object  Object
+	Caller  Caller
+	Started time.Time
 	// ApprovalID is set by the approvals gate: the approval the call waited for (audit records
 	// it).
 	ApprovalID string
