@@ -101,6 +101,10 @@ func violations(pkgs []pkg) []string {
 			forbid(p, p.Deps, "the run service declares the Store it needs and knows no adapter",
 				module+"internal/store", module+"internal/api", module+"internal/mcpserver")
 		}
+		if under(path, module+"internal/authz") {
+			forbid(p, p.Deps, "the authorization gate declares the stores it reads and is beneath the surfaces that enter it",
+				module+"internal/store", module+"internal/api", module+"internal/mcpserver")
+		}
 		if under(path, module+"internal/lease") {
 			forbid(p, p.Deps, "the lease machinery runs any work on one replica at a time and knows nothing of what the work is",
 				module+"internal/sandbox", module+"internal/store", module+"internal/api", module+"internal/mcpserver")

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/hostinfo"
@@ -413,9 +414,10 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), pools: pools.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	cp.snaps = snaps
-	// Governance: audit (the chain's first gate, so refusals are recorded) → scopes → approvals.
+	// Governance: audit (the chain's first gate, so refusals are recorded) → authorization
+	// (scopes, and whose objects a call may name) → approvals.
 	cp.audit = rec
-	cp.gates = append(cp.gates, cp.audit, auth.ScopeGate{})
+	cp.gates = append(cp.gates, cp.audit, authz.Gate{Store: st, Runs: st})
 	if approvals.Enabled() {
 		cp.gates = append(cp.gates, approvals) // last, just before the call acts
 	}

@@ -338,7 +338,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	// (internal/auth) checks its scope.
 	ctx := withTokenAuth(sandbox.WithOwner(r.Context(), owner), authed)
 	if authed {
-		ctx = gate.WithCaller(ctx, caller)
+		ctx = sandbox.WithPrincipal(gate.WithCaller(ctx, caller), caller.Principal)
 	}
 	r = r.WithContext(ctx)
 	if route != nil {

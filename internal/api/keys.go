@@ -23,11 +23,12 @@ func credential(r *http.Request) string {
 }
 
 // authenticate identifies the caller: the server's token (the admin key, owning what it
-// creates as TokenOwner), a named API key (Options.Keys: its id, name, scope and owner), or
+// creates as TokenOwner, its principal gate.AdminPrincipal), a named API key (Options.Keys:
+// its id, name, scope, and owner and principal "key:<id>"), or
 // nobody (AUTH_FAILED saying why). Without a token (--insecure-no-auth) everyone is admin.
 func (s *Server) authenticate(r *http.Request) (gate.Caller, string, error) {
 	if s.opts.Token == "" {
-		return gate.Caller{ID: s.owner, Name: "token", Scope: auth.ScopeAdmin}, s.owner, nil
+		return gate.Caller{ID: s.owner, Name: "token", Scope: auth.ScopeAdmin, Principal: gate.AdminPrincipal}, s.owner, nil
 	}
 	cred := credential(r)
 	if cred == "" {
@@ -38,10 +39,10 @@ func (s *Server) authenticate(r *http.Request) (gate.Caller, string, error) {
 		if err != nil {
 			return gate.Caller{}, "", err
 		}
-		return gate.Caller{ID: k.ID, Name: k.Name, Scope: k.Scope}, k.Owner(), nil
+		return gate.Caller{ID: k.ID, Name: k.Name, Scope: k.Scope, Principal: k.Owner()}, k.Owner(), nil
 	}
 	if s.authorized(r) || constantEq(cred, s.opts.Token) {
-		return gate.Caller{ID: s.owner, Name: "token", Scope: auth.ScopeAdmin}, s.owner, nil
+		return gate.Caller{ID: s.owner, Name: "token", Scope: auth.ScopeAdmin, Principal: gate.AdminPrincipal}, s.owner, nil
 	}
 	return gate.Caller{}, "", errcode.New(errcode.AuthFailed, "wrong bearer token or API key: the server's token is in ~/.config/agentbox/token of the user running agentbox serve; API keys come from `agentbox token create`")
 }

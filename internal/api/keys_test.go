@@ -102,9 +102,13 @@ func TestScopeBoundaries(t *testing.T) {
 	_, err = worker.RevokeKey(ctx, "reader")
 	denied(t, "operate revokes a key", err, auth.ScopeAdmin)
 
-	// read: gets and lists; no create, exec, destroy, write or keys.
-	if l, err := reader.List(ctx, nil, nil); err != nil || len(l) != 1 {
-		t.Fatalf("read lists: %v %v", l, err)
+	// read: gets and lists; no create, exec, destroy, write or keys. Lists show the caller's
+	// principal's sandboxes (the reader has none), an admin key's every one.
+	if l, err := reader.List(ctx, nil, nil); err != nil || len(l) != 0 {
+		t.Fatalf("read lists: %v %v, want none of another key's", l, err)
+	}
+	if l, err := boss.List(ctx, nil, nil); err != nil || len(l) != 1 {
+		t.Fatalf("admin key lists: %v %v, want every key's", l, err)
 	}
 	if _, err := reader.Get(ctx, sb.ID); err != nil {
 		t.Fatalf("read gets: %v", err)

@@ -101,6 +101,9 @@ func (s *Server) Call(ctx context.Context, method, path string, query url.Values
 	if sandbox.OwnerFrom(ctx) == "" {
 		ctx = sandbox.WithOwner(ctx, s.owner)
 	}
+	if caller.Principal != "" {
+		ctx = sandbox.WithPrincipal(ctx, caller.Principal)
+	}
 	ctx, cancel := context.WithCancel(withTokenAuth(gate.WithCaller(ctx, caller), true))
 	defer cancel()
 	u := &url.URL{Path: path, RawQuery: query.Encode()}

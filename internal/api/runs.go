@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/text"
 )
 
@@ -150,7 +150,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusCreated, wireRun(run))
+	writeJSON(w, http.StatusCreated, wireRun(run.Redacted()))
 }
 
 // untilClose is ctx, also ended by Close: a start's wait answers with the record as it is when
@@ -195,8 +195,11 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	// The caller's runs, as ListBatches lists the caller's batches (one token: one owner).
-	f := runs.Filter{States: states, BatchID: q.Get("batch_id"), Before: q.Get("before"), Owner: sandbox.OwnerFrom(r.Context())}
+	// The caller's principal's runs (authz.ListPrincipal); an admin's lists show every run.
+	f := runs.Filter{States: states, BatchID: q.Get("batch_id"), Before: q.Get("before")}
+	if p, filtered := authz.ListPrincipal(r.Context()); filtered {
+		f.Owner = p
+	}
 	for _, v := range q["label"] {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {
@@ -222,20 +225,20 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	if l.Runs == nil {
 		l.Runs = []runs.Run{}
 	}
-	writeJSON(w, http.StatusOK, wireRunList(l))
+	writeJSON(w, http.StatusOK, wireRunList(l.Redacted()))
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
 	if rs := s.runsSvc(w, r); rs != nil {
 		run, err := rs.Get(r.Context(), r.PathValue("id"))
-		s.reply(w, r, wireRun(run), err)
+		s.reply(w, r, wireRun(run.Redacted()), err)
 	}
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 	if rs := s.runsSvc(w, r); rs != nil {
 		run, err := rs.Cancel(r.Context(), r.PathValue("id"))
-		s.reply(w, r, wireRun(run), err)
+		s.reply(w, r, wireRun(run.Redacted()), err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -71,6 +72,7 @@ func (s *Server) withHardening(sbs ...*sandbox.Sandbox) {
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var f sandbox.ListFilter
+	f.Principal, _ = authz.ListPrincipal(r.Context()) // an admin's lists show every sandbox
 	for _, v := range q["state"] {
 		for _, st := range strings.Split(v, ",") {
 			f.States = append(f.States, sandbox.State(st))
@@ -184,9 +186,26 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id string) {
 			return
 		}
 	}
-	evs, err := s.svc.Events(r.Context(), f)
+	// A key that is not admin sees the fleet's events of its own sandboxes only: pages of
+	// others' are skipped (at most maxSkippedPages), then the wait is for what follows them.
+	principal, filtered := authz.ListPrincipal(r.Context())
+	filtered = filtered && id == ""
+	page := func() ([]sandbox.Event, error) {
+		for range maxSkippedPages {
+			evs, err := s.svc.Events(r.Context(), f)
+			if err != nil || !filtered || len(evs) == 0 {
+				return evs, err
+			}
+			if mine := s.principalsEvents(r.Context(), principal, evs); len(mine) > 0 {
+				return mine, nil
+			}
+			f.AfterSeq = evs[len(evs)-1].Seq
+		}
+		return nil, nil
+	}
+	evs, err := page()
 	if err == nil && len(evs) == 0 && wait > 0 && s.awaitEvent(r.Context(), f, wait) {
-		evs, err = s.svc.Events(r.Context(), f)
+		evs, err = page()
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -197,6 +216,28 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	writeJSON(w, http.StatusOK, EventList{Events: wireEvents(evs)})
 }
+
+// principalsEvents keeps the events of principal's sandboxes: the fleet's event list shows a
+// key that is not admin only its own (a pruned sandbox's events are nobody's to show).
+func (s *Server) principalsEvents(ctx context.Context, principal string, evs []sandbox.Event) []sandbox.Event {
+	mine := map[string]bool{}
+	out := evs[:0:0]
+	for _, ev := range evs {
+		ok, seen := mine[ev.SandboxID]
+		if !seen {
+			sb, err := s.svc.Get(ctx, ev.SandboxID)
+			ok = err == nil && sb.Principal == principal
+			mine[ev.SandboxID] = ok
+		}
+		if ok {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// maxSkippedPages bounds the pages of other principals' events one event list skips.
+const maxSkippedPages = 20
 
 // MaxEventWait bounds how long GET /v1/events?wait=… holds a request.
 const MaxEventWait = 60 * time.Second

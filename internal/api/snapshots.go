@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/text"
@@ -69,6 +70,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSnapshotsFor(w http.ResponseWriter, r *http.Request, sandboxID string) {
 	q := r.URL.Query()
 	f := sandbox.SnapshotFilter{SandboxID: sandboxID, After: q.Get("cursor"), Limit: DefaultSnapshotPage}
+	f.Principal, _ = authz.ListPrincipal(r.Context()) // an admin's lists show every snapshot
 	if err := checkIDArg("sandbox_id", f.SandboxID); err != nil {
 		s.fail(w, r, err)
 		return

@@ -7,6 +7,7 @@ package gate
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -31,6 +32,20 @@ type Caller struct {
 // AdminPrincipal is the principal of the server's token (and of the stdio session, and of
 // records made before principals were recorded).
 const AdminPrincipal = "admin"
+
+// KeyPrincipalPrefix begins the principal of an API key: "key:" and its id (what auth.Key.Owner
+// records as the owner of what the key creates).
+const KeyPrincipalPrefix = "key:"
+
+// PrincipalOf is the principal a recorded owner stands for: an API key's owner is the key;
+// anything else (the server's token, an MCP session without a key, a run without a key's
+// owner, nobody) is the admin's.
+func PrincipalOf(owner string) string {
+	if strings.HasPrefix(owner, KeyPrincipalPrefix) && len(owner) > len(KeyPrincipalPrefix) {
+		return owner
+	}
+	return AdminPrincipal
+}
 
 // Object is what a call names and acts on: a sandbox, a run, a snapshot… Kind is one of the
 // Object* kinds; ID is its id as the call gave it ("" for lists and server-level calls).

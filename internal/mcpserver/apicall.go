@@ -120,7 +120,7 @@ func (s *Server) apiCall(ctx context.Context, call *mcp.CallToolRequest, in APIC
 	// The inner request runs as this call's caller: over HTTP the identity the server put on
 	// the request; on stdio the process's own session, as the gate saw this call.
 	if _, ok := gate.CallerFrom(ctx); !ok {
-		ctx = gate.WithCaller(ctx, gate.Caller{ID: s.processOwner, Name: "stdio", Scope: "admin"})
+		ctx = gate.WithCaller(ctx, gate.Caller{ID: s.processOwner, Name: "stdio", Scope: "admin", Principal: gate.AdminPrincipal})
 	}
 	owner, _ := s.ownerOf(ctx, call.Session)
 	status, hdr, reply, err := s.opts.APICall(sandbox.WithOwner(ctx, owner), route.Method, in.Path, q, body)

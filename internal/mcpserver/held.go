@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -184,8 +185,10 @@ func (s *Server) heldList(ctx context.Context, ss *mcp.ServerSession) (SandboxLi
 	if len(ids) == 0 {
 		return out, nil
 	}
-	// One bulk read of every sandbox that is not destroyed, then point reads for the rest.
-	all, err := s.b.List(ctx, sandbox.ListFilter{Limit: sandbox.MaxList})
+	// One bulk read of every sandbox that is not destroyed, then point reads for the rest; a
+	// key that is not admin sees only its principal's (sandboxes adopted at start included).
+	principal, filtered := authz.ListPrincipal(ctx)
+	all, err := s.b.List(ctx, sandbox.ListFilter{Limit: sandbox.MaxList, Principal: principal})
 	if err != nil {
 		return out, err
 	}
@@ -203,6 +206,9 @@ func (s *Server) heldList(ctx context.Context, ss *mcp.ServerSession) (SandboxLi
 			} else if err != nil {
 				return out, err
 			}
+		}
+		if filtered && sb.Principal != principal {
+			continue
 		}
 		out.Sandboxes = append(out.Sandboxes, s.withReason(ctx, s.info(sb)))
 		seen = append(seen, sb)

@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -146,7 +147,8 @@ func (s *Server) completeIDs(ctx context.Context, ss *mcp.ServerSession, prefix 
 			out = append(out, id)
 		}
 	}
-	all, err := s.b.List(ctx, sandbox.ListFilter{States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning}, Limit: sandbox.MaxList})
+	principal, _ := authz.ListPrincipal(ctx) // another principal's ids are never offered
+	all, err := s.b.List(ctx, sandbox.ListFilter{States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning}, Limit: sandbox.MaxList, Principal: principal})
 	if err != nil {
 		return out
 	}

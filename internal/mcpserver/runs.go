@@ -494,6 +494,7 @@ func (s *Server) owned(ctx context.Context, _ *mcp.CallToolRequest) context.Cont
 
 // runOut fills a record's lists so that none is null.
 func runOut(r runs.Run) RunOut {
+	r = r.Redacted() // env values never leave the record
 	if r.Phases == nil {
 		r.Phases = []runs.Phase{}
 	}

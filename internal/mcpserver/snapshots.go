@@ -9,6 +9,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
@@ -309,7 +310,8 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 		return SnapshotListOut{}, "", err
 	}
 	limit := int(ptrOr(in.Limit, DefaultSnapshotPage))
-	list, err := snaps.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: in.SandboxID, After: in.Cursor, Limit: limit})
+	principal, _ := authz.ListPrincipal(ctx) // an admin's lists show every snapshot
+	list, err := snaps.ListSnapshots(ctx, sandbox.SnapshotFilter{SandboxID: in.SandboxID, After: in.Cursor, Limit: limit, Principal: principal})
 	if err != nil {
 		return SnapshotListOut{}, "", err
 	}

@@ -76,7 +76,7 @@ func (s *Server) gateCall(ctx context.Context, tool string, req *mcp.CallToolReq
 	} else {
 		// No HTTP request carried an identity: the stdio process's own session.
 		c.Surface = gate.SurfaceMCPStdio
-		c.Caller = gate.Caller{ID: s.processOwner, Name: "stdio", Scope: "admin"}
+		c.Caller = gate.Caller{ID: s.processOwner, Name: "stdio", Scope: "admin", Principal: gate.AdminPrincipal}
 	}
 	var a struct {
 		SandboxID string `json:"sandbox_id"`

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -382,8 +383,10 @@ func (x *exe) donePhase(i int) error {
 	return x.save(Event{From: x.r.State, To: x.r.State, Phase: p.Name, Reason: trunc(reason, 1024)})
 }
 
+// owned is ctx as the run's sandbox is made under: owned by the run, and the principal of
+// whoever started it.
 func (x *exe) owned(ctx context.Context) context.Context {
-	return sandbox.WithOwner(ctx, "run:"+x.r.ID)
+	return sandbox.WithPrincipal(sandbox.WithOwner(ctx, "run:"+x.r.ID), gate.PrincipalOf(x.r.Owner))
 }
 
 // sandboxPhase creates (or, after a restart, finds again by idempotency key) the sandbox.

@@ -544,3 +544,30 @@ type Store interface {
 	// finished before t, returning the ids of the runs deleted (so their blobs go too).
 	PruneRuns(ctx context.Context, t time.Time) ([]string, error)
 }
+
+// RedactedValue stands for an environment variable's value in every reply: a run's spec.env
+// keeps its names, never its values.
+const RedactedValue = "[redacted]"
+
+// Redacted is r as replies show it: its spec's environment values replaced by RedactedValue
+// (the record keeps them; the worker reads the record, never a reply).
+func (r Run) Redacted() Run {
+	if len(r.Spec.Env) > 0 {
+		env := make(map[string]string, len(r.Spec.Env))
+		for k := range r.Spec.Env {
+			env[k] = RedactedValue
+		}
+		r.Spec.Env = env
+	}
+	return r
+}
+
+// Redacted is l with every run Redacted.
+func (l RunList) Redacted() RunList {
+	runs := make([]Run, len(l.Runs))
+	for i, r := range l.Runs {
+		runs[i] = r.Redacted()
+	}
+	l.Runs = runs
+	return l
+}

@@ -134,7 +134,7 @@ func (s *Service) checkCreate(ctx context.Context, c *Creation) (runtime.Runtime
 		Isolation: string(rt.Capabilities().Isolation), CPU: req.CPU, MemoryMB: req.MemoryMB,
 		DiskMB: req.DiskMB, PidsLimit: s.cfg.PidsLimit, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
-		Owner: OwnerFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
+		Owner: OwnerFrom(ctx), Principal: PrincipalFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
 		AutoWake: req.AutoWake, TTLWhileSleeping: req.TTLWhileSleeping, FromSnapshot: c.FromSnapshot,
 	}
 	if err := s.hooks.prepare(ctx, c); err != nil || c.answered {

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"maps"
+
+	"github.com/agentbox/agentbox/internal/gate"
 )
 
 type ownerKey struct{}
@@ -34,4 +36,23 @@ func callEnv(sb Sandbox, env map[string]string) map[string]string {
 	}
 	maps.Copy(out, env)
 	return out
+}
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying the principal the caller acts as (an API key's
+// "key:<id>", or gate.AdminPrincipal), which Create records on the new sandbox. Unlike the
+// owner, it is the same for every surface and session of one key.
+func WithPrincipal(ctx context.Context, principal string) context.Context {
+	return context.WithValue(ctx, principalKey{}, principal)
+}
+
+// PrincipalFrom returns the principal WithPrincipal put on ctx, or gate.AdminPrincipal: what
+// is made without a caller (a pool's fill, a run's sandbox before it says otherwise) is the
+// admin's.
+func PrincipalFrom(ctx context.Context) string {
+	if p, _ := ctx.Value(principalKey{}).(string); p != "" {
+		return p
+	}
+	return gate.AdminPrincipal
 }

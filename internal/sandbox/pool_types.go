@@ -68,6 +68,7 @@ type PoolClaim struct {
 	Pool           string
 	Node           string
 	Owner          string
+	Principal      string // the claimant's (WithPrincipal): the claimed sandbox becomes its
 	IdempotencyKey string
 	Env            map[string]string
 	Labels         map[string]string

@@ -99,6 +99,10 @@ type Sandbox struct {
 	Hardening []string `json:"hardening,omitempty"`
 	// Owner is who created the sandbox (an API key's name, an MCP session; WithOwner).
 	Owner string `json:"owner,omitempty"`
+	// Principal is the API key the sandbox belongs to ("key:<id>"), or gate.AdminPrincipal
+	// (WithPrincipal): the authorization gate lets only it, and admins, see and act on the
+	// sandbox. Never in replies.
+	Principal string `json:"-"`
 	// IdempotencyKey is the key the create carried, if any (unique per owner).
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Node is the host (or cluster node, or joined machine) the sandbox runs on.
@@ -154,6 +158,8 @@ type ListFilter struct {
 	// are nobody's until claimed).
 	Pool     string
 	NoPooled bool
+	// Principal selects one principal's sandboxes ("" all).
+	Principal string
 	// Limit bounds the result; 0 means the store's default bound.
 	Limit int
 }

@@ -60,6 +60,9 @@ type Snapshot struct {
 	CreatedAt time.Time         `json:"created_at"`
 	Error     string            `json:"error,omitempty"`
 	Version   int64             `json:"-"`
+	// Principal is the principal of the sandbox snapshotted (Sandbox.Principal), recorded by
+	// the store when the snapshot is; never in replies.
+	Principal string `json:"-"`
 }
 
 // SnapshotRequest asks Service.Snapshot for a snapshot.
@@ -79,6 +82,8 @@ type SnapshotFilter struct {
 	// Purpose selects one purpose ("" all); States selects states (none: all).
 	Purpose string
 	States  []SnapshotState
+	// Principal selects one principal's snapshots ("" all).
+	Principal string
 }
 
 // Bounds of forks.

@@ -44,6 +44,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/text"
@@ -356,6 +357,7 @@ func (s *Service) prepare(ctx context.Context, c *sandbox.Creation) error {
 	}
 	if c.Pool != "" {
 		c.Sandbox.Pool, c.Sandbox.Owner, c.Sandbox.ExpiresAt = c.Pool, sandbox.PoolOwnerPrefix+c.Pool, c.Sandbox.CreatedAt.Add(s.core.Config().MaxTTL)
+		c.Sandbox.Principal = gate.AdminPrincipal // nobody's until claimed: the claim gives it the claimant's
 		return nil
 	}
 	s.pools.interactive.Add(1)
@@ -396,7 +398,7 @@ func (s *Service) claim(ctx context.Context, req sandbox.CreateRequest, draft sa
 	}
 	now := s.core.Now()
 	owner := sandbox.OwnerFrom(ctx)
-	c := sandbox.PoolClaim{Pool: p.Name, Node: s.core.Config().Node, Owner: owner,
+	c := sandbox.PoolClaim{Pool: p.Name, Node: s.core.Config().Node, Owner: owner, Principal: sandbox.PrincipalFrom(ctx),
 		IdempotencyKey: req.IdempotencyKey, Env: req.Env, Labels: req.Labels,
 		ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second), At: now}
 	if draft.Network.Policy != nil {

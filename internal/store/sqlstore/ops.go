@@ -20,7 +20,7 @@ const defaultLimit = 1000
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, state, image, runtime, isolation, cpu, memory_mb, disk_mb, pids_limit,
 	env, labels, created_at, updated_at, expires_at, error_msg, version, owner, idempotency_key, node, handle,
-	network, secrets, image_digest, from_snapshot, auto_wake, ttl_while_sleeping, sleep_snapshot, slept_at, pool, from_pool`
+	network, secrets, image_digest, from_snapshot, auto_wake, ttl_while_sleeping, sleep_snapshot, slept_at, pool, from_pool, principal`
 
 // CreateSandbox inserts sb (whose Version must be 1) and, if ev.To is set, its first event, in
 // one transaction. An existing id, or an idempotency key its owner already used, is a CONFLICT.
@@ -102,11 +102,11 @@ func insertSandbox(ctx context.Context, tx *Tx, sb sandbox.Sandbox, ev sandbox.E
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB,
 		sb.DiskMB, sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
 		millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Owner, sb.IdempotencyKey, sb.Node, sb.Handle,
-		network, secrets, sb.ImageDigest, sb.FromSnapshot, sb.AutoWake, sb.TTLWhileSleeping, sb.SleepSnapshot, millis(sb.SleptAt), sb.Pool, sb.FromPool)
+		network, secrets, sb.ImageDigest, sb.FromSnapshot, sb.AutoWake, sb.TTLWhileSleeping, sb.SleepSnapshot, millis(sb.SleptAt), sb.Pool, sb.FromPool, sb.Principal)
 	if isPrimaryKeyViolation(err) {
 		return errcode.Wrap(errcode.Conflict, err, "sandbox %s already exists", sb.ID)
 	}
@@ -145,6 +145,9 @@ func (s *Store) ListSandboxes(ctx context.Context, filter sandbox.ListFilter) ([
 		for _, st := range filter.States {
 			args = append(args, string(st))
 		}
+	}
+	if filter.Principal != "" {
+		where, args = append(where, "principal = ?"), append(args, filter.Principal)
 	}
 	switch {
 	case filter.Pool != "":
@@ -412,7 +415,7 @@ func scanSandbox(r rowScanner) (sandbox.Sandbox, error) {
 	err := r.Scan(&sb.ID, &state, &sb.Image, &sb.Runtime, &sb.Isolation, &sb.CPU, &sb.MemoryMB,
 		&sb.DiskMB, &sb.PidsLimit, &env, &labels, &created, &updated, &expires, &sb.Error, &sb.Version,
 		&sb.Owner, &sb.IdempotencyKey, &sb.Node, &sb.Handle, &network, &secrets, &sb.ImageDigest,
-		&sb.FromSnapshot, &sb.AutoWake, &sb.TTLWhileSleeping, &sb.SleepSnapshot, &slept, &sb.Pool, &sb.FromPool)
+		&sb.FromSnapshot, &sb.AutoWake, &sb.TTLWhileSleeping, &sb.SleepSnapshot, &slept, &sb.Pool, &sb.FromPool, &sb.Principal)
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}

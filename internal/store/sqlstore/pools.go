@@ -119,6 +119,7 @@ func (s *Store) ClaimPooled(ctx context.Context, c sandbox.PoolClaim) (claimed, 
 		}
 		sb.Pool, sb.FromPool = "", true
 		sb.Owner, sb.IdempotencyKey, sb.Env, sb.Labels = c.Owner, c.IdempotencyKey, c.Env, c.Labels
+		sb.Principal = c.Principal
 		sb.ExpiresAt, sb.UpdatedAt = c.ExpiresAt, c.At
 		if c.Network.Policy != nil && sb.Network.Policy != nil { // an egress sandbox takes the claimant's policy and secrets
 			sb.Network, sb.Secrets = c.Network, c.Secrets
@@ -128,10 +129,10 @@ func (s *Store) ClaimPooled(ctx context.Context, c sandbox.PoolClaim) (claimed, 
 			return fmt.Errorf("claim %s: %w", sb.ID, err)
 		}
 		sb.Version++
-		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET pool = '', from_pool = TRUE, owner = ?, idempotency_key = ?,
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET pool = '', from_pool = TRUE, owner = ?, principal = ?, idempotency_key = ?,
 			env = ?, labels = ?, expires_at = ?, updated_at = ?, version = ?, network = ?, secrets = ?
 			WHERE id = ? AND pool = ? AND state = ? AND version = ?`,
-			sb.Owner, sb.IdempotencyKey, env, labels, millis(sb.ExpiresAt), millis(sb.UpdatedAt), sb.Version, network, secrets,
+			sb.Owner, sb.Principal, sb.IdempotencyKey, env, labels, millis(sb.ExpiresAt), millis(sb.UpdatedAt), sb.Version, network, secrets,
 			sb.ID, c.Pool, string(sandbox.StateRunning), sb.Version-1)
 		if isUniqueViolation(err) {
 			return errcode.Wrap(errcode.Conflict, err, "idempotency key %q was already used by this owner", c.IdempotencyKey)

@@ -14,7 +14,7 @@ import (
 
 // snapshotColumns is the column list every snapshot query selects, in scanSnapshot's order.
 const snapshotColumns = `id, sandbox_id, state, kind, purpose, size_bytes, runtime, image, image_digest, cpu,
-	memory_mb, disk_mb, network, secrets, id_base, labels, node, created_at, error_msg, version`
+	memory_mb, disk_mb, network, secrets, id_base, labels, node, created_at, error_msg, version, principal`
 
 func checkSnapshot(sn sandbox.Snapshot) error {
 	switch {
@@ -50,7 +50,7 @@ func snapshotArgs(sn sandbox.Snapshot) ([]any, error) {
 	}
 	return []any{sn.ID, sn.SandboxID, string(sn.State), sn.Kind, sn.Purpose, sn.SizeBytes, sn.Runtime, sn.Image,
 		sn.ImageDigest, sn.CPU, sn.MemoryMB, sn.DiskMB, network, secrets, sn.IDBase, labels, sn.Node,
-		millis(sn.CreatedAt), sn.Error, sn.Version}, nil
+		millis(sn.CreatedAt), sn.Error, sn.Version, sn.Principal}, nil
 }
 
 func scanSnapshot(r rowScanner) (sandbox.Snapshot, error) {
@@ -59,7 +59,7 @@ func scanSnapshot(r rowScanner) (sandbox.Snapshot, error) {
 	var created int64
 	err := r.Scan(&sn.ID, &sn.SandboxID, &state, &sn.Kind, &sn.Purpose, &sn.SizeBytes, &sn.Runtime, &sn.Image,
 		&sn.ImageDigest, &sn.CPU, &sn.MemoryMB, &sn.DiskMB, &network, &secrets, &sn.IDBase, &labels, &sn.Node,
-		&created, &sn.Error, &sn.Version)
+		&created, &sn.Error, &sn.Version, &sn.Principal)
 	if err != nil {
 		return sandbox.Snapshot{}, err
 	}
@@ -98,16 +98,19 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn sandbox.Snapshot) error {
 		return s.opErr("create snapshot", sn.ID, err)
 	}
 	err = s.inTx(ctx, func(tx *Tx) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sandboxes WHERE id = ?`, sn.SandboxID).Scan(&one)
+		var principal string
+		err := tx.QueryRowContext(ctx, `SELECT principal FROM sandboxes WHERE id = ?`, sn.SandboxID).Scan(&principal)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound(sn.SandboxID)
 		}
 		if err != nil {
 			return fmt.Errorf("look up sandbox %s: %w", sn.SandboxID, err)
 		}
+		if sn.Principal == "" { // a snapshot is its sandbox's principal's
+			args[len(args)-1] = principal
+		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 		if isPrimaryKeyViolation(err) {
 			return errcode.Wrap(errcode.Conflict, err, "snapshot %s already exists", sn.ID)
 		}
@@ -122,7 +125,8 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn sandbox.Snapshot) error {
 	return nil
 }
 
-// UpdateSnapshot writes every field of sn if the stored version is sn.Version-1.
+// UpdateSnapshot writes every field of sn but its principal if the stored version is
+// sn.Version-1.
 func (s *Store) UpdateSnapshot(ctx context.Context, sn sandbox.Snapshot) error {
 	if err := checkSnapshot(sn); err != nil {
 		return s.opErr("update snapshot", sn.ID, err)
@@ -136,7 +140,7 @@ func (s *Store) UpdateSnapshot(ctx context.Context, sn sandbox.Snapshot) error {
 			purpose = ?, size_bytes = ?, runtime = ?, image = ?, image_digest = ?, cpu = ?, memory_mb = ?,
 			disk_mb = ?, network = ?, secrets = ?, id_base = ?, labels = ?, node = ?, created_at = ?,
 			error_msg = ?, version = ?
-			WHERE id = ? AND version = ?`, append(args, sn.ID, sn.Version-1)...)
+			WHERE id = ? AND version = ?`, append(args[:len(args)-1], sn.ID, sn.Version-1)...) // (its principal never changes)
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
@@ -176,6 +180,10 @@ func (s *Store) ListSnapshots(ctx context.Context, f sandbox.SnapshotFilter) ([]
 	if f.SandboxID != "" {
 		where = append(where, "sandbox_id = ?")
 		args = append(args, f.SandboxID)
+	}
+	if f.Principal != "" {
+		where = append(where, "principal = ?")
+		args = append(args, f.Principal)
 	}
 	if f.Purpose != "" {
 		where = append(where, "purpose = ?")
