@@ -107,8 +107,13 @@ func TestServeTLSKeysScopes(t *testing.T) {
 	if _, errs, code := cli(t, opKey, append([]string{"token", "create", "x"}, pin...)...); code == 0 || !strings.Contains(errs, "needs scope admin") {
 		t.Fatalf("operate token create: %d %s", code, errs)
 	}
-	if out, _, code := cli(t, readKey, append([]string{"sandbox", "ls"}, pin...)...); code != 0 || !strings.Contains(out, id) {
-		t.Fatalf("read ls: %d %q", code, out)
+	// Every key is a principal: the read key lists none of the operate key's sandboxes, the
+	// server's token (the admin) lists them all.
+	if out, _, code := cli(t, readKey, append([]string{"sandbox", "ls"}, pin...)...); code != 0 || strings.Contains(out, id) {
+		t.Fatalf("read ls: %d %q, want none of another key's", code, out)
+	}
+	if out, _, code := cli(t, testToken, append([]string{"sandbox", "ls"}, pin...)...); code != 0 || !strings.Contains(out, id) {
+		t.Fatalf("admin ls: %d %q", code, out)
 	}
 	if out, errs, code := cli(t, testToken, append([]string{"token", "ls"}, pin...)...); code != 0 || !strings.Contains(out, "dash") || !strings.Contains(out, "operate") {
 		t.Fatalf("token ls: %d %q %s", code, out, errs)
@@ -118,12 +123,13 @@ func TestServeTLSKeysScopes(t *testing.T) {
 	mcpCmd := exec.Command(testenv.Binary(t), "mcp", "--state-dir", dir)
 	mcpCmd.Env = append(os.Environ(), "AGENTBOX_TOKEN="+readKey, "AGENTBOX_FINGERPRINT=", "AGENTBOX_CA_CERT=")
 	s := open(t, &mcp.CommandTransport{Command: mcpCmd}, "")
-	var info mcpserver.SandboxInfo
-	s.ok("sandbox_get", map[string]any{"sandbox_id": id}, &info)
-	if info.SandboxID != id || info.State != "running" {
-		t.Fatalf("mcp bridge sandbox_get: %+v", info)
+	res := s.call("sandbox_get", map[string]any{"sandbox_id": id}, nil)
+	if txt := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(txt, "SANDBOX_NOT_FOUND") {
+		t.Fatalf("mcp bridge, read key, sandbox_get of another key's sandbox: %v %s", res.IsError, txt)
 	}
-	res := s.call("sandbox_create", map[string]any{}, nil)
+	var list mcpserver.SandboxList
+	s.ok("sandbox_list", map[string]any{}, &list)
+	res = s.call("sandbox_create", map[string]any{}, nil)
 	if txt := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(txt, "PERMISSION_DENIED") {
 		t.Fatalf("mcp bridge, read key, sandbox_create: %v %s", res.IsError, txt)
 	}
