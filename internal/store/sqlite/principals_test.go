@@ -23,12 +23,12 @@ func TestPrincipalsMigration(t *testing.T) {
 	}
 	at := -1
 	for i, m := range ms {
-		if m.Name == "0018_principals" {
+		if m.Name == "0019_principals" {
 			at = i
 		}
 	}
 	if at < 0 {
-		t.Fatal("no 0018_principals migration")
+		t.Fatal("no 0019_principals migration")
 	}
 	ctx := t.Context()
 	if err := migrate(ctx, db, ms[:at]); err != nil {

@@ -1,4 +1,4 @@
--- 0018_principals: who owns a sandbox and a snapshot, for the authorization gate. A principal
+-- 0019_principals: who owns a sandbox and a snapshot, for the authorization gate. A principal
 -- is an API key ("key:<id>", what auth.Key.Owner records) or 'admin' (the server's token, the
 -- stdio session, and records made before principals were). A sandbox's owner column stays what
 -- it was (an MCP session, a run, a pool: it scopes idempotency keys and "the sandboxes this
