@@ -369,9 +369,16 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	// The features whose hooks Reconcile runs register before it: at start it converges and
-	// sweeps the snapshots a crash left.
-	snaps := snapshots.New(svc.Core(), st)
+	// Every feature registers its hooks before Reconcile runs them: at start it re-arms the
+	// adopted sandboxes' job watches and egress sessions (Adopted) and converges and sweeps
+	// what a crash left (snapshots). The network feature comes before the pools (a pool's
+	// claim reads the network its Prepare hook set).
+	core := svc.Core()
+	snaps := snapshots.New(core, st)
+	network := netsession.New(core, st)
+	poolsFeat := pools.New(core, st)
+	sandboxes := jobs.With(svc)
+	metricsFeat, imgs := metrics.New(core, st), imageadmin.New(core, st)
 	// Several replicas: the node's lifecycle lease. Alone on its store (SQLite) a
 	// server takes it at once and reconciles before serving, as it always did; a replica whose
 	// lease another holds serves at once and leaves reconcile to the holder (or to its own
@@ -411,7 +418,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, metrics: metrics.New(svc.Core(), st), network: netsession.New(svc.Core(), st), imgs: imageadmin.New(svc.Core(), st), pools: pools.New(svc.Core(), st), sandboxes: jobs.With(svc), store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+	cp := &controlPlane{svc: svc, metrics: metricsFeat, network: network, imgs: imgs, pools: poolsFeat, sandboxes: sandboxes, store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	cp.snaps = snaps
 	// Governance: audit (the chain's first gate, so refusals are recorded) → authorization
