@@ -209,7 +209,7 @@ func TestOwnershipAcrossPrincipals(t *testing.T) {
 		{authzToken, []string{sbA.ID, sbAdmin.ID, run.ID, snap.ID}, nil},
 	} {
 		var all strings.Builder
-		for _, p := range []string{"/v1/sandboxes", "/v1/runs", "/v1/snapshots", "/v1/events"} {
+		for _, p := range []string{"/v1/sandboxes", "/v1/runs", "/v1/snapshots", "/v1/events", "/v1/fleet/metrics"} {
 			st, body := e.rest(t, c.key, http.MethodGet, p, "")
 			if st != http.StatusOK {
 				t.Fatalf("list %s: %d %s", p, st, body)

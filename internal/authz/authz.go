@@ -62,9 +62,12 @@ func (g Gate) Enter(ctx context.Context, c *gate.Call) (func(error), error) {
 }
 
 // argObjects are the argument names that name an owned object, in MCP tool arguments and REST
-// request bodies alike.
-var argObjects = map[string]string{"sandbox_id": gate.ObjectSandbox, "snapshot_id": gate.ObjectSnapshot,
-	"snapshot": gate.ObjectSnapshot, "run_id": gate.ObjectRun, "batch_id": gate.ObjectBatch}
+// request bodies alike; argObjectLists those that name several (watch_fleet's sandboxes).
+var (
+	argObjects = map[string]string{"sandbox_id": gate.ObjectSandbox, "snapshot_id": gate.ObjectSnapshot,
+		"snapshot": gate.ObjectSnapshot, "run_id": gate.ObjectRun, "batch_id": gate.ObjectBatch}
+	argObjectLists = map[string]string{"sandbox_ids": gate.ObjectSandbox}
+)
 
 // Named is every object c names: the one its REST path names (gate.Call.Object), and those its
 // arguments name — an MCP tool's arguments, or a REST call's query and JSON body (a
@@ -111,6 +114,16 @@ func Named(c *gate.Call) []gate.Object {
 			var id string
 			if strings.EqualFold(n, an) && json.Unmarshal(args[n], &id) == nil && id != "" {
 				out = append(out, gate.Object{Kind: kind, ID: id})
+			}
+		}
+		for an, kind := range argObjectLists {
+			var ids []string
+			if strings.EqualFold(n, an) && json.Unmarshal(args[n], &ids) == nil {
+				for _, id := range ids {
+					if id != "" {
+						out = append(out, gate.Object{Kind: kind, ID: id})
+					}
+				}
 			}
 		}
 	}

@@ -106,6 +106,7 @@ func TestDecide(t *testing.T) {
 		call(gate.SurfaceREST, gate.Object{}, `{"method":"POST","body":{"snapshot":"snap-a"}}`),
 		call(gate.SurfaceMCP, gate.Object{}, `{"run_id":"run-a"}`),
 		call(gate.SurfaceMCP, gate.Object{}, `{"sandbox_id":"sb-b","snapshot_id":"snap-a"}`),
+		call(gate.SurfaceMCP, gate.Object{}, `{"sandbox_ids":["sb-b","sb-a"]}`), // watch_fleet
 	} {
 		if _, err := g.Enter(t.Context(), c); err == nil {
 			t.Errorf("%s %s %s: let in", c.Surface, c.Object, c.Args)
