@@ -238,9 +238,16 @@ func (r *Runtime) waitRunning(ctx context.Context, id string) error {
 				return guest.Permanent(errcode.New(errcode.SandboxNotRunning, "sandbox %s has stopped (pod phase %s%s)", id, p.Status.Phase, podReason(p)))
 			default:
 				if msg, ok := unschedulable(p); ok {
-					return guest.Permanent(errcode.New(errcode.CapacityUnavailable,
-						"sandbox %s cannot be placed on the cluster: the scheduler says %q; destroy sandboxes you no longer need, ask for less cpu or memory, or add nodes", id, msg).
-						With("reason", "unschedulable").With("scheduler", msg))
+					// No node has room now. If none would even with every sandbox pod gone,
+					// no wait helps: fail with the scheduler's word. Else room comes back as
+					// other sandboxes end: wait, and a timeout says what the pod waited for.
+					if never, err := r.neverPlaceable(ctx, p); err == nil && never {
+						return guest.Permanent(errcode.New(errcode.CapacityUnavailable,
+							"sandbox %s cannot be placed on the cluster: the scheduler says %q, and no node has that much cpu and memory even without sandboxes; ask for less cpu or memory, or add bigger nodes", id, msg).
+							With("reason", "unschedulable").With("scheduler", msg))
+					}
+					why = "its pod waits for room on the cluster (the scheduler: " + msg + "); sandboxes that end make room"
+					break
 				}
 				if reason, hard := waitingReason(p); hard {
 					return guest.Permanent(errcode.New(errcode.SandboxNotRunning, "sandbox %s's pod cannot start: %s", id, reason))

@@ -118,6 +118,8 @@ type Runtime struct {
 	mu      sync.Mutex
 	tunnels map[string]*agentTunnel
 	closed  bool
+	// placed caches neverPlaceable's answer per pod (uid) for placeEvery.
+	placed map[types.UID]placeAnswer
 }
 
 var (

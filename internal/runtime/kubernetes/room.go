@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Room is what the cluster can still place, as the scheduler counts it: per node that takes
@@ -42,6 +44,25 @@ func (r *Runtime) Room(ctx context.Context, cpu float64, memoryMB int64) (Room, 
 
 // room is Room over listed nodes and pods.
 func room(nodes []corev1.Node, pods []corev1.Pod, cpu float64, memoryMB int64) Room {
+	wantCPU, wantMem := max(int64(cpu*1000), 1), max(memoryMB<<20, 1)
+	var out Room
+	for _, n := range nodesRoom(nodes, pods) {
+		out.Nodes++
+		out.FreeMilliCPU = max(out.FreeMilliCPU, n.freeCPU)
+		out.FreeMemoryMB = max(out.FreeMemoryMB, n.freeMem>>20)
+		if n.freeCPU > 0 && n.freeMem > 0 {
+			out.Fit += min(n.freeCPU/wantCPU, n.freeMem/wantMem)
+		}
+	}
+	return out
+}
+
+// nodeRoom is one node's free cpu (millicores) and memory (bytes).
+type nodeRoom struct{ freeCPU, freeMem int64 }
+
+// nodesRoom is the free room of each node that takes pods (schedulable and Ready): its
+// allocatable less the requests of the pods bound to it.
+func nodesRoom(nodes []corev1.Node, pods []corev1.Pod) []nodeRoom {
 	usedCPU, usedMem := map[string]int64{}, map[string]int64{}
 	for i := range pods {
 		p := &pods[i]
@@ -52,23 +73,66 @@ func room(nodes []corev1.Node, pods []corev1.Pod, cpu float64, memoryMB int64) R
 		usedCPU[p.Spec.NodeName] += c
 		usedMem[p.Spec.NodeName] += m
 	}
-	wantCPU, wantMem := max(int64(cpu*1000), 1), max(memoryMB<<20, 1)
-	var out Room
+	var out []nodeRoom
 	for i := range nodes {
 		n := &nodes[i]
 		if n.Spec.Unschedulable || !nodeReady(n) {
 			continue
 		}
-		out.Nodes++
-		freeCPU := n.Status.Allocatable.Cpu().MilliValue() - usedCPU[n.Name]
-		freeMem := n.Status.Allocatable.Memory().Value() - usedMem[n.Name]
-		out.FreeMilliCPU = max(out.FreeMilliCPU, freeCPU)
-		out.FreeMemoryMB = max(out.FreeMemoryMB, freeMem>>20)
-		if freeCPU > 0 && freeMem > 0 {
-			out.Fit += min(freeCPU/wantCPU, freeMem/wantMem)
-		}
+		out = append(out, nodeRoom{n.Status.Allocatable.Cpu().MilliValue() - usedCPU[n.Name], n.Status.Allocatable.Memory().Value() - usedMem[n.Name]})
 	}
 	return out
+}
+
+// placeEvery is how long neverPlaceable's answer for a pod holds (it lists every node and pod).
+const placeEvery = 5 * time.Second
+
+type placeAnswer struct {
+	at    time.Time
+	never bool
+}
+
+// neverPlaceable reports whether pending pod p fits on no Ready, schedulable node even with
+// every agentbox sandbox pod gone: its requests exceed each node's allocatable less what the
+// other (non-sandbox) pods there request. A pod that would fit then waits for room instead
+// (sandboxes end); one that would not fails at once. An error (the cluster would not list
+// nodes or pods to this user) leaves the pod waiting.
+func (r *Runtime) neverPlaceable(ctx context.Context, p *corev1.Pod) (bool, error) {
+	r.mu.Lock()
+	if a, ok := r.placed[p.UID]; ok && time.Since(a.at) < placeEvery {
+		r.mu.Unlock()
+		return a.never, nil
+	}
+	r.mu.Unlock()
+	nodes, err := r.api.nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	pods, err := r.api.pods("").List(ctx, metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed"})
+	if err != nil {
+		return false, err
+	}
+	others := pods.Items[:0]
+	for _, q := range pods.Items {
+		if q.Labels[LabelManagedBy] != managedBy || q.Labels[LabelRole] != roleSB {
+			others = append(others, q)
+		}
+	}
+	cpu, mem := podRequests(p)
+	never := true
+	for _, n := range nodesRoom(nodes.Items, others) {
+		if n.freeCPU >= cpu && n.freeMem >= mem {
+			never = false
+			break
+		}
+	}
+	r.mu.Lock()
+	if r.placed == nil || len(r.placed) > 1024 {
+		r.placed = map[types.UID]placeAnswer{}
+	}
+	r.placed[p.UID] = placeAnswer{at: time.Now(), never: never}
+	r.mu.Unlock()
+	return never, nil
 }
 
 // podRequests is a pod's cpu (millicores) and memory (bytes) requests as the scheduler counts
