@@ -23,7 +23,7 @@ RUNSC := /usr/local/bin/runsc
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients
 
-.PHONY: all build cross run test test-unit bench bench-audit bench-scrub bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp vet clean k8s k8s-up k8s-down
+.PHONY: all build cross run test test-unit soak bench bench-audit bench-scrub bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp vet clean k8s k8s-up k8s-down
 
 all: build
 
@@ -111,6 +111,19 @@ test: deps deps-mcp vet cross build
 # detector like make test (cgo for the test binaries only).
 test-unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -short ./...
+
+# soak runs the fault campaign (test/faults: docs/TESTING.md) for SOAK_MINUTES with SOAK_CLIENTS
+# concurrent clients and SOAK_SEED (random unless given; printed first, and `make soak
+# SOAK_SEED=N` replays it). make test runs the same campaign short, with a fixed seed. Needs root.
+SOAK_MINUTES ?= 60
+SOAK_CLIENTS ?= 6
+ifeq ($(SOAK_SEED),)
+SOAK_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+soak: deps
+	@echo "make soak: seed $(SOAK_SEED), $(SOAK_CLIENTS) clients, $(SOAK_MINUTES) min (replay: make soak SOAK_SEED=$(SOAK_SEED) SOAK_CLIENTS=$(SOAK_CLIENTS) SOAK_MINUTES=$(SOAK_MINUTES))"
+	FAULTS_SEED=$(SOAK_SEED) FAULTS_CLIENTS=$(SOAK_CLIENTS) FAULTS_MINUTES=$(SOAK_MINUTES) \
+	  $(GO) test -count=1 -v -run '^TestCampaign$$' -timeout $$(awk 'BEGIN { print int($(SOAK_MINUTES)) + 30 }')m ./test/faults/
 
 # k8s builds the test cluster's binaries (hack/k8s/build.sh: about 9 minutes cold under nice, a
 # second when its cache holds them) and prints their directory; k8s-up starts a cluster and prints
