@@ -316,7 +316,7 @@ func (cl *client) cli(ctx context.Context) error {
 	if ok && cl.rng.IntN(3) > 0 {
 		args = []string{"exec", id, "--", "echo", m}
 	} else {
-		args, m = []string{"list"}, ""
+		args, m = []string{"sandbox", "ls"}, ""
 	}
 	cmd := exec.CommandContext(ctx, cl.c.bin, args...)
 	cmd.Env = append(os.Environ(), "AGENTBOX_URL="+r.base, "AGENTBOX_TOKEN="+token)

@@ -339,7 +339,7 @@ func (c *campaign) checkIdempotency(ctx context.Context, after string) {
 			Key string `json:"idempotency_key"`
 		} `json:"sandboxes"`
 	}
-	q := url.Values{"state": {"creating,running,stopping,sleeping,destroyed,failed,lost"}, "limit": {"100000"}}
+	q := url.Values{"state": {"creating,running,stopping,sleeping,destroyed,failed,lost"}, "limit": {"1000"}}
 	if err := c.api().do(ctx, "GET", "/v1/sandboxes", q, nil, &list); err != nil {
 		c.violate("after %s: list sandboxes: %v", after, err)
 		return
@@ -382,12 +382,13 @@ func (c *campaign) checkCapacity(ctx context.Context, after string) {
 				continue
 			}
 			live++
-			if st == "sleeping" {
+			disk += int64(num(r["disk_mb"]))
+			if st == "sleeping" { // a sleeping sandbox holds its disk, not its cpu or memory
 				sleeping++
+				continue
 			}
 			cpu += num(r["cpu"])
 			mem += int64(num(r["memory_mb"]))
-			disk += int64(num(r["disk_mb"]))
 		}
 		got := fmt.Sprintf("live %d sleeping %d cpu %.2f memory %d MiB disk %d MiB", cp.Live, cp.Sleeping, cp.CPUUsed, cp.MemoryUsedMB, cp.DiskUsedMB)
 		want := fmt.Sprintf("live %d sleeping %d cpu %.2f memory %d MiB disk %d MiB", live, sleeping, cpu, mem, disk)

@@ -1,0 +1,53 @@
+//go:build faultpoints
+
+package faultpoint
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// Enabled reports whether this build has crash points (the faultpoints build tag).
+const Enabled = true
+
+// EnvVar names the crash point this process dies at: NAME (its first hit) or NAME:N (its Nth).
+const EnvVar = "AGENTBOX_FAULTPOINT"
+
+var (
+	target = parse(os.Getenv(EnvVar))
+	hits   atomic.Int64
+)
+
+type point struct {
+	name string
+	nth  int64
+}
+
+func parse(v string) point {
+	name, n, ok := strings.Cut(strings.TrimSpace(v), ":")
+	p := point{name: name, nth: 1}
+	if ok {
+		if i, err := strconv.ParseInt(n, 10, 64); err == nil && i > 0 {
+			p.nth = i
+		}
+	}
+	return p
+}
+
+// Hit kills the process with SIGKILL, as a crash would (no deferred call, no flush), when name is
+// the crash point AGENTBOX_FAULTPOINT names and this is its Nth hit; it says so on stderr first.
+func Hit(name string) {
+	if target.name == "" || name != target.name {
+		return
+	}
+	if hits.Add(1) != target.nth {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "faultpoint: crashing at %s (hit %d)\n", name, target.nth)
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
+}
