@@ -52,7 +52,7 @@ var leaves = map[string]struct {
 	allowed []string
 	why     string
 }{
-	module + "internal/text": {why: "text is a leaf: the standard library only"},
+	module + "internal/text":       {why: "text is a leaf: the standard library only"},
 	module + "internal/faultpoint": {why: "faultpoint (the crash points of test builds) is a leaf: the standard library only"},
 	module + "internal/peerreply": {allowed: []string{module + "internal/errcode", module + "internal/text"},
 		why: "peerreply reads agents' replies for the server and the machine side alike: the standard library, errcode and text only"},

@@ -166,10 +166,10 @@ type campaign struct {
 
 	led ledger
 
-	ops        counter // operations by kind and outcome
-	opErrs     counter // failed operations by kind:code
-	faults     counter // faults injected by kind
-	checks     counter // invariant checks made, by kind
+	ops        counter     // operations by kind and outcome
+	opErrs     counter     // failed operations by kind:code
+	faults     counter     // faults injected by kind
+	checks     counter     // invariant checks made, by kind
 	fullDisk   atomic.Bool // the state dir's file system is full (a fault)
 	violations []string
 	violMu     sync.Mutex
