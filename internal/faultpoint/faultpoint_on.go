@@ -14,9 +14,6 @@ import (
 // Enabled reports whether this build has crash points (the faultpoints build tag).
 const Enabled = true
 
-// EnvVar names the crash point this process dies at: NAME (its first hit) or NAME:N (its Nth).
-const EnvVar = "AGENTBOX_FAULTPOINT"
-
 var (
 	target = parse(os.Getenv(EnvVar))
 	hits   atomic.Int64

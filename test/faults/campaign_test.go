@@ -38,7 +38,7 @@ const (
 
 // settings are the campaign's knobs, from the environment: FAULTS_SEED (default: a fixed seed),
 // FAULTS_CLIENTS (default 3), FAULTS_MINUTES (a decimal; default 1.25), FAULTS_SKIP (fault
-// kinds not to inject, comma-separated).
+// kinds not to inject and operations not to do, comma-separated).
 type settings struct {
 	seed     uint64
 	clients  int
@@ -166,11 +166,12 @@ type campaign struct {
 
 	led ledger
 
-	ops        counter     // operations by kind and outcome
-	opErrs     counter     // failed operations by kind:code
-	faults     counter     // faults injected by kind
-	checks     counter     // invariant checks made, by kind
-	fullDisk   atomic.Bool // the state dir's file system is full (a fault)
+	ops        counter      // operations by kind and outcome
+	opErrs     counter      // failed operations by kind:code
+	faults     counter      // faults injected by kind
+	checks     counter      // invariant checks made, by kind
+	fullDisk   atomic.Bool  // the state dir's file system is full (a fault)
+	fpBin      atomic.Value // the binary with crash points (string), once built
 	violations []string
 	violMu     sync.Mutex
 	notes      []string // what faults showed that is not a violation (e.g. a second server refused)
@@ -191,14 +192,17 @@ func (c *campaign) serverArgs() []string {
 }
 
 // start (re)starts the server under test.
-func (c *campaign) start() error {
+func (c *campaign) start() error { return c.startWith(c.bin) }
+
+// startWith (re)starts the server under test from bin with env added.
+func (c *campaign) startWith(bin string, env ...string) error {
 	c.srvMu.Lock()
 	c.starts++
 	n := c.starts
 	c.srvMu.Unlock()
 	fmt.Fprintf(c.logs, "\n===== faults: server start %d at %s =====\n", n, time.Now().UTC().Format(time.RFC3339Nano))
-	p, err := startServe(c.bin, c.state, []string{"PATH=" + c.wrapDir + ":" + os.Getenv("PATH"), "AGENTBOX_TOKEN=" + token},
-		c.logs, c.serverArgs()...)
+	env = append(env, "PATH="+c.wrapDir+":"+os.Getenv("PATH"), "AGENTBOX_TOKEN="+token)
+	p, err := startServe(bin, c.state, env, c.logs, c.serverArgs()...)
 	if err != nil {
 		return err
 	}
@@ -251,6 +255,7 @@ func TestCampaign(t *testing.T) {
 	runtimeWrapper(t, c.wrapDir, c.modeFile)
 	c.setMode("ok")
 	c.makeRepo()
+	c.buildCrashBinary()
 	if err := c.start(); err != nil {
 		t.Fatalf("start: %v\n%s", err, c.logs)
 	}

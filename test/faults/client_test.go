@@ -56,15 +56,19 @@ var ops = []op{
 var errSkip = fmt.Errorf("skipped")
 
 func (cl *client) loop(ctx context.Context) {
+	var mix []op
 	total := 0
 	for _, o := range ops {
-		total += o.weight
+		if !cl.c.set.skip[o.name] || o.name == "create" {
+			mix = append(mix, o)
+			total += o.weight
+		}
 	}
 	for ctx.Err() == nil {
 		o := ops[0]
 		if len(cl.mine) > 0 {
 			k := cl.rng.IntN(total)
-			for _, cand := range ops {
+			for _, cand := range mix {
 				if k < cand.weight {
 					o = cand
 					break
@@ -591,8 +595,10 @@ func (cl *client) approval(ctx context.Context) error {
 	}
 	r := cl.c.api()
 	done := make(chan error, 1)
+	// An approval covers one call with exactly these arguments: each extend asks for another TTL.
+	ttl := 3600 + cl.rng.IntN(3600)
 	go func() {
-		done <- r.do(ctx, "POST", "/v1/sandboxes/"+id+"/extend", nil, map[string]any{"ttl_seconds": 3600}, nil)
+		done <- r.do(ctx, "POST", "/v1/sandboxes/"+id+"/extend", nil, map[string]any{"ttl_seconds": ttl}, nil)
 	}()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {

@@ -29,6 +29,7 @@ var faultKinds = []struct {
 	{"runtime_hang", (*campaign).runtimeHang},
 	{"disk_full", (*campaign).diskFull},
 	{"second_server", (*campaign).secondServer},
+	{"crash_point", (*campaign).crashPoint},
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -45,7 +46,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (c *campaign) injectFaults(ctx context.Context, rng *rand.Rand) {
 	var order []int
 	for {
-		if !sleepCtx(ctx, time.Duration(4000+rng.IntN(4000))*time.Millisecond) {
+		if !sleepCtx(ctx, time.Duration(2000+rng.IntN(3000))*time.Millisecond) {
 			return
 		}
 		if len(order) == 0 {

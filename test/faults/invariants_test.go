@@ -21,6 +21,10 @@ func liveState(s string) bool {
 	return s == "creating" || s == "running" || s == "stopping" || s == "sleeping"
 }
 
+// mayHold: a record in state s may hold host resources: a live one, and a failed or lost one,
+// which keeps what it has until destroy or its TTL cleans it up (docs/architecture/lifecycle.md).
+func mayHold(s string) bool { return liveState(s) || s == "failed" || s == "lost" }
+
 // checkAll checks every invariant with the clients paused.
 func (c *campaign) checkAll(after string) {
 	c.gate.Lock()
@@ -59,9 +63,10 @@ func (c *campaign) checkServes(ctx context.Context, after string) bool {
 	return true
 }
 
-// settle waits (up to a minute) until no record is in a transitional state.
+// settle waits (up to 20 s) until no record is in a transitional state; one still creating
+// or stopping after that may hold resources anyway.
 func (c *campaign) settle(ctx context.Context) {
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		recs, err := c.records(ctx)
 		if err != nil {
 			continue
@@ -114,14 +119,14 @@ func (c *campaign) hostIDs() (containers map[string]string, others map[string][]
 }
 
 // checkHost: every record matches the host. A running record has its container running; what
-// the host holds belongs to a live record; a record that is not live (failed, lost, destroyed)
-// holds nothing, and a failed or lost one says why. Asked again for up to 30 s while it finds
+// the host holds belongs to a record that may hold it (live, failed or lost); a destroyed one
+// holds nothing, and a failed or lost one says why. Asked again for up to 20 s while it finds
 // something: the server's control loop may be finishing a step.
 func (c *campaign) checkHost(ctx context.Context, after string) {
 	c.checks.add("host")
 	var problems []string
 	var leaks []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Second) {
 		problems, leaks = nil, nil
 		recs, err := c.records(ctx)
 		if err != nil {
@@ -133,7 +138,7 @@ func (c *campaign) checkHost(ctx context.Context, after string) {
 				switch {
 				case !ok:
 					problems = append(problems, fmt.Sprintf("container %s (%s) of no record", id, status))
-				case !liveState(str(r["state"])):
+				case !mayHold(str(r["state"])):
 					problems = append(problems, fmt.Sprintf("container %s (%s) of a record in state %s", id, status, str(r["state"])))
 				}
 			}
@@ -142,7 +147,7 @@ func (c *campaign) checkHost(ctx context.Context, after string) {
 				switch {
 				case !ok:
 					problems = append(problems, fmt.Sprintf("%s of no record", strings.Join(what, ", ")))
-				case !liveState(str(r["state"])):
+				case !mayHold(str(r["state"])):
 					problems = append(problems, fmt.Sprintf("%s of a record in state %s", strings.Join(what, ", "), str(r["state"])))
 				}
 			}
@@ -155,7 +160,7 @@ func (c *campaign) checkHost(ctx context.Context, after string) {
 				case (st == "failed" || st == "lost") && str(r["error"]) == "":
 					problems = append(problems, fmt.Sprintf("record %s is %s with no reason", id, st))
 				}
-				if !liveState(st) {
+				if !mayHold(st) {
 					dead = append(dead, id)
 				}
 			}
@@ -172,7 +177,7 @@ func (c *campaign) checkHost(ctx context.Context, after string) {
 	}
 	if len(leaks) > 0 {
 		c.led.addLeaked(len(leaks))
-		c.violate("after %s: resources of sandboxes that are not live:\n%s", after, strings.Join(leaks, "\n"))
+		c.violate("after %s: resources of destroyed sandboxes:\n%s", after, strings.Join(leaks, "\n"))
 	}
 }
 

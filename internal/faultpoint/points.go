@@ -1,0 +1,27 @@
+package faultpoint
+
+// EnvVar names the crash point a process built with the faultpoints tag dies at: NAME (its
+// first hit) or NAME:N (its Nth).
+const EnvVar = "AGENTBOX_FAULTPOINT"
+
+// The crash points: each sits between two steps of a multi-step operation, where a crash leaves
+// the store and the host half way. The server must converge from each at its next start.
+const (
+	// CreateRecorded: a create's record is written (creating); the runtime has made nothing.
+	CreateRecorded = "create.recorded"
+	// CreateStarted: the runtime made and started the sandbox; its record still says creating.
+	CreateStarted = "create.started"
+	// DestroyStopping: a destroy's record says stopping; the runtime still holds the sandbox.
+	DestroyStopping = "destroy.stopping"
+	// SnapshotTaken: a snapshot's files are on disk; its record is not ready.
+	SnapshotTaken = "snapshot.taken"
+	// ForkSnapshotted: a fork has its snapshot; no child sandbox is made yet.
+	ForkSnapshotted = "fork.snapshotted"
+	// RunStep: a durable run finished a phase and recorded it; the next has not started.
+	RunStep = "run.step"
+	// PoolRefill: a warm pool's new sandbox is created; the pool has not counted it ready.
+	PoolRefill = "pool.refill"
+)
+
+// Points are every crash point, for the campaign to choose from.
+var Points = []string{CreateRecorded, CreateStarted, DestroyStopping, SnapshotTaken, ForkSnapshotted, RunStep, PoolRefill}
