@@ -114,15 +114,17 @@ test-unit:
 
 # soak runs the fault campaign (test/faults: docs/TESTING.md) for SOAK_MINUTES with SOAK_CLIENTS
 # concurrent clients and SOAK_SEED (random unless given; printed first, and `make soak
-# SOAK_SEED=N` replays it). make test runs the same campaign short, with a fixed seed. Needs root.
+# SOAK_SEED=N` replays it), on SOAK_STORE (sqlite, or postgres: a throwaway Postgres that the
+# campaign also restarts). make test runs the same campaign short, with a fixed seed. Needs root.
 SOAK_MINUTES ?= 60
 SOAK_CLIENTS ?= 6
+SOAK_STORE ?= sqlite
 ifeq ($(SOAK_SEED),)
 SOAK_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif
 soak: deps
-	@echo "make soak: seed $(SOAK_SEED), $(SOAK_CLIENTS) clients, $(SOAK_MINUTES) min (replay: make soak SOAK_SEED=$(SOAK_SEED) SOAK_CLIENTS=$(SOAK_CLIENTS) SOAK_MINUTES=$(SOAK_MINUTES))"
-	FAULTS_SEED=$(SOAK_SEED) FAULTS_CLIENTS=$(SOAK_CLIENTS) FAULTS_MINUTES=$(SOAK_MINUTES) \
+	@echo "make soak: seed $(SOAK_SEED), $(SOAK_CLIENTS) clients, $(SOAK_MINUTES) min, store $(SOAK_STORE) (replay: make soak SOAK_SEED=$(SOAK_SEED) SOAK_CLIENTS=$(SOAK_CLIENTS) SOAK_MINUTES=$(SOAK_MINUTES) SOAK_STORE=$(SOAK_STORE))"
+	FAULTS_SEED=$(SOAK_SEED) FAULTS_CLIENTS=$(SOAK_CLIENTS) FAULTS_MINUTES=$(SOAK_MINUTES) FAULTS_STORE=$(SOAK_STORE) \
 	  $(GO) test -count=1 -v -run '^TestCampaign$$' -timeout $$(awk 'BEGIN { print int($(SOAK_MINUTES)) + 30 }')m ./test/faults/
 
 # k8s builds the test cluster's binaries (hack/k8s/build.sh: about 9 minutes cold under nice, a

@@ -24,9 +24,13 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/testenv/pglab"
 )
 
 const token = "faults-campaign-token"
+
+// TestMain stops the throwaway Postgres (FAULTS_STORE=postgres) after the tests.
+func TestMain(m *testing.M) { os.Exit(pglab.Main(m)) }
 
 // The shape of every sandbox the clients create; the warm pool keeps one of it, so creates
 // claim from the pool.
@@ -38,8 +42,10 @@ const (
 
 // settings are the campaign's knobs, from the environment: FAULTS_SEED (default: a fixed seed),
 // FAULTS_CLIENTS (default 3), FAULTS_MINUTES (a decimal; default 1.25), FAULTS_SKIP (fault
-// kinds not to inject and operations not to do, comma-separated).
+// kinds not to inject and operations not to do, comma-separated), FAULTS_STORE (sqlite, the
+// default, or postgres: a throwaway Postgres, which the fault postgres_restart restarts).
 type settings struct {
+	postgres bool // FAULTS_STORE=postgres: the server's store is a throwaway Postgres (pglab)
 	seed     uint64
 	clients  int
 	duration time.Duration
@@ -68,6 +74,13 @@ func settingsFromEnv(t *testing.T) settings {
 			t.Fatalf("FAULTS_MINUTES=%q: want a positive number", v)
 		}
 		s.duration = time.Duration(f * float64(time.Minute))
+	}
+	switch v := os.Getenv("FAULTS_STORE"); v {
+	case "", "sqlite":
+	case "postgres":
+		s.postgres = true
+	default:
+		t.Fatalf("FAULTS_STORE=%q: want sqlite or postgres", v)
 	}
 	for _, k := range strings.Split(os.Getenv("FAULTS_SKIP"), ",") {
 		if k = strings.TrimSpace(k); k != "" {
@@ -151,6 +164,7 @@ type campaign struct {
 	state    string // the server's state dir (a loop-mounted file system)
 	parent   string // its cgroup parent
 	repos    string // --checkout-dir, holding the runs' repository
+	store    string // --store: a Postgres DSN, or "" for the state dir's SQLite
 	modeFile string // the runc wrapper's mode
 	wrapDir  string
 	logs     *testenv.SyncBuffer
@@ -185,10 +199,14 @@ func (c *campaign) api() rest {
 }
 
 func (c *campaign) serverArgs() []string {
-	return []string{"--cgroup-parent", c.parent, "--checkout-dir", c.repos,
+	var store []string
+	if c.store != "" {
+		store = []string{"--store", c.store}
+	}
+	return append(store, "--cgroup-parent", c.parent, "--checkout-dir", c.repos,
 		"--approval-tools", "sandbox_extend", "--approval-timeout", "2m",
 		"--pool", fmt.Sprintf("name=warm,size=1,cpu=%v,memory_mb=%d,disk_mb=%d", shapeCPU, shapeMemory, shapeDisk),
-		"--max-sandboxes", "60", "--ready-timeout", "90s"}
+		"--max-sandboxes", "60", "--ready-timeout", "90s")
 }
 
 // start (re)starts the server under test.
@@ -244,13 +262,20 @@ func TestCampaign(t *testing.T) {
 		}
 	}
 	set := settingsFromEnv(t)
-	t.Logf("fault campaign: seed %d, %d clients, %s (replay: FAULTS_SEED=%d FAULTS_CLIENTS=%d FAULTS_MINUTES=%g)",
-		set.seed, set.clients, set.duration, set.seed, set.clients, set.duration.Minutes())
+	storeName := "sqlite"
+	if set.postgres {
+		storeName = "postgres"
+	}
+	t.Logf("fault campaign: seed %d, %d clients, %s, store %s (replay: FAULTS_SEED=%d FAULTS_CLIENTS=%d FAULTS_MINUTES=%g FAULTS_STORE=%s)",
+		set.seed, set.clients, set.duration, storeName, set.seed, set.clients, set.duration.Minutes(), storeName)
 	base := testenv.ShortTempDir(t, "abf")
 	c := &campaign{t: t, set: set, bin: testenv.Binary(t), base: base, state: filepath.Join(base, "s"),
 		parent: "abfaults-" + filepath.Base(base), repos: filepath.Join(base, "repos"),
 		modeFile: filepath.Join(base, "runc-mode"), wrapDir: filepath.Join(base, "bin"), logs: &testenv.SyncBuffer{}}
 	c.led.init()
+	if set.postgres {
+		c.store = pglab.DSN(t)
+	}
 	loopFS(t, c.state, 3072)
 	runtimeWrapper(t, c.wrapDir, c.modeFile)
 	c.setMode("ok")

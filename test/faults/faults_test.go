@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/testenv/pglab"
 )
 
 // faultKinds are the faults the campaign injects. Each round takes them in an order the seed
@@ -30,6 +31,7 @@ var faultKinds = []struct {
 	{"disk_full", (*campaign).diskFull},
 	{"second_server", (*campaign).secondServer},
 	{"crash_point", (*campaign).crashPoint},
+	{"postgres_restart", (*campaign).postgresRestart},
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -54,7 +56,7 @@ func (c *campaign) injectFaults(ctx context.Context, rng *rand.Rand) {
 		}
 		f := faultKinds[order[0]]
 		order = order[1:]
-		if c.set.skip[f.name] {
+		if c.set.skip[f.name] || (f.name == "postgres_restart" && !c.set.postgres) {
 			continue
 		}
 		c.t.Logf("%s fault: %s", time.Now().UTC().Format("15:04:05.000"), f.name)
@@ -296,4 +298,14 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// postgresRestart restarts the store's Postgres (FAULTS_STORE=postgres) while the clients go on:
+// its connections drop, and the server must carry on once it is back.
+func (c *campaign) postgresRestart(ctx context.Context, rng *rand.Rand) {
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := pglab.Restart(rctx); err != nil {
+		c.t.Fatalf("postgres_restart: %v", err)
+	}
 }

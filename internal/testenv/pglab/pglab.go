@@ -44,8 +44,9 @@ var BinDir = "/usr/lib/postgresql/15/bin"
 
 // Server is a running Postgres the tests may create databases on.
 type Server struct {
-	admin string // DSN of a database to run CREATE/DROP DATABASE from
-	dir   string // the throwaway server's directory ("" for AGENTBOX_TEST_POSTGRES)
+	admin string              // DSN of a database to run CREATE/DROP DATABASE from
+	dir   string              // the throwaway server's directory ("" for AGENTBOX_TEST_POSTGRES)
+	cred  *syscall.Credential // who runs the server: "postgres" when this process is root
 	cmd   *exec.Cmd
 	done  chan struct{}
 	n     atomic.Int64
@@ -205,25 +206,34 @@ func (s *Server) start(ctx context.Context) error {
 	if err := os.Chmod(s.dir, 0o755); err != nil { // the socket must be reachable by this process
 		return err
 	}
-	data := filepath.Join(s.dir, "data")
-	run := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.Command(filepath.Join(BinDir, name), args...)
-		cmd.Dir = s.dir
-		cmd.Env = []string{"LC_ALL=C", "PATH=/usr/bin:/bin", "HOME=" + s.dir}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-		return cmd
-	}
-	init := run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	s.cred = cred
+	init := s.command("initdb", "-D", filepath.Join(s.dir, "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := init.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	logf, err := os.Create(filepath.Join(s.dir, "postgres.log"))
+	return s.launch(ctx)
+}
+
+// command is one of Postgres's binaries, run as s.cred in its own process group.
+func (s *Server) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(BinDir, name), args...)
+	cmd.Dir = s.dir
+	cmd.Env = []string{"LC_ALL=C", "PATH=/usr/bin:/bin", "HOME=" + s.dir}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
+	return cmd
+}
+
+// launch starts the server on its data directory and waits until it accepts connections.
+func (s *Server) launch(ctx context.Context) error {
+	data := filepath.Join(s.dir, "data")
+	logf, err := os.OpenFile(filepath.Join(s.dir, "postgres.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
 	// A test server: no durability (fsync off), unix socket only, room for parallel tests.
-	s.cmd = run("postgres", "-D", data, "-k", s.dir, "-c", "listen_addresses=",
+	s.done = make(chan struct{})
+	s.cmd = s.command("postgres", "-D", data, "-k", s.dir, "-c", "listen_addresses=",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=300", "-c", "shared_buffers=32MB")
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
@@ -232,7 +242,8 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	done := s.done
+	go func() { _ = s.cmd.Wait(); close(done) }()
 	s.admin = (&url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/postgres",
 		RawQuery: url.Values{"host": {s.dir}, "sslmode": {"disable"}}.Encode()}).String()
 	deadline := time.Now().Add(60 * time.Second)
@@ -242,7 +253,7 @@ func (s *Server) start(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-s.done:
+		case <-done:
 			log, _ := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
 			return fmt.Errorf("postgres exited: %s", log)
 		case <-ctx.Done():
@@ -305,6 +316,29 @@ func withDatabase(dsn, name string) (string, error) {
 		return u.String(), nil
 	}
 	return dsn + " dbname=" + name, nil
+}
+
+// Restart stops the test binary's throwaway Postgres with a fast shutdown (committed
+// transactions are kept; clients' connections are cut) and starts it again on the same data,
+// as an operator's restart would. The Postgres of AGENTBOX_TEST_POSTGRES is not the tests' to
+// restart: an error says so.
+func Restart(ctx context.Context) error {
+	s, why := get()
+	if s == nil {
+		return fmt.Errorf("pglab: no Postgres: %s", why)
+	}
+	if s.dir == "" {
+		return fmt.Errorf("pglab: the Postgres of %s is not restarted by tests", EnvDSN)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	_ = s.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		s.kill()
+	}
+	return s.launch(ctx)
 }
 
 // Stop stops a throwaway server and removes its directory; for AGENTBOX_TEST_POSTGRES it does

@@ -39,3 +39,35 @@ func TestFreshDatabases(t *testing.T) {
 	}
 	t.Logf("Postgres %s", v)
 }
+
+// TestRestart: a restarted server keeps what was committed and accepts connections again.
+func TestRestart(t *testing.T) {
+	dsn := DSN(t)
+	if os.Getenv(EnvDSN) != "" {
+		t.Skip("the Postgres of " + EnvDSN + " is not restarted by tests")
+	}
+	ctx := t.Context()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE t (x int); INSERT INTO t VALUES (42)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx); err == nil {
+		t.Error("a connection from before the restart still answers")
+	}
+	c.Close(ctx)
+	c, err = pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var x int
+	if err := c.QueryRow(ctx, "SELECT x FROM t").Scan(&x); err != nil || x != 42 {
+		t.Fatalf("after the restart: %d, %v", x, err)
+	}
+}
