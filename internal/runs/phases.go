@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/faultpoint"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -220,6 +221,7 @@ func (x *exe) runPhases() error {
 			if x.r.State == Queued {
 				return nil
 			}
+			faultpoint.Hit(faultpoint.RunStep) // the phase is recorded; the next has not started
 		}
 		p = x.r.Phases[i]
 		if p.State == PhaseSucceeded && (p.Name == PhaseCheckout && x.r.Commit == "" || p.Name == PhaseAgentCheckout && x.r.AgentCommit == "") {

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/faultpoint"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/text"
 )
@@ -369,6 +370,7 @@ func (s *Service) stopAndDestroy(ctx context.Context, sb Sandbox, reason string)
 			return sb, err
 		}
 	}
+	faultpoint.Hit(faultpoint.DestroyStopping) // recorded stopping; the runtime still holds it
 	return s.finishDestroy(ctx, sb, reason)
 }
 
