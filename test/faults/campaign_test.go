@@ -184,6 +184,7 @@ type campaign struct {
 	opErrs     counter      // failed operations by kind:code
 	faults     counter      // faults injected by kind
 	checks     counter      // invariant checks made, by kind
+	ended      counter      // sandboxes failed or lost, but not by an agent_kill, by reason
 	fullDisk   atomic.Bool  // the state dir's file system is full (a fault)
 	fpBin      atomic.Value // the binary with crash points (string), once built
 	violations []string
@@ -317,6 +318,7 @@ func TestCampaign(t *testing.T) {
 	t.Logf("  faults: %s", &c.faults)
 	t.Logf("  invariant checks: %s", &c.checks)
 	t.Logf("  server starts: %d", c.starts)
+	t.Logf("  sandboxes failed or lost at the end, not by an agent_kill: %s", &c.ended)
 	lost, leaked := c.led.lostCount(), c.led.leakedCount()
 	t.Logf("  lost = %d (acknowledged writes missing), leaked = %d (host resources left)", lost, leaked)
 	t.Logf("  audit records dropped of REST execs answered while the disk was full: %d", c.led.auditDroppedDiskFull)
@@ -362,6 +364,13 @@ func (c *campaign) teardown() {
 	if err != nil {
 		c.violate("teardown: records: %v", err)
 	}
+	c.led.mu.Lock()
+	for _, row := range rows {
+		if st := str(row["state"]); (st == "lost" || st == "failed") && !c.led.agentKilled[str(row["id"])] {
+			c.ended.sample(st+": "+firstN(str(row["error"]), 80), str(row["id"]))
+		}
+	}
+	c.led.mu.Unlock()
 	for _, row := range rows {
 		id := str(row["id"])
 		c.led.seen(id)

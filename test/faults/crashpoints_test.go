@@ -35,8 +35,9 @@ func (c *campaign) buildCrashBinary() {
 // normally: a crash between two steps of a create, destroy, snapshot, fork, run or pool refill.
 func (c *campaign) crashPoint(ctx context.Context, rng *rand.Rand) {
 	bin, _ := c.fpBin.Load().(string)
-	if bin == "" {
-		c.faults.add("crash_point:binary_not_built_yet")
+	if bin == "" { // a plain SIGKILL instead, until the build is there
+		c.faults.add("crash_point:binary_not_built_yet:server_kill_instead")
+		c.serverKill(ctx, rng)
 		return
 	}
 	name := faultpoint.Points[rng.IntN(len(faultpoint.Points))]
