@@ -360,7 +360,7 @@ func (c *campaign) teardown() {
 	if err := r.do(ctx, "DELETE", "/v1/pools/warm", nil, nil, nil); err != nil {
 		c.t.Logf("teardown: delete pool: %v", err)
 	}
-	rows, err := r.query(ctx, `SELECT id, state FROM sandboxes`)
+	rows, err := r.query(ctx, `SELECT id, state, error FROM sandboxes`)
 	if err != nil {
 		c.violate("teardown: records: %v", err)
 	}
