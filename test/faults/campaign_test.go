@@ -286,10 +286,11 @@ func TestCampaign(t *testing.T) {
 		t.Fatalf("start: %v\n%s", err, c.logs)
 	}
 	t.Cleanup(func() {
+		p := filepath.Join(os.TempDir(), fmt.Sprintf("agentbox-faults-%d-%d.log", set.seed, os.Getpid()))
+		os.WriteFile(p, []byte(c.logs.String()), 0o600)
+		t.Logf("seed %d; the server's whole log is in %s", set.seed, p)
 		if t.Failed() {
-			p := filepath.Join(os.TempDir(), fmt.Sprintf("agentbox-faults-%d-%d.log", set.seed, os.Getpid()))
-			os.WriteFile(p, []byte(c.logs.String()), 0o600)
-			t.Logf("seed %d; the server's whole log is in %s; its tail:\n%s", set.seed, p, tail(c.logs.String(), 8000))
+			t.Logf("its tail:\n%s", tail(c.logs.String(), 8000))
 		}
 	})
 

@@ -35,7 +35,7 @@ func (c *campaign) checkAll(after string) {
 	if !c.checkServes(ctx, after) {
 		return
 	}
-	c.settle(ctx)
+	c.settle(ctx, after)
 	c.checkHost(ctx, after)
 	c.checkAcks(ctx, after)
 	c.checkIdempotency(ctx, after)
@@ -65,22 +65,25 @@ func (c *campaign) checkServes(ctx context.Context, after string) bool {
 
 // settle waits (up to 20 s) until no record is in a transitional state; one still creating
 // or stopping after that may hold resources anyway.
-func (c *campaign) settle(ctx context.Context) {
+func (c *campaign) settle(ctx context.Context, after string) {
+	var busy []string
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		recs, err := c.records(ctx)
 		if err != nil {
 			continue
 		}
-		busy := false
-		for _, r := range recs {
+		busy = nil
+		for id, r := range recs {
 			if st := str(r["state"]); st == "creating" || st == "stopping" {
-				busy = true
+				busy = append(busy, id+" "+st)
 			}
 		}
-		if !busy {
+		if len(busy) == 0 {
 			return
 		}
 	}
+	sort.Strings(busy)
+	c.note("after %s, still in a transitional state 20 s later: %s", after, strings.Join(busy, ", "))
 }
 
 // hostIDs returns the sandbox ids the host holds something of, by what: the runtime's
