@@ -257,24 +257,42 @@ func (c *campaign) diskFull(ctx context.Context, rng *rand.Rand) {
 	sleepCtx(ctx, time.Duration(4000+rng.IntN(4000))*time.Millisecond)
 }
 
-// secondServer starts another server on the same host, with a state dir of its own and the
-// same cgroup parent (as two servers with default flags have), for longer than a sweep: the
-// first server's sandboxes must not be disturbed. A second server that refuses to start,
-// naming the first, passes too.
+// secondServer starts another server on the same host with a state dir of its own, either with
+// default flags (its cgroup parent derived from its state dir: it must start and, for longer
+// than a sweep, disturb nothing of the first) or configured to the first's cgroup parent (it
+// must refuse to start, naming the first's pid). Either way the first server's sandboxes must
+// run on.
 func (c *campaign) secondServer(ctx context.Context, rng *rand.Rand) {
 	before := c.runningOurs(ctx)
 	dir := filepath.Join(testenv.ShortTempDir(c.t, "abf2"), "s")
 	os.MkdirAll(dir, 0o711)
 	logs := &testenv.SyncBuffer{}
-	p, err := startServe(c.bin, dir, []string{"AGENTBOX_TOKEN=" + token + "-2"}, logs, "--cgroup-parent", c.parent)
-	if err != nil {
-		c.note("second_server: refused to start (%v): %s", err, lastLines(logs.String(), 3))
-	} else {
+	sameParent := rng.IntN(2) == 0
+	var args []string
+	if sameParent {
+		args = []string{"--cgroup-parent", c.parent}
+	}
+	c.srvMu.Lock()
+	firstPID := c.srv.cmd.Process.Pid
+	c.srvMu.Unlock()
+	p, err := startServe(c.bin, dir, []string{"AGENTBOX_TOKEN=" + token + "-2"}, logs, args...)
+	switch {
+	case sameParent && err == nil:
+		c.violate("second_server: a server configured to the first's cgroup parent %s started beside it", c.parent)
+		p.stop()
+	case sameParent:
+		if !strings.Contains(logs.String(), strconv.Itoa(firstPID)) {
+			c.violate("second_server: on the first's cgroup parent it refused to start without naming the first (pid %d): %s", firstPID, lastLines(logs.String(), 3))
+		}
+		c.faults.add("second_server:same_parent_refused")
+	case err != nil:
+		c.violate("second_server: with default flags and a state dir of its own it does not start: %v: %s", err, lastLines(logs.String(), 3))
+	default:
 		sleepCtx(context.Background(), 15*time.Second)
 		if !p.stop() {
 			c.violate("second_server: did not stop on SIGTERM")
 		}
-		c.note("second_server: started beside the first with the same cgroup parent and ran 15 s")
+		c.faults.add("second_server:default_flags_ran")
 	}
 	time.Sleep(2 * time.Second)
 	recs, err := c.records(ctx)
