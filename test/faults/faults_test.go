@@ -304,7 +304,7 @@ func (c *campaign) secondServer(ctx context.Context, rng *rand.Rand) {
 		c.led.mu.Lock()
 		killed := c.led.agentKilled[id] || c.led.destroyed[id]
 		c.led.mu.Unlock()
-		if st := str(r["state"]); st != "running" && st != "sleeping" && !killed {
+		if st := str(r["state"]); (st == "lost" || st == "failed") && !killed { // a client's sleep, wake or destroy may be under way
 			c.violate("second_server: sandbox %s of the first server, running before, is now %s (%s)", id, st, str(r["error"]))
 		}
 	}
