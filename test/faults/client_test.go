@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -44,6 +45,7 @@ var ops = []op{
 	{"cli", 4, (*client).cli},
 	{"files", 10, (*client).files},
 	{"job", 7, (*client).job},
+	{"job_cancel", 2, (*client).jobCancel},
 	{"run_start", 3, (*client).runStart},
 	{"run_poll", 3, (*client).runPoll},
 	{"snapshot_fork", 3, (*client).snapshotFork},
@@ -636,4 +638,41 @@ func (cl *client) approval(ctx context.Context) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return <-done
+}
+
+// jobCancel starts a job that leaves its process group (setsid), cancels it, and checks that a
+// job reported canceled has nothing of it left running.
+func (cl *client) jobCancel(ctx context.Context) error {
+	id, ok := cl.pick()
+	if !ok {
+		return errSkip
+	}
+	m := cl.marker()
+	r := cl.c.api()
+	var j jobReply
+	script := "setsid sh -c 'sleep 300; echo inner-" + m + "' & echo started-" + m + "; sleep 300; echo outer-" + m
+	if err := r.do(ctx, "POST", "/v1/sandboxes/"+id+"/jobs", nil, map[string]any{"command": []string{"sh", "-c", script}}, &j); err != nil {
+		cl.dead(id, err)
+		return err
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && len(pidsOf(id, "inner-"+m)) == 0; {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := r.do(ctx, "POST", "/v1/sandboxes/"+id+"/jobs/"+j.ID+"/cancel", nil, map[string]any{"grace_seconds": 1}, &j); err != nil {
+		return err
+	}
+	if j.State != "canceled" {
+		return nil // it ended some other way first
+	}
+	var left []int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if left = pidsOf(id, m); len(left) == 0 {
+			return nil
+		}
+	}
+	cl.c.violate("job %s in %s is reported canceled; its processes %v (one left its process group) still run", j.ID, id, left)
+	for _, pid := range left {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return nil
 }
