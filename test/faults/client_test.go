@@ -655,8 +655,10 @@ func (cl *client) jobCancel(ctx context.Context) error {
 		cl.dead(id, err)
 		return err
 	}
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && len(pidsOf(id, "inner-"+m)) == 0; {
-		time.Sleep(100 * time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); len(pidsOf(id, "inner-"+m)) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("job %s in %s: its setsid process never showed", j.ID, id)
+		}
 	}
 	if err := r.do(ctx, "POST", "/v1/sandboxes/"+id+"/jobs/"+j.ID+"/cancel", nil, map[string]any{"grace_seconds": 1}, &j); err != nil {
 		return err
