@@ -629,11 +629,14 @@ func (cl *client) approval(ctx context.Context) error {
 				<-done
 				return err
 			}
-			l := &cl.c.led
-			l.mu.Lock()
-			l.approvals[a.ID] = id
-			l.mu.Unlock()
-			return <-done
+			err := <-done
+			if err == nil { // the gated call was answered: its approval and audit record are promised
+				l := &cl.c.led
+				l.mu.Lock()
+				l.approvals[a.ID] = id
+				l.mu.Unlock()
+			}
+			return err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -25,7 +25,7 @@ type ledger struct {
 	jobs []*jobAck
 	// runs: run id → the events seen (seq → to).
 	runs map[string]map[int64]string
-	// approvals: approval id → the sandbox whose gated call it let through.
+	// approvals: approval id → the sandbox whose gated call it let through (and was answered).
 	approvals map[string]string
 	// execs: sandbox → acknowledged REST execs (each an audited call); execsDiskFull those
 	// answered while the state dir's file system was full (or just after).
