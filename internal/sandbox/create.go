@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/faultpoint"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -85,6 +86,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 	}
 	defer unlock()
 	s.log.Info("sandbox creating", "sandbox_id", sb.ID, "runtime", sb.Runtime)
+	faultpoint.Hit(faultpoint.CreateRecorded) // recorded creating; the runtime has made nothing
 	handle, err := s.startCreated(wctx, c, idmap, pinned)
 	if err != nil {
 		s.log.Warn("sandbox create failed", "sandbox_id", sb.ID, "err", err)
@@ -102,6 +104,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 		return Sandbox{}, err
 	}
 	sb.Handle = string(handle)
+	faultpoint.Hit(faultpoint.CreateStarted) // the runtime runs it; its record says creating
 	out, err := s.transition(wctx, sb, StateRunning, "agent ready", "")
 	if err == nil {
 		s.watch(rt, sb.ID)

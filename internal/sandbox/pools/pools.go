@@ -44,6 +44,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/faultpoint"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -563,6 +564,9 @@ func (s *Service) primePooled(ctx context.Context, id string) {
 // fillOne creates one sandbox for p (through Create, as the pool).
 func (s *Service) fillOne(ctx context.Context, p sandbox.Pool) error {
 	_, err := s.core.CreatePooled(ctx, p.Name, createRequest(p))
+	if err == nil {
+		faultpoint.Hit(faultpoint.PoolRefill) // the pool's new sandbox runs; the refill has not counted it
+	}
 	return err
 }
 
