@@ -36,6 +36,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/faultpoint"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxid"
@@ -304,6 +305,7 @@ func (s *Service) takeSnapshot(ctx context.Context, sb sandbox.Sandbox, sr runti
 			return sandbox.Snapshot{}, unpin, s.failSnapshot(wctx, ss, sn, err)
 		}
 	}
+	faultpoint.Hit(faultpoint.SnapshotTaken) // the files are on disk; the record is not ready
 	unpin = s.state.pin(sn.ID)
 	sn.State = sandbox.SnapshotReady
 	sn.Version++
@@ -672,6 +674,7 @@ func (s *Service) Fork(ctx context.Context, id string, req sandbox.ForkRequest) 
 		}
 	}
 	defer unpin()
+	faultpoint.Hit(faultpoint.ForkSnapshotted) // the fork has its snapshot; no child is made
 
 	labels := maps.Clone(src.Labels)
 	if labels == nil {
