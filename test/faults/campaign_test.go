@@ -187,6 +187,7 @@ type campaign struct {
 	ended      counter      // sandboxes failed or lost, but not by an agent_kill, by reason
 	fullDisk   atomic.Bool  // the state dir's file system is full (a fault)
 	fpBin      atomic.Value // the binary with crash points (string), once built
+	points     []string     // the crash points still to try this round (the fault goroutine's)
 	violations []string
 	violMu     sync.Mutex
 	notes      []string // what faults showed that is not a violation (e.g. a second server refused)

@@ -40,7 +40,14 @@ func (c *campaign) crashPoint(ctx context.Context, rng *rand.Rand) {
 		c.serverKill(ctx, rng)
 		return
 	}
-	name := faultpoint.Points[rng.IntN(len(faultpoint.Points))]
+	// Each point in turn, in an order the seed shuffles, so that a few crash faults try several.
+	if len(c.points) == 0 {
+		for _, i := range rng.Perm(len(faultpoint.Points)) {
+			c.points = append(c.points, faultpoint.Points[i])
+		}
+	}
+	name := c.points[0]
+	c.points = c.points[1:]
 	c.srvMu.Lock()
 	p := c.srv
 	c.srvMu.Unlock()
