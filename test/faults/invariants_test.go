@@ -63,11 +63,11 @@ func (c *campaign) checkServes(ctx context.Context, after string) bool {
 	return true
 }
 
-// settle waits (up to 20 s) until no record is in a transitional state; one still creating
+// settle waits (up to 10 s) until no record is in a transitional state; one still creating
 // or stopping after that may hold resources anyway.
 func (c *campaign) settle(ctx context.Context, after string) {
 	var busy []string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		recs, err := c.records(ctx)
 		if err != nil {
 			continue
@@ -83,7 +83,7 @@ func (c *campaign) settle(ctx context.Context, after string) {
 		}
 	}
 	sort.Strings(busy)
-	c.note("after %s, still in a transitional state 20 s later: %s", after, strings.Join(busy, ", "))
+	c.note("after %s, still in a transitional state 10 s later: %s", after, strings.Join(busy, ", "))
 }
 
 // hostIDs returns the sandbox ids the host holds something of, by what: the runtime's
