@@ -185,7 +185,7 @@ func TestRESTHardeningAndBadInput(t *testing.T) {
 		{"POST", "/v1/sandboxes", `{"cpu": 1} {"cpu": 2}`, "INVALID_ARGUMENT"},
 		{"POST", "/v1/sandboxes", `not json`, "INVALID_ARGUMENT"},
 		{"POST", "/v1/sandboxes", ``, "INVALID_ARGUMENT"},
-		{"POST", "/v1/sandboxes", `{"env": {"A": "` + strings.Repeat("x", 30<<20) + `"}}`, "INVALID_ARGUMENT"},
+		{"POST", "/v1/sandboxes", `{"env": {"A": "` + strings.Repeat("x", 30<<20) + `"}}`, "FILE_TOO_LARGE"}, // 413: over the JSON bound
 		{"GET", "/v1/sandboxes/not-an-id", ``, "INVALID_ARGUMENT"},
 		{"GET", "/v1/sandboxes/sb-0123456789ab", ``, "SANDBOX_NOT_FOUND"},
 		{"DELETE", "/v1/sandboxes/sb-0123456789ab", ``, "SANDBOX_NOT_FOUND"},
