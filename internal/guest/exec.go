@@ -567,17 +567,18 @@ type processTree struct {
 	since uint64
 }
 
-// killTree SIGKILLs the command pid leads: its process group (the command and what it started
-// that stayed in the group, including children that ignore SIGTERM) and, with an exec tag,
-// every process that carries the tag (daemons that left the group with setsid, orphans of a
-// double fork). It waits for pid's status and keeps killing until nothing of the tree is left,
-// so a fork bomb racing the kill cannot outlive it.
+// killTree ends the command pid leads and everything it started (see cmdTree: its process
+// group, the processes that carry its exec tag, their descendants), frozen first and then
+// killed, until nothing of it is left, so a fork bomb racing the kill cannot outlive it. It
+// returns the main process's status.
 func (s *server) killTree(pid int, tree processTree, waitCh <-chan unix.WaitStatus) unix.WaitStatus {
-	if err := unix.Kill(-pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
-		s.log.Warn("guest: cannot kill the process group", "pgid", pid, "err", err)
-	}
-	if tree.tag != 0 {
-		killTagged(tree.tag, tree.since)
+	return s.endTree(newCmdTree(pid, tree), waitCh)
+}
+
+// endTree ends ct (see killTree) and returns its main process's status.
+func (s *server) endTree(ct *cmdTree, waitCh <-chan unix.WaitStatus) unix.WaitStatus {
+	if !ct.end(time.Now().Add(killWait)) {
+		s.log.Warn("guest: processes of a killed command still alive after repeated kills", "pgid", ct.pid, "tag", ct.tree.tag)
 	}
 	t := time.NewTimer(killWait)
 	defer t.Stop()
@@ -586,23 +587,14 @@ func (s *server) killTree(pid int, tree processTree, waitCh <-chan unix.WaitStat
 	case ws = <-waitCh:
 	case <-t.C:
 		// The reaper will still collect it; report the kill that was sent.
-		s.log.Warn("guest: killed command did not exit in time", "pid", pid)
+		s.log.Warn("guest: killed command did not exit in time", "pid", ct.pid)
 		ws = unix.WaitStatus(unix.SIGKILL)
 	}
-	for deadline := time.Now().Add(killWait); time.Now().Before(deadline); {
-		left := false
-		if err := unix.Kill(-pid, unix.SIGKILL); err == nil {
-			left = true // ESRCH: nobody is left in the group
-		}
-		if tree.tag != 0 && killTagged(tree.tag, tree.since) > 0 {
-			left = true
-		}
-		if !left {
-			return ws
-		}
-		time.Sleep(2 * time.Millisecond)
+	// Its status is in: once more, for anything that a process stuck in the kernel started
+	// while the first pass ran.
+	if !ct.end(time.Now().Add(killWait)) {
+		s.log.Warn("guest: processes of a killed command still alive after repeated kills", "pgid", ct.pid, "tag", ct.tree.tag)
 	}
-	s.log.Warn("guest: processes of a killed command still alive after repeated kills", "pgid", pid, "tag", tree.tag)
 	return ws
 }
 

@@ -633,14 +633,12 @@ func writeExitRecord(dir string, fin JobInfo) error {
 	return err
 }
 
-// cancelTree sends SIGTERM to the job's tree (its process group and every process carrying
-// its exec tag), waits up to grace for all of it to be gone, then SIGKILLs what is left (see
-// killTree). It returns the main process's status.
+// cancelTree sends SIGTERM to the job's tree (see cmdTree), waits up to grace for all of it to
+// be gone, then freezes and kills what is left (see killTree). It returns the main process's
+// status once nothing of the tree runs.
 func (s *server) cancelTree(pid int, tree processTree, waitCh <-chan unix.WaitStatus, grace time.Duration) unix.WaitStatus {
-	_ = unix.Kill(-pid, unix.SIGTERM)
-	if tree.tag != 0 {
-		signalTagged(tree.tag, tree.since, unix.SIGTERM)
-	}
+	ct := newCmdTree(pid, tree)
+	ct.signal(unix.SIGTERM)
 	deadline := time.Now().Add(grace)
 	var ws unix.WaitStatus
 	exited := false
@@ -656,25 +654,19 @@ func (s *server) cancelTree(pid int, tree processTree, waitCh <-chan unix.WaitSt
 		} else {
 			<-t.C
 		}
-		if exited && !jobTreeAlive(pid, tree) {
+		// Each scan remembers the tree's members, so one that its parent's exit hands to PID 1
+		// during the grace is still found by the kill.
+		if alive := ct.alive(); exited && !alive {
 			return ws
 		}
 	}
 	if exited {
-		// The main process is gone; killTree still has its status to hand back.
+		// The main process is gone; endTree still has its status to hand back.
 		ch := make(chan unix.WaitStatus, 1)
 		ch <- ws
 		waitCh = ch
 	}
-	return s.killTree(pid, tree, waitCh)
-}
-
-// jobTreeAlive reports whether anything of the job's tree is still alive.
-func jobTreeAlive(pid int, tree processTree) bool {
-	if unix.Kill(-pid, 0) == nil {
-		return true
-	}
-	return tree.tag != 0 && signalTagged(tree.tag, tree.since, 0) > 0
+	return s.endTree(ct, waitCh)
 }
 
 func (s *server) handleJobList(w http.ResponseWriter, _ *http.Request) {

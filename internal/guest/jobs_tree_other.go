@@ -2,13 +2,7 @@
 
 package guest
 
-import (
-	"time"
-
-	"golang.org/x/sys/unix"
-)
-
-func signalTagged(uint32, uint64, unix.Signal) int { return 0 }
+import "time"
 
 func jobCPU(int, uint32, uint64) (time.Duration, bool) { return 0, false }
 

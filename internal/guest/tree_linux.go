@@ -158,3 +158,94 @@ func procStat(pid int) (state byte, start uint64, ppid int, ok bool) {
 	ppid, err2 := strconv.Atoi(string(f[1]))
 	return f[0][0], start, ppid, err1 == nil && err2 == nil
 }
+
+// procEntry is what a scan of the command's tree reads of a process's stat.
+type procEntry struct {
+	ppid, pgrp int
+	state      byte
+	start      uint64
+}
+
+// readProcEntry reads pid's state, parent, process group and start time.
+func readProcEntry(pid int) (procEntry, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procEntry{}, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procEntry{}, false
+	}
+	// After "pid (comm)": state, ppid and pgrp are fields 3-5, starttime field 22 of proc(5).
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procEntry{}, false
+	}
+	ppid, err1 := strconv.Atoi(string(f[1]))
+	pgrp, err2 := strconv.Atoi(string(f[2]))
+	start, err3 := strconv.ParseUint(string(f[19]), 10, 64)
+	return procEntry{ppid: ppid, pgrp: pgrp, state: f[0][0], start: start}, err1 == nil && err2 == nil && err3 == nil
+}
+
+// members scans /proc for the live processes of the tree (see cmdTree), remembers them, and
+// returns their states by pid; ok is false when /proc cannot be read.
+func (c *cmdTree) members() (map[int]byte, bool) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
+	// Candidates: live processes (not this one) started at or after the command.
+	procs := make(map[int]procEntry, len(ents))
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == c.self {
+			continue
+		}
+		pe, ok := readProcEntry(pid)
+		if !ok || pe.state == 'Z' || pe.state == 'X' || pe.start < c.tree.since {
+			continue
+		}
+		procs[pid] = pe
+	}
+	var tag []byte
+	if c.tree.tag != 0 {
+		tag = []byte(strconv.FormatUint(uint64(c.tree.tag), 10))
+	}
+	decided := make(map[int]bool, 16)
+	// member decides pid, and on its way every candidate between it and the first decided
+	// ancestor: a process is a member if it is one by itself or its parent is a member.
+	member := func(pid int) bool {
+		var chain []int
+		m := false
+		for range 4096 {
+			if d, ok := decided[pid]; ok {
+				m = d
+				break
+			}
+			pe, ok := procs[pid]
+			if !ok {
+				break // not a candidate (started before the command, this process, or gone)
+			}
+			chain = append(chain, pid)
+			if start, ok := c.known[pid]; pid == c.pid || pe.pgrp == c.pid || ok && start == pe.start ||
+				tag != nil && hasGroup(pid, tag) && descends(pid, c.self) {
+				m = true
+				break
+			}
+			pid = pe.ppid
+		}
+		// The chain descends from its end: all of it is a member, or none of it is.
+		for _, p := range chain {
+			decided[p] = m
+		}
+		return m
+	}
+	out := map[int]byte{}
+	for pid, pe := range procs {
+		if member(pid) {
+			out[pid] = pe.state
+			c.known[pid] = pe.start
+		}
+	}
+	return out, true
+}
