@@ -162,3 +162,82 @@ func testJobs(t *testing.T, rt *Runtime, outside func(*testing.T, *Runtime, stri
 		t.Fatalf("Jobs: %+v %v", list, err)
 	}
 }
+
+// TestRuncRootTreeEnds: see testRootTreeEnds, in a real runc sandbox.
+func TestRuncRootTreeEnds(t *testing.T) {
+	testRootTreeEnds(t, newRunc(t), func(t *testing.T, _ *Runtime, id string) []int {
+		return slices.Sorted(maps.Keys(runtimetest.HostProcesses(t, id)))
+	})
+}
+
+// TestGVisorRootTreeEnds: see testRootTreeEnds, in a real gVisor sandbox.
+func TestGVisorRootTreeEnds(t *testing.T) {
+	testRootTreeEnds(t, newFlavor(t, FlavorGVisor), sentryProcesses)
+}
+
+// dropTagProgram, run by python3 as root in a sandbox, drops its supplementary groups (its exec
+// tag with them), leaves its session, ignores SIGTERM and becomes a sleep with treeMark: nothing
+// but its parent still ties it to the command that started it.
+const dropTagProgram = `import os, signal; os.setgroups([]); os.setsid(); signal.signal(signal.SIGTERM, signal.SIG_IGN); os.execvp("sleep", ["sleep", "` + treeMark + `"])`
+
+// testRootTreeEnds: a root job and a root exec whose child dropped its exec tag and left the
+// session end whole: the job's cancel (its main shell exits at SIGTERM, handing the child to
+// PID 1 during the grace) and the exec's timeout leave no process of them, in the sandbox's
+// /proc as soon as the job is reported canceled or the exec returns, and as the host sees the
+// sandbox.
+func testRootTreeEnds(t *testing.T, rt *Runtime, outside func(*testing.T, *Runtime, string) []int) {
+	id := runtimetest.NewID()
+	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	baseline := outside(t, rt, id)
+	backToBaseline := func(what string) {
+		t.Helper()
+		var left []int
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if left = outside(t, rt, id); slices.Equal(left, baseline) {
+				return
+			}
+		}
+		t.Fatalf("after the %s the host sees processes %v in the sandbox; before it %v", what, left, baseline)
+	}
+	waitMarked := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); len(markedProcesses(t, c)) < n; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the tree never showed: %v", markedProcesses(t, c))
+			}
+		}
+	}
+
+	jobID := "job-0123456789ad"
+	script := `trap 'exit 0' TERM; python3 -c '` + dropTagProgram + `' & sleep ` + treeMark + ` & wait`
+	if _, err := c.StartJob(ctx, guest.JobStartRequest{JobID: jobID, Argv: []string{"sh", "-c", script}, User: "root"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMarked(3) // the shell, the untagged sleep, the shell's sleep
+	got, err := c.CancelJob(ctx, jobID, 300*time.Millisecond)
+	if err != nil || got.State != guest.JobCanceled {
+		t.Fatalf("CancelJob: %+v %v", got, err)
+	}
+	if m := markedProcesses(t, c); len(m) != 0 {
+		t.Fatalf("the job is reported canceled while the sandbox's /proc still shows %v of it", m)
+	}
+	backToBaseline("cancel")
+
+	done := make(chan error, 1)
+	var res guest.ExecResult
+	go func() {
+		var err error
+		res, err = c.Exec(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", `python3 -c '` + dropTagProgram + `' & sleep ` + treeMark}, User: "root", TimeoutMs: 4000}, nil)
+		done <- err
+	}()
+	waitMarked(2)
+	if err := <-done; err != nil || !res.TimedOut {
+		t.Fatalf("Exec: %+v %v", res, err)
+	}
+	if m := markedProcesses(t, c); len(m) != 0 {
+		t.Fatalf("the exec returned (timed out) while the sandbox's /proc still shows %v of it", m)
+	}
+	backToBaseline("exec's timeout")
+}
