@@ -178,3 +178,46 @@ func TestSleepWakeGVisorMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSleepEndsRootJobTree: a runc sandbox's sleep (files only here) ends every process of a
+// root job, a child that dropped its exec tag, left the session and ignores SIGTERM included:
+// the sleeping sandbox holds no process on the host, the job is settled unknown, and after the
+// wake no process of the job runs.
+func TestSleepEndsRootJobTree(t *testing.T) {
+	testenv.RequireRoot(t)
+	snaps := filepath.Join(testenv.ShortTempDir(t, "absleep"), "snapshots")
+	e := newEnv(t, sandbox.Config{SnapshotDir: snaps})
+	sb := e.create(t, sandbox.CreateRequest{})
+	const mark = "1000.4343"
+	drop := `import os, signal; os.setgroups([]); os.setsid(); signal.signal(signal.SIGTERM, signal.SIG_IGN); os.execvp("sleep", ["sleep", "` + mark + `"])`
+	j, err := e.jobs.StartJob(context.Background(), sb.ID, sandbox.JobStartRequest{
+		Argv: []string{"sh", "-c", `python3 -c '` + drop + `' & sleep ` + mark + ` & wait`}, User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sleep's processes with the mark in their argv (the scan's own argv holds a pattern).
+	scan := `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$f" 2>/dev/null | grep -q '^sleep 1000[.]4343' && echo "${f%/cmdline}"; done; true`
+	for deadline := time.Now().Add(20 * time.Second); len(strings.Fields(e.sh(t, sb.ID, scan))) < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job's two sleeps never showed: %q", e.sh(t, sb.ID, scan))
+		}
+	}
+	if _, err := e.svc.Sleep(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if leaks := testenv.Leaks(sb.ID); len(leaks) > 0 {
+		t.Fatalf("a sleeping sandbox still holds host resources:\n%s", strings.Join(leaks, "\n"))
+	}
+	if r, err := e.jobs.JobStatus(context.Background(), sb.ID, j.ID); err != nil || r.State != sandbox.JobUnknown {
+		t.Fatalf("the job across the sleep = %+v, %v; want unknown", r, err)
+	}
+	if _, err := e.svc.Wake(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if left := e.sh(t, sb.ID, scan); strings.TrimSpace(left) != "" {
+		t.Fatalf("after the sleep and wake the job's processes %q still run", left)
+	}
+	if _, err := e.svc.Destroy(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
