@@ -261,7 +261,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/run_shell", s.runSnippet(snippet.Shell))
 	if p := s.opts.Prometheus; p != nil {
 		p.attach(s.svc, s.opts.Metrics, s.opts.Pools, s.opts.Jobs, s.log)
-		m.Handle("GET /metrics", p.handler(s.log))
+		m.Handle("GET /metrics", p.handler(s.log, s.metricsVisible))
 	}
 	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s %s (see docs/ARCHITECTURE.md for the REST API)", r.Method, r.URL.Path), http.StatusNotFound)

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/mcpserver"
+	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/fake"
@@ -71,9 +72,11 @@ func newAuthzEnv(t *testing.T) *authzEnv {
 	var once sync.Once
 	ready := make(chan struct{})
 	mount := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-ready; mcpH.ServeHTTP(w, r) })
+	prom := api.NewPrometheus()
 	h := api.New(sbs, api.Options{Token: authzToken, Runs: rs, SandboxJobs: sbj.Jobs(), Keys: auth.NewKeys(st, nil), Gate: chain,
-		Mount: map[string]http.Handler{"/mcp": mount}})
-	msrv := mcpserver.New(sbj, mcpserver.Options{Gate: chain, Runs: rs})
+		Mount: map[string]http.Handler{"/mcp": mount}, Prometheus: prom})
+	msrv := mcpserver.New(sbj, mcpserver.Options{Gate: chain, Runs: rs,
+		Metrics: metricsnap.New(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.Gatherer().Gather() })})
 	mcpH = msrv.StreamableHTTPHandler(mcpserver.HTTPOptions{})
 	once.Do(func() { close(ready) })
 	srv := httptest.NewServer(h)
@@ -313,4 +316,116 @@ func errcodeOf(t *testing.T, body string) string {
 	}
 	_ = json.Unmarshal([]byte(body), &e)
 	return e.Error.Code
+}
+
+// mcpText calls tool over /mcp with key and returns whether it failed and its text.
+func (e *authzEnv) mcpText(t *testing.T, key, tool string, args map[string]any) (bool, string) {
+	t.Helper()
+	hc := &http.Client{Transport: headerRT{key}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var txt strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			txt.WriteString(tc.Text)
+		}
+	}
+	return res.IsError, txt.String()
+}
+
+// TestMetricsAcrossPrincipals: GET /metrics (read scope) and fetch_metrics show a key the
+// per-sandbox series of its own principal's sandboxes only, with the host's series; the
+// admin sees every sandbox's.
+func TestMetricsAcrossPrincipals(t *testing.T) {
+	e := newAuthzEnv(t)
+	ctx := t.Context()
+	_, aliceKey := e.key(t, "reader", auth.ScopeRead)
+	bob, bobKey := e.key(t, "bob", auth.ScopeOperate)
+	aliceOp, aliceOpKey := e.key(t, "alice", auth.ScopeOperate)
+	sbA, err := aliceOp.Create(ctx, wire.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbB, err := bob.Create(ctx, wire.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perSandbox = "agentbox_sandbox_disk_used_bytes" // (the fake runtime measures the disk only)
+	const host = "agentbox_capacity_sandboxes_used"
+	for _, c := range []struct {
+		who       string
+		key       string
+		want, not []string
+	}{
+		{"alice", aliceOpKey, []string{sbA.ID}, []string{sbB.ID}},
+		{"bob", bobKey, []string{sbB.ID}, []string{sbA.ID}},
+		{"admin", authzToken, []string{sbA.ID, sbB.ID}, nil},
+	} {
+		st, prom := e.rest(t, c.key, http.MethodGet, "/metrics", "")
+		if st != http.StatusOK || !strings.Contains(prom, host) || !strings.Contains(prom, perSandbox) {
+			t.Fatalf("%s: GET /metrics: %d, want 200 with %s and %s:\n%.2000s", c.who, st, host, perSandbox, prom)
+		}
+		isErr, mcpTxt := e.mcpText(t, c.key, "fetch_metrics", map[string]any{"prefix": "agentbox_"})
+		if isErr || !strings.Contains(mcpTxt, host) || !strings.Contains(mcpTxt, perSandbox) {
+			t.Fatalf("%s: fetch_metrics: error %v:\n%.2000s", c.who, isErr, mcpTxt)
+		}
+		for surface, got := range map[string]string{"GET /metrics": prom, "fetch_metrics": mcpTxt} {
+			for _, id := range c.want {
+				if !strings.Contains(got, id) {
+					t.Errorf("%s: %s misses the series of %s", c.who, surface, id)
+				}
+			}
+			for _, id := range c.not {
+				if strings.Contains(got, id) {
+					t.Errorf("%s: %s shows the series of another principal's %s", c.who, surface, id)
+				}
+			}
+		}
+	}
+	// Asking for the other's sandbox by name is the missing sandbox's answer.
+	if isErr, txt := e.mcpText(t, bobKey, "fetch_metrics", map[string]any{"sandbox_id": sbA.ID}); !isErr || !strings.Contains(txt, string(errcode.SandboxNotFound)) {
+		t.Errorf("bob's fetch_metrics of alice's sandbox: error %v %s, want %s", isErr, txt, errcode.SandboxNotFound)
+	}
+	// A read key scrapes too: its principal has no sandbox, so no sandbox's series.
+	if st, prom := e.rest(t, aliceKey, http.MethodGet, "/metrics", ""); st != http.StatusOK || strings.Contains(prom, sbA.ID) || strings.Contains(prom, sbB.ID) || !strings.Contains(prom, host) {
+		t.Errorf("read key's GET /metrics: %d, shows another principal's series or no host series", st)
+	}
+}
+
+// TestRunListsAcrossPrincipals: the batch list and MCP run_list show a key its principal's
+// only and the admin (the server's token) every principal's, as the run list does.
+func TestRunListsAcrossPrincipals(t *testing.T) {
+	e := newAuthzEnv(t)
+	ctx := t.Context()
+	alice, aliceKey := e.key(t, "alice", auth.ScopeOperate)
+	_, bobKey := e.key(t, "bob", auth.ScopeOperate)
+	spec, _ := json.Marshal(wire.RunSpec{Dir: e.work, Command: []string{"true"}})
+	b, err := alice.StartBatch(ctx, wire.BatchRequest{Runs: []json.RawMessage{spec}}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := alice.WaitRun(ctx, wire.RunSpec{Dir: e.work, Command: []string{"true"}}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		who, key string
+		sees     bool
+	}{{"alice", aliceKey, true}, {"bob", bobKey, false}, {"admin", authzToken, true}} {
+		st, body := e.rest(t, c.key, http.MethodGet, "/v1/batches", "")
+		if st != http.StatusOK || strings.Contains(body, b.ID) != c.sees {
+			t.Errorf("%s: GET /v1/batches: %d, shows alice's batch %v, want %v: %s", c.who, st, !c.sees, c.sees, body)
+		}
+		isErr, txt := e.mcpText(t, c.key, "run_list", map[string]any{})
+		if isErr || strings.Contains(txt, run.ID) != c.sees {
+			t.Errorf("%s: run_list: error %v, shows alice's run %v, want %v: %s", c.who, isErr, !c.sees, c.sees, txt)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/agentbox/agentbox/internal/authz"
+	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -39,4 +40,10 @@ func (s *Server) ownFleetMetrics(ctx context.Context) (sandbox.FleetMetrics, err
 		return sandbox.FleetMetrics{}, err
 	}
 	return s.opts.Metrics.SampleSandboxes(ctx, sbs)
+}
+
+// metricsVisible is which sandboxes' Prometheus series ctx's caller sees (GET /metrics):
+// authz.SandboxPredicate over the caller's principal's live sandboxes (an admin: every one).
+func (s *Server) metricsVisible(ctx context.Context) (metricsnap.Visible, error) {
+	return authz.SandboxPredicate(ctx, authz.PrincipalSandboxes(s.svc))
 }

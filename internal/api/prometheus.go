@@ -13,7 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/metrics"
 	"github.com/agentbox/agentbox/internal/sandbox/pools"
@@ -131,9 +133,23 @@ func (p *Prometheus) Gatherer() prometheus.Gatherer { return p.reg }
 // other caller).
 func (p *Prometheus) HistoryGatherer() prometheus.Gatherer { return p.hist }
 
-// handler serves the registry in the text exposition format.
-func (p *Prometheus) handler(log *slog.Logger) http.Handler {
-	return promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{ErrorLog: slogPromLogger{log}, ErrorHandling: promhttp.ContinueOnError, Timeout: collectTimeout + 5*time.Second})
+// handler serves the registry in the text exposition format, as the caller may see it: visible
+// is the caller's predicate on sandbox_id (authz.SandboxPredicate; nil: every series), applied
+// by metricsnap.Filter as fetch_metrics applies it.
+func (p *Prometheus) handler(log *slog.Logger, visible func(ctx context.Context) (metricsnap.Visible, error)) http.Handler {
+	opts := promhttp.HandlerOpts{ErrorLog: slogPromLogger{log}, ErrorHandling: promhttp.ContinueOnError, Timeout: collectTimeout + 5*time.Second}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := visible(r.Context())
+		if err != nil {
+			http.Error(w, "cannot decide which sandboxes' series to show: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+			mfs, err := p.reg.Gather()
+			return metricsnap.Filter(mfs, v), err
+		})
+		promhttp.HandlerFor(g, opts).ServeHTTP(w, r)
+	})
 }
 
 // observeHTTP records one request under its route pattern.

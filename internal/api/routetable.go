@@ -45,8 +45,8 @@ const (
 // routeTable declares every REST route, by its pattern as registered.
 var routeTable = map[string]Route{
 	"GET /health":           read("health", auth.Public, gate.ObjectNone),
-	"/v1/":                  read("no_such_endpoint", auth.ScopeRead, gate.ObjectNone),    // the catch-all answering unknown paths
-	"GET /metrics":          read("prometheus_metrics", auth.ScopeAdmin, gate.ObjectNone), // every principal's sandboxes' series
+	"/v1/":                  read("no_such_endpoint", auth.ScopeRead, gate.ObjectNone),   // the catch-all answering unknown paths
+	"GET /metrics":          read("prometheus_metrics", auth.ScopeRead, gate.ObjectNone), // a key's own sandboxes' series (authz.SandboxPredicate)
 	"GET /v1/openapi.json":  read("openapi", auth.ScopeRead, gate.ObjectNone),
 	"GET /v1/capacity":      read("capacity", auth.ScopeRead, gate.ObjectNone),
 	"GET /v1/runtimes":      read("runtimes", auth.ScopeRead, gate.ObjectNone),

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/text"
 )
 
@@ -196,10 +197,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The caller's principal's runs (authz.ListPrincipal); an admin's lists show every run.
-	f := runs.Filter{States: states, BatchID: q.Get("batch_id"), Before: q.Get("before")}
-	if p, filtered := authz.ListPrincipal(r.Context()); filtered {
-		f.Owner = p
-	}
+	f := runs.Filter{States: states, BatchID: q.Get("batch_id"), Before: q.Get("before"), Owner: authz.ListOwner(r.Context())}
 	for _, v := range q["label"] {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {
@@ -415,7 +413,9 @@ func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	l, err := rs.ListBatches(r.Context(), q.Get("before"), int(ptrOr(lim, 0)))
+	// The caller's principal's batches (authz.ListOwner); an admin's lists show every batch.
+	ctx := sandbox.WithOwner(r.Context(), authz.ListOwner(r.Context()))
+	l, err := rs.ListBatches(ctx, q.Get("before"), int(ptrOr(lim, 0)))
 	if l.Batches == nil {
 		l.Batches = []runs.Batch{}
 	}

@@ -147,6 +147,17 @@ func ListPrincipal(ctx context.Context) (string, bool) {
 	return c.Principal, true
 }
 
+// ListOwner is the owner a list of runs or batches made for ctx's caller is filtered to:
+// ListPrincipal's principal (a key's runs and batches are owned by its principal), or "" for
+// every owner's (an admin's lists).
+func ListOwner(ctx context.Context) string {
+	p, filtered := ListPrincipal(ctx)
+	if !filtered {
+		return ""
+	}
+	return p
+}
+
 // Owned reports whether the object kind has a principal of its own (or its sandbox's).
 func Owned(kind string) bool {
 	switch kind {
@@ -232,4 +243,45 @@ func NotFound(o gate.Object) error {
 		return errcode.New(errcode.SnapshotNotFound, "snapshot %s not found; snapshot_list shows which exist", o.ID)
 	}
 	return errcode.New(errcode.SandboxNotFound, "sandbox %s not found; list sandboxes to see which exist", o.ID)
+}
+
+// SandboxPredicate is which sandboxes' series ctx's caller may see in the server's metrics
+// (fetch_metrics and GET /metrics both apply it, through metricsnap.Query.Sandboxes and
+// metricsnap.Filter): nil for a caller whose lists are not filtered (an admin: every
+// sandbox); else exactly the sandboxes list returns for the caller's principal (the same
+// principal ListPrincipal filters sandbox lists to). list is the sandbox list of that
+// principal (live ones: a destroyed sandbox has no series).
+func SandboxPredicate(ctx context.Context, list func(ctx context.Context, principal string) ([]string, error)) (func(sandboxID string) bool, error) {
+	p, filtered := ListPrincipal(ctx)
+	if !filtered {
+		return nil, nil
+	}
+	ids, err := list(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	own := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		own[id] = true
+	}
+	return func(id string) bool { return own[id] }, nil
+}
+
+// PrincipalSandboxes lists a principal's sandboxes that are not destroyed (pooled ones are
+// nobody's until claimed), for SandboxPredicate: svc is the sandbox service, or an MCP
+// server's backend.
+func PrincipalSandboxes(svc interface {
+	List(ctx context.Context, f sandbox.ListFilter) ([]sandbox.Sandbox, error)
+}) func(ctx context.Context, principal string) ([]string, error) {
+	return func(ctx context.Context, principal string) ([]string, error) {
+		sbs, err := svc.List(ctx, sandbox.ListFilter{Principal: principal, Limit: sandbox.MaxList})
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]string, len(sbs))
+		for i, sb := range sbs {
+			ids[i] = sb.ID
+		}
+		return ids, nil
+	}
 }

@@ -126,3 +126,20 @@ func TestDecide(t *testing.T) {
 		t.Fatalf("read key on an operate route: %v", err)
 	}
 }
+
+// TestSandboxPredicate: an admin's metrics are not filtered; another key sees exactly its
+// principal's sandboxes, asked of the list by that principal.
+func TestSandboxPredicate(t *testing.T) {
+	list := func(_ context.Context, p string) ([]string, error) {
+		return map[string][]string{"key:a": {"sb-a"}, "key:b": {"sb-b"}}[p], nil
+	}
+	admin := gate.WithCaller(context.Background(), gate.Caller{ID: "t", Scope: auth.ScopeAdmin, Principal: gate.AdminPrincipal})
+	if f, err := authz.SandboxPredicate(admin, list); err != nil || f != nil {
+		t.Fatalf("admin: filtered (%v)", err)
+	}
+	a := gate.WithCaller(context.Background(), gate.Caller{ID: "a", Scope: auth.ScopeRead, Principal: "key:a"})
+	f, err := authz.SandboxPredicate(a, list)
+	if err != nil || f == nil || !f("sb-a") || f("sb-b") || f("") {
+		t.Fatalf("key a: predicate wrong (%v)", err)
+	}
+}

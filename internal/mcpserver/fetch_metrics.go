@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -79,6 +80,12 @@ func (s *Server) fetchMetrics(ctx context.Context, src *metricsnap.Source, in Fe
 	if in.WindowSeconds < 0 || in.WindowSeconds > int64(metricsnap.Retention.Seconds()) {
 		return FetchMetricsOut{}, "", errcode.New(errcode.InvalidArgument, "window_seconds must be between 1 and %d (the history keeps the last hour); got %d", int(metricsnap.Retention.Seconds()), in.WindowSeconds)
 	}
+	// The caller's principal's sandboxes' series only (an admin's: all), as GET /metrics.
+	vis, err := authz.SandboxPredicate(ctx, authz.PrincipalSandboxes(s.b))
+	if err != nil {
+		return FetchMetricsOut{}, "", err
+	}
+	q.Sandboxes = vis
 	out := FetchMetricsOut{Metrics: []metricsnap.Family{}}
 	if in.SandboxID != "" {
 		m, err := s.sample(ctx, in.SandboxID)

@@ -15,6 +15,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/runs"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -712,7 +713,7 @@ func (s *Server) runList(ctx context.Context, call *mcp.CallToolRequest, in RunL
 		f.Limit = int(*in.Limit)
 	}
 	ctx = s.owned(ctx, call)
-	f.Owner = sandbox.OwnerFrom(ctx) // the caller's runs (over REST the server applies its own)
+	f.Owner = authz.ListOwner(ctx) // the caller's principal's runs, an admin's all (over REST the server applies its own)
 	l, err := rb.List(ctx, f)
 	if err != nil {
 		return RunListOut{}, "", err

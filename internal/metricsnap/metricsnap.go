@@ -96,6 +96,60 @@ type Query struct {
 	Name   string
 	Prefix string
 	Labels map[string]string
+	// Sandboxes is who may see what: a series labelled sandbox_id is kept only when it
+	// reports true for that id (authz.SandboxPredicate, from the caller's principal); nil
+	// keeps every series (an admin's).
+	Sandboxes Visible
+}
+
+// Visible reports whether a caller may see a sandbox's series; nil: every sandbox's.
+type Visible func(sandboxID string) bool
+
+// SandboxLabel is the label that names a sandbox: the series that carry it are the sandbox's
+// principal's (Visible decides); every other series is the host's or the fleet's.
+const SandboxLabel = "sandbox_id"
+
+// Keeps reports whether v lets a series with labels ls through: a series without SandboxLabel
+// always, one with it when v allows its sandbox.
+func (v Visible) Keeps(ls map[string]string) bool {
+	if v == nil {
+		return true
+	}
+	id, ok := ls[SandboxLabel]
+	return !ok || v(id)
+}
+
+// Filter returns mfs without the series v hides (families left with none are dropped), for a
+// Prometheus exposition (GET /metrics) made for one caller: the same rule as Current's. mfs is
+// not modified; nil v returns mfs as is.
+func Filter(mfs []*dto.MetricFamily, v Visible) []*dto.MetricFamily {
+	if v == nil {
+		return mfs
+	}
+	out := make([]*dto.MetricFamily, 0, len(mfs))
+	for _, mf := range mfs {
+		var kept []*dto.Metric
+		hidden := false
+		for _, m := range mf.GetMetric() {
+			ls := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				ls[lp.GetName()] = lp.GetValue()
+			}
+			if v.Keeps(ls) {
+				kept = append(kept, m)
+			} else {
+				hidden = true
+			}
+		}
+		switch {
+		case !hidden:
+			out = append(out, mf)
+		case len(kept) > 0:
+			c := &dto.MetricFamily{Name: mf.Name, Help: mf.Help, Type: mf.Type, Unit: mf.Unit, Metric: kept}
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Check validates q.
@@ -117,6 +171,9 @@ func (q Query) family(name string) bool {
 }
 
 func (q Query) labels(ls map[string]string) bool {
+	if !q.Sandboxes.Keeps(ls) {
+		return false
+	}
 	for k, v := range q.Labels {
 		if ls[k] != v {
 			return false

@@ -105,3 +105,67 @@ func TestWindow(t *testing.T) {
 		t.Fatalf("past retention: %v", err)
 	}
 }
+
+// TestVisibleHidesOtherSandboxes: with Query.Sandboxes, a series labelled with a sandbox the
+// caller may not see is gone from Current, Window and Filter alike; the series without a
+// sandbox_id (the host's) stay; nil shows everything.
+func TestVisibleHidesOtherSandboxes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	per := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "t_sandbox_mem", Help: "m"}, []string{"sandbox_id"})
+	host := prometheus.NewGauge(prometheus.GaugeOpts{Name: "t_capacity", Help: "c"})
+	reg.MustRegister(per, host)
+	per.WithLabelValues("sb-mine").Set(1)
+	per.WithLabelValues("sb-theirs").Set(2)
+	host.Set(3)
+	mine := metricsnap.Visible(func(id string) bool { return id == "sb-mine" })
+	src := source(reg)
+	ctx := context.Background()
+	ids := func(fams []metricsnap.Family) []string {
+		var out []string
+		for _, f := range fams {
+			for _, s := range f.Samples {
+				out = append(out, f.Name+":"+s.Labels["sandbox_id"])
+			}
+		}
+		return out
+	}
+	fams, _, err := src.Current(ctx, metricsnap.Query{Prefix: "t_", Sandboxes: mine})
+	if got := strings.Join(ids(fams), ","); err != nil || got != "t_capacity:,t_sandbox_mem:sb-mine" {
+		t.Errorf("Current(mine) = %s, %v", got, err)
+	}
+	fams, _, _ = src.Current(ctx, metricsnap.Query{Prefix: "t_", Labels: map[string]string{"sandbox_id": "sb-theirs"}, Sandboxes: mine})
+	if len(ids(fams)) != 0 {
+		t.Errorf("Current(theirs by label) = %v, want nothing", ids(fams))
+	}
+	fams, _, _ = src.Current(ctx, metricsnap.Query{Prefix: "t_"})
+	if got := strings.Join(ids(fams), ","); got != "t_capacity:,t_sandbox_mem:sb-mine,t_sandbox_mem:sb-theirs" {
+		t.Errorf("Current(all) = %s", got)
+	}
+	now := time.Now()
+	src.Sample(ctx, now)
+	h, _, err := src.Window(metricsnap.Query{Prefix: "t_", Sandboxes: mine}, time.Minute, now.Add(time.Second))
+	var hs []string
+	for _, s := range h.Series {
+		hs = append(hs, s.Series+":"+s.Labels["sandbox_id"])
+	}
+	if got := strings.Join(hs, ","); err != nil || got != "t_capacity:,t_sandbox_mem:sb-mine" {
+		t.Errorf("Window(mine) = %s, %v", got, err)
+	}
+	mfs, _ := reg.Gather()
+	var fs []string
+	for _, mf := range metricsnap.Filter(mfs, mine) {
+		for _, m := range mf.GetMetric() {
+			l := ""
+			for _, lp := range m.GetLabel() {
+				l += lp.GetValue()
+			}
+			fs = append(fs, mf.GetName()+":"+l)
+		}
+	}
+	if got := strings.Join(fs, ","); got != "t_capacity:,t_sandbox_mem:sb-mine" {
+		t.Errorf("Filter(mine) = %s", got)
+	}
+	if len(metricsnap.Filter(mfs, func(string) bool { return false })) != 1 {
+		t.Errorf("Filter(none) kept a family of sandbox series only")
+	}
+}

@@ -384,7 +384,8 @@ func (s *Service) batchDone(ctx context.Context, id string) (bool, error) {
 	return n >= len(b.Runs) && settled == n, nil
 }
 
-// ListBatches pages the caller's batches, newest first: summaries (kind, counts, settled,
+// ListBatches pages the batches of the owner on ctx (sandbox.OwnerFrom; "": every owner's:
+// the REST handler puts authz.ListOwner there), newest first: summaries (kind, counts, settled,
 // submission failures); GetBatch has each one's runs, matrix table and comparison.
 func (s *Service) ListBatches(ctx context.Context, before string, limit int) (BatchList, error) {
 	if limit == 0 {
