@@ -277,12 +277,12 @@ func TestStreamedBodyDigest(t *testing.T) {
 	}
 }
 
-// TestFleetWideReadsAreAdmin: the routes whose replies name every principal's sandboxes — the
-// Prometheus scrape (sandbox ids are its series' labels), the audit log, SQL — need an admin
-// key; a key's own fleet view is GET /v1/fleet/metrics, filtered to its sandboxes.
+// TestFleetWideReadsAreAdmin: the routes whose replies name every principal's objects — the
+// audit log, SQL — need an admin key; a key's own fleet view is GET /v1/fleet/metrics, and its
+// Prometheus scrape GET /metrics, both filtered to its sandboxes (TestMetricsAcrossPrincipals).
 func TestFleetWideReadsAreAdmin(t *testing.T) {
 	table := api.RouteTable()
-	for _, p := range []string{"GET /metrics", "GET /v1/audit", "POST /v1/sql"} {
+	for _, p := range []string{"GET /v1/audit", "POST /v1/sql"} {
 		if got := table[p].Scope; got != auth.ScopeAdmin {
 			t.Errorf("%s needs scope %q, want admin", p, got)
 		}

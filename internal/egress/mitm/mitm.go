@@ -443,6 +443,10 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 		}
 	}
 	sc := newScrubber(s.values)
+	if sc != nil && isUpgrade(req) && isWebSocket(req.Header) {
+		// frames are scrubbed (ws.go): no extension may hide their payload
+		req.Header.Del("Sec-WebSocket-Extensions")
+	}
 	if sc != nil {
 		// upstream answers in a coding the scrubber reads, or none
 		if v, ok := narrowAcceptEncoding(req.Header.Values("Accept-Encoding")); ok {
@@ -467,9 +471,14 @@ func (s *session) handle(ctx context.Context, req *http.Request) (keep bool, err
 	defer resp.Body.Close()
 	defer s.recordScrubs(req, sc)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if sc != nil && isWebSocket(req.Header) && resp.Header.Get("Sec-WebSocket-Extensions") != "" {
+			s.i.log.Info("egress: upstream WebSocket negotiated an extension it was not offered", "sandbox", s.t.SandboxID, "host", s.host)
+			s.reply(http.StatusBadGateway, fmt.Sprintf("agentbox egress: %s answered the WebSocket upgrade with an extension (Sec-WebSocket-Extensions) it was not offered; frames from a host that receives secrets are scrubbed and cannot be under an extension", s.host))
+			return false, nil
+		}
 		scrubHeader(resp.Header, sc)
 		resp.Status = statusLine(resp, sc)
-		return false, s.upgrade(resp)
+		return false, s.upgrade(resp, sc, isWebSocket(req.Header))
 	}
 	keep, err = s.relay(req, resp, sc)
 	if err != nil || !keep {
@@ -655,8 +664,10 @@ func (s *session) closeUpstream() {
 	}
 }
 
-// upgrade relays a 101 response and then the bytes both ways until either side ends.
-func (s *session) upgrade(resp *http.Response) error {
+// upgrade relays a 101 response and then the bytes both ways until either side ends; with sc,
+// what upstream sends is scrubbed: a WebSocket's frames (ws.go), any other protocol as a
+// stream.
+func (s *session) upgrade(resp *http.Response, sc *scrubber, websocket bool) error {
 	if err := resp.Write(s.cbw); err != nil {
 		return err
 	}
@@ -676,7 +687,20 @@ func (s *session) upgrade(resp *http.Response) error {
 		up.Close()
 		s.conn.Close()
 	}()
-	io.Copy(s.conn, s.ubr)
+	var err error
+	switch {
+	case sc == nil:
+		io.Copy(s.conn, s.ubr)
+	case websocket:
+		err = newWSScrubber(sc, s.ubr, s.conn).run()
+	default:
+		sw := &scrubWriter{s: sc, w: s.conn}
+		io.Copy(sw, s.ubr)
+		sw.Close()
+	}
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		s.i.log.Info("egress: WebSocket from upstream cut off", "sandbox", s.t.SandboxID, "host", s.host, "error", s.scrub(err))
+	}
 	up.Close()
 	s.conn.Close()
 	<-done
