@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/agentbox/agentbox/internal/approval"
+	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -47,7 +48,8 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 	if ap == nil {
 		return
 	}
-	f := approval.Filter{State: approval.State(r.URL.Query().Get("state"))}
+	// The caller's principal's approvals (authz.ListOwner); an admin's list shows every one.
+	f := approval.Filter{State: approval.State(r.URL.Query().Get("state")), Principal: authz.ListOwner(r.Context())}
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil {

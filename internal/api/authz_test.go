@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/authz"
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -43,7 +44,11 @@ type authzEnv struct {
 	work  string
 }
 
-func newAuthzEnv(t *testing.T) *authzEnv {
+func newAuthzEnv(t *testing.T) *authzEnv { return newAuthzEnvGated(t, nil) }
+
+// newAuthzEnvGated is newAuthzEnv with approvals asked for the tools gated (nil: none, no
+// approval queue).
+func newAuthzEnvGated(t *testing.T, gated []string) *authzEnv {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "agentbox.db"))
@@ -67,14 +72,22 @@ func newAuthzEnv(t *testing.T) *authzEnv {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); rs.Run(ctx) }()
-	chain := gate.Chain{authz.Gate{Store: st, Runs: st}}
+	chain := gate.Chain{authz.Gate{Store: st, Runs: st, Approvals: st}}
+	var aps api.Approvals
+	if gated != nil {
+		ap, err := approval.New(st, approval.Config{Tools: gated, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain, aps = append(chain, ap), ap
+	}
 	var mcpH http.Handler
 	var once sync.Once
 	ready := make(chan struct{})
 	mount := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-ready; mcpH.ServeHTTP(w, r) })
 	prom := api.NewPrometheus()
 	h := api.New(sbs, api.Options{Token: authzToken, Runs: rs, SandboxJobs: sbj.Jobs(), Keys: auth.NewKeys(st, nil), Gate: chain,
-		Mount: map[string]http.Handler{"/mcp": mount}, Prometheus: prom})
+		Mount: map[string]http.Handler{"/mcp": mount}, Prometheus: prom, Approvals: aps})
 	msrv := mcpserver.New(sbj, mcpserver.Options{Gate: chain, Runs: rs,
 		Metrics: metricsnap.New(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.Gatherer().Gather() })})
 	mcpH = msrv.StreamableHTTPHandler(mcpserver.HTTPOptions{})
@@ -427,5 +440,98 @@ func TestRunListsAcrossPrincipals(t *testing.T) {
 		if isErr || strings.Contains(txt, run.ID) != c.sees {
 			t.Errorf("%s: run_list: error %v, shows alice's run %v, want %v: %s", c.who, isErr, !c.sees, c.sees, txt)
 		}
+	}
+}
+
+// TestApprovalsAcrossPrincipals: an approval records the requesting key's principal; a key
+// that is not admin lists and reads its own principal's approvals only (another's is the
+// missing approval's 404) and decides none, its own included; the admin sees and decides all.
+func TestApprovalsAcrossPrincipals(t *testing.T) {
+	e := newAuthzEnvGated(t, []string{"exec"})
+	ctx := t.Context()
+	alice, aliceKey := e.key(t, "alice", auth.ScopeOperate)
+	bob, bobKey := e.key(t, "bob", auth.ScopeOperate)
+	sbA, err := alice.Create(ctx, wire.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbB, err := bob.Create(ctx, wire.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		st   int
+		body string
+	}
+	execs := map[string]chan result{}
+	for who, c := range map[string]struct{ key, sb string }{"alice": {aliceKey, sbA.ID}, "bob": {bobKey, sbB.ID}} {
+		ch := make(chan result, 1)
+		execs[who] = ch
+		go func() {
+			st, body, _ := call(t, http.MethodPost, e.url+"/v1/sandboxes/"+c.sb+"/exec", c.key, `{"command":["true"]}`)
+			ch <- result{st, body}
+		}()
+	}
+	// Both wait for a decision: the admin sees both, each with its principal.
+	byPrincipal := map[string]wire.Approval{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(byPrincipal) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the admin sees %d pending approvals, want 2", len(byPrincipal))
+		}
+		l, err := e.admin.ListApprovals(ctx, wire.ApprovalPending, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range l {
+			byPrincipal[a.Principal] = a
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var apA, apB wire.Approval
+	for p, a := range byPrincipal {
+		switch a.CallerName {
+		case "alice":
+			apA = a
+		case "bob":
+			apB = a
+		}
+		if !strings.HasPrefix(p, "key:") || p != "key:"+a.CallerID {
+			t.Errorf("approval %s of %s has principal %q", a.ID, a.CallerName, p)
+		}
+	}
+	if apA.ID == "" || apB.ID == "" {
+		t.Fatalf("approvals %+v", byPrincipal)
+	}
+	// Alice lists and reads hers, not bob's.
+	st, body := e.rest(t, aliceKey, http.MethodGet, "/v1/approvals", "")
+	if st != http.StatusOK || !strings.Contains(body, apA.ID) || strings.Contains(body, apB.ID) {
+		t.Errorf("alice's approval list: %d %s; want hers (%s) only", st, body, apA.ID)
+	}
+	if st, body := e.rest(t, aliceKey, http.MethodGet, "/v1/approvals/"+apA.ID, ""); st != http.StatusOK {
+		t.Errorf("alice's get of her approval: %d %s", st, body)
+	}
+	stMissing, bodyMissing := e.rest(t, aliceKey, http.MethodGet, "/v1/approvals/ap-000000000000", "")
+	if st, body := e.rest(t, aliceKey, http.MethodGet, "/v1/approvals/"+apB.ID, ""); st != http.StatusNotFound || st != stMissing || errcodeOf(t, body) != errcodeOf(t, bodyMissing) {
+		t.Errorf("alice's get of bob's approval: %d %s; want %d %s as for a missing one", st, body, stMissing, bodyMissing)
+	}
+	// Neither decides, its own included.
+	for _, id := range []string{apA.ID, apB.ID} {
+		if st, body := e.rest(t, aliceKey, http.MethodPost, "/v1/approvals/"+id+"/approve", ""); st != http.StatusForbidden {
+			t.Errorf("alice's approve of %s: %d %s, want 403", id, st, body)
+		}
+	}
+	// The admin decides both.
+	if _, err := e.admin.DecideApproval(ctx, apA.ID, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.DecideApproval(ctx, apB.ID, false, "no"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-execs["alice"]; r.st != http.StatusOK {
+		t.Errorf("alice's approved exec: %d %s", r.st, r.body)
+	}
+	if r := <-execs["bob"]; r.st == http.StatusOK {
+		t.Errorf("bob's denied exec ran: %s", r.body)
 	}
 }

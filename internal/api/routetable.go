@@ -128,9 +128,9 @@ var routeTable = map[string]Route{
 	"POST /v1/keys":                   act("key_create", auth.ScopeAdmin, gate.ObjectNone),
 	"GET /v1/keys":                    read("key_list", auth.ScopeAdmin, gate.ObjectNone),
 	"DELETE /v1/keys/{ref}":           act("key_revoke", auth.ScopeAdmin, gate.ObjectKey),
-	"GET /v1/audit":                   read("audit_list", auth.ScopeAdmin, gate.ObjectNone), // every caller's calls
-	"GET /v1/approvals":               read("approval_list", auth.ScopeAdmin, gate.ObjectNone),
-	"GET /v1/approvals/{id}":          read("approval_get", auth.ScopeAdmin, gate.ObjectApproval),
+	"GET /v1/audit":                   read("audit_list", auth.ScopeAdmin, gate.ObjectNone),      // every caller's calls
+	"GET /v1/approvals":               read("approval_list", auth.ScopeRead, gate.ObjectNone),    // a key's own principal's (authz.ListOwner)
+	"GET /v1/approvals/{id}":          read("approval_get", auth.ScopeRead, gate.ObjectApproval), // another principal's: 404
 	"POST /v1/approvals/{id}/approve": act("approval_approve", auth.ScopeAdmin, gate.ObjectApproval),
 	"POST /v1/approvals/{id}/deny":    act("approval_deny", auth.ScopeAdmin, gate.ObjectApproval),
 	"POST /v1/sql":                    read("execute_sql", auth.ScopeAdmin, gate.ObjectNone), // the views show every caller's calls and sandboxes

@@ -474,6 +474,7 @@ func wireApproval(v approval.Approval) wire.Approval {
 		Summary:    v.Summary,
 		CallerID:   v.CallerID,
 		CallerName: v.CallerName,
+		Principal:  v.Principal,
 		CreatedAt:  v.CreatedAt,
 		ExpiresAt:  v.ExpiresAt,
 		DecidedAt:  v.DecidedAt,

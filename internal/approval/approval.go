@@ -45,12 +45,16 @@ type Approval struct {
 	Summary    json.RawMessage `json:"summary"`
 	CallerID   string          `json:"caller_id,omitempty"`
 	CallerName string          `json:"caller_name,omitempty"`
-	CreatedAt  time.Time       `json:"created_at"`
-	ExpiresAt  time.Time       `json:"expires_at"`
-	DecidedAt  *time.Time      `json:"decided_at,omitempty"`
-	Decider    string          `json:"decider,omitempty"`
-	Reason     string          `json:"reason,omitempty"`
-	UsedAt     *time.Time      `json:"used_at,omitempty"`
+	// Principal is the requesting key's principal (gate.Caller.Principal; "admin" for the
+	// server's token and the stdio session): a key that is not admin sees its own principal's
+	// approvals only, and never decides one.
+	Principal string     `json:"principal,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	DecidedAt *time.Time `json:"decided_at,omitempty"`
+	Decider   string     `json:"decider,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	UsedAt    *time.Time `json:"used_at,omitempty"`
 	// Outcome is "ok" or the error code the approved call returned, once it returned.
 	Outcome string `json:"outcome,omitempty"`
 	// Bound: the call's digest does not cover all it sends (a streamed REST body, represented by
@@ -60,8 +64,9 @@ type Approval struct {
 
 // Filter selects approvals to list, newest first.
 type Filter struct {
-	State State // "" = every state
-	Limit int   // 0 = DefaultListLimit; at most MaxListLimit
+	State     State  // "" = every state
+	Principal string // "" = every principal's
+	Limit     int    // 0 = DefaultListLimit; at most MaxListLimit
 }
 
 // Bounds.

@@ -243,7 +243,7 @@ func (s *Service) findOrCreate(ctx context.Context, c *gate.Call, digest string,
 		return Approval{}, errcode.New(errcode.CapacityUnavailable, "the approval queue is full (%d pending); decide or let some expire first", n).With("max_pending", s.cfg.MaxPending)
 	}
 	a := Approval{ID: newID(), State: Pending, Tool: c.Tool, Action: c.Action, Surface: c.Surface, SandboxID: c.SandboxID,
-		Digest: digest, Summary: Summarize(c), CallerID: c.Caller.ID, CallerName: c.Caller.Name,
+		Digest: digest, Summary: Summarize(c), CallerID: c.Caller.ID, CallerName: c.Caller.Name, Principal: principalOf(c.Caller),
 		CreatedAt: now, ExpiresAt: now.Add(s.cfg.Timeout), Bound: bound}
 	if err := s.st.CreateApproval(ctx, a); err != nil {
 		return Approval{}, err
@@ -514,4 +514,13 @@ func newID() string {
 		panic(errors.New("crypto/rand failed"))
 	}
 	return "ap-" + hex.EncodeToString(b[:])
+}
+
+// principalOf is the principal an approval c asks for is recorded with: the caller's, or the
+// admin's for a caller without one (the server's token, the stdio session).
+func principalOf(c gate.Caller) string {
+	if c.Principal == "" {
+		return gate.AdminPrincipal
+	}
+	return c.Principal
 }

@@ -1,7 +1,7 @@
 // Package authz is the one authorization decision every call passes, whatever its surface:
 // the scope its caller needs (auth: the REST route table's declaration, or the MCP tool's
 // entry) and, when the call names an object that belongs to a principal — a sandbox (and its
-// jobs, files, terminal and exposed ports), a run, a batch, a snapshot — whether it is the
+// jobs, files, terminal and exposed ports), a run, a batch, a snapshot, an approval — whether it is the
 // caller's. Another principal's object is answered with the same typed NotFound as a missing
 // one, so that a key learns nothing of what it may not touch; an admin key sees and acts on
 // everything. Lists are filtered by the handlers with ListPrincipal, from the same caller.
@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agentbox/agentbox/internal/approval"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
@@ -24,6 +25,12 @@ import (
 type Store interface {
 	GetSandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
 	GetSnapshot(ctx context.Context, id string) (sandbox.Snapshot, error)
+}
+
+// ApprovalStore is what the decision reads of approvals (their principal is the requesting
+// key's).
+type ApprovalStore interface {
+	GetApproval(ctx context.Context, id string) (approval.Approval, error)
 }
 
 // RunStore is what the decision reads of runs and batches (their owner is their principal's).
@@ -42,6 +49,8 @@ type Gate struct {
 	Store Store
 	// Runs resolves runs and batches; nil: likewise.
 	Runs RunStore
+	// Approvals resolves approvals; nil: likewise.
+	Approvals ApprovalStore
 }
 
 var _ gate.Gate = Gate{}
@@ -161,7 +170,7 @@ func ListOwner(ctx context.Context) string {
 // Owned reports whether the object kind has a principal of its own (or its sandbox's).
 func Owned(kind string) bool {
 	switch kind {
-	case gate.ObjectSandbox, gate.ObjectJob, gate.ObjectExpose, gate.ObjectRun, gate.ObjectBatch, gate.ObjectSnapshot:
+	case gate.ObjectSandbox, gate.ObjectJob, gate.ObjectExpose, gate.ObjectRun, gate.ObjectBatch, gate.ObjectSnapshot, gate.ObjectApproval:
 		return true
 	}
 	return false
@@ -217,10 +226,17 @@ func (g Gate) principal(ctx context.Context, o gate.Object) (string, error) {
 		var b runs.Batch
 		b, err = g.Runs.GetBatch(ctx, o.ID)
 		p = gate.PrincipalOf(b.Owner)
+	case gate.ObjectApproval:
+		if g.Approvals == nil {
+			return "", NotFound(o)
+		}
+		var a approval.Approval
+		a, err = g.Approvals.GetApproval(ctx, o.ID)
+		p = a.Principal
 	}
 	switch errcode.Of(err) {
 	case "":
-	case errcode.SandboxNotFound, errcode.RunNotFound, errcode.SnapshotNotFound, errcode.InvalidArgument:
+	case errcode.SandboxNotFound, errcode.RunNotFound, errcode.SnapshotNotFound, errcode.ApprovalNotFound, errcode.InvalidArgument:
 		return "", NotFound(o) // (a malformed id names nothing either)
 	default:
 		return "", err
@@ -241,6 +257,8 @@ func NotFound(o gate.Object) error {
 		return errcode.New(errcode.RunNotFound, "batch %s not found; the batch list shows the batches kept", o.ID)
 	case gate.ObjectSnapshot:
 		return errcode.New(errcode.SnapshotNotFound, "snapshot %s not found; snapshot_list shows which exist", o.ID)
+	case gate.ObjectApproval:
+		return errcode.New(errcode.ApprovalNotFound, "approval %s not found; `agentbox approvals ls` (GET /v1/approvals) lists those kept", o.ID).With("approval_id", o.ID)
 	}
 	return errcode.New(errcode.SandboxNotFound, "sandbox %s not found; list sandboxes to see which exist", o.ID)
 }

@@ -18,12 +18,14 @@ type Approval struct {
 	Summary    json.RawMessage `json:"summary"`
 	CallerID   string          `json:"caller_id,omitempty"`
 	CallerName string          `json:"caller_name,omitempty"`
-	CreatedAt  time.Time       `json:"created_at"`
-	ExpiresAt  time.Time       `json:"expires_at"`
-	DecidedAt  *time.Time      `json:"decided_at,omitempty"`
-	Decider    string          `json:"decider,omitempty"`
-	Reason     string          `json:"reason,omitempty"`
-	UsedAt     *time.Time      `json:"used_at,omitempty"`
+	// Principal is the requesting key's principal ("key:<id>", or "admin").
+	Principal string     `json:"principal,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	DecidedAt *time.Time `json:"decided_at,omitempty"`
+	Decider   string     `json:"decider,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	UsedAt    *time.Time `json:"used_at,omitempty"`
 	// Outcome is "ok" or the error code the approved call returned, once it returned.
 	Outcome string `json:"outcome,omitempty"`
 	// Bound: the call's digest does not cover all it sends (a streamed REST body, represented by

@@ -68,3 +68,51 @@ func TestPrincipalsMigration(t *testing.T) {
 		t.Errorf("snapshot: principal %q (%v), want its sandbox's key:k2", got, err)
 	}
 }
+
+// TestApprovalPrincipalsMigration: the migration that gives approvals a principal gives an
+// existing one its key's when an API key asked for it, and the admin's otherwise (the
+// server's token, the stdio session).
+func TestApprovalPrincipalsMigration(t *testing.T) {
+	db, err := sql.Open("sqlite", dsn(filepath.Join(t.TempDir(), "p.db"), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	ms, err := embeddedMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := -1
+	for i, m := range ms {
+		if m.Name == "0020_approval_principals" {
+			at = i
+		}
+	}
+	if at < 0 {
+		t.Fatal("no 0020_approval_principals migration")
+	}
+	ctx := t.Context()
+	if err := migrate(ctx, db, ms[:at]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO api_keys (id, name, scope, prefix, hash, created_at) VALUES ('k1', 'alice', 'operate', 'abk_x', x'00', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	for id, caller := range map[string]string{"ap-key": "k1", "ap-token": "token:0123456789ab", "ap-stdio": "mcp-process:1"} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO approvals (id, state, tool, action, surface, sandbox_id, digest, summary,
+			caller_id, caller_name, created_at, expires_at, decider, reason, outcome, bound)
+			VALUES (?, 'pending', 'exec', 'exec', 'mcp', '', 'd', '{}', ?, '', 0, 0, '', '', '', 0)`, id, caller); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := migrate(ctx, db, ms); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"ap-key": "key:k1", "ap-token": "admin", "ap-stdio": "admin"} {
+		var got string
+		if err := db.QueryRowContext(ctx, `SELECT principal FROM approvals WHERE id = ?`, id).Scan(&got); err != nil || got != want {
+			t.Errorf("approval %s: principal %q %v, want %q", id, got, err, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/approval"
@@ -14,7 +15,7 @@ import (
 var _ approval.Store = (*Store)(nil)
 
 const approvalColumns = `id, state, tool, action, surface, sandbox_id, digest, summary, caller_id, caller_name,
-	created_at, expires_at, decided_at, decider, reason, used_at, outcome, bound`
+	created_at, expires_at, decided_at, decider, reason, used_at, outcome, bound, principal`
 
 func approvalNotFound(id string) error {
 	return errcode.New(errcode.ApprovalNotFound, "approval %s not found; `agentbox approvals ls` (GET /v1/approvals) lists those kept", id).With("approval_id", id)
@@ -42,7 +43,7 @@ func scanApproval(r rowScanner) (approval.Approval, error) {
 	var decided, used sql.NullInt64
 	var bound int
 	if err := r.Scan(&a.ID, &state, &a.Tool, &a.Action, &a.Surface, &a.SandboxID, &a.Digest, &summary, &a.CallerID, &a.CallerName,
-		&created, &expires, &decided, &a.Decider, &a.Reason, &used, &a.Outcome, &bound); err != nil {
+		&created, &expires, &decided, &a.Decider, &a.Reason, &used, &a.Outcome, &bound, &a.Principal); err != nil {
 		return a, err
 	}
 	a.State, a.Summary = approval.State(state), []byte(summary)
@@ -57,13 +58,17 @@ func (s *Store) CreateApproval(ctx context.Context, a approval.Approval) error {
 	if summary == "" {
 		summary = "{}"
 	}
+	principal := a.Principal
+	if principal == "" {
+		principal = "admin" // gate.AdminPrincipal: the column's default
+	}
 	bound := 0
 	if a.Bound {
 		bound = 1
 	}
-	_, err := s.write.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err := s.write.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		a.ID, string(a.State), a.Tool, a.Action, a.Surface, a.SandboxID, a.Digest, summary, a.CallerID, a.CallerName,
-		millis(a.CreatedAt), millis(a.ExpiresAt), nullMillis(a.DecidedAt), a.Decider, a.Reason, nullMillis(a.UsedAt), a.Outcome, bound)
+		millis(a.CreatedAt), millis(a.ExpiresAt), nullMillis(a.DecidedAt), a.Decider, a.Reason, nullMillis(a.UsedAt), a.Outcome, bound, principal)
 	if isUniqueViolation(err) || isPrimaryKeyViolation(err) {
 		return errcode.New(errcode.Conflict, "approval %s already exists", a.ID)
 	}
@@ -93,9 +98,15 @@ func (s *Store) ListApprovals(ctx context.Context, f approval.Filter) ([]approva
 	}
 	limit = min(limit, approval.MaxListLimit)
 	q, args := `SELECT `+approvalColumns+` FROM approvals`, []any{}
+	var where []string
 	if f.State != "" {
-		q += ` WHERE state = ?`
-		args = append(args, string(f.State))
+		where, args = append(where, `state = ?`), append(args, string(f.State))
+	}
+	if f.Principal != "" {
+		where, args = append(where, `principal = ?`), append(args, f.Principal)
+	}
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	args = append(args, limit)

@@ -20,12 +20,46 @@ var approvalTests = []struct {
 	{"ApprovalRoundTrip", testApprovalRoundTrip},
 	{"ApprovalDecideClaimOnce", testApprovalDecideClaimOnce},
 	{"ApprovalFindExpireListPrune", testApprovalFindExpireListPrune},
+	{"ApprovalPrincipal", testApprovalPrincipal},
 }
 
 func newApproval(i int, created time.Time) approval.Approval {
 	return approval.Approval{ID: fmt.Sprintf("ap-%012d", i), State: approval.Pending, Tool: "exec", Action: "exec", Surface: "mcp",
 		SandboxID: "sb-1", Digest: fmt.Sprintf("%064d", i), Summary: json.RawMessage(`{"tool":"exec"}`), CallerID: "token:abc",
-		CallerName: "token", CreatedAt: created, ExpiresAt: created.Add(time.Minute)}
+		CallerName: "token", Principal: "admin", CreatedAt: created, ExpiresAt: created.Add(time.Minute)}
+}
+
+// testApprovalPrincipal: an approval keeps its principal ("admin" when none is given), and a
+// list filtered to a principal has that principal's only, with the state filter too.
+func testApprovalPrincipal(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mine := newApproval(1, base())
+	mine.CallerID, mine.CallerName, mine.Principal = "k1", "alice", "key:k1"
+	other := newApproval(2, base().Add(time.Second))
+	other.CallerID, other.CallerName, other.Principal = "k2", "bob", "key:k2"
+	none := newApproval(3, base().Add(2*time.Second))
+	none.Principal = ""
+	for _, a := range []approval.Approval{mine, other, none} {
+		if err := s.CreateApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.GetApproval(ctx, mine.ID); err != nil || got.Principal != "key:k1" {
+		t.Fatalf("get: principal %q, %v", got.Principal, err)
+	}
+	if got, err := s.GetApproval(ctx, none.ID); err != nil || got.Principal != "admin" {
+		t.Fatalf("get of one made without a principal: %q, %v; want admin", got.Principal, err)
+	}
+	l, err := s.ListApprovals(ctx, approval.Filter{Principal: "key:k1"})
+	if err != nil || len(l) != 1 || l[0].ID != mine.ID {
+		t.Fatalf("list of key:k1: %+v %v", l, err)
+	}
+	if l, err := s.ListApprovals(ctx, approval.Filter{Principal: "key:k1", State: approval.Denied}); err != nil || len(l) != 0 {
+		t.Fatalf("list of key:k1 denied: %+v %v", l, err)
+	}
+	if l, err := s.ListApprovals(ctx, approval.Filter{}); err != nil || len(l) != 3 {
+		t.Fatalf("list of every principal: %d %v", len(l), err)
+	}
 }
 
 func testApprovalRoundTrip(t *testing.T, s store.Store) {
