@@ -11,8 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/approval"
@@ -70,6 +73,8 @@ type controlPlane struct {
 	// hostLock holds the server's cgroup parents (hostclaim.go); nil without cgroups.
 	hostLock *hostlock.Lock
 	prom     *api.Prometheus // the service's Observer, served at GET /metrics
+	// tracing exports the create trace over OTLP (tracing.go); nil when not configured.
+	tracing *sdktrace.TracerProvider
 	// durable runs (startRuns): nil until started.
 	runs     *runs.Service
 	runsStop func()
@@ -163,6 +168,13 @@ func (cp *controlPlane) Close() {
 	cp.stopLoop()
 	cp.stopRuns()
 	cp.svc.Close()
+	if cp.tracing != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := cp.tracing.Shutdown(sctx); err != nil && cp.log != nil {
+			cp.log.Warn("create trace: export at shutdown", "err", err)
+		}
+		cancel()
+	}
 	if c, ok := any(cp.images).(io.Closer); ok {
 		c.Close()
 	}
@@ -333,6 +345,19 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		}
 	}()
 	prom := api.NewPrometheus()
+	tracing, err := newTracing(ctx, log)
+	if err != nil {
+		return nil, fmt.Errorf("OpenTelemetry exporter (OTEL_EXPORTER_OTLP_*): %w", err)
+	}
+	defer func() {
+		if !ok && tracing != nil {
+			tracing.Shutdown(context.WithoutCancel(ctx))
+		}
+	}()
+	var tracer trace.TracerProvider
+	if tracing != nil {
+		tracer = tracing
+	}
 	// A store that tells of other processes' changes (Postgres) is shared with other replicas.
 	shared := changes != nil
 	headroom := func(context.Context) (sandbox.Headroom, error) {
@@ -354,6 +379,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		Node:           node,
 		Shared:         shared,
 		Observer:       prom,
+		Tracing:        tracer,
 		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPooled: cfg.MaxPooled, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget, DiskBudgetMB: diskBudget,
 		Overcommit: over, MemoryReserveMB: max(256, memTotal/20), DiskReserveMB: min(diskTotal/10, 4096),
@@ -418,7 +444,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return nil, err
 	}
 	ok = true
-	cp := &controlPlane{svc: svc, metrics: metricsFeat, network: network, imgs: imgs, pools: poolsFeat, sandboxes: sandboxes, store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
+	cp := &controlPlane{svc: svc, metrics: metricsFeat, network: network, imgs: imgs, pools: poolsFeat, sandboxes: sandboxes, store: st, changes: changes, images: images, lock: lock, hostLock: hostLock, prom: prom, tracing: tracing, approvals: approvals, keys: auth.NewKeys(st, log.With("component", "auth")),
 		replica: replica, owner: owner, log: log}
 	cp.snaps = snaps
 	// Governance: audit (the chain's first gate, so refusals are recorded) → authorization

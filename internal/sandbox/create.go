@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/faultpoint"
 	"github.com/agentbox/agentbox/internal/guest"
@@ -48,12 +51,20 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 		began := time.Now()
 		defer func() { o.ObserveCreate(req.Runtime, outcome(err), time.Since(began)) }()
 	}
+	ctx, span := s.tracer.Start(ctx, SpanCreate, trace.WithAttributes(attribute.String(AttrRuntime, req.Runtime)))
+	defer func() { endSpan(span, err) }()
 	c := &Creation{Req: &req, Pool: pool}
 	defer c.end()
-	rt, err := s.checkCreate(ctx, c)
+	sctx, end := s.traceStep(ctx, SpanCreateAdmission)
+	rt, err := s.checkCreate(sctx, c)
+	end(err)
 	if err != nil || c.answered {
+		if c.answered {
+			span.SetAttributes(attribute.Bool(AttrPooled, true), attribute.String(AttrSandbox, c.answer.ID))
+		}
 		return c.result(err)
 	}
+	span.SetAttributes(sandboxAttrs(c.Sandbox)...)
 	var pinned *pinnedImage
 	if req.Image != image.Host && !rt.Capabilities().PullsImages() { // a runtime that pulls takes the reference as is
 		// Before the record: a pull that fails (or a caller that hangs up during it) leaves
@@ -62,7 +73,10 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 		if c.ImageDigest != "" {
 			ref = digestRef(ref, c.ImageDigest) // a snapshot's image, not where its tag moved
 		}
-		if pinned, err = s.resolveImage(ctx, ref); err != nil {
+		ictx, end := s.traceStep(ctx, SpanCreateImage)
+		pinned, err = s.resolveImage(ictx, ref)
+		end(err)
+		if err != nil {
 			return Sandbox{}, err
 		}
 		defer pinned.release()
@@ -74,7 +88,9 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyTimeout+30*time.Second)
 	defer cancel()
 	unlock := s.lock(sb.ID)
-	prior, idmap, err := s.admit(wctx, sb, rt)
+	actx, end := s.traceStep(wctx, SpanCreateRecord)
+	prior, idmap, err := s.admit(actx, sb, rt)
+	end(err)
 	pinned.release() // the record (if any) pins the digest now
 	if err != nil {
 		unlock()
@@ -105,11 +121,13 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 	}
 	sb.Handle = string(handle)
 	faultpoint.Hit(faultpoint.CreateStarted) // the runtime runs it; its record says creating
-	out, err := s.transition(wctx, sb, StateRunning, "agent ready", "")
+	rctx, end := s.traceStep(wctx, SpanCreateRunning)
+	out, err := s.transition(rctx, sb, StateRunning, "agent ready", "")
 	if err == nil {
 		s.watch(rt, sb.ID)
 	}
 	c.started(out, err == nil)
+	end(err)
 	return out, err
 }
 
@@ -157,7 +175,10 @@ func (s *Service) startCreated(ctx context.Context, c *Creation, idmap runtime.I
 	if err != nil {
 		return "", err
 	}
-	if err := s.hooks.up(ctx, c, gc); err != nil {
+	uctx, end := s.traceStep(ctx, SpanCreateUp)
+	err = s.hooks.up(uctx, c, gc)
+	end(err)
+	if err != nil {
 		s.dropGuest(c.Sandbox.ID)
 		return "", err
 	}
@@ -263,13 +284,29 @@ func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, i
 	}
 	spec.Env = specEnv(imgEnv, nil, sb.Env)
 	s.hooks.spec(sb, &spec)
-	handle, err := runtime.CreateAndStart(ctx, rt, spec)
+	rtctx, end := s.traceStep(ctx, SpanCreateRuntime)
+	handle, err := runtime.CreateAndStart(rtctx, rt, spec)
+	end(err)
 	if err != nil {
 		return "", nil, err
 	}
-	dial, err := rt.Agent(ctx, sb.ID)
+	actx, end := s.traceStep(ctx, SpanCreateAgent)
+	gc, err := s.waitAgent(actx, rt, sb.ID)
+	end(err)
 	if err != nil {
 		return "", nil, err
+	}
+	s.guestsMu.Lock()
+	s.guests[sb.ID] = gc
+	s.guestsMu.Unlock()
+	return handle, gc, nil
+}
+
+// waitAgent dials the agent of sandbox id and waits until it answers (ReadyTimeout).
+func (s *Service) waitAgent(ctx context.Context, rt runtime.Runtime, id string) (*guest.Client, error) {
+	dial, err := rt.Agent(ctx, id)
+	if err != nil {
+		return nil, err
 	}
 	gc := guest.NewClient(guest.Dialer(dial))
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
@@ -281,14 +318,11 @@ func (s *Service) bringUp(ctx context.Context, rt runtime.Runtime, sb Sandbox, i
 			// The runtime knows it will not start (a kubelet that cannot pull the image): its
 			// reason is the caller's to act on.
 			if _, typed := errcode.As(pe.Err); typed {
-				return "", nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "%s", errcode.Message(pe.Err))
+				return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "%s", errcode.Message(pe.Err))
 			}
-			return "", nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s cannot start (the server's log says why)", sb.ID)
+			return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s cannot start (the server's log says why)", id)
 		}
-		return "", nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its agent did not answer within %s", sb.ID, s.cfg.ReadyTimeout)
+		return nil, errcode.Wrap(errcode.RuntimeUnavailable, err, "sandbox %s: its agent did not answer within %s", id, s.cfg.ReadyTimeout)
 	}
-	s.guestsMu.Lock()
-	s.guests[sb.ID] = gc
-	s.guestsMu.Unlock()
-	return handle, gc, nil
+	return gc, nil
 }

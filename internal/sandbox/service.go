@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/image"
@@ -96,6 +99,9 @@ type Config struct {
 	SnapshotBudgetBytes int64
 	// MaxPooled bounds the sum of all warm pools' sizes (internal/sandbox/pools); MaxSandboxes/2.
 	MaxPooled int
+	// Tracing provides the spans of the create trace and of execs (trace.go); nil: none are
+	// recorded.
+	Tracing trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -205,6 +211,8 @@ type Service struct {
 	cfg   Config
 	log   *slog.Logger
 	now   func() time.Time
+	// tracer makes the create trace's spans (trace.go).
+	tracer trace.Tracer
 
 	idMu sync.Mutex // serializes picking a free id range with recording it
 
@@ -266,7 +274,7 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 	if h.idBases, err = pool.bases(); err != nil {
 		return nil, err
 	}
-	s := &Service{store: st, local: h, cfg: cfg, log: log, now: cfg.Now,
+	s := &Service{store: st, local: h, cfg: cfg, log: log, now: cfg.Now, tracer: cfg.tracer(),
 		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus(),
 		retries: retries{m: map[string]retry{}}}
 	s.bg, s.stop = context.WithCancel(context.Background())
@@ -591,6 +599,8 @@ func (s *Service) stoppedWhileCalled(cur Sandbox) error {
 // onOutput non-nil, output is delivered while the command runs. Cancelling ctx kills the command.
 func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput OutputFunc) (_ ExecResult, err error) {
 	var rtName string // known once the sandbox is found
+	ctx, span := s.tracer.Start(ctx, SpanExec, trace.WithAttributes(attribute.String(AttrSandbox, id)))
+	defer func() { endSpan(span, err) }()
 	if o := s.cfg.Observer; o != nil {
 		began := time.Now()
 		defer func() { o.ObserveExec(rtName, outcome(err), time.Since(began)) }()

@@ -410,6 +410,9 @@ func (r *Runtime) Run(ctx context.Context, spec runtime.Spec) (runtime.Handle, e
 }
 
 func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h runtime.Handle, err error) {
+	steps := runtime.NewSteps(ctx)
+	defer func() { steps.Done(err) }()
+	steps.Next(runtime.StepLayout)
 	if err := r.checkAvailable(); err != nil {
 		return "", err
 	}
@@ -443,6 +446,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		return "", err
 	}
 	id, dir := spec.ID, r.sandboxDir(spec.ID)
+	steps.Next(runtime.StepDisk)
 	userns := r.startUserns(spec.IDMap)
 	defer userns.close()
 	if err := os.Mkdir(dir, 0o711); err != nil {
@@ -494,9 +498,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		in.HostBinds = hostBindOverlays(dir, hostBinds)
 	}
 	in.UIDMappings, in.GIDMappings = r.flavor.idMappings(spec.IDMap)
+	steps.Next(runtime.StepNetwork)
 	if err := r.prepareEgress(spec, dir, &in); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the egress network of sandbox %s; the server log has the cause", id)
 	}
+	steps.Next(runtime.StepBundle)
 	r.adjustSpec(&in)
 	s := buildSpec(in)
 	// After the directories (and the disk holding them) exist: the sandbox's users own them.
@@ -508,6 +514,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	if err := closeDisk(filepath.Join(dir, "disk"), spec.IDMap); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot close the disk of sandbox %s to other host users", id)
 	}
+	steps.Next(runtime.StepMounts)
 	if spec.IDMap.Count > 0 && !r.flavor.mapsIDs() {
 		if err := mountIDMappedView(filepath.Join(dir, diskMountName), filepath.Join(dir, viewMountName), spec.IDMap); err != nil {
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot give sandbox %s an id-mapped view of its disk", id)
@@ -524,6 +531,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 			return "", err
 		}
 	}
+	steps.Next(runtime.StepCreate) // the spec written, the log opened, the OCI runtime's create (or run)
 	data, err := json.Marshal(s)
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "cannot encode the OCI spec of sandbox %s", id)
@@ -570,6 +578,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, fmt.Errorf("%s %s: %w: %s", r.name, verb[0], runErr, msg),
 			"%s could not create sandbox %s; the server log has the runtime's error (run `agentbox doctor` if it persists)", r.name, id)
 	}
+	steps.Next(runtime.StepAfter)
 	r.afterCreate(id)
 	if err := r.prepareOOMGuard(id, in.MemoryMB); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot prepare the OOM guard of sandbox %s", id)
@@ -606,7 +615,10 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.checkAvailable(); err != nil {
 		return err
 	}
-	if _, err := r.command(ctx, "start", id); err != nil {
+	_, end := runtime.Step(ctx, runtime.StepStart)
+	_, err := r.command(ctx, "start", id)
+	end(err)
+	if err != nil {
 		return r.classify(err, "start", id)
 	}
 	r.guardMemory(id)

@@ -1,0 +1,73 @@
+package runtime
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The runtime's steps of a create, each a child span of the create's runtime step when the
+// caller traces (the control plane's create trace; docs/TRACE.md). A runtime names its steps
+// with these so that every runtime's trace reads the same.
+const (
+	// StepLayout: the checks before anything is made, and the runtime's shared root file
+	// system (made by the first create only).
+	StepLayout = "runtime.layout"
+	// StepDisk: the sandbox's disk made (an image formatted or copied, mounted).
+	StepDisk = "runtime.disk"
+	// StepNetwork: the sandbox's network namespace and its egress plumbing.
+	StepNetwork = "runtime.network"
+	// StepMounts: the root file system's mounts (overlays, id-mapped views).
+	StepMounts = "runtime.mounts"
+	// StepBundle: the bundle's spec built and written.
+	StepBundle = "runtime.bundle"
+	// StepCreate and StepStart: the OCI runtime's create and start (one `run` is StepCreate
+	// alone).
+	StepCreate = "runtime.create"
+	StepStart  = "runtime.start"
+	// StepAfter: what the runtime does once its container runs (OOM guard, the init recorded).
+	StepAfter = "runtime.after"
+)
+
+// tracerName names the tracer runtime steps come from.
+const tracerName = "github.com/agentbox/agentbox/internal/runtime"
+
+// Step starts a child span of ctx's span named name, from ctx's span's own provider (no span:
+// nothing is recorded); end it with the step's error.
+func Step(ctx context.Context, name string) (context.Context, func(error)) {
+	ctx, sp := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, name)
+	return ctx, func(err error) {
+		if err != nil {
+			sp.RecordError(err)
+			sp.SetStatus(codes.Error, err.Error())
+		}
+		sp.End()
+	}
+}
+
+// Steps traces a sequence of steps: Next ends the current step and starts the next one, Done
+// ends the current one with the operation's error. The zero Steps is not usable; NewSteps.
+type Steps struct {
+	ctx context.Context
+	end func(error)
+}
+
+// NewSteps returns a sequence of steps under ctx's span.
+func NewSteps(ctx context.Context) *Steps { return &Steps{ctx: ctx} }
+
+// Next ends the current step (successfully) and starts the step named name.
+func (s *Steps) Next(name string) {
+	if s.end != nil {
+		s.end(nil)
+	}
+	_, s.end = Step(s.ctx, name)
+}
+
+// Done ends the current step with err; it is safe to call more than once.
+func (s *Steps) Done(err error) {
+	if s.end != nil {
+		s.end(err)
+		s.end = nil
+	}
+}

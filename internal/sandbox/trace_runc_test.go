@@ -1,0 +1,112 @@
+package sandbox_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/agentbox/agentbox/internal/createtrace"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// TestCreateTraceRunc: a create on real runc is one span whose children are every step, in
+// order, each with a non-negative duration, together covering the create (their sum within a
+// few percent of its total), with the runtime's own steps under the runtime step likewise; the
+// first exec after it is its first request. The in-process summary (createtrace) says the same.
+func TestCreateTraceRunc(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	rec := createtrace.New(0)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans), sdktrace.WithSpanProcessor(rec))
+	e := newEnv(t, sandbox.Config{Tracing: tp})
+	const n = 3
+	for range n {
+		sb := e.create(t, sandbox.CreateRequest{})
+		e.exec(t, sb.ID, sandbox.ExecRequest{Argv: []string{"true"}})
+	}
+
+	// The raw spans: one create span per create, the steps its children.
+	byID := map[string]sdktrace.ReadOnlySpan{}
+	var creates []sdktrace.ReadOnlySpan
+	for _, s := range spans.Ended() {
+		byID[s.SpanContext().SpanID().String()] = s
+		if s.Name() == sandbox.SpanCreate {
+			creates = append(creates, s)
+		}
+	}
+	if len(creates) != n {
+		t.Fatalf("%d create spans; want %d", len(creates), n)
+	}
+	for _, s := range spans.Ended() {
+		if s.Name() == sandbox.SpanCreate || s.Name() == sandbox.SpanExec {
+			continue
+		}
+		if _, ok := byID[s.Parent().SpanID().String()]; !ok {
+			t.Errorf("span %s has no parent among the recorded spans", s.Name())
+		}
+	}
+
+	wantTop := []string{sandbox.SpanCreateAdmission, sandbox.SpanCreateRecord, sandbox.SpanCreateRuntime,
+		sandbox.SpanCreateAgent, sandbox.SpanCreateUp, sandbox.SpanCreateRunning}
+	wantRuntime := []string{runtime.StepLayout, runtime.StepDisk, runtime.StepNetwork, runtime.StepBundle,
+		runtime.StepMounts, runtime.StepCreate, runtime.StepAfter}
+	traces := rec.Traces()
+	if len(traces) != n {
+		t.Fatalf("the recorder kept %d traces; want %d", len(traces), n)
+	}
+	for _, tr := range traces {
+		if tr.SandboxID == "" || tr.Runtime != "runc" || tr.Pooled || tr.Failed {
+			t.Errorf("trace = %+v; want a runc sandbox's successful, unpooled create", tr)
+		}
+		var top, inRuntime []string
+		var topSum, rtSum, rtTotal time.Duration
+		for _, s := range tr.Steps {
+			if s.Duration < 0 {
+				t.Errorf("%s: step %s took %v", tr.SandboxID, s.Name, s.Duration)
+			}
+			switch s.Parent {
+			case "":
+				top = append(top, s.Name)
+				topSum += s.Duration
+				if s.Name == sandbox.SpanCreateRuntime {
+					rtTotal = s.Duration
+				}
+			case sandbox.SpanCreateRuntime:
+				inRuntime = append(inRuntime, s.Name)
+				rtSum += s.Duration
+			default:
+				t.Errorf("%s: step %s under %s", tr.SandboxID, s.Name, s.Parent)
+			}
+		}
+		if !slices.Equal(top, wantTop) {
+			t.Errorf("%s: steps %v; want %v in this order", tr.SandboxID, top, wantTop)
+		}
+		if !slices.Equal(inRuntime, wantRuntime) {
+			t.Errorf("%s: runtime steps %v; want %v in this order", tr.SandboxID, inRuntime, wantRuntime)
+		}
+		// The steps cover the create: what is left between them (a lock taken, a log line)
+		// is small. Spans are sequential, so the sum can never pass the total.
+		if topSum > tr.Total || tr.Total-topSum > tr.Total/20+time.Millisecond {
+			t.Errorf("%s: steps sum to %v of a %v create", tr.SandboxID, topSum, tr.Total)
+		}
+		if rtSum > rtTotal || rtTotal-rtSum > rtTotal/20+time.Millisecond {
+			t.Errorf("%s: runtime steps sum to %v of its %v", tr.SandboxID, rtSum, rtTotal)
+		}
+		if tr.FirstRequest <= 0 {
+			t.Errorf("%s: no first request after the create", tr.SandboxID)
+		}
+		t.Logf("%s: total %v, first request %v, steps %+v", tr.SandboxID, tr.Total, tr.FirstRequest, tr.Steps)
+	}
+	for _, s := range creates {
+		if s.EndTime().Before(s.StartTime()) {
+			t.Errorf("create span ends before it starts")
+		}
+	}
+	if err := tp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
