@@ -35,6 +35,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/createtrace"
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -44,6 +45,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
 	"github.com/agentbox/agentbox/internal/wire"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // Stat is one measured quantity.
@@ -75,6 +77,11 @@ type Results struct {
 	Fleet *Fleet `json:"fleet,omitempty"`
 	// Network is the concurrent-connections figure's detail (network.go).
 	Network *NetConcurrency `json:"network,omitempty"`
+	// CreateTrace is the create trace's per-step p50 of the cold creates, per runtime
+	// (create.go).
+	CreateTrace []TraceTable `json:"create_trace,omitempty"`
+	// Load is `uptime`'s load averages when the create figures were taken.
+	Load string `json:"load,omitempty"`
 }
 
 func summarize(name, unit string, xs []float64) Stat {
@@ -119,6 +126,7 @@ func main() {
 	fleetSecs := flag.Int("fleet-seconds", 20, "how long each fleet job prints lines")
 	fleetWatchers := flag.Int("fleet-watchers", 20, "watchers in the fleet run, each following the logs streams of its share of the sandboxes")
 	fleetPar := flag.Int("fleet-create-parallel", 6, "parallel creates (and job starts, destroys) in the fleet run")
+	createOnly := flag.Bool("create-only", false, "measure only the floor, the cold creates on every runtime (REST and CLI) and their create trace (writes -out only if it is not the default bench/results.json)")
 	jobsOnly := flag.Bool("jobs-only", false, "measure only the job_start and fleet figures (writes -out only if it is not the default bench/results.json)")
 	netf := networkFlags()
 	imf := imagesFlags()
@@ -256,7 +264,11 @@ func main() {
 		return
 	}
 	prom := api.NewPrometheus()
-	svcCfg := sandbox.Config{Observer: prom, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30, *netf.sandboxes+30)}
+	// The create trace, summarised in process: every create's steps (create.go).
+	traces := createtrace.New(0)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(traces))
+	defer tp.Shutdown(context.Background())
+	svcCfg := sandbox.Config{Observer: prom, Tracing: tp, MaxSandboxes: max(200, *scrapeLive+30, *fleetN+30, *netf.sandboxes+30)}
 	if svcCfg.Egress, err = egressConfig(dir); err != nil { // the network figures' egress (network.go)
 		log.Fatal(err)
 	}
@@ -379,22 +391,37 @@ func main() {
 	res.Stats = append(res.Stats, floor)
 
 	// The runtimes take turns, one create (or exec) each, so that the host's noise falls on
-	// all of them alike.
-	createExec := map[string][]float64{}
-	var ids []string
+	// all of them alike; every create is measured as every other section's (coldCreate).
+	res.Load = uptimeLoad()
+	traces.Reset()
+	createExec, destroy := map[string][]float64{}, map[string][]float64{}
+	measured := map[string]float64{}
 	for i := 0; i < *nCreate; i++ {
 		for _, name := range names {
-			t0 := time.Now()
-			sb, err := c.Create(ctx, wire.CreateRequest{Runtime: name})
-			if err != nil {
-				log.Fatalf("%s: %v", name, err)
-			}
-			if r, err := c.Exec(ctx, sb.ID, trueCmd, nil); err != nil || r.ExitCode != 0 {
-				log.Fatalf("%s: first exec: %v %+v", name, err, r)
-			}
-			createExec[name] = append(createExec[name], ms(time.Since(t0)))
-			ids = append(ids, sb.ID)
+			id, d, dd := mustColdCreate(ctx, c, wire.CreateRequest{Runtime: name})
+			createExec[name], destroy[name] = append(createExec[name], d), append(destroy[name], dd)
+			measured[id] = d
 		}
+	}
+	res.CreateTrace = traceTables(traces, measured, names)
+	cliStats := benchCLICreate(ctx, absBin(*bin), "http://"+ln.Addr().String(), token, names, *nCreate, floor.P50)
+	if *createOnly {
+		for _, name := range names {
+			s := summarize(measureCreate, "ms", createExec[name])
+			s.Runtime, s.Floor = name, floorNote(s.P50, floor.P50)
+			res.Stats = append(res.Stats, s)
+		}
+		res.Stats = append(res.Stats, cliStats...)
+		for _, id := range warm {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		printTraceTables(res.CreateTrace)
+		fmt.Println("load (uptime):", res.Load)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
 	}
 	// What network egress adds to a runc create, at the runtime (egresscreate.go).
 	res.Stats = append(res.Stats, benchEgressCreate(ctx, rts[0], *nCreate)...)
@@ -411,25 +438,14 @@ func main() {
 	}
 	for _, name := range names {
 		s := summarize(measureCreate, "ms", createExec[name])
-		s.Runtime = name
-		if name == "runc" {
-			s.Floor = fmt.Sprintf("runc run p50 %.1f ms", floor.P50)
-		}
+		s.Runtime, s.Floor = name, floorNote(s.P50, floor.P50)
 		res.Stats = append(res.Stats, s)
 		s = summarize(measureExec, "ms", execs[name])
 		s.Runtime = name
 		res.Stats = append(res.Stats, s)
 	}
 
-	destroy := map[string][]float64{}
-	for i, id := range ids {
-		name := names[i%len(names)]
-		t0 := time.Now()
-		if _, err := c.Destroy(ctx, id); err != nil {
-			log.Fatal(err)
-		}
-		destroy[name] = append(destroy[name], ms(time.Since(t0)))
-	}
+	res.Stats = append(res.Stats, cliStats...)
 	for _, name := range names {
 		s := summarize("destroy", "ms", destroy[name])
 		s.Runtime = name
@@ -528,6 +544,8 @@ func main() {
 		fmt.Println()
 	}
 	printStats(res.Stats)
+	printTraceTables(res.CreateTrace)
+	fmt.Println("load (uptime) at the create figures:", res.Load)
 	writeResults(res, *out)
 }
 

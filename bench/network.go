@@ -744,21 +744,14 @@ func labGet(hc *http.Client, url string, into any) error {
 }
 
 // benchNetCreate times n creates → first exec (`true`) with a network policy and, alternating,
-// n without (runc); each sandbox is destroyed (untimed) before the next create.
+// n without (runc), each measured as every create figure is (coldCreate).
 func benchNetCreate(ctx context.Context, c *client.Client, n int) ([]Stat, error) {
 	var with, without []float64
 	for i := 0; i < n; i++ {
 		for _, netw := range []*wire.Network{networkPolicy(), nil} {
-			t0 := time.Now()
-			sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc", Network: netw})
+			_, d, _, err := coldCreate(ctx, c, wire.CreateRequest{Runtime: "runc", Network: netw})
 			if err != nil {
-				return nil, fmt.Errorf("create (network %v): %w", netw != nil, err)
-			}
-			r, err := c.Exec(ctx, sb.ID, wire.ExecRequest{Command: []string{"true"}}, nil)
-			d := ms(time.Since(t0))
-			c.Destroy(ctx, sb.ID)
-			if err != nil || r.ExitCode != 0 {
-				return nil, fmt.Errorf("first exec (network %v): %v %+v", netw != nil, err, r)
+				return nil, fmt.Errorf("network %v: %w", netw != nil, err)
 			}
 			if netw != nil {
 				with = append(with, d)

@@ -92,19 +92,8 @@ func benchPools(ctx context.Context, svc *sandbox.Service, c *client.Client, war
 	}
 	var colds []float64
 	for i := 0; i < *pf.colds; i++ {
-		t0 := time.Now()
-		sb, err := c.Create(ctx, shape)
-		if err != nil {
-			log.Fatalf("pools: cold create: %v", err)
-		}
-		if _, err := c.Exec(ctx, sb.ID, trueCmd, nil); err != nil {
-			log.Fatalf("pools: cold exec: %v", err)
-		}
-		colds = append(colds, ms(time.Since(t0)))
-		if sb.FromPool {
-			log.Fatal("pools: a create claimed from a parked pool")
-		}
-		c.Destroy(ctx, sb.ID)
+		_, d, _ := mustColdCreate(ctx, c, shape) // fails on a create claimed from the parked pool
+		colds = append(colds, d)
 	}
 	if err := c.DeletePool(ctx, benchPoolName); err != nil {
 		log.Printf("pools: delete: %v", err)
