@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -130,7 +131,7 @@ func (r *Recorder) OnEnd(s sdktrace.ReadOnlySpan) {
 
 func (r *Recorder) finish(root sdktrace.ReadOnlySpan, kids []sdktrace.ReadOnlySpan) {
 	t := Trace{SandboxID: attr(root, sandbox.AttrSandbox), Runtime: attr(root, sandbox.AttrRuntime),
-		Pooled: attr(root, sandbox.AttrPooled) == "true", Failed: root.Status().Code == 2,
+		Pooled: attr(root, sandbox.AttrPooled) == "true", Failed: root.Status().Code == codes.Error,
 		Start: root.StartTime(), Total: root.EndTime().Sub(root.StartTime())}
 	names := map[trace.SpanID]string{}
 	for _, k := range kids {
