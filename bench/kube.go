@@ -18,9 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/createtrace"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes/kubetest"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
@@ -111,7 +113,10 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 		res.Runtimes = append(res.Runtimes, rt.Capabilities())
 	}
 	res.Runtime = res.Runtimes[0].Version
-	svc, err := sandbox.NewService(st, rts, sandbox.Config{MaxSandboxes: 50}, nil)
+	traces := createtrace.New(0) // the create trace's per-step table (create.go)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(traces))
+	defer tp.Shutdown(context.Background())
+	svc, err := sandbox.NewService(st, rts, sandbox.Config{MaxSandboxes: 50, Tracing: tp}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -123,8 +128,8 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 	}
 	go http.Serve(ln, api.New(svc, api.Options{Token: token}))
 	c := client.New("http://"+ln.Addr().String(), token)
-	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	shape := wire.CreateRequest{CPU: 0.5, MemoryMB: 256, DiskMB: 256}
+	measured := map[string]float64{}
 	n := *kb.n
 	createExec := map[string][]float64{}
 	var plain []float64
@@ -133,18 +138,9 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 		for _, rt := range rts {
 			req := shape
 			req.Runtime = rt.Name()
-			t0 := time.Now()
-			sb, err := c.Create(ctx, req)
-			if err != nil {
-				log.Fatalf("%s: create: %v", rt.Name(), err)
-			}
-			if r, err := c.Exec(ctx, sb.ID, trueCmd, nil); err != nil || r.ExitCode != 0 {
-				log.Fatalf("%s: first exec: %v %+v", rt.Name(), err, r)
-			}
-			createExec[rt.Name()] = append(createExec[rt.Name()], ms(time.Since(t0)))
-			if _, err := c.Destroy(ctx, sb.ID); err != nil {
-				log.Fatalf("%s: destroy: %v", rt.Name(), err)
-			}
+			id, d, _ := mustColdCreate(ctx, c, req) // as every create figure is measured
+			createExec[rt.Name()] = append(createExec[rt.Name()], d)
+			measured[id] = d
 		}
 		d, err := plainPod(ctx, lab, ns, i, shape)
 		if err != nil {
@@ -162,8 +158,14 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 	s.Runtime = "kubernetes (client-go)"
 	s.Floor = "same image, cpu and memory, runc class, in turns"
 	res.Stats = append(res.Stats, s)
+	var names []string
+	for _, rt := range rts {
+		names = append(names, rt.Name())
+	}
+	res.CreateTrace = traceTables(traces, measured, names)
 	res.Stats = append(res.Stats, runKubeReplicasBench(ctx, lab, ns, *kb.replicaN, *kb.replicaC)...)
 	printStats(res.Stats)
+	printTraceTables(res.CreateTrace)
 	if out != "bench/results.json" {
 		writeResults(res, out)
 	}
