@@ -124,7 +124,7 @@ func benchCLICreate(ctx context.Context, bin, url, token string, names []string,
 // runtime's under create.runtime, then the first request and what REST and the client add.
 var traceSteps = []string{
 	sandbox.SpanCreateAdmission, sandbox.SpanCreateImage, sandbox.SpanCreateRecord, sandbox.SpanCreateRuntime,
-	runtime.StepLayout, runtime.StepDisk, runtime.StepNetwork, runtime.StepBundle, runtime.StepMounts,
+	runtime.StepLayout, runtime.StepDir, runtime.StepDisk, runtime.StepDiskCopy, runtime.StepDiskMount, runtime.StepNetwork, runtime.StepBundle, runtime.StepMounts,
 	runtime.StepCreate, runtime.StepStart, runtime.StepAfter,
 	sandbox.SpanCreateAgent, sandbox.SpanCreateUp, sandbox.SpanCreateRunning,
 }
@@ -212,7 +212,7 @@ func printTraceTables(tabs []TraceTable) {
 		}
 		label := name
 		if strings.HasPrefix(name, "runtime.") {
-			label = "  " + name
+			label = strings.Repeat("  ", strings.Count(name, ".")) + name
 		}
 		fmt.Printf("%-34s", label)
 		for _, t := range tabs {

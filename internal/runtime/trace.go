@@ -14,8 +14,15 @@ const (
 	// StepLayout: the checks before anything is made, and the runtime's shared root file
 	// system (made by the first create only).
 	StepLayout = "runtime.layout"
-	// StepDisk: the sandbox's disk made (an image formatted or copied, mounted).
+	// StepDir: the sandbox's directory made, closed to other host users, its id range
+	// recorded.
+	StepDir = "runtime.dir"
+	// StepDisk: the sandbox's disk made (an image copied, mounted).
 	StepDisk = "runtime.disk"
+	// StepDiskCopy and StepDiskMount are StepDisk's parts: the image copied from the runtime's
+	// formatted template; attached to a loop device and mounted.
+	StepDiskCopy  = "runtime.disk.copy"
+	StepDiskMount = "runtime.disk.mount"
 	// StepNetwork: the sandbox's network namespace and its egress plumbing.
 	StepNetwork = "runtime.network"
 	// StepMounts: the root file system's mounts (overlays, id-mapped views).
@@ -49,8 +56,8 @@ func Step(ctx context.Context, name string) (context.Context, func(error)) {
 // Steps traces a sequence of steps: Next ends the current step and starts the next one, Done
 // ends the current one with the operation's error. The zero Steps is not usable; NewSteps.
 type Steps struct {
-	ctx context.Context
-	end func(error)
+	ctx, cur context.Context
+	end      func(error)
 }
 
 // NewSteps returns a sequence of steps under ctx's span.
@@ -61,7 +68,16 @@ func (s *Steps) Next(name string) {
 	if s.end != nil {
 		s.end(nil)
 	}
-	_, s.end = Step(s.ctx, name)
+	s.cur, s.end = Step(s.ctx, name)
+}
+
+// Context is the current step's context (its sub-steps' parent); before the first step, the
+// sequence's.
+func (s *Steps) Context() context.Context {
+	if s.cur == nil {
+		return s.ctx
+	}
+	return s.cur
 }
 
 // Done ends the current step with err; it is safe to call more than once.

@@ -52,8 +52,9 @@ func TestCreateTraceRunc(t *testing.T) {
 
 	wantTop := []string{sandbox.SpanCreateAdmission, sandbox.SpanCreateRecord, sandbox.SpanCreateRuntime,
 		sandbox.SpanCreateAgent, sandbox.SpanCreateUp, sandbox.SpanCreateRunning}
-	wantRuntime := []string{runtime.StepLayout, runtime.StepDisk, runtime.StepNetwork, runtime.StepBundle,
+	wantRuntime := []string{runtime.StepLayout, runtime.StepDir, runtime.StepDisk, runtime.StepNetwork, runtime.StepBundle,
 		runtime.StepMounts, runtime.StepCreate, runtime.StepAfter}
+	wantDisk := []string{runtime.StepDiskCopy, runtime.StepDiskMount}
 	traces := rec.Traces()
 	if len(traces) != n {
 		t.Fatalf("the recorder kept %d traces; want %d", len(traces), n)
@@ -62,8 +63,8 @@ func TestCreateTraceRunc(t *testing.T) {
 		if tr.SandboxID == "" || tr.Runtime != "runc" || tr.Pooled || tr.Failed {
 			t.Errorf("trace = %+v; want a runc sandbox's successful, unpooled create", tr)
 		}
-		var top, inRuntime []string
-		var topSum, rtSum, rtTotal time.Duration
+		var top, inRuntime, inDisk []string
+		var topSum, rtSum, rtTotal, diskSum, diskTotal time.Duration
 		for _, s := range tr.Steps {
 			if s.Duration < 0 {
 				t.Errorf("%s: step %s took %v", tr.SandboxID, s.Name, s.Duration)
@@ -78,6 +79,12 @@ func TestCreateTraceRunc(t *testing.T) {
 			case sandbox.SpanCreateRuntime:
 				inRuntime = append(inRuntime, s.Name)
 				rtSum += s.Duration
+				if s.Name == runtime.StepDisk {
+					diskTotal = s.Duration
+				}
+			case runtime.StepDisk:
+				inDisk = append(inDisk, s.Name)
+				diskSum += s.Duration
 			default:
 				t.Errorf("%s: step %s under %s", tr.SandboxID, s.Name, s.Parent)
 			}
@@ -88,6 +95,9 @@ func TestCreateTraceRunc(t *testing.T) {
 		if !slices.Equal(inRuntime, wantRuntime) {
 			t.Errorf("%s: runtime steps %v; want %v in this order", tr.SandboxID, inRuntime, wantRuntime)
 		}
+		if !slices.Equal(inDisk, wantDisk) {
+			t.Errorf("%s: disk steps %v; want %v in this order", tr.SandboxID, inDisk, wantDisk)
+		}
 		// The steps cover the create: what is left between them (a lock taken, a log line)
 		// is small. Spans are sequential, so the sum can never pass the total.
 		if topSum > tr.Total || tr.Total-topSum > tr.Total/20+time.Millisecond {
@@ -95,6 +105,9 @@ func TestCreateTraceRunc(t *testing.T) {
 		}
 		if rtSum > rtTotal || rtTotal-rtSum > rtTotal/20+time.Millisecond {
 			t.Errorf("%s: runtime steps sum to %v of its %v", tr.SandboxID, rtSum, rtTotal)
+		}
+		if diskSum > diskTotal || diskTotal-diskSum > diskTotal/20+time.Millisecond {
+			t.Errorf("%s: disk steps sum to %v of its %v", tr.SandboxID, diskSum, diskTotal)
 		}
 		if tr.FirstRequest <= 0 {
 			t.Errorf("%s: no first request after the create", tr.SandboxID)

@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/runtime"
 )
 
 const (
@@ -375,8 +376,10 @@ func openLoop(n int) (string, *os.File, error) {
 // makeDisk gives the sandbox in dir its disk: the image from the template of sizeMB, a loop
 // device, the ext4 mount at dir/disk (mode 0711: the runtime and, under a user namespace, the
 // sandbox's root must traverse it). Delete undoes it.
-func (r *Runtime) makeDisk(ctx context.Context, dir string, sizeMB int64) error {
+func (r *Runtime) makeDisk(ctx context.Context, dir string, sizeMB int64) (err error) {
 	img := filepath.Join(dir, diskImageName)
+	_, end := runtime.Step(ctx, runtime.StepDiskCopy)
+	defer func() { end(err) }()
 	for attempt := 0; ; attempt++ {
 		tmpl, err := r.disks.get(ctx, sizeMB)
 		if err != nil {
@@ -396,6 +399,8 @@ func (r *Runtime) makeDisk(ctx context.Context, dir string, sizeMB int64) error 
 		}
 		r.disks.mu.Unlock()
 	}
+	end(nil)
+	_, end = runtime.Step(ctx, runtime.StepDiskMount)
 	return mountDisk(dir)
 }
 

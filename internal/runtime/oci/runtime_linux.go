@@ -446,7 +446,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 		return "", err
 	}
 	id, dir := spec.ID, r.sandboxDir(spec.ID)
-	steps.Next(runtime.StepDisk)
+	steps.Next(runtime.StepDir)
 	userns := r.startUserns(spec.IDMap)
 	defer userns.close()
 	if err := os.Mkdir(dir, 0o711); err != nil {
@@ -470,11 +470,12 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, start bool) (h 
 	if err := recordIDMap(dir, spec.IDMap); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot record the id range of sandbox %s", id)
 	}
+	steps.Next(runtime.StepDisk)
 	if spec.Snapshot != nil {
 		if err := r.diskFromSnapshot(ctx, dir, spec.Snapshot, spec.IDMap); err != nil {
 			return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the disk of sandbox %s from its snapshot", id)
 		}
-	} else if err := r.makeDisk(ctx, dir, diskMB); err != nil {
+	} else if err := r.makeDisk(steps.Context(), dir, diskMB); err != nil {
 		return "", errcode.Wrap(errcode.RuntimeUnavailable, err, "cannot make the %d MiB disk of sandbox %s", diskMB, id)
 	}
 	if err := makeSandboxDirs(dir); err != nil {
