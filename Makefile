@@ -23,7 +23,7 @@ RUNSC := /usr/local/bin/runsc
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients
 
-.PHONY: all build cross run test test-unit soak bench bench-audit bench-scrub bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp vet clean k8s k8s-up k8s-down
+.PHONY: all build cross run test test-unit soak bench bench-create bench-audit bench-scrub bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp vet clean k8s k8s-up k8s-down
 
 all: build
 
@@ -150,6 +150,11 @@ bench: deps build
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	$(GO) run ./bench -out bench/results.json
+
+# bench-create: the cold creates alone (REST and CLI, runc, crun, gVisor in turns) beside the
+# `runc run` floor, with the create trace's per-step p50 table (docs/TRACE.md).
+bench-create: build
+	$(GO) run ./bench -create-only -out bench/results-create.json
 
 # bench-audit: what the audit log adds to an MCP call, on vs off in one run.
 bench-audit: build
