@@ -41,6 +41,7 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.21.1 // indirect
 	github.com/VividCortex/ewma v1.2.0 // indirect
 	github.com/acarl005/stripansi v0.0.0-20180116102854-5a71ef0e047d // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -122,4 +123,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-ignore ./test/mcpclients/node_modules
+ignore (
+	./test/mcpclients/node_modules
+	./test/e2bsdk/node_modules
+)

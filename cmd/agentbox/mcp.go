@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/interp"
 	"github.com/agentbox/agentbox/internal/mcprelay"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/runs"
@@ -84,6 +85,8 @@ func cmdMCP(args []string) int {
 		Samples: cp.metrics, Network: cp.network, Images: cp.imgs, Snapshots: cp.snaps} // sandbox_metrics, fetch_metrics' sample; the network, image and snapshot tools
 	cp.prom.Attach(cp.svc, cp.metrics, cp.sandboxes.Jobs(), log) // no REST server attaches it here
 	opts.Metrics = cp.metricsSource(ctx)                         // fetch_metrics over the process's own registry
+	opts.Interpreter = interp.New(cp.svc)                        // run_code, code_context_create
+	defer opts.Interpreter.Close()
 	srv := mcpserver.New(cp.sandboxes, opts)
 	defer srv.Close()
 	if err := srv.Adopt(ctx); err != nil {

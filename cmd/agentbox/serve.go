@@ -16,6 +16,8 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/e2b"
+	"github.com/agentbox/agentbox/internal/interp"
 	"github.com/agentbox/agentbox/internal/machine"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/remotejobs"
@@ -56,6 +58,8 @@ func cmdServe(args []string) int {
 	registerApprovalFlags(fs, &cfg) // approvals (approvals.go)
 	pools := registerPoolFlags(fs)  // warm pools (pools.go)
 	relay := registerRelayFlags(fs) // the file relay (relay.go)
+	e2bOn := fs.Bool("e2b", true, "serve the E2B-compatible API (E2B's SDKs with E2B_API_URL and E2B_SANDBOX_URL set to this server; docs/E2B.md): same listener, same keys, scopes and gates; --e2b=false turns it off")
+	e2bDomain := fs.String("e2b-domain", "", "also route E2B sandbox hosts {port}-{id}.DOMAIN to the E2B API (a wildcard name for TLS deployments; E2B_DOMAIN on the SDK side)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	noAuth := fs.Bool("insecure-no-auth", false, "TESTING ONLY: serve without the bearer token (refused unless --listen is a loopback address)")
 	if err := fs.Parse(args); err != nil {
@@ -148,8 +152,15 @@ func cmdServe(args []string) int {
 		return fail(err)
 	}
 	defer relaySvc.Close()
-	var handler *api.Server // api_call (apicall.go) calls it in process
-	mcpSrv := mcpserver.New(cp.sandboxes, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(),
+	var handler *api.Server           // api_call (apicall.go) calls it in process
+	interpreter := interp.New(cp.svc) // the code interpreter: run_code, E2B's runCode
+	defer interpreter.Close()
+	var e2bSrv *e2b.Server
+	if *e2bOn {
+		e2bSrv = e2b.New(cp.svc, e2b.Options{Logger: log, Interpreter: interpreter, Domain: *e2bDomain})
+		defer e2bSrv.Close()
+	}
+	mcpSrv := mcpserver.New(cp.sandboxes, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(), Interpreter: interpreter,
 		APICall: apiCallVia(&handler), Gate: cp.gates, Samples: cp.metrics, Network: cp.network, Images: cp.imgs, Snapshots: cp.snaps,
 		SQL: cp.store, Metrics: cp.metricsSource(ctx), Machines: mcpserver.RegistryMachines{R: machines}, RemoteJobs: rjobs, // execute_sql, fetch_metrics
 		Relay:  relaySvc,                                                                                                      // remote_pull, remote_push
@@ -164,6 +175,7 @@ func cmdServe(args []string) int {
 		Approvals: cp.approvals, Machines: machines, RemoteJobs: rjobs, // the gates, API keys, GET /v1/audit; POST /v1/sql; /v1/approvals
 		Blobs:      relaySvc,                                                                     // the file relay
 		RemoteExec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines), // remote_exec, remote_screenshot
+		E2B: e2bSrv, E2BDomain: *e2bDomain, // the E2B-compatible API
 		Lease: cp.owner.Status}) // several replicas: GET /health's "replica"
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)   // ends MCP event streams, which would hold Shutdown up

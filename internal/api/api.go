@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/blobs"
+	"github.com/agentbox/agentbox/internal/e2b"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 	"github.com/agentbox/agentbox/internal/lease"
@@ -113,6 +114,12 @@ type Options struct {
 	// Blobs serves the file relay (blobs.go): /v1/blobs and the machines' pull and
 	// push; nil: UNSUPPORTED_OPERATION.
 	Blobs *blobs.Service
+	// E2B serves the E2B-compatible API (e2b.go; docs/E2B.md); nil: its routes answer that
+	// it is off.
+	E2B *e2b.Server
+	// E2BDomain, if set, also routes {port}-{id}.{E2BDomain} hosts to the E2B surface (TLS
+	// deployments with a wildcard name).
+	E2BDomain string
 	// Lease, if set, reports this replica and whether it holds its node's lifecycle lease
 	//; GET /health shows it as "replica".
 	Lease func() lease.Status
@@ -263,6 +270,7 @@ func (s *Server) routes() {
 		p.attach(s.svc, s.opts.Metrics, s.opts.Pools, s.opts.Jobs, s.log)
 		m.Handle("GET /metrics", p.handler(s.log, s.metricsVisible))
 	}
+	s.e2bRoutesOn() // the E2B-compatible API (e2b.go)
 	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.InvalidArgument, "no such endpoint: %s %s (see docs/ARCHITECTURE.md for the REST API)", r.Method, r.URL.Path), http.StatusNotFound)
 	})
@@ -303,8 +311,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 			writeError(w, errcode.New(errcode.Internal, "internal error; see the server log"), 0)
 		}
 	}()
+	// E2B's envd and interpreter calls (E2b-Sandbox-Id, or an E2B sandbox host) go to the E2B
+	// surface's routes, behind the same auth and gate.
+	e2bHost := s.e2bTarget(r)
 	// Preview URLs ({port}-{id}.localhost) go to the sandbox, never to the routes below.
-	if id, port, match, ok := PreviewHost(r.Host); match {
+	if id, port, match, ok := PreviewHost(r.Host); match && !e2bHost {
 		if route != nil {
 			*route = "preview"
 		}
@@ -315,7 +326,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 		s.preview(w, r, id, port)
 		return
 	}
-	if !s.opts.AllowAnyHost && !LoopbackHost(r.Host) {
+	if !s.opts.AllowAnyHost && !LoopbackHost(r.Host) && !e2bHost {
 		writeError(w, errcode.New(errcode.AuthFailed, "Host %q is not a loopback name; agentbox answers only requests addressed to 127.0.0.1, [::1] or localhost", r.Host), http.StatusForbidden)
 		return
 	}
@@ -325,7 +336,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	authed := authErr == nil
 	if !authed && r.URL.Path != "/health" && !signedArtifactRequest(r) && !machineCredentialRequest(r) && !signedBlobRequest(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
-		writeError(w, authErr, 0)
+		if _, pattern := s.mux.Handler(r); routeTable[pattern].E2B {
+			e2b.WriteError(w, r, authErr)
+		} else {
+			writeError(w, authErr, 0)
+		}
 		if len(s.opts.Gate) > 0 { // the audit log hears of refused requests too (never the credential)
 			_, pattern := s.mux.Handler(r)
 			args, _ := json.Marshal(map[string]string{"method": r.Method, "path": r.URL.Path})
@@ -337,6 +352,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route *string) {
 	// record it as their owner and idempotency keys are scoped to it; the scope gate
 	// (internal/auth) checks its scope.
 	ctx := withTokenAuth(sandbox.WithOwner(r.Context(), owner), authed)
+	if authed && s.opts.E2B != nil {
+		ctx = e2b.WithCredential(ctx, credential(r))
+	}
 	if authed {
 		ctx = sandbox.WithPrincipal(gate.WithCaller(ctx, caller), caller.Principal)
 	}

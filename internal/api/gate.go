@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/e2b"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
 )
@@ -54,10 +55,17 @@ func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, r
 	if q := r.URL.Query(); len(q) > 0 {
 		args["query"] = q
 	}
+	fail := func(err error) {
+		if rt.E2B {
+			e2b.WriteError(w, r, err)
+			return
+		}
+		writeError(w, err, 0)
+	}
 	refuse := func(err error) {
 		c.Args, _ = json.Marshal(args)
 		s.opts.Gate.Observe(c, err)
-		writeError(w, err, 0)
+		fail(err)
 	}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		switch rt.Body {
@@ -103,7 +111,7 @@ func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, r
 	c.Args, _ = json.Marshal(args)
 	exit, err := s.opts.Gate.Enter(r.Context(), c)
 	if err != nil {
-		writeError(w, err, 0)
+		fail(err)
 		return
 	}
 	rec := &outcomeRecorder{statusRecorder: statusRecorder{ResponseWriter: w}}
@@ -173,6 +181,9 @@ type outcomeRecorder struct {
 }
 
 func (w *outcomeRecorder) setOutcome(err error) { w.err = err }
+
+// SetOutcome is setOutcome for handlers outside this package (the E2B surface's).
+func (w *outcomeRecorder) SetOutcome(err error) { w.err = err }
 
 func (w *outcomeRecorder) outcome() error {
 	if w.err != nil {

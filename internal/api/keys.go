@@ -19,7 +19,10 @@ func credential(r *http.Request) string {
 	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		return strings.TrimSpace(tok)
 	}
-	return strings.TrimSpace(r.Header.Get(APIKeyHeader))
+	if k := strings.TrimSpace(r.Header.Get(APIKeyHeader)); k != "" || !isE2BPath(r.URL.Path) {
+		return k
+	}
+	return e2bCredential(r) // an E2B SDK's envd or interpreter call (e2b.go)
 }
 
 // authenticate identifies the caller: the server's token (the admin key, owning what it

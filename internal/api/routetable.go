@@ -26,6 +26,9 @@ type Route struct {
 	ReadOnly bool
 	// Body is how the gate shows the request's body to the approver and the audit log.
 	Body BodyKind
+	// E2B marks a route of the E2B-compatible API (e2b.go): its errors, the gate's included,
+	// are written in E2B's shapes, and it is not part of agentbox's OpenAPI document.
+	E2B bool
 }
 
 // BodyKind is how a route's request body is shown.

@@ -27,6 +27,8 @@ var Required = map[string]string{
 	"execute_sql": ScopeAdmin,
 	// run_python and run_shell create sandboxes and run code; fetch_metrics reads.
 	"run_python": ScopeOperate, "run_shell": ScopeOperate, "fetch_metrics": ScopeRead,
+	// run_code and code_context_create run code in a sandbox's interpreter.
+	"run_code": ScopeOperate, "code_context_create": ScopeOperate,
 	"sandbox_list": ScopeRead, "sandbox_get": ScopeRead, "sandbox_metrics": ScopeRead,
 	"sandbox_connections": ScopeRead, "sandbox_secret_calls": ScopeRead,
 	"file_read": ScopeRead, "file_list": ScopeRead,

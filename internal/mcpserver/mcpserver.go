@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/gate"
+	"github.com/agentbox/agentbox/internal/interp"
 	"github.com/agentbox/agentbox/internal/metricsnap"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -91,6 +92,9 @@ type Options struct {
 	// SQL serves execute_sql (sql.go): the store in process, the REST client over a
 	// running serve; nil: it answers UNSUPPORTED_OPERATION.
 	SQL sqlquery.Querier
+	// Interpreter runs run_code and code_context_create (code.go): the sandboxes' stateful
+	// kernels; nil: they answer UNSUPPORTED_OPERATION.
+	Interpreter *interp.Manager
 	// Samples serves sandbox_metrics and fetch_metrics' sandbox sample (metrics.Service in
 	// process, the REST client over a running serve); nil: they answer UNSUPPORTED_OPERATION.
 	Samples MetricsBackend

@@ -151,6 +151,7 @@ func (s *Server) addTools() {
 	s.addAPICallTool()   // the raw API tool (apicall.go): api_call
 	s.addSQLTool()       // execute_sql (sql.go)
 	s.addSnippetTools()  // data-assistant tools (snippet.go): run_python, run_shell
+	s.addCodeTools()     // the stateful interpreter (code.go): run_code, code_context_create
 	s.addFetchMetrics()  // fetch_metrics.go
 	s.addRemoteTools()   // joined machines (remote.go): remote_exec, remote_screenshot
 	s.addMachineTools()  // joined machines (machines.go): machine_list, machine_status

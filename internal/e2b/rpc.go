@@ -1,0 +1,67 @@
+package e2b
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/e2b/envd/filesystem/filesystemconnect"
+	"github.com/agentbox/agentbox/internal/e2b/envd/process/processconnect"
+)
+
+type sandboxKey struct{}
+type userKey struct{}
+
+func sandboxFrom(ctx context.Context) string {
+	id, _ := ctx.Value(sandboxKey{}).(string)
+	return id
+}
+
+// userFrom is the user an envd call runs as: "root" when the SDK asks for root
+// (Authorization: Basic base64("root:")), else "" — the sandbox's default user.
+func userFrom(ctx context.Context) string {
+	u, _ := ctx.Value(userKey{}).(string)
+	return u
+}
+
+// basicUser reads the user the SDK selects with "Authorization: Basic base64(user:)".
+func basicUser(r *http.Request) string {
+	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Basic ")
+	if !ok {
+		return ""
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
+	if err != nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(string(b), ":")
+	if name == "root" {
+		return "root"
+	}
+	return ""
+}
+
+// rpcHandlers returns the Connect-RPC handlers by "service/Method": each serves the request
+// for the sandbox its route names (/e2b/envd/{id}/service/Method).
+func (s *Server) rpcHandlers() map[string]http.HandlerFunc {
+	mux := http.NewServeMux()
+	mux.Handle(processconnect.NewProcessHandler(processService{s}))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{s}))
+	out := map[string]http.HandlerFunc{}
+	for _, m := range RPCMethods {
+		out[m] = func(w http.ResponseWriter, r *http.Request) {
+			if _, err := s.live(r, r.PathValue("id")); err != nil {
+				WriteError(w, r, err) // 502, as E2B's edge answers for a sandbox not there
+				return
+			}
+			ctx := context.WithValue(r.Context(), sandboxKey{}, r.PathValue("id"))
+			ctx = context.WithValue(ctx, userKey{}, basicUser(r))
+			r2 := r.Clone(ctx)
+			r2.URL.Path = "/" + m
+			r2.URL.RawPath = ""
+			mux.ServeHTTP(w, r2)
+		}
+	}
+	return out
+}
