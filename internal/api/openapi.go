@@ -52,8 +52,8 @@ func (m patternMux) mount(pattern string, h http.Handler) {
 }
 
 // Routes returns the patterns the server routes, as registered ("GET /v1/sandboxes/{id}";
-// a pattern without a method serves any), without the mounted handlers (Options.Mount) and
-// the /v1/ catch-all that answers unknown paths.
+// a pattern without a method serves any), without the mounted handlers (Options.Mount), the
+// E2B-compatible API's (E2BRoutes) and the /v1/ catch-all that answers unknown paths.
 func (s *Server) Routes() []string {
 	var out []string
 	for _, p := range s.patterns {
@@ -61,10 +61,24 @@ func (s *Server) Routes() []string {
 		if _, after, ok := strings.Cut(p, " "); ok {
 			path = after
 		}
-		if path == "/v1/" || s.mounted(path) {
+		if path == "/v1/" || s.mounted(path) || routeTable[p].E2B {
 			continue
 		}
 		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// E2BRoutes returns the E2B-compatible API's patterns (e2b.go): declared in the route table
+// and gated like the others, but E2B's contract (docs/E2B.md), not this API's OpenAPI
+// document's.
+func (s *Server) E2BRoutes() []string {
+	var out []string
+	for _, p := range s.patterns {
+		if routeTable[p].E2B {
+			out = append(out, p)
+		}
 	}
 	slices.Sort(out)
 	return out

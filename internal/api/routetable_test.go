@@ -35,6 +35,19 @@ func TestEveryRouteDeclared(t *testing.T) {
 	h := fullServer(t)
 	table := api.RouteTable()
 	routes := append(h.Routes(), "/v1/") // with the catch-all answering unknown paths
+	e2bRoutes := h.E2BRoutes()           // and the E2B-compatible API's
+	if len(e2bRoutes) < 30 {
+		t.Fatalf("only %d E2B routes: %v", len(e2bRoutes), e2bRoutes)
+	}
+	for _, p := range e2bRoutes {
+		if rt := table[p]; !rt.E2B || rt.Action == "" {
+			t.Errorf("E2B route %q: declaration %+v is not marked E2B or has no action", p, rt)
+		}
+		if strings.Contains(p, "{id}") && table[p].Object != gate.ObjectSandbox {
+			t.Errorf("E2B route %q names a sandbox but declares object %q", p, table[p].Object)
+		}
+	}
+	routes = append(routes, e2bRoutes...)
 	if len(routes) < 60 {
 		t.Fatalf("only %d routes: %v", len(routes), routes)
 	}

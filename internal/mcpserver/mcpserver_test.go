@@ -18,6 +18,7 @@ import (
 )
 
 var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", // durable runs; api_call
+	"code_context_create", // the stateful interpreter
 	"exec", "execute_sql", "fetch_metrics", "file_list", "file_read", "file_write", "health",
 	"image_list", "image_pull", // images
 	"job_cancel", "job_list", "job_logs", "job_start", "job_status", "job_wait",
@@ -26,8 +27,8 @@ var allTools = []string{"agent_compare", "agent_test", "api_call", "batch_get", 
 	"remote_exec",                                                                                      // joined machines
 	"remote_job_cancel", "remote_job_list", "remote_job_logs", "remote_job_start", "remote_job_status", // remote jobs
 	"remote_pull", "remote_push", // the file relay
-	"remote_screenshot",                                                                                             // joined machines
-	"run", "run_artifact", "run_batch", "run_cancel", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs
+	"remote_screenshot",                                                                                                         // joined machines
+	"run", "run_artifact", "run_batch", "run_cancel", "run_code", "run_events", "run_get", "run_list", "run_logs", "run_matrix", // durable runs; run_code
 	"run_python", "run_shell", // data-assistant tools
 	"sandbox_commit", "sandbox_connections", "sandbox_create", "sandbox_destroy",
 	"sandbox_diff",
