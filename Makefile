@@ -22,8 +22,11 @@ RUNSC := /usr/local/bin/runsc
 # The MCP clients test/mcpclients runs (the TypeScript SDK, the Inspector CLI, the conformance
 # suite and the Node 22 it needs), pinned by its package-lock.json.
 MCPCLIENTS := test/mcpclients
+# E2B's own SDKs (npm e2b, @e2b/code-interpreter) that test/e2bsdk runs against agentbox, pinned by
+# its package-lock.json.
+E2BSDK := test/e2bsdk
 
-.PHONY: all build cross run test test-unit soak bench bench-create bench-audit bench-scrub bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp vet clean k8s k8s-up k8s-down
+.PHONY: all build cross run test test-unit soak bench bench-create bench-audit bench-scrub bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp deps-e2b vet clean k8s k8s-up k8s-down
 
 all: build
 
@@ -62,6 +65,14 @@ $(MCPCLIENTS)/node_modules/.package-lock.json: $(MCPCLIENTS)/package.json $(MCPC
 	cd $(MCPCLIENTS) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# deps-e2b installs E2B's SDKs for test/e2bsdk the same way (npm ci when node_modules is missing or
+# older than the lockfile).
+deps-e2b: $(E2BSDK)/node_modules/.package-lock.json
+
+$(E2BSDK)/node_modules/.package-lock.json: $(E2BSDK)/package.json $(E2BSDK)/package-lock.json $(MCPCLIENTS)/node_modules/.package-lock.json
+	cd $(E2BSDK) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 # cross builds the binary for the other platforms a joined machine runs: the CLI and
 # `agentbox join` work there; serve, mcp and doctor are Linux's (server_other.go says so).
 CROSS := darwin/arm64 darwin/amd64 windows/amd64
@@ -80,7 +91,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 # test runs every test: unit, store, guest, runtime (real runc), service, API, end-to-end (the shell
-# under tmux among them), the real MCP clients (test/mcpclients) and the Kubernetes tests on a real
+# under tmux among them), the real MCP clients (test/mcpclients), E2B's SDKs (test/e2bsdk) and the Kubernetes tests on a real
 # single-node cluster (hack/k8s: built or taken from its cache, brought up before the tests and torn
 # down after them, pass or fail; AGENTBOX_TEST_KUBECONFIG names it to the tests). When
 # AGENTBOX_TEST_KUBECONFIG is already set, or a cluster from `make k8s-up` already runs, the tests
@@ -91,7 +102,7 @@ vet:
 # binary that testenv.Binary builds with CGO_ENABLED=0). It needs cgo for the test binaries only.
 # AGENTBOX_TEST_REQUIRE_POSTGRES makes a test that needs Postgres fail, not skip, when none can be
 # had: here the Postgres store's suite always runs (deps installs postgresql-15).
-test: deps deps-mcp vet cross build
+test: deps deps-mcp deps-e2b vet cross build
 	@set -euo pipefail; \
 	if [ -n "$${AGENTBOX_TEST_KUBECONFIG:-}" ]; then \
 	  echo "make test: Kubernetes tests on the cluster in $$AGENTBOX_TEST_KUBECONFIG"; \

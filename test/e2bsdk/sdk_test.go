@@ -1,0 +1,176 @@
+// Package e2bsdk runs E2B's own SDKs — npm e2b and @e2b/code-interpreter, pinned by
+// package-lock.json — against a real `agentbox serve` with real runc sandboxes. The scripts are
+// written for E2B and run unchanged but for their environment (E2B_API_URL and E2B_SANDBOX_URL
+// at the server, E2B_API_KEY an agentbox API key). `make test` installs the SDKs (npm ci in this
+// directory) first; without them the test fails, never skips.
+package e2bsdk
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/wire"
+)
+
+const installHint = "run make test (it installs E2B's SDKs: npm ci in test/e2bsdk)"
+
+// requireSDKs returns node, failing when the SDKs are not installed or older than the lock.
+func requireSDKs(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed: %s", installHint)
+	}
+	for _, f := range []string{"node_modules/e2b/package.json", "node_modules/@e2b/code-interpreter/package.json"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("test/e2bsdk/%s is missing: %s", f, installHint)
+		}
+	}
+	lock, err1 := os.Stat("package-lock.json")
+	installed, err2 := os.Stat("node_modules/.package-lock.json")
+	if err1 != nil || err2 != nil || installed.ModTime().Before(lock.ModTime()) {
+		t.Fatalf("test/e2bsdk/node_modules is older than package-lock.json: %s", installHint)
+	}
+	return node
+}
+
+// node runs script with env and returns its output, failing the test (with the output and the
+// server's log) when it exits non-zero or prints fewer than want "ok" lines.
+func node(t *testing.T, bin string, s *testenv.Server, env []string, want int, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, script)
+	cmd.Env = append(os.Environ(), append([]string{"E2B_API_URL=" + s.URL, "E2B_SANDBOX_URL=" + s.URL}, env...)...)
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	oks := strings.Count("\n"+string(out), "\nok ")
+	if err != nil || oks < want {
+		t.Fatalf("node %s: %v after %s, %d of %d steps ok\n%s\nserver log:\n%s", script, err, time.Since(start).Round(time.Millisecond), oks, want, out, s.Logs)
+	}
+	t.Logf("node %s: ok in %s\n%s", script, time.Since(start).Round(time.Millisecond), out)
+	return string(out)
+}
+
+func key(t *testing.T, c *client.Client, name, scope string) string {
+	t.Helper()
+	k, err := c.CreateKey(t.Context(), wire.KeyCreateRequest{Name: name, Scope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Secret
+}
+
+func TestE2BSDKs(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := requireSDKs(t)
+	dir := testenv.ShortTempDir(t, "abe2b")
+	t.Cleanup(func() {
+		if leaks := testenv.LeaksAfter(10*time.Second, filepath.Base(dir)); len(leaks) > 0 {
+			t.Errorf("host resources left behind:\n  %s", strings.Join(leaks, "\n  "))
+		}
+	})
+	s := testenv.StartServer(t, dir, "e2b-test-token-0123456789")
+	c := s.Client()
+	operate := key(t, c, "e2b-operate", "operate")
+	env := []string{"E2B_API_KEY=" + operate}
+
+	t.Run("Flow", func(t *testing.T) {
+		out := node(t, bin, s, env, 9, "basic.mjs")
+		for _, step := range []string{"ok commands.run \"hi\\n\"", "ok files", "ok background", "ok pty", "ok kill"} {
+			if !strings.Contains(out, step) {
+				t.Errorf("missing step %q", step)
+			}
+		}
+	})
+	t.Run("CodeInterpreter", func(t *testing.T) {
+		out := node(t, bin, s, env, 7, "code.mjs")
+		if !strings.Contains(out, "ok state 42") || !strings.Contains(out, "ok error ZeroDivisionError") {
+			t.Errorf("code interpreter steps: %s", out)
+		}
+	})
+	t.Run("READMEExamples", func(t *testing.T) {
+		if out := node(t, bin, s, env, 0, "readme-e2b.mjs"); strings.TrimSpace(out) != "Hello from E2B!" {
+			t.Errorf("e2b README example printed %q", out)
+		}
+		if out := node(t, bin, s, env, 0, "readme-code-interpreter.mjs"); strings.TrimSpace(out) != "2" {
+			t.Errorf("code interpreter README example printed %q", out)
+		}
+	})
+	t.Run("Errors", func(t *testing.T) {
+		node(t, bin, s, append(env, "READ_KEY="+key(t, c, "e2b-read", "read"), "OTHER_KEY="+key(t, c, "e2b-other", "operate"),
+			"BAD_KEY=abk_0000000000000000000000000000000000000000"), 5, "errors.mjs")
+	})
+	// Two SDK programs at once, each on sandboxes of its own.
+	t.Run("Concurrent", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for _, script := range []string{"basic.mjs", "code.mjs"} {
+			wg.Go(func() { node(t, bin, s, env, 7, script) })
+		}
+		wg.Wait()
+	})
+	// E2B's host scheme: {port}-{id}.localhost names envd; the credential that created the
+	// sandbox (here the server's token) authenticates, another principal's key finds nothing.
+	t.Run("HostScheme", func(t *testing.T) {
+		sb, err := c.Create(t.Context(), wire.CreateRequest{TTLSeconds: 120})
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := s.URL[strings.LastIndex(s.URL, ":")+1:]
+		do := func(method, path, body string, hdr map[string]string) (int, string) {
+			req, _ := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+			req.Host = "49983-" + sb.ID + ".localhost:" + port
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, body := do("GET", "/health", "", map[string]string{"X-Access-Token": s.Token}); code != http.StatusNoContent {
+			t.Errorf("envd /health by host: %d %s", code, body)
+		}
+		if code, body := do("GET", "/health", "", map[string]string{"X-Access-Token": operate}); code != http.StatusBadGateway {
+			t.Errorf("envd /health by host with another principal's key: %d %s, want 502 (E2B's answer for a sandbox not there)", code, body)
+		}
+		if code, body := do("GET", "/health", "", nil); code != http.StatusUnauthorized {
+			t.Errorf("envd /health by host without a key: %d %s, want 401", code, body)
+		}
+		code, body := do("POST", "/filesystem.Filesystem/Stat", `{"path":"/etc/passwd"}`, map[string]string{"X-Access-Token": s.Token, "Content-Type": "application/json"})
+		if code != http.StatusOK || !strings.Contains(body, `"name":"passwd"`) {
+			t.Errorf("Stat by host: %d %s", code, body)
+		}
+		code, body = do("POST", "/filesystem.Filesystem/Stat", `{"path":"/nonexistent"}`, map[string]string{"X-Access-Token": s.Token, "Content-Type": "application/json"})
+		if code != http.StatusNotFound || !strings.Contains(body, `"code":"not_found"`) {
+			t.Errorf("Stat of a missing file: %d %s, want 404 not_found", code, body)
+		}
+		if _, err := c.Destroy(t.Context(), sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Every E2B call went through the gate: the audit log has the E2B surface's actions.
+	t.Run("Audited", func(t *testing.T) {
+		res, err := c.Query(t.Context(), "SELECT tool, count(*) AS n FROM audit_log WHERE tool LIKE '%/e2b/%' OR tool LIKE '%/v2/sandboxes%' GROUP BY tool", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Rows) < 5 {
+			t.Errorf("the audit log has %d kinds of E2B calls: %v", len(res.Rows), res.Rows)
+		}
+	})
+}
