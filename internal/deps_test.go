@@ -98,6 +98,14 @@ func violations(pkgs []pkg) []string {
 			forbid(p, p.Deps, "the lifecycle core calls its features through the hooks they register, never by import",
 				features...)
 		}
+		if under(path, module+"internal/sandbox") || under(path, module+"internal/runtime") || under(path, module+"internal/store") {
+			forbid(p, p.Deps, "the E2B-compatible API and the code interpreter are surfaces over the core, which knows neither",
+				module+"internal/e2b", module+"internal/interp")
+		}
+		if under(path, module+"internal/e2b") || path == module+"internal/interp" {
+			forbid(p, p.Deps, "the E2B surface and the interpreter are entered through the API server's routes (and its gate), never the reverse; they declare no store",
+				module+"internal/api", module+"internal/mcpserver", module+"internal/store")
+		}
 		if under(path, module+"internal/runs") {
 			forbid(p, p.Deps, "the run service declares the Store it needs and knows no adapter",
 				module+"internal/store", module+"internal/api", module+"internal/mcpserver")
