@@ -26,7 +26,7 @@ MCPCLIENTS := test/mcpclients
 # its package-lock.json.
 E2BSDK := test/e2bsdk
 
-.PHONY: all build cross run test test-unit soak bench bench-create bench-audit bench-scrub bench-sql bench-remoteexec bench-kube deps deps-runsc deps-mcp deps-e2b vet clean k8s k8s-up k8s-down
+.PHONY: all build cross run test test-unit soak bench bench-create bench-audit bench-scrub bench-sql bench-remoteexec bench-kube bench-e2b deps deps-runsc deps-mcp deps-e2b vet clean k8s k8s-up k8s-down
 
 all: build
 
@@ -170,6 +170,12 @@ bench-create: build
 # bench-audit: what the audit log adds to an MCP call, on vs off in one run.
 bench-audit: build
 	$(GO) run ./bench -audit-only -out bench/results-audit.json
+
+# bench-e2b: the E2B-compatible API through E2B's own SDK beside agentbox's REST, in one run:
+# Sandbox.create() → first commands.run vs REST create → first exec, commands.run('true') vs REST
+# exec, runCode('1+1') on a warm context.
+bench-e2b: build deps-e2b
+	$(GO) run ./bench -e2b-only
 
 # bench-scrub: a 100 MiB GET through the secret interceptor with and without a secret, in turns
 # (what taking secrets' values out of responses costs).

@@ -141,6 +141,7 @@ func main() {
 	ref := remoteExecFlags()    // remote_exec on a joined machine (remoteexec.go)
 	kbf := kubeBenchFlags()     // the kubernetes runtime (kube.go)
 	scf := scrubFlags()         // response scrubbing in the secret interceptor (scrub.go)
+	e2f := e2bBenchFlags()      // the E2B-compatible API (e2b.go)
 	fleetClient := flag.Bool("fleet-client", false, "internal: run the fleet's watchers against the server named on stdin (the bench runs itself so, so that its own CPU is the server's)")
 	cpuprof := flag.String("cpuprofile", "", "write the bench process's CPU profile (the server runs in it) to this file")
 	flag.Parse()
@@ -180,6 +181,12 @@ func main() {
 	}
 	if os.Geteuid() != 0 {
 		log.Fatal("bench needs root (real sandboxes): sudo make bench")
+	}
+	if *e2f.only { // the E2B-compatible API through E2B's SDK beside REST (e2b.go): a serve child
+		stats := runE2BBench(context.Background(), absBin(*bin), e2f)
+		printStats(stats)
+		writeE2BResults(stats, *e2f.out)
+		return
 	}
 	if *mcf.only { // joined machines (machines.go): a serve child and in-process agents
 		res := Results{CPUs: goruntime.NumCPU(), When: time.Now().UTC()}

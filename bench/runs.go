@@ -84,6 +84,11 @@ type benchServer struct {
 }
 
 func startBenchServer(bin, token string) *benchServer {
+	return startBenchServerAt(bin, token, "abbench-runs")
+}
+
+// startBenchServerAt is startBenchServer with a cgroup parent of the caller's.
+func startBenchServerAt(bin, token, cgroupParent string) *benchServer {
 	dir, err := os.MkdirTemp("", "abbenchruns")
 	if err != nil {
 		log.Fatal(err)
@@ -94,7 +99,7 @@ func startBenchServer(bin, token string) *benchServer {
 		log.Fatal(err)
 	}
 	s := &benchServer{dir: dir, logs: logs}
-	s.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--cgroup-parent", "abbench-runs")
+	s.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--cgroup-parent", cgroupParent)
 	s.cmd.Env = append(os.Environ(), "AGENTBOX_TOKEN="+token)
 	s.cmd.Stderr = logs
 	if err := s.cmd.Start(); err != nil {
