@@ -60,7 +60,7 @@ type ExecuteRequest struct {
 type Execution struct {
 	Results        []map[string]any `json:"results"`
 	Logs           Logs             `json:"logs"`
-	Error          *Error           `json:"error,omitempty"`
+	Error          *Error           `json:"exception,omitempty"`
 	ExecutionCount int              `json:"execution_count"`
 }
 
@@ -185,7 +185,11 @@ func (m *Manager) start(ctx context.Context, id string, k *kernel) error {
 	if err != nil {
 		cancel()
 		close(k.dead)
-		if m := strings.ToLower(errcode.Message(err)); strings.Contains(m, "not found") || strings.Contains(m, "no such file") {
+		switch errcode.Of(err) {
+		case errcode.SandboxNotFound, errcode.SandboxNotRunning, errcode.PermissionDenied, errcode.AuthFailed, errcode.CapacityUnavailable:
+			return err
+		}
+		if m := strings.ToLower(errcode.Message(err)); strings.Contains(m, "python3") && (strings.Contains(m, "not found") || strings.Contains(m, "no such file")) {
 			return errcode.New(errcode.UnsupportedOp, "sandbox %s has no python3 (its image has none): the code interpreter needs an image with Python, such as python:3.12-slim", id)
 		}
 		return err

@@ -37,7 +37,7 @@ func (s *Server) addCodeTools() {
 		Name:  "run_code",
 		Title: "Run code in a stateful interpreter",
 		Description: `Run a Python cell in the sandbox's long-lived interpreter: variables, imports and functions stay for the next call (run_code("x = 41") then run_code("x + 1") gives 42), per context (code_context_create makes a fresh one; without context_id the sandbox's default context).
-Reply: {results: [{is_main_result, text, html, png, …}] (the last expression's value as a MIME bundle, and what display() showed), logs: {stdout: [...], stderr: [...]}, error: {name, value, traceback} (the exception the cell raised: a normal result, not a tool error), execution_count}.
+Reply: {results: [{is_main_result, text, html, png, …}] (the last expression's value as a MIME bundle, and what display() showed), logs: {stdout: [...], stderr: [...]}, exception: {name, value, traceback} (what the cell raised: a normal result, not a tool error), execution_count}.
 The interpreter starts on first use (python3 must be in the image: the host image has it) and ends with the sandbox; a call cancelled mid-cell ends it too (its state is lost). For one-off scripts in a fresh sandbox use run_python.
 ` + errorsDoc(errNotFound, errNotRunning, errInvalid, "FILE_NOT_FOUND (no such context_id: create one with code_context_create)", "UNSUPPORTED_OPERATION (the sandbox has no python3)"),
 		Annotations: &mcp.ToolAnnotations{Title: "Run code in a stateful interpreter", DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
