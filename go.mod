@@ -3,6 +3,7 @@ module github.com/agentbox/agentbox
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/cilium/ebpf v0.22.0
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
@@ -41,7 +42,6 @@ require (
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	github.com/VividCortex/ewma v1.2.0 // indirect
 	github.com/acarl005/stripansi v0.0.0-20180116102854-5a71ef0e047d // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -124,6 +124,6 @@ require (
 )
 
 ignore (
-	./test/mcpclients/node_modules
 	./test/e2bsdk/node_modules
+	./test/mcpclients/node_modules
 )
