@@ -205,10 +205,109 @@ func (fs filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
 }
 
-var errNoWatch = connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not served by agentbox's envd yet (docs/E2B.md)"))
+var errNoWatch = connect.NewError(connect.CodeUnimplemented, errors.New("the non-streaming watchers are not served by agentbox's envd: use WatchDir (docs/E2B.md)"))
 
-func (fs filesystemService) WatchDir(context.Context, *connect.Request[filesystem.WatchDirRequest], *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	return errNoWatch
+// watchPoll is how often WatchDir lists the watched directory: agentbox has no inotify channel
+// to the sandbox, so a watch compares listings (docs/E2B.md).
+const watchPoll = 250 * time.Millisecond
+
+// watched is what a listing says of one entry.
+type watched struct {
+	typ  string
+	size int64
+	mod  time.Time
+}
+
+// listing is the entries under dir by path relative to it (to maxListDepth with recursive).
+func (fs filesystemService) listing(ctx context.Context, id, dir string, recursive bool) (map[string]watched, error) {
+	out := map[string]watched{}
+	var walk func(d, rel string, left int) error
+	walk = func(d, rel string, left int) error {
+		l, err := fs.s.svc.ListDir(ctx, id, d)
+		if err != nil {
+			return err
+		}
+		for _, e := range l.Entries {
+			name := path.Join(rel, e.Name)
+			out[name] = watched{typ: e.Type, size: e.Size, mod: e.ModTime}
+			if recursive && e.Type == "dir" && left > 1 {
+				if err := walk(e.Path, name, left-1); err != nil && errcode.Of(err) != errcode.FileNotFound {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return out, walk(dir, "", maxListDepth)
+}
+
+// WatchDir streams the changes under a directory: created, written and removed entries, found
+// by comparing listings every watchPoll.
+func (fs filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], out *connect.ServerStream[filesystem.WatchDirResponse]) error {
+	p, err := absPath(req.Msg.GetPath(), userFrom(ctx))
+	if err != nil {
+		return err
+	}
+	id := sandboxFrom(ctx)
+	fi, err := fs.s.svc.Stat(ctx, id, p)
+	if err != nil {
+		return fsError(err)
+	}
+	if fi.Type != "dir" {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %s is not a directory", p))
+	}
+	prev, err := fs.listing(ctx, id, p, req.Msg.GetRecursive())
+	if err != nil {
+		return fsError(err)
+	}
+	if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
+		return err
+	}
+	tick := time.NewTicker(watchPoll)
+	defer tick.Stop()
+	quiet := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		cur, err := fs.listing(ctx, id, p, req.Msg.GetRecursive())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fsError(err)
+		}
+		var evs []*filesystem.FilesystemEvent
+		for name, w := range cur {
+			was, ok := prev[name]
+			switch {
+			case !ok:
+				evs = append(evs, &filesystem.FilesystemEvent{Name: name, Type: filesystem.EventType_EVENT_TYPE_CREATE})
+			case w.typ != "dir" && (w.size != was.size || !w.mod.Equal(was.mod)):
+				evs = append(evs, &filesystem.FilesystemEvent{Name: name, Type: filesystem.EventType_EVENT_TYPE_WRITE})
+			}
+		}
+		for name := range prev {
+			if _, ok := cur[name]; !ok {
+				evs = append(evs, &filesystem.FilesystemEvent{Name: name, Type: filesystem.EventType_EVENT_TYPE_REMOVE})
+			}
+		}
+		prev = cur
+		for _, ev := range evs {
+			if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+				return err
+			}
+			quiet = time.Now()
+		}
+		if time.Since(quiet) >= keepAliveEvery {
+			if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}}); err != nil {
+				return err
+			}
+			quiet = time.Now()
+		}
+	}
 }
 
 func (fs filesystemService) CreateWatcher(context.Context, *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {

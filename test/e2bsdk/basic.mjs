@@ -32,6 +32,15 @@ const info = await sbx.files.getInfo('/tmp/e2b/sub')
 assert.equal(info.type, 'dir')
 console.log('ok files')
 
+// Watching a directory: a file written under it is seen.
+const seenEvents = []
+const watch = await sbx.files.watchDir('/tmp/e2b', (ev) => seenEvents.push(ev), { recursive: true })
+await sbx.files.write('/tmp/e2b/sub/watched.txt', 'x')
+for (let i = 0; i < 50 && !seenEvents.some((e) => e.name === 'sub/watched.txt'); i++) await new Promise((r) => setTimeout(r, 100))
+await watch.stop()
+assert.ok(seenEvents.some((e) => e.name === 'sub/watched.txt' && e.type === 'create'), 'watchDir: ' + JSON.stringify(seenEvents))
+console.log('ok watchDir')
+
 // A background command whose output streams, then kill.
 const seen = []
 let resolveTick
