@@ -7,13 +7,18 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/e2b/envd/process"
+	"github.com/agentbox/agentbox/internal/e2b/envd/process/processconnect"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -104,7 +109,7 @@ func runE2BBench(ctx context.Context, bin string, f e2bFlagSet) []Stat {
 		}
 		return d
 	}
-	var restCreate, restCreateLogin, sdkCreate, restExec, restExecLogin []float64
+	var restCreate, restCreateLogin, sdkCreate, restExec, restExecLogin, rpcStart []float64
 	for i := 0; i < *f.creates; i++ { // in turns
 		restCreate = append(restCreate, restFirst([]string{"true"}))
 		restCreateLogin = append(restCreateLogin, restFirst(login))
@@ -115,7 +120,29 @@ func runE2BBench(ctx context.Context, bin string, f e2bFlagSet) []Stat {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The server's share: the same Start RPC the SDK sends, from Go's Connect client.
+	pc := processconnect.NewProcessClient(http.DefaultClient, s.url, connect.WithProtoJSON())
+	startRPC := func() {
+		req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: login[0], Args: login[1:]}})
+		req.Header().Set("E2b-Sandbox-Id", sb.ID)
+		req.Header().Set("X-Access-Token", k.Secret)
+		st, err := pc.Start(ctx, req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for st.Receive() {
+		}
+		if err := st.Err(); err != nil {
+			log.Fatal(err)
+		}
+		_ = st.Close()
+	}
 	for i := 0; i < *f.calls+1; i++ {
+		t0 := time.Now()
+		startRPC()
+		if i > 0 {
+			rpcStart = append(rpcStart, ms(time.Since(t0)))
+		}
 		for _, argv := range [][]string{{"true"}, login} {
 			t0 := time.Now()
 			if _, err := kc.Exec(ctx, sb.ID, wire.ExecRequest{Command: argv}, nil); err != nil {
@@ -138,9 +165,11 @@ func runE2BBench(ctx context.Context, bin string, f e2bFlagSet) []Stat {
 	sc, sr := summarize("E2B SDK Sandbox.create() → first commands.run", "ms", sdkCreate), summarize("E2B SDK commands.run('true')", "ms", sdk.Run)
 	sc.Floor = fmt.Sprintf("REST, the same bash -l: p50 %.1f ms, +%.1f ms (target ≤ +10 ms); REST exec true: +%.1f ms", rcl.P50, sc.P50-rcl.P50, sc.P50-rc.P50)
 	sr.Floor = fmt.Sprintf("REST, the same bash -l: p50 %.1f ms, ×%.2f (target ≤ ×2); REST exec true: ×%.2f", rel.P50, sr.P50/rel.P50, sr.P50/re.P50)
+	rs := summarize("Connect Start of bash -l -c true from Go (the server's share)", "ms", rpcStart)
+	rs.Floor = fmt.Sprintf("REST exec of the same argv p50 %.1f ms: +%.2f ms", rel.P50, rs.P50-rel.P50)
 	code := summarize("E2B SDK runCode('1+1'), warm context", "ms", sdk.RunCode)
 	code.Floor = "target p50 ≤ 20 ms"
-	return []Stat{rc, rcl, sc, re, rel, sr, code}
+	return []Stat{rc, rcl, sc, re, rel, sr, rs, code}
 }
 
 func writeE2BResults(stats []Stat, out string) {

@@ -181,6 +181,9 @@ func cmdServe(args []string) int {
 	srv.RegisterOnShutdown(mcpSrv.Close)   // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close)  // and long polls for events
 	srv.RegisterOnShutdown(machines.Close) // and machines' sessions (hijacked, so Shutdown would not end them)
+	if e2bSrv != nil {
+		srv.RegisterOnShutdown(e2bSrv.Close) // and E2B processes' streams (their processes end with the server)
+	}
 	// The control loop may be destroying a sandbox: cp.Close (deferred above) stops it and waits
 	// for it before the store closes and the state-dir lock is released.
 	cp.startLoop(ctx)
