@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -440,6 +441,13 @@ func writeError(w http.ResponseWriter, err error, status int) {
 	b := errorBody{Error: errorDetail(err)}
 	if status == 0 {
 		status = errcode.HTTPStatus(b.Error.Code)
+	}
+	if b.Error.Code == errcode.Unavailable && w.Header().Get("Retry-After") == "" {
+		after := errcode.RetryAfterSeconds
+		if n, ok := b.Error.Details["retry_after_seconds"].(int); ok && n > 0 {
+			after = n
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(after))
 	}
 	writeJSON(w, status, b)
 }

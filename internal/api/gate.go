@@ -1,12 +1,14 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -114,10 +116,112 @@ func (s *Server) gated(w http.ResponseWriter, r *http.Request, pattern string, r
 		fail(err)
 		return
 	}
-	rec := &outcomeRecorder{statusRecorder: statusRecorder{ResponseWriter: w}}
-	defer func() { exit(rec.outcome()) }()
+	// The reply is held until the chain's exit says the call is recorded (the audit log):
+	// a call whose record is not durable is answered UNAVAILABLE instead, never acknowledged.
+	header := w.Header().Clone()
+	held := &heldReply{w: w}
+	rec := &outcomeRecorder{statusRecorder: statusRecorder{ResponseWriter: held}}
+	exited := false
+	defer func() {
+		if !exited { // the handler panicked: the recovery answers (what it held is dropped)
+			exit(errcode.New(errcode.Internal, "the handler panicked"))
+		}
+	}()
 	serve(rec, r)
+	exited = true
+	exit(rec.outcome())
+	if c.NotRecorded == nil {
+		held.release()
+		return
+	}
+	s.log.Warn("a call is not acknowledged: its audit record is not durable", "route", pattern, "err", c.NotRecorded)
+	if held.passed {
+		panic(http.ErrAbortHandler) // part of the reply left already: cut it, so it is no answer
+	}
+	for k := range w.Header() {
+		delete(w.Header(), k)
+	}
+	for k, v := range header {
+		w.Header()[k] = v
+	}
+	writeError(w, c.NotRecorded, 0)
 }
+
+// maxHeldReply bounds the reply heldReply keeps in memory; a larger one (a download, a stream)
+// goes out as it is written, before the call's record is known to be durable.
+const maxHeldReply = 64 << 10
+
+// heldReply holds a gated call's reply — status and body, up to maxHeldReply — until release,
+// so that a call whose audit record could not be made durable can be answered with that error
+// instead. A handler that flushes, hijacks or writes more sends what it holds at once.
+type heldReply struct {
+	w      http.ResponseWriter
+	code   int
+	buf    []byte
+	passed bool
+}
+
+func (h *heldReply) Header() http.Header { return h.w.Header() }
+
+func (h *heldReply) WriteHeader(code int) {
+	switch {
+	case h.passed, code >= 100 && code < 200:
+		h.w.WriteHeader(code)
+	case h.code == 0:
+		h.code = code
+	}
+}
+
+func (h *heldReply) Write(b []byte) (int, error) {
+	if h.passed {
+		return h.w.Write(b)
+	}
+	if h.code == 0 {
+		h.code = http.StatusOK
+	}
+	if len(h.buf)+len(b) > maxHeldReply {
+		if err := h.pass(); err != nil {
+			return 0, err
+		}
+		return h.w.Write(b)
+	}
+	h.buf = append(h.buf, b...)
+	return len(b), nil
+}
+
+// pass sends what is held and lets the rest through.
+func (h *heldReply) pass() error {
+	if h.passed {
+		return nil
+	}
+	h.passed = true
+	if h.code != 0 {
+		h.w.WriteHeader(h.code)
+	}
+	if len(h.buf) > 0 {
+		b := h.buf
+		h.buf = nil
+		if _, err := h.w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release sends the held reply.
+func (h *heldReply) release() { _ = h.pass() }
+
+func (h *heldReply) Flush() {
+	_ = h.pass()
+	_ = http.NewResponseController(h.w).Flush()
+}
+
+func (h *heldReply) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h.passed = true
+	return http.NewResponseController(h.w).Hijack()
+}
+
+func (h *heldReply) Unwrap() http.ResponseWriter { return h.w }
 
 // holds reports whether a gate of the chain would hold c for a decision.
 func (s *Server) holds(c *gate.Call) bool {

@@ -279,16 +279,21 @@ func TestExitReturnsOnceCommitted(t *testing.T) {
 	}
 }
 
-// TestHungStoreBoundsTheWait: with the store hung, a call waits Config.CommitWait and goes on
-// (counted late); its record is written once the store answers, not dropped.
+// TestHungStoreBoundsTheWait: with the store hung, a call waits Config.CommitWait and is then
+// not acknowledged (counted late, its NotRecorded UNAVAILABLE); its record is written once the
+// store answers, not dropped.
 func TestHungStoreBoundsTheWait(t *testing.T) {
 	bs := &blockedStore{release: make(chan struct{})}
 	r := audit.New(bs, audit.Config{CommitWait: 50 * time.Millisecond}, nil)
 	t0 := time.Now()
-	exit, _ := r.Enter(t.Context(), call("health", `{}`))
+	c := call("health", `{}`)
+	exit, _ := r.Enter(t.Context(), c)
 	exit(nil)
 	if el := time.Since(t0); el < 50*time.Millisecond {
 		t.Errorf("the call returned after %v, before its record was written or CommitWait passed", el)
+	}
+	if !errcode.Is(c.NotRecorded, errcode.Unavailable) {
+		t.Errorf("NotRecorded = %v, want UNAVAILABLE: a call whose record is not committed must not be acknowledged", c.NotRecorded)
 	}
 	if r.Late() != 1 {
 		t.Errorf("late = %d, want 1", r.Late())
@@ -341,12 +346,13 @@ func TestRetentionAndRowBound(t *testing.T) {
 	}
 }
 
-// TestStoreErrorCounted: a batch the store refuses is counted as dropped, and the recorder
-// goes on.
+// TestStoreErrorCounted: a batch the store refuses at every try within CommitWait is counted
+// as dropped, its call is not acknowledged (NotRecorded: UNAVAILABLE), and the recorder goes on.
 func TestStoreErrorCounted(t *testing.T) {
-	fs := &failingStore{}
-	r := audit.New(fs, audit.Config{}, nil)
-	exit, _ := r.Enter(t.Context(), call("health", `{}`))
+	fs := &failingStore{failures: 1 << 30}
+	r := audit.New(fs, audit.Config{CommitWait: 300 * time.Millisecond}, nil)
+	c := call("health", `{}`)
+	exit, _ := r.Enter(t.Context(), c)
 	exit(nil)
 	if err := r.Flush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -354,15 +360,44 @@ func TestStoreErrorCounted(t *testing.T) {
 	if r.Dropped() != 1 {
 		t.Errorf("dropped %d, want 1", r.Dropped())
 	}
+	if !errcode.Is(c.NotRecorded, errcode.Unavailable) {
+		t.Errorf("NotRecorded = %v, want UNAVAILABLE", c.NotRecorded)
+	}
+	if n := fs.tries.Load(); n < 2 {
+		t.Errorf("the store was tried %d times: a refused batch is retried within CommitWait", n)
+	}
 	r.Close()
 }
 
-type failingStore struct{ audit.Store }
-
-func (failingStore) AppendAudit(context.Context, []audit.Record) error {
-	return errors.New("disk full")
+// TestStoreRefusalRetried: a store that refuses a batch a few times and then takes it loses
+// nothing and fails no call.
+func TestStoreRefusalRetried(t *testing.T) {
+	fs := &failingStore{failures: 3}
+	r := audit.New(fs, audit.Config{CommitWait: 5 * time.Second}, nil)
+	defer r.Close()
+	c := call("health", `{}`)
+	exit, _ := r.Enter(t.Context(), c)
+	exit(nil)
+	if c.NotRecorded != nil || r.Dropped() != 0 || fs.written.Load() != 1 {
+		t.Errorf("NotRecorded %v, dropped %d, written %d; want the record written on the 4th try", c.NotRecorded, r.Dropped(), fs.written.Load())
+	}
 }
-func (failingStore) PruneAudit(context.Context, time.Time, int) (int64, error) {
+
+// failingStore refuses the first failures batches ("disk full"), then takes them.
+type failingStore struct {
+	audit.Store
+	failures       int64
+	tries, written atomic.Int64
+}
+
+func (f *failingStore) AppendAudit(_ context.Context, recs []audit.Record) error {
+	if f.tries.Add(1) <= f.failures {
+		return errors.New("disk full")
+	}
+	f.written.Add(int64(len(recs)))
+	return nil
+}
+func (*failingStore) PruneAudit(context.Context, time.Time, int) (int64, error) {
 	return 0, nil
 }
 

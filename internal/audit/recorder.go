@@ -19,8 +19,12 @@ const (
 	// BatchSize is how many records one store transaction writes at most.
 	BatchSize = 256
 	// DefaultCommitWait is how long a call waits at most for its record to be written
-	// (Config.CommitWait) before its reply goes anyway, the record still queued.
+	// (Config.CommitWait), the store's refusals retried meanwhile; past it the call is not
+	// acknowledged (UNAVAILABLE), its record still queued.
 	DefaultCommitWait = 5 * time.Second
+	// retryFirst and retryMax bound the backoff between tries of a batch the store refused.
+	retryFirst = 20 * time.Millisecond
+	retryMax   = 500 * time.Millisecond
 	// DefaultRetention is how long records are kept by default (--audit-retention).
 	DefaultRetention = 30 * 24 * time.Hour
 	// DefaultMaxRows is how many records are kept at most by default (--audit-max-rows).
@@ -46,7 +50,9 @@ type Config struct {
 
 // Recorder is the audit log's gate.Gate: Enter lets every call in, and its exit writes the
 // call's record to the store before it returns — so a reply that left the server has its
-// record committed, and a SIGKILL loses none. Records are group-committed: one goroutine
+// record committed, and a SIGKILL loses none. A record that cannot be made durable within
+// Config.CommitWait (the store refuses its batch, each try retried, or hangs) is the call's
+// failure: its exit sets gate.Call.NotRecorded and the surface does not acknowledge the call. Records are group-committed: one goroutine
 // writes whatever waits in one transaction (up to BatchSize), so concurrent calls share a
 // commit instead of queueing one each.
 type Recorder struct {
@@ -58,7 +64,7 @@ type Recorder struct {
 	closed  bool
 	dropped atomic.Int64 // since the last log line
 	total   atomic.Int64 // dropped since start (the store refused a batch, closed)
-	late    atomic.Int64 // calls whose reply went before their record's commit
+	late    atomic.Int64 // calls not acknowledged: their record was not committed within CommitWait
 	waiting atomic.Int64 // calls in Append now
 	lastLog atomic.Int64
 	flushes chan chan struct{}
@@ -67,10 +73,11 @@ type Recorder struct {
 	once    sync.Once
 }
 
-// pending is a queued record and the channel closed once it is written (or dropped).
+// pending is a queued record and the channel closed once it is written (or dropped: err).
 type pending struct {
 	rec     Record
 	written chan struct{}
+	err     *error
 }
 
 var _ gate.Gate = (*Recorder)(nil)
@@ -113,7 +120,7 @@ func (r *Recorder) record(c *gate.Call, outcome error) {
 		started = now
 	}
 	digest, summary := digestAndSummary(c.Surface, c.Args)
-	r.Append(Record{Time: started.UTC(), Surface: c.Surface, CallerID: c.Caller.ID, CallerName: c.Caller.Name,
+	c.NotRecorded = r.Append(Record{Time: started.UTC(), Surface: c.Surface, CallerID: c.Caller.ID, CallerName: c.Caller.Name,
 		Tool: c.Tool, Action: c.Action, SandboxID: c.SandboxID, ArgsSHA256: digest, Summary: summary,
 		Outcome: Outcome(outcome), DurationMS: float64(now.Sub(started).Microseconds()) / 1000, ApprovalID: c.ApprovalID})
 }
@@ -126,35 +133,53 @@ func Outcome(err error) string {
 	return string(errcode.Of(err))
 }
 
-// Append writes rec to the store and returns once it is committed (with the records of the
-// calls beside it), or after Config.CommitWait with rec still queued (counted by Late). A
-// closed recorder drops rec and counts it.
-func (r *Recorder) Append(rec Record) {
+// Append writes rec to the store and returns nil once it is committed (with the records of
+// the calls beside it). It returns UNAVAILABLE (errcode) when rec is not durable: the store
+// refused its batch at every try for Config.CommitWait (rec dropped), or took longer than
+// that (rec still queued, counted by Late), or the recorder is closed (rec dropped). The
+// call whose record it is must then not be acknowledged.
+func (r *Recorder) Append(rec Record) error {
 	r.waiting.Add(1)
 	defer r.waiting.Add(-1)
-	p := pending{rec: rec, written: make(chan struct{})}
+	var werr error
+	p := pending{rec: rec, written: make(chan struct{}), err: &werr}
 	timer := time.NewTimer(r.cfg.CommitWait)
 	defer timer.Stop()
 	r.mu.RLock()
 	if r.closed {
 		r.mu.RUnlock()
 		r.drop(1, "the recorder is closed")
-		return
+		return notDurable(rec, "the server is shutting down", nil)
 	}
 	select {
 	case r.q <- p:
 	case <-timer.C: // the queue stayed full: the store falls far behind
 		r.mu.RUnlock()
 		r.drop(1, "the store falls behind the calls")
-		return
+		return notDurable(rec, "the store falls behind the calls", nil)
 	}
 	r.mu.RUnlock()
 	select {
 	case <-p.written:
+		if werr != nil {
+			return notDurable(rec, "the store refuses it", werr)
+		}
+		return nil
 	case <-timer.C:
 		r.late.Add(1)
-		r.log.Warn("an audit record is not written yet; the call's reply goes on", "tool", rec.Tool, "waited", r.cfg.CommitWait)
+		r.log.Warn("an audit record is not written yet; the call is not acknowledged", "tool", rec.Tool, "waited", r.cfg.CommitWait)
+		return notDurable(rec, "the store did not commit it within "+r.cfg.CommitWait.String(), nil)
 	}
+}
+
+// notDurable is the error of a call whose audit record could not be made durable.
+func notDurable(rec Record, why string, cause error) error {
+	if e, ok := errcode.As(cause); ok && e.Code == errcode.Unavailable {
+		return errcode.Wrap(errcode.Unavailable, cause, "the call's audit record could not be made durable (%s), so the call is not acknowledged: %s", why, e.Message).
+			With("retry_after_seconds", errcode.RetryAfterSeconds).With("tool", rec.Tool)
+	}
+	return errcode.Wrap(errcode.Unavailable, cause, "the call's audit record could not be made durable (%s), so the call is not acknowledged; it may have acted — retry shortly (with an idempotency key where the call takes one)", why).
+		With("retry_after_seconds", errcode.RetryAfterSeconds).With("tool", rec.Tool)
 }
 
 func (r *Recorder) drop(n int64, why string) {
@@ -237,10 +262,27 @@ func (r *Recorder) run() {
 		for _, p := range batch {
 			recs = append(recs, p.rec)
 		}
-		if err := r.st.AppendAudit(ctx, recs); err != nil {
+		err := r.st.AppendAudit(ctx, recs)
+		// A refused batch is tried again, with backoff, until its oldest caller's CommitWait
+		// has passed: a store that comes back within it loses nothing and fails no call.
+		deadline := time.Now().Add(r.cfg.CommitWait)
+		for wait := retryFirst; err != nil && time.Now().Add(wait).Before(deadline); wait = min(2*wait, retryMax) {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			err = r.st.AppendAudit(ctx, recs)
+		}
+		if err != nil {
 			r.drop(int64(len(batch)), "the store refused a batch: "+err.Error())
 		}
 		for _, p := range batch {
+			if p.err != nil {
+				*p.err = err
+			}
 			close(p.written)
 		}
 		batch = batch[:0]

@@ -166,3 +166,21 @@ const (
 func init() {
 	Codes = append(Codes, MachineNotFound, MachineOffline, GPUBusy, RateLimited, BlobNotFound)
 } // joined machines
+
+// Durable state.
+const (
+	// Unavailable: the server's store refuses work now (its disk is full, it is read-only, its
+	// database is down or restarting); nothing the call asked for was acknowledged. Retry after
+	// the Retry-After the reply carries; an operator frees the store's disk or brings it back.
+	Unavailable Code = "UNAVAILABLE"
+	// ResourceExhausted: the host has no room for what the call must write (details.path is the
+	// full file system, details.need_bytes and details.free_bytes how much it needs and has);
+	// nothing changed. Free space there, then retry.
+	ResourceExhausted Code = "RESOURCE_EXHAUSTED"
+)
+
+func init() { Codes = append(Codes, Unavailable, ResourceExhausted) } // durable state
+
+// RetryAfterSeconds is the Retry-After an UNAVAILABLE reply carries when its error names none
+// (details.retry_after_seconds).
+const RetryAfterSeconds = 2

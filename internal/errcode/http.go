@@ -13,8 +13,10 @@ func HTTPStatus(code Code) int {
 		return http.StatusNotFound
 	case MachineNotFound, BlobNotFound: // joined machines
 		return http.StatusNotFound
-	case MachineOffline:
+	case MachineOffline, Unavailable: // joined machines; durable state
 		return http.StatusServiceUnavailable
+	case ResourceExhausted:
+		return http.StatusInsufficientStorage
 	case GPUBusy:
 		return http.StatusConflict
 	case RateLimited:

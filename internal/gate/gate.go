@@ -118,6 +118,10 @@ type Call struct {
 	// Elicit, if non-nil, asks the MCP client's user a question (elicitation/create) and
 	// returns whether they accepted, with their optional reason.
 	Elicit func(ctx context.Context, message string) (accepted bool, reason string, err error)
+	// NotRecorded is set by the exit of a gate that must keep a durable record of the call (the
+	// audit log) when it could not: a typed error (UNAVAILABLE) that the surface answers instead
+	// of the call's own reply, so no call is acknowledged without its record.
+	NotRecorded error
 }
 
 // Gate sees a call before it acts. An error refuses the call (its typed error is the call's

@@ -44,7 +44,10 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema)
 			return errorResult(err), nil
 		}
 		out, text, err := h(ctx, req, args)
-		exit(err)
+		if nerr := exit(err); nerr != nil && err == nil {
+			s.log.Warn("a tool call is not acknowledged: its audit record is not durable", "tool", t.Name, "err", nerr)
+			err = nerr // no call is acknowledged without its record
+		}
 		if err != nil {
 			if errcode.Of(err) == errcode.Internal && ctx.Err() == nil {
 				s.log.Error("tool failed", "tool", t.Name, "err", err)
@@ -60,12 +63,18 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, tweak func(*jsonschema.Schema)
 }
 
 // enterGate passes a call through Options.Gate (scopes, approvals, the audit log) before it
-// acts; exit gets its outcome.
-func (s *Server) enterGate(ctx context.Context, tool string, req *mcp.CallToolRequest) (exit func(error), err error) {
+// acts; exit gets its outcome and returns the error that replaces it when the call could not
+// be recorded (gate.Call.NotRecorded).
+func (s *Server) enterGate(ctx context.Context, tool string, req *mcp.CallToolRequest) (exit func(error) error, err error) {
 	if len(s.opts.Gate) == 0 {
-		return func(error) {}, nil
+		return func(error) error { return nil }, nil
 	}
-	return s.opts.Gate.Enter(ctx, s.gateCall(ctx, tool, req))
+	c := s.gateCall(ctx, tool, req)
+	ex, err := s.opts.Gate.Enter(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return func(outcome error) error { ex(outcome); return c.NotRecorded }, nil
 }
 
 // gateCall describes a tool call for the gates.

@@ -15,10 +15,13 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -63,9 +66,10 @@ var _ store.Store = (*Store)(nil)
 // dialect is Postgres's: $N placeholders, SQLSTATE 23505 (a primary key's constraint is named
 // <table>_pkey), the advisory write lock, NOTIFY, LIMIT ALL and jsonb.
 var dialect = sqlstore.Dialect{
-	Name:     "postgres",
-	Numbered: true,
-	Classify: classify,
+	Name:        "postgres",
+	Numbered:    true,
+	Classify:    classify,
+	Unavailable: unavailable,
 	BeginWrite: func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, writeLock)
 		return err
@@ -77,6 +81,34 @@ var dialect = sqlstore.Dialect{
 	LimitAll:      "ALL",
 	NowMillis:     `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`,
 	RunLabelMatch: `(runs.doc::jsonb -> 'spec' -> 'labels' ->> ?) = ?`,
+}
+
+// unavailable says why err means Postgres cannot take work now: it is out of disk, memory or
+// connections, shutting down or starting, read-only (a standby), or the connection to it failed.
+func unavailable(err error) string {
+	var e *pgconn.PgError
+	if errors.As(err, &e) {
+		switch {
+		case e.Code == "53100":
+			return "Postgres is out of disk space (" + e.Message + "); free space on its data directory"
+		case strings.HasPrefix(e.Code, "53"):
+			return "Postgres is out of resources (" + e.Code + ": " + e.Message + ")"
+		case strings.HasPrefix(e.Code, "57P"), strings.HasPrefix(e.Code, "08"):
+			return "Postgres is shutting down, starting or unreachable (" + e.Code + ": " + e.Message + ")"
+		case e.Code == "25006":
+			return "Postgres accepts no writes (a read-only standby?)"
+		}
+		return ""
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case errors.As(err, &ce):
+		return "Postgres cannot be reached"
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne), pgconn.SafeToRetry(err):
+		return "the connection to Postgres failed"
+	}
+	return ""
 }
 
 func classify(err error) sqlstore.ErrorKind {

@@ -130,9 +130,32 @@ func (s *Store) Close() error {
 var dialect = sqlstore.Dialect{
 	Name:          "sqlite",
 	Classify:      classify,
+	Unavailable:   unavailable,
 	LimitAll:      "-1",
 	NowMillis:     `CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)`,
 	RunLabelMatch: `EXISTS (SELECT 1 FROM json_each(runs.doc, '$.spec.labels') AS l WHERE l.key = ? AND l.value = ?)`,
+}
+
+// unavailable says why err means the database cannot take work now: its file system is full,
+// read-only or failing, or its lock stayed held past the busy timeout.
+func unavailable(err error) string {
+	var e *msqlite.Error
+	if !errors.As(err, &e) {
+		return ""
+	}
+	switch e.Code() & 0xff {
+	case sqlite3.SQLITE_FULL:
+		return "the file system of its database is full; free space there (the state dir)"
+	case sqlite3.SQLITE_IOERR:
+		return "its database file cannot be read or written (an I/O error, often a full or failing disk); check the state dir's file system"
+	case sqlite3.SQLITE_READONLY:
+		return "its database is read-only; make the state dir writable"
+	case sqlite3.SQLITE_CANTOPEN:
+		return "its database file cannot be opened; check the state dir"
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return "its database stayed locked by another writer past the busy timeout"
+	}
+	return ""
 }
 
 // classify tells a unique-index violation from a primary-key one.

@@ -26,7 +26,7 @@ func checkLeaseNames(name, holder string, needHolder bool) error {
 
 // now reads the database's clock, in unix milliseconds.
 func (s *Store) now(ctx context.Context, q interface {
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+	QueryRowContext(ctx context.Context, q string, args ...any) *Row
 }) (int64, error) {
 	var now int64
 	if err := q.QueryRowContext(ctx, `SELECT `+s.d.NowMillis).Scan(&now); err != nil {

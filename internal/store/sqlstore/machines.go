@@ -180,7 +180,7 @@ func nonNilGPUs(g []gpu.GPU) []gpu.GPU {
 const machineColumns = `id, name, public_key, platform, arch, agent_version, gpus, last_seen, created_at, removed_at`
 
 type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryRowContext(ctx context.Context, query string, args ...any) *Row
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 

@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/agentbox/agentbox/internal/errcode"
 )
 
 // ErrorKind is what a database error means to the store.
@@ -38,6 +40,10 @@ type Dialect struct {
 	Numbered bool
 	// Classify tells what a database error means; nil reads every error as ErrOther.
 	Classify func(err error) ErrorKind
+	// Unavailable says why err means the database refuses work now — its disk is full, it is
+	// read-only, down or restarting — and what to do ("" for any other error): the store then
+	// returns UNAVAILABLE (errcode), which every surface answers 503 with a Retry-After.
+	Unavailable func(err error) string
 	// BeginWrite runs first in every write transaction (nil: nothing). Postgres takes its
 	// advisory transaction lock here.
 	BeginWrite func(ctx context.Context, tx *sql.Tx) error
@@ -151,9 +157,22 @@ type dbError struct {
 func (e *dbError) Error() string { return e.err.Error() }
 func (e *dbError) Unwrap() error { return e.err }
 
-// classify wraps err with its kind, so isUniqueViolation and isPrimaryKeyViolation read it.
+// classify wraps err with its kind, so isUniqueViolation and isPrimaryKeyViolation read it,
+// and a database that refuses work now as UNAVAILABLE.
 func (s *Store) classify(err error) error {
-	if err == nil || s.d.Classify == nil {
+	if err == nil {
+		return nil
+	}
+	if _, typed := errcode.As(err); typed {
+		return err
+	}
+	if s.d.Unavailable != nil {
+		if why := s.d.Unavailable(err); why != "" {
+			return errcode.Wrap(errcode.Unavailable, err, "the server's store (%s) refuses work now: %s; nothing of this call was acknowledged, retry shortly", s.name, why).
+				With("retry_after_seconds", errcode.RetryAfterSeconds)
+		}
+	}
+	if s.d.Classify == nil {
 		return err
 	}
 	if k := s.d.Classify(err); k != ErrOther {
@@ -202,9 +221,27 @@ func (d *DB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows
 }
 
 // QueryRowContext runs a query expected to return at most one row.
-func (d *DB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return d.db.QueryRowContext(ctx, d.s.bind(q), args...)
+func (d *DB) QueryRowContext(ctx context.Context, q string, args ...any) *Row {
+	return &Row{r: d.db.QueryRowContext(ctx, d.s.bind(q), args...), s: d.s}
 }
+
+// Row is a *sql.Row whose errors are classified like every other of the store's.
+type Row struct {
+	r *sql.Row
+	s *Store
+}
+
+// Scan copies the row's columns into dest (sql.ErrNoRows when there is none).
+func (r *Row) Scan(dest ...any) error {
+	err := r.r.Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	return r.s.classify(err)
+}
+
+// Err is the error of the query, if any.
+func (r *Row) Err() error { return r.s.classify(r.r.Err()) }
 
 // Tx is a write transaction whose statements are written with `?` placeholders.
 type Tx struct {
@@ -226,8 +263,8 @@ func (t *Tx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows
 }
 
 // QueryRowContext runs a query expected to return at most one row in the transaction.
-func (t *Tx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(ctx, t.s.bind(q), args...)
+func (t *Tx) QueryRowContext(ctx context.Context, q string, args ...any) *Row {
+	return &Row{r: t.tx.QueryRowContext(ctx, t.s.bind(q), args...), s: t.s}
 }
 
 // inTx runs fn in a write transaction, committing if fn returns nil. SQLite's writer begins
@@ -236,16 +273,16 @@ func (t *Tx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Ro
 func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 	sqlTx, err := s.write.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", s.classify(err))
 	}
 	tx := &Tx{tx: sqlTx, s: s}
 	if s.d.BeginWrite != nil {
 		if err := s.d.BeginWrite(ctx, sqlTx); err != nil {
-			return errors.Join(fmt.Errorf("begin write: %w", err), rollback(sqlTx))
+			return errors.Join(fmt.Errorf("begin write: %w", s.classify(err)), rollback(sqlTx))
 		}
 	}
 	if err := fn(tx); err != nil {
-		return errors.Join(err, rollback(sqlTx))
+		return errors.Join(s.classify(err), rollback(sqlTx))
 	}
 	if tx.changed && s.d.Notify != nil {
 		if err := s.d.Notify(ctx, sqlTx); err != nil {
@@ -253,7 +290,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 		}
 	}
 	if err := sqlTx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", s.classify(err))
 	}
 	return nil
 }
