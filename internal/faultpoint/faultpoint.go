@@ -13,3 +13,6 @@ const Enabled = false
 
 // Hit marks the crash point name: a no-op in this build.
 func Hit(name string) {}
+
+// Fail returns the injected failure of the failure point name: always nil in this build.
+func Fail(name string) error { return nil }

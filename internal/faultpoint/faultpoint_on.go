@@ -15,8 +15,10 @@ import (
 const Enabled = true
 
 var (
-	target = parse(os.Getenv(EnvVar))
-	hits   atomic.Int64
+	target   = parse(os.Getenv(EnvVar))
+	hits     atomic.Int64
+	failing  = parse(os.Getenv(FailEnvVar))
+	failHits atomic.Int64
 )
 
 type point struct {
@@ -47,4 +49,18 @@ func Hit(name string) {
 	fmt.Fprintf(os.Stderr, "faultpoint: crashing at %s (hit %d)\n", name, target.nth)
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
+}
+
+// Fail returns an error for each of the first N hits of name when AGENTBOX_FAULTFAIL is
+// NAME:N (NAME: the first hit only), nil otherwise.
+func Fail(name string) error {
+	if failing.name == "" || name != failing.name {
+		return nil
+	}
+	n := failHits.Add(1)
+	if n > failing.nth {
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "faultpoint: failing %s (hit %d of %d)\n", name, n, failing.nth)
+	return fmt.Errorf("faultpoint: injected failure at %s (hit %d)", name, n)
 }

@@ -23,5 +23,14 @@ const (
 	PoolRefill = "pool.refill"
 )
 
+// Failure points: where a test build makes a step fail instead of crashing (Fail), to show
+// that the operation converges from a failed write as from a crash.
+const (
+	// FailEnvVar names the failure point and how many of its first hits fail: NAME or NAME:N.
+	FailEnvVar = "AGENTBOX_FAULTFAIL"
+	// CreateRunningWrite: the store write that records a made sandbox running.
+	CreateRunningWrite = "create.running_write"
+)
+
 // Points are every crash point, for the campaign to choose from.
 var Points = []string{CreateRecorded, CreateStarted, DestroyStopping, SnapshotTaken, ForkSnapshotted, RunStep, PoolRefill}

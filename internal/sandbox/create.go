@@ -122,7 +122,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, pool string) (_
 	sb.Handle = string(handle)
 	faultpoint.Hit(faultpoint.CreateStarted) // the runtime runs it; its record says creating
 	rctx, end := s.traceStep(wctx, SpanCreateRunning)
-	out, err := s.transition(rctx, sb, StateRunning, "agent ready", "")
+	out, err := s.recordRunning(rctx, rt, sb)
 	if err == nil {
 		s.watch(rt, sb.ID)
 	}

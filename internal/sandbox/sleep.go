@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -179,6 +180,11 @@ func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
 	if memory {
 		kind = runtime.SnapshotFilesMemory
 	}
+	// A sleep that cannot be written whole would end with the sandbox stopped and nothing
+	// saved: refuse it while the sandbox still runs.
+	if err := s.checkSleepRoom(sb, memory); err != nil {
+		return sb, err
+	}
 
 	// 1. Intent: the sandbox names its sleep snapshot, the record says creating.
 	snapID := NewSnapshotID()
@@ -222,6 +228,36 @@ func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
 
 	// 3. The snapshot is complete: its record is ready, the sandbox sleeps.
 	return s.finishSleep(wctx, sb, info, "sleep: "+info.Kind+" saved to snapshot "+snapID)
+}
+
+// sleepHeadroom is what a sleep needs free on the snapshot dir's file system besides its
+// memory image: the snapshot's description, the store's records, what the disk's move writes.
+const sleepHeadroom = 32 << 20
+
+// checkSleepRoom refuses (RESOURCE_EXHAUSTED) a sleep of sb whose snapshot would not fit on
+// the snapshot dir's file system: its memory (when memory is saved) and sleepHeadroom.
+func (s *Service) checkSleepRoom(sb Sandbox, memory bool) error {
+	dir := s.cfg.SnapshotDir
+	for dir != "" && dir != "/" {
+		if _, err := os.Stat(dir); err == nil {
+			break
+		}
+		dir = filepath.Dir(dir)
+	}
+	free, err := freeBytes(dir)
+	if err != nil {
+		return nil // not known here: the sleep finds out
+	}
+	need := int64(sleepHeadroom)
+	if memory {
+		need += sb.MemoryMB << 20
+	}
+	if free >= need {
+		return nil
+	}
+	return errcode.New(errcode.ResourceExhausted, "sandbox %s cannot sleep: the state dir's file system (%s) has %d MiB free and its snapshot needs about %d MiB; free %d MiB there and retry (the sandbox runs on)",
+		sb.ID, dir, free>>20, (need+1<<20-1)>>20, (need-free+1<<20-1)>>20).
+		With("path", dir).With("need_bytes", need).With("free_bytes", free).With("state", string(StateRunning))
 }
 
 // finishSleep records running sb, whose sleep snapshot is complete (info), as sleeping, and
@@ -278,6 +314,10 @@ func (s *Service) sleepFailed(ctx context.Context, sb Sandbox, rt runtime.Runtim
 func (s *Service) sleepErr(sb Sandbox, cause error) error {
 	if errcode.Of(cause) == errcode.UnsupportedOp {
 		return cause
+	}
+	if errors.Is(cause, syscall.ENOSPC) {
+		return errcode.Wrap(errcode.ResourceExhausted, cause, "sandbox %s could not sleep: the state dir's file system is full; free space there and retry (it runs on)", sb.ID).
+			With("path", s.cfg.SnapshotDir).With("state", string(StateRunning))
 	}
 	return errcode.Wrap(errcode.RuntimeUnavailable, cause, "sandbox %s could not sleep: %s; it runs on", sb.ID, errcode.Message(cause))
 }
