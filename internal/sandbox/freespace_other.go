@@ -4,4 +4,6 @@ package sandbox
 
 import "errors"
 
-func freeBytes(string) (int64, error) { return 0, errors.New("free space is not known on this platform") }
+func freeBytes(string) (int64, error) {
+	return 0, errors.New("free space is not known on this platform")
+}
