@@ -312,19 +312,28 @@ func (c *campaign) checkAcks(ctx context.Context, after string) {
 		}
 		withApproval[str(row["approval_id"])] = true
 	}
+	// Every acknowledged exec has its record, those answered while the state dir's file system
+	// was full too: a call whose record the store refuses is not acknowledged (UNAVAILABLE).
 	dropped := 0
-	for id, n := range execs {
-		switch {
-		case audited[id] >= n+fullExecs[id]:
-		case audited[id] >= n:
-			// Answered while the state dir's file system was full: the audit recorder drops a
-			// batch the store refuses, and the reply goes on. Counted, and said at the end.
-			dropped += n + fullExecs[id] - audited[id]
-		default:
-			l.addLost(n - audited[id])
-			c.violate("after %s: %d REST execs in %s were answered (besides %d while the disk was full); the audit log has %d exec records of it",
-				after, n, id, fullExecs[id], audited[id])
+	ids := map[string]bool{}
+	for id := range execs {
+		ids[id] = true
+	}
+	for id := range fullExecs {
+		ids[id] = true
+	}
+	for id := range ids {
+		n, full := execs[id], fullExecs[id]
+		if audited[id] >= n+full {
+			continue
 		}
+		missing := n + full - audited[id]
+		if audited[id] >= n {
+			dropped += missing
+		}
+		l.addLost(missing)
+		c.violate("after %s: %d REST execs in %s were answered (%d of them while the disk was full); the audit log has %d exec records of it",
+			after, n+full, id, full, audited[id])
 	}
 	l.mu.Lock()
 	l.auditDroppedDiskFull = max(l.auditDroppedDiskFull, dropped)
