@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/hostinfo"
 	"github.com/agentbox/agentbox/internal/hostlock"
+	"github.com/agentbox/agentbox/internal/idclaim"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/statedir"
@@ -119,4 +120,23 @@ func lockCgroupParents(parent, stateDir string) (*hostlock.Lock, error) {
 			"to use the state dir's own", err, parent, runtimeParents(parent)[1:], stateDir)
 	}
 	return l, nil
+}
+
+// hostIDClaims are the server's host-wide claims on its sandboxes' user-namespace id ranges
+// (idclaim, under /run/agentbox): two servers on one host, each with its own store, never hand
+// the same host ids to their sandboxes. Only root maps id ranges; another user's server has
+// none to claim (nil).
+func hostIDClaims(stateDir string) (sandbox.IDClaimer, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	owner, err := statedir.Identity(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := idclaim.New(idclaim.Dir, owner)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }

@@ -286,6 +286,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		}
 	}()
 	node := ""
+	var idClaims sandbox.IDClaimer
 	if config.KubeRuntime(cfg.DefaultRuntime) {
 		// The kubernetes runtimes only (kube_wire.go): every replica on the same namespace is
 		// the same node, so that admission's bounds hold across them.
@@ -301,6 +302,9 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 			return nil, err
 		}
 		log.Debug("cgroup parent", "cgroup_parent", parent)
+		if idClaims, err = hostIDClaims(cfg.StateDir); err != nil {
+			return nil, err
+		}
 		rts, err = newRuntimes(ctx, cfg.StateDir, parent, guestBin, log)
 	}
 	if err != nil {
@@ -384,7 +388,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPooled: cfg.MaxPooled, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget, DiskBudgetMB: diskBudget,
 		Overcommit: over, MemoryReserveMB: max(256, memTotal/20), DiskReserveMB: min(diskTotal/10, 4096),
 		Headroom:   headroom,
-		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(),
+		IDPoolBase: cfg.UIDPoolBase, ReservedIDs: reservedIDs(), IDClaims: idClaims,
 		JobRetention: cfg.JobRetention, MaxJobsPerSandbox: cfg.MaxJobsPerSandbox, ReadyTimeout: readyTimeout,
 		Egress: eg, PreviewURL: previewURL,
 		Images: images,

@@ -100,12 +100,48 @@ func (s *Service) freeIDBase(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("list id ranges: %w", err)
 	}
 	for _, b := range s.local.idBases {
-		if !slices.ContainsFunc(held, IDRange{Base: b, Count: IDRangeSize}.Overlaps) {
-			return b, nil
+		if slices.ContainsFunc(held, IDRange{Base: b, Count: IDRangeSize}.Overlaps) {
+			continue
 		}
+		if c := s.cfg.IDClaims; c != nil { // the record's first act: the host-wide claim
+			ok, err := c.Claim(b, IDRangeSize)
+			if err != nil {
+				return 0, fmt.Errorf("claim host ids [%d, %d): %w", b, b+IDRangeSize, err)
+			}
+			if !ok {
+				continue // another server on this host holds it
+			}
+		}
+		return b, nil
 	}
 	return 0, errcode.New(errcode.CapacityUnavailable, "all %d host id ranges for sandboxes are held (the sweep frees those of sandboxes that are no longer live within a minute); destroy sandboxes you no longer need, or retry shortly",
 		len(s.local.idBases)).With("id_ranges", len(s.local.idBases))
+}
+
+// IDClaimer is the host-wide claims on id ranges (internal/idclaim.Claims).
+type IDClaimer interface {
+	// Claim claims [base, base+count) for this server: false when another server holds it.
+	Claim(base, count int64) (bool, error)
+	// Sync makes this server's claims the ranges held (base → count), claiming each; it
+	// returns those another server's claims overlap.
+	Sync(held map[int64]int64) (conflicts []string, err error)
+}
+
+// syncIDClaims makes the host-wide claims this server's held ranges (a crash between a claim and
+// its record, a released range: dropped; an installation from before the claims: adopted).
+func (s *Service) syncIDClaims(held []IDRange) error {
+	if s.cfg.IDClaims == nil {
+		return nil
+	}
+	m := make(map[int64]int64, len(held))
+	for _, r := range held {
+		m[r.Base] = r.Count
+	}
+	conflicts, err := s.cfg.IDClaims.Sync(m)
+	for _, c := range conflicts {
+		s.log.Error("a sandbox's host id range is claimed by another agentbox server on this host too: their sandboxes share host ids until one is destroyed", "range", c)
+	}
+	return err
 }
 
 // releaseIDRange frees sandbox id's range once its host resources are gone. A failure only
@@ -135,6 +171,17 @@ func (s *Service) sweepIDRanges(ctx context.Context, owned func(id string) bool)
 		if err != nil {
 			return fmt.Errorf("free id range of %s: %w", r.SandboxID, err)
 		}
+	}
+	if s.cfg.IDClaims == nil {
+		return nil
+	}
+	s.idMu.Lock() // no create claims meanwhile: its claim would be dropped before its record
+	defer s.idMu.Unlock()
+	if held, err = s.store.ListIDRanges(ctx); err != nil {
+		return fmt.Errorf("list id ranges: %w", err)
+	}
+	if err := s.syncIDClaims(held); err != nil {
+		return fmt.Errorf("sync host id claims: %w", err)
 	}
 	return nil
 }

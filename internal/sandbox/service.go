@@ -68,7 +68,11 @@ type Config struct {
 	// the sweep never stop a create within capacity. ReservedIDs are host ids no range may
 	// include: the host's own users and groups, and what /etc/subuid and /etc/subgid delegate
 	// (ids below 65536 are always left out).
-	IDPoolBase   int64
+	IDPoolBase int64
+	// IDClaims, if not nil, are the host-wide claims on id ranges (internal/idclaim): a range
+	// another server on the host claims is never handed out, so two servers' sandboxes never
+	// share host ids; the sweep makes them the ranges the store holds.
+	IDClaims     IDClaimer
 	IDPoolRanges int
 	ReservedIDs  []IDRange
 	// SweepInterval is how often Run sweeps orphaned host resources; one minute.

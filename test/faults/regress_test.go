@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -206,5 +207,48 @@ func TestCreateConvergesWhenItsRecordWriteFails(t *testing.T) {
 	}
 	if err := l.api().do(ctx, "DELETE", "/v1/sandboxes/"+sb.ID, nil, nil, nil); err != nil {
 		t.Errorf("destroy: %v", err)
+	}
+}
+
+// TestTwoServersNeverShareHostIDs: two servers on one host with default flags (each its own
+// state dir and store) hand their sandboxes disjoint host id ranges — before the host-wide
+// claims both began their pools at the same base.
+func TestTwoServersNeverShareHostIDs(t *testing.T) {
+	a, b := newLone(t, 0), newLone(t, 0)
+	a.start(a.bin)
+	b.start(b.bin)
+	ctx := t.Context()
+	type rng struct {
+		server      string
+		id          string
+		base, count int64
+	}
+	var all []rng
+	for _, l := range []*lone{a, b} {
+		for i := range 2 {
+			sb, err := l.create(ctx, fmt.Sprintf("ids-%d", i))
+			if err != nil {
+				t.Fatalf("create on %s: %v", l.state, err)
+			}
+			t.Cleanup(func() { l.api().do(context.Background(), "DELETE", "/v1/sandboxes/"+sb.ID, nil, nil, nil) })
+			// The host ids the sandbox really maps: its user namespace's uid_map.
+			var r execReply
+			if err := l.api().do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/exec", nil, map[string]any{"command": []string{"cat", "/proc/self/uid_map"}}, &r); err != nil {
+				t.Fatalf("uid_map of %s: %v", sb.ID, err)
+			}
+			var inside, base, count int64
+			if _, err := fmt.Sscan(r.Stdout, &inside, &base, &count); err != nil || inside != 0 || count < 1 {
+				t.Fatalf("uid_map of %s: %q (%v)", sb.ID, r.Stdout, err)
+			}
+			all = append(all, rng{l.state, sb.ID, base, count})
+		}
+	}
+	for i := range all {
+		for j := i + 1; j < len(all); j++ {
+			x, y := all[i], all[j]
+			if x.base < y.base+y.count && y.base < x.base+x.count {
+				t.Errorf("sandboxes %s (%s) and %s (%s) share host ids: [%d, %d) and [%d, %d)", x.id, x.server, y.id, y.server, x.base, x.base+x.count, y.base, y.base+y.count)
+			}
+		}
 	}
 }
