@@ -125,6 +125,12 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string, opts runtime.Sna
 		return nil
 	}
 	if opts.Release {
+		// The disk is made durable while the sandbox still runs: a write the host could not
+		// place (a full file system) fails the sleep here, the sandbox running on, and not
+		// after the release has stopped it.
+		if serr := syncPath(img); serr != nil {
+			return runtime.SnapshotInfo{}, errcode.Wrap(errcode.RuntimeUnavailable, serr, "cannot sync the disk of sandbox %s before it sleeps; it runs on", id)
+		}
 		if moved, err = r.releaseInto(ctx, id, dst); err == nil {
 			steps.mark("release")
 			err = syncDst()
