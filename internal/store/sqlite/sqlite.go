@@ -18,6 +18,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	msqlite "modernc.org/sqlite" // also registers the "sqlite" database/sql driver
@@ -141,6 +142,13 @@ var dialect = sqlstore.Dialect{
 func unavailable(err error) string {
 	var e *msqlite.Error
 	if !errors.As(err, &e) {
+		// Some paths (a COMMIT's) report the result only in the text.
+		switch msg := err.Error(); {
+		case strings.Contains(msg, "database or disk is full"), errors.Is(err, syscall.ENOSPC):
+			return "the file system of its database is full; free space there (the state dir)"
+		case strings.Contains(msg, "disk I/O error"):
+			return "its database file cannot be read or written (an I/O error, often a full or failing disk); check the state dir's file system"
+		}
 		return ""
 	}
 	switch e.Code() & 0xff {
