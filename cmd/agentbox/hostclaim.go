@@ -134,7 +134,7 @@ func hostIDClaims(stateDir string) (sandbox.IDClaimer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := idclaim.New(idclaim.Dir, owner)
+	c, err := idclaim.New(idclaim.Dir, owner, stateDir)
 	if err != nil {
 		return nil, err
 	}

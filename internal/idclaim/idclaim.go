@@ -26,17 +26,23 @@ const Dir = "/run/agentbox/idranges"
 type Claims struct {
 	dir   string
 	owner string
+	state string // the owner's state dir, recorded in each claim
 }
 
-// New returns owner's claims under dir, creating dir (0700).
-func New(dir, owner string) (*Claims, error) {
-	if owner == "" || strings.ContainsAny(owner, " \n") {
+// New returns owner's claims under dir, creating dir (0700). stateDir is the owner's state dir:
+// a claim whose state dir is gone (a removed installation, a test's) is stale, and dropped by
+// whoever reads it next.
+func New(dir, owner, stateDir string) (*Claims, error) {
+	if owner == "" || strings.ContainsAny(owner, " \n") || strings.ContainsAny(stateDir, "\n") {
 		return nil, fmt.Errorf("idclaim: %q is not an owner", owner)
+	}
+	if abs, err := filepath.Abs(stateDir); err == nil && stateDir != "" {
+		stateDir = abs
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("idclaim: %w", err)
 	}
-	return &Claims{dir: dir, owner: owner}, nil
+	return &Claims{dir: dir, owner: owner, state: stateDir}, nil
 }
 
 type claim struct {
@@ -72,7 +78,14 @@ func (c *Claims) locked(fn func([]claim) error) error {
 			}
 			return fmt.Errorf("idclaim: %w", err)
 		}
-		owner, n, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+		owner, rest, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+		n, state, _ := strings.Cut(rest, " ")
+		if state != "" && owner != c.owner {
+			if _, err := os.Stat(state); errors.Is(err, fs.ErrNotExist) { // its server's state dir is gone
+				_ = os.Remove(filepath.Join(c.dir, e.Name()))
+				continue
+			}
+		}
 		count, err := strconv.ParseInt(n, 10, 64)
 		if err != nil || count <= 0 {
 			count = 1 << 16
@@ -85,7 +98,7 @@ func (c *Claims) locked(fn func([]claim) error) error {
 func (c *Claims) write(base, count int64) error {
 	p := filepath.Join(c.dir, strconv.FormatInt(base, 10))
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(c.owner+" "+strconv.FormatInt(count, 10)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(c.owner+" "+strconv.FormatInt(count, 10)+" "+c.state+"\n"), 0o600); err != nil {
 		return fmt.Errorf("idclaim: %w", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
@@ -141,10 +154,15 @@ func (c *Claims) Sync(held map[int64]int64) (conflicts []string, err error) {
 			if mine[base] {
 				continue
 			}
+			clash := false
 			for _, o := range all {
 				if o.owner != c.owner && base < o.base+o.count && o.base < base+count {
 					conflicts = append(conflicts, fmt.Sprintf("[%d, %d) overlaps [%d, %d) of %s", base, base+count, o.base, o.base+o.count, o.owner))
+					clash = true
 				}
+			}
+			if clash {
+				continue // the other's claim stays: no server takes a range from another
 			}
 			if err := c.write(base, count); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package idclaim_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/idclaim"
@@ -10,11 +11,12 @@ import (
 // Sync adopts the held ranges, drops the others, and names the held ranges another server claims.
 func TestTwoServersNeverShareARange(t *testing.T) {
 	dir := t.TempDir()
-	a, err := idclaim.New(dir, "agentbox-aaaa")
+	stateA, stateB := t.TempDir(), t.TempDir()
+	a, err := idclaim.New(dir, "agentbox-aaaa", stateA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := idclaim.New(dir, "agentbox-bbbb")
+	b, _ := idclaim.New(dir, "agentbox-bbbb", stateB)
 	claim := func(c *idclaim.Claims, base int64) bool {
 		t.Helper()
 		ok, err := c.Claim(base, 65536)
@@ -43,5 +45,12 @@ func TestTwoServersNeverShareARange(t *testing.T) {
 	// a's store also holds one b claims: named.
 	if conflicts, err = a.Sync(map[int64]int64{331072: 65536, 265536: 65536}); err != nil || len(conflicts) != 1 {
 		t.Fatalf("sync over b's range: %v %v; want one conflict", conflicts, err)
+	}
+	// b's state dir removed (b gone for good): its claims are stale, a takes its range.
+	if err := os.RemoveAll(stateB); err != nil {
+		t.Fatal(err)
+	}
+	if !claim(a, 200000) {
+		t.Fatal("a range of a server whose state dir is gone stays claimed")
 	}
 }
