@@ -86,6 +86,26 @@ func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) 
 	return e
 }
 
+// killContainer SIGKILLs id's container behind the service's back and returns once runc says it
+// has stopped: a kill is delivered asynchronously, and a reconcile that still sees it running
+// would rightly adopt it.
+func (e *env) killContainer(t *testing.T, id string) {
+	t.Helper()
+	root := filepath.Join(e.root, "state")
+	if out, err := exec.Command("runc", "--root", root, "kill", id, "KILL").CombinedOutput(); err != nil {
+		t.Fatalf("runc kill: %v %s", err, out)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		out, err := exec.Command("runc", "--root", root, "state", id).CombinedOutput()
+		if err == nil && strings.Contains(string(out), `"status": "stopped"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container %s still not stopped a minute after SIGKILL: %v %s", id, err, out)
+		}
+	}
+}
+
 // assertNoLeaks checks the host: no container, cgroup, mount, process or sandbox dir left.
 func (e *env) assertNoLeaks(t *testing.T) {
 	t.Helper()
@@ -758,15 +778,12 @@ func TestReconcile(t *testing.T) {
 	keep := e.create(t, sandbox.CreateRequest{})
 	gone := e.create(t, sandbox.CreateRequest{})
 	// Kill gone's container behind the service's back, and plant an orphan.
-	if out, err := exec.Command("runc", "--root", filepath.Join(e.root, "state"), "kill", gone.ID, "KILL").CombinedOutput(); err != nil {
-		t.Fatalf("runc kill: %v %s", err, out)
-	}
+	e.killContainer(t, gone.ID)
 	orphan := sandbox.NewID()
 	orphanDir := filepath.Join(e.root, "sandboxes", orphan)
 	if err := os.MkdirAll(orphanDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
 	if err := e.svc.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

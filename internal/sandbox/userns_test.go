@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -226,9 +225,7 @@ func TestReconcileFreesIDRanges(t *testing.T) {
 	keep := e.create(t, sandbox.CreateRequest{})
 	gone := e.create(t, sandbox.CreateRequest{})
 	keepRange := e.rangeOf(t, keep.ID)
-	if out, err := exec.Command("runc", "--root", filepath.Join(e.root, "state"), "kill", gone.ID, "KILL").CombinedOutput(); err != nil {
-		t.Fatalf("runc kill: %v %s", err, out)
-	}
+	e.killContainer(t, gone.ID)
 	// A record that failed long ago but still holds a range (its release was lost).
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	stale := sandbox.Sandbox{ID: sandbox.NewID(), State: sandbox.StateFailed, Image: "host", Runtime: "runc",
@@ -239,7 +236,6 @@ func TestReconcileFreesIDRanges(t *testing.T) {
 	if err := e.st.AllocateIDRange(ctx, sandbox.IDRange{SandboxID: stale.ID, Base: 4000000000, Count: 65536, AllocatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
 	if err := e.svc.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
