@@ -655,6 +655,61 @@ func TestInterceptStreamsResponses(t *testing.T) {
 	}
 }
 
+// TestInterceptStreamsWholeRecordEvents: an event exactly a TLS record long (a read that
+// full puts the flush off, expecting more) still reaches the sandbox while upstream waits,
+// scrubbed (chunked) and not.
+func TestInterceptStreamsWholeRecordEvents(t *testing.T) {
+	for _, secret := range []bool{true, false} {
+		t.Run(fmt.Sprint("secret=", secret), func(t *testing.T) {
+			var secrets []egress.Secret
+			if secret {
+				secrets = secretsAB(false)
+			}
+			e := newEnv(t, secrets, false)
+			e.setVar("TEST_OPENAI", "sk-stream")
+			event := strings.Repeat("x", 2*fullRead)
+			release := make(chan struct{})
+			e.handler.Store(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !secret {
+					w.Header().Set("Content-Length", fmt.Sprint(2*len(event)))
+				}
+				io.WriteString(w, event)
+				w.(http.Flusher).Flush()
+				select {
+				case <-release:
+				case <-r.Context().Done():
+					return
+				}
+				io.WriteString(w, event)
+			}))
+			c := e.client("api.example.com", nil)
+			resp, err := c.Get("https://api.example.com/stream")
+			if err != nil {
+				close(release)
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			first := make([]byte, len(event))
+			got := make(chan error, 1)
+			go func() { _, err := io.ReadFull(resp.Body, first); got <- err }()
+			select {
+			case err := <-got:
+				if err != nil || string(first) != event {
+					t.Fatalf("first event: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				close(release)
+				t.Fatal("the first event stayed in the proxy while upstream waited")
+			}
+			close(release)
+			rest, _ := io.ReadAll(resp.Body)
+			if string(rest) != event {
+				t.Fatalf("rest: %d bytes", len(rest))
+			}
+		})
+	}
+}
+
 func TestWants(t *testing.T) {
 	i := New(Config{CA: &CA{}})
 	tg := &egress.Target{Secrets: secretsAB(false)}

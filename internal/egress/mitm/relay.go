@@ -106,7 +106,8 @@ func (s *session) relay(req *http.Request, resp *http.Response, sc *scrubber) (k
 	keep = client11 && !req.Close
 	h := resp.Header.Clone()
 	dropHop(h)
-	var body io.Reader = flushBeforeRead{r: resp.Body, src: s.ubr, dst: s.cbw}
+	fl := &relayFlusher{r: resp.Body, src: s.ubr, dst: s.cbw}
+	var body io.Reader = fl
 	mode := frameNone
 	if !bodyless(req.Method, resp.StatusCode) {
 		switch {
@@ -166,10 +167,10 @@ func (s *session) relay(req *http.Request, resp *http.Response, sc *scrubber) (k
 		return keep, w.Flush()
 	}
 
-	var dst io.Writer = w
+	var dst io.Writer = fl
 	var cw *chunkWriter
 	if mode == frameChunked {
-		cw = &chunkWriter{w: w}
+		cw = &chunkWriter{w: fl}
 		dst = cw
 	}
 	var sw *scrubWriter
@@ -180,6 +181,9 @@ func (s *session) relay(req *http.Request, resp *http.Response, sc *scrubber) (k
 	bp := copyBufs.Get().(*[]byte)
 	_, err = io.CopyBuffer(onlyWriter{dst}, body, *bp)
 	copyBufs.Put(bp)
+	if ferr := fl.stop(); err == nil && ferr != nil {
+		err = ferr
+	}
 	if err != nil {
 		return false, fmt.Errorf("egress: relaying the response body of %s: %w", s.host, s.scrub(err))
 	}
@@ -252,22 +256,108 @@ func recordedPath(req *http.Request) string {
 
 // chunkWriter writes each Write as one HTTP/1.1 chunk.
 type chunkWriter struct {
-	w   *bufio.Writer
-	hdr []byte
+	w   io.Writer
+	buf []byte
 }
 
 func (c *chunkWriter) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	c.hdr = strconv.AppendInt(c.hdr[:0], int64(len(p)), 16)
-	c.hdr = append(c.hdr, '\r', '\n')
-	c.w.Write(c.hdr)
-	c.w.Write(p)
-	if _, err := c.w.WriteString("\r\n"); err != nil {
+	c.buf = strconv.AppendInt(c.buf[:0], int64(len(p)), 16)
+	c.buf = append(c.buf, '\r', '\n')
+	if _, err := c.w.Write(c.buf); err != nil {
+		return 0, err
+	}
+	if _, err := c.w.Write(p); err != nil {
+		return 0, err
+	}
+	if _, err := c.w.Write(crlf); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+var crlf = []byte("\r\n")
+
+// fullRead is the most one read of a TLS connection returns (a record's plaintext): a read
+// that long most likely has more of the body right behind it.
+const fullRead = 16 << 10
+
+// flushDelay is how long a flush after a full read is put off: if the next read waits longer
+// than that, what was written goes out.
+const flushDelay = time.Millisecond
+
+// relayFlusher is a response body's reader and, below the framing, its writer to the sandbox.
+// What was written is flushed whenever the next read may wait for the network, so a streamed
+// body (server-sent events) reaches the sandbox as it comes. After a full read (a bulk
+// transfer) the flush is put off by flushDelay instead, and called off when the read returns
+// sooner: a flush per read would send each read's bytes plus the chunk framing's few as one
+// whole TLS record and one of a few bytes, a third of the records for nothing.
+type relayFlusher struct {
+	r    io.Reader
+	src  *bufio.Reader // upstream's reader: bytes buffered there mean no wait
+	full bool          // the last read was a full one
+
+	mu    sync.Mutex // dst, err: the timer flushes while a read waits
+	dst   *bufio.Writer
+	timer *time.Timer
+	err   error // the timer's flush failed
+	done  bool  // stopped: a late timer does nothing
+}
+
+func (f *relayFlusher) Read(p []byte) (int, error) {
+	if f.src.Buffered() == 0 {
+		f.mu.Lock()
+		if f.err == nil && f.dst.Buffered() > 0 {
+			if !f.full {
+				f.err = f.dst.Flush()
+			} else if f.timer == nil {
+				f.timer = time.AfterFunc(flushDelay, f.flushLater)
+			} else {
+				f.timer.Reset(flushDelay)
+			}
+		}
+		err := f.err
+		f.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
+	n, err := f.r.Read(p)
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.full = n >= fullRead
+	return n, err
+}
+
+func (f *relayFlusher) flushLater() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil && !f.done {
+		f.err = f.dst.Flush()
+	}
+}
+
+func (f *relayFlusher) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return 0, f.err
+	}
+	return f.dst.Write(p)
+}
+
+// stop ends the timer: what follows is written straight to dst. It returns a failed flush's error.
+func (f *relayFlusher) stop() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.done = true
+	return f.err
 }
 
 // onlyWriter hides a writer's ReadFrom, so io.CopyBuffer uses its buffer (and each read
