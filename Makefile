@@ -186,6 +186,10 @@ bench-scrub:
 bench-sql:
 	$(GO) run ./bench -sql-only -out bench/results-sql.json
 
+# bench-chat: agentbox chat's own overhead per step, the scripted model and the tool answering at once.
+bench-chat:
+	$(GO) run ./bench -chat-only -out bench/results-chat.json
+
 # bench-remoteexec: remote_exec of `true` over a joined agent on loopback, beside host floors.
 bench-remoteexec:
 	$(GO) run ./bench -remoteexec-only -out bench/results-remoteexec.json

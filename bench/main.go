@@ -133,6 +133,7 @@ func main() {
 	auf := auditBenchFlags()    // the audit log (audit.go)
 	rf := runsBenchFlags()      // the (runs.go)
 	sqf := sqlFlags()           // execute_sql (sql.go)
+	chf := chatFlags()          // agentbox chat's loop (chat.go)
 	snf := snapshotFlags()      // files snapshots and fork (snapshots.go)
 	slf := sleepFlags()         // gVisor sleep/wake (sleep.go)
 	pof := poolsBenchFlags()    // warm pools (pools.go)
@@ -165,6 +166,10 @@ func main() {
 	}
 	if *blf.only { // the file relay's throughput (blobs.go): no sandboxes
 		runBlobsBench(context.Background(), blf, *out)
+		return
+	}
+	if *chf.only { // agentbox chat's loop over the scripted model (chat.go): no sandboxes
+		runChatBench(context.Background(), chf, *out)
 		return
 	}
 	if *ref.only { // remote_exec over a joined agent on loopback (remoteexec.go): no sandboxes

@@ -61,6 +61,7 @@ func commands() map[string]func([]string) int {
 		// snapshots, fork, sleep, wake, diff (snapshots.go)
 		"snapshot": cmdSnapshot, "snapshots": cmdSnapshots, "fork": cmdFork, "sleep": cmdSleep, "wake": cmdWake, "diff": cmdDiff,
 		"pool": cmdPool, // warm pools (pools.go)
+		"chat": cmdChat, // an agent loop against an OpenAI-compatible model (chat.go)
 		// joined machines (join.go, machine.go)
 		"join": cmdJoin, "machine": cmdMachine,
 		// the supervisor of one remote job on a joined machine (hidden; hostjobs)
@@ -189,6 +190,9 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
                                         sandboxes, jobs, runs, run_events (a table; --json)
   agentbox audit ls [--tool T] [--sandbox ID] [--after N] [--limit N] [--json]
                                         the audit log: every call, newest page first
+  agentbox chat [QUESTION] [--model M] [--base-url URL] [--tools a,b] [--resume ID] [--yes] [--keep]
+                                        an agent loop against an OpenAI-compatible model with these tools
+  agentbox chat ls|show|rm|export ID    the conversations kept (export: --format json|markdown)
   agentbox approvals ls [--state S] [--json]    the approval queue (serve --approval-required)
   agentbox approvals show ID            one approval: tool, digest, summary, decision, outcome
   agentbox approvals approve|deny [--reason TEXT] ID   decide (needs the admin token)

@@ -176,7 +176,8 @@ func cmdServe(args []string) int {
 		Blobs:      relaySvc,                                                                     // the file relay
 		RemoteExec: remoteops.NewExec(machines), Screenshots: remoteops.NewScreenshots(machines), // remote_exec, remote_screenshot
 		E2B: e2bSrv, E2BDomain: *e2bDomain, // the E2B-compatible API
-		Lease: cp.owner.Status}) // several replicas: GET /health's "replica"
+		Conversations: cp.store,         // agentbox chat's conversations
+		Lease:         cp.owner.Status}) // several replicas: GET /health's "replica"
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(mcpSrv.Close)   // ends MCP event streams, which would hold Shutdown up
 	srv.RegisterOnShutdown(handler.Close)  // and long polls for events

@@ -454,7 +454,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	// Governance: audit (the chain's first gate, so refusals are recorded) → authorization
 	// (scopes, and whose objects a call may name) → approvals.
 	cp.audit = rec
-	cp.gates = append(cp.gates, cp.audit, authz.Gate{Store: st, Runs: st, Approvals: st})
+	cp.gates = append(cp.gates, cp.audit, authz.Gate{Store: st, Runs: st, Approvals: st, Conversations: st})
 	if approvals.Enabled() {
 		cp.gates = append(cp.gates, approvals) // last, just before the call acts
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/snapshots"
 	"github.com/agentbox/agentbox/internal/snippet"
 	"github.com/agentbox/agentbox/internal/sqlquery"
+	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/watch"
 )
@@ -121,6 +122,9 @@ type Options struct {
 	// E2BDomain, if set, also routes {port}-{id}.{E2BDomain} hosts to the E2B surface (TLS
 	// deployments with a wildcard name).
 	E2BDomain string
+	// Conversations serves /v1/conversations (agentbox chat's records; conversations.go); nil:
+	// UNSUPPORTED_OPERATION.
+	Conversations store.ConversationStore
 	// Lease, if set, reports this replica and whether it holds its node's lifecycle lease
 	//; GET /health shows it as "replica".
 	Lease func() lease.Status
@@ -250,6 +254,13 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/sandboxes/{id}/wake", s.wakeSandbox)
 	m.HandleFunc("GET /v1/sandboxes/{id}/diff", s.diffSandbox)
 	m.HandleFunc("POST /v1/sandboxes/{id}/diff", s.diffSandbox)
+	// conversations of agentbox chat (conversations.go)
+	m.HandleFunc("POST /v1/conversations", s.createConversation)
+	m.HandleFunc("GET /v1/conversations", s.listConversations)
+	m.HandleFunc("GET /v1/conversations/{id}", s.getConversation)
+	m.HandleFunc("PATCH /v1/conversations/{id}", s.updateConversation)
+	m.HandleFunc("POST /v1/conversations/{id}/messages", s.appendConversation)
+	m.HandleFunc("DELETE /v1/conversations/{id}", s.deleteConversation)
 	m.HandleFunc("GET /v1/openapi.json", s.openAPI)
 	// warm pools (pools.go): /v1/pools
 	s.poolRoutes()

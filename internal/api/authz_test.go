@@ -72,7 +72,7 @@ func newAuthzEnvGated(t *testing.T, gated []string) *authzEnv {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); rs.Run(ctx) }()
-	chain := gate.Chain{authz.Gate{Store: st, Runs: st, Approvals: st}}
+	chain := gate.Chain{authz.Gate{Store: st, Runs: st, Approvals: st, Conversations: st}}
 	var aps api.Approvals
 	if gated != nil {
 		ap, err := approval.New(st, approval.Config{Tools: gated, Timeout: time.Minute})
@@ -86,7 +86,7 @@ func newAuthzEnvGated(t *testing.T, gated []string) *authzEnv {
 	ready := make(chan struct{})
 	mount := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-ready; mcpH.ServeHTTP(w, r) })
 	prom := api.NewPrometheus()
-	h := api.New(sbs, api.Options{Token: authzToken, Runs: rs, SandboxJobs: sbj.Jobs(), Keys: auth.NewKeys(st, nil), Gate: chain,
+	h := api.New(sbs, api.Options{Token: authzToken, Runs: rs, SandboxJobs: sbj.Jobs(), Keys: auth.NewKeys(st, nil), Gate: chain, Conversations: st,
 		Mount: map[string]http.Handler{"/mcp": mount}, Prometheus: prom, Approvals: aps})
 	msrv := mcpserver.New(sbj, mcpserver.Options{Gate: chain, Runs: rs,
 		Metrics: metricsnap.New(func(context.Context) ([]*metricsnap.MetricFamily, error) { return prom.Gatherer().Gather() })})

@@ -150,6 +150,13 @@ func ops() []op {
 				{"max_diff_bytes", "integer", "Bound of the unified diff of text files (1–1048576, default 65536).", false}, {"no_unified", "boolean", "true: leave the unified diff out.", false}}},
 		{pattern: "POST /v1/sandboxes/{id}/diff", summary: "The same diff, with its arguments as a JSON body", tag: "snapshots", req: sandbox.DiffRequest{}, reqOptional: true, status: 200, resp: sandbox.DiffResult{}},
 
+		{pattern: "POST /v1/conversations", summary: "Record a new conversation of agentbox chat (the caller's)", tag: "conversations", req: wire.ConversationCreate{}, status: 201, resp: wire.Conversation{}},
+		{pattern: "GET /v1/conversations", summary: "The caller's conversations, newest first", tag: "conversations", status: 200, resp: wire.ConversationList{}, query: []qp{limit("At most this many conversations (1–1000, default 50).")}},
+		{pattern: "GET /v1/conversations/{id}", summary: "A conversation and its transcript", tag: "conversations", status: 200, resp: wire.ConversationDetail{}},
+		{pattern: "PATCH /v1/conversations/{id}", summary: "Set a conversation's sandbox", tag: "conversations", req: wire.ConversationUpdate{}, status: 200, resp: wire.Conversation{}},
+		{pattern: "POST /v1/conversations/{id}/messages", summary: "Append messages to a conversation, in order (seq continues it, else CONFLICT)", tag: "conversations", req: wire.ConversationMessages{}, status: 200, resp: wire.Conversation{}},
+		{pattern: "DELETE /v1/conversations/{id}", summary: "Delete a conversation and its transcript", tag: "conversations", status: 200, resp: wire.DeletedConversation{}},
+
 		{pattern: "POST /v1/runs", summary: "Start a durable run", tag: "runs", req: RunRequest{}, status: 201, resp: wire.Run{}},
 		{pattern: "GET /v1/runs", summary: "List runs, newest first", tag: "runs", status: 200, resp: wire.RunList{},
 			query: []qp{{"state", "string", "Only these states (repeatable).", true}, {"batch_id", "string", "Only this batch's runs.", false}, {"before", "string", "Page: runs before this id.", false}, {"label", "string", "key=value (repeatable).", true}, limit("At most this many runs.")}},

@@ -166,6 +166,15 @@ var routeTable = map[string]Route{
 	"POST /v1/blobs":               stream("blob_upload", auth.ScopeOperate, gate.ObjectNone),
 	"GET /v1/blobs/{id}":           read("blob_download", auth.Public, gate.ObjectBlob), // a signed link, or the owner's key (checked by the handler)
 	"DELETE /v1/blobs/{id}":        act("blob_delete", auth.ScopeOperate, gate.ObjectBlob),
+	// conversations of agentbox chat: the chat process records its own conversation as it
+	// goes (create, messages, its sandbox); that bookkeeping acts on nothing but the caller's
+	// own record, so approvals never hold it up (ReadOnly), while deleting one is an action
+	"GET /v1/conversations":                read("conversation_list", auth.ScopeRead, gate.ObjectNone),
+	"GET /v1/conversations/{id}":           read("conversation_get", auth.ScopeRead, gate.ObjectConversation),
+	"POST /v1/conversations":               {Action: "conversation_create", Scope: auth.ScopeOperate, Object: gate.ObjectNone, ReadOnly: true},
+	"PATCH /v1/conversations/{id}":         {Action: "conversation_update", Scope: auth.ScopeOperate, Object: gate.ObjectConversation, ReadOnly: true},
+	"POST /v1/conversations/{id}/messages": {Action: "conversation_append", Scope: auth.ScopeOperate, Object: gate.ObjectConversation, ReadOnly: true},
+	"DELETE /v1/conversations/{id}":        act("conversation_delete", auth.ScopeOperate, gate.ObjectConversation),
 }
 
 func read(action, scope, object string) Route {

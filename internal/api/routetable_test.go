@@ -24,7 +24,7 @@ import (
 
 var objectKinds = map[string]bool{gate.ObjectNone: true, gate.ObjectSandbox: true, gate.ObjectJob: true, gate.ObjectExpose: true,
 	gate.ObjectRun: true, gate.ObjectBatch: true, gate.ObjectSnapshot: true, gate.ObjectApproval: true, gate.ObjectKey: true,
-	gate.ObjectMachine: true, gate.ObjectPool: true, gate.ObjectBlob: true, gate.ObjectImage: true}
+	gate.ObjectMachine: true, gate.ObjectPool: true, gate.ObjectBlob: true, gate.ObjectImage: true, gate.ObjectConversation: true}
 
 // TestEveryRouteDeclared: every route the server registers, and every operation of the
 // OpenAPI document, has a declaration in the route table — an action, a scope and the kind of

@@ -39,6 +39,12 @@ type RunStore interface {
 	GetBatch(ctx context.Context, id string) (runs.Batch, error)
 }
 
+// ConversationStore is what the decision reads of agentbox chat's conversations: the
+// principal of one (CONVERSATION_NOT_FOUND when none).
+type ConversationStore interface {
+	ConversationPrincipal(ctx context.Context, id string) (string, error)
+}
+
 // Gate is the authorization gate: a gate.Gate in the server's chain after the audit gate (so
 // that every refusal is recorded) and before approvals (so that nobody is asked to approve a
 // call that would be refused). It replaces auth.ScopeGate there, deciding the scope the same
@@ -51,6 +57,8 @@ type Gate struct {
 	Runs RunStore
 	// Approvals resolves approvals; nil: likewise.
 	Approvals ApprovalStore
+	// Conversations resolves conversations; nil: likewise.
+	Conversations ConversationStore
 }
 
 var _ gate.Gate = Gate{}
@@ -170,7 +178,7 @@ func ListOwner(ctx context.Context) string {
 // Owned reports whether the object kind has a principal of its own (or its sandbox's).
 func Owned(kind string) bool {
 	switch kind {
-	case gate.ObjectSandbox, gate.ObjectJob, gate.ObjectExpose, gate.ObjectRun, gate.ObjectBatch, gate.ObjectSnapshot, gate.ObjectApproval:
+	case gate.ObjectSandbox, gate.ObjectJob, gate.ObjectExpose, gate.ObjectRun, gate.ObjectBatch, gate.ObjectSnapshot, gate.ObjectApproval, gate.ObjectConversation:
 		return true
 	}
 	return false
@@ -233,10 +241,15 @@ func (g Gate) principal(ctx context.Context, o gate.Object) (string, error) {
 		var a approval.Approval
 		a, err = g.Approvals.GetApproval(ctx, o.ID)
 		p = a.Principal
+	case gate.ObjectConversation:
+		if g.Conversations == nil {
+			return "", NotFound(o)
+		}
+		p, err = g.Conversations.ConversationPrincipal(ctx, o.ID)
 	}
 	switch errcode.Of(err) {
 	case "":
-	case errcode.SandboxNotFound, errcode.RunNotFound, errcode.SnapshotNotFound, errcode.ApprovalNotFound, errcode.InvalidArgument:
+	case errcode.SandboxNotFound, errcode.RunNotFound, errcode.SnapshotNotFound, errcode.ApprovalNotFound, errcode.ConversationNotFound, errcode.InvalidArgument:
 		return "", NotFound(o) // (a malformed id names nothing either)
 	default:
 		return "", err
@@ -259,6 +272,8 @@ func NotFound(o gate.Object) error {
 		return errcode.New(errcode.SnapshotNotFound, "snapshot %s not found; snapshot_list shows which exist", o.ID)
 	case gate.ObjectApproval:
 		return errcode.New(errcode.ApprovalNotFound, "approval %s not found; `agentbox approvals ls` (GET /v1/approvals) lists those kept", o.ID).With("approval_id", o.ID)
+	case gate.ObjectConversation:
+		return errcode.New(errcode.ConversationNotFound, "conversation %s not found; agentbox chat ls shows yours", o.ID)
 	}
 	return errcode.New(errcode.SandboxNotFound, "sandbox %s not found; list sandboxes to see which exist", o.ID)
 }

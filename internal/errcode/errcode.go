@@ -184,3 +184,11 @@ func init() { Codes = append(Codes, Unavailable, ResourceExhausted) } // durable
 // RetryAfterSeconds is the Retry-After an UNAVAILABLE reply carries when its error names none
 // (details.retry_after_seconds).
 const RetryAfterSeconds = 2
+
+// Conversations of `agentbox chat`.
+const (
+	// ConversationNotFound: no conversation of that id (or another principal's).
+	ConversationNotFound Code = "CONVERSATION_NOT_FOUND"
+)
+
+func init() { Codes = append(Codes, ConversationNotFound) } // conversations

@@ -9,7 +9,7 @@ func HTTPStatus(code Code) int {
 		return http.StatusForbidden
 	case ApprovalNotFound, SnapshotNotFound:
 		return http.StatusNotFound
-	case PoolNotFound: // warm pools
+	case PoolNotFound, ConversationNotFound: // warm pools, conversations
 		return http.StatusNotFound
 	case MachineNotFound, BlobNotFound: // joined machines
 		return http.StatusNotFound

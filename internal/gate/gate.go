@@ -71,6 +71,8 @@ const (
 	ObjectPool     = "pool"
 	ObjectBlob     = "blob"
 	ObjectImage    = "image"
+	// ObjectConversation: a conversation of agentbox chat (its own principal).
+	ObjectConversation = "conversation"
 )
 
 type callerKey struct{}

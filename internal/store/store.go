@@ -18,13 +18,14 @@ type Store interface {
 	// jobs, network records, snapshots, warm pools): every part required.
 	sandbox.Store
 	runs.Store
-	auth.Store       // API keys
-	audit.Store      // the audit log
-	sqlquery.Querier // execute_sql over the published views
-	approval.Store   // approvals
-	MachineStore     // joined machines and join tokens (machines.go)
-	RemoteJobStore   // remote jobs (remotejobs.go)
-	BlobStore        // the file relay (blobs.go)
-	Leases           // leases of lifecycle work across replicas (leases.go)
+	auth.Store        // API keys
+	audit.Store       // the audit log
+	sqlquery.Querier  // execute_sql over the published views
+	approval.Store    // approvals
+	MachineStore      // joined machines and join tokens (machines.go)
+	RemoteJobStore    // remote jobs (remotejobs.go)
+	BlobStore         // the file relay (blobs.go)
+	Leases            // leases of lifecycle work across replicas (leases.go)
+	ConversationStore // conversations of agentbox chat (conversations.go)
 	Close() error
 }

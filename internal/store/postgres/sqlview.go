@@ -69,6 +69,12 @@ var queryViews = []struct{ name, table, selectList string }{
 		"id, owner, batch_id, state, " + timeCols("created_at", "created_at") + ", " + timeCols("updated_at", "updated_at") + ", " + timeCols("settled_at", "settled_at")},
 	{"run_events", "run_events",
 		"seq, run_id, from_state, to_state, phase, reason, " + timeCols("time", "time")},
+	{"conversations", "conversations",
+		"id, principal, title, model, endpoint, sandbox_id, tools, messages, prompt_tokens, completion_tokens, " +
+			timeCols("created_at", "created_at") + ", " + timeCols("updated_at", "updated_at")},
+	{"conversation_messages", "conversation_messages",
+		"conversation_id, seq, role, content, tool_calls, tool_call_id, tool, is_error, truncated, output_bytes, prompt_tokens, completion_tokens, duration_ms, model, " +
+			timeCols("created_at", "created_at")},
 }
 
 // setupViews creates or replaces the views and helpers and grants the query role what it may

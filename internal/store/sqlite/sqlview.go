@@ -90,6 +90,14 @@ var queryViews = []queryView{
 	{name: "run_events", table: "run_events",
 		reads:      []string{"seq", "run_id", "from_state", "to_state", "phase", "reason", "time"},
 		selectList: "seq, run_id, from_state, to_state, phase, reason, " + timeCols("time", "time")},
+	{name: "conversations", table: "conversations",
+		reads: []string{"id", "principal", "title", "model", "endpoint", "sandbox_id", "tools", "messages", "prompt_tokens", "completion_tokens", "created_at", "updated_at"},
+		selectList: "id, principal, title, model, endpoint, sandbox_id, tools, messages, prompt_tokens, completion_tokens, " +
+			timeCols("created_at", "created_at") + ", " + timeCols("updated_at", "updated_at")},
+	{name: "conversation_messages", table: "conversation_messages",
+		reads: []string{"conversation_id", "seq", "role", "content", "tool_calls", "tool_call_id", "tool", "is_error", "truncated", "output_bytes", "prompt_tokens", "completion_tokens", "duration_ms", "model", "created_at"},
+		selectList: "conversation_id, seq, role, content, tool_calls, tool_call_id, tool, is_error, truncated, output_bytes, prompt_tokens, completion_tokens, duration_ms, model, " +
+			timeCols("created_at", "created_at")},
 }
 
 // allowedFunctions are the SQL functions a query may call: SQLite's core scalar, aggregate,

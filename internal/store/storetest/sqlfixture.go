@@ -37,6 +37,11 @@ func SQLFixture(blob string) []string {
 		fmt.Sprintf(`INSERT INTO runs (id, owner, idempotency_key, batch_id, state, created_at, updated_at, settled_at, version, doc)
 			VALUES ('run_1', 'alice', '', '', 'succeeded', %d, %d, %d, 1, '{"spec":{"env":{"X":"%s"}}}')`, now, now, now, SQLSecretEnv),
 		fmt.Sprintf(`INSERT INTO run_events (run_id, time, from_state, to_state, phase, reason) VALUES ('run_1', %d, 'queued', 'running', 'start', '')`, now),
+		fmt.Sprintf(`INSERT INTO conversations (id, principal, title, model, endpoint, sandbox_id, tools, messages, prompt_tokens, completion_tokens, created_at, updated_at)
+			VALUES ('conv_1', 'admin', 'how many?', 'm', 'http://127.0.0.1:1/v1', 'sb_1', '[]', 2, 10, 3, %d, %d)`, now, now),
+		fmt.Sprintf(`INSERT INTO conversation_messages (conversation_id, seq, role, content, tool_calls, created_at) VALUES ('conv_1', 1, 'user', 'how many?', '[]', %d)`, now),
+		fmt.Sprintf(`INSERT INTO conversation_messages (conversation_id, seq, role, content, tool_calls, prompt_tokens, completion_tokens, model, created_at)
+			VALUES ('conv_1', 2, 'assistant', '', '[{"id":"c1","name":"execute_sql","arguments":"{}"}]', 10, 3, 'm', %d)`, now),
 	}
 	for i, tool := range []string{"exec", "exec", "file_write", "run_python"} {
 		stmts = append(stmts, fmt.Sprintf(`INSERT INTO audit_log (at, surface, caller_id, caller_name, tool, action, sandbox_id, args_sha256, summary, outcome, duration_ms, approval_id)
@@ -71,20 +76,24 @@ func WantSQLRefused(t *testing.T, q sqlquery.Querier, query, mention string) {
 func RunSQLViews(t *testing.T, q sqlquery.Querier) {
 	ctx := t.Context()
 	typical := map[string]string{
-		"audit_log":  `SELECT tool, count(*) AS n FROM audit_log WHERE time_ms >= now_ms() - 315360000000 GROUP BY tool ORDER BY n DESC, tool`,
-		"events":     `SELECT sandbox_id, to_state, time FROM events ORDER BY seq`,
-		"sandboxes":  `SELECT id, state, json_extract(labels, '$.team') AS team, created_at FROM sandboxes WHERE state = 'running'`,
-		"jobs":       `SELECT id, state, exit_code, finished_at_ms - started_at_ms AS ms, oom_killed FROM jobs`,
-		"runs":       `SELECT state, count(*) FROM runs GROUP BY state`,
-		"run_events": `SELECT r.id, e.phase FROM runs r JOIN run_events e ON e.run_id = r.id`,
+		"audit_log":             `SELECT tool, count(*) AS n FROM audit_log WHERE time_ms >= now_ms() - 315360000000 GROUP BY tool ORDER BY n DESC, tool`,
+		"events":                `SELECT sandbox_id, to_state, time FROM events ORDER BY seq`,
+		"sandboxes":             `SELECT id, state, json_extract(labels, '$.team') AS team, created_at FROM sandboxes WHERE state = 'running'`,
+		"jobs":                  `SELECT id, state, exit_code, finished_at_ms - started_at_ms AS ms, oom_killed FROM jobs`,
+		"runs":                  `SELECT state, count(*) FROM runs GROUP BY state`,
+		"run_events":            `SELECT r.id, e.phase FROM runs r JOIN run_events e ON e.run_id = r.id`,
+		"conversations":         `SELECT id, model, messages, prompt_tokens + completion_tokens FROM conversations`,
+		"conversation_messages": `SELECT seq, role, json_extract(tool_calls, '$[0].name') FROM conversation_messages ORDER BY seq`,
 	}
 	want := map[string][][]any{
-		"audit_log":  {{"exec", float64(2)}, {"file_write", float64(1)}, {"run_python", float64(1)}},
-		"events":     {{"sb_1", "running", "2026-12-02T14:03:05.123Z"}},
-		"sandboxes":  {{"sb_1", "running", "a", "2026-12-02T14:03:05.123Z"}},
-		"jobs":       {{"job_1", "exited", float64(0), float64(1000), float64(0)}},
-		"runs":       {{"succeeded", float64(1)}},
-		"run_events": {{"run_1", "start"}},
+		"audit_log":             {{"exec", float64(2)}, {"file_write", float64(1)}, {"run_python", float64(1)}},
+		"events":                {{"sb_1", "running", "2026-12-02T14:03:05.123Z"}},
+		"sandboxes":             {{"sb_1", "running", "a", "2026-12-02T14:03:05.123Z"}},
+		"jobs":                  {{"job_1", "exited", float64(0), float64(1000), float64(0)}},
+		"runs":                  {{"succeeded", float64(1)}},
+		"run_events":            {{"run_1", "start"}},
+		"conversations":         {{"conv_1", "m", float64(2), float64(13)}},
+		"conversation_messages": {{float64(1), "user", nil}, {float64(2), "assistant", "execute_sql"}},
 	}
 	for _, v := range sqlquery.Views {
 		t.Run(v.Name, func(t *testing.T) {

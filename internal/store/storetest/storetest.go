@@ -57,16 +57,17 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests = append(tests, netTests...)
 	tests = append(tests, imageTests...)
 	tests = append(tests, runTests...)
-	tests = append(tests, apiKeyTests...)    // API keys
-	tests = append(tests, auditTests...)     // the audit log
-	tests = append(tests, sqlTests...)       // execute_sql's views (sql.go)
-	tests = append(tests, approvalTests...)  // approvals
-	tests = append(tests, snapshotTests...)  // snapshots
-	tests = append(tests, poolTests...)      // warm pools (pools.go)
-	tests = append(tests, machineTests...)   // joined machines (machines.go)
-	tests = append(tests, remoteJobTests...) // remote jobs (remotejobs.go)
-	tests = append(tests, blobTests...)      // the file relay (blobs.go)
-	tests = append(tests, leaseTests...)     // leases across replicas (leases.go)
+	tests = append(tests, apiKeyTests...)       // API keys
+	tests = append(tests, auditTests...)        // the audit log
+	tests = append(tests, sqlTests...)          // execute_sql's views (sql.go)
+	tests = append(tests, approvalTests...)     // approvals
+	tests = append(tests, snapshotTests...)     // snapshots
+	tests = append(tests, poolTests...)         // warm pools (pools.go)
+	tests = append(tests, machineTests...)      // joined machines (machines.go)
+	tests = append(tests, remoteJobTests...)    // remote jobs (remotejobs.go)
+	tests = append(tests, blobTests...)         // the file relay (blobs.go)
+	tests = append(tests, leaseTests...)        // leases across replicas (leases.go)
+	tests = append(tests, conversationTests...) // conversations of agentbox chat (conversations.go)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
