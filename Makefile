@@ -1,8 +1,8 @@
 # agentbox — `sudo make run` starts the server; `sudo make test` runs every test.
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
-# The shipped binary is static: CGO_ENABLED=0 for `make build` (and testenv.Binary builds the
-# binary the tests run, inside sandboxes too, the same way). Only `make test`'s race build turns
+# The shipped binaries are static: CGO_ENABLED=0 for `make build` (and testenv.Binary builds the
+# binaries the tests run, the agent inside sandboxes too, the same way). Only `make test`'s race build turns
 # cgo on, which needs a C compiler: gcc and libc6-dev are host packages for that.
 export CGO_ENABLED := 0
 GO ?= go
@@ -30,8 +30,11 @@ E2BSDK := test/e2bsdk
 
 all: build
 
+# build writes both binaries into bin/: agentbox (server and CLI) and beside it the lean
+# in-sandbox agent agentbox-guest (cmd/agentbox-guest), which serve finds there and binds into
+# every sandbox. Install them side by side (e.g. both in /usr/local/bin).
 build:
-	$(GO) build -trimpath -o $(BIN) ./cmd/agentbox
+	$(GO) build -trimpath -o bin/ ./cmd/agentbox ./cmd/agentbox-guest
 
 # deps installs the host packages sandboxes need (apt-get and runsc; needs root).
 deps: deps-runsc

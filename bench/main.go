@@ -11,7 +11,7 @@
 // responses costs an intercepted GET, with and without a secret in turns (scrub.go;
 // -scrub-only writes bench/results-scrub.json with make bench-scrub). It prints a table and writes JSON results.
 //
-//	sudo go run ./bench -agentbox bin/agentbox -out bench/results.json
+//	sudo go run ./bench -agentbox bin/agentbox -guest bin/agentbox-guest -out bench/results.json
 package main
 
 import (
@@ -110,7 +110,8 @@ const (
 )
 
 func main() {
-	bin := flag.String("agentbox", "bin/agentbox", "agentbox binary (the in-sandbox agent)")
+	bin := flag.String("agentbox", "bin/agentbox", "agentbox binary (the server and CLI the sections run)")
+	guestFlag := flag.String("guest", "bin/agentbox-guest", "the lean agent binary the runtimes bind into sandboxes (make build writes it beside bin/agentbox)")
 	out := flag.String("out", "bench/results.json", "where to write JSON results")
 	nCreate := flag.Int("creates", 50, "sandboxes per runtime for create → first exec")
 	nExec := flag.Int("execs", 1000, "exec round trips per runtime")
@@ -203,7 +204,7 @@ func main() {
 		}
 		return
 	}
-	guestBin, err := filepath.Abs(*bin)
+	guestBin, err := filepath.Abs(*guestFlag)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -517,7 +518,7 @@ func main() {
 	runNetwork(ctx, c, &res, netf)                                // the (network.go)
 	runImages(ctx, c, dir, filepath.Join(dir, "runc"), &res, imf) // the (images.go)
 	runSleep(ctx, rts, filepath.Join(dir, "gvisor"), &res, slf)   // the sleep/wake (sleep.go)
-	if rr := runRuns(ctx, guestBin, rf); rr != nil {              // the (runs.go)
+	if rr := runRuns(ctx, absBin(*bin), rf); rr != nil {          // the (runs.go)
 		res.Stats = append(res.Stats, rr.Stats...)
 		writeRunsResults(rr, *rf.out)
 	}

@@ -70,6 +70,15 @@ var leaves = map[string]struct {
 var clientDeps = []string{module + "internal/wire", module + "internal/errcode", module + "internal/sandboxid",
 	module + "internal/jobmodel", module + "internal/text"}
 
+// guestDeps are all the lean in-sandbox agent (cmd/agentbox-guest, PID 1 of every sandbox) may
+// link beyond the standard library: the agent, its in-pod commands and their leaves, and the
+// three libraries they use. Whatever else it linked (the server, a store, a database driver, the
+// Kubernetes client) every idle sandbox would hold in memory.
+var guestDeps = []string{module + "internal/guest", module + "internal/guestcmd", module + "internal/version",
+	module + "internal/runtime/kubernetes/tunnel", module + "internal/runtime/kubernetes/podpath",
+	module + "internal/errcode", module + "internal/jobmodel", module + "internal/text", module + "internal/peerreply",
+	"github.com/creack/pty", "github.com/hashicorp/yamux", "golang.org/x/sys"}
+
 // std reports whether an import path is the standard library's (its first element has no dot).
 func std(path string) bool {
 	first, _, _ := strings.Cut(path, "/")
@@ -149,6 +158,13 @@ func violations(pkgs []pkg) []string {
 				}
 			}
 		}
+		if path == module+"cmd/agentbox-guest" || path == module+"internal/guestcmd" {
+			for _, d := range p.Deps {
+				if !std(d) && !underAny(d, guestDeps...) {
+					out = append(out, path+" → "+d+": the lean agent links only the agent (internal/guest, guestcmd), the tunnel and their leaves, creack/pty, yamux and x/sys: every idle sandbox holds what it links")
+				}
+			}
+		}
 		if path == module+"cmd/agentbox" {
 			forbid(p, p.Deps, "client-go's clientset registers every Kubernetes API group at init in every agentbox process, each sandbox's agent included; the kubernetes runtime has its own small client (client.go)",
 				"k8s.io/client-go/kubernetes")
@@ -187,7 +203,7 @@ func TestDependencyDirection(t *testing.T) {
 		pkgs = append(pkgs, p)
 	}
 	// The rules must see the packages they are about, or they prove nothing.
-	for _, want := range []string{"internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/sandbox/metrics", "internal/sandbox/netsession", "internal/sandbox/imageadmin", "internal/sandbox/snapshots", "internal/api", "internal/api/client", "internal/mcpserver"} {
+	for _, want := range []string{"cmd/agentbox-guest", "internal/guestcmd", "internal/runtime", "internal/runtime/oci", "internal/store/sqlite", "internal/sandbox", "internal/sandbox/metrics", "internal/sandbox/netsession", "internal/sandbox/imageadmin", "internal/sandbox/snapshots", "internal/api", "internal/api/client", "internal/mcpserver"} {
 		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+want }) {
 			t.Fatalf("go list did not report %s", want)
 		}
@@ -248,6 +264,11 @@ func TestDependencyRules(t *testing.T) {
 		{ImportPath: module + "internal/api/client", Deps: m("internal/screenshot")},
 		{ImportPath: module + "internal/api/client", Deps: m("internal/machine")},
 		{ImportPath: module + "internal/sandboxid", Deps: m("internal/text")},
+		{ImportPath: module + "cmd/agentbox-guest", Deps: []string{"k8s.io/client-go/rest"}},
+		{ImportPath: module + "cmd/agentbox-guest", Deps: []string{"github.com/jackc/pgx/v5"}},
+		{ImportPath: module + "cmd/agentbox-guest", Deps: m("internal/runtime/kubernetes")},
+		{ImportPath: module + "cmd/agentbox-guest", Deps: m("internal/sandbox")},
+		{ImportPath: module + "internal/guestcmd", Deps: m("internal/api")},
 	}
 	for _, p := range bad {
 		if v := violations([]pkg{p}); len(v) != 1 {
@@ -276,6 +297,9 @@ func TestDependencyRules(t *testing.T) {
 			Deps: append(m("internal/wire", "internal/errcode", "internal/sandboxid", "internal/jobmodel", "internal/text"),
 				"net/http", "github.com/coder/websocket")},
 		{ImportPath: module + "internal/sandboxid", Deps: m("internal/errcode")},
+		{ImportPath: module + "cmd/agentbox-guest", Deps: append(m("internal/guestcmd", "internal/guest", "internal/runtime/kubernetes/tunnel",
+			"internal/runtime/kubernetes/podpath", "internal/errcode", "internal/peerreply", "internal/version"),
+			"net/http", "github.com/creack/pty", "github.com/hashicorp/yamux", "golang.org/x/sys/unix")},
 	}
 	if v := violations(good); len(v) != 0 {
 		t.Errorf("allowed edges reported: %q", v)

@@ -50,6 +50,7 @@ func cmdDoctor(args []string) int {
 	root := os.Geteuid() == 0
 	add(check{Name: "root", OK: root, Detail: fmt.Sprintf("euid %d", os.Geteuid()),
 		Fix: fixIf(!root, "run the server as root: sudo agentbox serve (rootless runtimes are not supported yet)")})
+	add(agentCheck())
 	var runs []check
 	for _, f := range runtimeFlavors {
 		rc, sc := runtimeChecks(root, f)
@@ -114,6 +115,22 @@ func cmdDoctor(args []string) int {
 	return 0
 }
 
+// agentCheck says which agent binary sandboxes would run: the lean agentbox-guest beside this
+// binary, or (a warning) this whole binary.
+func agentCheck() check {
+	c := check{Name: "agent", Warn: true}
+	bin, lean, err := guestBinary("")
+	switch {
+	case err != nil:
+		c.Detail = err.Error()
+	case !lean:
+		c.Detail, c.Fix = fatGuestWarning, "make build (bin/agentbox and bin/agentbox-guest), or go build -o DIR/ ./cmd/agentbox ./cmd/agentbox-guest"
+	default:
+		c.OK, c.Detail = true, "sandboxes run "+bin
+	}
+	return c
+}
+
 // runtimeChecks probes one runtime (what it is, its isolation and hardening) and proves that it
 // works by running a real sandbox and an exec in it. Only the default runtime (runc) failing
 // is an error; crun and gVisor failing are warnings.
@@ -122,7 +139,7 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 	warn := f != oci.FlavorRunc
 	rc = check{Name: name, Warn: warn}
 	sc = check{Name: name + " sandbox", Warn: warn}
-	self, err := os.Executable()
+	guestBin, _, err := guestBinary("")
 	if err != nil {
 		rc.Detail, sc.Detail = err.Error(), "not tried"
 		return rc, sc
@@ -135,7 +152,7 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rt, err := oci.New(ctx, oci.Config{Name: name, Flavor: f, Root: dir, GuestBinary: self, CgroupParent: "agentbox-doctor-" + name,
+	rt, err := oci.New(ctx, oci.Config{Name: name, Flavor: f, Root: dir, GuestBinary: guestBin, CgroupParent: "agentbox-doctor-" + name,
 		Subreaper: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		rc.Detail, sc.Detail = err.Error(), "not tried"

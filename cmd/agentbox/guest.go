@@ -1,59 +1,6 @@
 package main
 
-import (
-	"context"
-	"flag"
-	"fmt"
-	"log/slog"
-	"os"
-	"os/signal"
-	"runtime/debug"
-	"syscall"
-
-	"github.com/agentbox/agentbox/internal/guest"
-)
-
-func cmdGuest(args []string) int {
-	fs := flag.NewFlagSet("guest", flag.ContinueOnError)
-	socket := fs.String("socket", "/.agentbox/run/agent.sock", "unix socket to listen on")
-	workdir := fs.String("workdir", guest.DefaultWorkdir, "default working directory")
-	user := fs.String("user", "agent", `user that runs commands naming none, and owns files the agent creates, when the agent runs as root: a name, a uid or uid:gid (also NAME:GROUP); "" = the agent itself`)
-	fsizeMB := fs.Int64("fsize-mb", 0, "cap RLIMIT_FSIZE (soft and hard) of the agent and every command at this many MiB, before serving (0: leave it as the runtime set it; the kubernetes runtime passes the sandbox's disk_mb)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *fsizeMB < 0 {
-		fmt.Fprintln(os.Stderr, "agentbox guest: --fsize-mb must be 0 or more")
-		return 2
-	}
-	if *fsizeMB > 0 {
-		if err := guest.LimitFileSize(*fsizeMB << 20); err != nil {
-			fmt.Fprintln(os.Stderr, "agentbox guest:", err)
-			return 1
-		}
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	// What the binary's package inits allocated and dropped goes back to the host now, not
-	// when the heap first reaches its GC goal: an idle agent holds less (about 1 MB).
-	debug.FreeOSMemory()
-	var defaultUser *guest.User
-	if *user != "" && os.Geteuid() == 0 {
-		u, err := guest.ParseUser(*user)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "agentbox guest:", err)
-			return 1
-		}
-		defaultUser = &u
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	guest.ReservePids(log)
-	if err := guest.Run(ctx, guest.ServerConfig{Socket: *socket, Workdir: *workdir, Logger: log, DefaultUser: defaultUser}); err != nil {
-		fmt.Fprintln(os.Stderr, "agentbox guest:", err)
-		return 1
-	}
-	return 0
-}
+import "github.com/agentbox/agentbox/internal/guest"
 
 func guestExec(argv ...string) guest.ExecRequest {
 	return guest.ExecRequest{Argv: argv, TimeoutMs: 10000}

@@ -121,13 +121,13 @@ func kubeChecks(cfg config.Config) []check {
 		out = append(out, pol)
 	}
 	img := check{Name: "kube guest image", Warn: true}
-	if self, err := os.Executable(); err != nil {
+	if bin, _, err := guestBinary(cfg.GuestBinary); err != nil {
 		img.Detail = err.Error()
-	} else if tag, err := kubernetes.GuestImageTag(version.Version, self); err != nil {
+	} else if tag, err := kubernetes.GuestImageTag(version.Version, bin); err != nil {
 		img.Detail = err.Error()
 	} else {
 		img.OK = true
-		img.Detail = "this binary's pods take their agent from " + tag + " (agentbox kube-guest-image -o guest.tar writes it: import it on each node, ctr -n k8s.io images import guest.tar, or push it to a registry the nodes pull from)"
+		img.Detail = "pods take their agent from " + tag + " (agentbox kube-guest-image -o guest.tar writes it: import it on each node, ctr -n k8s.io images import guest.tar, or push it to a registry the nodes pull from)"
 	}
 	return append(out, img)
 }

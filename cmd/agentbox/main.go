@@ -1,11 +1,14 @@
-// Command agentbox is the whole product in one static binary: the server (serve), the CLI, and —
-// bind-mounted read-only into each sandbox — the in-sandbox agent (guest).
+// Command agentbox is the whole product in one static binary: the server (serve) and the CLI.
+// The in-sandbox agent is the lean agentbox-guest beside it (cmd/agentbox-guest: the same
+// guest commands, which this binary keeps, without the rest linked in).
 package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 
+	"github.com/agentbox/agentbox/internal/guestcmd"
 	"github.com/agentbox/agentbox/internal/hostjobs"
 )
 
@@ -33,10 +36,9 @@ func run(args []string) int {
 
 // commands maps each verb of the binary to its command.
 func commands() map[string]func([]string) int {
-	return map[string]func([]string) int{
+	m := map[string]func([]string) int{
 		"serve":   cmdServe,
 		"mcp":     cmdMCP,
-		"guest":   cmdGuest,
 		"sandbox": cmdSandbox,
 		"exec":    cmdExec,
 		"cp":      cmdCp,
@@ -66,10 +68,13 @@ func commands() map[string]func([]string) int {
 		"join": cmdJoin, "machine": cmdMachine,
 		// the supervisor of one remote job on a joined machine (hidden; hostjobs)
 		hostjobs.SupervisorCommand: hostjobs.Supervise,
-		// the kubernetes runtime (kube.go): the guest image, and inside pods the
-		// init container's install and the agent tunnel (hidden)
-		"kube-guest-image": cmdKubeGuestImage, "guest-install": cmdGuestInstall, "guest-kube": cmdGuestKube, "guest-tunnel": cmdGuestTunnel,
+		// the kubernetes runtime's guest image (kube.go)
+		"kube-guest-image": cmdKubeGuestImage,
 	}
+	// The in-sandbox commands (guest, and in pods guest-install, guest-kube and guest-tunnel;
+	// hidden): the lean agentbox-guest is these alone, and this binary keeps their names.
+	maps.Copy(m, guestcmd.Commands())
+	return m
 }
 
 const usage = `agentbox — disposable Linux computers for AI agents, on your own machine

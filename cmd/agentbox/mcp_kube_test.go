@@ -23,7 +23,7 @@ func TestMCPKubernetes(t *testing.T) {
 		t.Skip("AGENTBOX_TEST_KUBECONFIG is unset: no cluster for the kubernetes runtime (make test brings one up)")
 	}
 	testenv.RequireRoot(t)
-	lab, err := kubetest.Open(kc, testenv.Binary(t))
+	lab, err := kubetest.Open(kc, testenv.GuestBinary(t))
 	if err != nil {
 		t.Fatal(err)
 	}

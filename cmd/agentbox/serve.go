@@ -41,7 +41,7 @@ func cmdServe(args []string) int {
 	fs.Int64Var(&cfg.MemoryBudgetMB, "memory-budget-mb", 0, "sum of live sandboxes' memory_mb (default overcommit × host memory)")
 	fs.Int64Var(&cfg.DiskBudgetMB, "disk-budget-mb", 0, "sum of live sandboxes' disk_mb (default overcommit × (the state dir's free space at start plus what adopted sandboxes' disks hold, less a tenth of its size, at most 4 GiB))")
 	fs.Int64Var(&cfg.SnapshotBudgetMB, "snapshot-budget-mb", 0, "what ready snapshots may hold on disk together; the oldest are retired to make room (default 10240)")
-	fs.StringVar(&cfg.GuestBinary, "guest-binary", "", "agentbox binary to run inside sandboxes (default: this one)")
+	fs.StringVar(&cfg.GuestBinary, "guest-binary", "", "the agent binary sandboxes run (default: agentbox-guest beside this binary, as make build writes it; else this binary)")
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (default: agentbox-<8 hex digits of the state dir's path>, or agentbox while sandboxes of an older server are there; two servers never share one)")
 	fs.Int64Var(&cfg.UIDPoolBase, "uid-pool-base", 0, fmt.Sprintf("first host uid of the pool sandboxes' user-namespace ranges (%d ids each) come from (default %d)", sandbox.IDRangeSize, sandbox.DefaultIDPoolBase))
 	fs.DurationVar(&cfg.JobRetention, "job-retention", cfg.JobRetention, "how long finished job records are kept")

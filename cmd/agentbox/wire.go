@@ -272,11 +272,12 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err := os.Chmod(runtimesDir, 0o711); err != nil {
 		return nil, fmt.Errorf("make %s searchable: %w", runtimesDir, err)
 	}
-	guestBin := cfg.GuestBinary
-	if guestBin == "" {
-		if guestBin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("find own executable: %w", err)
-		}
+	guestBin, lean, err := guestBinary(cfg.GuestBinary)
+	if err != nil {
+		return nil, err
+	}
+	if !lean {
+		log.Warn(fatGuestWarning, "guest_binary", guestBin)
 	}
 	var rts []runtime.Runtime
 	var hostLock *hostlock.Lock // the cgroup parents' host locks (hostclaim.go)

@@ -37,7 +37,7 @@ func runcService(t *testing.T, cfg sandbox.Config) *sandbox.Service {
 		t.Fatal(err)
 	}
 	root := filepath.Join(dir, "rt")
-	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.Binary(t),
+	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.GuestBinary(t),
 		CgroupParent: "abapi-" + filepath.Base(dir), Subreaper: true})
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: filepath.Join(dir, "rt"),
-		GuestBinary: testenv.Binary(t), CgroupParent: "abapi-" + filepath.Base(dir), Subreaper: true})
+		GuestBinary: testenv.GuestBinary(t), CgroupParent: "abapi-" + filepath.Base(dir), Subreaper: true})
 	if err != nil {
 		t.Fatal(err)
 	}

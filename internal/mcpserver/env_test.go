@@ -64,7 +64,7 @@ func service(t *testing.T, cfg sandbox.Config) jobs.Sandboxes {
 	}
 	root := filepath.Join(dir, "rt")
 	parent := "abmcp-" + filepath.Base(dir)
-	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.Binary(t),
+	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.GuestBinary(t),
 		CgroupParent: parent, Subreaper: true})
 	if err != nil {
 		t.Fatal(err)

@@ -368,7 +368,7 @@ func TestAgentCompare(t *testing.T) {
 	git(t, agent, "branch", "broken")
 	goodCommit, brokenCommit := git(t, agent, "rev-parse", "good"), git(t, agent, "rev-parse", "broken")
 
-	rt, err := oci.New(t.Context(), oci.Config{Name: "runc", Binary: "runc", Root: filepath.Join(dir, "rt"), GuestBinary: testenv.Binary(t),
+	rt, err := oci.New(t.Context(), oci.Config{Name: "runc", Binary: "runc", Root: filepath.Join(dir, "rt"), GuestBinary: testenv.GuestBinary(t),
 		CgroupParent: "abt-" + filepath.Base(dir), Subreaper: true})
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func TestRunOnRunc(t *testing.T) {
 	}
 	defer st.Close()
 	root := filepath.Join(dir, "rt")
-	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.Binary(t),
+	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.GuestBinary(t),
 		CgroupParent: "abt-" + filepath.Base(dir), Subreaper: true})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestResumeOnRunc(t *testing.T) {
 	defer st.Close()
 	root := filepath.Join(dir, "rt")
 	newSandboxes := func() jobs.Sandboxes {
-		rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.Binary(t),
+		rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.GuestBinary(t),
 			CgroupParent: "abt-" + filepath.Base(dir), Subreaper: true})
 		if err != nil {
 			t.Fatal(err)

@@ -26,7 +26,7 @@ func TestForkSIGKILLRunc(t *testing.T) {
 	}
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "abfk")
-	guestBin := testenv.Binary(t)
+	guestBin := testenv.GuestBinary(t)
 	svc, snaps, _, closeSvc := realSnapService(t, dir, guestBin)
 	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{DiskMB: 2048})
 	if err != nil {

@@ -28,7 +28,7 @@ func newGVisorEnv(t *testing.T, cfg sandbox.Config) *env {
 	return newEnvWrapped(t, cfg, func(runtime.Runtime) runtime.Runtime {
 		root := testenv.ShortTempDir(t, "abgv")
 		rt, err := oci.New(context.Background(), oci.Config{Name: "gvisor", Flavor: oci.FlavorGVisor, Root: root,
-			GuestBinary: testenv.Binary(t), CgroupParent: "abt-" + filepath.Base(root), Subreaper: true})
+			GuestBinary: testenv.GuestBinary(t), CgroupParent: "abt-" + filepath.Base(root), Subreaper: true})
 		if err != nil {
 			t.Fatal(err)
 		}

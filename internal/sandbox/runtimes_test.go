@@ -42,7 +42,7 @@ func newRuntimesEnv(t *testing.T) *runtimesEnv {
 		{Name: "gvisor-missing", Flavor: oci.FlavorGVisor, Binary: "/nonexistent/runsc"},
 	} {
 		c.Root = filepath.Join(dir, c.Name)
-		c.GuestBinary = testenv.Binary(t)
+		c.GuestBinary = testenv.GuestBinary(t)
 		c.CgroupParent = "abt-" + filepath.Base(dir) + "-" + c.Name
 		c.Subreaper = true
 		rt, err := oci.New(ctx, c)

@@ -59,7 +59,7 @@ func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) 
 		t.Fatal(err)
 	}
 	root := filepath.Join(dir, "rt")
-	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.Binary(t),
+	rt, err := oci.New(ctx, oci.Config{Name: "runc", Binary: "runc", Root: root, GuestBinary: testenv.GuestBinary(t),
 		CgroupParent: "abt-" + filepath.Base(dir), Subreaper: true})
 	if err != nil {
 		t.Fatal(err)

@@ -119,7 +119,7 @@ func TestSnapshotSIGKILLRunc(t *testing.T) {
 	}
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "absk")
-	guestBin := testenv.Binary(t)
+	guestBin := testenv.GuestBinary(t)
 	svc, _, _, closeSvc := realSnapService(t, dir, guestBin)
 	sb, err := svc.Create(t.Context(), sandbox.CreateRequest{DiskMB: 2048})
 	if err != nil {

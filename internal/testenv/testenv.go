@@ -1,5 +1,5 @@
-// Package testenv gives tests what real-component tests need: the agentbox binary built once per
-// test process, a root check that skips only when not root (CI is root), and host leak checks.
+// Package testenv gives tests what real-component tests need: the agentbox binary and its lean
+// agent built once per test process, a root check that skips only when not root (CI is root), and host leak checks.
 package testenv
 
 import (
@@ -41,8 +41,25 @@ func ModuleRoot(t testing.TB) string {
 	}
 }
 
-// Binary builds ./cmd/agentbox (CGO_ENABLED=0) once per test process and returns its path.
+// Binary builds ./cmd/agentbox and, beside it, the lean agent ./cmd/agentbox-guest
+// (CGO_ENABLED=0, as make build does) once per test process and returns the server's path: a
+// server run from it finds the agent where make build puts it.
 func Binary(t testing.TB) string {
+	t.Helper()
+	build(t)
+	return binPath
+}
+
+// GuestBinary is the lean agent Binary builds beside the server (agentbox-guest): what a
+// runtime made in a test binds into its sandboxes (oci.Config.GuestBinary) and what the
+// kubernetes guest image holds.
+func GuestBinary(t testing.TB) string {
+	t.Helper()
+	build(t)
+	return filepath.Join(filepath.Dir(binPath), "agentbox-guest")
+}
+
+func build(t testing.TB) {
 	t.Helper()
 	root := ModuleRoot(t)
 	buildOnce.Do(func() {
@@ -52,7 +69,8 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "agentbox")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/agentbox")
+		// One go build of both main packages writes each into dir under its own name.
+		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/agentbox", "./cmd/agentbox-guest")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		buildOut, buildErr = cmd.CombinedOutput()
@@ -60,7 +78,6 @@ func Binary(t testing.TB) string {
 	if buildErr != nil {
 		t.Fatalf("build agentbox: %v\n%s", buildErr, buildOut)
 	}
-	return binPath
 }
 
 // RequireRoot skips the test when not running as root, saying why. CI runs as root, so these

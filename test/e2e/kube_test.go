@@ -31,7 +31,7 @@ func kubeServer(t *testing.T) (*kubetest.Lab, string, func(dir string) *server) 
 		t.Skip("AGENTBOX_TEST_KUBECONFIG is unset: no cluster for the kubernetes runtime (make test brings one up)")
 	}
 	testenv.RequireRoot(t)
-	lab, err := kubetest.Open(kc, testenv.Binary(t))
+	lab, err := kubetest.Open(kc, testenv.GuestBinary(t))
 	if err != nil {
 		t.Fatal(err)
 	}

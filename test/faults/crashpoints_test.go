@@ -14,10 +14,13 @@ import (
 )
 
 // buildCrashBinary builds the agentbox binary with its crash points (-tags faultpoints) in the
-// background, beside the campaign, so the crash_point fault can start once it is there.
+// background, beside the campaign, so the crash_point fault can start once it is there; the
+// lean agent beside it, where a server looks for it (the same sandboxes' agent as the plain
+// server's).
 func (c *campaign) buildCrashBinary() {
-	out := filepath.Join(c.base, "agentbox-faultpoints")
-	cmd := exec.Command("go", "build", "-tags", "faultpoints", "-o", out, "./cmd/agentbox")
+	dir := filepath.Join(c.base, "faultpoints")
+	out := filepath.Join(dir, "agentbox")
+	cmd := exec.Command("go", "build", "-tags", "faultpoints", "-o", dir+string(filepath.Separator), "./cmd/agentbox", "./cmd/agentbox-guest")
 	cmd.Dir = testenv.ModuleRoot(c.t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	go func() {

@@ -43,7 +43,7 @@ func testLab(t testing.TB) *kubetest.Lab {
 		t.Skip("AGENTBOX_TEST_KUBECONFIG is unset: no cluster to test the kubernetes runtime on (make test brings one up)")
 	}
 	testenv.RequireRoot(t) // ctr talks to the node's containerd
-	bin := testenv.Binary(t)
+	bin := testenv.GuestBinary(t)
 	labOnce.Do(func() { lab, labErr = kubetest.Open(kc, bin) })
 	if labErr != nil {
 		t.Fatalf("test cluster: %v", labErr)

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentbox/agentbox/internal/runtime/kubernetes/podpath"
 )
 
 // Labels and annotations on everything agentbox makes in the namespace.
@@ -33,10 +35,10 @@ const (
 
 // Paths inside a sandbox's pod (the same as the local runtimes').
 const (
-	guestBinDir     = "/.agentbox/bin"
-	GuestBinaryPath = guestBinDir + "/agentbox"
-	GuestRunDir     = "/.agentbox/run"
-	GuestSocketPath = GuestRunDir + "/agent.sock"
+	guestBinDir     = podpath.BinDir
+	GuestBinaryPath = podpath.Binary
+	GuestRunDir     = podpath.RunDir
+	GuestSocketPath = podpath.Socket
 	workspaceDir    = "/workspace"
 	agentHome       = "/home/agent"
 	rootHome        = "/root"
@@ -51,7 +53,7 @@ const (
 // Bounds and defaults of the pod.
 const (
 	// AgentUID is the user commands run as unless they name another (the local runtimes' agent).
-	AgentUID = 1000
+	AgentUID = podpath.AgentUID
 	// defaultDiskMB sizes the disk volume when the spec names none.
 	defaultDiskMB = 1024
 	// guestBinMiB bounds the volume the agentbox binary is copied to.

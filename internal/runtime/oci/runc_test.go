@@ -24,7 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/statedir"
 )
 
-// guestBinary is the agentbox binary TestMain builds when the runc tests can run.
+// guestBinary is the lean agent (agentbox-guest) TestMain builds when the runc tests can run.
 var (
 	guestBinary   string
 	guestBuildErr error
@@ -56,7 +56,7 @@ func runcUsable() string {
 	return ""
 }
 
-// buildAgentbox builds the static agentbox binary the sandboxes run as their agent.
+// buildAgentbox builds the static lean agent (./cmd/agentbox-guest) the sandboxes run.
 func buildAgentbox() (dir, bin string, err error) {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -77,12 +77,12 @@ func buildAgentbox() (dir, bin string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	bin = filepath.Join(dir, "agentbox")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/agentbox")
+	bin = filepath.Join(dir, "agentbox-guest")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/agentbox-guest")
 	cmd.Dir = mod
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return dir, "", fmt.Errorf("go build ./cmd/agentbox: %v\n%s", err, out)
+		return dir, "", fmt.Errorf("go build ./cmd/agentbox-guest: %v\n%s", err, out)
 	}
 	return dir, bin, nil
 }

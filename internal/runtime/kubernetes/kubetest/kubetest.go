@@ -52,7 +52,7 @@ type Lab struct {
 // Close closes the lab's idle connections to the API server (a leak check then finds none).
 func (l *Lab) Close() { utilnet.CloseIdleConnectionsFor(l.http.Transport) }
 
-// Open finds the cluster of kubeconfig and imports the guest image of agentbox binary bin and
+// Open finds the cluster of kubeconfig and imports the guest image of the agent binary bin (agentbox-guest) and
 // the busybox host image into its node.
 func Open(kubeconfig, bin string) (*Lab, error) {
 	l := &Lab{Kubeconfig: kubeconfig, Containerd: os.Getenv("AGENTBOX_TEST_CONTAINERD_ADDRESS"), Ctr: os.Getenv("AGENTBOX_TEST_CTR")}
