@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -116,6 +117,7 @@ func main() {
 	nCreate := flag.Int("creates", 50, "sandboxes per runtime for create → first exec")
 	nExec := flag.Int("execs", 1000, "exec round trips per runtime")
 	nIdle := flag.Int("idle", 20, "idle runc sandboxes for the memory figure")
+	idleOnly := flag.Bool("idle-only", false, "measure only the idle sandboxes' memory (writes -out only if it is not the default bench/results.json)")
 	nPTY := flag.Int("keystrokes", 1000, "PTY keystroke echo round trips")
 	nWatch := flag.Int("watch-events", 300, "events timed from the call's return to SSE / MCP progress delivery")
 	only := flag.String("runtimes", "runc,crun,gvisor", "runtimes to measure side by side (runc is always measured)")
@@ -319,6 +321,18 @@ func main() {
 		warm[name] = sb.ID
 	}
 
+	if *idleOnly { // the memory of idle sandboxes' agents (-guest names the agent measured)
+		idle, stats := benchIdle(ctx, c, dir, parents["runc"], *nIdle)
+		res.Stats = stats
+		for _, id := range append(idle, slices.Collect(maps.Values(warm))...) {
+			c.Destroy(ctx, id)
+		}
+		printStats(res.Stats)
+		if *out != "bench/results.json" {
+			writeResults(res, *out)
+		}
+		return
+	}
 	if *jobsOnly {
 		res.Stats, res.Fleet = benchJobs(ctx, c, token, warm["runc"], *nJobStarts, *fleetN, *fleetWatchers, *fleetSecs, *fleetPar)
 		for _, id := range warm {
@@ -479,29 +493,8 @@ func main() {
 	}
 
 	// Memory per idle runc sandbox: the agent's PSS (its binary pages are shared) and its RSS.
-	var idle []string
-	for i := 0; i < *nIdle; i++ {
-		sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc"})
-		if err != nil {
-			log.Fatal(err)
-		}
-		idle = append(idle, sb.ID)
-	}
-	time.Sleep(time.Second)
-	var pss, rss, cg []float64
-	for _, id := range idle {
-		p, r := agentMemory(filepath.Join(dir, "runc"), id)
-		pss, rss = append(pss, p), append(rss, r)
-		cg = append(cg, cgroupMemory(parents["runc"], id))
-	}
-	for _, s := range []Stat{
-		summarize("host memory per idle sandbox (agent PSS)", "MiB", pss),
-		summarize("host memory per idle sandbox (agent RSS)", "MiB", rss),
-		summarize("memory cgroup usage per idle sandbox", "MiB", cg),
-	} {
-		s.Runtime = "runc"
-		res.Stats = append(res.Stats, s)
-	}
+	idle, idleStats := benchIdle(ctx, c, dir, parents["runc"], *nIdle)
+	res.Stats = append(res.Stats, idleStats...)
 	// GET /metrics with many live sandboxes (the idle ones count), and exec while scraped.
 	if *scrapeLive > 0 {
 		for _, s := range benchMetrics(ctx, c, "http://"+ln.Addr().String(), token, warm["runc"], *scrapeLive, *nScrapes) {
@@ -622,6 +615,37 @@ func runcRunFloor(dir, id, parent string, n int) Stat {
 		exec.Command("runc", "--root", root, "delete", "--force", "floor-"+strconv.Itoa(i)).Run()
 	}
 	return summarize("floor: `runc run` of the same bundle (true)", "ms", xs)
+}
+
+// benchIdle creates n runc sandboxes and leaves them idle for a second, then measures each one's
+// agent (PSS: its binary's pages are shared by all; RSS) and memory cgroup. It returns the
+// sandboxes, still running, and the figures.
+func benchIdle(ctx context.Context, c *client.Client, dir, parent string, n int) ([]string, []Stat) {
+	var idle []string
+	for i := 0; i < n; i++ {
+		sb, err := c.Create(ctx, wire.CreateRequest{Runtime: "runc"})
+		if err != nil {
+			log.Fatal(err)
+		}
+		idle = append(idle, sb.ID)
+	}
+	time.Sleep(time.Second)
+	var pss, rss, cg []float64
+	for _, id := range idle {
+		p, r := agentMemory(filepath.Join(dir, "runc"), id)
+		pss, rss = append(pss, p), append(rss, r)
+		cg = append(cg, cgroupMemory(parent, id))
+	}
+	var out []Stat
+	for _, s := range []Stat{
+		summarize("host memory per idle sandbox (agent PSS)", "MiB", pss),
+		summarize("host memory per idle sandbox (agent RSS)", "MiB", rss),
+		summarize("memory cgroup usage per idle sandbox", "MiB", cg),
+	} {
+		s.Runtime = "runc"
+		out = append(out, s)
+	}
+	return idle, out
 }
 
 func agentMemory(root, id string) (pss, rss float64) {
