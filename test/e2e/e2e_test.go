@@ -348,7 +348,7 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor failed on a host that runs sandboxes: %v\n%s", err, out)
 	}
-	for _, want := range []string{"runc", "cgroups", "rlimits", "runc sandbox"} {
+	for _, want := range []string{"runc", "cgroups", "rlimits", "runc sandbox", "sandboxes run " + filepath.Join(filepath.Dir(testenv.Binary(t)), "agentbox-guest")} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
