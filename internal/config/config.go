@@ -75,7 +75,8 @@ type Config struct {
 	// shared "agentbox" while the store has sandboxes there. Two servers on one host never
 	// share one: the second refuses to start (a host lock, internal/hostlock).
 	CgroupParent string
-	// GuestBinary is the agentbox binary bound into sandboxes (default: this executable).
+	// GuestBinary is the agent binary bound into sandboxes (default: agentbox-guest beside this
+	// executable, else this executable).
 	GuestBinary string
 	// UIDPoolBase is the first host uid (and gid) of the pool each sandbox's range of 65536 ids
 	// comes from (0 = sandbox.DefaultIDPoolBase, 200000). Ranges never include ids below 65536, the host's users and

@@ -8,7 +8,7 @@
 // Layout under Config.Root:
 //
 //	state/                 the OCI runtime's --root
-//	bin/agentbox           the guest binary every sandbox binds (userns_linux.go)
+//	bin/agentbox           the agent binary (agentbox-guest) every sandbox binds (userns_linux.go)
 //	rootfs/host/           the shared read-only skeleton of image "host", prepared once: the
 //	                       lower layer of its sandboxes' root overlays
 //	disk-templates/        one formatted ext4 image per disk size, copied by every create
@@ -65,8 +65,9 @@ type Config struct {
 	// socket, Root + "/sandboxes/<id>/run/agent.sock", must fit a unix socket path (107 bytes),
 	// so Root may be at most 66 bytes.
 	Root string
-	// GuestBinary is the absolute path of the agentbox binary, bound read-only into every
-	// sandbox and run there as `agentbox guest`. It must be statically linked.
+	// GuestBinary is the absolute path of the agent binary (the lean agentbox-guest, or any
+	// agentbox binary: both have the guest command), bound read-only into every sandbox and run
+	// there as `agentbox guest`. It must be statically linked.
 	GuestBinary string
 	// CgroupParent is the cgroup under which every sandbox gets <CgroupParent>/<id> in each
 	// hierarchy; default "agentbox-" and 8 hex digits of Root's path (statedir.Identity), one

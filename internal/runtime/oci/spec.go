@@ -95,7 +95,7 @@ type specInput struct {
 	CgroupParent string // the sandbox's cgroup is /<CgroupParent>/<ID>
 	Rootfs       string // the shared read-only root, absolute
 	SandboxDir   string // sandboxes/<id>, absolute
-	GuestBinary  string // the agentbox binary on the host, absolute
+	GuestBinary  string // the agent binary on the host (agentbox-guest), absolute
 	CPU          float64
 	MemoryMB     int64
 	// DiskMB is the size of the sandbox's disk; RLIMIT_FSIZE caps a single file at it (0: no cap).
