@@ -209,6 +209,24 @@ func (s *Server) pruneImages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rep)
 }
 
+// fullDuplex lets w's reply start before r's body is read to its end (HTTP/1.1 full duplex)
+// and returns what the handler defers: closing the body while the handler still runs. net/http
+// drains what a full-duplex handler left of the body (up to 256 KiB; past that it closes the
+// connection) only after the handler returned, and the drain's end then starts its background
+// read of the connection too late: the next request on a kept-alive connection panics with
+// "invalid concurrent Body.Read call" (golang/go#68560). An import cut at its bound leaves body.
+// Drained here, as a handler without full duplex has it drained before its reply, the
+// connection's next request is read as usual.
+func fullDuplex(w http.ResponseWriter, r *http.Request) (closeBody func()) {
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	body := r.Body
+	return func() {
+		if body != nil {
+			_ = body.Close()
+		}
+	}
+}
+
 // importBody reads at most max bytes of r's body and fails the read past it with
 // FILE_TOO_LARGE naming the bound.
 type importBody struct {
@@ -255,7 +273,7 @@ func (s *Server) importImages(w http.ResponseWriter, r *http.Request) {
 	}
 	body := &importBody{r: r.Body, left: limit, max: limit}
 	// A streamed reply starts before the body is read: HTTP/1.1 needs full duplex for that.
-	_ = http.NewResponseController(w).EnableFullDuplex()
+	defer fullDuplex(w, r)()
 	s.withProgress(w, r, http.StatusCreated, func(p image.ProgressFunc) (any, error) {
 		imgs, err := s.opts.Images.ImportImages(r.Context(), body, p)
 		if body.over {

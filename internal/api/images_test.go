@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store/sqlite"
+	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/imagefake"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -53,7 +54,9 @@ func newImageServer(t *testing.T, opts api.Options) *imageServer {
 	cache.InUse = st.ImagesInUse
 	opts.Token = testToken
 	h := api.New(svc, opts)
-	hs := httptest.NewServer(h)
+	hs := httptest.NewUnstartedServer(h)
+	hs.Config.ErrorLog = testenv.ServerErrorLog(t) // its check runs after the cleanup below
+	hs.Start()
 	t.Cleanup(func() {
 		h.Close()
 		hs.Close()

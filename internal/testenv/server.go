@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -50,7 +51,8 @@ type Server struct {
 // StartServer starts `agentbox serve` on a free loopback port with stateDir, a cgroup parent
 // of its own (named after stateDir), AGENTBOX_TOKEN=token and extra arguments, and waits until
 // it has published its address. At the end of the test it destroys the server's sandboxes and
-// stops it with SIGTERM (the test fails if it does not stop).
+// stops it with SIGTERM (the test fails if it does not stop, or if its log shows a panic its
+// HTTP server recovered).
 func StartServer(t testing.TB, stateDir, token string, extra ...string) *Server {
 	t.Helper()
 	return StartServerEnv(t, stateDir, token, nil, extra...)
@@ -84,6 +86,10 @@ func startServer(t testing.TB, stateDir, token string, env, extra []string) *Ser
 	t.Cleanup(func() {
 		s.destroyAll()
 		s.Stop()
+		// A recovered panic is a bug even when every reply looked right.
+		if logs := s.Logs.String(); strings.Contains(logs, ServerPanic) {
+			t.Errorf("agentbox serve recovered a panic (%q):\n%s", ServerPanic, logs)
+		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
