@@ -414,15 +414,26 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	owned := map[string]bool{}
 	now := s.now()
-	for _, sb := range live {
-		unlock := s.lock(sb.ID)
-		keep, err := s.reconcileOne(ctx, sb, now)
+	for _, listed := range live {
+		unlock := s.lock(listed.ID)
+		// Read again under the lock: a watch (or another replica) may have settled it since the
+		// list, and acting on the listed copy would fail on its version and keep what is gone.
+		sb, err := s.store.GetSandbox(ctx, listed.ID)
+		keep := false
+		switch {
+		case errcode.Of(err) == errcode.SandboxNotFound:
+			err = nil
+		case err != nil:
+			keep = true // unreadable: keep what it holds and let the control loop settle it
+		default:
+			keep, err = s.reconcileOne(ctx, sb, now)
+		}
 		unlock()
 		if keep {
-			owned[sb.ID] = true
+			owned[listed.ID] = true
 		}
 		if err != nil {
-			s.log.Warn("reconcile: sandbox left to the control loop", "sandbox_id", sb.ID, "err", err)
+			s.log.Warn("reconcile: sandbox left to the control loop", "sandbox_id", listed.ID, "err", err)
 		}
 	}
 	isOwned := func(id string) bool { return owned[id] }

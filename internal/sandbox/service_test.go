@@ -51,6 +51,13 @@ func newEnv(t *testing.T, cfg sandbox.Config) *env {
 // one of its operations fail.
 func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) runtime.Runtime) *env {
 	t.Helper()
+	return newEnvWith(t, cfg, wrap, nil)
+}
+
+// newEnvWith is newEnvWrapped with the store the service uses passed through wrapStore too (nil:
+// as it is); the features and the test's own reads use the store itself.
+func newEnvWith(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) runtime.Runtime, wrapStore func(*sqlite.Store) sandbox.Store) *env {
+	t.Helper()
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "absvc")
 	ctx := context.Background()
@@ -68,7 +75,11 @@ func newEnvWrapped(t *testing.T, cfg sandbox.Config, wrap func(runtime.Runtime) 
 	if wrap != nil {
 		used = wrap(rt)
 	}
-	svc, err := sandbox.NewService(st, []runtime.Runtime{used}, cfg, nil)
+	var svcStore sandbox.Store = st
+	if wrapStore != nil {
+		svcStore = wrapStore(st)
+	}
+	svc, err := sandbox.NewService(svcStore, []runtime.Runtime{used}, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store/sqlite"
 )
 
 // rangeOf returns the id range sandbox id holds, failing the test if it holds none.
@@ -248,5 +250,57 @@ func TestReconcileFreesIDRanges(t *testing.T) {
 	}
 	if r := e.exec(t, keep.ID, argv("id", "-u")); r.Stdout != "1000\n" {
 		t.Fatalf("adopted sandbox: %+v", r)
+	}
+}
+
+// listThen is a store whose sandbox list runs then once the list is read, before it is returned:
+// a change made there is one the lister cannot have seen.
+type listThen struct {
+	*sqlite.Store
+	then func()
+}
+
+func (l listThen) ListSandboxes(ctx context.Context, f sandbox.ListFilter) ([]sandbox.Sandbox, error) {
+	list, err := l.Store.ListSandboxes(ctx, f)
+	if l.then != nil {
+		l.then()
+	}
+	return list, err
+}
+
+// TestReconcileActsOnTheRecordNotTheList: a sandbox whose container dies is recorded lost by its
+// watch; when that lands between reconcile's list and its turn on the sandbox, reconcile still
+// frees its id range (it acts on the record it reads under the lock, not on the listed copy).
+func TestReconcileActsOnTheRecordNotTheList(t *testing.T) {
+	var then atomic.Pointer[func()]
+	e := newEnvWith(t, sandbox.Config{}, nil, func(st *sqlite.Store) sandbox.Store {
+		return listThen{Store: st, then: func() {
+			if f := then.Load(); f != nil {
+				(*f)()
+			}
+		}}
+	})
+	ctx := context.Background()
+	keep := e.create(t, sandbox.CreateRequest{})
+	gone := e.create(t, sandbox.CreateRequest{})
+	settle := func() { // the list holds gone as running; its watch now records it lost
+		e.killContainer(t, gone.ID)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			if sb, _ := e.st.GetSandbox(ctx, gone.ID); sb.State == sandbox.StateLost {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the watch did not record %s lost in a minute", gone.ID)
+			}
+		}
+	}
+	then.Store(&settle)
+	err := e.svc.Reconcile(ctx)
+	then.Store(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := e.ranges(t); len(rs) != 1 || rs[0].SandboxID != keep.ID {
+		t.Fatalf("ranges after reconcile: %+v, want only %s's", rs, keep.ID)
 	}
 }
