@@ -141,7 +141,7 @@ func TestNetworkToolsEndToEnd(t *testing.T) {
 		p.SetProgressToken("conns")
 		c.cs.CallTool(wctx, p) // ended by stopWatch: its error is the cancellation
 	}()
-	eventually(t, 5*time.Second, "the watch to be registered", func() bool { return srv.Watchers() > 0 })
+	eventually(t, 5*time.Second, "the watch to start", func() bool { return srv.Watchers() > 0 })
 
 	curl := func(url string) string {
 		var ex struct {

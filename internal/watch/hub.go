@@ -69,6 +69,9 @@ type sub struct {
 	ch     chan sandbox.Event
 	missed atomic.Int64
 	wake   chan struct{} // signalled (non-blocking) when an event was dropped
+	// started is set once the watch has fixed where it starts: from then on every event and
+	// connection record written reaches it.
+	started atomic.Bool
 }
 
 // NewHub returns a Hub over src. Close it to end its subscription and every watch.
@@ -208,13 +211,18 @@ func (h *Hub) unregister(id string, s *sub) {
 	}
 }
 
-// Watchers returns how many watches are in progress.
+// Watchers returns how many watches are in progress and past their start (every event or
+// connection record written from now on reaches them).
 func (h *Hub) Watchers() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
 	for _, m := range h.subs {
-		n += len(m)
+		for s := range m {
+			if s.started.Load() {
+				n++
+			}
+		}
 	}
 	return n
 }
@@ -267,6 +275,7 @@ func (h *Hub) Watch(ctx context.Context, req Request, emit func(Message) error) 
 	if req.AfterSeq > 0 && req.Stream != StreamConnections {
 		w.cursor = req.AfterSeq
 	}
+	s.started.Store(true)
 	if req.Ready != nil {
 		req.Ready()
 	}
