@@ -51,11 +51,11 @@ func cmdDoctor(args []string) int {
 	add(check{Name: "root", OK: root, Detail: fmt.Sprintf("euid %d", os.Geteuid()),
 		Fix: fixIf(!root, "run the server as root: sudo agentbox serve (rootless runtimes are not supported yet)")})
 	add(agentCheck())
-	var runs []check
+	var rts, runs []check // each runtime's line (with its capabilities), then its sandbox's
 	for _, f := range runtimeFlavors {
 		rc, sc := runtimeChecks(root, f)
 		add(rc)
-		runs = append(runs, sc)
+		rts, runs = append(rts, rc), append(runs, sc)
 	}
 	var missing []string
 	for _, ns := range []string{"pid", "mnt", "ipc", "uts", "net", "cgroup"} {
@@ -73,7 +73,7 @@ func cmdDoctor(args []string) int {
 	add(check{Name: "host", OK: true, Detail: fmt.Sprintf("%d cores, %d MiB memory", info.NumCPU, info.MemTotalMiB)})
 	add(check{Name: "rlimits", OK: info.HardRlimits.NOFILE >= 1024, Detail: fmt.Sprintf("hard NOFILE %d, NPROC %d (sandbox limits are clamped to these)", info.HardRlimits.NOFILE, info.HardRlimits.NPROC)})
 	add(diskCheck(*stateDir))
-	add(overlayCheck(runs)) // images (images.go)
+	add(overlayCheck(rts)) // images (images.go)
 	add(imageCacheCheck(*stateDir))
 	add(storeCheck(*storeFlag, *stateDir)) // the store (doctor_store.go)
 	for _, c := range runs {

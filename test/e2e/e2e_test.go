@@ -348,7 +348,9 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor failed on a host that runs sandboxes: %v\n%s", err, out)
 	}
-	for _, want := range []string{"runc", "cgroups", "rlimits", "runc sandbox", "sandboxes run " + filepath.Join(filepath.Dir(testenv.Binary(t)), "agentbox-guest")} {
+	for _, want := range []string{"runc", "cgroups", "rlimits", "runc sandbox", "sandboxes run " + filepath.Join(filepath.Dir(testenv.Binary(t)), "agentbox-guest"),
+		// runc takes OCI images here (the image tests run them): the overlay line says so.
+		"ok   overlay          overlayfs in the kernel; OCI images on runc (id-mapped layers)"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
