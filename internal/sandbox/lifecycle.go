@@ -174,24 +174,30 @@ func (s *Service) boundedStep(ctx context.Context, sb Sandbox, unlock func()) er
 	)
 	var state atomic.Int32
 	go func() {
-		defer s.steps.done()
-		defer unlock()
-		defer stopOnClose()
-		defer cancel()
 		record, err := s.stepOnce(sctx, sb.ID, false)
 		if err != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
 			err = stepTimedOut(d, err)
 		}
-		if state.CompareAndSwap(stepRunning, stepReturned) {
-			res <- s.stepDone(ctx, sb.ID, err, record)
-			return
+		returned := state.CompareAndSwap(stepRunning, stepReturned)
+		if returned {
+			err = s.stepDone(ctx, sb.ID, err, record)
+		} else {
+			// The loop has recorded its timeout already (or the service is stopping).
+			if err == nil {
+				s.retries.clear(sb.ID)
+			}
+			if ctx.Err() == nil && s.bg.Err() == nil {
+				s.log.Info("control loop step returned after its deadline", "sandbox_id", sb.ID, "err", err)
+			}
 		}
-		// The loop has recorded its timeout already (or the service is stopping).
-		if err == nil {
-			s.retries.clear(sb.ID)
-		}
-		if ctx.Err() == nil && s.bg.Err() == nil {
-			s.log.Info("control loop step returned after its deadline", "sandbox_id", sb.ID, "err", err)
+		cancel()
+		stopOnClose()
+		// The lock is released before the pass learns the result: a pass that has returned
+		// must not leave its sandbox locked, or the next pass would skip it as busy.
+		unlock()
+		s.steps.done()
+		if returned {
+			res <- err
 		}
 	}()
 	select {
