@@ -26,10 +26,11 @@ const (
 	EnvdPort = 49983
 	// CodePort is the port @e2b/code-interpreter addresses its interpreter at.
 	CodePort = 49999
-	// EnvdVersion is the envd version create and connect report. 0.4.0: stdin may be off and
-	// the SDK stops forcing a default user; the features of later versions (octet-stream
-	// uploads, file metadata) are not offered.
-	EnvdVersion = "0.4.0"
+	// EnvdVersion is the envd version create and connect report. 0.5.2: stdin may be off or
+	// open (then sendStdin and closeStdin reach the command) and the SDK stops forcing a
+	// default user; the features of later versions (octet-stream uploads, file metadata) are
+	// not offered.
+	EnvdVersion = "0.5.2"
 	// ClientID is the clientID E2B replies carry.
 	ClientID = "agentbox"
 	// PathPrefix is where the API server routes envd and interpreter calls, once it has read

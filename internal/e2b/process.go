@@ -43,7 +43,13 @@ type proc struct {
 	tag     *string
 	config  *process.ProcessConfig
 	pty     *sandbox.PTY // nil: a plain command
-	cancel  context.CancelFunc
+	// in is a plain command's session when its stdin is open (StartRequest.stdin); nil: its
+	// stdin is /dev/null (exec).
+	in     *sandbox.ExecSession
+	cancel context.CancelFunc
+	// inMu serialises writes to in and its closing; inClosed: CloseStdin was called.
+	inMu     sync.Mutex
+	inClosed bool
 
 	mu       sync.Mutex
 	subs     map[int]chan *process.ProcessEvent
@@ -240,18 +246,34 @@ func (s *Server) start(ctx context.Context, id string, req *process.StartRequest
 			return nil, nil, nil, err
 		}
 		p.pty = pty
+	} else if req.Stdin == nil || req.GetStdin() {
+		// envd keeps a command's stdin open unless the request says stdin: false (the SDK
+		// sends false unless asked): agentbox's exec with open stdin.
+		in, err := s.svc.ExecStdin(pctx, id, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: u,
+			Timeout: max(timeout.Round(time.Second), time.Second)})
+		if err != nil {
+			cancel()
+			return nil, nil, nil, err
+		}
+		p.in = in
 	}
 	if err := s.procs.add(p); err != nil {
 		if p.pty != nil {
 			_ = p.pty.Close()
 		}
+		if p.in != nil {
+			_ = p.in.Close()
+		}
 		cancel()
 		return nil, nil, nil, err
 	}
 	events, unsub := p.subscribe()
-	if p.pty != nil {
+	switch {
+	case p.pty != nil:
 		go s.runPTY(pctx, p)
-	} else {
+	case p.in != nil:
+		go s.runStdin(pctx, p)
+	default:
 		go s.runCommand(pctx, p, argv, u, timeout)
 	}
 	return p, events, unsub, nil
@@ -264,16 +286,44 @@ func (s *Server) runCommand(ctx context.Context, p *proc, argv []string, user st
 	res, err := s.svc.Exec(ctx, p.sandbox, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: user,
 		Timeout: max(timeout.Round(time.Second), time.Second), MaxOutputBytes: 1 << 10},
 		func(stream string, data []byte) {
-			b := slices.Clone(data)
-			d := &process.ProcessEvent_DataEvent{}
-			if stream == "stderr" {
-				d.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: b}
-			} else {
-				d.Output = &process.ProcessEvent_DataEvent_Stdout{Stdout: b}
-			}
-			p.publish(ctx, &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: d}})
+			p.publish(ctx, &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: outputEvent(stream, data)}})
 		})
-	p.finish(endEvent(p, res.ExitCode, res.Signal, err, ctx.Err()))
+	s.end(p, endEvent(p, res.ExitCode, res.Signal, err, ctx.Err()))
+}
+
+// end takes p out of the table, then publishes its end: a caller that saw the end no longer
+// finds it listed.
+func (s *Server) end(p *proc, ev *process.ProcessEvent_EndEvent) {
+	s.procs.remove(p)
+	p.finish(ev)
+}
+
+// runStdin relays the output of a command whose stdin is open until it ends.
+func (s *Server) runStdin(ctx context.Context, p *proc) {
+	defer s.procs.remove(p)
+	defer p.cancel()
+	defer p.in.Close()
+	for {
+		stream, b, res, err := p.in.Next()
+		if res != nil {
+			s.end(p, endEvent(p, res.ExitCode, res.Signal, nil, ctx.Err()))
+			return
+		}
+		if err != nil {
+			s.end(p, endEvent(p, -1, "", err, ctx.Err()))
+			return
+		}
+		p.publish(ctx, &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: outputEvent(stream, b)}})
+	}
+}
+
+// outputEvent is a command's output as envd's data event.
+func outputEvent(stream string, data []byte) *process.ProcessEvent_DataEvent {
+	b := slices.Clone(data)
+	if stream == "stderr" {
+		return &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stderr{Stderr: b}}
+	}
+	return &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stdout{Stdout: b}}
 }
 
 func (s *Server) runPTY(ctx context.Context, p *proc) {
@@ -283,11 +333,11 @@ func (s *Server) runPTY(ctx context.Context, p *proc) {
 	for {
 		b, exit, err := p.pty.Next()
 		if exit != nil {
-			p.finish(endEvent(p, exit.ExitCode, exit.Signal, nil, nil))
+			s.end(p, endEvent(p, exit.ExitCode, exit.Signal, nil, nil))
 			return
 		}
 		if err != nil {
-			p.finish(endEvent(p, -1, "", err, ctx.Err()))
+			s.end(p, endEvent(p, -1, "", err, ctx.Err()))
 			return
 		}
 		if len(b) > 0 {
@@ -429,13 +479,27 @@ func (ps processService) SendInput(ctx context.Context, req *connect.Request[pro
 	case *process.ProcessInput_Stdin:
 		b = in.Stdin
 	}
-	if p.pty == nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agentbox takes input only for PTY processes: a command's stdin is closed when it starts (start it with a pty to drive it)"))
-	}
 	if len(b) > guest.MaxPTYData*16 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("input is %d bytes; send at most %d at a time", len(b), guest.MaxPTYData*16))
 	}
-	if _, err := p.pty.Write(b); err != nil {
+	if p.pty != nil {
+		if _, ok := req.Msg.GetInput().GetInput().(*process.ProcessInput_Pty); !ok {
+			return nil, connect.NewError(connect.CodeInternal, errors.New("error writing to stdin: tty assigned to process — input should be written to the pty, not the stdin"))
+		}
+		if _, err := p.pty.Write(b); err != nil {
+			return nil, toConnect(errcode.New(errcode.SandboxNotRunning, "process %d: %v", p.pid, err))
+		}
+		return connect.NewResponse(&process.SendInputResponse{}), nil
+	}
+	if _, ok := req.Msg.GetInput().GetInput().(*process.ProcessInput_Stdin); !ok {
+		return nil, connect.NewError(connect.CodeInternal, errors.New("error writing to tty: tty not assigned to process — input should be written to the stdin, not the tty"))
+	}
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.in == nil || p.inClosed {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("error writing to stdin: stdin not enabled or closed (process %d was started with stdin: false, or its stdin was closed)", p.pid))
+	}
+	if _, err := p.in.Write(b); err != nil {
 		return nil, toConnect(errcode.New(errcode.SandboxNotRunning, "process %d: %v", p.pid, err))
 	}
 	return connect.NewResponse(&process.SendInputResponse{}), nil
@@ -465,7 +529,14 @@ func (ps processService) CloseStdin(ctx context.Context, req *connect.Request[pr
 	if p.pty != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("a PTY process has no stdin to close: send Ctrl+D (0x04)"))
 	}
-	// A command's stdin is already closed (agentbox gives it none).
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.in != nil && !p.inClosed { // without open stdin there is nothing to close, as envd
+		if err := p.in.CloseStdin(); err != nil {
+			return nil, toConnect(errcode.New(errcode.SandboxNotRunning, "process %d: %v", p.pid, err))
+		}
+		p.inClosed = true
+	}
 	return connect.NewResponse(&process.CloseStdinResponse{}), nil
 }
 

@@ -17,7 +17,7 @@ import (
 // TestAgentCodesCoverServer keeps the codes the client accepts in step with the server: every
 // code the agent's source uses is accepted from some endpoint, and nothing else is.
 func TestAgentCodesCoverServer(t *testing.T) {
-	client := map[string]bool{"client.go": true, "reply.go": true, "agenterr.go": true, "jobs_client.go": true, "pty_client.go": true, "net_client.go": true}
+	client := map[string]bool{"client.go": true, "reply.go": true, "agenterr.go": true, "jobs_client.go": true, "pty_client.go": true, "stdin_client.go": true, "net_client.go": true}
 	files, _ := filepath.Glob("*.go")
 	used := map[errcode.Code]bool{}
 	re := regexp.MustCompile(`errcode\.([A-Z][A-Za-z]+)`)

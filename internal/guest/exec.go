@@ -49,13 +49,16 @@ const (
 
 // execSpec is a validated exec request.
 type execSpec struct {
-	argv    []string
-	path    string // the program to execute
-	env     []string
-	dir     string
-	stdin   []byte
-	timeout time.Duration
-	maxOut  int64
+	argv  []string
+	path  string // the program to execute
+	env   []string
+	dir   string
+	stdin []byte
+	// stdinFile, when set, is the read end of a pipe the caller feeds (stdin.go): the command's
+	// stdin instead of stdin.
+	stdinFile *os.File
+	timeout   time.Duration
+	maxOut    int64
 	// user is who runs the command; nil runs it as the agent itself.
 	user *User
 	// failCode, when non-zero, is the exit status of a command that cannot be started (127 not
@@ -442,9 +445,12 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	}
 	files = append(files, errR, errW)
 	var inR, inW *os.File
-	if len(sp.stdin) > 0 {
+	switch {
+	case sp.stdinFile != nil:
+		inR = sp.stdinFile
+	case len(sp.stdin) > 0:
 		inR, inW, err = os.Pipe()
-	} else {
+	default:
 		inR, err = os.Open(os.DevNull)
 	}
 	if err != nil {

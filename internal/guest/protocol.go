@@ -25,6 +25,8 @@
 //	POST   /v1/jobs/{id}/cancel        JobCancelRequest → JobInfo: SIGTERM to its tree, SIGKILL
 //	                                   after grace_ms, state canceled (a finished job: as it is)
 //	POST   /v1/pty (Upgrade: agentbox-pty/1) PTYRequest → 101, then PTY frames (pty.go)
+//	POST   /v1/exec/stdin (Upgrade: agentbox-stdin/1) ExecRequest → 101, then frames: a
+//	                                   command whose stdin stays open to the host (stdin.go)
 package guest
 
 import (

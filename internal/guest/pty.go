@@ -39,6 +39,9 @@ const (
 	ptyResize = 'r'
 	ptyExit   = 'x'
 	ptyError  = 'e'
+	// The frames only a command with open stdin uses (stdin.go).
+	pipeStderr  = 's' // agent → host: stderr bytes ('d' carries stdout)
+	pipeCloseIn = 'c' // host → agent: close the command's stdin (EOF); no payload
 )
 
 // PTYRequest starts a command on a pseudo-terminal.
@@ -101,6 +104,10 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 		limit = MaxPTYData
 	case ptyResize:
 		limit = 4
+	case pipeStderr:
+		limit = MaxPTYData
+	case pipeCloseIn:
+		limit = 0
 	case ptyExit, ptyError:
 		limit = maxPTYControl
 	default:

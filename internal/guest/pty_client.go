@@ -110,17 +110,30 @@ func (c *Client) PTY(ctx context.Context, req PTYRequest) (*PTYSession, error) {
 	if err := checkPTYSize(req.Rows, req.Cols); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(req)
+	conn, err := c.upgradeJSON(ctx, "/pty", PTYUpgrade, req, "a terminal request")
+	if err != nil {
+		return nil, err
+	}
+	// The session lives as long as ctx: its end closes the connection, which hangs the
+	// command up.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	return &PTYSession{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), buf: make([]byte, MaxPTYData+maxPTYControl), stop: stop}, nil
+}
+
+// upgradeJSON sends body to path asking to switch the connection to proto, and returns the
+// connection once the agent has (what names the request in errors).
+func (c *Client) upgradeJSON(ctx context.Context, path, proto string, body any, what string) (io.ReadWriteCloser, error) {
+	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.InvalidArgument, err, "cannot encode request")
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/pty", bytes.NewReader(b))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(b))
 	if err != nil {
 		return nil, errcode.Wrap(errcode.InvalidArgument, err, "bad request to the guest agent")
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Connection", "Upgrade")
-	hreq.Header.Set("Upgrade", PTYUpgrade)
+	hreq.Header.Set("Upgrade", proto)
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -131,17 +144,14 @@ func (c *Client) PTY(ctx context.Context, req PTYRequest) (*PTYSession, error) {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
 		if resp.StatusCode >= 300 {
-			return nil, ctxErr(ctx, agent.ReadError(resp, "a terminal request", execCodes...))
+			return nil, ctxErr(ctx, agent.ReadError(resp, what, execCodes...))
 		}
-		return nil, errcode.New(errcode.Internal, "the sandbox's agent answered HTTP %d to a terminal request instead of switching protocols", resp.StatusCode).With("origin", agent.Origin)
+		return nil, errcode.New(errcode.Internal, "the sandbox's agent answered HTTP %d to %s instead of switching protocols", resp.StatusCode, what).With("origin", agent.Origin)
 	}
 	conn, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		resp.Body.Close()
 		return nil, errcode.New(errcode.Internal, "the upgraded connection to the agent is not writable")
 	}
-	// The session lives as long as ctx: its end closes the connection, which hangs the
-	// command up.
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	return &PTYSession{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), buf: make([]byte, MaxPTYData+maxPTYControl), stop: stop}, nil
+	return conn, nil
 }

@@ -176,6 +176,7 @@ func (s *server) routes() http.Handler {
 	p := "/" + Version
 	mux.HandleFunc("GET "+p+"/health", s.handleHealth)
 	mux.HandleFunc("POST "+p+"/exec", s.handleExec)
+	mux.HandleFunc("POST "+p+"/exec/stdin", s.handleExecStdin)
 	mux.HandleFunc("PUT "+p+"/files", s.handleWriteFile)
 	mux.HandleFunc("GET "+p+"/files", s.handleReadFile)
 	mux.HandleFunc("DELETE "+p+"/files", s.handleRemove)

@@ -609,31 +609,8 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 		began := time.Now()
 		defer func() { o.ObserveExec(rtName, outcome(err), time.Since(began)) }()
 	}
-	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return ExecResult{}, errcode.New(errcode.InvalidArgument, "command must be a non-empty argv array, e.g. [\"ls\", \"-la\"]; it is never run through a shell (use [\"sh\", \"-c\", \"...\"] for shell syntax)")
-	}
-	for i, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return ExecResult{}, errcode.New(errcode.InvalidArgument, "command[%d] contains a NUL byte", i)
-		}
-	}
-	if err := ValidateEnv("env", req.Env); err != nil {
+	if err := checkExec(req); err != nil {
 		return ExecResult{}, err
-	}
-	if strings.ContainsRune(req.Cwd, 0) {
-		return ExecResult{}, errcode.New(errcode.InvalidArgument, "cwd contains a NUL byte")
-	}
-	if req.Timeout < 0 || req.Timeout > 24*time.Hour {
-		return ExecResult{}, errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 1 and 86400; got %d", int64(req.Timeout/time.Second))
-	}
-	if req.MaxOutputBytes < 0 {
-		return ExecResult{}, errcode.New(errcode.InvalidArgument, "max_output_bytes must not be negative")
-	}
-	if req.MaxOutputBytes > guest.MaxMaxOutputBytes {
-		return ExecResult{}, errcode.New(errcode.OutputLimitExceeded, "at most %d bytes of output are kept per stream; ask for less, or redirect output to a file and read it with offset and length", guest.MaxMaxOutputBytes)
-	}
-	if len(req.Stdin) > guest.MaxStdinBytes {
-		return ExecResult{}, errcode.New(errcode.InvalidArgument, "stdin is %d bytes; at most %d are accepted (write large input to a file first)", len(req.Stdin), guest.MaxStdinBytes)
 	}
 	if req.Timeout == 0 {
 		req.Timeout = guest.DefaultTimeout
@@ -669,6 +646,37 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 		}
 	}
 	return res, nil
+}
+
+// checkExec validates an exec request before it reaches a sandbox.
+func checkExec(req ExecRequest) error {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return errcode.New(errcode.InvalidArgument, "command must be a non-empty argv array, e.g. [\"ls\", \"-la\"]; it is never run through a shell (use [\"sh\", \"-c\", \"...\"] for shell syntax)")
+	}
+	for i, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return errcode.New(errcode.InvalidArgument, "command[%d] contains a NUL byte", i)
+		}
+	}
+	if err := ValidateEnv("env", req.Env); err != nil {
+		return err
+	}
+	if strings.ContainsRune(req.Cwd, 0) {
+		return errcode.New(errcode.InvalidArgument, "cwd contains a NUL byte")
+	}
+	if req.Timeout < 0 || req.Timeout > 24*time.Hour {
+		return errcode.New(errcode.InvalidArgument, "timeout_seconds must be between 1 and 86400; got %d", int64(req.Timeout/time.Second))
+	}
+	if req.MaxOutputBytes < 0 {
+		return errcode.New(errcode.InvalidArgument, "max_output_bytes must not be negative")
+	}
+	if req.MaxOutputBytes > guest.MaxMaxOutputBytes {
+		return errcode.New(errcode.OutputLimitExceeded, "at most %d bytes of output are kept per stream; ask for less, or redirect output to a file and read it with offset and length", guest.MaxMaxOutputBytes)
+	}
+	if len(req.Stdin) > guest.MaxStdinBytes {
+		return errcode.New(errcode.InvalidArgument, "stdin is %d bytes; at most %d are accepted (write large input to a file first)", len(req.Stdin), guest.MaxStdinBytes)
+	}
+	return nil
 }
 
 // Events returns recorded state transitions.

@@ -29,7 +29,7 @@ await assert.rejects(Sandbox.getInfo(sbx.sandboxId, { apiKey: process.env.OTHER_
 assert.equal(await Sandbox.kill(sbx.sandboxId, { apiKey: process.env.OTHER_KEY }), false)
 const theirs = await Sandbox.connect(sbx.sandboxId).catch((e) => e) // with our key: fine
 assert.equal(theirs.sandboxId, sbx.sandboxId)
-const stolen = new Sandbox({ sandboxId: sbx.sandboxId, envdVersion: '0.4.0', envdAccessToken: process.env.OTHER_KEY, apiKey: process.env.OTHER_KEY })
+const stolen = new Sandbox({ sandboxId: sbx.sandboxId, envdVersion: '0.5.2', envdAccessToken: process.env.OTHER_KEY, apiKey: process.env.OTHER_KEY })
 assert.equal(await stolen.isRunning(), false, 'envd answers another principal as E2B does a missing sandbox')
 await assert.rejects(stolen.commands.run('echo no'))
 console.log('ok other principal')

@@ -94,6 +94,7 @@ func TestE2BSDKs(t *testing.T) {
 			}
 		}
 	})
+	t.Run("Stdin", func(t *testing.T) { node(t, bin, s, env, 4, "stdin.mjs") })
 	t.Run("CodeInterpreter", func(t *testing.T) {
 		out := node(t, bin, s, env, 7, "code.mjs")
 		if !strings.Contains(out, "ok state 42") || !strings.Contains(out, "ok error ZeroDivisionError") {
