@@ -147,12 +147,25 @@ func TestE2BControlPlane(t *testing.T) {
 	if code, body = e.do(t, "GET", "/v2/sandboxes", "", "X-API-KEY", e.other); code != http.StatusOK || strings.Contains(body, sb.SandboxID) {
 		t.Errorf("another principal's list shows the sandbox: %d %s", code, body)
 	}
-	// timeout: the end moves to now + timeout (never earlier).
+	// timeout: the end moves to now + timeout, later or earlier.
 	if code, body = e.do(t, "POST", "/sandboxes/"+sb.SandboxID+"/timeout", `{"timeout":600}`, "X-API-KEY", e.operate); code != http.StatusNoContent {
 		t.Errorf("timeout: %d %s", code, body)
 	}
 	if rec, _ = e.svc.Get(t.Context(), sb.SandboxID); time.Until(rec.ExpiresAt) < 590*time.Second {
 		t.Errorf("timeout 600 left the end at %s", time.Until(rec.ExpiresAt))
+	}
+	if code, body = e.do(t, "POST", "/sandboxes/"+sb.SandboxID+"/timeout", `{"timeout":30}`, "X-API-KEY", e.operate); code != http.StatusNoContent {
+		t.Errorf("timeout: %d %s", code, body)
+	}
+	if rec, _ = e.svc.Get(t.Context(), sb.SandboxID); time.Until(rec.ExpiresAt) > 30*time.Second || time.Until(rec.ExpiresAt) < 20*time.Second {
+		t.Errorf("timeout 30 left the end at %s", time.Until(rec.ExpiresAt))
+	}
+	// connect's timeout only extends (E2B's keep-alive).
+	if code, body = e.do(t, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":5}`, "X-API-KEY", e.operate); code != http.StatusOK {
+		t.Errorf("connect to a running sandbox: %d %s", code, body)
+	}
+	if rec, _ = e.svc.Get(t.Context(), sb.SandboxID); time.Until(rec.ExpiresAt) < 20*time.Second {
+		t.Errorf("connect with timeout 5 moved the end to %s", time.Until(rec.ExpiresAt))
 	}
 	if code, body = e.do(t, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":60}`, "X-API-KEY", e.operate); code != http.StatusOK || !strings.Contains(body, sb.SandboxID) {
 		t.Errorf("connect to a running sandbox: %d %s", code, body)
@@ -171,7 +184,7 @@ func TestE2BControlPlane(t *testing.T) {
 		{"other principal gets", "GET", "/sandboxes/" + sb.SandboxID, "", e.other, 404, sb.SandboxID},
 		{"other principal kills", "DELETE", "/sandboxes/" + sb.SandboxID, "", e.other, 404, sb.SandboxID},
 		{"missing sandbox", "GET", "/sandboxes/sb-000000000000", "", e.operate, 404, "not found"},
-		{"bad timeout", "POST", "/sandboxes/" + sb.SandboxID + "/timeout", `{"timeout":0}`, e.operate, 400, "timeout"},
+		{"bad timeout", "POST", "/sandboxes/" + sb.SandboxID + "/timeout", `{"timeout":"soon"}`, e.operate, 400, "timeout"},
 		{"unmapped route", "GET", "/sandboxes/" + sb.SandboxID + "/metrics", "", e.operate, 501, "agentbox"},
 		{"unknown template", "POST", "/v2/sandboxes", `{"templateID":"no such template!"}`, e.operate, 400, ""},
 	} {

@@ -263,21 +263,16 @@ type timeoutBody struct {
 	Timeout *int64 `json:"timeout"`
 }
 
-// setTimeout makes sandbox id end timeout seconds from now. agentbox's TTL only grows: a
-// timeout earlier than the current end leaves it (docs/E2B.md).
-func (s *Server) applyTimeout(r *http.Request, sb sandbox.Sandbox, timeout int64) error {
-	if timeout < 1 {
-		return errcode.New(errcode.InvalidArgument, "timeout must be at least 1 second; got %d", timeout)
-	}
-	want := time.Now().Add(time.Duration(timeout) * time.Second)
-	delta := int64(want.Sub(sb.ExpiresAt) / time.Second)
-	if delta < 1 {
+// applyTimeout makes sb end timeout seconds from now (at most --max-ttl). With shorten (E2B's
+// set timeout) that end may be earlier than the current one, and a timeout of 0 or less ends
+// the sandbox now; without (connect, resume: E2B's keep-alive) an earlier end leaves it as it
+// is.
+func (s *Server) applyTimeout(r *http.Request, sb sandbox.Sandbox, timeout int64, shorten bool) error {
+	want := time.Duration(max(timeout, 0)) * time.Second
+	if !shorten && !time.Now().Add(want).After(sb.ExpiresAt) {
 		return nil
 	}
-	if max := int64(s.svc.Config().MaxTTL / time.Second); max > 0 && delta > max {
-		delta = max
-	}
-	_, err := s.svc.Extend(r.Context(), sb.ID, delta)
+	_, err := s.svc.ExpireIn(r.Context(), sb.ID, want)
 	return err
 }
 
@@ -293,7 +288,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.live(r, r.PathValue("id"))
 	if err == nil {
-		err = s.applyTimeout(r, sb, *body.Timeout)
+		err = s.applyTimeout(r, sb, *body.Timeout, true)
 	}
 	if err != nil {
 		writeAPIError(w, err)
@@ -340,7 +335,7 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sb, err = s.svc.Wake(r.Context(), id); err == nil && body.Timeout != nil {
-		err = s.applyTimeout(r, sb, *body.Timeout)
+		err = s.applyTimeout(r, sb, *body.Timeout, false)
 	}
 	if err != nil {
 		writeAPIError(w, err)
@@ -372,7 +367,7 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	if body.Timeout != nil {
-		if err := s.applyTimeout(r, sb, *body.Timeout); err != nil {
+		if err := s.applyTimeout(r, sb, *body.Timeout, false); err != nil {
 			writeAPIError(w, err)
 			return
 		}

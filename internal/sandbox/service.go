@@ -462,6 +462,24 @@ func (s *Service) Extend(ctx context.Context, id string, ttlSeconds int64) (Sand
 	if ttlSeconds <= 0 || ttlSeconds > int64(s.cfg.MaxTTL/time.Second) {
 		return Sandbox{}, errcode.New(errcode.InvalidArgument, "ttl_seconds must be between 1 and %d; got %d", int64(s.cfg.MaxTTL/time.Second), ttlSeconds)
 	}
+	return s.moveExpiry(ctx, id, "extended", func(sb Sandbox, _ time.Time) time.Time {
+		return sb.ExpiresAt.Add(time.Duration(ttlSeconds) * time.Second)
+	})
+}
+
+// ExpireIn sets sandbox id's end to d from now, earlier or later than its current end (at most
+// MaxTTL from now; d ≤ 0 ends it now): the control loop destroys it once that time has passed,
+// within one tick of its loop (a second). The event recorded is an extend, with the new end.
+func (s *Service) ExpireIn(ctx context.Context, id string, d time.Duration) (Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return Sandbox{}, err
+	}
+	return s.moveExpiry(ctx, id, "set", func(_ Sandbox, now time.Time) time.Time { return now.Add(max(d, 0)) })
+}
+
+// moveExpiry sets the end of a running or sleeping sandbox to what end gives (capped at MaxTTL
+// from now) and records it (how words the event: "ttl extended to …").
+func (s *Service) moveExpiry(ctx context.Context, id, how string, end func(sb Sandbox, now time.Time) time.Time) (Sandbox, error) {
 	unlock := s.lock(id)
 	defer unlock()
 	sb, err := s.store.GetSandbox(ctx, id)
@@ -469,10 +487,10 @@ func (s *Service) Extend(ctx context.Context, id string, ttlSeconds int64) (Sand
 		return Sandbox{}, err
 	}
 	if sb.State != StateRunning && sb.State != StateSleeping {
-		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running or sleeping sandbox can be extended", id, sb.State)
+		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running or sleeping sandbox's TTL can change", id, sb.State)
 	}
 	now := s.now().UTC().Truncate(time.Millisecond)
-	exp := sb.ExpiresAt.Add(time.Duration(ttlSeconds) * time.Second)
+	exp := end(sb, now).UTC().Truncate(time.Millisecond)
 	if limit := now.Add(s.cfg.MaxTTL); exp.After(limit) {
 		exp = limit
 	}
@@ -480,9 +498,9 @@ func (s *Service) Extend(ctx context.Context, id string, ttlSeconds int64) (Sand
 	sb.UpdatedAt = now
 	sb.Version++
 	ev := Event{SandboxID: id, Type: "extend", From: sb.State, To: sb.State, At: now,
-		Reason: "ttl extended to " + exp.Format(time.RFC3339)}
+		Reason: "ttl " + how + " to " + exp.Format(time.RFC3339)}
 	if err := s.store.UpdateSandbox(ctx, sb, ev); err != nil {
-		return sb, fmt.Errorf("extend %s: %w", id, err)
+		return sb, fmt.Errorf("ttl of %s: %w", id, err)
 	}
 	s.bus.publish()
 	return sb, nil

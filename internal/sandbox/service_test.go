@@ -552,6 +552,14 @@ func TestTTLExpiry(t *testing.T) {
 	if err != nil || ext.ExpiresAt.Sub(sb2.ExpiresAt) != 120*time.Second {
 		t.Fatalf("extend: %v %v", ext.ExpiresAt.Sub(sb2.ExpiresAt), err)
 	}
+	// ExpireIn moves the end to a time from now, earlier as well as later, capped at MaxTTL.
+	before := time.Now()
+	if short, err := e.svc.ExpireIn(context.Background(), sb2.ID, 30*time.Second); err != nil || short.ExpiresAt.Before(before.Add(30*time.Second).Add(-time.Millisecond)) || short.ExpiresAt.After(time.Now().Add(30*time.Second)) {
+		t.Fatalf("expire in 30 s: %v %v", short.ExpiresAt.Sub(before), err)
+	}
+	if long, err := e.svc.ExpireIn(context.Background(), sb2.ID, 1000*time.Hour); err != nil || long.ExpiresAt.After(time.Now().Add(e.svc.Config().MaxTTL)) {
+		t.Fatalf("expire beyond the max TTL: %v %v", long.ExpiresAt, err)
+	}
 	for i := 0; i < 2; i++ {
 		d, err := e.svc.Destroy(context.Background(), sb2.ID)
 		if err != nil || d.State != sandbox.StateDestroyed {
@@ -560,6 +568,9 @@ func TestTTLExpiry(t *testing.T) {
 	}
 	if _, err := e.svc.Exec(context.Background(), sb2.ID, argv("true"), nil); errcode.Of(err) != errcode.SandboxNotRunning {
 		t.Fatalf("exec in destroyed sandbox: %v", err)
+	}
+	if _, err := e.svc.ExpireIn(context.Background(), sb2.ID, time.Minute); errcode.Of(err) != errcode.SandboxNotRunning {
+		t.Fatalf("expire a destroyed sandbox: %v", err)
 	}
 }
 

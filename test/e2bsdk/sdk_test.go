@@ -95,6 +95,49 @@ func TestE2BSDKs(t *testing.T) {
 		}
 	})
 	t.Run("Stdin", func(t *testing.T) { node(t, bin, s, env, 4, "stdin.mjs") })
+	// setTimeout shortens: the control loop ends the sandbox once its new end has passed, within
+	// one tick of the loop (a second; the step then starts at once) — read from the recorded
+	// events, not from how long a poll took.
+	t.Run("SetTimeoutShortens", func(t *testing.T) {
+		out := node(t, bin, s, env, 4, "timeout.mjs")
+		set := time.Now()
+		id := out[strings.LastIndex(out, "ok setTimeout ")+len("ok setTimeout "):]
+		id = strings.TrimSpace(id[:strings.IndexByte(id, '\n')])
+		sb, err := c.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := time.Until(sb.ExpiresAt); sb.State == wire.StateRunning && (l > 2*time.Second || l < -time.Second) {
+			t.Fatalf("after setTimeout(2 s) the sandbox ends in %s (at %s)", l, sb.ExpiresAt)
+		}
+		const tick = time.Second // the control loop's period
+		bound := sb.ExpiresAt.Add(tick + time.Second)
+		// Poll the state until the loop has moved it (a failure bound, not the measure).
+		for deadline := set.Add(time.Minute); sb.State == wire.StateRunning; {
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox %s still running a minute after its end %s", id, sb.ExpiresAt)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if sb, err = c.Get(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		evs, err := c.Events(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ended *wire.Event
+		for i := range evs {
+			if evs[i].From == wire.StateRunning && evs[i].To != wire.StateRunning {
+				ended = &evs[i]
+				break
+			}
+		}
+		if ended == nil || ended.At.After(bound) {
+			t.Fatalf("the sandbox's end (due %s, by %s) is not recorded in time: %+v", sb.ExpiresAt, bound, evs)
+		}
+		t.Logf("ended %s after its due time (%s → %s: %s)", ended.At.Sub(sb.ExpiresAt), ended.From, ended.To, ended.Reason)
+	})
 	t.Run("CodeInterpreter", func(t *testing.T) {
 		out := node(t, bin, s, env, 7, "code.mjs")
 		if !strings.Contains(out, "ok state 42") || !strings.Contains(out, "ok error ZeroDivisionError") {
