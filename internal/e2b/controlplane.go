@@ -5,10 +5,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/authz"
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -29,7 +31,54 @@ type newSandbox struct {
 	EnvVars             map[string]string `json:"envVars"`
 	Secure              bool              `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *sandboxNetwork   `json:"network"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoResume          *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	VolumeMounts []json.RawMessage `json:"volumeMounts"`
+}
+
+// sandboxNetwork is E2B's network configuration (SandboxNetworkConfig).
+type sandboxNetwork struct {
+	AllowOut           []string        `json:"allowOut"`
+	DenyOut            []string        `json:"denyOut"`
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	MaskRequestHost    *string         `json:"maskRequestHost"`
+	EgressProxy        json.RawMessage `json:"egressProxy"`
+	Rules              json.RawMessage `json:"rules"`
+}
+
+// denyAll is E2B's "deny every address" entry.
+const denyAll = "0.0.0.0/0"
+
+// egressPolicy maps E2B's internet and network options onto agentbox's egress policy (nil: no
+// network, agentbox's default). E2B's allowOut wins over its denyOut; agentbox's deny wins over
+// its allow: what cannot be said exactly is refused, naming the field.
+func egressPolicy(b newSandbox) (*sandbox.Network, error) {
+	n := b.Network
+	if n == nil {
+		n = &sandboxNetwork{}
+	}
+	set := func(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
+	if set(n.EgressProxy) || set(n.Rules) {
+		return nil, errcode.New(errcode.UnsupportedOp, "network.egressProxy and network.rules are not offered by agentbox's E2B API; give allowOut/denyOut, or use agentbox's own network policy and secrets (docs/API.md)")
+	}
+	closed := b.AllowInternetAccess != nil && !*b.AllowInternetAccess || slices.Contains(n.DenyOut, denyAll)
+	switch {
+	case closed && len(n.AllowOut) == 0:
+		return nil, nil // no network at all
+	case closed:
+		// Nothing but allowOut (the rest of denyOut lies within "everything").
+		return &sandbox.Network{Policy: &egress.Policy{Allow: slices.Clone(n.AllowOut), Deny: []string{}}}, nil
+	case len(n.AllowOut) > 0 && len(n.DenyOut) > 0:
+		return nil, errcode.New(errcode.InvalidArgument, "network.allowOut beside a denyOut other than %s cannot be mapped: in E2B allowOut wins over denyOut, in agentbox deny wins over allow; deny %s and list what to allow, or drop allowOut", denyAll, denyAll)
+	case b.AllowInternetAccess == nil && len(n.AllowOut) == 0 && len(n.DenyOut) == 0:
+		return nil, nil // not asked: agentbox's default, no network
+	}
+	// The internet, less denyOut: "*" is any public host (by name; private and metadata
+	// addresses never).
+	return &sandbox.Network{Policy: &egress.Policy{Allow: append([]string{"*"}, n.AllowOut...), Deny: append([]string{}, n.DenyOut...)}}, nil
 }
 
 // sandboxReply is E2B's Sandbox: what create, connect and resume answer.
@@ -57,6 +106,9 @@ type sandboxDetail struct {
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
 	Domain      *string           `json:"domain"`
+	// AllowInternetAccess: false without network, true when any public host is allowed, left
+	// out for a narrower policy.
+	AllowInternetAccess *bool `json:"allowInternetAccess,omitempty"`
 }
 
 // decodeBody reads an optional JSON body into v (E2B's API ignores unknown fields).
@@ -101,12 +153,25 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	if max := int64(s.svc.Config().MaxTTL / time.Second); max > 0 && ttl > max {
 		ttl = max // E2B caps the timeout at the plan's maximum; agentbox at --max-ttl
 	}
+	if body.AutoPause != nil && *body.AutoPause || body.AutoResume != nil && body.AutoResume.Enabled {
+		writeAPIError(w, errcode.New(errcode.UnsupportedOp, "lifecycle onTimeout \"pause\" (autoPause) and autoResume are not offered: agentbox ends a sandbox at its timeout; pause it yourself before then (sbx.pause()), or give a longer timeout"))
+		return
+	}
+	if len(body.VolumeMounts) > 0 {
+		writeAPIError(w, errcode.New(errcode.UnsupportedOp, "volumeMounts are not offered by agentbox's E2B API: agentbox has no E2B volumes (docs/E2B.md)"))
+		return
+	}
+	network, err := egressPolicy(body)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
 	labels := map[string]string{}
 	for k, v := range body.Metadata {
 		labels[k] = v
 	}
 	labels[templateLabel] = body.TemplateID
-	sb, err := s.svc.Create(r.Context(), sandbox.CreateRequest{Image: img, TTLSeconds: ttl, Env: body.EnvVars, Labels: labels})
+	sb, err := s.svc.Create(r.Context(), sandbox.CreateRequest{Image: img, TTLSeconds: ttl, Env: body.EnvVars, Labels: labels, Network: network})
 	if err != nil {
 		if errcode.Of(err) == errcode.ImageNotFound {
 			err = errcode.New(errcode.SandboxNotFound, "template %q not found: it is neither an E2B template agentbox maps (base, code-interpreter-v1) nor an image it can pull: %s", body.TemplateID, errcode.Message(err))
@@ -162,6 +227,12 @@ func (s *Server) detail(sb sandbox.Sandbox) sandboxDetail {
 	if s.opts.Domain != "" {
 		dom := s.opts.Domain
 		d.Domain = &dom
+	}
+	if p := sb.Network.Policy; p == nil {
+		d.AllowInternetAccess = new(bool)
+	} else if slices.Contains(p.Allow, "*") && len(p.Deny) == 0 {
+		open := true
+		d.AllowInternetAccess = &open
 	}
 	return d
 }

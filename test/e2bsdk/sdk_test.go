@@ -7,6 +7,7 @@ package e2bsdk
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -137,6 +138,41 @@ func TestE2BSDKs(t *testing.T) {
 			t.Fatalf("the sandbox's end (due %s, by %s) is not recorded in time: %+v", sb.ExpiresAt, bound, evs)
 		}
 		t.Logf("ended %s after its due time (%s → %s: %s)", ended.At.Sub(sb.ExpiresAt), ended.From, ended.To, ended.Reason)
+	})
+	// allowInternetAccess and network map onto agentbox's egress policy, read back from the
+	// sandboxes' records (no network unless asked).
+	t.Run("Network", func(t *testing.T) {
+		before, err := c.List(t.Context(), []string{"creating", "running"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := node(t, bin, s, env, 4, "network.mjs")
+		want := map[string]string{"default": `"none"`, "internet": `{"allow":["*"],"deny":[]}`, "allowOut": `{"allow":["pypi.org"],"deny":[]}`}
+		for step, policy := range want {
+			i := strings.Index(out, "ok "+step+" ")
+			if i < 0 {
+				t.Fatalf("no step %q in %s", step, out)
+			}
+			id := strings.Fields(out[i:])[2]
+			evs, err := c.Events(t.Context(), id)
+			if err != nil || len(evs) == 0 {
+				t.Fatalf("%s: events of %s: %v", step, id, err)
+			}
+			sb, err := c.Get(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := json.Marshal(sb.Network); string(got) != policy {
+				t.Errorf("%s: sandbox %s has network %s, want %s", step, id, got, policy)
+			}
+		}
+		after, err := c.List(t.Context(), []string{"creating", "running"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after) > len(before) {
+			t.Errorf("the refused create left a sandbox: %d live before, %d after", len(before), len(after))
+		}
 	})
 	t.Run("CodeInterpreter", func(t *testing.T) {
 		out := node(t, bin, s, env, 7, "code.mjs")
