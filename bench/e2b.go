@@ -78,6 +78,8 @@ func runE2BBench(ctx context.Context, bin string, f e2bFlagSet) []Stat {
 		CreateFirst float64
 		Run         []float64
 		RunCode     []float64
+		RawStart    []float64
+		RawExec     []float64
 	}
 	next := func(ask string) {
 		if ask != "" {
@@ -86,7 +88,7 @@ func runE2BBench(ctx context.Context, bin string, f e2bFlagSet) []Stat {
 		if !lines.Scan() {
 			log.Fatalf("node bench.mjs ended: %v", lines.Err())
 		}
-		sdk.CreateFirst, sdk.Run, sdk.RunCode = 0, nil, nil
+		sdk.CreateFirst, sdk.Run, sdk.RunCode, sdk.RawStart, sdk.RawExec = 0, nil, nil, nil, nil
 		if err := json.Unmarshal(lines.Bytes(), &sdk); err != nil {
 			log.Fatalf("node bench.mjs printed %q: %v", lines.Text(), err)
 		}
@@ -167,9 +169,12 @@ func runE2BBench(ctx context.Context, bin string, f e2bFlagSet) []Stat {
 	sr.Floor = fmt.Sprintf("REST, the same bash -l: p50 %.1f ms, ×%.2f (target ≤ ×2); REST exec true: ×%.2f", rel.P50, sr.P50/rel.P50, sr.P50/re.P50)
 	rs := summarize("Connect Start of bash -l -c true from Go (the server's share)", "ms", rpcStart)
 	rs.Floor = fmt.Sprintf("REST exec of the same argv p50 %.1f ms: +%.2f ms", rel.P50, rs.P50-rel.P50)
+	// From Node, in turns with the SDK's calls: the same Start RPC with plain fetch, and REST.
+	ns, ne := summarize("Node fetch: Connect Start of bash -l -c true (no SDK)", "ms", sdk.RawStart), summarize("Node fetch: REST exec bash -l -c true", "ms", sdk.RawExec)
+	ns.Floor = fmt.Sprintf("Node fetch REST exec, same turns: p50 %.2f ms, %+.2f ms; the SDK's commands.run, same turns: p50 %.2f ms (×%.2f the Node REST exec)", ne.P50, ns.P50-ne.P50, sr.P50, sr.P50/ne.P50)
 	code := summarize("E2B SDK runCode('1+1'), warm context", "ms", sdk.RunCode)
 	code.Floor = "target p50 ≤ 20 ms"
-	return []Stat{rc, rcl, sc, re, rel, sr, rs, code}
+	return []Stat{rc, rcl, sc, re, rel, sr, rs, ns, ne, code}
 }
 
 func writeE2BResults(stats []Stat, out string) {
