@@ -251,11 +251,16 @@ func (s *Server) start(ctx context.Context, id string, req *process.StartRequest
 		// sends false unless asked): agentbox's exec with open stdin.
 		in, err := s.svc.ExecStdin(pctx, id, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: u,
 			Timeout: max(timeout.Round(time.Second), time.Second)})
-		if err != nil {
+		switch {
+		case err == nil:
+			p.in = in
+		case req.Stdin == nil && errcode.Of(err) == errcode.UnsupportedOp:
+			// A sandbox whose agent predates open stdin, and a caller that did not ask for
+			// it: the command runs without, as before.
+		default:
 			cancel()
 			return nil, nil, nil, err
 		}
-		p.in = in
 	}
 	if err := s.procs.add(p); err != nil {
 		if p.pty != nil {
