@@ -157,7 +157,7 @@ func cmdServe(args []string) int {
 	defer interpreter.Close()
 	var e2bSrv *e2b.Server
 	if *e2bOn {
-		e2bSrv = e2b.New(cp.svc, e2b.Options{Logger: log, Interpreter: interpreter, Domain: *e2bDomain})
+		e2bSrv = e2b.New(cp.svc, e2b.Options{Logger: log, Interpreter: interpreter, Domain: *e2bDomain, Metrics: cp.metrics})
 		defer e2bSrv.Close()
 	}
 	mcpSrv := mcpserver.New(cp.sandboxes, mcpserver.Options{ControlPlane: "agentbox serve (state dir " + cfg.StateDir + ")", Logger: log, Runs: cp.runsBackend(), Interpreter: interpreter,

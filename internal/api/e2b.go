@@ -32,6 +32,7 @@ var e2bRoutes = map[string]Route{
 	"POST /sandboxes/{id}/resume":     e2bRoute(act("sandbox_wake", auth.ScopeOperate, gate.ObjectSandbox)),
 	"POST /sandboxes/{id}/connect":    e2bRoute(act("sandbox_wake", auth.ScopeOperate, gate.ObjectSandbox)),
 	"POST /v2/sandboxes/{id}/connect": e2bRoute(act("sandbox_wake", auth.ScopeOperate, gate.ObjectSandbox)),
+	"GET /sandboxes/{id}/metrics":     e2bRoute(read("sandbox_metrics", auth.ScopeRead, gate.ObjectSandbox)),
 	"/sandboxes/{id}/{rest...}":       e2bRoute(read("no_such_endpoint", auth.ScopeRead, gate.ObjectSandbox)),
 	// envd
 	"GET /e2b/envd/{id}/health": e2bRoute(read("sandbox_get", auth.ScopeRead, gate.ObjectSandbox)),

@@ -185,7 +185,8 @@ func TestE2BControlPlane(t *testing.T) {
 		{"other principal kills", "DELETE", "/sandboxes/" + sb.SandboxID, "", e.other, 404, sb.SandboxID},
 		{"missing sandbox", "GET", "/sandboxes/sb-000000000000", "", e.operate, 404, "not found"},
 		{"bad timeout", "POST", "/sandboxes/" + sb.SandboxID + "/timeout", `{"timeout":"soon"}`, e.operate, 400, "timeout"},
-		{"unmapped route", "GET", "/sandboxes/" + sb.SandboxID + "/metrics", "", e.operate, 501, "agentbox"},
+		{"unmapped route", "GET", "/sandboxes/" + sb.SandboxID + "/network", "", e.operate, 501, "agentbox"},
+		{"metrics without the metrics feature", "GET", "/sandboxes/" + sb.SandboxID + "/metrics", "", e.operate, 501, "agentbox"},
 		{"unknown template", "POST", "/v2/sandboxes", `{"templateID":"no such template!"}`, e.operate, 400, ""},
 	} {
 		code, body := e.do(t, c.method, c.path, c.body, "X-API-KEY", c.key)

@@ -446,6 +446,62 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, s.reply(r, sb))
 }
 
+// sandboxMetric is E2B's SandboxMetric: one sample.
+type sandboxMetric struct {
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       int64     `json:"memUsed"`
+	MemTotal      int64     `json:"memTotal"`
+	MemCache      int64     `json:"memCache"`
+	DiskUsed      int64     `json:"diskUsed"`
+	DiskTotal     int64     `json:"diskTotal"`
+}
+
+// sandboxMetrics is E2B's getMetrics: agentbox keeps no series, so the answer is one sample
+// taken now (CPU use since the previous sample by any caller; 0 on the first), whatever the
+// start and end asked.
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if s.opts.Metrics == nil {
+		s.unsupportedAPI(w, r)
+		return
+	}
+	sb, err := s.live(r, id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		writeJSON(w, http.StatusOK, []sandboxMetric{}) // a paused sandbox has no samples, as E2B's
+		return
+	}
+	m, err := s.opts.Metrics.Metrics(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, notFound(id, err))
+		return
+	}
+	d := s.detail(sb)
+	out := sandboxMetric{Timestamp: m.SampledAt.UTC(), TimestampUnix: m.SampledAt.Unix(), CPUCount: d.CPUCount}
+	if m.CPUPercent != nil {
+		out.CPUUsedPct = *m.CPUPercent
+	}
+	if m.Memory != nil {
+		out.MemUsed, out.MemTotal, out.MemCache = m.Memory.UsedBytes, m.Memory.LimitBytes, m.Memory.CacheBytes
+	}
+	if out.MemTotal == 0 {
+		out.MemTotal = sb.MemoryMB << 20
+	}
+	if m.Disk != nil {
+		out.DiskUsed, out.DiskTotal = m.Disk.UsedBytes, m.Disk.TotalBytes
+	}
+	if out.DiskTotal == 0 {
+		out.DiskTotal = sb.DiskMB << 20
+	}
+	writeJSON(w, http.StatusOK, []sandboxMetric{out})
+}
+
 // unsupportedAPI answers the sandbox routes of E2B's API that agentbox does not map (metrics,
 // network, snapshots, fork, refreshes): 501 naming the agentbox call that does it.
 func (s *Server) unsupportedAPI(w http.ResponseWriter, r *http.Request) {

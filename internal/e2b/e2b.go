@@ -57,6 +57,13 @@ type Options struct {
 	// Domain is the sandbox domain create reports ("" reports none: the SDK then uses
 	// E2B_DOMAIN).
 	Domain string
+	// Metrics samples a running sandbox's resource use (getMetrics); nil: getMetrics is 501.
+	Metrics Metrics
+}
+
+// Metrics samples one running sandbox's resource use (the metrics feature's service).
+type Metrics interface {
+	Metrics(ctx context.Context, id string) (sandbox.SandboxMetrics, error)
 }
 
 // Server serves E2B's API over a sandbox service.
@@ -104,6 +111,7 @@ func (s *Server) Handlers() map[string]http.HandlerFunc {
 		"POST /sandboxes/{id}/resume":                s.resumeSandbox,
 		"POST /sandboxes/{id}/connect":               s.connectSandbox,
 		"POST /v2/sandboxes/{id}/connect":            s.connectSandbox,
+		"GET /sandboxes/{id}/metrics":                s.sandboxMetrics,
 		"/sandboxes/{id}/{rest...}":                  s.unsupportedAPI,
 		"GET /e2b/envd/{id}/health":                  s.envdHealth,
 		"GET /e2b/envd/{id}/files":                   s.downloadFile,

@@ -80,6 +80,12 @@ const listed = await Sandbox.list({ query: { metadata: { purpose: 'e2b-sdk-test'
 assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId))
 console.log('ok setTimeout getInfo list')
 
+const metrics = await sbx.getMetrics()
+assert.equal(metrics.length, 1, 'one sample: ' + JSON.stringify(metrics))
+assert.ok(metrics[0].cpuCount >= 1 && metrics[0].memUsed > 0 && metrics[0].memTotal >= metrics[0].memUsed, 'getMetrics: ' + JSON.stringify(metrics))
+assert.ok(Math.abs(metrics[0].timestamp.getTime() - Date.now()) < 60_000, 'a sample of now: ' + metrics[0].timestamp.toISOString())
+console.log('ok getMetrics')
+
 const again = await Sandbox.connect(sbx.sandboxId)
 assert.equal((await again.commands.run('echo again')).stdout, 'again\n')
 console.log('ok connect')

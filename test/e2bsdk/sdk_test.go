@@ -88,8 +88,8 @@ func TestE2BSDKs(t *testing.T) {
 	env := []string{"E2B_API_KEY=" + operate}
 
 	t.Run("Flow", func(t *testing.T) {
-		out := node(t, bin, s, env, 10, "basic.mjs")
-		for _, step := range []string{"ok commands.run \"hi\\n\"", "ok files", "ok background", "ok pty", "ok kill"} {
+		out := node(t, bin, s, env, 11, "basic.mjs")
+		for _, step := range []string{"ok commands.run \"hi\\n\"", "ok files", "ok background", "ok pty", "ok getMetrics", "ok kill"} {
 			if !strings.Contains(out, step) {
 				t.Errorf("missing step %q", step)
 			}
