@@ -134,7 +134,7 @@ func TestE2BSDKs(t *testing.T) {
 				break
 			}
 		}
-		if ended == nil || ended.At.After(bound) {
+		if ended == nil || ended.At.After(bound) || ended.At.Before(sb.ExpiresAt) || ended.Reason != "ttl expired" {
 			t.Fatalf("the sandbox's end (due %s, by %s) is not recorded in time: %+v", sb.ExpiresAt, bound, evs)
 		}
 		t.Logf("ended %s after its due time (%s → %s: %s)", ended.At.Sub(sb.ExpiresAt), ended.From, ended.To, ended.Reason)
