@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/chat"
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -66,7 +68,7 @@ func chatRun(args []string) int {
 	tools := fs.String("tools", "", "only these tools, comma-separated (default: all of the server's), e.g. run_python,execute_sql,fetch_metrics")
 	keep := fs.Bool("keep", false, "keep the conversation's sandbox at the end (default: destroyed)")
 	maxSteps := fs.Int("max-steps", chat.DefaultMaxSteps, "most model calls for one question")
-	yes := fs.Bool("yes", false, "approve gated tool calls without asking (refused when the key cannot approve)")
+	yes := fs.Bool("yes", false, "approve gated tool calls without asking, for unattended runs (refused when the server's policy holds this chat's calls and the key cannot approve)")
 	resume := fs.String("resume", "", "continue the conversation of this id")
 	system := fs.String("system", "", "the system prompt, or @FILE (default: the agentbox skill, docs/skills)")
 	noStream := fs.Bool("no-stream", false, "ask for whole replies instead of server-sent events")
@@ -100,12 +102,6 @@ func chatRun(args []string) int {
 	in := newLineReader()
 	defer in.close()
 
-	// --yes approves in this process: the key must be able to (an admin key).
-	if *yes {
-		if _, err := cl.ListApprovals(ctx, "", 1); err != nil {
-			return fail(fmt.Errorf("--yes needs a key that can approve gated calls (scope admin), and this one cannot (%v): run without --yes to approve in the terminal, or use an admin key", err))
-		}
-	}
 	var conv wire.ConversationDetail
 	if *resume != "" {
 		if conv, err = cl.GetConversation(ctx, *resume); err != nil {
@@ -152,6 +148,13 @@ func chatRun(args []string) int {
 			fmt.Fprintf(os.Stderr, "conversation %s kept: agentbox chat --resume %s\n", id, id)
 		}
 	}()
+	// --yes approves in this process: against a server that would hold any of this chat's
+	// calls, the key must be able to.
+	if *yes {
+		if err := yesAllowed(ctx, cl, s.ToolNames()); err != nil {
+			return fail(err)
+		}
+	}
 	if *resume != "" {
 		if err := s.Resume(ctx, conv.Conversation, conv.Transcript); err != nil {
 			return fail(err)
@@ -298,6 +301,44 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// chatLifecycleTools are the tools the loop calls itself (the conversation's sandbox).
+var chatLifecycleTools = []string{"sandbox_create", "sandbox_get", "sandbox_destroy"}
+
+// yesAllowed decides whether --yes may run: the server publishes which calls it holds for a
+// decision and whether this key may decide (GET /v1/approvals/policy). No call of this chat
+// held (no policy, or one gating only tools it does not offer): yes. Some held: only with a
+// key that can approve; else a typed error saying what to change.
+func yesAllowed(ctx context.Context, cl *client.Client, offered []string) error {
+	p, err := cl.ApprovalPolicy(ctx)
+	if errcode.Is(err, errcode.ApprovalNotFound) { // a server older than the route
+		return errcode.New(errcode.PermissionDenied, "--yes: the server at %s does not publish its approval policy (it is older than this agentbox): run without --yes to approve in the terminal, or upgrade the server", cl.BaseURL())
+	}
+	if err != nil {
+		return fmt.Errorf("--yes: reading the server's approval policy: %w", err)
+	}
+	var held string
+	if p.Required {
+		held = "every call that acts (serve --approval-required)"
+	} else {
+		var gated []string
+		for _, t := range append(slices.Clone(offered), chatLifecycleTools...) {
+			if slices.Contains(p.Tools, t) && !slices.Contains(gated, t) {
+				gated = append(gated, t)
+			}
+		}
+		if len(gated) == 0 {
+			return nil // nothing this chat calls waits for a decision
+		}
+		held = "calls of " + strings.Join(gated, ", ") + " (serve --approval-tools)"
+	}
+	if p.CanDecide {
+		return nil
+	}
+	return errcode.New(errcode.PermissionDenied, "--yes approves gated calls, but the server at %s holds %s for an operator's decision and this key cannot decide (%s): "+
+		"run without --yes to approve each call in the terminal (an operator may decide too), use a key of scope admin (AGENTBOX_TOKEN), or choose --tools the server does not gate",
+		cl.BaseURL(), held, p.CannotDecide).With("approval_required", p.Required).With("approval_tools", p.Tools)
 }
 
 // approveInTerminal shows a gated call (tool, arguments, digest) and asks y/n; whichever

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/modelfake"
@@ -46,9 +47,15 @@ type chatProc struct {
 
 func startChat(t *testing.T, srv *testenv.Server, model *modelfake.Server, args ...string) *chatProc {
 	t.Helper()
+	return startChatAs(t, srv, srv.Token, model, args...)
+}
+
+// startChatAs runs the chat with token (an API key) as its agentbox credential.
+func startChatAs(t *testing.T, srv *testenv.Server, token string, model *modelfake.Server, args ...string) *chatProc {
+	t.Helper()
 	r := &chatProc{}
 	r.cmd = exec.Command(srv.Bin, append([]string{"chat", "--base-url", model.URL, "--model", "fake-model"}, args...)...)
-	r.cmd.Env = append(os.Environ(), "AGENTBOX_URL="+srv.URL, "AGENTBOX_TOKEN="+srv.Token, "OPENAI_API_KEY="+chatKey, "HOME="+t.TempDir())
+	r.cmd.Env = append(os.Environ(), "AGENTBOX_URL="+srv.URL, "AGENTBOX_TOKEN="+token, "OPENAI_API_KEY="+chatKey, "HOME="+t.TempDir())
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -382,4 +389,99 @@ func TestChatInteractiveUnderTmux(t *testing.T) {
 	if strings.Contains(screen, chatKey) {
 		t.Fatal("the key shows in the terminal")
 	}
+}
+
+// TestChatYesFollowsThePolicy: --yes reads the server's published approval policy. Without a
+// policy an operate key runs unattended; with one gating a tool the chat offers, the operate
+// key is refused before anything is recorded (a typed error saying what to change), and an
+// admin key runs, its gated call approved without asking.
+func TestChatYesFollowsThePolicy(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := t.Context()
+	operateKey := func(srv *testenv.Server) string {
+		k, err := srv.Client().CreateKey(ctx, wire.KeyCreateRequest{Name: "chat-yes", Scope: "operate"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k.Secret
+	}
+	script := func() *modelfake.Server {
+		model := modelfake.New(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_python", Args: `{"code":"print('unattended-' + 'ran')"}`}}})
+		model.Respond(func(r modelfake.Request) modelfake.Reply {
+			return modelfake.Reply{Content: "tool said: " + lastTool(r, "run_python")}
+		})
+		return model
+	}
+	answer := func(run *chatProc) string {
+		t.Helper()
+		if code := run.wait(t); code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, run.stdout.String(), run.stderr.String())
+		}
+		var res struct{ Answer string }
+		json.Unmarshal(run.stdout.Bytes(), &res)
+		return res.Answer
+	}
+
+	t.Run("no policy, operate key", func(t *testing.T) {
+		srv := testenv.StartServer(t, testenv.ShortTempDir(t, "abchaty"), testToken)
+		key := operateKey(srv)
+		kc, err := client.NewTLS(srv.URL, key, client.TLS{Fingerprint: srv.Fingerprint})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := kc.ApprovalPolicy(ctx)
+		if err != nil || p.Required || len(p.Tools) != 0 || p.CanDecide || !strings.Contains(p.CannotDecide, "admin") {
+			t.Fatalf("policy seen by an operate key: %+v %v", p, err)
+		}
+		model := script()
+		defer model.Close()
+		if ans := answer(startChatAs(t, srv, key, model, "--json", "--yes", "--tools", "run_python", "run it")); !strings.Contains(ans, "unattended-ran") {
+			t.Fatalf("answer %q", ans)
+		}
+	})
+
+	t.Run("policy on", func(t *testing.T) {
+		srv := testenv.StartServer(t, testenv.ShortTempDir(t, "abchatp"), testToken, "--approval-tools", "run_python,file_write", "--approval-timeout", "60s")
+		key := operateKey(srv)
+		p, err := srv.Client().ApprovalPolicy(ctx)
+		if err != nil || p.Required || strings.Join(p.Tools, ",") != "file_write,run_python" || !p.CanDecide || p.TimeoutSeconds != 60 {
+			t.Fatalf("policy seen by the admin: %+v %v", p, err)
+		}
+		// The operate key: refused, nothing recorded, the error says what to change.
+		model := script()
+		defer model.Close()
+		run := startChatAs(t, srv, key, model, "--yes", "--tools", "run_python,execute_sql", "run it")
+		if code := run.wait(t); code == 0 {
+			t.Fatalf("--yes ran with an operate key against a gating server\n%s", run.stdout.String())
+		}
+		errs := run.stderr.String()
+		for _, want := range []string{"PERMISSION_DENIED", "run_python", "run without --yes", "scope admin"} {
+			if !strings.Contains(errs, want) {
+				t.Fatalf("the refusal does not say %q:\n%s", want, errs)
+			}
+		}
+		if len(model.Requests()) != 0 {
+			t.Fatal("the model was asked before the refusal")
+		}
+		if l, err := srv.Client().ListConversations(ctx, 0); err != nil || len(l.Conversations) != 0 {
+			t.Fatalf("a refused --yes recorded %+v %v", l, err)
+		}
+		// The same key, offered only tools the policy does not hold: runs.
+		quiet := modelfake.New(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_shell", Args: `{"code":"echo $((6*7))"}`}}})
+		defer quiet.Close()
+		quiet.Respond(func(r modelfake.Request) modelfake.Reply {
+			return modelfake.Reply{Content: "shell said: " + lastTool(r, "run_shell")}
+		})
+		if ans := answer(startChatAs(t, srv, key, quiet, "--json", "--yes", "--tools", "run_shell", "six times seven?")); !strings.Contains(ans, "42") {
+			t.Fatalf("answer %q", ans)
+		}
+		// The admin key: runs, the gated call approved without asking.
+		if ans := answer(startChat(t, srv, model, "--json", "--yes", "--tools", "run_python", "run it")); !strings.Contains(ans, "unattended-ran") {
+			t.Fatalf("answer %q", ans)
+		}
+		l, err := srv.Client().ListApprovals(ctx, wire.ApprovalUsed, 0)
+		if err != nil || len(l) != 1 || l[0].Tool != "run_python" || !strings.Contains(l[0].Reason, "agentbox chat") {
+			t.Fatalf("approvals: %+v %v", l, err)
+		}
+	})
 }

@@ -17,6 +17,8 @@ type Approvals interface {
 	List(ctx context.Context, f approval.Filter) ([]approval.Approval, error)
 	Get(ctx context.Context, id string) (approval.Approval, error)
 	Decide(ctx context.Context, id string, approve bool, decider gate.Caller, reason string) (approval.Approval, error)
+	Policy() approval.Policy
+	MayDecide(c gate.Caller) error
 }
 
 // ApprovalList is GET /v1/approvals's reply.
@@ -31,6 +33,7 @@ type DecisionRequest = wire.DecisionRequest
 func (s *Server) approvalRoutes() {
 	m := patternMux{s.mux, s}
 	m.HandleFunc("GET /v1/approvals", s.listApprovals)
+	m.HandleFunc("GET /v1/approvals/policy", s.approvalPolicy)
 	m.HandleFunc("GET /v1/approvals/{id}", s.getApproval)
 	m.HandleFunc("POST /v1/approvals/{id}/approve", func(w http.ResponseWriter, r *http.Request) { s.decideApproval(w, r, true) })
 	m.HandleFunc("POST /v1/approvals/{id}/deny", func(w http.ResponseWriter, r *http.Request) { s.decideApproval(w, r, false) })
@@ -60,6 +63,21 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 	}
 	l, err := ap.List(r.Context(), f)
 	s.reply(w, r, ApprovalList{Approvals: convSlice(l, wireApproval)}, err)
+}
+
+// approvalPolicy says which calls wait for a decision and whether the caller may decide. A
+// server without a queue holds nothing.
+func (s *Server) approvalPolicy(w http.ResponseWriter, r *http.Request) {
+	out := wire.ApprovalPolicy{Tools: []string{}, CannotDecide: "this server keeps no approval queue"}
+	if ap := s.opts.Approvals; ap != nil {
+		p := ap.Policy()
+		out = wire.ApprovalPolicy{Required: p.Required, Tools: append([]string{}, p.Tools...), TimeoutSeconds: int(p.Timeout.Seconds()), Elicit: p.Elicit, CanDecide: true}
+		caller, _ := gate.CallerFrom(r.Context())
+		if err := ap.MayDecide(caller); err != nil {
+			out.CanDecide, out.CannotDecide = false, err.Error()
+		}
+	}
+	s.reply(w, r, out, nil)
 }
 
 func (s *Server) getApproval(w http.ResponseWriter, r *http.Request) {

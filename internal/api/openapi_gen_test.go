@@ -169,6 +169,7 @@ func ops() []op {
 			query: []qp{{"expires", "integer", "The signed URL's expiry (unix time).", false}, {"sig", "string", "The signed URL's signature.", false}}},
 		{pattern: "GET /v1/approvals", summary: "The approval queue (admin; never a file's content)", tag: "governance", status: 200, resp: ApprovalList{},
 			query: []qp{{"state", "string", "pending, approved, denied, expired or used.", false}, limit("At most this many approvals.")}},
+		{pattern: "GET /v1/approvals/policy", summary: "Which calls wait for a decision, and whether this key may decide them", tag: "governance", status: 200, resp: wire.ApprovalPolicy{}},
 		{pattern: "GET /v1/approvals/{id}", summary: "One approval", tag: "governance", status: 200, resp: wire.Approval{}},
 		{pattern: "POST /v1/approvals/{id}/approve", summary: "Approve one pending call (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: wire.Approval{}},
 		{pattern: "POST /v1/approvals/{id}/deny", summary: "Deny one pending call with a reason (admin)", tag: "governance", req: DecisionRequest{}, reqOptional: true, status: 200, resp: wire.Approval{}},

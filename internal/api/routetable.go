@@ -133,6 +133,7 @@ var routeTable = map[string]Route{
 	"DELETE /v1/keys/{ref}":           act("key_revoke", auth.ScopeAdmin, gate.ObjectKey),
 	"GET /v1/audit":                   read("audit_list", auth.ScopeAdmin, gate.ObjectNone),      // every caller's calls
 	"GET /v1/approvals":               read("approval_list", auth.ScopeRead, gate.ObjectNone),    // a key's own principal's (authz.ListOwner)
+	"GET /v1/approvals/policy":        read("approval_policy", auth.ScopeRead, gate.ObjectNone),  // what waits, and whether this key may decide
 	"GET /v1/approvals/{id}":          read("approval_get", auth.ScopeRead, gate.ObjectApproval), // another principal's: 404
 	"POST /v1/approvals/{id}/approve": act("approval_approve", auth.ScopeAdmin, gate.ObjectApproval),
 	"POST /v1/approvals/{id}/deny":    act("approval_deny", auth.ScopeAdmin, gate.ObjectApproval),

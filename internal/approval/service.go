@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,6 +132,28 @@ func AdminOnly(c gate.Caller) error {
 	}
 	return nil
 }
+
+// Policy is what a Service holds for a decision, as a client reads it (GET
+// /v1/approvals/policy).
+type Policy struct {
+	Required bool          // every call that acts waits
+	Tools    []string      // only these tools (and their REST routes) wait; nil: Required decides
+	Timeout  time.Duration // how long a call waits
+	Elicit   bool          // the MCP client itself may decide
+}
+
+// Policy returns the service's policy.
+func (s *Service) Policy() Policy {
+	p := Policy{Required: s.cfg.Required && s.tools == nil, Timeout: s.cfg.Timeout, Elicit: s.cfg.Elicit}
+	for t := range s.tools {
+		p.Tools = append(p.Tools, t)
+	}
+	slices.Sort(p.Tools)
+	return p
+}
+
+// MayDecide reports whether c may approve or deny (nil) or why not.
+func (s *Service) MayDecide(c gate.Caller) error { return s.cfg.MayDecide(c) }
 
 // Enabled reports whether any call is gated.
 func (s *Service) Enabled() bool { return s.cfg.Required || len(s.tools) > 0 }

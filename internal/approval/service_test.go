@@ -104,6 +104,32 @@ func TestGatedSet(t *testing.T) {
 	}
 }
 
+// TestPolicy: the policy a client reads is what Gated decides by (--approval-tools wins over
+// --approval-required, as in Gated), and MayDecide is the queue's own rule.
+func TestPolicy(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg      approval.Config
+		required bool
+		tools    string
+	}{
+		{approval.Config{}, false, ""},
+		{approval.Config{Required: true}, true, ""},
+		{approval.Config{Tools: []string{"run_python", " exec"}}, false, "exec,run_python"},
+		{approval.Config{Required: true, Tools: []string{"exec"}}, false, "exec"},
+	} {
+		s, _ := newService(t, c.cfg)
+		p := s.Policy()
+		if p.Required != c.required || strings.Join(p.Tools, ",") != c.tools || p.Timeout != approval.DefaultTimeout {
+			t.Errorf("%+v: policy %+v", c.cfg, p)
+		}
+	}
+	s, _ := newService(t, approval.Config{Required: true})
+	if s.MayDecide(gate.Caller{Scope: "admin"}) != nil || s.MayDecide(gate.Caller{Scope: "operate"}) == nil {
+		t.Error("MayDecide: admin may, operate may not")
+	}
+}
+
 // TestQueueNeverShowsContent: file_write's summary has path, length and digest; stdin, env
 // values and secrets are digests too.
 func TestQueueNeverShowsContent(t *testing.T) {

@@ -33,6 +33,22 @@ type Approval struct {
 	Bound bool `json:"bound,omitempty"`
 }
 
+// ApprovalPolicy is the reply of GET /v1/approvals/policy: which calls this server holds for an
+// operator's decision, and whether the caller's key may decide them (what `agentbox chat
+// --yes` needs to know before it starts).
+type ApprovalPolicy struct {
+	// Required: every call that acts (not reads) waits for a decision.
+	Required bool `json:"required"`
+	// Tools: only these tools (and their REST routes) wait; empty with Required false: none.
+	Tools          []string `json:"tools"`
+	TimeoutSeconds int      `json:"timeout_seconds"`
+	// Elicit: the MCP client itself may decide its calls (elicitation).
+	Elicit bool `json:"elicit"`
+	// CanDecide: the caller's key may approve or deny; else CannotDecide says why.
+	CanDecide    bool   `json:"can_decide"`
+	CannotDecide string `json:"cannot_decide,omitempty"`
+}
+
 // AuditRecord is one recorded call.
 type AuditRecord struct {
 	// Seq is the record's cursor, assigned by the store (increasing, never reused).

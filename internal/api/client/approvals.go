@@ -32,6 +32,14 @@ func (c *Client) ListApprovals(ctx context.Context, state wire.ApprovalState, li
 	return l.Approvals, err
 }
 
+// ApprovalPolicy returns which calls the server holds for a decision, and whether this
+// client's key may decide them.
+func (c *Client) ApprovalPolicy(ctx context.Context) (wire.ApprovalPolicy, error) {
+	var p wire.ApprovalPolicy
+	err := c.doJSON(ctx, http.MethodGet, "/v1/approvals/policy", nil, nil, &p)
+	return p, err
+}
+
 // GetApproval returns one approval.
 func (c *Client) GetApproval(ctx context.Context, id string) (wire.Approval, error) {
 	p, err := approvalPath(id, "")
