@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/chat"
+	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -32,7 +35,7 @@ import (
 
 const chatUsage = `usage: agentbox chat [QUESTION] [--model M] [--base-url URL] [--api-key-env NAME] [--tools a,b] [--keep]
                     [--max-steps N] [--yes] [--resume ID] [--json] [--system TEXT|@FILE] [--no-stream]
-                    [--max-output-bytes N] [--max-tokens N] [--timeout D]
+                    [--max-output-bytes N] [--max-tokens N] [--timeout D] [--stdio] [--state-dir DIR]
        agentbox chat ls [--limit N] [--json] | show ID [--json] | rm ID | export ID [--format json|markdown]
 `
 
@@ -75,6 +78,8 @@ func chatRun(args []string) int {
 	maxOut := fs.Int("max-output-bytes", chat.DefaultMaxOutputBytes, "most bytes of one tool result fed back to the model (the rest cut with a note)")
 	maxTokens := fs.Int("max-tokens", 0, "most tokens of one model reply (0: the endpoint's default)")
 	timeout := fs.Duration("timeout", chat.DefaultTimeout, "wall-clock limit of one question")
+	stdio := fs.Bool("stdio", false, "reach the tools through `agentbox mcp` over stdio (spawned with an argv, never a shell) instead of the server's /mcp; chosen by itself when no server answers")
+	stateDir := fs.String("state-dir", "", "over stdio: `agentbox mcp --state-dir DIR` (its server is used if one runs, else its control plane runs in that process)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return 2
@@ -93,18 +98,19 @@ func chatRun(args []string) int {
 		}
 		*system = string(b)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return fail(err)
-	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	in := newLineReader()
 	defer in.close()
 
+	conn, be, err := chatConnect(ctx, c, *stdio, *stateDir)
+	if err != nil {
+		return fail(err)
+	}
 	var conv wire.ConversationDetail
 	if *resume != "" {
-		if conv, err = cl.GetConversation(ctx, *resume); err != nil {
+		if conv, err = be.GetConversation(ctx, *resume); err != nil {
+			conn.Close()
 			return fail(err)
 		}
 		set := map[string]bool{}
@@ -130,12 +136,12 @@ func chatRun(args []string) int {
 		Model: chat.Model{BaseURL: *baseURL, Name: *model, APIKey: os.Getenv(*keyEnv), Stream: !*noStream, MaxRetries: chat.DefaultMaxRetries,
 			MaxTokens: *maxTokens},
 		Tools: toolList, System: *system, MaxSteps: *maxSteps, MaxOutputBytes: *maxOut, Timeout: *timeout, Keep: *keep,
-		Recorder: restRecorder{cl}, Out: out,
-		Approve: func(actx context.Context, id, msg string) { approveInTerminal(actx, cl, in, id, msg, *yes) },
+		Recorder: be, Out: out,
+		Approve: func(actx context.Context, id, msg string) { approveInTerminal(actx, be, in, id, msg, *yes) },
 	}
-	transport := &mcp.StreamableClientTransport{Endpoint: cl.BaseURL() + "/mcp", HTTPClient: cl.HTTP()}
-	s, err := chat.Connect(ctx, transport, opts)
+	s, err := conn.Start(ctx, opts)
 	if err != nil {
+		conn.Close()
 		return fail(err)
 	}
 	defer func() {
@@ -151,7 +157,7 @@ func chatRun(args []string) int {
 	// --yes approves in this process: against a server that would hold any of this chat's
 	// calls, the key must be able to.
 	if *yes {
-		if err := yesAllowed(ctx, cl, s.ToolNames()); err != nil {
+		if err := yesAllowed(ctx, be, s.ToolNames()); err != nil {
 			return fail(err)
 		}
 	}
@@ -241,21 +247,149 @@ func chatRun(args []string) int {
 	}
 }
 
-// restRecorder keeps the conversation on the server, as it happens.
-type restRecorder struct{ cl *client.Client }
-
-func (r restRecorder) Create(ctx context.Context, c wire.ConversationCreate) (wire.Conversation, error) {
-	return r.cl.CreateConversation(ctx, c)
+// chatBackend is what the chat needs of agentbox beside the tools: the conversation's record,
+// kept as it happens, and the approvals. restBackend serves it over the server's REST API;
+// mcpBackend through the MCP session's api_call tool, for `agentbox mcp` running the control
+// plane in process (no REST server to call).
+type chatBackend interface {
+	chat.Recorder
+	Where() string
+	GetConversation(ctx context.Context, id string) (wire.ConversationDetail, error)
+	ApprovalPolicy(ctx context.Context) (wire.ApprovalPolicy, error)
+	GetApproval(ctx context.Context, id string) (wire.Approval, error)
+	DecideApproval(ctx context.Context, id string, approve bool, reason string) (wire.Approval, error)
 }
 
-func (r restRecorder) Append(ctx context.Context, id string, msgs []wire.ChatMessage) error {
-	_, err := r.cl.AppendConversation(ctx, id, msgs)
+type restBackend struct{ *client.Client }
+
+func (r restBackend) Where() string { return "the server at " + r.BaseURL() }
+
+func (r restBackend) Create(ctx context.Context, c wire.ConversationCreate) (wire.Conversation, error) {
+	return r.CreateConversation(ctx, c)
+}
+
+func (r restBackend) Append(ctx context.Context, id string, msgs []wire.ChatMessage) error {
+	_, err := r.AppendConversation(ctx, id, msgs)
 	return err
 }
 
-func (r restRecorder) SetSandbox(ctx context.Context, id, sandboxID string) error {
-	_, err := r.cl.UpdateConversation(ctx, id, wire.ConversationUpdate{SandboxID: &sandboxID})
+func (r restBackend) SetSandbox(ctx context.Context, id, sandboxID string) error {
+	_, err := r.UpdateConversation(ctx, id, wire.ConversationUpdate{SandboxID: &sandboxID})
 	return err
+}
+
+type mcpBackend struct{ conn *chat.Conn }
+
+func (m mcpBackend) Where() string { return "agentbox mcp (stdio)" }
+
+func (m mcpBackend) Create(ctx context.Context, c wire.ConversationCreate) (out wire.Conversation, err error) {
+	return out, m.conn.API(ctx, "POST", "/v1/conversations", c, &out)
+}
+
+func (m mcpBackend) Append(ctx context.Context, id string, msgs []wire.ChatMessage) error {
+	return m.conn.API(ctx, "POST", "/v1/conversations/"+url.PathEscape(id)+"/messages", wire.ConversationMessages{Messages: msgs}, nil)
+}
+
+func (m mcpBackend) SetSandbox(ctx context.Context, id, sandboxID string) error {
+	return m.conn.API(ctx, "PATCH", "/v1/conversations/"+url.PathEscape(id), wire.ConversationUpdate{SandboxID: &sandboxID}, nil)
+}
+
+func (m mcpBackend) GetConversation(ctx context.Context, id string) (out wire.ConversationDetail, err error) {
+	return out, m.conn.API(ctx, "GET", "/v1/conversations/"+url.PathEscape(id), nil, &out)
+}
+
+func (m mcpBackend) ApprovalPolicy(ctx context.Context) (out wire.ApprovalPolicy, err error) {
+	return out, m.conn.API(ctx, "GET", "/v1/approvals/policy", nil, &out)
+}
+
+func (m mcpBackend) GetApproval(ctx context.Context, id string) (out wire.Approval, err error) {
+	return out, m.conn.API(ctx, "GET", "/v1/approvals/"+url.PathEscape(id), nil, &out)
+}
+
+func (m mcpBackend) DecideApproval(ctx context.Context, id string, approve bool, reason string) (out wire.Approval, err error) {
+	verb := "deny"
+	if approve {
+		verb = "approve"
+	}
+	return out, m.conn.API(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/"+verb, wire.DecisionRequest{Reason: reason}, &out)
+}
+
+// chatConnect finds agentbox as every CLI verb does (--server, $AGENTBOX_URL, the local
+// server; with --state-dir, that state dir's server) and opens the MCP session: the server's
+// /mcp when one answers, else (or with --stdio) `agentbox mcp` spawned over stdio, which relays
+// to the running server or runs the control plane in process. The conversation is recorded
+// over the server's REST API when one answers, else through the session's api_call.
+func chatConnect(ctx context.Context, c *clientCmd, stdio bool, stateDir string) (*chat.Conn, chatBackend, error) {
+	u := c.server
+	if u == "" && stateDir != "" {
+		if info, err := config.ReadServerInfo(stateDir); err == nil && info.URL != "" {
+			u = info.URL
+		}
+	}
+	if u == "" {
+		u = config.ServerURL()
+	}
+	up := serverAnswers(ctx, u, c.tls.forURL(u))
+	if !up && c.server != "" && !stdio {
+		return nil, nil, errcode.New(errcode.Unavailable, "no agentbox server answers at %s (--server): start one (`agentbox serve`), give the right --server, or drop --server to run the tools through `agentbox mcp` over stdio", u)
+	}
+	var cl *client.Client
+	if up {
+		c.server = u
+		var err error
+		if cl, err = c.client(); err != nil {
+			return nil, nil, err
+		}
+		if !stdio {
+			conn, err := chat.Dial(ctx, &mcp.StreamableClientTransport{Endpoint: cl.BaseURL() + "/mcp", HTTPClient: cl.HTTP()})
+			if err != nil {
+				return nil, nil, err
+			}
+			return conn, restBackend{cl}, nil
+		}
+	} else if os.Getenv("AGENTBOX_APPROVAL_REQUIRED") == "1" {
+		// In process, every api_call (the chat's own records) would wait for a decision that
+		// only a REST API can take.
+		return nil, nil, errcode.New(errcode.InvalidArgument, "AGENTBOX_APPROVAL_REQUIRED=1 and no agentbox server answers at %s: approvals are decided over a server's REST API, "+
+			"so start one (`agentbox serve --approval-required`) and chat with it, or unset AGENTBOX_APPROVAL_REQUIRED to run the tools in process", u)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("finding this program to run `agentbox mcp`: %w", err)
+	}
+	argv := []string{"mcp", "--log-level", "error"} // its errors only: the chat's terminal is the user's
+	if stateDir != "" {
+		argv = append(argv, "--state-dir", stateDir)
+	}
+	cmd := exec.Command(self, argv...) // an argv, never a shell string
+	cmd.Stderr = os.Stderr            // its warnings; the protocol is on stdin/stdout
+	cmd.Env = os.Environ()
+	if up {
+		cmd.Env = append(cmd.Env, "AGENTBOX_URL="+u)
+		if c.token != "" {
+			cmd.Env = append(cmd.Env, "AGENTBOX_TOKEN="+c.token)
+		}
+	}
+	ownProcessGroup(cmd) // Ctrl-C in the terminal is the chat's to handle, not the tools' process's
+	conn, err := chat.Dial(ctx, &mcp.CommandTransport{Command: cmd})
+	if err != nil {
+		return nil, nil, fmt.Errorf("`agentbox mcp` over stdio: %w", err)
+	}
+	if up {
+		return conn, restBackend{cl}, nil
+	}
+	return conn, mcpBackend{conn}, nil
+}
+
+// serverAnswers reports whether an agentbox server answers /health at u.
+func serverAnswers(ctx context.Context, u string, trust client.TLS) bool {
+	probe, err := client.NewTLS(u, "", trust)
+	if err != nil {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return probe.Health(hctx) == nil
 }
 
 // termOut shows the answer as it streams (stdout) and the tool calls (stderr).
@@ -310,10 +444,10 @@ var chatLifecycleTools = []string{"sandbox_create", "sandbox_get", "sandbox_dest
 // decision and whether this key may decide (GET /v1/approvals/policy). No call of this chat
 // held (no policy, or one gating only tools it does not offer): yes. Some held: only with a
 // key that can approve; else a typed error saying what to change.
-func yesAllowed(ctx context.Context, cl *client.Client, offered []string) error {
+func yesAllowed(ctx context.Context, cl chatBackend, offered []string) error {
 	p, err := cl.ApprovalPolicy(ctx)
 	if errcode.Is(err, errcode.ApprovalNotFound) { // a server older than the route
-		return errcode.New(errcode.PermissionDenied, "--yes: the server at %s does not publish its approval policy (it is older than this agentbox): run without --yes to approve in the terminal, or upgrade the server", cl.BaseURL())
+		return errcode.New(errcode.PermissionDenied, "--yes: %s does not publish its approval policy (it is older than this agentbox): run without --yes to approve in the terminal, or upgrade the server", cl.Where())
 	}
 	if err != nil {
 		return fmt.Errorf("--yes: reading the server's approval policy: %w", err)
@@ -336,15 +470,15 @@ func yesAllowed(ctx context.Context, cl *client.Client, offered []string) error 
 	if p.CanDecide {
 		return nil
 	}
-	return errcode.New(errcode.PermissionDenied, "--yes approves gated calls, but the server at %s holds %s for an operator's decision and this key cannot decide (%s): "+
+	return errcode.New(errcode.PermissionDenied, "--yes approves gated calls, but %s holds %s for an operator's decision and this key cannot decide (%s): "+
 		"run without --yes to approve each call in the terminal (an operator may decide too), use a key of scope admin (AGENTBOX_TOKEN), or choose --tools the server does not gate",
-		cl.BaseURL(), held, p.CannotDecide).With("approval_required", p.Required).With("approval_tools", p.Tools)
+		cl.Where(), held, p.CannotDecide).With("approval_required", p.Required).With("approval_tools", p.Tools)
 }
 
 // approveInTerminal shows a gated call (tool, arguments, digest) and asks y/n; whichever
 // comes first, this answer or an operator's in the console or over REST, decides (the server
 // keeps the first decision). With --yes it approves without asking.
-func approveInTerminal(ctx context.Context, cl *client.Client, in *lineReader, id, progress string, yes bool) {
+func approveInTerminal(ctx context.Context, cl chatBackend, in *lineReader, id, progress string, yes bool) {
 	a, err := cl.GetApproval(ctx, id)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\n⏸ %s\n  (this key cannot decide it: an operator must, `agentbox approvals approve %s`)\n", progress, id)

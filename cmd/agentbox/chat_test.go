@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/errcode"
+	"github.com/agentbox/agentbox/internal/statedir"
 	"github.com/agentbox/agentbox/internal/testenv"
 	"github.com/agentbox/agentbox/internal/testenv/modelfake"
 	"github.com/agentbox/agentbox/internal/wire"
@@ -482,6 +484,138 @@ func TestChatYesFollowsThePolicy(t *testing.T) {
 		l, err := srv.Client().ListApprovals(ctx, wire.ApprovalUsed, 0)
 		if err != nil || len(l) != 1 || l[0].Tool != "run_python" || !strings.Contains(l[0].Reason, "agentbox chat") {
 			t.Fatalf("approvals: %+v %v", l, err)
+		}
+	})
+}
+
+// TestChatOverStdio: with no server answering, the chat spawns `agentbox mcp` over stdio (its
+// control plane in process) and keeps the conversation there through api_call; a Ctrl-C sent
+// to the terminal's process group interrupts the question without stopping the tools' process,
+// so the next question runs; a resume over stdio continues it; a server started later on the
+// state dir shows it whole, the sandbox destroyed. With --stdio and a server running, `agentbox
+// mcp` relays to it and the server keeps the conversation.
+func TestChatOverStdio(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := t.Context()
+	t.Run("no server", func(t *testing.T) {
+		dir := testenv.ShortTempDir(t, "abchats")
+		id, _ := statedir.Identity(dir)
+		t.Cleanup(func() { removeCgroupParent(id) })
+		model := modelfake.New(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_shell", Args: `{"code":"echo started > /workspace/mark; sleep 120"}`}}})
+		defer model.Close()
+		model.Push(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_python", Args: `{"code":"print(open('/workspace/mark').read().strip() + '-then-' + str(6*7))"}`}}})
+		model.Respond(func(r modelfake.Request) modelfake.Reply {
+			return modelfake.Reply{Content: "python said: " + strings.TrimSpace(lastTool(r, "run_python"))}
+		})
+		run := &chatProc{}
+		run.cmd = exec.Command(testenv.Binary(t), "chat", "--base-url", model.URL, "--model", "fake-model", "--state-dir", dir, "--tools", "run_shell,run_python")
+		// No server where the CLI looks: the dead port, and a state dir with none.
+		run.cmd.Env = append(os.Environ(), "AGENTBOX_URL=http://127.0.0.1:1", "AGENTBOX_TOKEN=unused", "OPENAI_API_KEY="+chatKey, "HOME="+t.TempDir())
+		run.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group of its own
+		stdin, err := run.cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		run.cmd.Stdout, run.cmd.Stderr = &run.stdout, &run.stderr
+		if err := run.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer run.cmd.Process.Kill()
+		stdin.Write([]byte("start the long job\n"))
+		deadline := time.Now().Add(90 * time.Second)
+		for !strings.Contains(run.stderr.String(), "→ run_shell") || len(model.Requests()) < 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the call never started\n%s", run.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second) // let the command start in the sandbox
+		syscall.Kill(-run.cmd.Process.Pid, syscall.SIGINT) // Ctrl-C: the whole foreground group
+		for !strings.Contains(run.stderr.String(), "CANCELED") && !strings.Contains(run.stderr.String(), "canceled") {
+			if time.Now().After(deadline) {
+				t.Fatalf("Ctrl-C did not interrupt the question\n%s", run.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		stdin.Write([]byte("what is in the mark?\n"))
+		stdin.Close() // then end the session
+		if code := run.wait(t); code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, run.stdout.String(), run.stderr.String())
+		}
+		if out := run.stdout.String(); !strings.Contains(out, "python said: ") || !strings.Contains(out, "started-then-42") {
+			t.Fatalf("the second question after Ctrl-C: %q\n%s", out, run.stderr.String())
+		}
+		m := regexp.MustCompile(`agentbox chat --resume (conv-\S+)`).FindStringSubmatch(run.stderr.String())
+		if m == nil {
+			t.Fatalf("no conversation id:\n%s", run.stderr.String())
+		}
+		// Resume over stdio (found by itself: still no server).
+		model.Push(modelfake.Reply{Content: "resumed over stdio"})
+		res := &chatProc{}
+		res.cmd = exec.Command(testenv.Binary(t), "chat", "--base-url", model.URL, "--model", "fake-model", "--state-dir", dir, "--json", "--resume", m[1], "and now?")
+		res.cmd.Env = run.cmd.Env
+		res.cmd.Stdout, res.cmd.Stderr = &res.stdout, &res.stderr
+		if err := res.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if code := res.wait(t); code != 0 || !strings.Contains(res.stdout.String(), "resumed over stdio") {
+			t.Fatalf("resume over stdio: exit %d\n%s\n%s", code, res.stdout.String(), res.stderr.String())
+		}
+		if sent := model.Requests()[len(model.Requests())-1].Messages; len(sent) < 9 {
+			t.Fatalf("the resumed conversation sent %d messages", len(sent))
+		}
+		// The state dir's own server sees it all (and could start: no `agentbox mcp` holds
+		// the state dir any more).
+		srv := testenv.StartServerDefaults(t, dir, testToken)
+		d, err := srv.Client().GetConversation(ctx, m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		roles := ""
+		for _, msg := range d.Transcript {
+			roles += msg.Role[:1]
+		}
+		// system, user, the call, canceled; user, call, result, answer; user, answer
+		if roles != "suatuataua" || !strings.Contains(d.Transcript[3].Content, "canceled by the user") || d.SandboxID == "" {
+			t.Fatalf("kept in the state dir: %q %+v", roles, d.Conversation)
+		}
+		if sb, err := srv.Client().Get(ctx, d.SandboxID); err == nil && sb.State == wire.StateRunning {
+			t.Fatalf("the conversation's sandbox still runs: %+v", sb)
+		}
+		if strings.Contains(run.stderr.String()+res.stderr.String(), chatKey) {
+			t.Fatal("the key shows in the chat's output")
+		}
+	})
+	t.Run("--stdio relays to the server", func(t *testing.T) {
+		srv := testenv.StartServer(t, testenv.ShortTempDir(t, "abchatr"), testToken)
+		model := modelfake.New(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_python", Args: `{"code":"print(6*7)"}`}}})
+		defer model.Close()
+		model.Respond(func(r modelfake.Request) modelfake.Reply {
+			return modelfake.Reply{Content: "python said: " + strings.TrimSpace(lastTool(r, "run_python"))}
+		})
+		run := startChat(t, srv, model, "--stdio", "--json", "six times seven?")
+		if code := run.wait(t); code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, run.stdout.String(), run.stderr.String())
+		}
+		var res struct {
+			ConversationID string `json:"conversation_id"`
+			Answer         string `json:"answer"`
+			SandboxID      string `json:"sandbox_id"`
+		}
+		if err := json.Unmarshal(run.stdout.Bytes(), &res); err != nil || !strings.HasPrefix(res.Answer, "python said: ") || !strings.HasSuffix(res.Answer, "\n42") {
+			t.Fatalf("%v: %s\n%s", err, run.stdout.String(), run.stderr.String())
+		}
+		d, err := srv.Client().GetConversation(ctx, res.ConversationID)
+		if err != nil || len(d.Transcript) != 5 || d.SandboxID != res.SandboxID {
+			t.Fatalf("kept by the server: %+v %v", d.Conversation, err)
+		}
+		if sb, err := srv.Client().Get(ctx, res.SandboxID); err == nil && sb.State == wire.StateRunning {
+			t.Fatalf("the conversation's sandbox still runs: %+v", sb)
+		}
+		// The tools' calls came through the relay's MCP session: the audit log says mcp.
+		q, err := srv.Client().Query(ctx, "SELECT count(*) FROM audit_log WHERE tool = 'run_python' AND surface = 'mcp'", 0)
+		if err != nil || q.RowCount != 1 || fmt.Sprint(q.Rows[0][0]) != "1" {
+			t.Fatalf("audit: %+v %v", q, err)
 		}
 	})
 }

@@ -103,7 +103,12 @@ func cmdMCP(args []string) int {
 // handler over it with its gates; the func returned closes it.
 func mcpAPICall(cp *controlPlane, log *slog.Logger) (mcpserver.APICallFunc, func()) {
 	rs, _ := cp.runsBackend().(*runs.Service)
-	h := api.New(cp.svc, api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Pools: cp.pools, SandboxJobs: cp.sandboxes.Jobs(), Snapshots: cp.snaps}) // the tools' sampler: one previous CPU sample per sandbox
+	opts := api.Options{Logger: log, Runs: rs, Gate: cp.gates, Metrics: cp.metrics, Network: cp.network, Images: cp.imgs, Pools: cp.pools, SandboxJobs: cp.sandboxes.Jobs(), Snapshots: cp.snaps, // the tools' sampler: one previous CPU sample per sandbox
+		Conversations: cp.store} // agentbox chat over stdio records its conversation here
+	if cp.approvals != nil {
+		opts.Approvals = cp.approvals // the policy, and the chat's decisions in the terminal
+	}
+	h := api.New(cp.svc, opts)
 	return h.Call, h.Close
 }
 

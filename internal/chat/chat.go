@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -78,9 +79,76 @@ type Options struct {
 	Logger   *slog.Logger
 }
 
+// Conn is an MCP session with agentbox (streamable HTTP to a server's /mcp, or stdio to
+// `agentbox mcp`): the tools, and agentbox's REST API through its api_call tool.
+type Conn struct {
+	cs       *mcp.ClientSession
+	progress sync.Map // progress token → func(string)
+	nextTok  atomic.Int64
+}
+
+// Dial opens the MCP session over t.
+func Dial(ctx context.Context, t mcp.Transport) (*Conn, error) {
+	c := &Conn{}
+	cl := mcp.NewClient(&mcp.Implementation{Name: "agentbox-chat", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			if f, ok := c.progress.Load(fmt.Sprint(r.Params.ProgressToken)); ok {
+				f.(func(string))(r.Params.Message)
+			}
+		},
+	})
+	cs, err := cl.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, fmt.Errorf("chat: connect to agentbox's MCP endpoint: %w", err)
+	}
+	c.cs = cs
+	return c, nil
+}
+
+// Close ends the MCP session (and, over stdio, lets `agentbox mcp` exit).
+func (c *Conn) Close() error { return c.cs.Close() }
+
+// API sends one request to agentbox's REST API through the api_call tool (as the session's
+// caller, under the same gate) and decodes the reply's JSON body into out (if non-nil). A REST
+// error is an *errcode.Error with its code.
+func (c *Conn) API(ctx context.Context, method, path string, body, out any) error {
+	args := map[string]any{"method": method, "path": path}
+	if body != nil {
+		args["body"] = body
+	}
+	r, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: "api_call", Arguments: args})
+	if err != nil {
+		return err
+	}
+	if r.IsError {
+		var e struct {
+			Error struct {
+				Code    errcode.Code   `json:"code"`
+				Message string         `json:"message"`
+				Details map[string]any `json:"details"`
+			} `json:"error"`
+		}
+		if r.StructuredContent != nil && resultJSON(r, &e) == nil && e.Error.Code != "" {
+			return &errcode.Error{Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+		}
+		return fmt.Errorf("%s %s: %s", method, path, resultText(r))
+	}
+	if out == nil {
+		return nil
+	}
+	var reply struct {
+		Body json.RawMessage `json:"body"`
+	}
+	if err := resultJSON(r, &reply); err != nil {
+		return fmt.Errorf("%s %s: api_call's reply: %w", method, path, err)
+	}
+	return json.Unmarshal(reply.Body, out)
+}
+
 // Session is one conversation over one MCP session.
 type Session struct {
 	opts    Options
+	conn    *Conn
 	mcp     *mcp.ClientSession
 	model   *modelClient
 	tools   []openai.ChatCompletionToolUnionParam
@@ -90,12 +158,25 @@ type Session struct {
 	conv      wire.Conversation
 	msgs      []wire.ChatMessage
 	sandboxMu sync.Mutex
-	progress  sync.Map // progress token → func(string)
-	nextTok   atomic.Int64
 }
 
-// Connect opens the MCP session over t and lists the tools to offer; it records nothing yet.
+// Connect opens the MCP session over t and starts a Session on it (Dial, then Start).
 func Connect(ctx context.Context, t mcp.Transport, opts Options) (*Session, error) {
+	c, err := Dial(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.Start(ctx, opts)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Start lists the tools to offer and returns a Session on c, which it owns from then on
+// (Session.Close closes it); it records nothing yet.
+func (c *Conn) Start(ctx context.Context, opts Options) (*Session, error) {
 	if opts.MaxSteps <= 0 {
 		opts.MaxSteps = DefaultMaxSteps
 	}
@@ -114,26 +195,14 @@ func Connect(ctx context.Context, t mcp.Transport, opts Options) (*Session, erro
 	if opts.Model.Name == "" || opts.Model.BaseURL == "" {
 		return nil, fmt.Errorf("chat: a model (--model) and a base URL (--base-url) are required")
 	}
-	s := &Session{opts: opts, model: newModelClient(opts.Model), schemas: map[string]map[string]any{}}
-	cl := mcp.NewClient(&mcp.Implementation{Name: "agentbox-chat", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			if f, ok := s.progress.Load(fmt.Sprint(r.Params.ProgressToken)); ok {
-				f.(func(string))(r.Params.Message)
-			}
-		},
-	})
-	cs, err := cl.Connect(ctx, t, nil)
-	if err != nil {
-		return nil, fmt.Errorf("chat: connect to agentbox's MCP endpoint: %w", err)
-	}
-	s.mcp = cs
+	s := &Session{opts: opts, conn: c, mcp: c.cs, model: newModelClient(opts.Model), schemas: map[string]map[string]any{}}
+	cs := c.cs
 	chosen, want := map[string]bool{}, map[string]bool{}
 	for _, n := range opts.Tools {
 		chosen[n], want[n] = true, true
 	}
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
-			cs.Close()
 			return nil, fmt.Errorf("chat: list agentbox's tools: %w", err)
 		}
 		if len(chosen) > 0 && !chosen[tool.Name] {
@@ -150,7 +219,6 @@ func Connect(ctx context.Context, t mcp.Transport, opts Options) (*Session, erro
 		s.tools = append(s.tools, toolParam(tool.Name, tool.Description, schema))
 	}
 	if len(want) > 0 {
-		cs.Close()
 		var missing []string
 		for n := range want {
 			missing = append(missing, n)
@@ -375,17 +443,17 @@ func (s *Session) call(ctx context.Context, tc wire.ChatToolCall) (res wire.Chat
 		args["sandbox_id"] = id
 	}
 	params := &mcp.CallToolParams{Name: tc.Name, Arguments: args}
-	tok := fmt.Sprintf("chat-%d", s.nextTok.Add(1))
+	tok := fmt.Sprintf("chat-%d", s.conn.nextTok.Add(1))
 	params.SetProgressToken(tok)
 	var asked atomic.Bool
 	actx, stopAsk := context.WithCancel(ctx)
 	defer stopAsk()
-	s.progress.Store(tok, func(msg string) {
+	s.conn.progress.Store(tok, func(msg string) {
 		if m := approvalProgress.FindStringSubmatch(msg); m != nil && s.opts.Approve != nil && asked.CompareAndSwap(false, true) {
 			go s.opts.Approve(actx, m[1], msg)
 		}
 	})
-	defer s.progress.Delete(tok)
+	defer s.conn.progress.Delete(tok)
 	r, err := s.mcp.CallTool(ctx, params)
 	switch {
 	case ctx.Err() != nil:
