@@ -362,7 +362,7 @@ func chatConnect(ctx context.Context, c *clientCmd, stdio bool, stateDir string)
 		argv = append(argv, "--state-dir", stateDir)
 	}
 	cmd := exec.Command(self, argv...) // an argv, never a shell string
-	cmd.Stderr = os.Stderr            // its warnings; the protocol is on stdin/stdout
+	cmd.Stderr = os.Stderr             // its warnings; the protocol is on stdin/stdout
 	cmd.Env = os.Environ()
 	if up {
 		cmd.Env = append(cmd.Env, "AGENTBOX_URL="+u)

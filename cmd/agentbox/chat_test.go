@@ -529,7 +529,7 @@ func TestChatOverStdio(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(2 * time.Second) // let the command start in the sandbox
+		time.Sleep(2 * time.Second)                        // let the command start in the sandbox
 		syscall.Kill(-run.cmd.Process.Pid, syscall.SIGINT) // Ctrl-C: the whole foreground group
 		for !strings.Contains(run.stderr.String(), "CANCELED") && !strings.Contains(run.stderr.String(), "canceled") {
 			if time.Now().After(deadline) {
