@@ -131,13 +131,22 @@ func chatRun(args []string) int {
 			toolList = append(toolList, t)
 		}
 	}
+	// The server's approval policy: whether this key can decide the calls it holds (asked in
+	// the terminal) and whether --yes may run.
+	policy, policyErr := be.ApprovalPolicy(ctx)
+	cannotDecide := policy.CannotDecide
+	if policyErr != nil || !policy.Required && len(policy.Tools) == 0 {
+		cannotDecide = "" // unknown, or nothing held: a decision asked for is tried
+	}
 	out := &termOut{json: c.json}
 	opts := chat.Options{
 		Model: chat.Model{BaseURL: *baseURL, Name: *model, APIKey: os.Getenv(*keyEnv), Stream: !*noStream, MaxRetries: chat.DefaultMaxRetries,
 			MaxTokens: *maxTokens},
 		Tools: toolList, System: *system, MaxSteps: *maxSteps, MaxOutputBytes: *maxOut, Timeout: *timeout, Keep: *keep,
 		Recorder: be, Out: out,
-		Approve: func(actx context.Context, id, msg string) { approveInTerminal(actx, be, in, id, msg, *yes) },
+		Approve: func(actx context.Context, id, msg string) {
+			approveInTerminal(actx, be, in, id, msg, *yes, cannotDecide)
+		},
 	}
 	s, err := conn.Start(ctx, opts)
 	if err != nil {
@@ -157,7 +166,7 @@ func chatRun(args []string) int {
 	// --yes approves in this process: against a server that would hold any of this chat's
 	// calls, the key must be able to.
 	if *yes {
-		if err := yesAllowed(ctx, be, s.ToolNames()); err != nil {
+		if err := yesAllowed(be.Where(), policy, policyErr, s.ToolNames()); err != nil {
 			return fail(err)
 		}
 	}
@@ -364,10 +373,10 @@ func chatConnect(ctx context.Context, c *clientCmd, stdio bool, stateDir string)
 	cmd := exec.Command(self, argv...) // an argv, never a shell string
 	cmd.Stderr = os.Stderr             // its warnings; the protocol is on stdin/stdout
 	cmd.Env = os.Environ()
-	if up {
-		cmd.Env = append(cmd.Env, "AGENTBOX_URL="+u)
+	if up { // it relays to the server found here, with the same credential
+		cmd.Args = append(cmd.Args, "--server", u)
 		if c.token != "" {
-			cmd.Env = append(cmd.Env, "AGENTBOX_TOKEN="+c.token)
+			cmd.Env = append(cmd.Env, "AGENTBOX_TOKEN="+c.token) // the environment, never the argv
 		}
 	}
 	ownProcessGroup(cmd) // Ctrl-C in the terminal is the chat's to handle, not the tools' process's
@@ -444,10 +453,9 @@ var chatLifecycleTools = []string{"sandbox_create", "sandbox_get", "sandbox_dest
 // decision and whether this key may decide (GET /v1/approvals/policy). No call of this chat
 // held (no policy, or one gating only tools it does not offer): yes. Some held: only with a
 // key that can approve; else a typed error saying what to change.
-func yesAllowed(ctx context.Context, cl chatBackend, offered []string) error {
-	p, err := cl.ApprovalPolicy(ctx)
+func yesAllowed(where string, p wire.ApprovalPolicy, err error, offered []string) error {
 	if errcode.Is(err, errcode.ApprovalNotFound) { // a server older than the route
-		return errcode.New(errcode.PermissionDenied, "--yes: %s does not publish its approval policy (it is older than this agentbox): run without --yes to approve in the terminal, or upgrade the server", cl.Where())
+		return errcode.New(errcode.PermissionDenied, "--yes: %s does not publish its approval policy (it is older than this agentbox): run without --yes to approve in the terminal, or upgrade the server", where)
 	}
 	if err != nil {
 		return fmt.Errorf("--yes: reading the server's approval policy: %w", err)
@@ -472,50 +480,172 @@ func yesAllowed(ctx context.Context, cl chatBackend, offered []string) error {
 	}
 	return errcode.New(errcode.PermissionDenied, "--yes approves gated calls, but %s holds %s for an operator's decision and this key cannot decide (%s): "+
 		"run without --yes to approve each call in the terminal (an operator may decide too), use a key of scope admin (AGENTBOX_TOKEN), or choose --tools the server does not gate",
-		cl.Where(), held, p.CannotDecide).With("approval_required", p.Required).With("approval_tools", p.Tools)
+		where, held, p.CannotDecide).With("approval_required", p.Required).With("approval_tools", p.Tools)
 }
 
 // approveInTerminal shows a gated call (tool, arguments, digest) and asks y/n; whichever
 // comes first, this answer or an operator's in the console or over REST, decides (the server
-// keeps the first decision). With --yes it approves without asking.
-func approveInTerminal(ctx context.Context, cl chatBackend, in *lineReader, id, progress string, yes bool) {
-	a, err := cl.GetApproval(ctx, id)
+// keeps the first decision): a decision made elsewhere withdraws the prompt, and the loop goes
+// on. With --yes it approves without asking; with a key that cannot decide it says so and
+// leaves the decision to an operator. Ctrl-C at the prompt interrupts the question.
+func approveInTerminal(ctx context.Context, be chatBackend, in *lineReader, id, progress string, yes bool, cannotDecide string) {
+	a, err := be.GetApproval(ctx, id)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "\n⏸ %s\n  (this key cannot decide it: an operator must, `agentbox approvals approve %s`)\n", progress, id)
+		fmt.Fprintf(os.Stderr, "\n⏸ %s\n  (an operator decides: `agentbox approvals approve %s`)\n", progress, id)
 		return
 	}
 	fmt.Fprintf(os.Stderr, "\n⏸ approval %s: %s\n  arguments: %s\n  digest: %s\n", a.ID, a.Tool, oneLine(string(a.Summary), 400), a.Digest)
+	if cannotDecide != "" && !yes {
+		fmt.Fprintf(os.Stderr, "  waiting for an operator's decision (`agentbox approvals approve %s`): this key cannot decide (%s)\n", id, cannotDecide)
+		return
+	}
 	approve := yes
 	if !yes {
-		ans, err := in.next(ctx, "approve this call? [y/N] ")
+		pctx, withdraw := context.WithCancel(ctx)
+		defer withdraw()
+		decided := make(chan wire.Approval, 1)
+		go func() { // a decision made elsewhere (console, REST) withdraws the prompt
+			t := time.NewTicker(approvalPoll)
+			defer t.Stop()
+			for {
+				select {
+				case <-pctx.Done():
+					return
+				case <-t.C:
+				}
+				if cur, err := be.GetApproval(pctx, id); err == nil && cur.State != wire.ApprovalPending {
+					decided <- cur
+					withdraw()
+					return
+				}
+			}
+		}()
+		ans, err := in.next(pctx, "approve this call? [y/N] ")
 		if err != nil {
-			if ctx.Err() != nil {
-				fmt.Fprintln(os.Stderr, "(decided elsewhere)")
+			switch {
+			case pctx.Err() != nil: // decided elsewhere (seen here, or the call ended first)
+				var cur wire.Approval
+				select {
+				case cur = <-decided:
+				default:
+					gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					cur, _ = be.GetApproval(gctx, id)
+					cancel()
+				}
+				if cur.State != "" && cur.State != wire.ApprovalPending {
+					fmt.Fprintf(os.Stderr, "  %s elsewhere%s\n", decidedAs(cur), decidedBy(cur))
+				} else {
+					fmt.Fprintln(os.Stderr, "  (the call ended meanwhile)")
+				}
+			case errors.Is(err, readline.ErrInterrupt): // Ctrl-C at the prompt (raw mode: no signal)
+				if p, err := os.FindProcess(os.Getpid()); err == nil {
+					p.Signal(os.Interrupt)
+				}
+			default: // no terminal answer (its input ended)
+				fmt.Fprintf(os.Stderr, "  no answer from the terminal: an operator decides (`agentbox approvals approve %s`)\n", id)
 			}
 			return
 		}
 		ans = strings.ToLower(strings.TrimSpace(ans))
 		approve = ans == "y" || ans == "yes"
 	}
-	reason := "in agentbox chat"
-	if _, err := cl.DecideApproval(ctx, id, approve, reason); err != nil && ctx.Err() == nil {
+	cur, err := be.DecideApproval(ctx, id, approve, "in agentbox chat")
+	switch {
+	case errcode.Is(err, errcode.Conflict): // decided elsewhere first: that decision stands
+		if cur, err = be.GetApproval(context.WithoutCancel(ctx), id); err == nil {
+			fmt.Fprintf(os.Stderr, "  %s elsewhere first%s\n", decidedAs(cur), decidedBy(cur))
+		}
+	case err != nil && ctx.Err() == nil:
 		fmt.Fprintf(os.Stderr, "agentbox chat: deciding %s: %v\n", id, err)
 	}
 }
 
-// lineReader reads lines from the terminal: readline (editing, history) when interactive,
-// else stdin. A read abandoned by its context (an approval decided elsewhere) is kept for the
-// next one, so no line is lost or read twice.
-type lineReader struct {
-	mu      sync.Mutex
-	rl      *readline.Instance
-	std     *bufio.Reader
-	pending chan lineResult
+// approvalPoll is how often a prompt looks for a decision made elsewhere.
+const approvalPoll = 500 * time.Millisecond
+
+func decidedAs(a wire.Approval) string {
+	switch a.State {
+	case wire.ApprovalApproved, wire.ApprovalUsed:
+		return "approved"
+	case wire.ApprovalDenied:
+		return "denied"
+	}
+	return string(a.State)
 }
 
-type lineResult struct {
-	s   string
-	err error
+func decidedBy(a wire.Approval) string {
+	s := ""
+	if a.Decider != "" {
+		s = " by " + a.Decider
+	}
+	if a.Reason != "" {
+		s += fmt.Sprintf(" (%s)", oneLine(a.Reason, 120))
+	}
+	return s
+}
+
+// lineReader reads lines from the terminal: readline (editing, history) when interactive,
+// else stdin. A terminal read abandoned by its context (an approval decided elsewhere) is
+// withdrawn; a piped one is kept for the next prompt, so no line is lost or read twice.
+type lineReader struct {
+	mu        sync.Mutex
+	rl        *readline.Instance
+	tty       *ttyInput
+	std       *bufio.Reader
+	pending   *lineRead
+	withdrawn *lineRead // the read last withdrawn: its end answers no prompt
+}
+
+// ttyInput is readline's input: the terminal's bytes, and bytes the chat writes in itself
+// (a Ctrl-C that ends a withdrawn prompt: readline's own WriteStdin waits for the next key).
+type ttyInput struct {
+	keys   chan []byte
+	inject chan []byte
+	rest   []byte
+}
+
+func newTTYInput(f *os.File) *ttyInput {
+	in := &ttyInput{keys: make(chan []byte), inject: make(chan []byte, 1)}
+	go func() {
+		for {
+			b := make([]byte, 256)
+			n, err := f.Read(b)
+			if n > 0 {
+				in.keys <- b[:n]
+			}
+			if err != nil {
+				close(in.keys)
+				return
+			}
+		}
+	}()
+	return in
+}
+
+func (in *ttyInput) Read(p []byte) (int, error) {
+	if len(in.rest) == 0 {
+		select {
+		case b, ok := <-in.keys:
+			if !ok {
+				return 0, io.EOF
+			}
+			in.rest = b
+		case b := <-in.inject:
+			in.rest = b
+		}
+	}
+	n := copy(p, in.rest)
+	in.rest = in.rest[n:]
+	return n, nil
+}
+
+func (in *ttyInput) Close() error { return nil }
+
+// lineRead is one read of a line; done is closed when it ended.
+type lineRead struct {
+	done chan struct{}
+	s    string
+	err  error
 }
 
 func newLineReader() *lineReader { return &lineReader{std: bufio.NewReader(os.Stdin)} }
@@ -530,7 +660,10 @@ func (r *lineReader) interactive() error {
 			hist = filepath.Join(dir, "agentbox", "chat_history")
 		}
 	}
-	rl, err := readline.NewEx(&readline.Config{Prompt: "> ", HistoryFile: hist, InterruptPrompt: "^C", EOFPrompt: "exit", HistorySearchFold: true})
+	// Ctrl-C leaves the line as typed and starts a new one (no "^C" hint: a withdrawn prompt
+	// ends the same way).
+	r.tty = newTTYInput(os.Stdin)
+	rl, err := readline.NewEx(&readline.Config{Prompt: "> ", HistoryFile: hist, Stdin: r.tty, InterruptPrompt: " ", EOFPrompt: "exit", HistorySearchFold: true})
 	if err != nil {
 		return err
 	}
@@ -546,35 +679,72 @@ func (r *lineReader) close() {
 
 func (r *lineReader) next(ctx context.Context, prompt string) (string, error) {
 	r.mu.Lock()
-	ch := r.pending
-	if ch == nil {
-		ch = make(chan lineResult, 1)
-		r.pending = ch
+	rd := r.pending
+	if rd != nil && r.rl == nil {
+		fmt.Fprint(os.Stderr, prompt) // a kept read of piped input now serves this prompt
+	}
+	if rd == nil {
+		rd = &lineRead{done: make(chan struct{})}
+		r.pending = rd
 		rl := r.rl
 		go func() {
-			var res lineResult
+			defer close(rd.done)
 			if rl != nil {
 				rl.SetPrompt(prompt)
-				res.s, res.err = rl.Readline()
-			} else {
-				fmt.Fprint(os.Stderr, prompt)
-				res.s, res.err = r.std.ReadString('\n')
-				if res.err == io.EOF && res.s != "" {
-					res.err = nil
-				}
+				rd.s, rd.err = rl.Readline()
+				return
 			}
-			ch <- res
+			fmt.Fprint(os.Stderr, prompt)
+			rd.s, rd.err = r.std.ReadString('\n')
+			if rd.err == io.EOF && rd.s != "" {
+				rd.err = nil
+			}
 		}()
 	}
 	r.mu.Unlock()
 	select {
-	case res := <-ch:
+	case <-rd.done:
 		r.mu.Lock()
-		r.pending = nil
+		mine := r.pending == rd // one line answers one prompt (parallel approvals each ask)
+		if mine {
+			r.pending = nil
+		}
+		again := !mine || r.withdrawn == rd // taken, or the end of a withdrawn read
 		r.mu.Unlock()
-		return strings.TrimRight(res.s, "\r\n"), res.err
+		if again {
+			return r.next(ctx, prompt)
+		}
+		return strings.TrimRight(rd.s, "\r\n"), rd.err
 	case <-ctx.Done():
+		r.withdraw(rd)
 		return "", ctx.Err()
+	}
+}
+
+// withdraw ends a terminal read abandoned by its context (an approval decided elsewhere): a
+// Ctrl-C written to readline's input ends it, so the prompt stops waiting and the terminal
+// leaves raw mode before the answer prints; what was typed at it is dropped. A piped input's
+// read is kept for the next prompt instead (no line is lost).
+func (r *lineReader) withdraw(rd *lineRead) {
+	r.mu.Lock()
+	if r.rl == nil || r.pending != rd || r.withdrawn == rd {
+		r.mu.Unlock()
+		return
+	}
+	r.withdrawn = rd
+	select {
+	case r.tty.inject <- []byte{readline.CharInterrupt}:
+	default:
+	}
+	r.mu.Unlock()
+	select { // wait (briefly) for readline to let the terminal go
+	case <-rd.done:
+		r.mu.Lock()
+		if r.pending == rd {
+			r.pending = nil
+		}
+		r.mu.Unlock()
+	case <-time.After(time.Second): // a later next() drops it when it ends
 	}
 }
 

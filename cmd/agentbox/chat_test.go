@@ -279,7 +279,7 @@ func TestChatInterruptAndKillThenResume(t *testing.T) {
 func TestChatApprovalInTerminal(t *testing.T) {
 	testenv.RequireRoot(t)
 	srv := testenv.StartServer(t, testenv.ShortTempDir(t, "abchata"), testToken, "--approval-tools", "run_python", "--approval-timeout", "60s")
-	for _, answer := range []string{"y", "n"} {
+	for _, answer := range []string{"y", "n", "rest"} {
 		t.Run(answer, func(t *testing.T) {
 			model := modelfake.New(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_python", Args: `{"code":"print('approved-' + 'ran')"}`}}})
 			defer model.Close()
@@ -309,9 +309,26 @@ func TestChatApprovalInTerminal(t *testing.T) {
 			if !strings.Contains(prompt, "run_python") || !strings.Contains(prompt, "digest: ") || !strings.Contains(prompt, "approved-") {
 				t.Fatalf("prompt does not show tool, arguments and digest:\n%s", prompt)
 			}
-			stdin.Write([]byte(answer + "\n"))
+			if answer == "rest" {
+				// An operator approves over REST while the terminal asks: the prompt is
+				// withdrawn and the loop goes on, with nothing typed.
+				c := srv.Client()
+				l, err := c.ListApprovals(t.Context(), wire.ApprovalPending, 0)
+				if err != nil || len(l) != 1 {
+					t.Fatalf("pending: %+v %v", l, err)
+				}
+				if _, err := c.DecideApproval(t.Context(), l[0].ID, true, "ok from the console"); err != nil {
+					t.Fatal(err)
+				}
+				answer = "y"
+			} else {
+				stdin.Write([]byte(answer + "\n"))
+			}
 			if code := run.wait(t); code != 0 {
 				t.Fatalf("exit %d\n%s", code, run.stderr.String())
+			}
+			if t.Name() == "TestChatApprovalInTerminal/rest" && !regexp.MustCompile(`approved elsewhere by .*\(ok from the console\)`).MatchString(run.stderr.String()) {
+				t.Fatalf("the prompt does not say it was decided elsewhere:\n%s", run.stderr.String())
 			}
 			var res struct{ Answer string }
 			json.Unmarshal(run.stdout.Bytes(), &res)
@@ -334,9 +351,16 @@ func TestChatInteractiveUnderTmux(t *testing.T) {
 		t.Fatal("tmux is not installed: `sudo make deps` installs it (apt-get install tmux)")
 	}
 	srv := testenv.StartServer(t, testenv.ShortTempDir(t, "abchatt"), testToken, "--approval-tools", "run_python", "--approval-timeout", "60s")
-	model := modelfake.New(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_python", Args: `{"code":"print('tmux-' + 'approved')"}`}}})
+	model := modelfake.New()
 	defer model.Close()
 	model.Respond(func(r modelfake.Request) modelfake.Reply {
+		if last := r.Messages[len(r.Messages)-1]; last.Role == "user" { // a question: run a tool
+			word := "tmux-approved"
+			if strings.Contains(last.Text(), "second") {
+				word = "rest-approved"
+			}
+			return modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_python", Args: `{"code":"print('` + word + `')"}`}}}
+		}
 		out := strings.Fields(lastTool(r, "run_python"))
 		if len(out) == 0 {
 			return modelfake.Reply{Content: "ANSWER none"}
@@ -380,6 +404,23 @@ func TestChatInteractiveUnderTmux(t *testing.T) {
 	tm("send-keys", "-t", "c", "y", "Enter")
 	waitFor(`ANSWER tmux-approved`)
 	waitFor(`(?m)^>\s*$`)
+	// The next call's approval is decided over REST while the terminal asks: the prompt is
+	// withdrawn, the answer shows, and the prompt is back for a question.
+	tm("send-keys", "-t", "c", "the second check", "Enter")
+	waitFor(`(?s)print\('rest-approved'\).*approve this call\? \[y/N\]`)
+	var pending []wire.Approval
+	for deadline := time.Now().Add(30 * time.Second); len(pending) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		pending, _ = srv.Client().ListApprovals(t.Context(), wire.ApprovalPending, 0)
+	}
+	if len(pending) != 1 {
+		t.Fatalf("pending approvals: %+v", pending)
+	}
+	if _, err := srv.Client().DecideApproval(t.Context(), pending[0].ID, true, "from the console"); err != nil {
+		t.Fatal(err)
+	}
+	screen = waitFor(`(?s)approve this call\? \[y/N\]\s*\n\s*approved elsewhere by [^\n]*\(from the console\).*ANSWER rest-approved\s*\n>\s*$`)
+	tm("send-keys", "-t", "c", "Up")
+	waitFor(`(?m)^> the second check`)
 	tm("send-keys", "-t", "c", "Up")
 	waitFor(`(?m)^> run the tmux check`)
 	tm("send-keys", "-t", "c", "C-u")
@@ -503,7 +544,7 @@ func TestChatOverStdio(t *testing.T) {
 		t.Cleanup(func() { removeCgroupParent(id) })
 		model := modelfake.New(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_shell", Args: `{"code":"echo started > /workspace/mark; sleep 120"}`}}})
 		defer model.Close()
-		model.Push(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_python", Args: `{"code":"print(open('/workspace/mark').read().strip() + '-then-' + str(6*7))"}`}}})
+		model.Push(modelfake.Reply{ToolCalls: []modelfake.ToolCall{{Name: "run_python", Args: `{"code":"print('after-ctrl-c-' + str(6*7))"}`}}})
 		model.Respond(func(r modelfake.Request) modelfake.Reply {
 			return modelfake.Reply{Content: "python said: " + strings.TrimSpace(lastTool(r, "run_python"))}
 		})
@@ -529,7 +570,6 @@ func TestChatOverStdio(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(2 * time.Second)                        // let the command start in the sandbox
 		syscall.Kill(-run.cmd.Process.Pid, syscall.SIGINT) // Ctrl-C: the whole foreground group
 		for !strings.Contains(run.stderr.String(), "CANCELED") && !strings.Contains(run.stderr.String(), "canceled") {
 			if time.Now().After(deadline) {
@@ -542,7 +582,7 @@ func TestChatOverStdio(t *testing.T) {
 		if code := run.wait(t); code != 0 {
 			t.Fatalf("exit %d\n%s\n%s", code, run.stdout.String(), run.stderr.String())
 		}
-		if out := run.stdout.String(); !strings.Contains(out, "python said: ") || !strings.Contains(out, "started-then-42") {
+		if out := run.stdout.String(); !strings.Contains(out, "python said: ") || !strings.Contains(out, "after-ctrl-c-42") {
 			t.Fatalf("the second question after Ctrl-C: %q\n%s", out, run.stderr.String())
 		}
 		m := regexp.MustCompile(`agentbox chat --resume (conv-\S+)`).FindStringSubmatch(run.stderr.String())

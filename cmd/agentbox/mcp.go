@@ -49,6 +49,7 @@ func cmdMCP(args []string) int {
 	tlsOpts.register(fs)            // a running server over https (tls.go)
 	registerAuditFlags(fs, &cfg)    // the audit log (audit.go; in-process control plane only)
 	registerApprovalFlags(fs, &cfg) // approvals (approvals.go; in-process control plane only)
+	serverURL := fs.String("server", "", "relay to the agentbox server at this URL (refused when none answers there); default: the state dir's running server, else $AGENTBOX_URL or the local one, else in-process")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -71,7 +72,17 @@ func cmdMCP(args []string) int {
 	ctx, cancel := signalContext()
 	defer cancel()
 
-	server, cp, where, err := mcpControlPlane(ctx, cfg, explicitDir, tlsOpts, log)
+	var server *client.Client
+	var cp *controlPlane
+	var where string
+	var err error
+	if *serverURL != "" { // this server or none: never a control plane of its own
+		if server, err = serverAt(ctx, cfg, *serverURL, tlsOpts.forURL(*serverURL)); err == nil && server == nil {
+			err = errcode.New(errcode.Unavailable, "no agentbox server answers at %s (--server): start it, or drop --server", *serverURL)
+		}
+	} else {
+		server, cp, where, err = mcpControlPlane(ctx, cfg, explicitDir, tlsOpts, log)
+	}
 	if err != nil {
 		return fail(err)
 	}

@@ -447,14 +447,23 @@ func (s *Session) call(ctx context.Context, tc wire.ChatToolCall) (res wire.Chat
 	params.SetProgressToken(tok)
 	var asked atomic.Bool
 	actx, stopAsk := context.WithCancel(ctx)
-	defer stopAsk()
+	approverDone := make(chan struct{})
 	s.conn.progress.Store(tok, func(msg string) {
 		if m := approvalProgress.FindStringSubmatch(msg); m != nil && s.opts.Approve != nil && asked.CompareAndSwap(false, true) {
-			go s.opts.Approve(actx, m[1], msg)
+			go func() {
+				defer close(approverDone)
+				s.opts.Approve(actx, m[1], msg)
+			}()
 		}
 	})
-	defer s.conn.progress.Delete(tok)
 	r, err := s.mcp.CallTool(ctx, params)
+	// The call is over: the approver's question is withdrawn, and has gone before the result
+	// shows.
+	s.conn.progress.Delete(tok)
+	stopAsk()
+	if asked.Load() {
+		<-approverDone
+	}
 	switch {
 	case ctx.Err() != nil:
 		res.IsError, res.Content = true, canceledCallMessage
