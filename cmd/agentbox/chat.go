@@ -39,6 +39,32 @@ const chatUsage = `usage: agentbox chat [QUESTION] [--model M] [--base-url URL] 
        agentbox chat ls [--limit N] [--json] | show ID [--json] | rm ID | export ID [--format json|markdown]
 `
 
+const chatIntro = `
+Asks QUESTION once (the answer on stdout, the tool calls on stderr), or without one talks until
+Ctrl-D: a model of your choice answers using agentbox's tools, in a sandbox of the conversation's
+own, and every step is kept (agentbox chat ls). The model: any OpenAI-compatible endpoint
+(--base-url, --model; the key from $OPENAI_API_KEY). The tools: the server's (--server, else
+$AGENTBOX_URL or the local one), else "agentbox mcp" over stdio. More in docs/CHAT.md.
+
+  agentbox chat "how many run_python calls failed in the last hour?"
+  agentbox chat --base-url http://127.0.0.1:11434/v1 --model qwen2.5:7b
+  agentbox chat --resume conv-1a2b3c4d "and per week?"
+`
+
+const chatInteractiveHelp = `  /help      this help          /tools   the tools offered
+  /exit      end (or Ctrl-D)    Ctrl-C   interrupt the answer (the conversation is kept)
+  Up/Down    history            Ctrl-R   search the history
+  conversation %s, sandbox %s
+  tools: %s
+`
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none yet: made on first use)"
+	}
+	return s
+}
+
 func cmdChat(args []string) int {
 	if len(args) > 0 {
 		switch args[0] {
@@ -65,9 +91,9 @@ func envOr(name, def string) string {
 func chatRun(args []string) int {
 	c := newClientCmd("chat", strings.TrimSpace(chatUsage))
 	fs := c.fs
-	model := fs.String("model", envOr("AGENTBOX_CHAT_MODEL", "gpt-4o-mini"), "the model (default: $AGENTBOX_CHAT_MODEL or gpt-4o-mini)")
-	baseURL := fs.String("base-url", envOr("OPENAI_BASE_URL", "https://api.openai.com/v1"), "the OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI's); llama.cpp, vLLM, Ollama (http://127.0.0.1:11434/v1), LM Studio")
-	keyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "the environment variable holding the endpoint's API key (never recorded or logged)")
+	model := fs.String("model", envOr("AGENTBOX_CHAT_MODEL", "gpt-4o-mini"), "the model ($AGENTBOX_CHAT_MODEL sets the default)")
+	baseURL := fs.String("base-url", envOr("OPENAI_BASE_URL", "https://api.openai.com/v1"), "the OpenAI-compatible endpoint ($OPENAI_BASE_URL sets the default): OpenAI, llama.cpp (http://127.0.0.1:8080/v1), vLLM, Ollama (http://127.0.0.1:11434/v1), LM Studio")
+	keyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "the environment variable holding the endpoint's API key (never recorded or logged; a local endpoint may need none)")
 	tools := fs.String("tools", "", "only these tools, comma-separated (default: all of the server's), e.g. run_python,execute_sql,fetch_metrics")
 	keep := fs.Bool("keep", false, "keep the conversation's sandbox at the end (default: destroyed)")
 	maxSteps := fs.Int("max-steps", chat.DefaultMaxSteps, "most model calls for one question")
@@ -78,8 +104,12 @@ func chatRun(args []string) int {
 	maxOut := fs.Int("max-output-bytes", chat.DefaultMaxOutputBytes, "most bytes of one tool result fed back to the model (the rest cut with a note)")
 	maxTokens := fs.Int("max-tokens", 0, "most tokens of one model reply (0: the endpoint's default)")
 	timeout := fs.Duration("timeout", chat.DefaultTimeout, "wall-clock limit of one question")
-	stdio := fs.Bool("stdio", false, "reach the tools through `agentbox mcp` over stdio (spawned with an argv, never a shell) instead of the server's /mcp; chosen by itself when no server answers")
-	stateDir := fs.String("state-dir", "", "over stdio: `agentbox mcp --state-dir DIR` (its server is used if one runs, else its control plane runs in that process)")
+	stdio := fs.Bool("stdio", false, "reach the tools through \"agentbox mcp\" over stdio (spawned with an argv, never a shell) instead of the server's /mcp; chosen by itself when no server answers")
+	stateDir := fs.String("state-dir", "", "over stdio: the `DIR` of \"agentbox mcp --state-dir\" (its server is used if one runs, else the control plane runs in that process)")
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, chatUsage+chatIntro+"\nflags:\n")
+		fs.PrintDefaults()
+	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return 2
@@ -97,6 +127,11 @@ func chatRun(args []string) int {
 			return fail(fmt.Errorf("--system %s: %w", *system, err))
 		}
 		*system = string(b)
+	}
+	// OpenAI's endpoint without a key fails on the first question: say so before anything starts.
+	if os.Getenv(*keyEnv) == "" && strings.Contains(*baseURL, "api.openai.com") {
+		return fail(&chat.Error{Code: chat.ModelAuthFailed, Message: fmt.Sprintf("$%s is empty, and %s needs an API key: export %s=sk-…, or name another variable with --api-key-env; "+
+			"for a local model server (llama.cpp, Ollama, vLLM…) give its --base-url and --model", *keyEnv, *baseURL, *keyEnv)})
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -228,21 +263,41 @@ func chatRun(args []string) int {
 	if err := in.interactive(); err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(os.Stderr, "agentbox chat with %s at %s, %d tools; Ctrl-C interrupts an answer, Ctrl-D ends\n", *model, *baseURL, len(s.ToolNames()))
+	fmt.Fprintf(os.Stderr, "agentbox chat with %s at %s, %d tools of %s; Ctrl-C interrupts an answer, Ctrl-D or /exit ends, /help helps\n",
+		*model, *baseURL, len(s.ToolNames()), be.Where())
 	for {
 		q, err := in.next(ctx, "> ")
 		if err != nil {
 			if errors.Is(err, readline.ErrInterrupt) {
+				fmt.Fprintln(os.Stderr, "(Ctrl-D or /exit ends the chat)")
 				continue
+			}
+			if in.rl == nil {
+				fmt.Fprintln(os.Stderr) // the input ended after a prompt
 			}
 			return 0
 		}
 		q = strings.TrimSpace(q)
-		if q == "" {
+		switch q {
+		case "":
+			continue
+		case "exit", "quit", "/exit", "/quit", "/q":
+			return 0
+		case "/help", "/?", "help":
+			conv := s.Conversation()
+			id := conv.ID
+			if id == "" {
+				id = "(none yet: it starts with the first question)"
+			}
+			fmt.Fprintf(os.Stderr, chatInteractiveHelp, id, orNone(conv.SandboxID), strings.Join(s.ToolNames(), ", "))
+			continue
+		case "/tools":
+			fmt.Fprintln(os.Stderr, strings.Join(s.ToolNames(), "\n"))
 			continue
 		}
-		if q == "exit" || q == "quit" {
-			return 0
+		if strings.HasPrefix(q, "/") && !strings.Contains(q, " ") {
+			fmt.Fprintf(os.Stderr, "%s: no such command (/help lists them); to ask it, add a word\n", q)
+			continue
 		}
 		out.reset()
 		if _, err := ask(q); err != nil {

@@ -343,8 +343,11 @@ func TestChatApprovalInTerminal(t *testing.T) {
 }
 
 // TestChatInteractiveUnderTmux: the interactive chat in a terminal (a tmux pane), as a person
-// uses it: a question typed at the prompt, a gated call's approval asked and answered with y
-// in the terminal, the answer shown, the history recalled with the Up key, Ctrl-D to leave.
+// uses it: /help, an unknown command and Ctrl-C at the prompt (none reaches the model); a
+// question typed at the prompt, a gated call's approval asked and answered with y in the
+// terminal, the answer shown; the next call's approval decided over REST while the terminal
+// asks (the prompt withdrawn, the loop going on); the history recalled with the Up key, Ctrl-D
+// to leave.
 func TestChatInteractiveUnderTmux(t *testing.T) {
 	testenv.RequireRoot(t)
 	if _, err := exec.LookPath("tmux"); err != nil {
@@ -395,9 +398,22 @@ func TestChatInteractiveUnderTmux(t *testing.T) {
 	cmd := "env AGENTBOX_URL=" + srv.URL + " AGENTBOX_TOKEN=" + srv.Token + " OPENAI_API_KEY=" + chatKey + " HOME=" + t.TempDir() + " TERM=xterm-256color " +
 		srv.Bin + " chat --base-url " + model.URL + " --model fake-model; echo CHAT-EXIT=$?; sleep 600"
 	tm("new-session", "-d", "-s", "c", "-x", "160", "-y", "40", cmd)
-	waitFor(`(?m)^>\s*$`) // (the pane drops trailing spaces)
+	screen := waitFor(`(?m)^>\s*$`) // (the pane drops trailing spaces)
+	if !strings.Contains(screen, "/help helps") || !strings.Contains(screen, "tools of the server at "+srv.URL) {
+		t.Fatalf("the greeting:\n%s", screen)
+	}
+	// What a new user tries first: /help, an unknown command, Ctrl-C at an empty prompt.
+	tm("send-keys", "-t", "c", "/help", "Enter")
+	waitFor(`(?s)/tools\s+the tools offered.*conversation \(none yet.*tools: .*run_python.*\n>\s*$`)
+	tm("send-keys", "-t", "c", "/frobnicate", "Enter")
+	waitFor(`/frobnicate: no such command \(/help lists them\)`)
+	tm("send-keys", "-t", "c", "C-c")
+	waitFor(`\(Ctrl-D or /exit ends the chat\)\s*\n>\s*$`)
+	if len(model.Requests()) != 0 {
+		t.Fatalf("a command reached the model: %d requests", len(model.Requests()))
+	}
 	tm("send-keys", "-t", "c", "run the tmux check", "Enter")
-	screen := waitFor(`approve this call\? \[y/N\]`)
+	screen = waitFor(`approve this call\? \[y/N\]`)
 	if !strings.Contains(screen, "run_python") || !strings.Contains(screen, "digest: ") {
 		t.Fatalf("the approval shows no tool or digest:\n%s", screen)
 	}
@@ -658,4 +674,20 @@ func TestChatOverStdio(t *testing.T) {
 			t.Fatalf("audit: %+v %v", q, err)
 		}
 	})
+}
+
+// TestChatMissingKey: against OpenAI's endpoint without a key the chat stops before anything
+// starts, saying what to set.
+func TestChatMissingKey(t *testing.T) {
+	cmd := exec.Command(testenv.Binary(t), "chat", "what is up?")
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "OPENAI_BASE_URL=", "AGENTBOX_URL=http://127.0.0.1:1", "HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v\n%s", err, out)
+	}
+	for _, want := range []string{"MODEL_AUTH_FAILED", "$OPENAI_API_KEY is empty", "--api-key-env", "--base-url"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("the error does not say %q:\n%s", want, out)
+		}
+	}
 }
