@@ -534,3 +534,14 @@ func TestMCPRuns(t *testing.T) {
 		check(t, open(t, &mcp.CommandTransport{Command: cmd}, ""))
 	})
 }
+
+// TestMCPServerFlagRefusesNoServer: `agentbox mcp --server URL` relays to that server or to
+// none: nothing answering there is an error, never a control plane of its own.
+func TestMCPServerFlagRefusesNoServer(t *testing.T) {
+	cmd := exec.Command(testenv.Binary(t), "mcp", "--server", "http://127.0.0.1:1", "--state-dir", t.TempDir())
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "no agentbox server answers at http://127.0.0.1:1") {
+		t.Fatalf("agentbox mcp --server with nothing there: %v\n%s", err, out)
+	}
+}
