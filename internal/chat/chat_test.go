@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/testenv/modelfake"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -473,5 +474,48 @@ func TestSkillInSync(t *testing.T) {
 	}
 	if p := DefaultSystemPrompt(); strings.Contains(p, "description:") || !strings.Contains(p, "## The loop") {
 		t.Fatalf("prompt %.200q", p)
+	}
+}
+
+// TestConnAPI: agentbox's REST API through the api_call tool (the chat's records over stdio):
+// a reply's JSON body decodes into out; a REST error comes back with its code.
+func TestConnAPI(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "fake-agentbox", Version: "1"}, nil)
+	var got []string
+	mcp.AddTool(srv, &mcp.Tool{Name: "api_call"}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
+		Method string `json:"method"`
+		Path   string `json:"path"`
+		Body   any    `json:"body,omitempty"`
+	}) (*mcp.CallToolResult, any, error) {
+		b, _ := json.Marshal(in.Body)
+		got = append(got, in.Method+" "+in.Path+" "+string(b))
+		if strings.HasSuffix(in.Path, "/missing") {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "CONVERSATION_NOT_FOUND: no conversation missing"}},
+				StructuredContent: map[string]any{"error": map[string]any{"code": "CONVERSATION_NOT_FOUND", "message": "no conversation missing", "details": map[string]any{"status": 404}}}}, nil, nil
+		}
+		return nil, map[string]any{"route": "GET /v1/conversations/{id}", "status": 200, "body_encoding": "json",
+			"body": map[string]any{"id": "conv-1", "title": "hello", "messages": 2}}, nil
+	})
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	c, err := Dial(t.Context(), ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var conv wire.Conversation
+	if err := c.API(t.Context(), "POST", "/v1/conversations", wire.ConversationCreate{Title: "hello"}, &conv); err != nil || conv.ID != "conv-1" || conv.Messages != 2 {
+		t.Fatalf("%+v %v", conv, err)
+	}
+	err = c.API(t.Context(), "GET", "/v1/conversations/missing", nil, &conv)
+	if !errcode.Is(err, errcode.ConversationNotFound) || !strings.Contains(err.Error(), "no conversation missing") {
+		t.Fatalf("error: %v", err)
+	}
+	if len(got) != 2 || !strings.HasPrefix(got[0], "POST /v1/conversations {") || !strings.Contains(got[0], `"title":"hello"`) || got[1] != "GET /v1/conversations/missing null" {
+		t.Fatalf("requests: %q", got)
 	}
 }
