@@ -266,7 +266,7 @@ func chatRun(args []string) int {
 	fmt.Fprintf(os.Stderr, "agentbox chat with %s at %s, %d tools of %s; Ctrl-C interrupts an answer, Ctrl-D or /exit ends, /help helps\n",
 		*model, *baseURL, len(s.ToolNames()), be.Where())
 	for {
-		q, err := in.next(ctx, "> ")
+		q, err := in.next(ctx, questionPrompt)
 		if err != nil {
 			if errors.Is(err, readline.ErrInterrupt) {
 				fmt.Fprintln(os.Stderr, "(Ctrl-D or /exit ends the chat)")
@@ -696,6 +696,9 @@ func (in *ttyInput) Read(p []byte) (int, error) {
 
 func (in *ttyInput) Close() error { return nil }
 
+// questionPrompt asks for a question (the history keeps only these).
+const questionPrompt = "> "
+
 // lineRead is one read of a line; done is closed when it ended.
 type lineRead struct {
 	done chan struct{}
@@ -746,6 +749,10 @@ func (r *lineReader) next(ctx context.Context, prompt string) (string, error) {
 			defer close(rd.done)
 			if rl != nil {
 				rl.SetPrompt(prompt)
+				if prompt != questionPrompt { // an approval's y/n is no question to recall
+					rl.HistoryDisable()
+					defer rl.HistoryEnable()
+				}
 				rd.s, rd.err = rl.Readline()
 				return
 			}

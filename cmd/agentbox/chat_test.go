@@ -436,9 +436,9 @@ func TestChatInteractiveUnderTmux(t *testing.T) {
 	}
 	screen = waitFor(`(?s)approve this call\? \[y/N\]\s*\n\s*approved elsewhere by [^\n]*\(from the console\).*ANSWER rest-approved\s*\n>\s*$`)
 	tm("send-keys", "-t", "c", "Up")
-	waitFor(`(?m)^> the second check`)
+	waitFor(`(?m)^> the second check\s*\z`) // the newest question, not the "y" typed at an approval
 	tm("send-keys", "-t", "c", "Up")
-	waitFor(`(?m)^> run the tmux check`)
+	waitFor(`(?m)^> run the tmux check\s*\z`)
 	tm("send-keys", "-t", "c", "C-u")
 	tm("send-keys", "-t", "c", "C-d")
 	screen = waitFor(`CHAT-EXIT=\d+`)
