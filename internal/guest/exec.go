@@ -121,24 +121,7 @@ func (s *server) streamExec(w http.ResponseWriter, r *http.Request, sp *execSpec
 		}
 	}
 
-	frames := make(chan Frame, 16)
-	type outcome struct {
-		res ExecResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		var o outcome
-		defer func() {
-			if v := recover(); v != nil {
-				s.log.Error("guest: exec panic", "panic", v)
-				o = outcome{err: errcode.New(errcode.Internal, "the agent hit an internal error (%v); see its log", v)}
-			}
-			close(frames)
-			done <- o
-		}()
-		o.res, o.err = s.runExec(ctx, sp, frames)
-	}()
+	frames, done := s.startExec(ctx, sp)
 	// Always drain frames until runExec is done, so the output readers never block for good.
 	for f := range frames {
 		send(f, len(frames) > 0)
@@ -150,6 +133,32 @@ func (s *server) streamExec(w http.ResponseWriter, r *http.Request, sp *execSpec
 		return
 	}
 	send(Frame{Result: &o.res}, false)
+}
+
+// execOutcome is how a command run by startExec ended.
+type execOutcome struct {
+	res ExecResult
+	err error
+}
+
+// startExec runs sp in the background: its output comes as frames (closed when it ends), then
+// its outcome; a panic in the run is its outcome's error, not the agent's end.
+func (s *server) startExec(ctx context.Context, sp *execSpec) (<-chan Frame, <-chan execOutcome) {
+	frames := make(chan Frame, 16)
+	done := make(chan execOutcome, 1)
+	go func() {
+		var o execOutcome
+		defer func() {
+			if v := recover(); v != nil {
+				s.log.Error("guest: exec panic", "panic", v)
+				o = execOutcome{err: errcode.New(errcode.Internal, "the agent hit an internal error (%v); see its log", v)}
+			}
+			close(frames)
+			done <- o
+		}()
+		o.res, o.err = s.runExec(ctx, sp, frames)
+	}()
+	return frames, done
 }
 
 // prepareExec validates req and resolves the program, cwd and environment.

@@ -91,24 +91,7 @@ func (s *server) handleExecStdin(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	frames := make(chan Frame, 16)
-	type outcome struct {
-		res ExecResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		var o outcome
-		defer func() {
-			if v := recover(); v != nil {
-				s.log.Error("guest: exec panic", "panic", v)
-				o = outcome{err: errcode.New(errcode.Internal, "the agent hit an internal error (%v); see its log", v)}
-			}
-			close(frames)
-			done <- o
-		}()
-		o.res, o.err = s.runExec(ctx, sp, frames)
-	}()
+	frames, done := s.startExec(ctx, sp)
 	alive := true
 	for f := range frames { // always drained, so the output readers never block for good
 		typ := byte(ptyData)
