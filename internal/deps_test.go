@@ -75,7 +75,7 @@ var clientDeps = []string{module + "internal/wire", module + "internal/errcode",
 // three libraries they use. Whatever else it linked (the server, a store, a database driver, the
 // Kubernetes client) every idle sandbox would hold in memory.
 var guestDeps = []string{module + "internal/guest", module + "internal/guestcmd", module + "internal/version",
-	module + "internal/runtime/kubernetes/tunnel", module + "internal/runtime/kubernetes/podpath",
+	module + "internal/runtime/kubernetes/tunnel", module + "internal/runtime/kubernetes/podpath", module + "internal/runtime/microvm/vminit",
 	module + "internal/errcode", module + "internal/jobmodel", module + "internal/text", module + "internal/peerreply",
 	"github.com/creack/pty", "github.com/hashicorp/yamux", "golang.org/x/sys"}
 

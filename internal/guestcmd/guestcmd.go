@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime/microvm/vminit"
 )
 
 // Commands maps each in-sandbox verb to its command.
@@ -25,6 +26,8 @@ func Commands() map[string]func([]string) int {
 		// the kubernetes runtime's: the init container's install, the image volume's
 		// entrypoint and the agent tunnel (kube.go)
 		"guest-install": Install, "guest-kube": Kube, "guest-tunnel": Tunnel,
+		// the vm runtime's: PID 1 of a microVM (internal/runtime/microvm/vminit)
+		vminit.Command: vminit.Main,
 	}
 }
 

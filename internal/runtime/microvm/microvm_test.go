@@ -1,0 +1,70 @@
+//go:build linux
+
+package microvm
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+	"github.com/agentbox/agentbox/internal/testenv"
+)
+
+// newTestRuntime makes a vm runtime under a fresh state dir of the test's own (its own cgroup
+// parent too), skipping only when QEMU or the guest kernel is absent (make deps installs both).
+func newTestRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 is not installed (make deps: hack/vm-deps.sh)")
+	}
+	if _, err := os.Stat(DefaultKernel); err != nil {
+		t.Skipf("no guest kernel at %s (make deps: hack/vm-deps.sh)", DefaultKernel)
+	}
+	root := testenv.ShortTempDir(t, "abvm")
+	parent := "agentbox-vmtest-" + filepath.Base(root)
+	rt, err := New(context.Background(), Config{Root: root, GuestBinary: testenv.GuestBinary(t), CgroupParent: parent, Accel: os.Getenv("AGENTBOX_TEST_VM_ACCEL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = rt.Close(context.Background())
+		rt.removeParent()
+	})
+	if caps := rt.Capabilities(); !caps.Available {
+		t.Fatalf("vm runtime unavailable: %s", caps.Reason)
+	}
+	return rt
+}
+
+// killer SIGKILLs a VM's QEMU, as a crash would.
+func killer(rt *Runtime) runtimetest.Killer {
+	return func(t testing.TB, id string) {
+		p, ok := rt.readProc(id)
+		if !ok {
+			t.Fatalf("no qemu process recorded for %s", id)
+		}
+		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill qemu %d: %v", p.PID, err)
+		}
+	}
+}
+
+func TestBoot(t *testing.T) {
+	rt := newTestRuntime(t)
+	id := runtimetest.NewID()
+	start := time.Now()
+	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
+	t.Logf("booted in %s (accel %s)", time.Since(start), rt.Accel())
+	res := runtimetest.Exec(t, c, "sh", "-c", "uname -n; id -u; cat /proc/cmdline; echo $AGENTBOX_TEST")
+	if !strings.Contains(res.Stdout, id) {
+		t.Fatalf("exec: %s\nconsole:\n%s", res, rt.Console(context.Background(), id))
+	}
+	t.Logf("%s", res)
+}

@@ -1,0 +1,312 @@
+package vminit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/guest"
+)
+
+const agentSock = "/.agentbox/run/agent.sock"
+
+// Disk labels: the image's root (read-only) and the sandbox's own disk, told apart by their
+// ext4 labels rather than by the order the kernel finds them in.
+const (
+	RootLabel = "agentbox-root"
+	DataLabel = "agentbox-data"
+)
+
+// Main is PID 1 of a VM: it never returns while the VM runs (its exit panics the kernel, which
+// the host sees as the VM's death). Any error is printed on the console, then the VM powers off.
+func Main(args []string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg, err := boot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentbox vm init:", err)
+		return halt()
+	}
+	if err := unix.Sethostname([]byte(cfg.ID)); err != nil {
+		log.Warn("vm init: hostname", "err", err)
+	}
+	os.Clearenv()
+	os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	os.Setenv("HOME", "/root")
+	for k, v := range cfg.Env {
+		os.Setenv(k, v)
+	}
+	user := cfg.User
+	if user == "" {
+		user = "agent"
+	}
+	u, err := guest.ParseUser(user)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentbox vm init:", err)
+		return halt()
+	}
+	ctx := context.Background()
+	served := make(chan error, 1)
+	go func() {
+		served <- guest.Run(ctx, guest.ServerConfig{Socket: agentSock, Workdir: cfg.Workdir, Logger: log, DefaultUser: &u})
+	}()
+	go bridge(log)
+	err = <-served
+	fmt.Fprintln(os.Stderr, "agentbox vm init: the agent stopped:", err)
+	return halt()
+}
+
+func halt() int {
+	unix.Sync()
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	return 1
+}
+
+// boot mounts the kernel's file systems, loads the modules, mounts the root, reads the VM's
+// config from the sandbox's disk and switches to the root.
+func boot() (Config, error) {
+	cfg, err := boot1()
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, boot2()
+}
+
+func boot1() (Config, error) {
+	var none Config
+	for _, m := range []struct{ src, dst, fs string }{
+		{"devtmpfs", "/dev", "devtmpfs"}, {"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"},
+	} {
+		_ = os.MkdirAll(m.dst, 0o755)
+		if err := unix.Mount(m.src, m.dst, m.fs, unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil && err != unix.EBUSY {
+			return none, fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	if err := loadModules(); err != nil {
+		return none, err
+	}
+	lowerDev, err := waitForLabel(RootLabel, 10*time.Second)
+	if err != nil {
+		return none, err
+	}
+	dataDev, err := waitForLabel(DataLabel, 10*time.Second)
+	if err != nil {
+		return none, err
+	}
+	for _, d := range []string{"/lower", "/data", "/newroot"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return none, err
+		}
+	}
+	if err := unix.Mount(lowerDev, "/lower", "ext4", unix.MS_RDONLY|unix.MS_NODEV, "noload"); err != nil {
+		return none, fmt.Errorf("mount the image's root: %w", err)
+	}
+	if err := unix.Mount(dataDev, "/data", "ext4", unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+		return none, fmt.Errorf("mount the sandbox's disk: %w", err)
+	}
+	for _, d := range []string{"/data/root/upper", "/data/root/work"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return none, err
+		}
+	}
+	if err := unix.Mount("overlay", "/newroot", "overlay", 0,
+		"lowerdir=/lower,upperdir=/data/root/upper,workdir=/data/root/work"); err != nil {
+		return none, fmt.Errorf("mount the root overlay: %w", err)
+	}
+	return readConfig()
+}
+
+func boot2() error {
+	for _, d := range []string{"dev", "proc", "sys"} {
+		_ = os.MkdirAll("/newroot/"+d, 0o755)
+		if err := unix.Mount("/"+d, "/newroot/"+d, "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("move /%s: %w", d, err)
+		}
+	}
+	if err := os.Chdir("/newroot"); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("switch root: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	for _, m := range []struct{ src, dst, fs, opts string }{
+		{"devpts", "/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620"},
+		{"tmpfs", "/dev/shm", "tmpfs", "mode=1777"},
+		{"tmpfs", "/tmp", "tmpfs", "mode=1777"},
+		{"tmpfs", "/run", "tmpfs", "mode=0755"},
+	} {
+		_ = os.MkdirAll(m.dst, 0o755)
+		if err := unix.Mount(m.src, m.dst, m.fs, unix.MS_NOSUID|unix.MS_NODEV, m.opts); err != nil {
+			return fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	_ = os.Remove("/dev/ptmx")
+	_ = os.Symlink("pts/ptmx", "/dev/ptmx")
+	if fi, err := os.Stat("/workspace"); err != nil || !fi.IsDir() {
+		if err := os.MkdirAll("/workspace", 0o755); err != nil {
+			return err
+		}
+		_ = os.Chown("/workspace", 1000, 1000)
+	}
+	return nil
+}
+
+// loadModules loads the initramfs's modules in the order ModulesList gives.
+func loadModules() error {
+	list, err := os.ReadFile(ModulesList)
+	if err != nil {
+		return nil // a kernel with the drivers built in
+	}
+	for _, name := range strings.Fields(string(list)) {
+		f, err := os.Open(filepath.Join("/modules", name))
+		if err != nil {
+			return err
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && err != unix.EEXIST {
+			return fmt.Errorf("load module %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// waitForLabel returns the virtio disk whose ext4 label is label, waiting up to d for it.
+func waitForLabel(label string, d time.Duration) (string, error) {
+	deadline := time.Now().Add(d)
+	for {
+		devs, _ := filepath.Glob("/sys/block/vd*")
+		for _, sys := range devs {
+			dev := "/dev/" + filepath.Base(sys)
+			if ext4Label(dev) == label {
+				return dev, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no disk labelled %s appeared within %s", label, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ext4Label reads an ext4 file system's volume name from its superblock (offset 1024, the
+// name at 120, 16 bytes).
+func ext4Label(dev string) string {
+	f, err := os.Open(dev)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, 16)
+	if _, err := f.ReadAt(b, 1024+120); err != nil {
+		return ""
+	}
+	return strings.TrimRight(string(b), "\x00")
+}
+
+func readConfig() (Config, error) {
+	var cfg Config
+	b, err := os.ReadFile(filepath.Join("/data", ConfigPath))
+	if err != nil {
+		return cfg, fmt.Errorf("the VM's config: %w", err)
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("the VM's config: %w", err)
+	}
+	return cfg, nil
+}
+
+// findPort returns the /dev path of the virtserialport named PortName.
+func findPort() (string, error) {
+	names, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err == nil && strings.TrimSpace(string(b)) == PortName {
+			return "/dev/" + filepath.Base(filepath.Dir(n)), nil
+		}
+	}
+	return "", fmt.Errorf("no virtio-serial port named %s", PortName)
+}
+
+// bridge serves the host over the port for as long as the VM runs: each host connection is a
+// handshake then a yamux session whose streams are spliced to the agent's unix socket. A
+// session ends when the host disconnects (reads see EOF); the port is reopened for the next.
+func bridge(log *slog.Logger) {
+	var path string
+	for {
+		p, err := findPort()
+		if err == nil {
+			path = p
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			log.Warn("vm init: open the agent port", "err", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		serveSession(f, log)
+		f.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func serveSession(f *os.File, log *slog.Logger) {
+	rest, err := guestHandshake(f)
+	if err != nil {
+		return // EOF: no host connected yet
+	}
+	sess, err := yamux.Server(ReadWriteCloser{Reader: rest, WriteCloser: f}, YamuxConfig())
+	if err != nil {
+		log.Warn("vm init: session", "err", err)
+		return
+	}
+	defer sess.Close()
+	for {
+		st, err := sess.Accept()
+		if err != nil {
+			return
+		}
+		go splice(st)
+	}
+}
+
+func splice(st net.Conn) {
+	defer st.Close()
+	c, err := net.Dial("unix", agentSock)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(c, st)
+		if uc, ok := c.(*net.UnixConn); ok {
+			_ = uc.CloseWrite()
+		}
+	}()
+	_, _ = io.Copy(st, c)
+	_ = st.Close()
+	wg.Wait()
+}
