@@ -4,6 +4,7 @@ package microvm
 
 import (
 	"context"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,19 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
+
+// TestMain runs the package's tests one at a time unless -parallel says otherwise: every case
+// boots VMs under TCG, and a 2-core host booting many at once slows each past the suite's
+// ReadyTimeout (the suite's Concurrent case still boots five at once).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "1")
+	}
+	os.Exit(m.Run())
+}
 
 // newTestRuntime makes a vm runtime under a fresh state dir of the test's own (its own cgroup
 // parent too), skipping only when QEMU or the guest kernel is absent (make deps installs both).
@@ -67,4 +81,13 @@ func TestBoot(t *testing.T) {
 		t.Fatalf("exec: %s\nconsole:\n%s", res, rt.Console(context.Background(), id))
 	}
 	t.Logf("%s", res)
+	if testing.Verbose() {
+		t.Logf("console:\n%s", rt.Console(context.Background(), id))
+	}
+}
+
+// TestRuntimeSuite runs the shared runtime suite on real VMs.
+func TestRuntimeSuite(t *testing.T) {
+	rt := newTestRuntime(t)
+	runtimetest.Run(t, rt, killer(rt))
 }

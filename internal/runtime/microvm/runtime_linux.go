@@ -115,8 +115,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.modulesDir = filepath.Join(filepath.Dir(cfg.Kernel), "modules")
 	}
 	r.caps = runtime.Capabilities{Name: Name, Isolation: runtime.IsolationVM, Images: []string{"host"},
-		NetworkModes: []string{runtime.NetworkNone},
-		EgressReason: "a vm sandbox has no NIC yet: network none only"}
+		NetworkModes:            []string{runtime.NetworkNone, runtime.NetworkEgress},
+		TransparentEgressReason: "a vm sandbox has no NIC: its egress is the agent's proxy path only"}
 	if reason := r.probe(ctx); reason != "" {
 		r.caps.Reason = reason
 		return r, nil
@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		"qemu:sandbox-on(seccomp:obsolete,elevateprivileges,spawn,resourcecontrol=deny)",
 		fmt.Sprintf("qemu:unprivileged(uid=%d)", cfg.UID),
 		"cgroup:vm(memory=ram+overhead,cpu,pids)",
-		"network:none(no-nic)",
+		"network:no-nic(egress:agent-proxy-only)",
 	}
 	return r, nil
 }
@@ -254,6 +254,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 	if err := runtime.CheckNetwork(spec.Network, r.caps.NetworkModes); err != nil {
 		return "", err
 	}
+	if err := runtime.CheckCABundle(spec.CABundle); err != nil {
+		return "", err
+	}
 	if spec.Snapshot != nil {
 		return "", errcode.New(errcode.UnsupportedOp, "the vm runtime cannot create a sandbox from a snapshot yet (no VM snapshots: QEMU migration to a file is not wired)")
 	}
@@ -322,12 +325,21 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, rec record) err
 		return err
 	}
 	defer os.RemoveAll(stage)
-	cfg, _ := json.Marshal(vminit.Config{ID: spec.ID, Env: spec.Env})
+	network := spec.Network
+	if network == "" {
+		network = runtime.NetworkNone
+	}
+	cfg, _ := json.Marshal(vminit.Config{ID: spec.ID, Env: spec.Env, Network: network})
 	if err := os.MkdirAll(filepath.Join(stage, filepath.Dir(vminit.ConfigPath)), 0o700); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(stage, vminit.ConfigPath), cfg, 0o600); err != nil {
 		return err
+	}
+	if network == runtime.NetworkEgress {
+		if err := os.WriteFile(filepath.Join(stage, vminit.CABundleFile), spec.CABundle, 0o600); err != nil {
+			return err
+		}
 	}
 	data := filepath.Join(dir, "data.ext4")
 	if err := mkfs(ctx, data, stage, rec.DiskMB, vminit.DataLabel, false); err != nil {

@@ -40,7 +40,20 @@ type Config struct {
 	Workdir string `json:"workdir,omitempty"`
 	// User runs commands naming none ("": agent).
 	User string `json:"user,omitempty"`
+	// Network is the sandbox's network mode: "none" or "egress" (loopback only either way;
+	// egress adds /etc/resolv.conf naming 127.0.0.1 and the CA bundle, both read-only).
+	Network string `json:"network,omitempty"`
+
+	caBundle []byte
 }
+
+// CABundleFile is where, on the sandbox's data disk, the host puts an egress sandbox's CA
+// bundle; init shows it read-only at runtime.CABundlePath.
+const CABundleFile = ".agentbox/ca-bundle.pem"
+
+// caBundlePath is runtime.CABundlePath (vminit, linked into the lean agent, does not import the
+// runtime contract).
+const caBundlePath = "/etc/agentbox/ca-bundle.pem"
 
 const (
 	helloPrefix = "AGENTBOX-VM-HELLO "

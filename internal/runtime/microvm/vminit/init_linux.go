@@ -79,7 +79,7 @@ func boot() (Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	return cfg, boot2()
+	return cfg, boot2(cfg)
 }
 
 func boot1() (Config, error) {
@@ -123,10 +123,19 @@ func boot1() (Config, error) {
 		"lowerdir=/lower,upperdir=/data/root/upper,workdir=/data/root/work"); err != nil {
 		return none, fmt.Errorf("mount the root overlay: %w", err)
 	}
-	return readConfig()
+	cfg, err := readConfig()
+	if err != nil {
+		return none, err
+	}
+	if cfg.Network == "egress" {
+		if cfg.caBundle, err = os.ReadFile(filepath.Join("/data", CABundleFile)); err != nil && !os.IsNotExist(err) {
+			return none, err
+		}
+	}
+	return cfg, nil
 }
 
-func boot2() error {
+func boot2(cfg Config) error {
 	for _, d := range []string{"dev", "proc", "sys"} {
 		_ = os.MkdirAll("/newroot/"+d, 0o755)
 		if err := unix.Mount("/"+d, "/newroot/"+d, "", unix.MS_MOVE, ""); err != nil {
@@ -156,6 +165,14 @@ func boot2() error {
 			return fmt.Errorf("mount %s: %w", m.dst, err)
 		}
 	}
+	if err := loopbackUp(); err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if cfg.Network == "egress" {
+		if err := egressFiles(cfg.caBundle); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+	}
 	_ = os.Remove("/dev/ptmx")
 	_ = os.Symlink("pts/ptmx", "/dev/ptmx")
 	if fi, err := os.Stat("/workspace"); err != nil || !fi.IsDir() {
@@ -165,6 +182,51 @@ func boot2() error {
 		_ = os.Chown("/workspace", 1000, 1000)
 	}
 	return nil
+}
+
+// loopbackUp brings lo up (the VM has no other interface).
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// egressFiles puts /etc/resolv.conf naming 127.0.0.1 (the agent's DNS listener) and the CA
+// bundle in place, both on read-only mounts, as the other runtimes do.
+func egressFiles(bundle []byte) error {
+	if err := os.MkdirAll("/etc/agentbox", 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", "/etc/agentbox", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=8m"); err != nil {
+		return err
+	}
+	if err := os.WriteFile(caBundlePath, bundle, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile("/etc/agentbox/resolv.conf", []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile("/etc/resolv.conf", nil, 0o644); err != nil {
+		return err
+	}
+	if err := unix.Mount("/etc/agentbox/resolv.conf", "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	if err := unix.Mount("", "/etc/resolv.conf", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		return err
+	}
+	return unix.Mount("", "/etc/agentbox", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 }
 
 // loadModules loads the initramfs's modules in the order ModulesList gives.
