@@ -42,6 +42,7 @@ func cmdDoctor(args []string) int {
 	storeFlag := fs.String("store", "", "the store to check, as agentbox serve --store takes it (default the SQLite file in the state dir)")
 	kcfg := config.Default()
 	registerKubeFlags(fs, &kcfg) // the cluster of the kubernetes runtime (kube_wire.go)
+	registerVMFlags(fs, &kcfg)   // the vm runtime (vm_wire.go)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -69,7 +70,7 @@ func cmdDoctor(args []string) int {
 	add(check{Name: "user namespaces", OK: info.UserNamespaces, Detail: yesNo(info.UserNamespaces, "available", "unavailable"),
 		Fix: fixIf(!info.UserNamespaces, "sudo sysctl -w user.max_user_namespaces=15000")})
 	add(check{Name: "cgroups", OK: info.CgroupMode != "", Detail: "mode " + info.CgroupMode})
-	add(check{Name: "kvm", OK: info.KVM, Detail: yesNo(info.KVM, "/dev/kvm present (microVM runtimes possible later)", "no /dev/kvm (only needed by future microVM runtimes)")})
+	add(check{Name: "kvm", OK: info.KVM, Detail: yesNo(info.KVM, "/dev/kvm present (runtime vm uses it when a probe boot works: see the vm line)", "no /dev/kvm (runtime vm runs its VMs under TCG, software emulation)")})
 	add(check{Name: "host", OK: true, Detail: fmt.Sprintf("%d cores, %d MiB memory", info.NumCPU, info.MemTotalMiB)})
 	add(check{Name: "rlimits", OK: info.HardRlimits.NOFILE >= 1024, Detail: fmt.Sprintf("hard NOFILE %d, NPROC %d (sandbox limits are clamped to these)", info.HardRlimits.NOFILE, info.HardRlimits.NPROC)})
 	add(diskCheck(*stateDir))
@@ -79,6 +80,9 @@ func cmdDoctor(args []string) int {
 	for _, c := range runs {
 		add(c)
 	}
+	vrc, vsc := vmChecks(root, kcfg) // vm_wire.go
+	add(vrc)
+	add(vsc)
 	for _, c := range kubeChecks(kcfg) {
 		add(c)
 	}

@@ -91,7 +91,7 @@ func runtimeParents(parent string) []string {
 	for _, f := range runtimeFlavors {
 		ps = append(ps, runtimeParent(parent, f))
 	}
-	return ps
+	return append(ps, parent+vmParentSuffix)
 }
 
 func runtimeParent(parent string, f oci.Flavor) string {

@@ -90,6 +90,8 @@ Server:
                                         the audit log: how long and how many records are kept
                  [--lease-ttl D]        several replicas on one Postgres: the lifecycle lease's TTL
                                         (README: Several replicas)
+                 [--runtime vm] [--vm-kernel PATH] [--vm-accel auto|kvm|tcg]
+                                        microVM sandboxes on QEMU (docs/VM.md)
   agentbox doctor [--store S]           what this host supports and how to fix what is missing
                  [--runtime kubernetes --kube-config F --kube-namespace NS]
                  [--kube-runtime-class-process C] [--kube-runtime-class-kernel C] [--kube-host-image REF]

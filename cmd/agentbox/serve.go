@@ -52,6 +52,7 @@ func cmdServe(args []string) int {
 	registerImageFlags(fs, &cfg)  // images (images.go)
 	registerRunFlags(fs, &cfg)    // durable runs (run.go)
 	registerKubeFlags(fs, &cfg)   // the kubernetes runtime (kube_wire.go)
+	registerVMFlags(fs, &cfg)     // the vm runtime (vm_wire.go)
 	var tlsFlags serveTLS
 	tlsFlags.register(fs)           // TLS and exposure (tls.go)
 	registerAuditFlags(fs, &cfg)    // the audit log (audit.go)

@@ -307,6 +307,12 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 			return nil, err
 		}
 		rts, err = newRuntimes(ctx, cfg.StateDir, parent, guestBin, log)
+		if err == nil {
+			var vm runtime.Runtime
+			if vm, err = newVMRuntime(ctx, cfg, parent, guestBin, log); err == nil {
+				rts = append(rts, vm)
+			}
+		}
 	}
 	if err != nil {
 		return nil, err

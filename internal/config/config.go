@@ -164,6 +164,11 @@ type Config struct {
 	KubeGuestImage          string
 	KubeHostImage           string
 	KubeNodeName            string
+	// The vm runtime (microVMs on QEMU): VMKernel is the guest kernel (--vm-kernel; "": the one
+	// make deps unpacks), VMAccel the accelerator (--vm-accel auto|kvm|tcg; "": auto, KVM only
+	// when a probe boot proves /dev/kvm works).
+	VMKernel string
+	VMAccel  string
 	// KubeGuestDelivery is how the agent gets into pods (--kube-guest-delivery): image-volume
 	// (default) or init-container.
 	KubeGuestDelivery string

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // kvmProbeTimeout bounds the probe boot: a kernel under working KVM reaches its root mount in
@@ -50,7 +52,12 @@ func (r *Runtime) probeKVM(ctx context.Context) error {
 		return err
 	}
 	key := fmt.Sprintf("%s|%s|%d|%d", r.caps.Version, r.cfg.Kernel, fi.Size(), fi.ModTime().UnixNano())
-	cache := filepath.Join(r.cfg.Root, "cache", "kvm-probe.json")
+	// A host fact: kept host-wide where make deps put the kernel (every server and test shares
+	// one probe), else in the runtime's own cache.
+	cache := filepath.Join(DefaultCache, "kvm-probe.json")
+	if unix.Access(DefaultCache, unix.W_OK) != nil {
+		cache = filepath.Join(r.cfg.Root, "cache", "kvm-probe.json")
+	}
 	var cached struct{ Key, Err string }
 	if b, err := os.ReadFile(cache); err == nil && json.Unmarshal(b, &cached) == nil && cached.Key == key {
 		if cached.Err == "" {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -169,7 +170,7 @@ func (r *Runtime) probe(ctx context.Context) string {
 	if r.cfg.GuestBinary == "" {
 		return "no guest agent binary (agentbox-guest beside agentbox)"
 	}
-	if _, err := os.Stat(r.cfg.GuestBinary); err != nil {
+	if err := checkStatic(r.cfg.GuestBinary); err != nil {
 		return fmt.Sprintf("guest agent binary: %v", err)
 	}
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
@@ -194,8 +195,27 @@ func (r *Runtime) probe(ctx context.Context) string {
 	return ""
 }
 
+// checkStatic fails unless path is a statically linked ELF executable: it is the VM's /init,
+// with no dynamic loader or libraries beside it.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; the VM's /init must be static (build it with CGO_ENABLED=0, as make build does)", path)
+		}
+	}
+	return nil
+}
+
 // Accel is the accelerator VMs run under ("kvm" or "tcg"; "" when unavailable).
 func (r *Runtime) Accel() string { return r.accel }
+
+// KVMReason says why auto chose TCG over a present /dev/kvm ("" otherwise).
+func (r *Runtime) KVMReason() string { return r.kvmReason }
 
 // Kernel is the guest kernel's path.
 func (r *Runtime) Kernel() string { return r.cfg.Kernel }
@@ -449,7 +469,10 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("vm runtime: start qemu: %w", err)
 	}
 	pid := cmd.Process.Pid
-	go func() { _ = cmd.Wait() }() // reap it; Wait and State look at /proc
+	go func() { // reap it; Wait and State look at /proc
+		err := cmd.Wait()
+		r.log.Info("vm runtime: qemu exited", "sandbox_id", id, "pid", pid, "status", fmt.Sprint(err))
+	}()
 	if !r.cg.v2 {
 		// v1 cannot start a process in a cgroup: QEMU is moved in before it has set up the
 		// guest (its first milliseconds, before guest RAM is touched, are outside).
@@ -682,6 +705,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	for _, id := range ids {
 		r.dropSession(id)
 	}
+	r.removeParent() // only when no VM is left in it
 	return nil
 }
 
