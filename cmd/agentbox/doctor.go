@@ -43,6 +43,7 @@ func cmdDoctor(args []string) int {
 	kcfg := config.Default()
 	registerKubeFlags(fs, &kcfg) // the cluster of the kubernetes runtime (kube_wire.go)
 	registerVMFlags(fs, &kcfg)   // the vm runtime (vm_wire.go)
+	vmBoot := fs.Bool("vm-boot", false, "also boot a VM of runtime vm and run a command in it (seconds under TCG)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -80,7 +81,7 @@ func cmdDoctor(args []string) int {
 	for _, c := range runs {
 		add(c)
 	}
-	vrc, vsc := vmChecks(root, kcfg) // vm_wire.go
+	vrc, vsc := vmChecks(root, *vmBoot, kcfg) // vm_wire.go
 	add(vrc)
 	add(vsc)
 	for _, c := range kubeChecks(kcfg) {

@@ -30,12 +30,12 @@ func cmdSandbox(args []string) int {
 }
 
 func sandboxCreate(args []string) int {
-	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]... [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping]")
+	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel|vm] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]... [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping]")
 	var req wire.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
 	c.fs.StringVar(&req.Image, "image", "", "image: host (the default: the host's /usr) or an OCI image reference (python:3.12-slim, ghcr.io/org/img:tag, name@sha256:…, a committed NAME:TAG), pulled by the server if not cached")
-	c.fs.StringVar(&req.Runtime, "runtime", "", "runtime: runc, crun or gvisor (default: the server's, or one that gives --isolation)")
-	c.fs.StringVar(&req.Requirements.Isolation, "isolation", "", "the weakest isolation acceptable: process (runc, crun) or kernel (gvisor); never less")
+	c.fs.StringVar(&req.Runtime, "runtime", "", "runtime: runc, crun, gvisor or vm (default: the server's, or one that gives --isolation)")
+	c.fs.StringVar(&req.Requirements.Isolation, "isolation", "", "the weakest isolation acceptable: process (runc, crun), kernel (gvisor) or vm (a microVM); never less")
 	c.fs.Float64Var(&req.CPU, "cpu", 0, "cpu cores, fractions allowed (default 1)")
 	c.fs.Int64Var(&req.MemoryMB, "memory-mb", 0, "memory limit in MiB (default 512)")
 	c.fs.Int64Var(&req.DiskMB, "disk-mb", 0, "disk limit in MiB (default 1024)")

@@ -44,7 +44,7 @@ func newVMRuntime(ctx context.Context, cfg config.Config, parent, guestBin strin
 
 // vmChecks are doctor's lines for the vm runtime: what it found (QEMU, kernel, accelerator)
 // and, as root, a VM booted and asked to run a command.
-func vmChecks(root bool, cfg config.Config) (rc, sc check) {
+func vmChecks(root, boot bool, cfg config.Config) (rc, sc check) {
 	rc = check{Name: microvm.Name, Warn: true}
 	sc = check{Name: microvm.Name + " sandbox", Warn: true}
 	guestBin, _, err := guestBinary("")
@@ -81,8 +81,12 @@ func vmChecks(root bool, cfg config.Config) (rc, sc check) {
 	if why := rt.KVMReason(); why != "" {
 		rc.Detail += " (no KVM: " + why + ")"
 	}
+	if !boot {
+		sc.Detail, sc.Fix = "not tried: a boot takes seconds (under TCG)", "agentbox doctor --vm-boot"
+		return rc, sc
+	}
 	if !root {
-		sc.Detail, sc.Fix = "not tried: needs root", "sudo agentbox doctor"
+		sc.Detail, sc.Fix = "not tried: needs root", "sudo agentbox doctor --vm-boot"
 		return rc, sc
 	}
 	defer rt.Close(context.Background())
