@@ -26,7 +26,7 @@ MCPCLIENTS := test/mcpclients
 # its package-lock.json.
 E2BSDK := test/e2bsdk
 
-.PHONY: all build cross run test test-unit soak bench bench-create bench-audit bench-scrub bench-sql bench-remoteexec bench-kube bench-e2b deps deps-runsc deps-mcp deps-e2b vet clean k8s k8s-up k8s-down
+.PHONY: all build cross run test test-unit soak bench bench-create bench-audit bench-scrub bench-sql bench-remoteexec bench-kube bench-e2b deps deps-runsc deps-vm deps-mcp deps-e2b vet clean k8s k8s-up k8s-down
 
 all: build
 
@@ -36,14 +36,21 @@ all: build
 build:
 	$(GO) build -trimpath -o bin/ ./cmd/agentbox ./cmd/agentbox-guest
 
-# deps installs the host packages sandboxes need (apt-get and runsc; needs root).
-deps: deps-runsc
+# deps installs the host packages sandboxes need (apt-get and runsc; needs root), and runtime vm's
+# QEMU and guest kernel (deps-vm).
+deps: deps-runsc deps-vm
 	@missing=""; for p in $(HOST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "run as root (sudo make ...) to install:$$missing" >&2; exit 1; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# deps-vm installs QEMU (qemu-system-x86, qemu-utils) from Debian's packages and unpacks Debian's
+# cloud kernel into /var/cache/agentbox/vm (hack/vm-deps.sh: versions pinned there; the host's /boot
+# is untouched); warm, it only checks.
+deps-vm:
+	@hack/vm-deps.sh >/dev/null
 
 # deps-runsc builds gVisor's runsc at GVISOR_VERSION (about a minute, once) unless RUNSC is it.
 deps-runsc:

@@ -41,6 +41,7 @@ import (
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/microvm"
 	"github.com/agentbox/agentbox/internal/runtime/oci"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/jobs"
@@ -120,7 +121,9 @@ func main() {
 	idleOnly := flag.Bool("idle-only", false, "measure only the idle sandboxes' memory (writes -out only if it is not the default bench/results.json)")
 	nPTY := flag.Int("keystrokes", 1000, "PTY keystroke echo round trips")
 	nWatch := flag.Int("watch-events", 300, "events timed from the call's return to SSE / MCP progress delivery")
-	only := flag.String("runtimes", "runc,crun,gvisor", "runtimes to measure side by side (runc is always measured)")
+	only := flag.String("runtimes", "runc,crun,gvisor,vm", "runtimes to measure side by side (runc is always measured; vm where QEMU and its kernel are installed)")
+	nVMCreates := flag.Int("vm-creates", 10, "cold creates of runtime vm (its boot takes seconds under TCG: fewer than -creates)")
+	nVMPool := flag.Int("vm-pool-claims", 5, "claims from a warm pool of vm sandboxes (0 skips)")
 	scrapeLive := flag.Int("scrape-sandboxes", 200, "live runc sandboxes while GET /metrics is timed (0 skips the metrics figures)")
 	nScrapes := flag.Int("scrapes", 30, "timed scrapes of GET /metrics")
 	metricsOnly := flag.Bool("metrics-only", false, "measure only the metrics figures")
@@ -269,6 +272,22 @@ func main() {
 		res.Runtimes = append(res.Runtimes, c)
 	}
 	defer removeCgroupParents(parents)
+	var vmRoot string
+	if slices.Contains(strings.Split(*only, ","), microvm.Name) {
+		vmRoot = filepath.Join(dir, microvm.Name)
+		rt, err := microvm.New(ctx, microvm.Config{Root: vmRoot, GuestBinary: guestBin, CgroupParent: "agentbox-bench-vm"})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer rt.Close(context.Background())
+		if c := rt.Capabilities(); !c.Available {
+			res.Skipped[microvm.Name] = c.Reason
+		} else {
+			rts = append(rts, rt)
+			names = append(names, microvm.Name)
+			res.Runtimes = append(res.Runtimes, c)
+		}
+	}
 	res.Runtime = res.Runtimes[0].Version
 	if *snf.only { // files snapshot and fork figures at the runtime (snapshots.go)
 		res.Stats = benchSnapshots(ctx, rts[0], dir, *snf.n, *snf.forks)
@@ -425,13 +444,18 @@ func main() {
 	measured := map[string]float64{}
 	for i := 0; i < *nCreate; i++ {
 		for _, name := range names {
+			if name == microvm.Name && i >= *nVMCreates {
+				continue
+			}
 			id, d, dd := mustColdCreate(ctx, c, wire.CreateRequest{Runtime: name})
 			createExec[name], destroy[name] = append(createExec[name], d), append(destroy[name], dd)
 			measured[id] = d
 		}
 	}
 	res.CreateTrace = traceTables(traces, measured, names)
-	cliStats := benchCLICreate(ctx, absBin(*bin), "http://"+ln.Addr().String(), token, names, *nCreate, floor.P50)
+	// The CLI's creates on the container runtimes (vm's boot would only add its REST figure).
+	cliStats := benchCLICreate(ctx, absBin(*bin), "http://"+ln.Addr().String(), token,
+		slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == microvm.Name }), *nCreate, floor.P50)
 	if *createOnly {
 		for _, name := range names {
 			s := summarize(measureCreate, "ms", createExec[name])
@@ -439,6 +463,32 @@ func main() {
 			res.Stats = append(res.Stats, s)
 		}
 		res.Stats = append(res.Stats, cliStats...)
+		if vmID, ok := warm[microvm.Name]; ok { // the vm runtime's exec, memory and pool figures (vm.go)
+			// The exec round trip on vm beside gVisor's (and runc's), in turns.
+			execs := map[string][]float64{}
+			for range 300 {
+				for _, name := range []string{"runc", "gvisor", microvm.Name} {
+					id, ok := warm[name]
+					if !ok {
+						continue
+					}
+					t0 := time.Now()
+					if _, err := c.Exec(ctx, id, trueCmd, nil); err != nil {
+						log.Fatalf("%s: %v", name, err)
+					}
+					execs[name] = append(execs[name], ms(time.Since(t0)))
+				}
+			}
+			for _, name := range []string{"runc", "gvisor", microvm.Name} {
+				if len(execs[name]) > 0 {
+					s := summarize(measureExec, "ms", execs[name])
+					s.Runtime = name
+					res.Stats = append(res.Stats, s)
+				}
+			}
+			res.Stats = append(res.Stats, vmIdleRSS(vmRoot, []string{vmID}, 10*time.Second))
+			res.Stats = append(res.Stats, benchVMPool(ctx, svc, c, *nVMPool)...)
+		}
 		for _, id := range warm {
 			c.Destroy(ctx, id)
 		}
@@ -472,6 +522,10 @@ func main() {
 		res.Stats = append(res.Stats, s)
 	}
 
+	if vmID, ok := warm[microvm.Name]; ok { // the vm runtime's memory and pool figures (vm.go)
+		res.Stats = append(res.Stats, vmIdleRSS(vmRoot, []string{vmID}, 10*time.Second))
+		res.Stats = append(res.Stats, benchVMPool(ctx, svc, c, *nVMPool)...)
+	}
 	res.Stats = append(res.Stats, cliStats...)
 	for _, name := range names {
 		s := summarize("destroy", "ms", destroy[name])

@@ -353,6 +353,15 @@ type Waiter interface {
 	Wait(ctx context.Context, id string) error
 }
 
+// ExitReporter is a Runtime that can say why a sandbox's init ended behind its back (a VM's
+// kernel panic, with its console's last lines): the control plane puts it in the lost event.
+type ExitReporter interface {
+	// ExitReason is a short, single-paragraph account of why sandbox id's init ended, "" when
+	// the runtime cannot tell (or the sandbox runs). The text comes partly from inside the
+	// sandbox (a console): the caller bounds and cleans it.
+	ExitReason(ctx context.Context, id string) string
+}
+
 // DiskAccounter is a Runtime whose sandboxes' disks take host space.
 type DiskAccounter interface {
 	// DisksMiB is the host space (allocated, not apparent) the sandboxes' disks occupy.

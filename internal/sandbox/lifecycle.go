@@ -644,7 +644,13 @@ func (s *Service) watchThen(rt runtime.Runtime, id string, done func()) {
 		if st, err := rt.State(s.bg, id); err == nil && st == runtime.StatusRunning {
 			return // it slept and woke again since: the wake watches the new one
 		}
-		if _, err := s.transition(s.bg, sb, StateLost, "sandbox init exited", "the sandbox stopped unexpectedly"); err != nil {
+		reason := "sandbox init exited"
+		if er, ok := rt.(runtime.ExitReporter); ok {
+			if why := text.Clean(er.ExitReason(s.bg, id), 1024); why != "" {
+				reason += ": " + why
+			}
+		}
+		if _, err := s.transition(s.bg, sb, StateLost, reason, "the sandbox stopped unexpectedly"); err != nil {
 			s.log.Warn("record lost sandbox", "sandbox_id", id, "err", err)
 		}
 		s.dropGuest(id)

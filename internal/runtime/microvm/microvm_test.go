@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
@@ -90,4 +92,32 @@ func TestBoot(t *testing.T) {
 func TestRuntimeSuite(t *testing.T) {
 	rt := newTestRuntime(t)
 	runtimetest.Run(t, rt, killer(rt))
+}
+
+// TestPanicReason: a guest kernel panic ends the VM (Wait returns, State says stopped) and
+// ExitReason names the panic with the console's last lines.
+func TestPanicReason(t *testing.T) {
+	rt := newTestRuntime(t)
+	id := runtimetest.NewID()
+	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
+	if r := rt.ExitReason(context.Background(), id); r != "" {
+		t.Fatalf("a running VM's exit reason: %q", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The exec dies with the VM: its error is expected.
+	_, _ = c.Exec(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", "echo c > /proc/sysrq-trigger"}, User: "root", TimeoutMs: 5000}, nil)
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	if err := rt.Wait(wctx, id); err != nil {
+		t.Fatalf("wait after the panic: %v", err)
+	}
+	if st, _ := rt.State(context.Background(), id); st != runtime.StatusStopped {
+		t.Fatalf("state after the panic: %s", st)
+	}
+	r := rt.ExitReason(context.Background(), id)
+	if !strings.Contains(r, "kernel panicked") || !strings.Contains(r, "sysrq") {
+		t.Fatalf("exit reason %q, want the kernel's panic with its console lines", r)
+	}
+	t.Logf("exit reason: %s", r)
 }

@@ -2,7 +2,6 @@ package microvm
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -65,20 +64,4 @@ func (r *Runtime) checkQMP(ctx context.Context, id string) error {
 		return fmt.Errorf("the VM is %s", st.Status)
 	}
 	return nil
-}
-
-// Console returns the last of the VM's serial console (a 64 KiB ring in QEMU), for a failure's
-// report; "" when the VM is gone.
-func (r *Runtime) Console(ctx context.Context, id string) string {
-	out, err := r.qmpRun(ctx, id, map[string]any{"execute": "ringbuf-read",
-		"arguments": map[string]any{"device": "console", "size": 65536, "format": "base64"}})
-	if err != nil {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(out, &s) != nil {
-		return ""
-	}
-	b, _ := base64.StdEncoding.DecodeString(s)
-	return string(b)
 }

@@ -337,6 +337,9 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, rec record) err
 	if err := os.Mkdir(filepath.Join(dir, "run"), 0o700); err != nil {
 		return err
 	}
+	if err := os.Mkdir(filepath.Join(dir, "console"), 0o700); err != nil {
+		return err
+	}
 	if err := os.Chown(filepath.Join(dir, "run"), int(r.cfg.UID), int(r.cfg.GID)); err != nil {
 		return err
 	}
@@ -438,6 +441,9 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		}
 		return errcode.New(errcode.SandboxNotRunning, "sandbox %s's VM has stopped; it cannot be started again", id)
 	}
+	if err := r.mountConsole(id); err != nil {
+		return err
+	}
 	cgDirs, err := r.makeCgroup(id, rec)
 	if err != nil {
 		return err
@@ -522,7 +528,7 @@ func (r *Runtime) argv(id string, rec record) []string {
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-kernel", rec.Kernel, "-initrd", rec.Initramfs, "-append", cmdline,
-		"-chardev", "ringbuf,id=console,size=65536", "-serial", "chardev:console",
+		"-chardev", "file,id=console,path=console/console.log", "-serial", "chardev:console",
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,path=run/agent.sock,server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name=" + vminit.PortName,
@@ -576,6 +582,9 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	if err := r.removeCgroup(ctx, id); err != nil {
+		return err
+	}
+	if err := r.unmountConsole(id); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(r.dir(id)); err != nil {
@@ -741,7 +750,76 @@ func hostTSCkHz() int64 {
 	return 0
 }
 
+// consoleBytes bounds a VM's console log: a tmpfs of this size holds it (the guest's root can
+// write to its serial port without end; what does not fit is dropped).
+const consoleBytes = 256 << 10
+
+// mountConsole mounts the VM's console directory: a small tmpfs QEMU (unprivileged) writes the
+// serial console into, so that it is bounded and outlives QEMU for ExitReason.
+func (r *Runtime) mountConsole(id string) error {
+	dir := filepath.Join(r.dir(id), "console")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	var st, parent unix.Stat_t
+	if unix.Stat(dir, &st) == nil && unix.Stat(r.dir(id), &parent) == nil && st.Dev != parent.Dev {
+		return nil // mounted already
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=16,mode=0700,uid=%d,gid=%d", consoleBytes, r.cfg.UID, r.cfg.GID)
+	if err := unix.Mount("agentbox-vmconsole", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("vm runtime: console tmpfs: %w", err)
+	}
+	return nil
+}
+
+func (r *Runtime) unmountConsole(id string) error {
+	dir := filepath.Join(r.dir(id), "console")
+	for {
+		err := unix.Unmount(dir, unix.MNT_DETACH)
+		if err == unix.EINVAL || err == unix.ENOENT {
+			return nil // not (or no longer) a mount point
+		}
+		if err != nil {
+			return fmt.Errorf("vm runtime: unmount the console: %w", err)
+		}
+	}
+}
+
+// Console returns the end of the VM's serial console (at most n bytes).
+func (r *Runtime) Console(ctx context.Context, id string) string {
+	b, _ := os.ReadFile(filepath.Join(r.dir(id), "console", "console.log"))
+	const n = 16 << 10
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// ExitReason says why a VM ended behind the runtime's back: its kernel's panic with the
+// console's last lines, a guest that powered off, or QEMU's own last words.
+func (r *Runtime) ExitReason(ctx context.Context, id string) string {
+	p, ok := r.readProc(id)
+	if !ok || p.alive() {
+		return ""
+	}
+	con := r.Console(ctx, id)
+	lines := strings.Split(strings.TrimSpace(con), "\n")
+	if i := strings.LastIndex(con, "Kernel panic"); i >= 0 {
+		tail := strings.Split(strings.TrimSpace(con[i:]), "\n")
+		head := lines[max(0, len(lines)-len(tail)-6) : len(lines)-len(tail)]
+		return "the VM's kernel panicked; its console's last lines: " + strings.Join(append(head, tail[0]), " | ")
+	}
+	if q := r.qemuLog(id); q != "" {
+		return "QEMU: " + q
+	}
+	if con != "" && strings.Contains(con, "agentbox vm init:") {
+		return "the VM's init stopped; its console's last lines: " + strings.Join(lines[max(0, len(lines)-6):], " | ")
+	}
+	return "the VM's QEMU process ended (killed, or the guest powered off)"
+}
+
 var (
+	_ runtime.ExitReporter  = (*Runtime)(nil)
 	_ runtime.Runtime       = (*Runtime)(nil)
 	_ runtime.Waiter        = (*Runtime)(nil)
 	_ runtime.Adopter       = (*Runtime)(nil)
