@@ -15,7 +15,7 @@ import (
 )
 
 // assetsVersion changes whenever what the builders below put in an asset changes.
-const assetsVersion = "1"
+const assetsVersion = "2"
 
 // guestModules are the cloud kernel's modules /init loads, in order: the virtio transport,
 // the agent's port, the disks, the root's overlay.
@@ -26,6 +26,8 @@ var guestModules = []string{
 	"kernel/drivers/char/virtio_console.ko",
 	"kernel/drivers/block/virtio_blk.ko",
 	"kernel/fs/overlayfs/overlay.ko",
+	// free page reporting: the guest hands the pages it frees back to the host
+	"kernel/drivers/virtio/virtio_balloon.ko",
 }
 
 // moduleSigMagic ends a signed module: the signature and its 12-byte descriptor precede it.

@@ -5,6 +5,7 @@ package microvm
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,11 +79,21 @@ func TestBoot(t *testing.T) {
 	start := time.Now()
 	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
 	t.Logf("booted in %s (accel %s)", time.Since(start), rt.Accel())
-	res := runtimetest.Exec(t, c, "sh", "-c", "uname -n; id -u; cat /proc/cmdline; echo $AGENTBOX_TEST")
-	if !strings.Contains(res.Stdout, id) {
+	res := runtimetest.Exec(t, c, "sh", "-c", "uname -n; id -u; cat /proc/cmdline; echo $AGENTBOX_TEST; ls /sys/bus/virtio/drivers/")
+	if !strings.Contains(res.Stdout, id) || !strings.Contains(res.Stdout, "virtio_balloon") {
 		t.Fatalf("exec: %s\nconsole:\n%s", res, rt.Console(context.Background(), id))
 	}
 	t.Logf("%s", res)
+	if testing.Verbose() {
+		time.Sleep(10 * time.Second)
+		p, _ := rt.readProc(id)
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID))
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "VmRSS") || strings.HasPrefix(l, "Rss") {
+				t.Logf("idle QEMU %s", l)
+			}
+		}
+	}
 	if testing.Verbose() {
 		t.Logf("console:\n%s", rt.Console(context.Background(), id))
 	}
