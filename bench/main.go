@@ -487,7 +487,7 @@ func main() {
 				}
 			}
 			res.Stats = append(res.Stats, vmIdleRSS(vmRoot, []string{vmID}, 10*time.Second))
-			res.Stats = append(res.Stats, benchVMPool(ctx, svc, c, *nVMPool)...)
+			res.Stats = append(res.Stats, benchVMPool(ctx, svc, c, rts[len(rts)-1], vmID, *nVMPool)...)
 		}
 		for _, id := range warm {
 			c.Destroy(ctx, id)
@@ -524,7 +524,7 @@ func main() {
 
 	if vmID, ok := warm[microvm.Name]; ok { // the vm runtime's memory and pool figures (vm.go)
 		res.Stats = append(res.Stats, vmIdleRSS(vmRoot, []string{vmID}, 10*time.Second))
-		res.Stats = append(res.Stats, benchVMPool(ctx, svc, c, *nVMPool)...)
+		res.Stats = append(res.Stats, benchVMPool(ctx, svc, c, rts[len(rts)-1], vmID, *nVMPool)...)
 	}
 	res.Stats = append(res.Stats, cliStats...)
 	for _, name := range names {

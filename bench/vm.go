@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api/client"
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -57,7 +58,7 @@ func vmIdleRSS(root string, ids []string, idle time.Duration) Stat {
 
 // benchVMPool measures n claims from a warm pool of booted VMs (pool size vmPoolSize, refilled
 // between claims): create → reply, and create → first exec.
-func benchVMPool(ctx context.Context, svc *sandbox.Service, c *client.Client, n int) []Stat {
+func benchVMPool(ctx context.Context, svc *sandbox.Service, c *client.Client, rt runtime.Runtime, warmID string, n int) []Stat {
 	if n <= 0 {
 		return nil
 	}
@@ -70,7 +71,33 @@ func benchVMPool(ctx context.Context, svc *sandbox.Service, c *client.Client, n 
 		MemoryMB: shape.MemoryMB, DiskMB: shape.DiskMB, Size: vmPoolSize}); err != nil {
 		log.Fatalf("vm pool: set: %v", err)
 	}
-	defer c.DeletePool(context.Background(), vmPoolName)
+	defer func() {
+		// The pool's ready VMs are destroyed in the background, by the control loop: wait for
+		// them while it runs, or they would outlive the bench.
+		if err := c.DeletePool(context.Background(), vmPoolName); err != nil {
+			log.Fatalf("vm pool: delete: %v", err)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			ids, err := rt.List(ctx) // every VM holding anything on the host
+			if err != nil {
+				log.Fatalf("vm pool: list: %v", err)
+			}
+			left := 0
+			for _, id := range ids {
+				if id != warmID {
+					left++
+				}
+			}
+			if left == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				log.Fatalf("vm pool: %d pooled VMs not destroyed within 2 minutes", left)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
 	trueCmd := wire.ExecRequest{Command: []string{"true"}}
 	var claims, firsts []float64
 	for i := 0; i < n; i++ {
