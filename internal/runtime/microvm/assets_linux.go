@@ -15,7 +15,7 @@ import (
 )
 
 // assetsVersion changes whenever what the builders below put in an asset changes.
-const assetsVersion = "2"
+const assetsVersion = "3"
 
 // guestModules are the cloud kernel's modules /init loads, in order: the virtio transport,
 // the agent's port, the disks, the root's overlay.
@@ -139,12 +139,22 @@ const (
 
 // hostImage returns the read-only root disk of image "host" in a VM: a VM cannot share the
 // host's /usr as a container does, so it is a small userland of the host's static busybox
-// (every applet as /bin/<name>), built into the cache at first use and shared by every VM.
+// (every applet as /bin/<name>) and the host's python3 (addPython), built into the cache at
+// first use and shared by every VM.
 func (r *Runtime) hostImage(ctx context.Context) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "host image %s\x00", assetsVersion)
 	if err := fileHash(h, r.busybox); err != nil {
 		return "", fmt.Errorf("busybox: %w", err)
+	}
+	py, _ := filepath.EvalSymlinks("/usr/bin/python3")
+	if py != "" {
+		if err := fileHash(h, py); err != nil {
+			return "", fmt.Errorf("python3: %w", err)
+		}
+		if fi, err := os.Stat(filepath.Join("/usr/lib", filepath.Base(py))); err == nil {
+			fmt.Fprintf(h, "stdlib %d\x00", fi.ModTime().UnixNano())
+		}
 	}
 	path := filepath.Join(r.cfg.Root, "cache", "image-host-"+hex.EncodeToString(h.Sum(nil))[:16]+".ext4")
 	if _, err := os.Stat(path); err == nil {
@@ -196,11 +206,99 @@ func (r *Runtime) hostImage(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	sizeMB := int64(len(bb))>>20 + 16
+	if py != "" {
+		if err := addPython(ctx, dir, py); err != nil {
+			return "", fmt.Errorf("python3 in the host image: %w", err)
+		}
+	}
+	var total int64
+	_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil {
+			total += fi.Size() + 4096
+		}
+		return nil
+	})
+	sizeMB := total*5/4>>20 + 16
 	if err := mkfs(ctx, path, dir, sizeMB, "agentbox-root", true); err != nil {
 		return "", err
 	}
 	return path, nil
+}
+
+// addPython copies the host's python3 into the image being built in dir: the interpreter, its
+// standard library and the shared libraries they load (ldd), at their paths (/lib and /lib64 as
+// Debian's merged /usr has them: links into usr/). The host image of the container runtimes is
+// the host's /usr; a VM gets this much of it, so that python3 (run_python) works there too.
+func addPython(ctx context.Context, dir, py string) error {
+	name := filepath.Base(py) // python3.11
+	stdlib := filepath.Join("/usr/lib", name)
+	for _, d := range []string{"usr/bin", "usr/lib", "usr/lib64"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for link, target := range map[string]string{"lib": "usr/lib", "lib64": "usr/lib64", "usr/bin/python3": name} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			return err
+		}
+	}
+	if out, err := exec.CommandContext(ctx, "cp", "-a", stdlib, filepath.Join(dir, "usr/lib")).CombinedOutput(); err != nil {
+		return fmt.Errorf("cp %s: %w: %s", stdlib, err, out)
+	}
+	if err := copyFile(py, filepath.Join(dir, "usr/bin", name), 0o755); err != nil {
+		return err
+	}
+	objs := []string{py}
+	mods, _ := filepath.Glob(filepath.Join(stdlib, "lib-dynload", "*.so"))
+	objs = append(objs, mods...)
+	out, err := exec.CommandContext(ctx, "ldd", objs...).Output()
+	if err != nil {
+		return fmt.Errorf("ldd: %w", err)
+	}
+	libs := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") && strings.Contains(f, ".so") && !strings.HasSuffix(f, ":") {
+				libs[f] = true
+			}
+		}
+	}
+	for lib := range libs {
+		dst := lib
+		for _, merged := range []string{"/lib/", "/lib64/"} {
+			if strings.HasPrefix(dst, merged) {
+				dst = "/usr" + dst
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(dir, dst)); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, dst)), 0o755); err != nil {
+			return err
+		}
+		if err := copyFile(lib, filepath.Join(dir, dst), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFile copies src's content (following links) to a new file dst.
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // mkfs makes an ext4 file system of sizeMB at path holding dir's tree (mkfs.ext4 -d), written

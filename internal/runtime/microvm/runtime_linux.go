@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	goruntime "runtime"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -42,6 +44,10 @@ type Runtime struct {
 	cg         cgroups // why auto chose TCG over a present /dev/kvm
 
 	assetsMu sync.Mutex // builds of the initramfs and image disks
+	// bootSlots bounds the VMs booting at once to the host's cores: under emulation a boot is
+	// CPU-bound, and more at once only slows every one of them (Start waits for a slot; the
+	// slot is freed once the guest's agent answers the host's handshake, or the VM dies).
+	bootSlots chan struct{}
 
 	mu       sync.Mutex
 	sessions map[string]*agentConn // the host's connection to each VM's agent
@@ -110,7 +116,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runtime{cfg: cfg, log: log, sessions: map[string]*agentConn{}, locks: map[string]*sync.Mutex{}}
+	r := &Runtime{cfg: cfg, log: log, sessions: map[string]*agentConn{}, locks: map[string]*sync.Mutex{},
+		bootSlots: make(chan struct{}, max(1, goruntime.NumCPU()))}
 	r.modulesDir = cfg.ModulesDir
 	if r.modulesDir == "" {
 		r.modulesDir = filepath.Join(filepath.Dir(cfg.Kernel), "modules")
@@ -444,6 +451,17 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.mountConsole(id); err != nil {
 		return err
 	}
+	select {
+	case r.bootSlots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("vm runtime: waiting for a boot slot (%d VMs booting): %w", cap(r.bootSlots), ctx.Err())
+	}
+	booting := true
+	defer func() {
+		if booting {
+			<-r.bootSlots
+		}
+	}()
 	cgDirs, err := r.makeCgroup(id, rec)
 	if err != nil {
 		return err
@@ -496,7 +514,32 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		return err
 	}
+	booting = false
+	go r.awaitBoot(id, proc{PID: pid, StartTime: st}) // frees the boot slot
 	return nil
+}
+
+// bootTimeout bounds how long a booting VM holds its boot slot.
+const bootTimeout = 2 * time.Minute
+
+// awaitBoot connects to the new VM's agent (the handshake answers once the guest's init
+// serves), then frees the boot slot Start took; a VM that dies or does not answer within
+// bootTimeout frees it too. The connection stays for the sandbox's first dial.
+func (r *Runtime) awaitBoot(id string, p proc) {
+	defer func() { <-r.bootSlots }()
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	sock := filepath.Join(r.dir(id), "run", "agent.sock")
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if !p.alive() || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, _ = r.session(ctx, id, sock)
 }
 
 // qemuLog is the tail of QEMU's own output (its errors).
