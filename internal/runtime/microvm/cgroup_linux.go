@@ -70,17 +70,19 @@ func (r *Runtime) cgroupParent() error {
 // directories.
 func (r *Runtime) makeCgroup(id string, rec record) ([]string, error) {
 	mem := strconv.FormatInt((rec.MemoryMB+qemuOverheadMB)<<20, 10)
-	var limits map[string]string
+	// In order: v1 takes memsw only at or above the memory limit.
+	type limit struct{ file, value string }
+	var limits []limit
 	if r.cg.v2 {
-		limits = map[string]string{"memory.max": mem, "memory.swap.max": "0", "pids.max": "256"}
+		limits = []limit{{"memory.max", mem}, {"memory.swap.max", "0"}, {"pids.max", "256"}}
 		if rec.CPU > 0 {
-			limits["cpu.max"] = fmt.Sprintf("%d 100000", int64(rec.CPU*100000))
+			limits = append(limits, limit{"cpu.max", fmt.Sprintf("%d 100000", int64(rec.CPU*100000))})
 		}
 	} else {
-		limits = map[string]string{"memory/memory.limit_in_bytes": mem, "memory/memory.memsw.limit_in_bytes": mem, "pids/pids.max": "256"}
+		limits = []limit{{"memory/memory.limit_in_bytes", mem}, {"memory/memory.memsw.limit_in_bytes", mem}, {"pids/pids.max", "256"}}
 		if rec.CPU > 0 {
-			limits["cpu/cpu.cfs_period_us"] = "100000"
-			limits["cpu/cpu.cfs_quota_us"] = strconv.FormatInt(int64(rec.CPU*100000), 10)
+			limits = append(limits, limit{"cpu/cpu.cfs_period_us", "100000"},
+				limit{"cpu/cpu.cfs_quota_us", strconv.FormatInt(int64(rec.CPU*100000), 10)})
 		}
 	}
 	var dirs []string
@@ -91,14 +93,15 @@ func (r *Runtime) makeCgroup(id string, rec record) ([]string, error) {
 		}
 		dirs = append(dirs, dir)
 	}
-	for f, v := range limits {
+	for _, l := range limits {
+		f, v := l.file, l.value
 		path := filepath.Join(r.cg.roots[0], r.cfg.CgroupParent, id, f)
 		if !r.cg.v2 {
 			ctl, file, _ := strings.Cut(f, "/")
 			path = filepath.Join(cgroupRoot, ctl, r.cfg.CgroupParent, id, file)
 		}
 		if err := os.WriteFile(path, []byte(v), 0); err != nil {
-			if strings.Contains(f, "swap") || strings.Contains(f, "memsw") {
+			if (strings.Contains(f, "swap") || strings.Contains(f, "memsw")) && errors.Is(err, os.ErrNotExist) {
 				continue // no swap accounting on this host
 			}
 			return nil, fmt.Errorf("vm runtime: cgroup %s: %w", f, err)

@@ -84,6 +84,18 @@ func TestBoot(t *testing.T) {
 		t.Fatalf("exec: %s\nconsole:\n%s", res, rt.Console(context.Background(), id))
 	}
 	t.Logf("%s", res)
+	// QEMU runs in the sandbox's cgroup, bounded by the guest's RAM plus QEMU's overhead.
+	p, _ := rt.readProc(id)
+	memFile := filepath.Join(cgroupRoot, rt.cfg.CgroupParent, id, "memory.max")
+	if !rt.cg.v2 {
+		memFile = filepath.Join(cgroupRoot, "memory", rt.cfg.CgroupParent, id, "memory.limit_in_bytes")
+	}
+	if b, err := os.ReadFile(memFile); err != nil || strings.TrimSpace(string(b)) != fmt.Sprint((256+qemuOverheadMB)<<20) {
+		t.Errorf("the VM's memory limit %s: %q %v", memFile, b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(memFile), "cgroup.procs")); err != nil || !strings.Contains(" "+strings.Join(strings.Fields(string(b)), " ")+" ", fmt.Sprintf(" %d ", p.PID)) {
+		t.Errorf("qemu %d is not in its cgroup: %q %v", p.PID, b, err)
+	}
 	if testing.Verbose() {
 		time.Sleep(10 * time.Second)
 		p, _ := rt.readProc(id)
