@@ -96,6 +96,11 @@ func TestBoot(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(filepath.Dir(memFile), "cgroup.procs")); err != nil || !strings.Contains(" "+strings.Join(strings.Fields(string(b)), " ")+" ", fmt.Sprintf(" %d ", p.PID)) {
 		t.Errorf("qemu %d is not in its cgroup: %q %v", p.PID, b, err)
 	}
+	m, err := rt.Metrics(context.Background(), id)
+	if err != nil || m.CPU == nil || m.CPU.UsageSeconds <= 0 || m.Memory == nil || m.Memory.UsedBytes < 32<<20 ||
+		m.Disk == nil || m.Disk.TotalBytes != 1024<<20 || m.Disk.UsedBytes <= 0 {
+		t.Errorf("metrics of a running VM: %+v %v", m, err)
+	}
 	if testing.Verbose() {
 		time.Sleep(10 * time.Second)
 		p, _ := rt.readProc(id)
