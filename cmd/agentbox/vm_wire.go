@@ -76,6 +76,7 @@ func vmChecks(root, boot bool, cfg config.Config) (rc, sc check) {
 		}
 		return rc, sc
 	}
+	defer rt.Close(context.Background()) // after the Delete below: the empty cgroup parent goes too
 	rc.OK = true
 	rc.Detail = fmt.Sprintf("QEMU %s microvm, accelerator %s, kernel %s, vm isolation", caps.Version, rt.Accel(), rt.Kernel())
 	if why := rt.KVMReason(); why != "" {
@@ -89,7 +90,6 @@ func vmChecks(root, boot bool, cfg config.Config) (rc, sc check) {
 		sc.Detail, sc.Fix = "not tried: needs root", "sudo agentbox doctor --vm-boot"
 		return rc, sc
 	}
-	defer rt.Close(context.Background())
 	id := sandbox.NewID()
 	defer rt.Delete(context.Background(), id)
 	start := time.Now()
