@@ -635,33 +635,43 @@ func (s *Server) waitRun(ctx context.Context, call *mcp.CallToolRequest, rb Runs
 	var after int64
 	n := 0
 	for {
-		l, err := rb.Events(ctx, id, after, runs.MaxEventsPage)
-		if err != nil {
-			return runs.Run{}, err
-		}
-		for _, ev := range l.Events {
-			n++
-			msg := fmt.Sprintf("%s → %s", ev.From, ev.To)
-			if ev.From == "" {
-				msg = string(ev.To)
-			}
-			if ev.Phase != "" {
-				msg += " [" + ev.Phase + "]"
-			}
-			if ev.Reason != "" {
-				msg += ": " + ev.Reason
-			}
-			if err := call.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(n), Message: msg}); err != nil && ctx.Err() == nil {
-				s.log.Debug("progress notification failed", "err", err)
-			}
-			after = ev.Seq
-		}
-		if l.Next > after {
-			after = l.Next
-		}
+		// The record first, then its events: every transition up to the state read is among
+		// them, so a run that settled is reported through its last event before the reply.
 		r, err := rb.Get(ctx, id)
-		if err != nil || r.State.Settled() || !time.Now().Before(deadline) {
+		if err != nil {
 			return r, err
+		}
+		for {
+			l, err := rb.Events(ctx, id, after, runs.MaxEventsPage)
+			if err != nil {
+				return runs.Run{}, err
+			}
+			for _, ev := range l.Events {
+				n++
+				msg := fmt.Sprintf("%s → %s", ev.From, ev.To)
+				if ev.From == "" {
+					msg = string(ev.To)
+				}
+				if ev.Phase != "" {
+					msg += " [" + ev.Phase + "]"
+				}
+				if ev.Reason != "" {
+					msg += ": " + ev.Reason
+				}
+				if err := call.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(n), Message: msg}); err != nil && ctx.Err() == nil {
+					s.log.Debug("progress notification failed", "err", err)
+				}
+				after = ev.Seq
+			}
+			if l.Next > after {
+				after = l.Next
+			}
+			if len(l.Events) < runs.MaxEventsPage {
+				break
+			}
+		}
+		if r.State.Settled() || !time.Now().Before(deadline) {
+			return r, nil
 		}
 		select {
 		case <-ctx.Done():

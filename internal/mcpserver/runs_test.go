@@ -331,3 +331,43 @@ func TestRunToolArguments(t *testing.T) {
 		t.Errorf("agent_test's request\n got %+v\nwant %+v", rec.cmp, wantTest)
 	}
 }
+
+// eventsThenSettle is a runs backend whose event reads return what was recorded and then
+// wait until the run has settled: the settling transition always lands between a read of the
+// events and the next read of the record.
+type eventsThenSettle struct{ mcpserver.RunsBackend }
+
+func (b eventsThenSettle) Events(ctx context.Context, id string, after int64, limit int) (runs.EventList, error) {
+	l, err := b.RunsBackend.Events(ctx, id, after, limit)
+	for deadline := time.Now().Add(time.Minute); err == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if r, gerr := b.RunsBackend.Get(ctx, id); gerr != nil || r.State.Settled() {
+			break
+		}
+	}
+	return l, err
+}
+
+// TestRunProgressReportsTheLastTransition: a run that settles while its waiter reads the events
+// is still reported through its last transition before the reply.
+func TestRunProgressReportsTheLastTransition(t *testing.T) {
+	base := "http://agentbox.test"
+	sbs, rs, work := runService(t, &base)
+	srv := mcpserver.New(sbs, mcpserver.Options{Runs: eventsThenSettle{rs}})
+	t.Cleanup(srv.Close)
+	c := connect(t, srv, protocolVersions[1])
+	res := c.callCtx(t.Context(), "run", obj{"dir": filepath.Join(work, "last"), "command": []string{"true"}, "wait": true, "wait_seconds": 60}, "tok-last")
+	var r mcpserver.RunOut
+	decode(t, res, &r)
+	if res.IsError || r.State != runs.Succeeded {
+		t.Fatalf("run: %s", text(res))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var all []string
+	for _, p := range c.progress {
+		all = append(all, p.Message)
+	}
+	if j := strings.Join(all, "\n"); !strings.Contains(j, "→ succeeded") {
+		t.Fatalf("progress before the reply: %q; want the run's last transition", all)
+	}
+}
