@@ -19,8 +19,13 @@ import (
 func TestAwaitSave(t *testing.T) {
 	rt := newRunc(t)
 	const id, other = "sb-0123456789ab", "sb-ba9876543210"
-	// sh -c SCRIPT NAME ARGS…: the shell's own command line carries the rest.
-	cmd := exec.Command("sh", "-c", "sleep 0.7; true", "runsc", "--root", rt.stateDir(), "checkpoint", "--image-path", "/nonexistent", id)
+	// sh -c SCRIPT NAME ARGS…: the shell's own command line carries the rest. It runs until its
+	// stdin is closed, so nothing here depends on how fast a loaded host is.
+	cmd := exec.Command("sh", "-c", "read x; true", "runsc", "--root", rt.stateDir(), "checkpoint", "--image-path", "/nonexistent", id)
+	end, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -32,17 +37,24 @@ func TestAwaitSave(t *testing.T) {
 			t.Fatal("the checkpoint command is never seen in flight")
 		}
 	}
-	began := time.Now()
-	if err := rt.AwaitSave(t.Context(), other); err != nil || time.Since(began) > 200*time.Millisecond {
-		t.Fatalf("AwaitSave of another sandbox = %v after %s; want nil at once", err, time.Since(began))
+	if err := rt.AwaitSave(t.Context(), other); err != nil || exited(done, cmd.Process.Pid) {
+		t.Fatalf("AwaitSave of another sandbox = %v; want nil without waiting for this checkpoint (ended: %v)", err, exited(done, cmd.Process.Pid))
 	}
-	if err := rt.AwaitSave(t.Context(), id); err != nil {
+	awaited := make(chan error, 1)
+	go func() { awaited <- rt.AwaitSave(t.Context(), id) }()
+	select {
+	case err := <-awaited:
+		t.Fatalf("AwaitSave returned (%v) with the checkpoint still running", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	end.Close() // the checkpoint ends
+	if err := <-awaited; err != nil {
 		t.Fatal(err)
 	}
 	// Ended: reaped (done), or a zombie not yet reaped by cmd.Wait's goroutine (its cmdline,
 	// which AwaitSave reads, is empty from its exit on).
 	if !exited(done, cmd.Process.Pid) {
-		t.Fatalf("AwaitSave returned after %s with the checkpoint still running", time.Since(began))
+		t.Fatal("AwaitSave returned with the checkpoint still running")
 	}
 	if rt.saveInFlight(id) {
 		t.Fatal("still in flight after AwaitSave")
