@@ -74,6 +74,10 @@ type Capabilities struct {
 	// its processes are not in a user namespace (gVisor: the sentry's own user namespace holds
 	// them, and the disk is seen through an id-mapped mount).
 	IDMappedFiles bool `json:"id_mapped_files,omitempty"`
+	// HostIDPerSandbox is whether the runtime runs each sandbox's host-side processes (a vm
+	// sandbox's QEMU) as the base uid and gid of the sandbox's range, so that no two sandboxes
+	// share a host uid even though their own ids live in a guest kernel.
+	HostIDPerSandbox bool `json:"host_id_per_sandbox,omitempty"`
 	// Snapshots lists the snapshot kinds the runtime can take (Snapshotter): SnapshotFiles,
 	// and SnapshotFilesMemory where it can also save and restore memory and processes.
 	Snapshots []string `json:"snapshots,omitempty"`
@@ -84,7 +88,9 @@ type Capabilities struct {
 }
 
 // TakesIDRange reports whether sandboxes of the runtime need a range of host ids (Spec.IDMap).
-func (c Capabilities) TakesIDRange() bool { return c.UserNamespaces || c.IDMappedFiles }
+func (c Capabilities) TakesIDRange() bool {
+	return c.UserNamespaces || c.IDMappedFiles || c.HostIDPerSandbox
+}
 
 // IDMap maps a sandbox's user and group ids 0..Count-1 to host ids UIDBase.. and GIDBase...
 type IDMap struct {

@@ -47,7 +47,9 @@ type Config struct {
 	// CgroupParent is the cgroup (one path component under the cgroup v2 root) each VM gets
 	// <CgroupParent>/<id> in; two runtimes on one host must not share it.
 	CgroupParent string
-	// UID and GID run QEMU (default 65534: nobody); it never runs as root.
+	// UID and GID run the QEMU of a sandbox whose Spec has no IDMap (default 65534: nobody),
+	// as doctor's test boot does; a sandbox with an id range (every one the control plane
+	// creates) runs its QEMU as the range's base uid and gid instead. QEMU never runs as root.
 	UID, GID uint32
 	Logger   *slog.Logger
 }

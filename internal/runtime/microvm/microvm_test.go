@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
@@ -86,6 +88,10 @@ func TestBoot(t *testing.T) {
 	t.Logf("%s", res)
 	// QEMU runs in the sandbox's cgroup, bounded by the guest's RAM plus QEMU's overhead.
 	p, _ := rt.readProc(id)
+	// A spec without an id range (doctor's test boot) runs its QEMU as nobody.
+	if u, g := procIDs(t, p.PID); u != 65534 || g != 65534 {
+		t.Errorf("qemu of a sandbox without an id range runs as uid %d gid %d, want 65534", u, g)
+	}
 	memFile := filepath.Join(cgroupRoot, rt.cfg.CgroupParent, id, "memory.max")
 	if !rt.cg.v2 {
 		memFile = filepath.Join(cgroupRoot, "memory", rt.cfg.CgroupParent, id, "memory.limit_in_bytes")
@@ -148,4 +154,146 @@ func TestPanicReason(t *testing.T) {
 		t.Fatalf("exit reason %q, want the kernel's panic with its console lines", r)
 	}
 	t.Logf("exit reason: %s", r)
+}
+
+// procIDs reads a process's real, effective, saved and filesystem uid and gid from
+// /proc/PID/status, failing unless each set agrees.
+func procIDs(t *testing.T, pid int) (uid, gid uint32) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids [2]uint32
+	for _, l := range strings.Split(string(b), "\n") {
+		for i, k := range []string{"Uid:", "Gid:"} {
+			if f := strings.Fields(l); len(f) == 5 && f[0] == k {
+				if f[1] != f[2] || f[1] != f[3] || f[1] != f[4] {
+					t.Fatalf("process %d's %s ids differ: %q", pid, k, l)
+				}
+				v, err := strconv.ParseUint(f[1], 10, 32)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids[i] = uint32(v)
+			}
+		}
+	}
+	return ids[0], ids[1]
+}
+
+// runAs runs argv as uid and gid (no supplementary groups) and returns its error and output.
+func runAs(uid, gid uint32, argv ...string) (string, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestQEMUPerSandboxUID: each VM's QEMU runs as the base of its sandbox's id range, two VMs as
+// two uids, and one VM's uid can open none of the other's disk, sockets or console, while its
+// own it can. A runtime made anew on the same root (a restarted server) adopts the VM and keeps
+// its uid.
+func TestQEMUPerSandboxUID(t *testing.T) {
+	rt := newTestRuntime(t)
+	ctx := context.Background()
+	if !rt.Capabilities().TakesIDRange() {
+		t.Fatal("the vm runtime does not take an id range")
+	}
+	// A range QEMU would run as root in is refused before anything is made.
+	bad := runtimetest.DefaultSpec(runtimetest.NewID())
+	bad.IDMap = runtime.IDMap{Count: 1 << 16}
+	if _, err := rt.Create(ctx, bad); errcode.Of(err) != errcode.InvalidArgument {
+		t.Fatalf("create with an id range based at 0: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := os.Lstat(rt.dir(bad.ID)); !os.IsNotExist(err) {
+		t.Fatalf("a refused create left %s: %v", rt.dir(bad.ID), err)
+	}
+
+	type vm struct {
+		id   string
+		m    runtime.IDMap
+		h    runtime.Handle
+		pid  int
+		disk string
+	}
+	a := vm{id: runtimetest.NewID(), m: runtimetest.TestIDMap()}
+	b := vm{id: runtimetest.NewID(), m: runtimetest.TestIDMap()}
+	for b.m.UIDBase == a.m.UIDBase {
+		b.m = runtimetest.TestIDMap()
+	}
+	b.m.GIDBase = b.m.UIDBase + 1<<16 - 1<<15 // gid base apart from uid base: each is used as given
+	for _, v := range []*vm{&a, &b} {
+		spec := runtimetest.DefaultSpec(v.id)
+		spec.IDMap = v.m
+		c, h := runtimetest.StartHandle(t, rt, spec)
+		res := runtimetest.Exec(t, c, "sh", "-c", "uname -n")
+		if !strings.Contains(res.Stdout, v.id) {
+			t.Fatalf("exec in %s: %s", v.id, res)
+		}
+		p, ok := rt.readProc(v.id)
+		if !ok {
+			t.Fatalf("no qemu recorded for %s", v.id)
+		}
+		v.h, v.pid, v.disk = h, p.PID, filepath.Join(rt.dir(v.id), "data.ext4")
+	}
+	for _, v := range []vm{a, b} {
+		if u, g := procIDs(t, v.pid); u != v.m.UIDBase || g != v.m.GIDBase {
+			t.Errorf("qemu of %s runs as uid %d gid %d, want its range's base %d/%d", v.id, u, g, v.m.UIDBase, v.m.GIDBase)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(v.disk, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != v.m.UIDBase || st.Gid != v.m.GIDBase || st.Mode&0o7777 != 0o600 {
+			t.Errorf("%s is %d:%d mode %o, want %d:%d mode 600", v.disk, st.Uid, st.Gid, st.Mode&0o7777, v.m.UIDBase, v.m.GIDBase)
+		}
+	}
+	// What QEMU opens: as its own uid, readable; as the other VM's uid, not.
+	for _, pair := range [][2]vm{{a, b}, {b, a}} {
+		own, other := pair[0], pair[1]
+		dir := rt.dir(own.id)
+		for _, argv := range [][]string{
+			{"head", "-c", "1", own.disk},
+			{"ls", filepath.Join(dir, "run", "agent.sock"), filepath.Join(dir, "run", "qmp.sock")},
+			{"head", "-c", "1", filepath.Join(dir, "console", "console.log")},
+		} {
+			if out, err := runAs(own.m.UIDBase, own.m.GIDBase, argv...); err != nil {
+				t.Errorf("%v as %s's own uid %d: %v %s", argv, own.id, own.m.UIDBase, err, out)
+			}
+			out, err := runAs(other.m.UIDBase, other.m.GIDBase, argv...)
+			if err == nil || !strings.Contains(out, "Permission denied") {
+				t.Errorf("%v as the other VM's uid %d: %v %q, want permission denied", argv, other.m.UIDBase, err, out)
+			}
+		}
+	}
+	// The shared read-only assets stay readable by every VM's uid.
+	rec, err := rt.readRecord(a.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{rec.Kernel, rec.Initramfs, rec.RootDisk} {
+		if out, err := runAs(b.m.UIDBase, b.m.GIDBase, "head", "-c", "1", f); err != nil {
+			t.Errorf("shared asset %s is not readable by a VM's uid: %v %s", f, err, out)
+		}
+	}
+	// A restarted server's runtime adopts the VM and boots nothing anew as another uid.
+	rt2, err := New(ctx, rt.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt2.Adopt(ctx, a.id, a.h); err != nil {
+		t.Fatalf("adopt %s: %v", a.id, err)
+	}
+	if err := rt2.Start(ctx, a.id); err != nil { // running: a no-op
+		t.Fatal(err)
+	}
+	rec2, _ := rt2.readRecord(a.id)
+	if u, g := rt2.owner(rec2); u != a.m.UIDBase || g != a.m.GIDBase {
+		t.Errorf("a new runtime reads %s's owner as %d/%d, want %d/%d", a.id, u, g, a.m.UIDBase, a.m.GIDBase)
+	}
+	if p, _ := rt2.readProc(a.id); p.PID != a.pid {
+		t.Errorf("adopted %s's qemu pid %d, want %d", a.id, p.PID, a.pid)
+	}
+	_ = rt2.Close(ctx)
 }

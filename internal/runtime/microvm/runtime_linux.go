@@ -68,6 +68,30 @@ type record struct {
 	Initramfs string `json:"initramfs"`
 	Kernel    string `json:"kernel"`
 	Accel     string `json:"accel"`
+	// UID and GID run the VM's QEMU: the base of the sandbox's id range (Config.UID and GID
+	// when its Spec had none). A record from before they were kept has 0: Config's then.
+	UID uint32 `json:"uid,omitempty"`
+	GID uint32 `json:"gid,omitempty"`
+}
+
+// owner is who runs the VM's QEMU and owns its disk, sockets and console.
+func (r *Runtime) owner(rec record) (uid, gid uint32) {
+	if rec.UID == 0 || rec.GID == 0 {
+		return r.cfg.UID, r.cfg.GID
+	}
+	return rec.UID, rec.GID
+}
+
+// checkIDMap refuses an id range QEMU cannot run as (its base root's, or past uid_t).
+func checkIDMap(m runtime.IDMap) error {
+	if m.Count == 0 {
+		return nil
+	}
+	if m.UIDBase == 0 || m.GIDBase == 0 || uint64(m.UIDBase)+uint64(m.Count) > 1<<32-1 || uint64(m.GIDBase)+uint64(m.Count) > 1<<32-1 {
+		return errcode.New(errcode.InvalidArgument, "id range %d+%d / %d+%d is invalid: a VM's QEMU runs as its base, which must not be 0 (root), and the range must end below 2^32-1",
+			m.UIDBase, m.Count, m.GIDBase, m.Count)
+	}
+	return nil
 }
 
 // proc is sandboxes/<id>/qemu.json: the QEMU process Start made, told from a later process of
@@ -122,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.modulesDir == "" {
 		r.modulesDir = filepath.Join(filepath.Dir(cfg.Kernel), "modules")
 	}
-	r.caps = runtime.Capabilities{Name: Name, Isolation: runtime.IsolationVM, Images: []string{"host"},
+	r.caps = runtime.Capabilities{Name: Name, Isolation: runtime.IsolationVM, Images: []string{"host"}, HostIDPerSandbox: true,
 		NetworkModes:            []string{runtime.NetworkNone, runtime.NetworkEgress},
 		TransparentEgressReason: "a vm sandbox has no NIC: its egress is the agent's proxy path only"}
 	if reason := r.probe(ctx); reason != "" {
@@ -142,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	r.caps.Hardening = []string{
 		"vm:qemu-microvm(accel=" + r.accel + ")",
 		"qemu:sandbox-on(seccomp:obsolete,elevateprivileges,spawn,resourcecontrol=deny)",
-		fmt.Sprintf("qemu:unprivileged(uid=%d)", cfg.UID),
+		"qemu:unprivileged(uid=base-of-sandbox-id-range)",
 		"cgroup:vm(memory=ram+overhead,cpu,pids)",
 		"network:no-nic(egress:agent-proxy-only)",
 	}
@@ -284,6 +308,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 	if err := runtime.CheckCABundle(spec.CABundle); err != nil {
 		return "", err
 	}
+	if err := checkIDMap(spec.IDMap); err != nil {
+		return "", err
+	}
 	if spec.Snapshot != nil {
 		return "", errcode.New(errcode.UnsupportedOp, "the vm runtime cannot create a sandbox from a snapshot yet (no VM snapshots: QEMU migration to a file is not wired)")
 	}
@@ -327,7 +354,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
 	rec := record{ID: spec.ID, Handle: hex.EncodeToString(nonce), CPUs: cpus, CPU: spec.CPU, MemoryMB: mem, DiskMB: disk, Image: "host",
-		RootDisk: root, Initramfs: initrd, Kernel: r.cfg.Kernel, Accel: r.accel}
+		RootDisk: root, Initramfs: initrd, Kernel: r.cfg.Kernel, Accel: r.accel, UID: r.cfg.UID, GID: r.cfg.GID}
+	if spec.IDMap.Count > 0 {
+		rec.UID, rec.GID = spec.IDMap.UIDBase, spec.IDMap.GIDBase
+	}
 	if err := r.create(ctx, spec, rec); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", err
@@ -337,6 +367,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 
 func (r *Runtime) create(ctx context.Context, spec runtime.Spec, rec record) error {
 	dir := r.dir(spec.ID)
+	uid, gid := r.owner(rec)
 	// 0711: QEMU, unprivileged, runs in it and opens its disk; the records stay root's.
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return err
@@ -347,7 +378,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, rec record) err
 	if err := os.Mkdir(filepath.Join(dir, "console"), 0o700); err != nil {
 		return err
 	}
-	if err := os.Chown(filepath.Join(dir, "run"), int(r.cfg.UID), int(r.cfg.GID)); err != nil {
+	if err := os.Chown(filepath.Join(dir, "run"), int(uid), int(gid)); err != nil {
 		return err
 	}
 	stage, err := os.MkdirTemp(dir, ".stage-*")
@@ -375,7 +406,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, rec record) err
 	if err := mkfs(ctx, data, stage, rec.DiskMB, vminit.DataLabel, false); err != nil {
 		return err
 	}
-	if err := os.Chown(data, int(r.cfg.UID), int(r.cfg.GID)); err != nil {
+	// The disk is its QEMU's alone: no other VM's QEMU (another uid) may read or write it.
+	if err := os.Chown(data, int(uid), int(gid)); err != nil {
+		return err
+	}
+	if err := os.Chmod(data, 0o600); err != nil {
 		return err
 	}
 	b, _ := json.Marshal(rec)
@@ -431,7 +466,8 @@ func startTime(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
-// Start boots the VM: QEMU in the sandbox's cgroup, as the unprivileged user.
+// Start boots the VM: QEMU in the sandbox's cgroup, as the base uid and gid of the sandbox's id
+// range (no user of the host, nor any other sandbox, has them).
 func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.checkID(id); err != nil {
 		return err
@@ -448,7 +484,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		}
 		return errcode.New(errcode.SandboxNotRunning, "sandbox %s's VM has stopped; it cannot be started again", id)
 	}
-	if err := r.mountConsole(id); err != nil {
+	if err := r.mountConsole(id, rec); err != nil {
 		return err
 	}
 	select {
@@ -472,13 +508,14 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		return err
 	}
 	defer logf.Close()
+	uid, gid := r.owner(rec)
 	cmd := exec.Command(r.qemu, r.argv(id, rec)...)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid:     true,
-		Credential: &syscall.Credential{Uid: r.cfg.UID, Gid: r.cfg.GID, Groups: r.groups(rec)},
+		Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: r.groups(rec)},
 	}
 	if r.cg.v2 {
 		// clone3 with CLONE_INTO_CGROUP: QEMU never runs outside its cgroup.
@@ -802,7 +839,7 @@ const consoleBytes = 256 << 10
 
 // mountConsole mounts the VM's console directory: a small tmpfs QEMU (unprivileged) writes the
 // serial console into, so that it is bounded and outlives QEMU for ExitReason.
-func (r *Runtime) mountConsole(id string) error {
+func (r *Runtime) mountConsole(id string, rec record) error {
 	dir := filepath.Join(r.dir(id), "console")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -811,7 +848,8 @@ func (r *Runtime) mountConsole(id string) error {
 	if unix.Stat(dir, &st) == nil && unix.Stat(r.dir(id), &parent) == nil && st.Dev != parent.Dev {
 		return nil // mounted already
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=16,mode=0700,uid=%d,gid=%d", consoleBytes, r.cfg.UID, r.cfg.GID)
+	uid, gid := r.owner(rec)
+	opts := fmt.Sprintf("size=%d,nr_inodes=16,mode=0700,uid=%d,gid=%d", consoleBytes, uid, gid)
 	if err := unix.Mount("agentbox-vmconsole", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		return fmt.Errorf("vm runtime: console tmpfs: %w", err)
 	}
