@@ -59,7 +59,7 @@ func wireRuntimes(l []runtime.Capabilities) []wire.Capabilities {
 			Isolation: string(c.Isolation), CgroupMode: c.CgroupMode, Images: c.Images, OCIImageReason: c.OCIImageReason,
 			NetworkModes: c.NetworkModes, EgressReason: c.EgressReason, TransparentEgressReason: c.TransparentEgressReason,
 			Hardening: c.Hardening, UserNamespaces: c.UserNamespaces, IDMappedFiles: c.IDMappedFiles,
-			Snapshots: c.Snapshots, MemorySnapshotReason: c.MemorySnapshotReason}
+			HostIDPerSandbox: c.HostIDPerSandbox, Snapshots: c.Snapshots, MemorySnapshotReason: c.MemorySnapshotReason}
 	}
 	return out
 }

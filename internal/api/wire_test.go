@@ -162,7 +162,7 @@ func TestWireRuntimesBytes(t *testing.T) {
 	l := []runtime.Capabilities{{Name: "runc", Available: true, Reason: "r", Version: "1.2", Isolation: runtime.IsolationProcess,
 		CgroupMode: "v2", Images: []string{"host"}, OCIImageReason: "o", NetworkModes: []string{"none"}, EgressReason: "e",
 		TransparentEgressReason: "t", Hardening: []string{"seccomp"}, UserNamespaces: true, IDMappedFiles: true,
-		Snapshots: []string{"files"}, MemorySnapshotReason: "m"}, {}}
+		HostIDPerSandbox: true, Snapshots: []string{"files"}, MemorySnapshotReason: "m"}, {}}
 	want, _ := json.Marshal(l)
 	if got, _ := json.Marshal(wireRuntimes(l)); !bytes.Equal(got, want) {
 		t.Fatalf("wire:    %s\nruntime: %s", got, want)

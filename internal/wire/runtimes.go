@@ -34,6 +34,9 @@ type Capabilities struct {
 	// IDMappedFiles is whether the sandbox's files are its id range's on the host without a
 	// user namespace.
 	IDMappedFiles bool `json:"id_mapped_files,omitempty"`
+	// HostIDPerSandbox is whether each sandbox's host-side processes (a vm sandbox's QEMU) run
+	// as the base uid and gid of its own id range.
+	HostIDPerSandbox bool `json:"host_id_per_sandbox,omitempty"`
 	// Snapshots lists the snapshot kinds the runtime can take.
 	Snapshots []string `json:"snapshots,omitempty"`
 	// MemorySnapshotReason says why memory snapshots are not available on this host.
