@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,6 +44,29 @@ func qemuPID(t *testing.T, dir, id string) int {
 		t.Fatalf("qemu.json %q: %v", b, err)
 	}
 	return p.PID
+}
+
+// qemuUID is the real uid of process pid (its effective, saved and filesystem uids must agree).
+func qemuUID(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 5 && f[0] == "Uid:" {
+			if f[1] != f[2] || f[1] != f[3] || f[1] != f[4] {
+				t.Fatalf("process %d's uids differ: %q", pid, l)
+			}
+			u, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return u
+		}
+	}
+	t.Fatalf("no Uid line in /proc/%d/status", pid)
+	return 0
 }
 
 // TestVMCLI is the README's CLI loop on `serve --runtime vm`: sandboxes are QEMU microVMs
@@ -114,6 +138,25 @@ func TestVMCLI(t *testing.T) {
 	if _, err := c.Exec(ctx, sb2.ID, apiExec("sh", "-c", "echo kept > /workspace/state.txt"), nil); err != nil {
 		t.Fatal(err)
 	}
+	// Each VM's QEMU runs as the base of its own id range: two uids from the server's pool, and
+	// the disk is that uid's alone.
+	uid1, uid2 := qemuUID(t, qemuPID(t, dir, id)), qemuUID(t, qemuPID(t, dir, sb2.ID))
+	for _, u := range []int64{uid1, uid2} {
+		if u < sandbox.DefaultIDPoolBase || (u-sandbox.DefaultIDPoolBase)%sandbox.IDRangeSize != 0 {
+			t.Errorf("qemu runs as uid %d, not the base of a range of the pool from %d", u, sandbox.DefaultIDPoolBase)
+		}
+	}
+	if uid1 == uid2 {
+		t.Errorf("two VMs' QEMUs share uid %d", uid1)
+	}
+	if !strings.Contains(strings.Join(sb2.Hardening, " "), "qemu:unprivileged(uid=base-of-sandbox-id-range)") {
+		t.Errorf("hardening %v does not name the per-sandbox uid", sb2.Hardening)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "runtimes", "vm", "sandboxes", sb2.ID, "data.ext4"), &st); err != nil ||
+		int64(st.Uid) != uid2 || st.Mode&0o777 != 0o600 {
+		t.Errorf("%s's disk: uid %d mode %o %v, want uid %d mode 600", sb2.ID, st.Uid, st.Mode&0o777, err, uid2)
+	}
 
 	// QEMU dies behind the server's back: the sandbox becomes lost.
 	if err := syscall.Kill(qemuPID(t, dir, id), syscall.SIGKILL); err != nil {
@@ -139,6 +182,9 @@ func TestVMCLI(t *testing.T) {
 	}
 	if res, err := c2.Exec(ctx, sb2.ID, apiExec("cat", "/workspace/state.txt"), nil); err != nil || res.Stdout != "kept\n" {
 		t.Fatalf("exec after restart: %+v %v", res, err)
+	}
+	if u := qemuUID(t, qemuPID(t, dir, sb2.ID)); u != uid2 {
+		t.Errorf("the adopted VM's qemu runs as uid %d, want %d", u, uid2)
 	}
 	for _, x := range []string{id, sb2.ID} {
 		if _, err := c2.Destroy(ctx, x); err != nil {
