@@ -124,8 +124,9 @@ func runE2BBench(ctx context.Context, bin string, f e2bFlagSet) []Stat {
 	}
 	// The server's share: the same Start RPC the SDK sends, from Go's Connect client.
 	pc := processconnect.NewProcessClient(http.DefaultClient, s.url, connect.WithProtoJSON())
+	noStdin := false
 	startRPC := func() {
-		req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: login[0], Args: login[1:]}})
+		req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: login[0], Args: login[1:]}, Stdin: &noStdin}) // as the SDK sends it
 		req.Header().Set("E2b-Sandbox-Id", sb.ID)
 		req.Header().Set("X-Access-Token", k.Secret)
 		st, err := pc.Start(ctx, req)
