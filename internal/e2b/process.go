@@ -246,7 +246,7 @@ func (s *Server) start(ctx context.Context, id string, req *process.StartRequest
 	u := userFrom(ctx)
 	if req.GetPty() != nil {
 		size := req.GetPty().GetSize()
-		pty, err := s.svc.PTY(justRead(pctx), id, sandbox.PTYRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: u,
+		pty, err := s.svc.PTY(pctx, id, sandbox.PTYRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: u,
 			Rows: int(size.GetRows()), Cols: int(size.GetCols()), Term: cfg.GetEnvs()["TERM"]})
 		if err != nil {
 			cancel()
@@ -256,7 +256,7 @@ func (s *Server) start(ctx context.Context, id string, req *process.StartRequest
 	} else if req.Stdin == nil || req.GetStdin() {
 		// envd keeps a command's stdin open unless the request says stdin: false (the SDK
 		// sends false unless asked): agentbox's exec with open stdin.
-		in, err := s.svc.ExecStdin(justRead(pctx), id, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: u,
+		in, err := s.svc.ExecStdin(pctx, id, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: u,
 			Timeout: max(timeout.Round(time.Second), time.Second)})
 		switch {
 		case err == nil:
@@ -295,7 +295,7 @@ func (s *Server) runCommand(ctx context.Context, p *proc, argv []string, user st
 	defer s.procs.remove(p)
 	defer p.cancel()
 	cfg := p.config
-	res, err := s.svc.Exec(justRead(ctx), p.sandbox, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: user,
+	res, err := s.svc.Exec(ctx, p.sandbox, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: user,
 		Timeout: max(timeout.Round(time.Second), time.Second), MaxOutputBytes: 1 << 10},
 		func(stream string, data []byte) {
 			p.publish(ctx, &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: outputEvent(stream, data)}})

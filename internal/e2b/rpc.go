@@ -10,24 +10,10 @@ import (
 
 	"github.com/agentbox/agentbox/internal/e2b/envd/filesystem/filesystemconnect"
 	"github.com/agentbox/agentbox/internal/e2b/envd/process/processconnect"
-	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 type sandboxKey struct{}
 type userKey struct{}
-
-// recordKey carries the sandbox's record as the call's check read it (live), for the exec
-// the call starts to take rather than read it again (sandbox.WithRecord).
-type recordKey struct{}
-
-// justRead returns ctx for the one service call that starts a process: carrying the record
-// this call read.
-func justRead(ctx context.Context) context.Context {
-	if sb, ok := ctx.Value(recordKey{}).(sandbox.Sandbox); ok {
-		return sandbox.WithRecord(ctx, sb)
-	}
-	return ctx
-}
 
 func sandboxFrom(ctx context.Context) string {
 	id, _ := ctx.Value(sandboxKey{}).(string)
@@ -67,13 +53,11 @@ func (s *Server) rpcHandlers() map[string]http.HandlerFunc {
 	out := map[string]http.HandlerFunc{}
 	for _, m := range RPCMethods {
 		out[m] = func(w http.ResponseWriter, r *http.Request) {
-			sb, err := s.live(r, r.PathValue("id"))
-			if err != nil {
+			if _, err := s.live(r, r.PathValue("id")); err != nil {
 				WriteError(w, r, err) // 502, as E2B's edge answers for a sandbox not there
 				return
 			}
 			ctx := context.WithValue(r.Context(), sandboxKey{}, r.PathValue("id"))
-			ctx = context.WithValue(ctx, recordKey{}, sb)
 			ctx = context.WithValue(ctx, userKey{}, basicUser(r))
 			sw := &streamWriter{ResponseWriter: w}
 			ctx = context.WithValue(ctx, streamWriterKey{}, sw)

@@ -518,15 +518,11 @@ func (s *Service) runningOr(ctx context.Context, id string, wake bool) (Sandbox,
 	if err := checkID(id); err != nil {
 		return Sandbox{}, nil, err
 	}
-	sb, ok := justRead(ctx, id)
-	if !ok {
-		var err error
-		if sb, err = s.store.GetSandbox(ctx, id); err != nil {
-			return sb, nil, err
-		}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, nil, err
 	}
 	if sb.State == StateSleeping {
-		var err error
 		if !wake || !sb.AutoWake || !autoWakeAllowed(ctx) {
 			return sb, nil, sleepingErr(id)
 		}
@@ -565,27 +561,6 @@ func (s *Service) runningOr(ctx context.Context, id string, wake bool) (Sandbox,
 	}
 	s.guestsMu.Unlock()
 	return sb, gc, nil
-}
-
-// justReadKey carries a running sandbox's record its caller read an instant before (WithRecord).
-type justReadKey struct{}
-
-// WithRecord returns ctx carrying sb, a record its caller has just read from the store (to
-// check the sandbox before answering): an exec, open-stdin exec or PTY of sb.ID under ctx
-// takes it rather than reading the same record again. Only a running record is taken; the
-// call reads any other afresh. Keep the context to the one call: a process that outlives it
-// must not carry the record.
-func WithRecord(ctx context.Context, sb Sandbox) context.Context {
-	return context.WithValue(ctx, justReadKey{}, sb)
-}
-
-// justRead is the record WithRecord left in ctx for sandbox id, if it is running.
-func justRead(ctx context.Context, id string) (Sandbox, bool) {
-	sb, ok := ctx.Value(justReadKey{}).(Sandbox)
-	if !ok || sb.ID != id || sb.State != StateRunning {
-		return Sandbox{}, false
-	}
-	return sb, true
 }
 
 // guestFailed checks, after a failed call to a sandbox's agent, whether the sandbox is gone, and
