@@ -635,26 +635,45 @@ func (s *Service) watchThen(rt runtime.Runtime, id string, done func()) {
 		if err := w.Wait(s.bg, id); err != nil {
 			return // the service is closing
 		}
-		unlock := s.lock(id)
-		defer unlock()
-		sb, err := s.store.GetSandbox(s.bg, id)
-		if err != nil || sb.State != StateRunning {
-			return // destroyed, asleep or already settled
-		}
-		if st, err := rt.State(s.bg, id); err == nil && st == runtime.StatusRunning {
-			return // it slept and woke again since: the wake watches the new one
-		}
-		reason := "sandbox init exited"
-		if er, ok := rt.(runtime.ExitReporter); ok {
-			if why := text.Clean(er.ExitReason(s.bg, id), 1024); why != "" {
-				reason += ": " + why
+		// A store that cannot take the write now (a full disk) gets it later: the record must
+		// not stay running for a sandbox that is gone.
+		for delay := 100 * time.Millisecond; !s.recordExited(rt, id); delay = min(2*delay, 5*time.Second) {
+			select {
+			case <-s.bg.Done():
+				return
+			case <-time.After(delay):
 			}
 		}
-		if _, err := s.transition(s.bg, sb, StateLost, reason, "the sandbox stopped unexpectedly"); err != nil {
-			s.log.Warn("record lost sandbox", "sandbox_id", id, "err", err)
-		}
-		s.dropGuest(id)
 	}()
+}
+
+// recordExited records sandbox id, whose init has exited, lost, and says whether it is settled
+// (recorded, or nothing left to record); false means the store could not be read or written.
+func (s *Service) recordExited(rt runtime.Runtime, id string) bool {
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.GetSandbox(s.bg, id)
+	if err != nil {
+		return errcode.Of(err) == errcode.SandboxNotFound
+	}
+	if sb.State != StateRunning {
+		return true // destroyed, asleep or already settled
+	}
+	if st, err := rt.State(s.bg, id); err == nil && st == runtime.StatusRunning {
+		return true // it slept and woke again since: the wake watches the new one
+	}
+	reason := "sandbox init exited"
+	if er, ok := rt.(runtime.ExitReporter); ok {
+		if why := text.Clean(er.ExitReason(s.bg, id), 1024); why != "" {
+			reason += ": " + why
+		}
+	}
+	if _, err := s.transition(s.bg, sb, StateLost, reason, "the sandbox stopped unexpectedly"); err != nil {
+		s.log.Warn("record lost sandbox; will retry", "sandbox_id", id, "err", err)
+		return false
+	}
+	s.dropGuest(id)
+	return true
 }
 
 // sweep deletes the host resources of every sandbox that owned does not claim, then frees the
