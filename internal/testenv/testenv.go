@@ -3,12 +3,15 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,7 +66,8 @@ func build(t testing.TB) {
 	t.Helper()
 	root := ModuleRoot(t)
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agentbox-bin-")
+		removeOrphanBinaries()
+		dir, err := os.MkdirTemp("", fmt.Sprintf("agentbox-bin-%d-", os.Getpid()))
 		if err != nil {
 			buildErr = err
 			return
@@ -77,6 +81,22 @@ func build(t testing.TB) {
 	})
 	if buildErr != nil {
 		t.Fatalf("build agentbox: %v\n%s", buildErr, buildOut)
+	}
+}
+
+// removeOrphanBinaries removes the build dirs of test processes that have exited: a test binary
+// has no hook at its end to remove its own (127 MB each, one per package of a run), so the next
+// build removes them instead, and a run leaves at most its last packages' behind.
+func removeOrphanBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "agentbox-bin-*-*"))
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(dir), "agentbox-bin-"), "-", 2)[0])
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(dir)
+		}
 	}
 }
 
