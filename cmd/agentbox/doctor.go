@@ -144,12 +144,7 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 	warn := f != oci.FlavorRunc
 	rc = check{Name: name, Warn: warn}
 	sc = check{Name: name + " sandbox", Warn: warn}
-	guestBin, _, err := guestBinary("")
-	if err != nil {
-		rc.Detail, sc.Detail = err.Error(), "not tried"
-		return rc, sc
-	}
-	dir, err := os.MkdirTemp("", "abdoc-")
+	guestBin, dir, err := doctorScratch()
 	if err != nil {
 		rc.Detail, sc.Detail = err.Error(), "not tried"
 		return rc, sc
@@ -178,16 +173,35 @@ func runtimeChecks(root bool, f oci.Flavor) (rc, sc check) {
 		return rc, sc
 	}
 	defer rt.Close(context.Background()) // after the Delete below: the empty cgroup parent goes too
+	tryOnce(ctx, rt, &sc, "sandbox", "created a sandbox", time.Millisecond)
+	return rc, sc
+}
+
+// doctorScratch is what a runtime check needs before its runtime: the lean agent to bind in and
+// a throwaway root dir, searchable by everyone (0711) like a server's state dir, since a
+// sandbox's root user (unprivileged on the host) must reach the runtime's root in it.
+func doctorScratch() (guestBin, dir string, err error) {
+	if guestBin, _, err = guestBinary(""); err != nil {
+		return "", "", err
+	}
+	if dir, err = os.MkdirTemp("", "abdoc-"); err != nil {
+		return "", "", err
+	}
+	return guestBin, dir, os.Chmod(dir, 0o711)
+}
+
+// tryOnce is a runtime's sandbox check: runOnce on rt, then sc says how long it took (rounded
+// to round) or what failed.
+func tryOnce(ctx context.Context, rt runtime.Runtime, sc *check, what, did string, round time.Duration) {
 	id := sandbox.NewID()
 	defer rt.Delete(context.Background(), id)
 	start := time.Now()
 	if err := runOnce(ctx, rt, id); err != nil {
-		sc.Detail = "a test sandbox failed: " + err.Error()
+		sc.Detail = "a test " + what + " failed: " + err.Error()
 		sc.Fix = "run `sudo agentbox serve --log-level debug` and read the runtime's error"
-		return rc, sc
+		return
 	}
-	sc.OK, sc.Detail = true, fmt.Sprintf("created a sandbox and ran a command in it in %s", time.Since(start).Round(time.Millisecond))
-	return rc, sc
+	sc.OK, sc.Detail = true, fmt.Sprintf("%s and ran a command in it in %s", did, time.Since(start).Round(round))
 }
 
 // runOnce creates and starts a sandbox, waits for its agent and runs one command in it.

@@ -16,7 +16,6 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/microvm"
-	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // vmParentSuffix names the vm runtime's cgroup parent: <parent>-vm.
@@ -47,18 +46,12 @@ func newVMRuntime(ctx context.Context, cfg config.Config, parent, guestBin strin
 func vmChecks(root, boot bool, cfg config.Config) (rc, sc check) {
 	rc = check{Name: microvm.Name, Warn: true}
 	sc = check{Name: microvm.Name + " sandbox", Warn: true}
-	guestBin, _, err := guestBinary("")
-	if err != nil {
-		rc.Detail, sc.Detail = err.Error(), "not tried"
-		return rc, sc
-	}
-	dir, err := os.MkdirTemp("", "abdoc-")
+	guestBin, dir, err := doctorScratch()
 	if err != nil {
 		rc.Detail, sc.Detail = err.Error(), "not tried"
 		return rc, sc
 	}
 	defer os.RemoveAll(dir)
-	_ = os.Chmod(dir, 0o711)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	rt, err := microvm.New(ctx, microvm.Config{Root: dir, Kernel: cfg.VMKernel, Accel: cfg.VMAccel, GuestBinary: guestBin,
@@ -90,14 +83,6 @@ func vmChecks(root, boot bool, cfg config.Config) (rc, sc check) {
 		sc.Detail, sc.Fix = "not tried: needs root", "sudo agentbox doctor --vm-boot"
 		return rc, sc
 	}
-	id := sandbox.NewID()
-	defer rt.Delete(context.Background(), id)
-	start := time.Now()
-	if err := runOnce(ctx, rt, id); err != nil {
-		sc.Detail = "a test VM failed: " + err.Error()
-		sc.Fix = "run `sudo agentbox serve --log-level debug` and read the runtime's error"
-		return rc, sc
-	}
-	sc.OK, sc.Detail = true, fmt.Sprintf("booted a VM and ran a command in it in %s", time.Since(start).Round(10*time.Millisecond))
+	tryOnce(ctx, rt, &sc, "VM", "booted a VM", 10*time.Millisecond)
 	return rc, sc
 }
