@@ -304,3 +304,48 @@ func TestReconcileActsOnTheRecordNotTheList(t *testing.T) {
 		t.Fatalf("ranges after reconcile: %+v, want only %s's", rs, keep.ID)
 	}
 }
+
+// refuseLost is a store that refuses the first three writes recording sandbox *id lost, as a
+// full disk would.
+type refuseLost struct {
+	*sqlite.Store
+	id      *atomic.Pointer[string]
+	refused *atomic.Int32
+}
+
+func (r refuseLost) UpdateSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbox.Event) error {
+	if id := r.id.Load(); id != nil && sb.ID == *id && sb.State == sandbox.StateLost && r.refused.Add(1) <= 3 {
+		return errcode.New(errcode.ResourceExhausted, "the store's file system is full")
+	}
+	return r.Store.UpdateSandbox(ctx, sb, ev)
+}
+
+// TestWatchRetriesRecordingLost: a sandbox whose container dies while the store refuses writes
+// is still recorded lost once the store takes them again; the watch does not give up after one
+// refused write and leave a gone sandbox recorded running.
+func TestWatchRetriesRecordingLost(t *testing.T) {
+	var refused atomic.Int32
+	var id atomic.Pointer[string]
+	e := newEnvWith(t, sandbox.Config{}, nil, func(st *sqlite.Store) sandbox.Store {
+		return refuseLost{Store: st, id: &id, refused: &refused}
+	})
+	sb := e.create(t, sandbox.CreateRequest{})
+	id.Store(&sb.ID)
+	e.killContainer(t, sb.ID)
+	ctx := context.Background()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		got, err := e.st.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == sandbox.StateLost {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after its container died, %s is %s (%d lost writes refused)", sb.ID, got.State, refused.Load())
+		}
+	}
+	if n := refused.Load(); n < 4 {
+		t.Fatalf("%d lost writes tried, want the 3 the store refused and the one it took", n)
+	}
+}
