@@ -47,6 +47,7 @@ func sandboxCreate(args []string) int {
 	c.fs.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot (agentbox snapshots ls) instead of an image: its files, and its processes when it holds memory")
 	c.fs.BoolVar(&req.AutoWake, "auto-wake", false, "an exec or file call on the sandbox while it sleeps wakes it first")
 	c.fs.BoolVar(&req.TTLWhileSleeping, "ttl-while-sleeping", false, "the TTL keeps running while the sandbox sleeps (default: sleeping time does not count)")
+	c.fs.StringVar(&req.OnExpiry, "on-expiry", "", "what happens when the TTL runs out: destroy (the default) or sleep (a wake gives it its TTL again)")
 	var nw networkFlags // network (network.go)
 	nw.register(c)
 	return c.run(args, exactly(0), func(ctx context.Context, cl *client.Client, _ []string) int {

@@ -29,6 +29,7 @@ func wireSandbox(sb sandbox.Sandbox) wire.Sandbox {
 		Error: sb.Error, Hardening: sb.Hardening, Owner: sb.Owner, IdempotencyKey: sb.IdempotencyKey, Node: sb.Node,
 		Network: wireNetwork(sb.Network), SecretNames: sb.SecretVarNames(),
 		FromSnapshot: sb.FromSnapshot, AutoWake: sb.AutoWake, TTLWhileSleeping: sb.TTLWhileSleeping,
+		OnExpiry: sb.OnExpiry, TTLSeconds: sb.TTLSeconds,
 		SleepSnapshot: sb.SleepSnapshot, SleptAt: sb.SleptAt, FromPool: sb.FromPool, Pool: sb.Pool, Version: sb.Version,
 	}
 }

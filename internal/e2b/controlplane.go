@@ -109,6 +109,15 @@ type sandboxDetail struct {
 	// AllowInternetAccess: false without network, true when any public host is allowed, left
 	// out for a narrower policy.
 	AllowInternetAccess *bool `json:"allowInternetAccess,omitempty"`
+	// Lifecycle is what happens at the timeout ("kill", or "pause": agentbox's on_expiry
+	// sleep) and whether a call resumes a paused sandbox (agentbox's auto_wake).
+	Lifecycle lifecycle `json:"lifecycle"`
+}
+
+// lifecycle is E2B's SandboxLifecycle.
+type lifecycle struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
 }
 
 // decodeBody reads an optional JSON body into v (E2B's API ignores unknown fields).
@@ -153,10 +162,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	if max := int64(s.svc.Config().MaxTTL / time.Second); max > 0 && ttl > max {
 		ttl = max // E2B caps the timeout at the plan's maximum; agentbox at --max-ttl
 	}
-	if body.AutoPause != nil && *body.AutoPause || body.AutoResume != nil && body.AutoResume.Enabled {
-		writeAPIError(w, errcode.New(errcode.UnsupportedOp, "lifecycle onTimeout \"pause\" (autoPause) and autoResume are not offered: agentbox ends a sandbox at its timeout; pause it yourself before then (sbx.pause()), or give a longer timeout"))
-		return
+	// lifecycle: onTimeout "pause" sleeps the sandbox at its timeout (agentbox's on_expiry
+	// sleep); autoResume wakes it for the next envd call (agentbox's auto_wake).
+	req := sandbox.CreateRequest{Image: img, TTLSeconds: ttl, Env: body.EnvVars}
+	if body.AutoPause != nil && *body.AutoPause {
+		req.OnExpiry = sandbox.OnExpirySleep
 	}
+	req.AutoWake = body.AutoResume != nil && body.AutoResume.Enabled
 	if len(body.VolumeMounts) > 0 {
 		writeAPIError(w, errcode.New(errcode.UnsupportedOp, "volumeMounts are not offered by agentbox's E2B API: agentbox has no E2B volumes (docs/E2B.md)"))
 		return
@@ -171,7 +183,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		labels[k] = v
 	}
 	labels[templateLabel] = body.TemplateID
-	sb, err := s.svc.Create(r.Context(), sandbox.CreateRequest{Image: img, TTLSeconds: ttl, Env: body.EnvVars, Labels: labels, Network: network})
+	req.Labels, req.Network = labels, network
+	sb, err := s.svc.Create(r.Context(), req)
 	if err != nil {
 		if errcode.Of(err) == errcode.ImageNotFound {
 			err = errcode.New(errcode.SandboxNotFound, "template %q not found: it is neither an E2B template agentbox maps (base, code-interpreter-v1) nor an image it can pull: %s", body.TemplateID, errcode.Message(err))
@@ -223,7 +236,11 @@ func (s *Server) detail(sb sandbox.Sandbox) sandboxDetail {
 		cpu = 1
 	}
 	d := sandboxDetail{SandboxID: sb.ID, TemplateID: templateOf(sb), ClientID: ClientID, StartedAt: sb.CreatedAt, EndAt: sb.ExpiresAt,
-		CPUCount: cpu, MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: meta, State: state, EnvdVersion: EnvdVersion}
+		CPUCount: cpu, MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: meta, State: state, EnvdVersion: EnvdVersion,
+		Lifecycle: lifecycle{OnTimeout: "kill", AutoResume: sb.AutoWake}}
+	if sb.OnExpiry == sandbox.OnExpirySleep {
+		d.Lifecycle.OnTimeout = "pause"
+	}
 	if s.opts.Domain != "" {
 		dom := s.opts.Domain
 		d.Domain = &dom

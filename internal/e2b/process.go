@@ -244,9 +244,15 @@ func (s *Server) start(ctx context.Context, id string, req *process.StartRequest
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	p := &proc{sandbox: id, tag: req.Tag, config: cfg, cancel: cancel, subs: map[int]chan *process.ProcessEvent{}, done: make(chan struct{})}
 	u := userFrom(ctx)
+	// envd runs a command in the user's home unless told otherwise: a relative path a command
+	// names is then the same file the filesystem calls resolve under the home.
+	cwd := cfg.GetCwd()
+	if cwd == "" {
+		cwd = homeOf(u)
+	}
 	if req.GetPty() != nil {
 		size := req.GetPty().GetSize()
-		pty, err := s.svc.PTY(pctx, id, sandbox.PTYRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: u,
+		pty, err := s.svc.PTY(pctx, id, sandbox.PTYRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cwd, User: u,
 			Rows: int(size.GetRows()), Cols: int(size.GetCols()), Term: cfg.GetEnvs()["TERM"]})
 		if err != nil {
 			cancel()
@@ -256,7 +262,7 @@ func (s *Server) start(ctx context.Context, id string, req *process.StartRequest
 	} else if req.Stdin == nil || req.GetStdin() {
 		// envd keeps a command's stdin open unless the request says stdin: false (the SDK
 		// sends false unless asked): agentbox's exec with open stdin.
-		in, err := s.svc.ExecStdin(pctx, id, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: u,
+		in, err := s.svc.ExecStdin(pctx, id, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cwd, User: u,
 			Timeout: max(timeout.Round(time.Second), time.Second)})
 		switch {
 		case err == nil:
@@ -286,16 +292,16 @@ func (s *Server) start(ctx context.Context, id string, req *process.StartRequest
 	case p.in != nil:
 		go s.runStdin(pctx, p)
 	default:
-		go s.runCommand(pctx, p, argv, u, timeout)
+		go s.runCommand(pctx, p, argv, u, cwd, timeout)
 	}
 	return p, events, unsub, nil
 }
 
-func (s *Server) runCommand(ctx context.Context, p *proc, argv []string, user string, timeout time.Duration) {
+func (s *Server) runCommand(ctx context.Context, p *proc, argv []string, user, cwd string, timeout time.Duration) {
 	defer s.procs.remove(p)
 	defer p.cancel()
 	cfg := p.config
-	res, err := s.svc.Exec(ctx, p.sandbox, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: user,
+	res, err := s.svc.Exec(ctx, p.sandbox, sandbox.ExecRequest{Argv: argv, Env: cfg.GetEnvs(), Cwd: cwd, User: user,
 		Timeout: max(timeout.Round(time.Second), time.Second), MaxOutputBytes: 1 << 10},
 		func(stream string, data []byte) {
 			p.publish(ctx, &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: outputEvent(stream, data)}})

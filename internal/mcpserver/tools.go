@@ -264,6 +264,7 @@ type SandboxInfo struct {
 	FromSnapshot     string    `json:"from_snapshot,omitempty" jsonschema:"The snapshot the sandbox was made from (sandbox_create snapshot, sandbox_fork)."`
 	AutoWake         bool      `json:"auto_wake,omitempty" jsonschema:"An exec or file call while it sleeps wakes it first."`
 	TTLWhileSleeping bool      `json:"ttl_while_sleeping,omitempty" jsonschema:"Its TTL keeps running while it sleeps (default: sleeping time does not count)."`
+	OnExpiry         string    `json:"on_expiry,omitempty" jsonschema:"sleep: it sleeps when its TTL runs out instead of being destroyed."`
 	SleptAt          time.Time `json:"slept_at,omitzero" jsonschema:"When it went to sleep (state sleeping)."`
 	FromPool         bool      `json:"from_pool,omitempty" jsonschema:"It was claimed from a warm pool of ready sandboxes rather than started for this create."`
 }
@@ -272,7 +273,7 @@ func (s *Server) info(sb sandbox.Sandbox) SandboxInfo {
 	in := SandboxInfo{SandboxID: sb.ID, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
 		Isolation: sb.Isolation, CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, EnvNames: sb.EnvVarNames(),
 		Labels: sb.Labels, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, Reason: sb.Error,
-		FromSnapshot: sb.FromSnapshot, AutoWake: sb.AutoWake, TTLWhileSleeping: sb.TTLWhileSleeping, SleptAt: sb.SleptAt, FromPool: sb.FromPool}
+		FromSnapshot: sb.FromSnapshot, AutoWake: sb.AutoWake, TTLWhileSleeping: sb.TTLWhileSleeping, OnExpiry: sb.OnExpiry, SleptAt: sb.SleptAt, FromPool: sb.FromPool}
 	if p := sb.Network.Policy; p != nil {
 		in.Network = &PolicyIn{Allow: nonNil(p.Allow), Deny: nonNil(p.Deny)}
 	}
@@ -331,6 +332,7 @@ type CreateIn struct {
 	Snapshot         string `json:"snapshot,omitempty" jsonschema:"Start from this snapshot (a snapshot_id from sandbox_snapshot or snapshot_list) instead of an image: its files, and its running processes when its kind is files+memory. The image, runtime and disk_mb are the snapshot's; do not pass others."`
 	AutoWake         bool   `json:"auto_wake,omitempty" jsonschema:"When the sandbox sleeps (sandbox_sleep), an exec or file call wakes it first instead of failing with SANDBOX_NOT_RUNNING."`
 	TTLWhileSleeping bool   `json:"ttl_while_sleeping,omitempty" jsonschema:"Let the TTL keep running while the sandbox sleeps (default: sleeping time does not count against ttl_seconds)."`
+	OnExpiry         string `json:"on_expiry,omitempty" jsonschema:"What happens when the TTL runs out: destroy (the default) or sleep (the sandbox sleeps instead, as sandbox_sleep does, and a wake gives it ttl_seconds again; needs a runtime that takes snapshots)."`
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, in CreateIn) (SandboxInfo, string, error) {
@@ -340,7 +342,7 @@ func (s *Server) sandboxCreate(ctx context.Context, call *mcp.CallToolRequest, i
 	}
 	req := sandbox.CreateRequest{Image: in.Image, Runtime: in.Runtime, CPU: in.CPU, MemoryMB: in.MemoryMB,
 		DiskMB: in.DiskMB, TTLSeconds: in.TTLSeconds, Env: in.Env, Labels: in.Labels, IdempotencyKey: in.IdempotencyKey,
-		Snapshot: in.Snapshot, AutoWake: in.AutoWake, TTLWhileSleeping: in.TTLWhileSleeping}
+		Snapshot: in.Snapshot, AutoWake: in.AutoWake, TTLWhileSleeping: in.TTLWhileSleeping, OnExpiry: in.OnExpiry}
 	if in.Requirements != nil {
 		req.Requirements = sandbox.Requirements{Isolation: in.Requirements.Isolation, Network: in.Requirements.Network}
 	}

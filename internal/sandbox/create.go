@@ -157,6 +157,7 @@ func (s *Service) checkCreate(ctx context.Context, c *Creation) (runtime.Runtime
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Duration(req.TTLSeconds) * time.Second),
 		Owner: OwnerFrom(ctx), Principal: PrincipalFrom(ctx), IdempotencyKey: req.IdempotencyKey, Node: s.local.name, Version: 1,
 		AutoWake: req.AutoWake, TTLWhileSleeping: req.TTLWhileSleeping, FromSnapshot: c.FromSnapshot,
+		OnExpiry: req.OnExpiry, TTLSeconds: req.TTLSeconds,
 	}
 	if err := s.hooks.prepare(ctx, c); err != nil || c.answered {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 //	stopping                       → host resources deleted, id range freed → destroyed
 //	creating, no create in flight  → host resources deleted → failed
 //	running/failed/lost, expired   → stopping → … → destroyed
+//	running, expired, on_expiry sleep → sleeping (sleep.go), woken with its TTL again
 //	running, Adopt failed at start → adopted, or lost if Adopt refuses it (reconcile's adopt)
 //	running, SleepSnapshot set     → an unfinished sleep or wake settled (sleep.go's rules)
 //	creating, SleepSnapshot set    → a wake's leftovers deleted → sleeping
@@ -101,7 +102,7 @@ const convergeWorkers = 4
 // Converge runs one pass of the control loop over every unsettled sandbox (creating, stopping,
 // and expired ones) whose backoff allows, and returns what failed, joined. It works on up to
 // convergeWorkers sandboxes at once, each step under its own deadline (Config.StepTimeout; a
-// sleep's settling gets at least sleepTimeout), and returns when every step it started has
+// sleep, or a sleep's settling, gets at least sleepTimeout), and returns when every step it started has
 // finished or passed its deadline. A step past its deadline is recorded as a failure (event,
 // backoff), as any other; if the runtime ignores the deadline the step runs on in the background,
 // holding its sandbox's lock, and is waited for by Run and Close. A sandbox another call or a
@@ -154,8 +155,8 @@ func (s *Service) Converge(ctx context.Context) error {
 // the lock until it does, so no later pass starts a second step on the sandbox meanwhile.
 func (s *Service) boundedStep(ctx context.Context, sb Sandbox, unlock func()) error {
 	d := s.cfg.StepTimeout
-	if sb.SleepSnapshot != "" {
-		d = max(d, sleepTimeout) // settling a sleep may finish its snapshot
+	if sb.SleepSnapshot != "" || sb.State == StateRunning && sb.OnExpiry == OnExpirySleep {
+		d = max(d, sleepTimeout) // settling a sleep may finish its snapshot; an expiry's sleep takes one
 	}
 	if !s.steps.add() {
 		unlock()
@@ -328,6 +329,8 @@ func (s *Service) stepOnce(ctx context.Context, id string, orphaned bool) (recor
 		if rt, err = s.runtimeOf(sb); err == nil {
 			_, err = s.adopt(ctx, rt, sb)
 		}
+	case sb.State == StateRunning && sb.OnExpiry == OnExpirySleep: // expired: it sleeps
+		_, err = s.sleep(ctx, sb, "ttl expired (on_expiry sleep)")
 	default: // expired
 		_, err = s.stopAndDestroy(ctx, sb, "ttl expired")
 	}

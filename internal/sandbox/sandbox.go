@@ -125,6 +125,12 @@ type Sandbox struct {
 	// TTLWhileSleeping: the TTL runs on while the sandbox sleeps (default: sleeping time does
 	// not count; ExpiresAt moves on by the time slept at wake).
 	TTLWhileSleeping bool `json:"ttl_while_sleeping,omitempty"`
+	// OnExpiry is what happens at ExpiresAt: OnExpiryDestroy ("", the default) or
+	// OnExpirySleep (the sandbox sleeps, and a wake gives it TTLSeconds again).
+	OnExpiry string `json:"on_expiry,omitempty"`
+	// TTLSeconds is the TTL the sandbox was created with (after defaults): what a wake gives a
+	// sandbox that slept at its expiry.
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 	// SleepSnapshot is the snapshot holding a sleeping sandbox's state; "" when awake.
 	SleepSnapshot string `json:"sleep_snapshot,omitempty"`
 	// SleptAt is when the sandbox last went to sleep (zero when awake).

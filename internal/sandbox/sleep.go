@@ -171,6 +171,12 @@ func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
 	default:
 		return sb, errcode.New(errcode.SandboxNotRunning, "sandbox %s is %s; only a running sandbox can sleep", id, sb.State).With("state", string(sb.State))
 	}
+	return s.sleep(wctx, sb, "sleep requested")
+}
+
+// sleep is Sleep of running sb; the caller holds its lock. why begins the sleep's event.
+func (s *Service) sleep(wctx context.Context, sb Sandbox, why string) (Sandbox, error) {
+	id := sb.ID
 	rt, sn, err := s.snapshotter(sb, "sleep")
 	if err != nil {
 		return sb, err
@@ -192,7 +198,7 @@ func (s *Service) Sleep(ctx context.Context, id string) (Sandbox, error) {
 	sb.SleepSnapshot, sb.UpdatedAt = snapID, now
 	sb.Version++
 	ev := Event{SandboxID: id, Type: "sleep", From: StateRunning, To: StateRunning, At: now,
-		Reason: "sleep requested: saving " + kind + " to snapshot " + snapID}
+		Reason: why + ": saving " + kind + " to snapshot " + snapID}
 	if err := s.store.UpdateSandbox(wctx, sb, ev); err != nil {
 		return sb, fmt.Errorf("sleep %s: %w", id, err)
 	}
@@ -436,10 +442,13 @@ func (s *Service) wake(ctx context.Context, sb Sandbox) (Sandbox, error) {
 		return out, err
 	}
 
-	// 3. Running: the TTL moves on by the time slept, unless it ran on during the sleep.
+	// 3. Running: the TTL moves on by the time slept, unless it ran on during the sleep; a
+	// sandbox that slept at its expiry (on_expiry sleep) has its TTL again.
 	now := s.stamp()
 	sleptFor := now.Sub(slept.SleptAt)
-	if !slept.TTLWhileSleeping && !slept.SleptAt.IsZero() && sleptFor > 0 {
+	if slept.OnExpiry == OnExpirySleep && !slept.ExpiresAt.After(slept.SleptAt) && slept.TTLSeconds > 0 {
+		sb.ExpiresAt = now.Add(min(time.Duration(slept.TTLSeconds)*time.Second, s.cfg.MaxTTL))
+	} else if !slept.TTLWhileSleeping && !slept.SleptAt.IsZero() && sleptFor > 0 {
 		sb.ExpiresAt = sb.ExpiresAt.Add(sleptFor)
 		if limit := now.Add(s.cfg.MaxTTL); sb.ExpiresAt.After(limit) {
 			sb.ExpiresAt = limit

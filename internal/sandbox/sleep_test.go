@@ -294,6 +294,63 @@ func TestSleepTTL(t *testing.T) {
 	}
 }
 
+// TestOnExpirySleep: a sandbox created with on_expiry sleep sleeps at its TTL instead of being
+// destroyed, its files kept; a wake gives it its TTL again; a plain one beside it is destroyed.
+func TestOnExpirySleep(t *testing.T) {
+	e := newSleepEnv(t, sandbox.Config{}, fake.Config{})
+	sb := e.create(t, sandbox.CreateRequest{TTLSeconds: 60, OnExpiry: sandbox.OnExpirySleep, AutoWake: true})
+	if sb.OnExpiry != sandbox.OnExpirySleep || sb.TTLSeconds != 60 {
+		t.Fatalf("record: on_expiry %q ttl_seconds %d; want sleep 60", sb.OnExpiry, sb.TTLSeconds)
+	}
+	plain := e.create(t, sandbox.CreateRequest{TTLSeconds: 60})
+	e.sh(t, sb.ID, "echo kept > f")
+	e.clock.Add(61 * time.Second)
+	for deadline := time.Now().Add(5 * time.Second); (e.state(t, sb.ID) != sandbox.StateSleeping || e.state(t, plain.ID) != sandbox.StateDestroyed) && time.Now().Before(deadline); {
+		if err := e.svc.Converge(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := e.state(t, sb.ID); st != sandbox.StateSleeping {
+		t.Fatalf("a sandbox with on_expiry sleep past its TTL is %s; want sleeping", st)
+	}
+	if st := e.state(t, plain.ID); st != sandbox.StateDestroyed {
+		t.Fatalf("a plain sandbox past its TTL is %s; want destroyed", st)
+	}
+	if evs := e.eventsOf(t, sb.ID, "sleep"); len(evs) == 0 || !strings.Contains(evs[len(evs)-1].Reason, "ttl expired") {
+		t.Fatalf("sleep events %+v; want one saying the TTL expired", evs)
+	}
+	// Asleep past its expiry, it stays (the TTL does not run while it sleeps).
+	e.clock.Add(time.Hour)
+	if err := e.svc.Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.state(t, sb.ID); st != sandbox.StateSleeping {
+		t.Fatalf("an hour later it is %s; want sleeping", st)
+	}
+	// An exec wakes it (auto_wake), with its files and a fresh minute.
+	if out := e.sh(t, sb.ID, "cat f"); out != "kept\n" {
+		t.Fatalf("after the wake: %q; want the file written before the sleep", out)
+	}
+	woke, err := e.svc.Get(t.Context(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := woke.ExpiresAt.Sub(e.clock.Now()); woke.State != sandbox.StateRunning || left < 59*time.Second || left > 60*time.Second {
+		t.Fatalf("after the wake: %s with %s left; want running with its 60 s TTL again", woke.State, left)
+	}
+	// Bad requests: an unknown value, ttl_while_sleeping beside it, a runtime that cannot sleep.
+	for _, req := range []sandbox.CreateRequest{{OnExpiry: "pause"}, {OnExpiry: sandbox.OnExpirySleep, TTLWhileSleeping: true}} {
+		if _, err := e.svc.Create(t.Context(), req); !errcode.Is(err, errcode.InvalidArgument) {
+			t.Fatalf("create %+v = %v; want INVALID_ARGUMENT", req, err)
+		}
+	}
+	noSnap := newFakeEnv(t, sandbox.Config{}) // no snapshot directory
+	if _, err := noSnap.svc.Create(t.Context(), sandbox.CreateRequest{OnExpiry: sandbox.OnExpirySleep}); !errcode.Is(err, errcode.InvalidArgument) || !strings.Contains(err.Error(), "cannot") {
+		t.Fatalf("on_expiry sleep where sandboxes cannot sleep = %v; want INVALID_ARGUMENT saying so", err)
+	}
+}
+
 func TestSleepRefusals(t *testing.T) {
 	e := newFakeEnv(t, sandbox.Config{}) // no snapshot directory
 	sb := e.create(t, sandbox.CreateRequest{})

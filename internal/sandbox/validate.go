@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -49,10 +50,17 @@ type CreateRequest struct {
 	// instead of the image: the shape (image, runtime, disk_mb; cpu and memory_mb with memory)
 	// is the snapshot's, and asking for another is INVALID_ARGUMENT.
 	Snapshot string `json:"snapshot,omitempty"`
-	// AutoWake and TTLWhileSleeping: see Sandbox.
-	AutoWake         bool `json:"auto_wake,omitempty"`
-	TTLWhileSleeping bool `json:"ttl_while_sleeping,omitempty"`
+	// AutoWake, TTLWhileSleeping and OnExpiry: see Sandbox.
+	AutoWake         bool   `json:"auto_wake,omitempty"`
+	TTLWhileSleeping bool   `json:"ttl_while_sleeping,omitempty"`
+	OnExpiry         string `json:"on_expiry,omitempty"`
 }
+
+// What happens to a sandbox when its TTL runs out (Sandbox.OnExpiry).
+const (
+	OnExpiryDestroy = "destroy" // the default: it is destroyed
+	OnExpirySleep   = "sleep"   // it sleeps (a files snapshot, or files and memory where the runtime keeps memory)
+)
 
 func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 	if req.Image == "" {
@@ -97,6 +105,9 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 	if err := ValidateEnv("env", req.Env); err != nil {
 		return nil, err
 	}
+	if err := s.validateOnExpiry(req, rt); err != nil {
+		return nil, err
+	}
 	for k, v := range req.Labels {
 		if k == "" || len(k) > MaxKeyLen || len(v) > maxValLen || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
 			return nil, errcode.New(errcode.InvalidArgument, "label %q is invalid: keys must be 1-%d characters without '=', ',' or NUL, values at most %d bytes without NUL", k, MaxKeyLen, maxValLen)
@@ -115,6 +126,28 @@ func (s *Service) validateCreate(req *CreateRequest) (runtime.Runtime, error) {
 		req.TTLSeconds = int64(s.cfg.DefaultTTL / time.Second)
 	}
 	return rt, nil
+}
+
+// validateOnExpiry checks req's on_expiry against rt: sleeping at expiry needs a runtime that
+// can save a sandbox, and is the opposite of a TTL that runs on while asleep. "destroy" is
+// stored as the default, "".
+func (s *Service) validateOnExpiry(req *CreateRequest, rt runtime.Runtime) error {
+	switch req.OnExpiry {
+	case "", OnExpiryDestroy:
+		req.OnExpiry = ""
+		return nil
+	case OnExpirySleep:
+	default:
+		return errcode.New(errcode.InvalidArgument, "on_expiry must be %q (the default) or %q; got %q", OnExpiryDestroy, OnExpirySleep, text.Truncate(req.OnExpiry, 64))
+	}
+	if req.TTLWhileSleeping {
+		return errcode.New(errcode.InvalidArgument, "on_expiry %q and ttl_while_sleeping contradict each other (a sandbox that sleeps at its expiry would be destroyed at once); drop one", OnExpirySleep)
+	}
+	if _, ok := rt.(runtime.Snapshotter); !ok || !slices.Contains(rt.Capabilities().Snapshots, runtime.SnapshotFiles) || s.cfg.SnapshotDir == "" {
+		return errcode.New(errcode.InvalidArgument, "on_expiry %q needs a runtime that can save a sandbox, and runtime %s on this server cannot; pick another runtime or leave on_expiry out", OnExpirySleep, rt.Name()).
+			With("runtime", rt.Name())
+	}
+	return nil
 }
 
 // ValidateLabels applies create's rule for labels to those of another request (a snapshot's,

@@ -24,9 +24,10 @@ type CreateRequest struct {
 	// instead of the image: the shape (image, runtime, disk_mb; cpu and memory_mb with memory)
 	// is the snapshot's, and asking for another is INVALID_ARGUMENT.
 	Snapshot string `json:"snapshot,omitempty"`
-	// AutoWake and TTLWhileSleeping: see Sandbox.
-	AutoWake         bool `json:"auto_wake,omitempty"`
-	TTLWhileSleeping bool `json:"ttl_while_sleeping,omitempty"`
+	// AutoWake, TTLWhileSleeping and OnExpiry: see Sandbox.
+	AutoWake         bool   `json:"auto_wake,omitempty"`
+	TTLWhileSleeping bool   `json:"ttl_while_sleeping,omitempty"`
+	OnExpiry         string `json:"on_expiry,omitempty"`
 }
 
 // Requirements constrain which runtime may run a sandbox. The zero value accepts the server's

@@ -70,6 +70,11 @@ type Sandbox struct {
 	AutoWake bool `json:"auto_wake,omitempty"`
 	// TTLWhileSleeping: the TTL runs on while the sandbox sleeps.
 	TTLWhileSleeping bool `json:"ttl_while_sleeping,omitempty"`
+	// OnExpiry is what happens when the TTL runs out: "" (destroyed) or "sleep" (it sleeps, and
+	// a wake gives it TTLSeconds again).
+	OnExpiry string `json:"on_expiry,omitempty"`
+	// TTLSeconds is the TTL the sandbox was created with (0 for sandboxes made before it was kept).
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 	// SleepSnapshot is the snapshot holding a sleeping sandbox's state; "" when awake.
 	SleepSnapshot string `json:"sleep_snapshot,omitempty"`
 	// SleptAt is when the sandbox last went to sleep (zero when awake).

@@ -180,7 +180,7 @@ func TestE2BSDKs(t *testing.T) {
 			t.Errorf("code interpreter steps: %s", out)
 		}
 	})
-	t.Run("PauseResume", func(t *testing.T) { node(t, bin, s, env, 2, "pause.mjs") })
+	t.Run("PauseResume", func(t *testing.T) { node(t, bin, s, env, 4, "pause.mjs") })
 	t.Run("READMEExamples", func(t *testing.T) {
 		if out := node(t, bin, s, env, 0, "readme-e2b.mjs"); strings.TrimSpace(out) != "Hello from E2B!" {
 			t.Errorf("e2b README example printed %q", out)

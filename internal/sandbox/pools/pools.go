@@ -384,7 +384,7 @@ func (s *Service) up(ctx context.Context, c *sandbox.Creation, _ *guest.Client) 
 // set. Creates from a snapshot or with one of the sleep options (a pooled sandbox was started
 // without them) never match.
 func (s *Service) claim(ctx context.Context, req sandbox.CreateRequest, draft sandbox.Sandbox) (_ sandbox.Sandbox, ok bool, _ error) {
-	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping {
+	if req.Snapshot != "" || req.AutoWake || req.TTLWhileSleeping || req.OnExpiry != "" {
 		return sandbox.Sandbox{}, false, nil
 	}
 	ps := s.store

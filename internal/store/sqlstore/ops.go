@@ -20,7 +20,8 @@ const defaultLimit = 1000
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, state, image, runtime, isolation, cpu, memory_mb, disk_mb, pids_limit,
 	env, labels, created_at, updated_at, expires_at, error_msg, version, owner, idempotency_key, node, handle,
-	network, secrets, image_digest, from_snapshot, auto_wake, ttl_while_sleeping, sleep_snapshot, slept_at, pool, from_pool, principal`
+	network, secrets, image_digest, from_snapshot, auto_wake, ttl_while_sleeping, sleep_snapshot, slept_at, pool, from_pool, principal,
+	on_expiry, ttl_seconds`
 
 // CreateSandbox inserts sb (whose Version must be 1) and, if ev.To is set, its first event, in
 // one transaction. An existing id, or an idempotency key its owner already used, is a CONFLICT.
@@ -102,11 +103,12 @@ func insertSandbox(ctx context.Context, tx *Tx, sb sandbox.Sandbox, ev sandbox.E
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB,
 		sb.DiskMB, sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
 		millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Owner, sb.IdempotencyKey, sb.Node, sb.Handle,
-		network, secrets, sb.ImageDigest, sb.FromSnapshot, sb.AutoWake, sb.TTLWhileSleeping, sb.SleepSnapshot, millis(sb.SleptAt), sb.Pool, sb.FromPool, sb.Principal)
+		network, secrets, sb.ImageDigest, sb.FromSnapshot, sb.AutoWake, sb.TTLWhileSleeping, sb.SleepSnapshot, millis(sb.SleptAt), sb.Pool, sb.FromPool, sb.Principal,
+		sb.OnExpiry, sb.TTLSeconds)
 	if isPrimaryKeyViolation(err) {
 		return errcode.Wrap(errcode.Conflict, err, "sandbox %s already exists", sb.ID)
 	}
@@ -249,12 +251,12 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb sandbox.Sandbox, ev sandbo
 			isolation = ?, cpu = ?, memory_mb = ?, disk_mb = ?, pids_limit = ?, env = ?, labels = ?,
 			created_at = ?, updated_at = ?, expires_at = ?, error_msg = ?, version = ?, node = ?, handle = ?,
 			network = ?, secrets = ?, image_digest = ?, from_snapshot = ?, auto_wake = ?, ttl_while_sleeping = ?,
-			sleep_snapshot = ?, slept_at = ?, pool = ?, from_pool = ?
+			sleep_snapshot = ?, slept_at = ?, pool = ?, from_pool = ?, on_expiry = ?, ttl_seconds = ?
 			WHERE id = ? AND version = ?`,
 			string(sb.State), sb.Image, sb.Runtime, sb.Isolation, sb.CPU, sb.MemoryMB, sb.DiskMB,
 			sb.PidsLimit, env, labels, millis(sb.CreatedAt), millis(sb.UpdatedAt),
 			millis(sb.ExpiresAt), sb.Error, sb.Version, sb.Node, sb.Handle, network, secrets, sb.ImageDigest,
-			sb.FromSnapshot, sb.AutoWake, sb.TTLWhileSleeping, sb.SleepSnapshot, millis(sb.SleptAt), sb.Pool, sb.FromPool, sb.ID, sb.Version-1)
+			sb.FromSnapshot, sb.AutoWake, sb.TTLWhileSleeping, sb.SleepSnapshot, millis(sb.SleptAt), sb.Pool, sb.FromPool, sb.OnExpiry, sb.TTLSeconds, sb.ID, sb.Version-1)
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
@@ -415,7 +417,8 @@ func scanSandbox(r rowScanner) (sandbox.Sandbox, error) {
 	err := r.Scan(&sb.ID, &state, &sb.Image, &sb.Runtime, &sb.Isolation, &sb.CPU, &sb.MemoryMB,
 		&sb.DiskMB, &sb.PidsLimit, &env, &labels, &created, &updated, &expires, &sb.Error, &sb.Version,
 		&sb.Owner, &sb.IdempotencyKey, &sb.Node, &sb.Handle, &network, &secrets, &sb.ImageDigest,
-		&sb.FromSnapshot, &sb.AutoWake, &sb.TTLWhileSleeping, &sb.SleepSnapshot, &slept, &sb.Pool, &sb.FromPool, &sb.Principal)
+		&sb.FromSnapshot, &sb.AutoWake, &sb.TTLWhileSleeping, &sb.SleepSnapshot, &slept, &sb.Pool, &sb.FromPool, &sb.Principal,
+		&sb.OnExpiry, &sb.TTLSeconds)
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}

@@ -311,25 +311,33 @@ func testSnapshotOutlivesPrune(t *testing.T, s store.Store) {
 func testSandboxSnapshotFields(t *testing.T, s store.Store) {
 	sb := newSandbox(1, sandbox.StateRunning, base(), nil)
 	sb.FromSnapshot, sb.AutoWake, sb.TTLWhileSleeping = sandbox.NewSnapshotID(), true, true
+	sb.OnExpiry, sb.TTLSeconds = sandbox.OnExpirySleep, 3600
 	mustCreate(t, s, sb)
 	got := mustGet(t, s, sb.ID)
+	if got.OnExpiry != sandbox.OnExpirySleep || got.TTLSeconds != 3600 {
+		t.Errorf("new sandbox read back with on_expiry %q ttl_seconds %d; want %q 3600", got.OnExpiry, got.TTLSeconds, sandbox.OnExpirySleep)
+	}
 	if got.FromSnapshot != sb.FromSnapshot || !got.AutoWake || !got.TTLWhileSleeping || got.SleepSnapshot != "" || !got.SleptAt.IsZero() {
 		t.Errorf("new sandbox read back with from_snapshot %q auto_wake %v ttl_while_sleeping %v sleep_snapshot %q slept_at %v; want %q true true \"\" zero",
 			got.FromSnapshot, got.AutoWake, got.TTLWhileSleeping, got.SleepSnapshot, got.SleptAt, sb.FromSnapshot)
 	}
 	// A plain record has none of them.
 	plain := mustCreate(t, s, newSandbox(2, sandbox.StateRunning, base(), nil))
-	if g := mustGet(t, s, plain.ID); g.FromSnapshot != "" || g.AutoWake || g.TTLWhileSleeping || !g.SleptAt.IsZero() {
+	if g := mustGet(t, s, plain.ID); g.FromSnapshot != "" || g.AutoWake || g.TTLWhileSleeping || !g.SleptAt.IsZero() || g.OnExpiry != "" || g.TTLSeconds != 0 {
 		t.Errorf("plain sandbox read back with snapshot fields %+v", g)
 	}
 	// An update writes them.
 	up, ev := next(got, sandbox.StateRunning, base().Add(time.Second), "")
 	ev.To = ""
 	up.SleepSnapshot, up.SleptAt, up.AutoWake = sandbox.NewSnapshotID(), base().Add(time.Minute), false
+	up.OnExpiry, up.TTLSeconds = "", 60
 	if err := s.UpdateSandbox(t.Context(), up, ev); err != nil {
 		t.Fatalf("UpdateSandbox: %v", err)
 	}
 	got = mustGet(t, s, sb.ID)
+	if got.OnExpiry != "" || got.TTLSeconds != 60 {
+		t.Errorf("updated sandbox read back with on_expiry %q ttl_seconds %d; want \"\" 60", got.OnExpiry, got.TTLSeconds)
+	}
 	if got.SleepSnapshot != up.SleepSnapshot || got.AutoWake || !got.TTLWhileSleeping || got.FromSnapshot != sb.FromSnapshot {
 		t.Errorf("updated sandbox read back with sleep_snapshot %q auto_wake %v ttl_while_sleeping %v from_snapshot %q; want %q false true %q",
 			got.SleepSnapshot, got.AutoWake, got.TTLWhileSleeping, got.FromSnapshot, up.SleepSnapshot, sb.FromSnapshot)
