@@ -39,11 +39,14 @@ func overlayCheck(runs []check) check {
 			not = append(not, rt.Name+" (unavailable)")
 		case slices.Contains(rt.Images, runtime.ImageOCI):
 			how := "id-mapped layers"
-			if !rt.UserNamespaces {
+			switch {
+			case rt.Isolation == runtime.IsolationVM:
+				how = "layers merged into a read-only disk"
+			case !rt.UserNamespaces:
 				how = "layers as they are, files id-mapped"
-			}
-			if !rt.UserNamespaces && !rt.IDMappedFiles {
-				how = "layers as they are"
+				if !rt.IDMappedFiles {
+					how = "layers as they are"
+				}
 			}
 			oci = append(oci, rt.Name+" ("+how+")")
 		default:

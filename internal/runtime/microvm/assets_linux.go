@@ -306,14 +306,20 @@ func copyFile(src, dst string, mode os.FileMode) error {
 func mkfs(ctx context.Context, path, dir string, sizeMB int64, label string, readOnly bool) error {
 	tmp := path + ".tmp"
 	_ = os.Remove(tmp)
-	args := []string{"-q", "-F", "-L", label, "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", dir}
-	if readOnly {
-		args = append(args, "-O", "^has_journal")
-	}
-	args = append(args, tmp, fmt.Sprintf("%dM", sizeMB))
-	if out, err := exec.CommandContext(ctx, "mkfs.ext4", args...).CombinedOutput(); err != nil {
+	if out, err := mkfsCmd(ctx, tmp, dir, sizeMB, label, readOnly).CombinedOutput(); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return os.Rename(tmp, path)
+}
+
+// mkfsCmd is the mkfs.ext4 that makes file out an ext4 image of sizeMB holding dir's tree
+// (labelled label; without a journal when readOnly).
+func mkfsCmd(ctx context.Context, out, dir string, sizeMB int64, label string, readOnly bool) *exec.Cmd {
+	args := []string{"-q", "-F", "-L", label, "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", dir}
+	if readOnly {
+		args = append(args, "-O", "^has_journal")
+	}
+	args = append(args, out, fmt.Sprintf("%dM", sizeMB))
+	return exec.CommandContext(ctx, "mkfs.ext4", args...)
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/internal/errcode"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -296,4 +298,78 @@ func TestQEMUPerSandboxUID(t *testing.T) {
 		t.Errorf("adopted %s's qemu pid %d, want %d", a.id, p.PID, a.pid)
 	}
 	_ = rt2.Close(ctx)
+}
+
+// TestOCIImage boots a VM from an OCI image's unpacked layers (overlayfs's format: a whiteout
+// and an opaque directory in the upper layer): the image's user, workdir and merged files are
+// the VM's; a second VM of the same layers boots from the same cached root disk and sees
+// nothing the first wrote.
+func TestOCIImage(t *testing.T) {
+	rt := newTestRuntime(t)
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatalf("busybox-static is needed (make deps installs it): %v", err)
+	}
+	dir := t.TempDir()
+	l0, l1 := filepath.Join(dir, "0"), filepath.Join(dir, "1")
+	write := func(p string, data []byte, mode os.FileMode) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(l0, "bin/busybox"), bb, 0o755)
+	for _, a := range []string{"sh", "id", "pwd", "ls", "cat", "test", "echo", "touch"} {
+		if err := os.Symlink("busybox", filepath.Join(l0, "bin", a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(l0, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n"), 0o644)
+	write(filepath.Join(l0, "etc/group"), []byte("root:x:0:\nuser:x:1000:\n"), 0o644)
+	write(filepath.Join(l0, "etc/hidden"), []byte("hidden\n"), 0o644)
+	write(filepath.Join(l0, "etc/opq/a"), []byte("a\n"), 0o644)
+	write(filepath.Join(l1, "etc/opq/b"), []byte("b\n"), 0o644)
+	if err := unix.Mknod(filepath.Join(l1, "etc/hidden"), unix.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lsetxattr(filepath.Join(l1, "etc/opq"), "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec.Image, spec.Rootfs = "test/busybox:1", &runtime.Rootfs{Layers: []string{l0, l1}, User: "user", Workdir: "/etc"}
+	spec.Env = map[string]string{"PATH": "/bin"}
+	c := runtimetest.Start(t, rt, spec)
+	want := func(res runtimetest.Result, stdout string) {
+		t.Helper()
+		if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != stdout {
+			t.Errorf("%s, want stdout %q", res, stdout)
+		}
+	}
+	want(runtimetest.Exec(t, c, "id", "-u"), "1000")
+	want(runtimetest.Exec(t, c, "pwd"), "/etc")
+	want(runtimetest.Exec(t, c, "ls", "/etc/opq"), "b")
+	if res := runtimetest.Exec(t, c, "test", "-e", "/etc/hidden"); res.ExitCode == 0 {
+		t.Errorf("/etc/hidden is visible through its whiteout")
+	}
+	if res := runtimetest.Exec(t, c, "touch", "/etc/user-write"); res.ExitCode == 0 {
+		t.Errorf("the image's user wrote root's /etc")
+	}
+	want(runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"sh", "-c", "echo new > /etc/new && cat /etc/new"}, User: "root", TimeoutMs: 60000}), "new")
+	rec, err := rt.readRecord(spec.ID)
+	if err != nil || !strings.HasPrefix(filepath.Base(rec.RootDisk), imageRootPrefix) || rec.Image != spec.Image {
+		t.Fatalf("record: %+v %v; want the image's cached root disk", rec, err)
+	}
+	spec2 := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec2.Image, spec2.Rootfs = spec.Image, &runtime.Rootfs{Layers: []string{l0, l1}}
+	c2 := runtimetest.Start(t, rt, spec2)
+	want(runtimetest.Exec(t, c2, "id", "-u"), "0") // an image naming no user runs as root
+	if res := runtimetest.Exec(t, c2, "test", "-e", "/etc/new"); res.ExitCode == 0 {
+		t.Errorf("the second VM sees the first's write")
+	}
+	if rec2, err := rt.readRecord(spec2.ID); err != nil || rec2.RootDisk != rec.RootDisk {
+		t.Errorf("the second VM of the same layers boots from %q, want the cached %q", rec2.RootDisk, rec.RootDisk)
+	}
 }

@@ -146,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.modulesDir == "" {
 		r.modulesDir = filepath.Join(filepath.Dir(cfg.Kernel), "modules")
 	}
-	r.caps = runtime.Capabilities{Name: Name, Isolation: runtime.IsolationVM, Images: []string{"host"}, HostIDPerSandbox: true,
+	r.caps = runtime.Capabilities{Name: Name, Isolation: runtime.IsolationVM, Images: []string{"host", runtime.ImageOCI}, HostIDPerSandbox: true,
 		NetworkModes:            []string{runtime.NetworkNone, runtime.NetworkEgress},
 		TransparentEgressReason: "a vm sandbox has no NIC: its egress is the agent's proxy path only"}
 	if reason := r.probe(ctx); reason != "" {
@@ -314,8 +314,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 	if spec.Snapshot != nil {
 		return "", errcode.New(errcode.UnsupportedOp, "the vm runtime cannot create a sandbox from a snapshot yet (no VM snapshots: QEMU migration to a file is not wired)")
 	}
-	if spec.Rootfs != nil || (spec.Image != "" && spec.Image != "host") {
-		return "", errcode.New(errcode.InvalidArgument, "image %q: the vm runtime runs only the host image for now (a busybox userland); use runc, crun or gvisor for OCI images", spec.Image)
+	if spec.Rootfs == nil && spec.Image != "" && spec.Image != "host" {
+		return "", errcode.New(errcode.InvalidArgument, "image %q: the vm runtime runs the host image or an OCI image's unpacked layers, and was given neither", spec.Image)
+	}
+	if spec.Rootfs != nil && len(spec.Rootfs.Layers) > runtime.MaxRootfsLayers {
+		return "", errcode.New(errcode.InvalidArgument, "image %q has %d layers; at most %d", spec.Image, len(spec.Rootfs.Layers), runtime.MaxRootfsLayers)
 	}
 	mem := spec.MemoryMB
 	if mem == 0 {
@@ -344,7 +347,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 	r.assetsMu.Lock()
 	initrd, err := r.initramfs()
 	var root string
-	if err == nil {
+	img := "host"
+	switch {
+	case err != nil:
+	case spec.Rootfs != nil:
+		root, err = r.imageRoot(ctx, spec.Rootfs)
+		img = spec.Image
+	default:
 		root, err = r.hostImage(ctx)
 	}
 	r.assetsMu.Unlock()
@@ -353,7 +362,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 	}
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
-	rec := record{ID: spec.ID, Handle: hex.EncodeToString(nonce), CPUs: cpus, CPU: spec.CPU, MemoryMB: mem, DiskMB: disk, Image: "host",
+	rec := record{ID: spec.ID, Handle: hex.EncodeToString(nonce), CPUs: cpus, CPU: spec.CPU, MemoryMB: mem, DiskMB: disk, Image: img,
 		RootDisk: root, Initramfs: initrd, Kernel: r.cfg.Kernel, Accel: r.accel, UID: r.cfg.UID, GID: r.cfg.GID}
 	if spec.IDMap.Count > 0 {
 		rec.UID, rec.GID = spec.IDMap.UIDBase, spec.IDMap.GIDBase
@@ -390,7 +399,16 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, rec record) err
 	if network == "" {
 		network = runtime.NetworkNone
 	}
-	cfg, _ := json.Marshal(vminit.Config{ID: spec.ID, Env: spec.Env, Network: network})
+	vc := vminit.Config{ID: spec.ID, Env: spec.Env, Network: network}
+	if spec.Rootfs != nil {
+		// An OCI image's commands run as its user (root when it names none) in its workdir,
+		// as on the other runtimes.
+		vc.User, vc.Workdir = spec.Rootfs.User, spec.Rootfs.Workdir
+		if vc.User == "" {
+			vc.User = "root"
+		}
+	}
+	cfg, _ := json.Marshal(vc)
 	if err := os.MkdirAll(filepath.Join(stage, filepath.Dir(vminit.ConfigPath)), 0o700); err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/mountns"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -336,7 +336,7 @@ func (r *Runtime) startCmd(cmd *exec.Cmd) error {
 	if r.emptyFile == "" {
 		return cmd.Start()
 	}
-	return startInPrivateMountNS(cmd, r.bindEmptyControllers)
+	return mountns.Start(cmd, r.bindEmptyControllers)
 }
 
 // startCreate starts cmd, a create or run, in a private mount namespace whose /dev/null is a
@@ -346,7 +346,7 @@ func (r *Runtime) startCmd(cmd *exec.Cmd) error {
 // Done to the host's node, a sandbox would own, or share with every other sandbox, the host's
 // /dev/null. Each create gets a fresh node on a tmpfs that lives as long as its processes do.
 func (r *Runtime) startCreate(cmd *exec.Cmd) error {
-	return startInPrivateMountNS(cmd, func() error {
+	return mountns.Start(cmd, func() error {
 		if r.emptyFile != "" {
 			if err := r.bindEmptyControllers(); err != nil {
 				return err
@@ -383,39 +383,6 @@ func bindPrivateDevNull(dir string) error {
 		return fmt.Errorf("bind a null device over /dev/null: %w", err)
 	}
 	return nil
-}
-
-// startInPrivateMountNS starts cmd in a new mount namespace, private from the host's, that
-// setup has changed. The namespace is made on a dedicated OS thread that the child is forked
-// from and that exits afterwards, so neither this process nor the host sees it.
-func startInPrivateMountNS(cmd *exec.Cmd, setup func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the goroutine's end terminates the thread and its namespace.
-		goruntime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread is never terminated (Go wedges it instead), and /proc/self is
-			// its view: this process would see the private namespace's mounts from then on.
-			// Keep the main thread pinned here, so that the retry lands on another thread.
-			defer goruntime.UnlockOSThread()
-			errc <- startInPrivateMountNS(cmd, setup)
-			return
-		}
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			errc <- fmt.Errorf("unshare mount namespace: %w", err)
-			return
-		}
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			errc <- fmt.Errorf("make mounts private: %w", err)
-			return
-		}
-		if err := setup(); err != nil {
-			errc <- err
-			return
-		}
-		errc <- cmd.Start()
-	}()
-	return <-errc
 }
 
 // stopFallback stops what the runtime's kill command refuses to: runsc does not signal a
