@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/microvm"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testenv"
+	"github.com/agentbox/agentbox/internal/testenv/imagelab"
 	"github.com/agentbox/agentbox/internal/wire"
 )
 
@@ -158,6 +159,24 @@ func TestVMCLI(t *testing.T) {
 		t.Errorf("%s's disk: uid %d mode %o %v, want uid %d mode 600", sb2.ID, st.Uid, st.Mode&0o777, err, uid2)
 	}
 
+	// An OCI image from a registry: its layers merged into the VM's root disk, its files and its
+	// default user (root: the image names none) the VM's.
+	reg := imagelab.Start(t)
+	reg.Push(t, "e2e/busybox:1", imagelab.Busybox(t))
+	if out, errOut, code := s.cli("", "image", "pull", reg.Ref("e2e/busybox:1")); code != 0 {
+		t.Fatalf("image pull: %d %s %s", code, out, errOut)
+	}
+	sb3, err := c.Create(ctx, wire.CreateRequest{MemoryMB: 256, Image: reg.Ref("e2e/busybox:1")})
+	if err != nil {
+		t.Fatalf("a vm sandbox of an OCI image: %v\n%s", err, s.Logs)
+	}
+	if res, err := c.Exec(ctx, sb3.ID, apiExec("sh", "-c", "id -u; grep -c agent /etc/passwd; ls -d /home/agent"), nil); err != nil || res.Stdout != "0\n1\n/home/agent\n" {
+		t.Fatalf("exec in the image's VM: %+v %v", res, err)
+	}
+	if _, err := c.Destroy(ctx, sb3.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// QEMU dies behind the server's back: the sandbox becomes lost.
 	if err := syscall.Kill(qemuPID(t, dir, id), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -195,7 +214,7 @@ func TestVMCLI(t *testing.T) {
 	if d, _ := filepath.Glob(filepath.Join(dir, "runtimes", "vm", "sandboxes", "*")); len(d) > 0 {
 		t.Errorf("vm sandbox dirs left: %v", d)
 	}
-	if leaks := testenv.Leaks(id, sb2.ID); len(leaks) > 0 {
+	if leaks := testenv.Leaks(id, sb2.ID, sb3.ID); len(leaks) > 0 {
 		t.Errorf("host leaks:\n%s", strings.Join(leaks, "\n"))
 	}
 }
