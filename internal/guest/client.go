@@ -160,6 +160,15 @@ func (c *Client) OOMKill(ctx context.Context) (OOMKillResult, error) {
 	return res, err
 }
 
+// Sync asks the agent to write back every file system's dirty data (sync(2)); it returns once
+// the data is on the sandbox's disks.
+func (c *Client) Sync(ctx context.Context) error {
+	var res struct {
+		OK bool `json:"ok"`
+	}
+	return doJSON(ctx, c, call{method: http.MethodPost, path: "/sync", codes: baseCodes}, nil, &res, maxHealthReply, nil)
+}
+
 // OutputFunc receives output as the command produces it.
 type OutputFunc func(stream string, data []byte)
 

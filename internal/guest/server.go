@@ -184,6 +184,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET "+p+"/files/list", s.handleList)
 	mux.HandleFunc("POST "+p+"/files/mkdir", s.handleMkdir)
 	mux.HandleFunc("POST "+p+"/oom-kill", s.handleOOMKill)
+	mux.HandleFunc("POST "+p+"/sync", s.handleSync)
 	s.jobRoutes(mux, p)
 	// Interactive terminals (pty*.go): the connection switches to PTY frames.
 	mux.HandleFunc("POST "+p+"/pty", s.handlePTY)

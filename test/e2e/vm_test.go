@@ -122,8 +122,27 @@ func TestVMCLI(t *testing.T) {
 	if out, _, _ := s.cli("", "logs", id, job); out != "job-out\n" {
 		t.Fatalf("logs: %q", out)
 	}
-	if _, e, code := s.cli("", "snapshot", id); code != 1 || !strings.Contains(e, "UNSUPPORTED_OPERATION") {
-		t.Fatalf("snapshot of a vm sandbox: %q %d", e, code)
+	// Files snapshots: a fork boots a VM of its own on a copy of the disk (its own hostname, the
+	// files written before); sleep ends the VM keeping its disk, wake boots it again.
+	forks, e, code := s.cli("", "fork", id)
+	fork := strings.TrimSpace(forks)
+	if code != 0 || !sandbox.ValidID(fork) {
+		t.Fatalf("fork of a vm sandbox: %q %q %d", forks, e, code)
+	}
+	if out, e, code := s.cli("", "exec", fork, "--", "sh", "-c", "uname -n; cmp /workspace/notes.bin /workspace/notes.bin && echo has-notes"); out != fork+"\nhas-notes\n" || code != 0 {
+		t.Fatalf("exec in the fork: %q %q %d", out, e, code)
+	}
+	if _, e, code := s.cli("", "sandbox", "rm", fork); code != 0 {
+		t.Fatalf("destroy the fork: %s", e)
+	}
+	if out, e, code := s.cli("", "sleep", id); code != 0 || !strings.Contains(out, "sleeping") {
+		t.Fatalf("sleep: %q %q %d", out, e, code)
+	}
+	if out, e, code := s.cli("", "wake", id); code != 0 || !strings.Contains(out, "running") {
+		t.Fatalf("wake: %q %q %d", out, e, code)
+	}
+	if out, e, code := s.cli("", "exec", "--user", "root", id, "--", "sh", "-c", "uname -n; test -e /root/ok && echo root-ok"); out != id+"\nroot-ok\n" || code != 0 {
+		t.Fatalf("exec after wake: %q %q %d", out, e, code)
 	}
 
 	// A second sandbox, asked for by isolation: the server kill below must adopt it.
@@ -214,7 +233,7 @@ func TestVMCLI(t *testing.T) {
 	if d, _ := filepath.Glob(filepath.Join(dir, "runtimes", "vm", "sandboxes", "*")); len(d) > 0 {
 		t.Errorf("vm sandbox dirs left: %v", d)
 	}
-	if leaks := testenv.Leaks(id, sb2.ID, sb3.ID); len(leaks) > 0 {
+	if leaks := testenv.Leaks(id, sb2.ID, sb3.ID, fork); len(leaks) > 0 {
 		t.Errorf("host leaks:\n%s", strings.Join(leaks, "\n"))
 	}
 }

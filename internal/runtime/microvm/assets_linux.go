@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +17,11 @@ import (
 )
 
 // assetsVersion changes whenever what the builders below put in an asset changes.
-const assetsVersion = "3"
+const assetsVersion = "4"
+
+// hostTools are the host's GNU tools the host image carries beside busybox (where the host has
+// them): busybox's find has no -printf.
+var hostTools = []string{"/usr/bin/find"}
 
 // guestModules are the cloud kernel's modules /init loads, in order: the virtio transport,
 // the agent's port, the disks, the root's overlay.
@@ -156,6 +162,11 @@ func (r *Runtime) hostImage(ctx context.Context) (string, error) {
 			fmt.Fprintf(h, "stdlib %d\x00", fi.ModTime().UnixNano())
 		}
 	}
+	for _, tool := range hostTools {
+		if err := fileHash(h, tool); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%s: %w", tool, err)
+		}
+	}
 	path := filepath.Join(r.cfg.Root, "cache", "image-host-"+hex.EncodeToString(h.Sum(nil))[:16]+".ext4")
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
@@ -211,6 +222,14 @@ func (r *Runtime) hostImage(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("python3 in the host image: %w", err)
 		}
 	}
+	for _, tool := range hostTools {
+		if _, err := os.Stat(tool); err != nil {
+			continue
+		}
+		if err := addHostTool(ctx, dir, tool); err != nil {
+			return "", fmt.Errorf("%s in the host image: %w", tool, err)
+		}
+	}
 	var total int64
 	_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
 		if err == nil {
@@ -232,15 +251,11 @@ func (r *Runtime) hostImage(ctx context.Context) (string, error) {
 func addPython(ctx context.Context, dir, py string) error {
 	name := filepath.Base(py) // python3.11
 	stdlib := filepath.Join("/usr/lib", name)
-	for _, d := range []string{"usr/bin", "usr/lib", "usr/lib64"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return err
-		}
+	if err := mergedUsr(dir); err != nil {
+		return err
 	}
-	for link, target := range map[string]string{"lib": "usr/lib", "lib64": "usr/lib64", "usr/bin/python3": name} {
-		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
-			return err
-		}
+	if err := os.Symlink(name, filepath.Join(dir, "usr/bin/python3")); err != nil {
+		return err
 	}
 	if out, err := exec.CommandContext(ctx, "cp", "-a", stdlib, filepath.Join(dir, "usr/lib")).CombinedOutput(); err != nil {
 		return fmt.Errorf("cp %s: %w: %s", stdlib, err, out)
@@ -250,7 +265,43 @@ func addPython(ctx context.Context, dir, py string) error {
 	}
 	objs := []string{py}
 	mods, _ := filepath.Glob(filepath.Join(stdlib, "lib-dynload", "*.so"))
-	objs = append(objs, mods...)
+	return copyLibs(ctx, dir, append(objs, mods...))
+}
+
+// addHostTool copies the host's binary at path (/usr/bin/find) into the image being built in
+// dir, at the same path, with the shared libraries it loads: GNU tools where busybox's applet
+// lacks what agents (and the snapshot suite) use, such as find -printf.
+func addHostTool(ctx context.Context, dir, path string) error {
+	if err := mergedUsr(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, path)), 0o755); err != nil {
+		return err
+	}
+	if err := copyFile(path, filepath.Join(dir, path), 0o755); err != nil {
+		return err
+	}
+	return copyLibs(ctx, dir, []string{path})
+}
+
+// mergedUsr makes dir's /usr/bin, /usr/lib and /usr/lib64, with /lib and /lib64 links into
+// /usr as Debian's merged /usr has them (once).
+func mergedUsr(dir string) error {
+	for _, d := range []string{"usr/bin", "usr/lib", "usr/lib64"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for link, target := range map[string]string{"lib": "usr/lib", "lib64": "usr/lib64"} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyLibs copies the shared libraries objs load (ldd) into dir at their paths, under /usr.
+func copyLibs(ctx context.Context, dir string, objs []string) error {
 	out, err := exec.CommandContext(ctx, "ldd", objs...).Output()
 	if err != nil {
 		return fmt.Errorf("ldd: %w", err)

@@ -72,6 +72,8 @@ type record struct {
 	// when its Spec had none). A record from before they were kept has 0: Config's then.
 	UID uint32 `json:"uid,omitempty"`
 	GID uint32 `json:"gid,omitempty"`
+	// IDMap is the sandbox's id range (its snapshots' SnapshotInfo.IDMap).
+	IDMap runtime.IDMap `json:"id_map,omitzero"`
 }
 
 // owner is who runs the VM's QEMU and owns its disk, sockets and console.
@@ -148,7 +150,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	r.caps = runtime.Capabilities{Name: Name, Isolation: runtime.IsolationVM, Images: []string{"host", runtime.ImageOCI}, HostIDPerSandbox: true,
 		NetworkModes:            []string{runtime.NetworkNone, runtime.NetworkEgress},
-		TransparentEgressReason: "a vm sandbox has no NIC: its egress is the agent's proxy path only"}
+		TransparentEgressReason: "a vm sandbox has no NIC: its egress is the agent's proxy path only",
+		Snapshots:               []string{runtime.SnapshotFiles}, MemorySnapshotReason: memorySnapshotReason}
 	if reason := r.probe(ctx); reason != "" {
 		r.caps.Reason = reason
 		return r, nil
@@ -206,6 +209,9 @@ func (r *Runtime) probe(ctx context.Context) string {
 	}
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		return "no mkfs.ext4 (install e2fsprogs)"
+	}
+	if _, err := exec.LookPath("debugfs"); err != nil {
+		return "no debugfs (install e2fsprogs)"
 	}
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
@@ -311,9 +317,6 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 	if err := checkIDMap(spec.IDMap); err != nil {
 		return "", err
 	}
-	if spec.Snapshot != nil {
-		return "", errcode.New(errcode.UnsupportedOp, "the vm runtime cannot create a sandbox from a snapshot yet (no VM snapshots: QEMU migration to a file is not wired)")
-	}
 	if spec.Rootfs == nil && spec.Image != "" && spec.Image != "host" {
 		return "", errcode.New(errcode.InvalidArgument, "image %q: the vm runtime runs the host image or an OCI image's unpacked layers, and was given neither", spec.Image)
 	}
@@ -328,6 +331,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 		return "", errcode.New(errcode.InvalidArgument, "memory_mb %d: a vm sandbox needs at least %d MiB (its kernel's own)", mem, minMemoryMB)
 	}
 	disk := spec.DiskMB
+	if spec.Snapshot != nil {
+		var err error
+		if disk, err = checkSnapshotSource(spec.Snapshot, disk); err != nil {
+			return "", err
+		}
+	}
 	if disk == 0 {
 		disk = 1024
 	}
@@ -365,7 +374,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Handle
 	rec := record{ID: spec.ID, Handle: hex.EncodeToString(nonce), CPUs: cpus, CPU: spec.CPU, MemoryMB: mem, DiskMB: disk, Image: img,
 		RootDisk: root, Initramfs: initrd, Kernel: r.cfg.Kernel, Accel: r.accel, UID: r.cfg.UID, GID: r.cfg.GID}
 	if spec.IDMap.Count > 0 {
-		rec.UID, rec.GID = spec.IDMap.UIDBase, spec.IDMap.GIDBase
+		rec.UID, rec.GID, rec.IDMap = spec.IDMap.UIDBase, spec.IDMap.GIDBase, spec.IDMap
 	}
 	if err := r.create(ctx, spec, rec); err != nil {
 		_ = os.RemoveAll(dir)
@@ -421,7 +430,12 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, rec record) err
 		}
 	}
 	data := filepath.Join(dir, "data.ext4")
-	if err := mkfs(ctx, data, stage, rec.DiskMB, vminit.DataLabel, false); err != nil {
+	if spec.Snapshot != nil {
+		err = diskFromSnapshot(ctx, spec.Snapshot, data, stage)
+	} else {
+		err = mkfs(ctx, data, stage, rec.DiskMB, vminit.DataLabel, false)
+	}
+	if err != nil {
 		return err
 	}
 	// The disk is its QEMU's alone: no other VM's QEMU (another uid) may read or write it.
@@ -682,6 +696,11 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.stop(ctx, id); err != nil {
 		return err
 	}
+	return r.deleteLocked(ctx, id)
+}
+
+// deleteLocked removes stopped sandbox id's cgroup and directory; the caller holds its lock.
+func (r *Runtime) deleteLocked(ctx context.Context, id string) error {
 	if err := r.removeCgroup(ctx, id); err != nil {
 		return err
 	}
