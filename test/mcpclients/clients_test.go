@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/runtime/microvm"
 	"github.com/agentbox/agentbox/internal/testenv"
 )
 
@@ -202,6 +203,19 @@ func TestMCPClients(t *testing.T) {
 	t.Run("TypeScriptSDK_StreamableHTTP", func(t *testing.T) {
 		token := randomToken(t)
 		s := startServer(t, bin, token)
+		runNode(t, node, 3*time.Minute, []string{"AGENTBOX_MCP_URL=" + s.url + "/mcp", "AGENTBOX_TOKEN=" + token}, "ts-client.mjs")
+	})
+
+	// The same loop on `serve --runtime vm`: each sandbox a QEMU microVM (TCG here).
+	t.Run("TypeScriptSDK_StreamableHTTP_VM", func(t *testing.T) {
+		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+			t.Skip("qemu-system-x86_64 is not installed (make deps: hack/vm-deps.sh)")
+		}
+		if _, err := os.Stat(microvm.DefaultKernel); err != nil {
+			t.Skipf("no guest kernel at %s (make deps: hack/vm-deps.sh)", microvm.DefaultKernel)
+		}
+		token := randomToken(t)
+		s := startServer(t, bin, token, "--runtime", "vm", "--ready-timeout", "60s")
 		runNode(t, node, 3*time.Minute, []string{"AGENTBOX_MCP_URL=" + s.url + "/mcp", "AGENTBOX_TOKEN=" + token}, "ts-client.mjs")
 	})
 
