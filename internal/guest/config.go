@@ -36,6 +36,11 @@ type ServerConfig struct {
 	// DefaultJobsDir, on the sandbox's disk; an embedded agent's default is a temp dir that
 	// Run removes when it returns).
 	JobsDir string
+	// CommandCgroup, when set, is a cgroup v2 directory every command, job and terminal starts
+	// in (clone3's CLONE_INTO_CGROUP), the agent itself staying outside it: its pids.max bounds
+	// the commands' tasks without a fork bomb starving the agent. Linux only; the vm runtime's
+	// init makes it (the container runtimes bound the sandbox's cgroup from the host instead).
+	CommandCgroup string
 }
 
 // User is an account inside the sandbox that commands run as.

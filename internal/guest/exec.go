@@ -471,7 +471,7 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 		Dir:   sp.dir,
 		Env:   sp.env,
 		Files: []*os.File{inR, outW, errW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   s.procAttr(&syscall.SysProcAttr{Setpgid: true}),
 	}
 	tree := processTree{since: bootTicks()}
 	if s.root {

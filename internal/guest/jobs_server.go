@@ -354,7 +354,7 @@ func (s *server) startJob(id string, sp *execSpec) (*job, error) {
 		j.closeLogs(true)
 		return nil, errcode.Wrap(errcode.Internal, err, "cannot open %s: %v", os.DevNull, err)
 	}
-	attr := &os.ProcAttr{Dir: sp.dir, Env: sp.env, Files: []*os.File{null, outW, errW}, Sys: &syscall.SysProcAttr{Setpgid: true}}
+	attr := &os.ProcAttr{Dir: sp.dir, Env: sp.env, Files: []*os.File{null, outW, errW}, Sys: s.procAttr(&syscall.SysProcAttr{Setpgid: true})}
 	tree := processTree{since: bootTicks()}
 	if s.root {
 		// As exec: the job's credentials, and an exec tag its whole tree carries.

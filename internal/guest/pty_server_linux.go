@@ -138,7 +138,7 @@ func (s *server) runPTY(ctx context.Context, conn net.Conn, in *bufio.Reader, pt
 		Files: []*os.File{tty, tty, tty},
 		// Its own session, with the terminal as its controlling terminal: the terminal's
 		// line discipline then signals its foreground process group (Ctrl-C is SIGINT).
-		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0},
+		Sys: s.procAttr(&syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}),
 	}
 	tree := processTree{since: bootTicks()}
 	if s.root {

@@ -48,6 +48,8 @@ type server struct {
 	jobs *jobManager
 	// net holds the egress listeners and session (net_server.go).
 	net *netAgent
+	// cgroupFD is ServerConfig.CommandCgroup opened (-1: none): commands start in it.
+	cgroupFD int
 }
 
 // Run serves the guest protocol on cfg.Socket until ctx is done, then shuts down gracefully:
@@ -101,7 +103,16 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 	if !cfg.Embedded {
 		ln.handleSignals(sigDone)
 	}
-	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser, env: cfg.Env, net: newNetAgent(log)}
+	s := &server{workdir: wd, log: log, reaper: rp, root: root, user: cfg.DefaultUser, env: cfg.Env, net: newNetAgent(log), cgroupFD: -1}
+	if cfg.CommandCgroup != "" {
+		fd, err := openCgroup(cfg.CommandCgroup)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("guest: the commands' cgroup: %w", err)
+		}
+		defer closeFD(fd)
+		s.cgroupFD = fd
+	}
 	if err := s.initJobs(cfg); err != nil {
 		_ = ln.Close()
 		return err

@@ -373,3 +373,34 @@ func TestOCIImage(t *testing.T) {
 		t.Errorf("the second VM of the same layers boots from %q, want the cached %q", rec2.RootDisk, rec.RootDisk)
 	}
 }
+
+// TestPidsLimit: a VM's commands start in a cgroup of their own whose pids.max is the spec's
+// pids_limit; a command that forks past it meets EAGAIN while the agent goes on answering.
+func TestPidsLimit(t *testing.T) {
+	rt := newTestRuntime(t)
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec.PidsLimit = 24
+	c := runtimetest.Start(t, rt, spec)
+	if res := runtimetest.Exec(t, c, "cat", "/sys/fs/cgroup/commands/pids.max"); strings.TrimSpace(res.Stdout) != "24" {
+		t.Fatalf("the commands' pids.max: %s", res)
+	}
+	// 40 sleeps in the background: the ones past the limit cannot fork (the shell says so and
+	// gives up).
+	res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"sh", "-c",
+		"i=0; while [ $i -lt 40 ]; do sleep 3 & i=$((i+1)); done"}, TimeoutMs: 60000})
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "Resource temporarily unavailable") {
+		t.Fatalf("forking past the limit: %s", res)
+	}
+	// The agent answers meanwhile (a new command may fail to start until the sleeps end), and
+	// runs commands again once they have.
+	ctx := context.Background()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		r, err := c.Exec(ctx, guest.ExecRequest{Argv: []string{"cat", "/sys/fs/cgroup/commands/pids.current"}, TimeoutMs: 10000}, nil)
+		if err == nil && r.ExitCode == 0 && strings.TrimSpace(string(r.Stdout)) == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the fork storm: %+v %v", r, err)
+		}
+	}
+}

@@ -43,6 +43,9 @@ type Config struct {
 	// Network is the sandbox's network mode: "none" or "egress" (loopback only either way;
 	// egress adds /etc/resolv.conf naming 127.0.0.1 and the CA bundle, both read-only).
 	Network string `json:"network,omitempty"`
+	// PidsLimit bounds the tasks of the sandbox's commands, jobs and terminals (a cgroup of
+	// their own, the agent outside it); 0: no bound but the VM's RAM.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
 
 	caBundle []byte
 }

@@ -55,10 +55,15 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "agentbox vm init:", err)
 		return halt()
 	}
+	cgroup, err := commandCgroup(cfg.PidsLimit)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentbox vm init: the commands' cgroup:", err)
+		return halt()
+	}
 	ctx := context.Background()
 	served := make(chan error, 1)
 	go func() {
-		served <- guest.Run(ctx, guest.ServerConfig{Socket: agentSock, Workdir: cfg.Workdir, Logger: log, DefaultUser: &u})
+		served <- guest.Run(ctx, guest.ServerConfig{Socket: agentSock, Workdir: cfg.Workdir, Logger: log, DefaultUser: &u, CommandCgroup: cgroup})
 	}()
 	go bridge(log)
 	err = <-served
@@ -182,6 +187,34 @@ func boot2(cfg Config) error {
 		_ = os.Chown("/workspace", 1000, 1000)
 	}
 	return nil
+}
+
+// commandsCgroup is the cgroup (v2) the agent starts every command in, under the VM's own root.
+const commandsCgroup = "/sys/fs/cgroup/commands"
+
+// commandCgroup mounts the VM's cgroup2 hierarchy and makes the commands' cgroup with pids.max
+// at pidsLimit ("" and nil when there is no limit): a fork bomb of a command then meets EAGAIN
+// while the agent, outside the cgroup, goes on answering.
+func commandCgroup(pidsLimit int64) (string, error) {
+	if pidsLimit <= 0 {
+		return "", nil
+	}
+	if err := os.MkdirAll("/sys/fs/cgroup", 0o755); err != nil {
+		return "", err
+	}
+	if err := unix.Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil && err != unix.EBUSY {
+		return "", fmt.Errorf("mount cgroup2: %w", err)
+	}
+	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+pids"), 0o644); err != nil {
+		return "", fmt.Errorf("enable the pids controller: %w", err)
+	}
+	if err := os.Mkdir(commandsCgroup, 0o755); err != nil && !os.IsExist(err) {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(commandsCgroup, "pids.max"), []byte(fmt.Sprint(pidsLimit)), 0o644); err != nil {
+		return "", fmt.Errorf("pids.max: %w", err)
+	}
+	return commandsCgroup, nil
 }
 
 // loopbackUp brings lo up (the VM has no other interface).
