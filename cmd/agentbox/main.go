@@ -115,7 +115,7 @@ Sandboxes (talk to a running server; AGENTBOX_URL / AGENTBOX_TOKEN or --server /
                           [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K]
                           [--allow-host H]... [--deny-host H]... [--egress]
                           [--secret NAME=env:VAR@host1,host2]... (or NAME=file:/path@host)
-                          [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping]
+                          [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping] [--on-expiry sleep]
                                         prints the new id; --allow-host gives it a network policy
                                         (default: no network at all)
   agentbox sandbox ls [--json] [--state S] [--label K=V]

@@ -30,7 +30,7 @@ func cmdSandbox(args []string) int {
 }
 
 func sandboxCreate(args []string) int {
-	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel|vm] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]... [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping]")
+	c := newClientCmd("sandbox create", "agentbox sandbox create [--image I] [--runtime R] [--isolation process|kernel|vm] [--cpu N] [--memory-mb N] [--disk-mb N] [--ttl SECONDS] [--env K=V]... [--label K=V]... [--idempotency-key K] [--allow-host H]... [--deny-host H]... [--egress] [--secret NAME=env:VAR@host,...]... [--snapshot SNAP] [--auto-wake] [--ttl-while-sleeping] [--on-expiry sleep]")
 	var req wire.CreateRequest
 	env, labels := kvFlag{}, kvFlag{}
 	c.fs.StringVar(&req.Image, "image", "", "image: host (the default: the host's /usr) or an OCI image reference (python:3.12-slim, ghcr.io/org/img:tag, name@sha256:…, a committed NAME:TAG), pulled by the server if not cached")
