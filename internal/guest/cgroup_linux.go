@@ -11,7 +11,6 @@ func openCgroup(dir string) (int, error) {
 	return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
-
 // procAttr is attr with the commands' cgroup (ServerConfig.CommandCgroup), where there is one.
 func (s *server) procAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
 	if s.cgroupFD >= 0 {

@@ -9,5 +9,4 @@ import (
 
 func openCgroup(string) (int, error) { return -1, errors.New("cgroups are Linux's") }
 
-
 func (s *server) procAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr { return attr }
