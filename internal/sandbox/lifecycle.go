@@ -102,8 +102,8 @@ const convergeWorkers = 4
 // Converge runs one pass of the control loop over every unsettled sandbox (creating, stopping,
 // and expired ones) whose backoff allows, and returns what failed, joined. It works on up to
 // convergeWorkers sandboxes at once, each step under its own deadline (Config.StepTimeout; a
-// sleep, or a sleep's settling, gets at least sleepTimeout), and returns when every step it started has
-// finished or passed its deadline. A step past its deadline is recorded as a failure (event,
+// sleep, or a sleep's settling, gets at least sleepTimeout), and returns when every step it
+// started has finished or passed its deadline. A step past its deadline is recorded as a failure (event,
 // backoff), as any other; if the runtime ignores the deadline the step runs on in the background,
 // holding its sandbox's lock, and is waited for by Run and Close. A sandbox another call or a
 // step of an earlier pass is working on (its lock is held) is left to it.
