@@ -72,6 +72,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string, opts runtime.Sna
 	if opts.Release {
 		// 3. Sleep: the VM ends and its disk moves into the snapshot; the rest is deleted.
 		if err := r.stop(ctx, id); err != nil {
+			_, _ = r.qmpRun(context.WithoutCancel(ctx), id, map[string]any{"execute": "cont"}) // it runs on
 			return info, err
 		}
 		if err := os.Rename(disk, dst); err != nil {
