@@ -807,3 +807,54 @@ func TestConvergeGoesOnPastAHungDelete(t *testing.T) {
 		t.Fatal("Close did not return once the hung step ended")
 	}
 }
+
+// TestSlowStepDelaysNoOtherExpiry: while one sandbox's step hangs (its runtime's delete blocks),
+// Run's control loop still destroys another sandbox within a few ticks of its expiry: a pass does
+// not wait for the slow step before the next one starts (it waited up to the step's deadline).
+func TestSlowStepDelaysNoOtherExpiry(t *testing.T) {
+	e := newFakeEnv(t, sandbox.Config{StepTimeout: 2 * time.Minute})
+	slow := e.create(t, sandbox.CreateRequest{TTLSeconds: 60})
+	fast := e.create(t, sandbox.CreateRequest{TTLSeconds: 120})
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	e.rt.SetFault(func(ctx context.Context, op fake.Op, id string) error {
+		if op == fake.OpDelete && id == slow.ID {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.svc.Run(ctx); close(done) }()
+	defer func() { cancel(); unblock(); <-done }()
+
+	e.clock.Add(61 * time.Second) // slow expires; its destroy hangs in the runtime
+	for deadline := time.Now().Add(30 * time.Second); e.state(t, slow.ID) != sandbox.StateStopping; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the expired sandbox is %s, not stopping, after 30 s", e.state(t, slow.ID))
+		}
+	}
+	e.clock.Add(60 * time.Second) // fast expires while slow's step still hangs
+	began := time.Now()
+	for e.state(t, fast.ID) != sandbox.StateDestroyed {
+		if time.Since(began) > 30*time.Second {
+			t.Fatalf("30 s after its expiry, with another sandbox's step hanging, the sandbox is %s", e.state(t, fast.ID))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("destroyed %s after its expiry while the other step hung", time.Since(began).Round(time.Millisecond))
+	if st := e.state(t, slow.ID); st != sandbox.StateStopping {
+		t.Fatalf("the hanging sandbox is %s; want still stopping", st)
+	}
+	unblock()
+	for deadline := time.Now().Add(30 * time.Second); e.state(t, slow.ID) != sandbox.StateDestroyed; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("released, the slow sandbox is %s after 30 s", e.state(t, slow.ID))
+		}
+	}
+}

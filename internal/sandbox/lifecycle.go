@@ -107,7 +107,14 @@ const convergeWorkers = 4
 // backoff), as any other; if the runtime ignores the deadline the step runs on in the background,
 // holding its sandbox's lock, and is waited for by Run and Close. A sandbox another call or a
 // step of an earlier pass is working on (its lock is held) is left to it.
-func (s *Service) Converge(ctx context.Context) error {
+func (s *Service) Converge(ctx context.Context) error { return s.convergePass(ctx, true) }
+
+// convergePass is Converge, waiting for the steps it starts or not. Run's passes do not: a step
+// that takes long (a destroy on a loaded host, a sleep at expiry saving memory, a runtime that
+// hangs until the step's deadline) then holds one of the loopSlots and its sandbox's lock, while
+// the next tick's pass starts the steps of other sandboxes (an expiry is acted on within a tick
+// of it, not after the slowest step of the pass before).
+func (s *Service) convergePass(ctx context.Context, wait bool) error {
 	list, err := s.store.ListSandboxes(ctx, ListFilter{States: []State{StateCreating, StateRunning, StateSleeping, StateStopping, StateFailed, StateLost}, Limit: 100000})
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
@@ -129,6 +136,12 @@ func (s *Service) Converge(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if !wait {
+			if !s.startStep(ctx, sb) {
+				break // every slot is taken: the next tick goes on
+			}
+			continue
+		}
 		g.Go(func() error {
 			unlock, ok := s.tryLock(sb.ID)
 			if !ok {
@@ -149,18 +162,49 @@ func (s *Service) Converge(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// startStep starts boundedStep on sb in the background if a loop slot is free (false: none is)
+// and sb is not locked by another call or step; the step holds the slot until it returns.
+func (s *Service) startStep(ctx context.Context, sb Sandbox) bool {
+	select {
+	case s.loopSlots <- struct{}{}:
+	default:
+		return false
+	}
+	unlock, ok := s.tryLock(sb.ID)
+	if !ok {
+		<-s.loopSlots
+		return true
+	}
+	// Counted here, before the goroutine starts, so that Run's and Close's wait cannot miss it.
+	if !s.steps.add() {
+		unlock()
+		<-s.loopSlots
+		return false // the service is closing
+	}
+	go func() {
+		defer func() { <-s.loopSlots }()
+		_ = s.boundedStepCounted(ctx, sb, func() { unlock() }) // recorded against the sandbox
+	}()
+	return true
+}
+
 // boundedStep runs step on sb, whose lock the caller took (unlock releases it), under the step's
 // deadline, and returns when the step has returned or its deadline has passed. In the second
 // case the step is recorded as failed at once and left to finish in the background: it keeps
 // the lock until it does, so no later pass starts a second step on the sandbox meanwhile.
 func (s *Service) boundedStep(ctx context.Context, sb Sandbox, unlock func()) error {
-	d := s.cfg.StepTimeout
-	if sb.SleepSnapshot != "" || sb.State == StateRunning && sb.OnExpiry == OnExpirySleep {
-		d = max(d, sleepTimeout) // settling a sleep may finish its snapshot; an expiry's sleep takes one
-	}
 	if !s.steps.add() {
 		unlock()
 		return nil // the service is closing
+	}
+	return s.boundedStepCounted(ctx, sb, unlock)
+}
+
+// boundedStepCounted is boundedStep once the step is counted in s.steps.
+func (s *Service) boundedStepCounted(ctx context.Context, sb Sandbox, unlock func()) error {
+	d := s.cfg.StepTimeout
+	if sb.SleepSnapshot != "" || sb.State == StateRunning && sb.OnExpiry == OnExpirySleep {
+		d = max(d, sleepTimeout) // settling a sleep may finish its snapshot; an expiry's sleep takes one
 	}
 	sctx, cancel := context.WithTimeout(ctx, d)
 	stopOnClose := context.AfterFunc(s.bg, cancel)
@@ -757,7 +801,7 @@ func (s *Service) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if err := s.Converge(ctx); err != nil && ctx.Err() == nil {
+		if err := s.convergePass(ctx, false); err != nil && ctx.Err() == nil {
 			s.log.Debug("control loop pass incomplete", "err", err)
 		}
 		if s.now().Sub(lastSweep) >= s.cfg.SweepInterval {

@@ -244,6 +244,9 @@ type Service struct {
 	// steps are the control loop's steps in flight (lifecycle.go Converge): Run and Close wait
 	// for them.
 	steps inflight
+	// loopSlots bounds the steps Run's passes keep running at once (convergeWorkers): a pass
+	// that finds them all taken leaves the rest to a later tick.
+	loopSlots chan struct{}
 
 	// bg lives as long as the service: background work (exit watches) runs on it, and Close
 	// cancels it and waits for wg.
@@ -280,7 +283,7 @@ func NewService(st Store, rts []runtime.Runtime, cfg Config, log *slog.Logger) (
 	}
 	s := &Service{store: st, local: h, cfg: cfg, log: log, now: cfg.Now, tracer: cfg.tracer(),
 		locks: map[string]*idLock{}, guests: map[string]*guest.Client{}, bus: newBus(),
-		retries: retries{m: map[string]retry{}}}
+		retries: retries{m: map[string]retry{}}, loopSlots: make(chan struct{}, convergeWorkers)}
 	s.bg, s.stop = context.WithCancel(context.Background())
 	if cfg.Egress.NewProxy != nil {
 		p, err := cfg.Egress.NewProxy(&s.egress)

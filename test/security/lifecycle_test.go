@@ -144,6 +144,12 @@ func lifecycleAttacks() []attack {
 						break
 					}
 					if time.Now().After(deadline) {
+						// What the server did and when: the expiry's stopping event says when the
+						// control loop took the sandbox, the rest how long its destroy ran.
+						evs, _ := a.s.c.Events(context.Background(), a.id)
+						for _, ev := range evs {
+							a.t.Logf("event %s %s %s→%s %q (%s after the expiry)", ev.At.Format("15:04:05.000"), ev.Type, ev.From, ev.To, ev.Reason, ev.At.Sub(a.sb.ExpiresAt).Round(time.Millisecond))
+						}
 						a.t.Fatalf("the sandbox is still %s %s after its expiry (%v)", sb.State, time.Since(a.sb.ExpiresAt), err)
 					}
 					time.Sleep(100 * time.Millisecond)
