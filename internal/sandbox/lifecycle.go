@@ -137,9 +137,8 @@ func (s *Service) convergePass(ctx context.Context, wait bool) error {
 			break
 		}
 		if !wait {
-			if !s.startStep(ctx, sb) {
-				break // every slot is taken: the next tick goes on
-			}
+			// Every slot taken: a later tick starts it (the loop goes on for the watches above).
+			s.startStep(ctx, sb)
 			continue
 		}
 		g.Go(func() error {
@@ -162,30 +161,29 @@ func (s *Service) convergePass(ctx context.Context, wait bool) error {
 	return errors.Join(errs...)
 }
 
-// startStep starts boundedStep on sb in the background if a loop slot is free (false: none is)
-// and sb is not locked by another call or step; the step holds the slot until it returns.
-func (s *Service) startStep(ctx context.Context, sb Sandbox) bool {
+// startStep starts boundedStep on sb in the background if a loop slot is free and sb is not
+// locked by another call or step; the step holds the slot until it returns.
+func (s *Service) startStep(ctx context.Context, sb Sandbox) {
 	select {
 	case s.loopSlots <- struct{}{}:
 	default:
-		return false
+		return
 	}
 	unlock, ok := s.tryLock(sb.ID)
 	if !ok {
 		<-s.loopSlots
-		return true
+		return
 	}
 	// Counted here, before the goroutine starts, so that Run's and Close's wait cannot miss it.
 	if !s.steps.add() {
 		unlock()
 		<-s.loopSlots
-		return false // the service is closing
+		return // the service is closing
 	}
 	go func() {
 		defer func() { <-s.loopSlots }()
-		_ = s.boundedStepCounted(ctx, sb, func() { unlock() }) // recorded against the sandbox
+		_ = s.boundedStepCounted(ctx, sb, unlock) // its failure is recorded against the sandbox
 	}()
-	return true
 }
 
 // boundedStep runs step on sb, whose lock the caller took (unlock releases it), under the step's
