@@ -59,6 +59,7 @@ func TestCreateTraceRunc(t *testing.T) {
 	if len(traces) != n {
 		t.Fatalf("the recorder kept %d traces; want %d", len(traces), n)
 	}
+	var gaps [][3]bool // per create: whether the create, its runtime and its disk left time uncovered
 	for _, tr := range traces {
 		if tr.SandboxID == "" || tr.Runtime != "runc" || tr.Pooled || tr.Failed {
 			t.Errorf("trace = %+v; want a runc sandbox's successful, unpooled create", tr)
@@ -98,21 +99,27 @@ func TestCreateTraceRunc(t *testing.T) {
 		if !slices.Equal(inDisk, wantDisk) {
 			t.Errorf("%s: disk steps %v; want %v in this order", tr.SandboxID, inDisk, wantDisk)
 		}
-		// The steps cover the create: what is left between them (a lock taken, a log line)
-		// is small. Spans are sequential, so the sum can never pass the total.
-		if topSum > tr.Total || tr.Total-topSum > tr.Total/20+time.Millisecond {
-			t.Errorf("%s: steps sum to %v of a %v create", tr.SandboxID, topSum, tr.Total)
+		// Spans are sequential, so the sum can never pass the total.
+		if topSum > tr.Total || rtSum > rtTotal || diskSum > diskTotal {
+			t.Errorf("%s: steps sum past their parent: %v of %v, %v of %v, %v of %v", tr.SandboxID, topSum, tr.Total, rtSum, rtTotal, diskSum, diskTotal)
 		}
-		if rtSum > rtTotal || rtTotal-rtSum > rtTotal/20+time.Millisecond {
-			t.Errorf("%s: runtime steps sum to %v of its %v", tr.SandboxID, rtSum, rtTotal)
-		}
-		if diskSum > diskTotal || diskTotal-diskSum > diskTotal/20+time.Millisecond {
-			t.Errorf("%s: disk steps sum to %v of its %v", tr.SandboxID, diskSum, diskTotal)
+		// The steps cover the create: what is left between them (a lock taken, a log line) is
+		// small. Judged on the median create below: work outside every step shows in each
+		// create, while a loaded host's preemption between two steps lands in one.
+		uncovered := func(sum, total time.Duration) bool { return total-sum > total/20+time.Millisecond }
+		gaps = append(gaps, [3]bool{uncovered(topSum, tr.Total), uncovered(rtSum, rtTotal), uncovered(diskSum, diskTotal)})
+		if uncovered(topSum, tr.Total) || uncovered(rtSum, rtTotal) || uncovered(diskSum, diskTotal) {
+			t.Logf("%s: steps leave time uncovered: %v of a %v create, runtime %v of %v, disk %v of %v", tr.SandboxID, topSum, tr.Total, rtSum, rtTotal, diskSum, diskTotal)
 		}
 		if tr.FirstRequest <= 0 {
 			t.Errorf("%s: no first request after the create", tr.SandboxID)
 		}
 		t.Logf("%s: total %v, first request %v, steps %+v", tr.SandboxID, tr.Total, tr.FirstRequest, tr.Steps)
+	}
+	for i, what := range []string{"the create's steps", "the runtime's steps", "the disk's steps"} {
+		if n := len(slices.DeleteFunc(slices.Clone(gaps), func(g [3]bool) bool { return !g[i] })); n > len(gaps)/2 {
+			t.Errorf("%s leave more than 5%% of their parent uncovered in %d of %d creates: work outside every step", what, n, len(gaps))
+		}
 	}
 	for _, s := range creates {
 		if s.EndTime().Before(s.StartTime()) {
