@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api/client"
 	"github.com/agentbox/agentbox/internal/createtrace"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/kubernetes"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/wire"
 )
@@ -126,7 +127,8 @@ var traceSteps = []string{
 	sandbox.SpanCreateAdmission, sandbox.SpanCreateImage, sandbox.SpanCreateRecord, sandbox.SpanCreateRuntime,
 	runtime.StepLayout, runtime.StepDir, runtime.StepDisk, runtime.StepDiskCopy, runtime.StepDiskMount, runtime.StepNetwork, runtime.StepBundle, runtime.StepMounts,
 	runtime.StepCreate, runtime.StepStart, runtime.StepAfter,
-	sandbox.SpanCreateAgent, sandbox.SpanCreateUp, sandbox.SpanCreateRunning,
+	sandbox.SpanCreateAgent, kubernetes.StepPodSchedule, kubernetes.StepPodSandbox, kubernetes.StepPodContainer, kubernetes.StepTunnel,
+	sandbox.SpanCreateUp, sandbox.SpanCreateRunning,
 }
 
 const (
@@ -211,7 +213,10 @@ func printTraceTables(tabs []TraceTable) {
 			continue
 		}
 		label := name
-		if strings.HasPrefix(name, "runtime.") {
+		switch {
+		case strings.HasPrefix(name, "runtime.pod."): // the pod's start, under create.agent_ready
+			label = "  " + name
+		case strings.HasPrefix(name, "runtime."):
 			label = strings.Repeat("  ", strings.Count(name, ".")) + name
 		}
 		fmt.Printf("%-34s", label)

@@ -48,7 +48,7 @@ func kubeBenchFlags() kubeBench {
 	return kubeBench{
 		only:     flag.Bool("kube-only", false, "measure only the kubernetes runtime's figures (needs AGENTBOX_TEST_KUBECONFIG; writes -out only if it is not the default bench/results.json)"),
 		n:        flag.Int("kube-creates", 20, "timed creates per runtime (and plain pods) in the kubernetes figures"),
-		replicaN: flag.Int("kube-replica-creates", 100, "creates per round in the two-replica figures (one replica, then two)"),
+		replicaN: flag.Int("kube-replica-creates", 100, "creates per round in the two-replica figures (one replica, then two; 0: no replicas figures)"),
 		replicaC: flag.Int("kube-replica-inflight", 8, "creates in flight at once in the two-replica figures"),
 	}
 }
@@ -57,6 +57,7 @@ func kubeBenchFlags() kubeBench {
 const (
 	measureKubeCreate = "create → first exec result (REST)"
 	measureKubePlain  = "plain pod: create → Running → exec `true` (kubectl run + exec)"
+	measureKubeVols   = "plain pod with the sandbox pod's volumes: create → Running → exec `true`"
 )
 
 func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
@@ -132,7 +133,7 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 	measured := map[string]float64{}
 	n := *kb.n
 	createExec := map[string][]float64{}
-	var plain []float64
+	var plain, plainVols []float64
 	// In turns, so that the machine's load falls on every figure alike.
 	for i := 0; i < n; i++ {
 		for _, rt := range rts {
@@ -142,11 +143,15 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 			createExec[rt.Name()] = append(createExec[rt.Name()], d)
 			measured[id] = d
 		}
-		d, err := plainPod(ctx, lab, ns, i, shape)
+		d, err := plainPod(ctx, lab, ns, fmt.Sprintf("plain-%d", i), shape, false)
 		if err != nil {
 			log.Fatalf("plain pod: %v", err)
 		}
 		plain = append(plain, ms(d))
+		if d, err = plainPod(ctx, lab, ns, fmt.Sprintf("plain-vols-%d", i), shape, true); err != nil {
+			log.Fatalf("plain pod with volumes: %v", err)
+		}
+		plainVols = append(plainVols, ms(d))
 	}
 	for _, rt := range rts {
 		s := summarize(measureKubeCreate, "ms", createExec[rt.Name()])
@@ -158,12 +163,18 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 	s.Runtime = "kubernetes (client-go)"
 	s.Floor = "same image, cpu and memory, runc class, in turns"
 	res.Stats = append(res.Stats, s)
+	s = summarize(measureKubeVols, "ms", plainVols)
+	s.Runtime = "kubernetes (client-go)"
+	s.Floor = "as the plain pod, with the guest image volume and the disk and /tmp emptyDirs"
+	res.Stats = append(res.Stats, s)
 	var names []string
 	for _, rt := range rts {
 		names = append(names, rt.Name())
 	}
 	res.CreateTrace = traceTables(traces, measured, names)
-	res.Stats = append(res.Stats, runKubeReplicasBench(ctx, lab, ns, *kb.replicaN, *kb.replicaC)...)
+	if *kb.replicaN > 0 {
+		res.Stats = append(res.Stats, runKubeReplicasBench(ctx, lab, ns, *kb.replicaN, *kb.replicaC)...)
+	}
 	printStats(res.Stats)
 	printTraceTables(res.CreateTrace)
 	if out != "bench/results.json" {
@@ -172,10 +183,11 @@ func runKubeBench(ctx context.Context, bin string, kb kubeBench, out string) {
 }
 
 // plainPod is `kubectl run` + `kubectl exec` of a pod like a sandbox's (the busybox host image,
-// the same cpu and memory, the runc class), through client-go: create, wait for Running, exec
-// `true`; then it deletes the pod (not timed).
-func plainPod(ctx context.Context, lab *kubetest.Lab, ns string, i int, shape wire.CreateRequest) (time.Duration, error) {
-	name := fmt.Sprintf("plain-%d", i)
+// the same cpu and memory, the runc class), through client-go: create, watch until Running (as
+// `kubectl run --wait` does), exec `true`; then it deletes the pod (not timed). With vols, the pod
+// mounts the volumes a sandbox pod has (the guest image as an image volume, a disk emptyDir and
+// a memory /tmp): the kubelet's own cost of volumes, which every sandbox pod pays.
+func plainPod(ctx context.Context, lab *kubetest.Lab, ns, name string, shape wire.CreateRequest, vols bool) (time.Duration, error) {
 	res := corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(shape.CPU*1000), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(shape.MemoryMB<<20, resource.BinarySI)}
 	class := "runc"
@@ -184,23 +196,36 @@ func plainPod(ctx context.Context, lab *kubetest.Lab, ns string, i int, shape wi
 			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{Name: "main", Image: lab.HostImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sleep", "3600"}, Resources: corev1.ResourceRequirements{Requests: res, Limits: res}}}}}
+	if vols {
+		pod.Spec.Volumes = []corev1.Volume{
+			{Name: "guest", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: lab.GuestImage, PullPolicy: corev1.PullNever}}},
+			{Name: "disk", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(shape.DiskMB<<20, resource.BinarySI)}}},
+			{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+		}
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "guest", MountPath: "/.agentbox/bin", ReadOnly: true},
+			{Name: "disk", MountPath: "/workspace"}, {Name: "tmp", MountPath: "/tmp"}}
+	}
 	pods := lab.Client.CoreV1().Pods(ns)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	w, err := pods.Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
 	t0 := time.Now()
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return 0, err
 	}
 	defer pods.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for {
-		p, err := pods.Get(wctx, name, metav1.GetOptions{})
-		if err != nil {
-			return 0, err
+	for running := false; !running; {
+		ev, ok := <-w.ResultChan()
+		if !ok {
+			return 0, fmt.Errorf("pod %s: the watch ended before it ran", name)
 		}
-		if p.Status.Phase == corev1.PodRunning {
-			break
+		if p, isPod := ev.Object.(*corev1.Pod); isPod {
+			running = p.Status.Phase == corev1.PodRunning
 		}
-		time.Sleep(50 * time.Millisecond) // what kubectl run --wait's watch costs at most
 	}
 	req := lab.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: "main", Command: []string{"true"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -86,4 +87,15 @@ func (s *Steps) Done(err error) {
 		s.end(err)
 		s.end = nil
 	}
+}
+
+// Observed records a step that was watched rather than run — its start and end were seen from
+// outside (a pod's status, say) — as a finished child span of ctx's span; a zero start or an
+// end before it records nothing.
+func Observed(ctx context.Context, name string, start, end time.Time) {
+	if start.IsZero() || end.Before(start) {
+		return
+	}
+	_, sp := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, name, trace.WithTimestamp(start))
+	sp.End(trace.WithTimestamp(end))
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/yamux"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -24,8 +26,10 @@ import (
 
 // Bounds of the agent connection.
 const (
-	// pollRunning is how often a dial looks at a pod that is not running yet.
-	pollRunning = 50 * time.Millisecond
+	// pollRunning is how often a dial looks at a pod that is not running yet when it cannot
+	// watch it (or the pod is not made yet); watchSeconds bounds one watch of it.
+	pollRunning  = 50 * time.Millisecond
+	watchSeconds = 60
 	// retryAfter: a tunnel that failed to open answers the same error, without I/O, for this
 	// long (WaitReady dials every few milliseconds).
 	retryAfter = 100 * time.Millisecond
@@ -46,6 +50,8 @@ type agentTunnel struct {
 	r   *Runtime
 	id  string
 	sem chan struct{} // one opening at a time
+
+	phases podPhases // the pod's start, as the first opening saw it (held with sem)
 
 	mu        sync.Mutex
 	sess      *yamux.Session
@@ -186,7 +192,10 @@ func (t *agentTunnel) session(ctx context.Context) (*yamux.Session, error) {
 		return s, err
 	}
 	began := time.Now()
-	sess, stop, err := t.r.openTunnel(ctx, t.id)
+	if t.phases.began.IsZero() {
+		t.phases.began = began
+	}
+	sess, stop, err := t.r.openTunnel(ctx, t.id, &t.phases)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
@@ -204,18 +213,81 @@ func (t *agentTunnel) session(ctx context.Context) (*yamux.Session, error) {
 		t.stop()
 	}
 	t.sess, t.stop, t.lastErr = sess, stop, nil
+	t.phases.report(ctx, time.Now())
 	t.r.log.Debug("agent tunnel open", "sandbox_id", t.id, "took", time.Since(began))
 	return sess, nil
 }
 
-// waitRunning waits until the sandbox's container runs; a pod that has stopped, failed to
-// start, or does not exist is an error at once.
-func (r *Runtime) waitRunning(ctx context.Context, id string) error {
-	for {
-		p, err := r.getPod(ctx, id)
-		if err != nil {
-			return err
+// podPhases are the times a sandbox's pod was first seen scheduled, ready to start its
+// containers (its volumes mounted and its pod sandbox made), and running, from the first wait
+// for it: the create trace's steps inside the agent's readiness (docs/TRACE.md).
+type podPhases struct {
+	began, scheduled, sandbox, running time.Time
+	reported                           bool
+}
+
+// Steps of a pod's start, as the kubelet reports them (child spans of the create's agent step).
+const (
+	StepPodSchedule  = "runtime.pod.schedule"  // until the scheduler placed it
+	StepPodSandbox   = "runtime.pod.sandbox"   // until its volumes are mounted and its pod sandbox made
+	StepPodContainer = "runtime.pod.container" // until its container runs
+	StepTunnel       = "runtime.tunnel"        // the agent tunnel's exec and first ping
+)
+
+// note records what pod p shows, at now.
+func (ph *podPhases) note(p *corev1.Pod, now time.Time) {
+	if p == nil || ph == nil {
+		return
+	}
+	if ph.scheduled.IsZero() && p.Spec.NodeName != "" {
+		ph.scheduled = now
+	}
+	for _, c := range p.Status.Conditions {
+		if ph.sandbox.IsZero() && c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
+			ph.sandbox = now
 		}
+	}
+}
+
+// report records the phases as spans under ctx's span once the tunnel is open (at opened),
+// the first time only: a tunnel re-opened later is no create's.
+func (ph *podPhases) report(ctx context.Context, opened time.Time) {
+	if ph.reported || ph.began.IsZero() || ph.running.IsZero() {
+		return
+	}
+	ph.reported = true
+	prev := ph.began
+	for _, s := range []struct {
+		name string
+		at   time.Time
+	}{{StepPodSchedule, ph.scheduled}, {StepPodSandbox, ph.sandbox}, {StepPodContainer, ph.running}, {StepTunnel, opened}} {
+		if s.at.IsZero() {
+			continue // a phase the kubelet did not report apart (an older one: no PodReadyToStartContainers)
+		}
+		runtime.Observed(ctx, s.name, prev, s.at)
+		prev = s.at
+	}
+}
+
+// waitRunning waits until the sandbox's container runs, following its pod's changes through a
+// watch (a poll would add half its period to every create); a pod that has stopped, failed to
+// start, or does not exist is an error at once.
+func (r *Runtime) waitRunning(ctx context.Context, id string, ph *podPhases) error {
+	var w watch.Interface
+	defer func() {
+		if w != nil {
+			w.Stop()
+		}
+	}()
+	var p *corev1.Pod // the pod as the last watch event showed it; nil: get it
+	for {
+		if p == nil {
+			var err error
+			if p, err = r.getPod(ctx, id); err != nil {
+				return err
+			}
+		}
+		ph.note(p, time.Now())
 		why := "its pod is not created yet (Start)"
 		if p == nil {
 			cm, err := r.getKept(ctx, id)
@@ -230,6 +302,9 @@ func (r *Runtime) waitRunning(ctx context.Context, id string) error {
 			case runtime.StatusRunning:
 				for _, cs := range p.Status.ContainerStatuses {
 					if cs.Name == ContainerName && cs.State.Running != nil {
+						if ph != nil && ph.running.IsZero() {
+							ph.running = time.Now()
+						}
 						return nil
 					}
 				}
@@ -255,10 +330,37 @@ func (r *Runtime) waitRunning(ctx context.Context, id string) error {
 				why = "its pod is " + string(p.Status.Phase) + podReason(p)
 			}
 		}
+		if p != nil && w == nil {
+			// From the version just seen: no change between the get and the watch is missed.
+			var err error
+			w, err = r.api.pods(r.cfg.Namespace).Watch(ctx, metav1.ListOptions{
+				FieldSelector: "metadata.name=" + id, ResourceVersion: p.ResourceVersion, TimeoutSeconds: ptr(int64(watchSeconds))})
+			if err != nil {
+				w = nil // poll instead, below
+			}
+		}
+		if w == nil {
+			p = nil
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("sandbox %s: %s: %w", id, why, ctx.Err())
+			case <-time.After(pollRunning):
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("sandbox %s: %s: %w", id, why, ctx.Err())
-		case <-time.After(pollRunning):
+		case ev, ok := <-w.ResultChan():
+			np, isPod := ev.Object.(*corev1.Pod)
+			switch {
+			case ok && (ev.Type == watch.Added || ev.Type == watch.Modified) && isPod && r.mine(np.ObjectMeta, id):
+				p = np
+			case ok && ev.Type == watch.Bookmark:
+			default: // deleted, an error (a version too old), or the watch ended: look again
+				w.Stop()
+				w, p = nil, nil
+			}
 		}
 	}
 }
@@ -303,10 +405,10 @@ func podReason(p *corev1.Pod) string {
 
 // openTunnel execs guest-tunnel in the sandbox's container and starts a yamux client on its
 // stdio; it returns once the pod side has answered a ping.
-func (r *Runtime) openTunnel(ctx context.Context, id string) (*yamux.Session, context.CancelFunc, error) {
+func (r *Runtime) openTunnel(ctx context.Context, id string, ph *podPhases) (*yamux.Session, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	if err := r.waitRunning(ctx, id); err != nil {
+	if err := r.waitRunning(ctx, id, ph); err != nil {
 		return nil, nil, err
 	}
 	req := r.api.execRequest(r.cfg.Namespace, id, &corev1.PodExecOptions{Container: ContainerName,

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentbox/agentbox/internal/errcode"
@@ -344,5 +346,86 @@ func TestRoomOnCluster(t *testing.T) {
 	}
 	if big, err := rt.Room(context.Background(), 512, 64); err != nil || big.Fit != 0 {
 		t.Fatalf("512-core sandboxes fit %d times (%v)", big.Fit, err)
+	}
+}
+
+// TestPodStartTrace: the first dial of a new sandbox's agent records the pod's start as the
+// create trace's steps — scheduled, pod sandbox made (volumes mounted), container running,
+// tunnel open — in that order, without gaps, each non-negative, under the caller's span, and
+// covering the dial up to the tunnel.
+func TestPodStartTrace(t *testing.T) {
+	l := testLab(t)
+	rt := newRuntime(t, l, runtime.IsolationProcess, "runc")
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	id := runtimetest.NewID()
+	spec := runtimetest.DefaultSpec(id)
+	ctx := context.Background()
+	if _, err := rt.Run(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Delete(context.Background(), id) })
+	dial, err := rt.Agent(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, parent := tp.Tracer("test").Start(ctx, "create.agent_ready")
+	began := time.Now()
+	conn, err := dial(pctx)
+	opened := time.Since(began)
+	parent.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	want := []string{kubernetes.StepPodSchedule, kubernetes.StepPodSandbox, kubernetes.StepPodContainer, kubernetes.StepTunnel}
+	var got []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if slices.Contains(want, s.Name()) {
+			if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+				t.Errorf("span %s is not under the caller's span", s.Name())
+			}
+			got = append(got, s)
+		}
+	}
+	slices.SortFunc(got, func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) })
+	var names []string
+	var sum time.Duration
+	for i, s := range got {
+		names = append(names, s.Name())
+		d := s.EndTime().Sub(s.StartTime())
+		if d < 0 {
+			t.Errorf("span %s lasted %s", s.Name(), d)
+		}
+		if i > 0 && !s.StartTime().Equal(got[i-1].EndTime()) {
+			t.Errorf("span %s starts at %s, not where %s ended (%s)", s.Name(), s.StartTime(), got[i-1].Name(), got[i-1].EndTime())
+		}
+		sum += d
+	}
+	if !slices.Equal(names, want) {
+		t.Fatalf("steps %v, want %v", names, want)
+	}
+	// The steps run from the dial's start to the tunnel's opening: all but what the dial does
+	// after it (a stream and its status byte, a millisecond or two).
+	if sum > opened || opened-sum > 50*time.Millisecond {
+		t.Errorf("the steps sum to %s of the %s the dial took", sum, opened)
+	}
+	t.Logf("pod start: %s", func() string {
+		var b strings.Builder
+		for _, s := range got {
+			fmt.Fprintf(&b, "%s %s; ", s.Name(), s.EndTime().Sub(s.StartTime()).Round(time.Millisecond))
+		}
+		return b.String()
+	}())
+	// A second dial reuses the tunnel and records nothing more.
+	n := len(rec.Ended())
+	conn, err = dial(pctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if m := len(rec.Ended()); m != n {
+		t.Errorf("a later dial recorded %d more spans", m-n)
 	}
 }
