@@ -1,4 +1,4 @@
--- 0012_snapshots: snapshots of sandboxes (issue 15), and what a sandbox record says of them.
+-- 0012_snapshots: snapshots of sandboxes, and what a sandbox record says of them.
 --
 -- A snapshot record is written (state 'creating') before the runtime saves anything, becomes
 -- 'ready' once it has (snapshot.json written), 'failed' if it could not, and 'deleting' while

@@ -1,4 +1,4 @@
--- 0013_pools: warm pools (issue 15). A pool is a name, a shape (image, runtime, cpu,
+-- 0013_pools: warm pools. A pool is a name, a shape (image, runtime, cpu,
 -- memory_mb, disk_mb, network) and a size: how many ready sandboxes of that shape the server
 -- keeps for creates to claim. A pooled sandbox is an ordinary sandbox record whose pool column
 -- names the pool holding it; a create that claims it sets pool to '' and from_pool to 1 in

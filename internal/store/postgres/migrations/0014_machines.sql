@@ -1,4 +1,4 @@
--- 0014_machines: joined machines and their join tokens (issue 17). A join token's secret is
+-- 0014_machines: joined machines and their join tokens. A join token's secret is
 -- never stored: hash is its SHA-256. uses_left counts down with each enrollment, in the same
 -- transaction that creates the machine. A machine keeps its ed25519 public key (32 bytes) and
 -- what it last reported (platform, arch, agent_version, gpus as JSON); last_seen is when the

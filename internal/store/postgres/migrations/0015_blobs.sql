@@ -1,4 +1,4 @@
--- 0015_blobs: the file relay (internal/blobs, issue 17 §8). A blob's record is written pending
+-- 0015_blobs: the file relay (internal/blobs). A blob's record is written pending
 -- before its bytes (under the state dir's blobs/ directory), then marked ready with its size and
 -- SHA-256; the sweeper deletes expired and stale pending ones. blob_transfers is each owner's
 -- ledger for the quotas (transfers per hour, bytes admitted per rolling 24 h). Times are unix

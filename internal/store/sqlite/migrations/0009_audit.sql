@@ -1,4 +1,4 @@
--- 0009_audit: the audit log (issue 16): one row per call on every surface (REST, MCP, MCP
+-- 0009_audit: the audit log: one row per call on every surface (REST, MCP, MCP
 -- over stdio), written in batches by audit.Recorder.
 --
 -- at is unix milliseconds (UTC) when the call began; tool is the MCP tool or the REST route's

@@ -1,4 +1,4 @@
--- 0016_remote_jobs: jobs on joined machines (issue 17). The server writes a job's record (state
+-- 0016_remote_jobs: jobs on joined machines. The server writes a job's record (state
 -- 'starting') before it asks the machine to start it, and the machine's replies move it on:
 -- 'running', then 'exited', 'canceled' or 'unknown'; 'failed' when the machine refused it or
 -- never heard of it. A job that asked for a GPU holds a row of remote_gpu_reservations, inserted
