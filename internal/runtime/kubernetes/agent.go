@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/yamux"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -27,9 +28,8 @@ import (
 // Bounds of the agent connection.
 const (
 	// pollRunning is how often a dial looks at a pod that is not running yet when it cannot
-	// watch it (or the pod is not made yet); watchSeconds bounds one watch of it.
-	pollRunning  = 50 * time.Millisecond
-	watchSeconds = 60
+	// watch it (or the pod is not made yet).
+	pollRunning = 50 * time.Millisecond
 	// retryAfter: a tunnel that failed to open answers the same error, without I/O, for this
 	// long (WaitReady dials every few milliseconds).
 	retryAfter = 100 * time.Millisecond
@@ -334,7 +334,7 @@ func (r *Runtime) waitRunning(ctx context.Context, id string, ph *podPhases) err
 			// From the version just seen: no change between the get and the watch is missed.
 			var err error
 			w, err = r.api.pods(r.cfg.Namespace).Watch(ctx, metav1.ListOptions{
-				FieldSelector: "metadata.name=" + id, ResourceVersion: p.ResourceVersion, TimeoutSeconds: ptr(int64(watchSeconds))})
+				FieldSelector: fields.OneTermEqualSelector("metadata.name", id).String(), ResourceVersion: p.ResourceVersion, TimeoutSeconds: ptr(int64(watchTimeout / time.Second))})
 			if err != nil {
 				w = nil // poll instead, below
 			}
