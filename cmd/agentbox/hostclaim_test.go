@@ -41,8 +41,13 @@ func TestTwoServersOneHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", parentA, sb.ID)); err != nil && !cgroupV1(parentA, sb.ID) {
-		t.Errorf("the sandbox's cgroup is not under the state dir's parent %s: %v", parentA, err)
+	// runc's sandboxes are under the parent itself, another runtime's under parent-<name>.
+	sbParent := parentA
+	if sb.Runtime != "runc" {
+		sbParent += "-" + sb.Runtime
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", sbParent, sb.ID)); err != nil && !cgroupV1(sbParent, sb.ID) {
+		t.Errorf("the %s sandbox's cgroup is not under the state dir's parent %s: %v", sb.Runtime, sbParent, err)
 	}
 	alive := func(when string) {
 		t.Helper()

@@ -40,7 +40,7 @@ func cmdMCP(args []string) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: its running server is used, or the control plane runs in this process")
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", cfg.CgroupParent, "cgroup under which each sandbox gets its own (in-process control plane only; default: derived from the state dir, as serve's)")
-	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime (in-process control plane only)")
+	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime (in-process control plane only; default: crun where it works, else runc)")
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once (in-process control plane only)")
 	registerEgressFlags(fs, &cfg) // network (in-process control plane only)
 	registerImageFlags(fs, &cfg)  // images (images.go; in-process control plane only)

@@ -288,9 +288,8 @@ func TestMCPStdio(t *testing.T) {
 	if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
 		t.Fatalf("agentbox mcp exit: %v\n%s", cmd.ProcessState, stderr)
 	}
-	out, _ = exec.Command("runc", "--root", filepath.Join(dir, "runtimes", "runc", "state"), "list", "-q").CombinedOutput()
-	if strings.TrimSpace(string(out)) != "" {
-		t.Fatalf("containers left: %s", out)
+	if left, err := testenv.Containers(dir); err != nil || len(left) > 0 {
+		t.Fatalf("containers left: %v %v", left, err)
 	}
 }
 

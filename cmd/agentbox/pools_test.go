@@ -55,7 +55,8 @@ func TestServePoolsSurviveSIGKILL(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.ShortTempDir(t, "abpk")
 	t.Cleanup(func() { removeCgroupParent("abtest-" + filepath.Base(dir)) })
-	poolFlag := []string{"--pool", "name=warm,size=2,memory_mb=128,disk_mb=128"}
+	// runc explicitly: the test counts the pool's containers in runc's root.
+	poolFlag := []string{"--runtime", "runc", "--pool", "name=warm,size=2,memory_mb=128,disk_mb=128"}
 	srv := testenv.StartServer(t, dir, testToken, poolFlag...)
 	c := srv.Client()
 	waitPool(t, c, 2)

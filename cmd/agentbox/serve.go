@@ -32,7 +32,7 @@ func cmdServe(args []string) int {
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory (database, runtime state, sandbox dirs)")
 	fs.StringVar(&cfg.Store, "store", "", "durable store: postgres://user:password@host/db (or postgresql://…) for Postgres, sqlite://PATH for a SQLite file elsewhere; default the SQLite file agentbox.db in the state dir")
 	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow a non-loopback listen address (anyone who can reach it and has the token controls sandboxes)")
-	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime")
+	fs.StringVar(&cfg.DefaultRuntime, "runtime", cfg.DefaultRuntime, "default runtime (default: crun where it works, else runc)")
 	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "most live sandboxes at once")
 	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", cfg.DefaultTTL, "TTL of a sandbox created without one")
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest TTL a sandbox may have")

@@ -52,7 +52,7 @@ func TestRenderTop(t *testing.T) {
 func TestTopAndMetricsOnServe(t *testing.T) {
 	testenv.RequireRoot(t)
 	stateDir := testenv.ShortTempDir(t, "abtop")
-	srv := testenv.StartServer(t, stateDir, testToken)
+	srv := testenv.StartServer(t, stateDir, testToken, "--runtime", "runc")
 	cl := srv.Client()
 	ctx := context.Background()
 	busy, err := cl.Create(ctx, wire.CreateRequest{CPU: 1})

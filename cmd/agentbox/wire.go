@@ -317,6 +317,11 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
+	defaultRuntime := cfg.DefaultRuntime
+	if defaultRuntime == "" {
+		defaultRuntime = pickDefaultRuntime(rts)
+		log.Info("default runtime", "runtime", defaultRuntime, "preferred", config.PreferredRuntimes)
+	}
 	over := cfg.Overcommit
 	cpuBudget, memBudget := cfg.CPUBudget, cfg.MemoryBudgetMB
 	if cpuBudget == 0 {
@@ -391,7 +396,7 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 		Shared:         shared,
 		Observer:       prom,
 		Tracing:        tracer,
-		DefaultRuntime: cfg.DefaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
+		DefaultRuntime: defaultRuntime, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPooled: cfg.MaxPooled, CPUBudget: cpuBudget, MemoryBudgetMB: memBudget, DiskBudgetMB: diskBudget,
 		Overcommit: over, MemoryReserveMB: max(256, memTotal/20), DiskReserveMB: min(diskTotal/10, 4096),
 		Headroom:   headroom,
@@ -468,7 +473,30 @@ func buildControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger,
 	return cp, nil
 }
 
-// runtimeFlavors are the runtimes every server registers, the default first.
+// pickDefaultRuntime is the first of config.PreferredRuntimes that rts has usable, else the
+// first of them rts has at all (its creates are then refused with its reason).
+func pickDefaultRuntime(rts []runtime.Runtime) string {
+	var known string
+	for _, name := range config.PreferredRuntimes {
+		for _, rt := range rts {
+			if rt.Name() != name {
+				continue
+			}
+			if rt.Capabilities().Available {
+				return name
+			}
+			if known == "" {
+				known = name
+			}
+		}
+	}
+	if known == "" {
+		known = sandbox.DefaultRuntime
+	}
+	return known
+}
+
+// runtimeFlavors are the runtimes every server registers.
 var runtimeFlavors = []oci.Flavor{oci.FlavorRunc, oci.FlavorCrun, oci.FlavorGVisor}
 
 // newRuntimes probes runc, crun and gVisor, each with its own root under

@@ -214,3 +214,24 @@ func zombie(stat []byte) bool {
 	i := strings.LastIndexByte(string(stat), ')')
 	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }
+
+// Containers lists the containers a server's state dir holds in each of its OCI runtimes' roots
+// (runc's and crun's: <stateDir>/runtimes/<name>/state), as "<runtime>/<id>"; a root that does
+// not exist has none. A runtime's own list failing is an error.
+func Containers(stateDir string) ([]string, error) {
+	var out []string
+	for _, rt := range []string{"runc", "crun"} {
+		root := filepath.Join(stateDir, "runtimes", rt, "state")
+		if _, err := os.Stat(root); err != nil {
+			continue
+		}
+		b, err := exec.Command(rt, "--root", root, "list", "-q").CombinedOutput()
+		if err != nil {
+			return out, fmt.Errorf("%s --root %s list: %v: %s", rt, root, err, b)
+		}
+		for _, id := range strings.Fields(string(b)) {
+			out = append(out, rt+"/"+id)
+		}
+	}
+	return out, nil
+}

@@ -328,11 +328,10 @@ func TestKillDuringCreate(t *testing.T) {
 
 func assertHostClean(t *testing.T, dir string, ids []string) {
 	t.Helper()
-	out, _ := exec.Command("runc", "--root", filepath.Join(dir, "runtimes", "runc", "state"), "list", "-q").Output()
-	if s := strings.TrimSpace(string(out)); s != "" {
-		t.Errorf("containers left: %s", s)
+	if left, err := testenv.Containers(dir); err != nil || len(left) > 0 {
+		t.Errorf("containers left: %v %v", left, err)
 	}
-	if d, _ := filepath.Glob(filepath.Join(dir, "runtimes", "runc", "sandboxes", "*")); len(d) > 0 {
+	if d, _ := filepath.Glob(filepath.Join(dir, "runtimes", "*", "sandboxes", "*")); len(d) > 0 {
 		t.Errorf("sandbox dirs left: %v", d)
 	}
 	if len(ids) > 0 {

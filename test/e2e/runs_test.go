@@ -314,10 +314,13 @@ func (e *runsEnv) assertNoLiveSandboxes(t *testing.T, s *server, dir string, kee
 			t.Errorf("sandbox %s left %s (labels %v)", sb.ID, sb.State, sb.Labels)
 		}
 	}
-	out, _ := exec.Command("runc", "--root", filepath.Join(dir, "runtimes", "runc", "state"), "list", "-q").Output()
-	for _, c := range strings.Fields(string(out)) {
+	left, err := testenv.Containers(dir)
+	if err != nil {
+		t.Error(err)
+	}
+	for _, c := range left {
 		if !slices.ContainsFunc(keep, func(k string) bool { return strings.Contains(c, k) }) {
-			t.Errorf("runc container left: %s", c)
+			t.Errorf("container left: %s", c)
 		}
 	}
 }

@@ -59,7 +59,9 @@ func (p *proc) stop() bool {
 // its log.
 func startServe(bin, stateDir string, env []string, logs *testenv.SyncBuffer, args ...string) (*proc, error) {
 	os.Remove(config.ServerInfoPath(stateDir))
-	all := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir}, args...)
+	// runc explicitly: the campaign's runtime faults wrap runc, and its invariants read runc's
+	// root.
+	all := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir, "--runtime", "runc"}, args...)
 	cmd := exec.Command(bin, all...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logs

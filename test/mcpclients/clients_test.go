@@ -148,7 +148,7 @@ func startServer(t *testing.T, bin, token string, extra ...string) *server {
 // cgroupParent is the cgroup under which the sandboxes of a state dir's control plane live.
 func cgroupParent(stateDir string) string { return "abmcp-" + filepath.Base(stateDir) }
 
-// checkNoSandboxes fails the test if runc still has containers in the state dir or the host
+// checkNoSandboxes fails the test if runc or crun still has containers in the state dir or the host
 // still has mounts, cgroups or processes of it (the state dir's name is in all of them). The
 // control plane keeps its (then empty) cgroup parent for the next start; it is removed here.
 func checkNoSandboxes(t *testing.T, stateDir string) {
@@ -157,16 +157,14 @@ func checkNoSandboxes(t *testing.T, stateDir string) {
 	for _, p := range append(parents, "/sys/fs/cgroup/"+cgroupParent(stateDir)) {
 		_ = os.Remove(p) // only an empty cgroup can be removed; what is left is reported below
 	}
-	root := filepath.Join(stateDir, "runtimes", "runc", "state")
-	if _, err := os.Stat(root); err == nil {
-		out, err := exec.Command("runc", "--root", root, "list", "-q").CombinedOutput()
-		if err != nil {
-			t.Errorf("runc --root %s list: %v\n%s", root, err, out)
-		}
-		for _, id := range strings.Fields(string(out)) {
-			t.Errorf("container left behind: %s", id)
-			_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
-		}
+	left, err := testenv.Containers(stateDir)
+	if err != nil {
+		t.Error(err)
+	}
+	for _, c := range left {
+		t.Errorf("container left behind: %s", c)
+		rt, id, _ := strings.Cut(c, "/")
+		_ = exec.Command(rt, "--root", filepath.Join(stateDir, "runtimes", rt, "state"), "delete", "--force", id).Run()
 	}
 	if leaks := testenv.Leaks(filepath.Base(stateDir)); len(leaks) > 0 {
 		t.Errorf("host resources left behind:\n  %s", strings.Join(leaks, "\n  "))
