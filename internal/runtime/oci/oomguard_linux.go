@@ -163,13 +163,18 @@ func (r *Runtime) runOOMGuard(id string, g *oomGuard, threshold int64) {
 		if err != nil {
 			return // the cgroup is gone (its removal signals the eventfd too)
 		}
-		lastKill := int64(-1)
+		var rg regrowth
 		for used >= threshold {
-			if lastKill < 0 || used-lastKill >= oomRegrowth {
+			if rg.due(used) {
 				r.oomKill(id, used, threshold)
-				lastKill = used
-			} else if used < lastKill {
-				lastKill = used
+				// What the sandbox holds once the kill is done is the new baseline: memory
+				// the runaway took while the agent was slow to answer (a loaded host) is not
+				// growth after the kill, and gVisor gives a dead command's memory back to the
+				// host only lazily, so usage stays up for a while after it.
+				if used, err = g.read(); err != nil {
+					return
+				}
+				rg.killed(used)
 			}
 			time.Sleep(oomPoll)
 			if used, err = g.read(); err != nil {
@@ -178,6 +183,28 @@ func (r *Runtime) runOOMGuard(id string, g *oomGuard, threshold int64) {
 		}
 	}
 }
+
+// regrowth decides when the guard kills again while usage stays above the threshold: first at
+// once, then only after usage has grown oomRegrowth past what the sandbox held once the last
+// kill was done (or past its lowest since).
+type regrowth struct {
+	base   int64
+	primed bool
+}
+
+// due reports whether usage used calls for a kill, lowering the baseline when usage fell.
+func (rg *regrowth) due(used int64) bool {
+	if !rg.primed {
+		return true
+	}
+	if used < rg.base {
+		rg.base = used
+	}
+	return used-rg.base >= oomRegrowth
+}
+
+// killed records usage once a kill is done.
+func (rg *regrowth) killed(used int64) { rg.base, rg.primed = used, true }
 
 func (g *oomGuard) read() (int64, error) {
 	var b [32]byte
