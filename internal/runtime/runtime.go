@@ -368,6 +368,16 @@ type ExitReporter interface {
 	ExitReason(ctx context.Context, id string) string
 }
 
+// OOMCounter is a Runtime whose sandboxes' agents cannot see their own memory cgroup (gVisor:
+// the sandbox's memory is its sentry's, on the host), so a command the host's OOM killer ended
+// would look merely SIGKILLed: the control plane reads the count before and after an exec.
+type OOMCounter interface {
+	// OOMKills is how many times the host's OOM killer has killed a process of sandbox id's
+	// cgroup (the sentry's helpers included); ok is false where the runtime cannot tell (a
+	// runc sandbox's agent reads its own cgroup instead).
+	OOMKills(ctx context.Context, id string) (n int64, ok bool)
+}
+
 // DiskAccounter is a Runtime whose sandboxes' disks take host space.
 type DiskAccounter interface {
 	// DisksMiB is the host space (allocated, not apparent) the sandboxes' disks occupy.

@@ -652,9 +652,13 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 	// The agent enforces the timeout; this bound only catches an agent that stopped answering.
 	cctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)
 	defer cancel()
+	hostOOM := s.hostOOMKills(ctx, sb)
 	gres, err := gc.Exec(cctx, guest.ExecRequest{Argv: req.Argv, Env: callEnv(sb, req.Env), Cwd: req.Cwd, Stdin: req.Stdin,
 		TimeoutMs: req.Timeout.Milliseconds(), MaxOutputBytes: req.MaxOutputBytes, User: req.User}, guest.OutputFunc(onOutput))
 	res := execResultFrom(gres)
+	if err == nil && res.Signal == "SIGKILL" && !res.TimedOut && !res.OOMKilled && hostOOM != nil {
+		res.OOMKilled = hostOOM()
+	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return res, errcode.New(errcode.CommandTimeout, "sandbox %s's agent did not answer within the command's timeout; the sandbox may be overloaded", id)
@@ -667,6 +671,27 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, onOutput
 		}
 	}
 	return res, nil
+}
+
+// hostOOMKills, for a sandbox whose runtime counts its host OOM kills (runtime.OOMCounter),
+// reads the count now and returns a func that says whether it has grown since; nil otherwise.
+func (s *Service) hostOOMKills(ctx context.Context, sb Sandbox) func() bool {
+	rt, err := s.runtimeOf(sb)
+	if err != nil {
+		return nil
+	}
+	oc, ok := rt.(runtime.OOMCounter)
+	if !ok {
+		return nil
+	}
+	before, ok := oc.OOMKills(ctx, sb.ID)
+	if !ok {
+		return nil
+	}
+	return func() bool {
+		after, ok := oc.OOMKills(context.WithoutCancel(ctx), sb.ID)
+		return ok && after > before
+	}
 }
 
 // checkExec validates an exec request before it reaches a sandbox.

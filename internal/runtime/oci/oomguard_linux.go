@@ -232,6 +232,23 @@ func (r *Runtime) oomKill(id string, used, threshold int64) {
 		"processes", res.Killed, "rss_bytes", res.RSSBytes, "took", time.Since(start))
 }
 
+// OOMKills reads the oom_kill count of a gVisor sandbox's host memory cgroup
+// (runtime.OOMCounter). At the cgroup's limit — the guard too slow on a loaded host — the host's
+// OOM killer ends a process of the sandbox's (a systrap stub of the runaway's address space),
+// and the sentry then kills that command: the count says why it died.
+func (r *Runtime) OOMKills(_ context.Context, id string) (int64, bool) {
+	if r.flavor != FlavorGVisor || r.memoryCgroup == "" || checkID(id) != nil {
+		return 0, false
+	}
+	var fr fileReader
+	ev, err := fr.keyed(filepath.Join(r.memoryCgroup, cgroupPath(r.cgroupParent, id), "memory.oom_control"), "oom_kill")
+	if err != nil {
+		return 0, false
+	}
+	n, ok := ev["oom_kill"]
+	return n, ok
+}
+
 func readInt64(path string) (int64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -1,0 +1,60 @@
+package sandbox_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// oomCounting is a runtime whose host OOM-kill count (runtime.OOMCounter) reads 0 before an
+// exec and after before the next.
+type oomCounting struct {
+	runtime.Runtime
+	reads atomic.Int64
+	after atomic.Int64
+}
+
+func (o *oomCounting) OOMKills(context.Context, string) (int64, bool) {
+	if o.reads.Add(1)%2 == 1 {
+		return 0, true
+	}
+	return o.after.Load(), true
+}
+
+// TestExecOOMKilledFromHostCount: on a runtime whose agents cannot see their memory cgroup
+// (gVisor), a SIGKILLed command is oom_killed exactly when the host's count of OOM kills in the
+// sandbox's cgroup grew during the exec; a SIGKILL without one stays a plain kill.
+func TestExecOOMKilledFromHostCount(t *testing.T) {
+	var oc *oomCounting
+	e := newEnvWrapped(t, sandbox.Config{}, func(rt runtime.Runtime) runtime.Runtime {
+		oc = &oomCounting{Runtime: rt}
+		return oc
+	})
+	ctx := context.Background()
+	h, err := e.svc.Create(ctx, sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill := sandbox.ExecRequest{Argv: []string{"sh", "-c", "kill -9 $$"}}
+	for _, tc := range []struct {
+		after int64
+		want  bool
+	}{{0, false}, {1, true}} {
+		oc.after.Store(tc.after)
+		res, err := e.svc.Exec(ctx, h.ID, kill, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Signal != "SIGKILL" || res.OOMKilled != tc.want {
+			t.Errorf("host OOM kills 0 → %d: %+v, want SIGKILL with oom_killed %v", tc.after, res, tc.want)
+		}
+	}
+	// A command that exits by itself is never oom_killed, whatever the count says.
+	res, err := e.svc.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"true"}}, nil)
+	if err != nil || res.ExitCode != 0 || res.OOMKilled {
+		t.Errorf("true: %+v %v", res, err)
+	}
+}
