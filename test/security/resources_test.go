@@ -60,7 +60,7 @@ func resourceAttacks() []attack {
 			name:   "res-memory-bomb",
 			does:   "in a 128 MiB sandbox, allocates and touches 16 MiB blocks until something stops it",
 			want:   "the bomb is killed inside (OOM), the sandbox still answers and is still running, its host memory cgroup never went past 128 MiB, and the host has memory to spare",
-			gvisor: "gVisor holds the whole sandbox's memory in its sentry, which the host would kill at the cgroup's limit: the host's OOM guard kills the bomb at 128 MiB, and the cgroup's limit is 128 MiB plus the guard's 512 MiB of slack, which the peak never passes",
+			gvisor: "gVisor holds the whole sandbox's memory in its sentry: the host's OOM guard kills the bomb at 128 MiB, and the cgroup's limit is 128 MiB plus the guard's 512 MiB of slack, which the peak never passes; should the guard be too slow (a loaded host), the host's OOM killer at that limit ends the bomb's stub process, the sentry kills the bomb, and the exec says oom_killed from the cgroup's count",
 			create: wire.CreateRequest{MemoryMB: 128},
 			run: func(a *arena) {
 				avail := memAvailable()

@@ -1,6 +1,13 @@
 package oci
 
-import "testing"
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+)
 
 // TestRegrowth: the guard kills at once, then only for growth after the kill was done. The
 // sequence is the one a loaded host produced: the threshold crossed at 201 MiB, the agent
@@ -30,5 +37,38 @@ func TestRegrowth(t *testing.T) {
 		if s.kill {
 			rg.killed(s.killed)
 		}
+	}
+}
+
+// TestGVisorOOMAtTheLimit: with no guard acting (as when it is too slow on a loaded host), a
+// gVisor sandbox's runaway reaches its cgroup's limit; the host's OOM killer ends a process of
+// the sandbox (OOMKills grows), the runaway dies by SIGKILL, and the sandbox lives on.
+func TestGVisorOOMAtTheLimit(t *testing.T) {
+	t.Parallel()
+	rt := newFlavor(t, FlavorGVisor)
+	if !slices.Contains(rt.Capabilities().Hardening, oomGuardHardening) {
+		t.Skipf("no OOM guard here (no cgroup v1 memory hierarchy): %v", rt.Capabilities().Hardening)
+	}
+	id := runtimetest.NewID()
+	spec := runtimetest.DefaultSpec(id)
+	spec.MemoryMB = 128
+	c := runtimetest.Start(t, rt, spec)
+	rt.unguardMemory(id)
+	ctx := context.Background()
+	before, ok := rt.OOMKills(ctx, id)
+	if !ok {
+		t.Fatal("OOMKills cannot read a gVisor sandbox's count")
+	}
+	res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))"}, TimeoutMs: 60000})
+	after, _ := rt.OOMKills(ctx, id)
+	t.Logf("runaway: %+v; host OOM kills %d → %d", res, before, after)
+	if res.Signal != "SIGKILL" || after <= before {
+		t.Errorf("at the limit: %+v, host OOM kills %d → %d; want SIGKILL and one more", res, before, after)
+	}
+	if r := runtimetest.Exec(t, c, "echo", "alive"); r.Stdout != "alive\n" {
+		t.Fatalf("after the runaway: %+v", r)
+	}
+	if kinds, ok := rt.OOMKills(ctx, runtimetest.NewID()); ok {
+		t.Errorf("OOMKills of an unknown sandbox: %d, ok", kinds)
 	}
 }
