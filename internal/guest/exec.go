@@ -537,6 +537,10 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	}
 	end := time.Now()
 	guarded := s.takeOOMMark(tree.tag, pid)
+	oomKilled := ws.Signaled() && ws.Signal() == unix.SIGKILL && !timedOut && (guarded || oomBefore >= 0 && memcgOOMKills() > oomBefore)
+	if oomKilled {
+		s.endOOMKilled(pid, tree)
+	}
 
 	// The main process is gone; background children may still hold the pipes. Read what is
 	// there until it stops coming for a short grace period, then stop.
@@ -568,11 +572,20 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 		if res.Signal == "" {
 			res.Signal = fmt.Sprintf("SIG%d", int(sig))
 		}
-		res.OOMKilled = sig == unix.SIGKILL && !timedOut && (guarded || oomBefore >= 0 && memcgOOMKills() > oomBefore)
+		res.OOMKilled = oomKilled
 	default:
 		res.ExitCode = -1
 	}
 	return res, nil
+}
+
+// endOOMKilled ends what is left of a command the OOM killer ended, as a timeout ends it: the
+// kernel's OOM killer takes one process (the largest; a fork bomb's leader, say), and the rest
+// of the command would run on without it.
+func (s *server) endOOMKilled(pid int, tree processTree) {
+	if !newCmdTree(pid, tree).end(time.Now().Add(killWait)) {
+		s.log.Warn("guest: processes of a command killed for memory still alive after repeated kills", "pgid", pid, "tag", tree.tag)
+	}
 }
 
 // processTree identifies the processes of one command beyond its process group: those that

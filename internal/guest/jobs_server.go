@@ -554,6 +554,10 @@ func (s *server) runJob(j *job, pid int, tree processTree, waitCh <-chan unix.Wa
 		ws = s.killTree(pid, tree, waitCh)
 	}
 	guarded := s.takeOOMMark(tree.tag, pid)
+	oomKilled := ws.Signaled() && ws.Signal() == unix.SIGKILL && !canceled && !shutdown && (guarded || oomBefore >= 0 && memcgOOMKills() > oomBefore)
+	if oomKilled {
+		s.endOOMKilled(pid, tree)
+	}
 	// The reaper wrote *ru before it delivered the status (zero only when a kill gave up
 	// waiting for it): the job's CPU time is that or the last sample, whichever is more.
 	got := s.reaper.rusage(ru)
@@ -575,7 +579,7 @@ func (s *server) runJob(j *job, pid int, tree processTree, waitCh <-chan unix.Wa
 		if fin.Signal == "" {
 			fin.Signal = fmt.Sprintf("SIG%d", int(sig))
 		}
-		fin.OOMKilled = sig == unix.SIGKILL && !canceled && !shutdown && (guarded || oomBefore >= 0 && memcgOOMKills() > oomBefore)
+		fin.OOMKilled = oomKilled
 	default:
 		fin.State, fin.Signal = JobKilled, "SIGKILL"
 	}
