@@ -41,11 +41,7 @@ func TestTwoServersOneHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// runc's sandboxes are under the parent itself, another runtime's under parent-<name>.
-	sbParent := parentA
-	if sb.Runtime != "runc" {
-		sbParent += "-" + sb.Runtime
-	}
+	sbParent := runtimeParent(parentA, oci.Flavor(sb.Runtime))
 	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", sbParent, sb.ID)); err != nil && !cgroupV1(sbParent, sb.ID) {
 		t.Errorf("the %s sandbox's cgroup is not under the state dir's parent %s: %v", sb.Runtime, sbParent, err)
 	}

@@ -507,12 +507,8 @@ func newRuntimes(ctx context.Context, stateDir, cgroupParent, guestBin string, l
 	var rts []runtime.Runtime
 	for _, f := range runtimeFlavors {
 		name := string(f)
-		parent := cgroupParent
-		if f != oci.FlavorRunc {
-			parent += "-" + name
-		}
 		rt, err := oci.New(ctx, oci.Config{Name: name, Flavor: f, Root: filepath.Join(stateDir, "runtimes", name),
-			GuestBinary: guestBin, CgroupParent: parent, Subreaper: true, Logger: log})
+			GuestBinary: guestBin, CgroupParent: runtimeParent(cgroupParent, f), Subreaper: true, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("runtime %s: %w", name, err)
 		}

@@ -383,14 +383,7 @@ for p in sys.argv[1:]: s = os.lstat(p); print(\"%d:%d\" % (s.st_uid, s.st_gid))"
 // above it, and a command that fills memory_mb is killed (oom_killed) while the sandbox lives.
 func TestGVisorOOMGuard(t *testing.T) {
 	t.Parallel()
-	rt := newFlavor(t, FlavorGVisor)
-	if !slices.Contains(rt.Capabilities().Hardening, oomGuardHardening) {
-		t.Fatalf("gVisor without the OOM guard on a cgroup v1 host: %v", rt.Capabilities().Hardening)
-	}
-	id := runtimetest.NewID()
-	spec := runtimetest.DefaultSpec(id)
-	spec.MemoryMB = 128
-	c := runtimetest.Start(t, rt, spec)
+	rt, id, c := startGuardedGVisor(t)
 	if res := runtimetest.Exec(t, c, "head", "-1", "/proc/meminfo"); !strings.Contains(res.Stdout, " 131072 kB") {
 		t.Errorf("the sandbox's MemTotal: %+v, want 128 MiB", res)
 	}
@@ -399,7 +392,7 @@ func TestGVisorOOMGuard(t *testing.T) {
 		t.Errorf("cgroup memory limit %q %v, want %s", b, err, want)
 	}
 	for i := 0; i < 3; i++ {
-		res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))"}, TimeoutMs: 60000})
+		res := runtimetest.ExecRequest(t, c, memoryBomb)
 		if res.Signal != "SIGKILL" || !res.OOMKilled {
 			t.Fatalf("memory bomb %d: %+v, want SIGKILL and oom_killed", i, res)
 		}
@@ -407,6 +400,23 @@ func TestGVisorOOMGuard(t *testing.T) {
 	if res := runtimetest.Exec(t, c, "echo", "alive"); res.Stdout != "alive\n" {
 		t.Fatalf("after the bombs: %+v", res)
 	}
+}
+
+// memoryBomb allocates 16 MiB blocks until something kills it.
+var memoryBomb = guest.ExecRequest{Argv: []string{"python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))"}, TimeoutMs: 60000}
+
+// startGuardedGVisor starts a 128 MiB gVisor sandbox with its OOM guard (a cgroup v1 host has
+// one).
+func startGuardedGVisor(t *testing.T) (*Runtime, string, *guest.Client) {
+	t.Helper()
+	rt := newFlavor(t, FlavorGVisor)
+	if !slices.Contains(rt.Capabilities().Hardening, oomGuardHardening) {
+		t.Fatalf("gVisor without the OOM guard on a cgroup v1 host: %v", rt.Capabilities().Hardening)
+	}
+	id := runtimetest.NewID()
+	spec := runtimetest.DefaultSpec(id)
+	spec.MemoryMB = 128
+	return rt, id, runtimetest.Start(t, rt, spec)
 }
 
 // TestGVisorSentryUnprivileged: the sentry, the process that runs the sandbox's code, is host

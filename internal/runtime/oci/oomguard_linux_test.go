@@ -2,10 +2,8 @@ package oci
 
 import (
 	"context"
-	"slices"
 	"testing"
 
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 )
 
@@ -45,21 +43,14 @@ func TestRegrowth(t *testing.T) {
 // the sandbox (OOMKills grows), the runaway dies by SIGKILL, and the sandbox lives on.
 func TestGVisorOOMAtTheLimit(t *testing.T) {
 	t.Parallel()
-	rt := newFlavor(t, FlavorGVisor)
-	if !slices.Contains(rt.Capabilities().Hardening, oomGuardHardening) {
-		t.Skipf("no OOM guard here (no cgroup v1 memory hierarchy): %v", rt.Capabilities().Hardening)
-	}
-	id := runtimetest.NewID()
-	spec := runtimetest.DefaultSpec(id)
-	spec.MemoryMB = 128
-	c := runtimetest.Start(t, rt, spec)
+	rt, id, c := startGuardedGVisor(t)
 	rt.unguardMemory(id)
 	ctx := context.Background()
 	before, ok := rt.OOMKills(ctx, id)
 	if !ok {
 		t.Fatal("OOMKills cannot read a gVisor sandbox's count")
 	}
-	res := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))"}, TimeoutMs: 60000})
+	res := runtimetest.ExecRequest(t, c, memoryBomb)
 	after, _ := rt.OOMKills(ctx, id)
 	t.Logf("runaway: %+v; host OOM kills %d → %d", res, before, after)
 	if res.Signal != "SIGKILL" || after <= before {
@@ -68,7 +59,7 @@ func TestGVisorOOMAtTheLimit(t *testing.T) {
 	if r := runtimetest.Exec(t, c, "echo", "alive"); r.Stdout != "alive\n" {
 		t.Fatalf("after the runaway: %+v", r)
 	}
-	if kinds, ok := rt.OOMKills(ctx, runtimetest.NewID()); ok {
-		t.Errorf("OOMKills of an unknown sandbox: %d, ok", kinds)
+	if n, ok := rt.OOMKills(ctx, runtimetest.NewID()); ok {
+		t.Errorf("OOMKills of an unknown sandbox: %d, ok", n)
 	}
 }
