@@ -60,7 +60,7 @@ func resourceAttacks() []attack {
 			name:   "res-memory-bomb",
 			does:   "in a 128 MiB sandbox, allocates and touches 16 MiB blocks until something stops it",
 			want:   "the bomb is killed inside (OOM), the sandbox still answers and is still running, its host memory cgroup never went past 128 MiB, and the host has memory to spare",
-			gvisor: "gVisor holds the whole sandbox's memory in its sentry: the host's OOM guard kills the bomb at 128 MiB, and the cgroup's limit is 128 MiB plus the guard's 512 MiB of slack, which the peak never passes; should the guard be too slow (a loaded host), the host's OOM killer at that limit ends the bomb's stub process, the sentry kills the bomb, and the exec says oom_killed from the cgroup's count",
+			gvisor: "gVisor holds the whole sandbox's memory in its sentry: the host's OOM guard kills the bomb at 128 MiB, and the cgroup's limit is 128 MiB plus the guard's 512 MiB of slack, which the peak never passes; should the guard's agent be too slow to kill (a loaded host), the host's OOM killer at that limit ends the bomb's stub process (the guard made the stubs, never the sentry, its first choice the moment usage crossed 128 MiB), the sentry kills the bomb, and the exec says oom_killed from the cgroup's count",
 			create: wire.CreateRequest{MemoryMB: 128},
 			run: func(a *arena) {
 				avail := memAvailable()
@@ -76,11 +76,16 @@ func resourceAttacks() []attack {
 				if sb, err := a.s.c.Get(context.Background(), a.id); err != nil || sb.State != wire.StateRunning {
 					a.t.Errorf("after the bomb the sandbox is %s (%s) %v", sb.State, sb.Error, err)
 				}
-				bound := int64(130 << 20)
+				// The bound is the cgroup's limit plus what the kernel charges past it to a
+				// process its OOM killer has killed while it dies (a forced charge, under
+				// 1 MiB when measured): the same for runc's 128 MiB and gVisor's limit, which
+				// gVisor's sandbox reaches when its guard is late on a loaded host.
+				const dyingCharge = 2 << 20
+				limit := int64(128 << 20)
 				if a.rt == "gvisor" {
-					bound = (128 + 512) << 20
+					limit = (128 + 512) << 20
 					v, _ := a.cgroupFile(a.id, "memory", "memory.limit_in_bytes")
-					if limit, _ := strconv.ParseInt(v, 10, 64); limit != bound {
+					if got, _ := strconv.ParseInt(v, 10, 64); got != limit {
 						a.t.Errorf("HOLE: the gVisor sandbox's host memory limit is %q, want 128 MiB + 512 MiB of slack", v)
 					}
 				}
@@ -89,9 +94,9 @@ func resourceAttacks() []attack {
 					a.t.Fatalf("the sandbox's memory cgroup: %v", err)
 				}
 				peak, _ := strconv.ParseInt(v, 10, 64)
-				a.t.Logf("host memory cgroup peak %d MiB", peak>>20)
-				if peak > bound {
-					a.t.Errorf("HOLE: the sandbox's host memory cgroup peaked at %d MiB, over its %d MiB", peak>>20, bound>>20)
+				a.t.Logf("host memory cgroup peak %.1f MiB, limit %d MiB", float64(peak)/(1<<20), limit>>20)
+				if peak > limit+dyingCharge {
+					a.t.Errorf("HOLE: the sandbox's host memory cgroup peaked at %.1f MiB, over its %d MiB limit", float64(peak)/(1<<20), limit>>20)
 				}
 				if now := memAvailable(); now < avail/2 {
 					a.t.Errorf("the host's available memory fell from %d to %d MiB", avail>>10, now>>10)

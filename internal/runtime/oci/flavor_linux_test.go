@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -399,6 +400,47 @@ func TestGVisorOOMGuard(t *testing.T) {
 	}
 	if res := runtimetest.Exec(t, c, "echo", "alive"); res.Stdout != "alive\n" {
 		t.Fatalf("after the bombs: %+v", res)
+	}
+	// The guard made the stubs, not the sentry or the gofer, the host OOM killer's first choice.
+	assertStubsFirst(t, rt, id)
+}
+
+// assertStubsFirst checks that in sandbox id's memory cgroup every descendant of the sentry
+// (systrap's stubs) has oom_score_adj 1000 and no other process has.
+func assertStubsFirst(t *testing.T, rt *Runtime, id string) {
+	t.Helper()
+	sentry := readPid(filepath.Join(rt.sandboxDir(id), "init.pid"))
+	b, err := os.ReadFile(filepath.Join(rt.memoryCgroup, cgroupPath(rt.cgroupParent, id), "cgroup.procs"))
+	if err != nil || sentry <= 0 {
+		t.Fatalf("the sandbox's processes: %v (sentry %d)", err, sentry)
+	}
+	parent := map[int]int{}
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		if _, pp, ok := procState(pid); ok {
+			parent[pid] = pp
+		}
+	}
+	stubs, others := 0, 0
+	for pid, pp := range parent {
+		adj, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
+		first := strings.TrimSpace(string(adj)) == "1000"
+		// A stub's parent is the sentry or another stub; the sentry's and the gofer's are
+		// outside the sandbox's cgroup.
+		_, inside := parent[pp]
+		switch {
+		case inside && !first:
+			t.Errorf("process %d (parent %d) of the sandbox is not the OOM killer's first choice: oom_score_adj %q", pid, pp, adj)
+		case !inside && first:
+			t.Errorf("process %d (parent %d, the sentry is %d) is the OOM killer's first choice", pid, pp, sentry)
+		case inside:
+			stubs++
+		default:
+			others++
+		}
+	}
+	if stubs == 0 || others != 2 {
+		t.Errorf("%d stubs and %d other processes in the sandbox's cgroup; want some and two (the sentry, the gofer)", stubs, others)
 	}
 }
 

@@ -165,6 +165,10 @@ func (r *Runtime) runOOMGuard(id string, g *oomGuard, threshold int64) {
 		}
 		var rg regrowth
 		for used >= threshold {
+			// First, on the host and at once, whatever the agent's latency: should usage
+			// reach the cgroup's limit before the agent has killed, the host's OOM killer
+			// takes an application's address space, never the sentry or the gofer.
+			r.stubsFirst(id)
 			if rg.due(used) {
 				r.oomKill(id, used, threshold)
 				// What the sandbox holds once the kill is done is the new baseline: memory
@@ -182,6 +186,66 @@ func (r *Runtime) runOOMGuard(id string, g *oomGuard, threshold int64) {
 			}
 		}
 	}
+}
+
+// stubsFirst makes the host processes of a gVisor sandbox that hold its applications' address
+// spaces (systrap's stub processes: the sentry's descendants) the host OOM killer's first choice
+// in the sandbox's memory cgroup (oom_score_adj 1000), and leaves the sentry and the gofer as
+// they are. At the cgroup's limit the kernel then kills the stub with the most resident memory
+// — the runaway's — and the sentry kills the command that ran in it; were the sentry the
+// kernel's choice instead (its own memory can outweigh a stub's), the whole sandbox would be
+// lost. Stubs are made as the sandbox's processes come and go, so the guard marks them again
+// while usage stays above the threshold. It reports how many it marked.
+func (r *Runtime) stubsFirst(id string) int {
+	sentry := readPid(filepath.Join(r.sandboxDir(id), "init.pid"))
+	if sentry <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(r.memoryCgroup, cgroupPath(r.cgroupParent, id), "cgroup.procs"))
+	if err != nil {
+		return 0
+	}
+	parent := map[int]int{}
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		if _, pp, ok := procState(pid); ok {
+			parent[pid] = pp
+		}
+	}
+	n := 0
+	for pid := range parent {
+		if !descends(pid, sentry, parent) {
+			continue
+		}
+		adj := fmt.Sprintf("/proc/%d/oom_score_adj", pid)
+		if cur, err := os.ReadFile(adj); err == nil && strings.TrimSpace(string(cur)) == "1000" {
+			n++
+			continue
+		}
+		if os.WriteFile(adj, []byte("1000"), 0) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// descends reports whether pid is a descendant of ancestor by the parent links of one cgroup's
+// processes.
+func descends(pid, ancestor int, parent map[int]int) bool {
+	for i := 0; i < len(parent); i++ {
+		pp, ok := parent[pid]
+		if !ok {
+			return false
+		}
+		if pp == ancestor {
+			return true
+		}
+		pid = pp
+	}
+	return false
 }
 
 // regrowth decides when the guard kills again while usage stays above the threshold: first at
