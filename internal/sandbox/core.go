@@ -92,6 +92,11 @@ func (c *Core) Lock(id string) (unlock func()) { return c.s.lock(id) }
 // manage its node or runtime).
 func (c *Core) RuntimeOf(sb Sandbox) (runtime.Runtime, error) { return c.s.runtimeOf(sb) }
 
+// HostOOMKills, for a sandbox whose runtime counts its host OOM kills (runtime.OOMCounter: gVisor,
+// whose agent cannot see them), reads the count now and returns a func that says whether it has
+// grown since; nil otherwise.
+func (c *Core) HostOOMKills(ctx context.Context, sb Sandbox) func() bool { return c.s.hostOOMKills(ctx, sb) }
+
 // Running returns the record and agent client of running sandbox id (a sleeping one with
 // auto_wake is woken first; wake false never wakes it).
 func (c *Core) Running(ctx context.Context, id string, wake bool) (Sandbox, *guest.Client, error) {

@@ -2,8 +2,10 @@ package sandbox_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -56,5 +58,49 @@ func TestExecOOMKilledFromHostCount(t *testing.T) {
 	res, err := e.svc.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"true"}}, nil)
 	if err != nil || res.ExitCode != 0 || res.OOMKilled {
 		t.Errorf("true: %+v %v", res, err)
+	}
+}
+
+// TestJobOOMKilledFromHostCount: as for an exec, a job such a runtime's agent reports killed by
+// SIGKILL is oom_killed exactly when the host's count grew while it ran.
+func TestJobOOMKilledFromHostCount(t *testing.T) {
+	var oc *oomCounting
+	e := newEnvWrapped(t, sandbox.Config{}, func(rt runtime.Runtime) runtime.Runtime {
+		oc = &oomCounting{Runtime: rt}
+		return oc
+	})
+	ctx := context.Background()
+	h, err := e.svc.Create(ctx, sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(argv ...string) sandbox.Job {
+		t.Helper()
+		j, err := e.jobs.StartJob(ctx, h.ID, sandbox.JobStartRequest{Argv: argv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := e.jobs.WaitJob(ctx, h.ID, j.ID, 30*time.Second)
+		if err != nil || w.State.Active() {
+			t.Fatalf("WaitJob %s: %+v %v", j.ID, w, err)
+		}
+		return w
+	}
+	for _, tc := range []struct {
+		after int64
+		want  bool
+	}{{0, false}, {1, true}} {
+		oc.after.Store(tc.after)
+		j := run("sh", "-c", "kill -9 $$")
+		if j.State != sandbox.JobKilled || j.Signal != "SIGKILL" || j.OOMKilled != tc.want {
+			t.Errorf("host OOM kills 0 → %d: %+v, want killed by SIGKILL with oom_killed %v", tc.after, j, tc.want)
+		}
+		if tc.want && !strings.Contains(j.Message, "ran out of memory") {
+			t.Errorf("an oom_killed job's message: %q", j.Message)
+		}
+	}
+	// A job that exits by itself is never oom_killed, whatever the count says.
+	if j := run("true"); j.State != sandbox.JobExited || j.OOMKilled {
+		t.Errorf("true: %+v", j)
 	}
 }

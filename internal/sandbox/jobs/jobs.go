@@ -47,6 +47,11 @@ type Service struct {
 
 	mu      sync.Mutex
 	watched map[string]bool // job ids that have a watch running, so that each has at most one
+	// hostOOM holds, by job id, whether the host's OOM killer has acted in the job's sandbox
+	// since the job started (sandbox.Core.HostOOMKills), for runtimes whose agent cannot see it:
+	// a job they report killed by SIGKILL is then oom_killed, as an exec is. Kept in memory: a
+	// job that outlives a server restart ends without this attribution.
+	hostOOM map[string]func() bool
 }
 
 // New returns core's jobs feature (built, with its records in st, on the first call; the same
@@ -182,8 +187,17 @@ func (s *Service) StartJob(ctx context.Context, sandboxID string, req sandbox.Jo
 		}
 		return sandbox.Job{}, fmt.Errorf("record job: %w", err)
 	}
+	if f := s.core.HostOOMKills(wctx, sb); f != nil {
+		s.mu.Lock()
+		if s.hostOOM == nil {
+			s.hostOOM = map[string]func() bool{}
+		}
+		s.hostOOM[j.ID] = f
+		s.mu.Unlock()
+	}
 	info, err := s.startOnAgent(wctx, sandboxID, guest.JobStartRequest{JobID: j.ID, Argv: req.Argv, Env: s.core.Env(sb, req.Env), Cwd: req.Cwd, User: req.User})
 	if err != nil {
+		s.forgetHostOOM(j.ID)
 		j2 := j
 		j2.State, j2.Error = sandbox.JobFailed, "start failed: "+errcode.Message(err)
 		if _, uerr := s.saveJob(wctx, j2, "job "+j.ID+" failed to start"); uerr != nil {
@@ -261,6 +275,15 @@ func (s *Service) saveJob(ctx context.Context, j sandbox.Job, reason string) (sa
 		j.Version = cur.Version
 	}
 	return j, err
+}
+
+// forgetHostOOM returns, and forgets, job id's host OOM check (nil: none).
+func (s *Service) forgetHostOOM(id string) func() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.hostOOM[id]
+	delete(s.hostOOM, id)
+	return f
 }
 
 // endReason is the event reason of a job that ended: "job-… exited 0" etc.
@@ -430,6 +453,9 @@ func (s *Service) follow(ctx context.Context, gc *guest.Client, j sandbox.Job, i
 	if j.State.Active() { // a state this build does not know: keep it running, say so
 		s.log.Warn("agent reported an unknown job state", "sandbox_id", j.SandboxID, "job_id", j.ID, "state", text.Truncate(info.State, 32))
 		return j, nil
+	}
+	if hostOOM := s.forgetHostOOM(j.ID); hostOOM != nil && j.State == sandbox.JobKilled && j.Signal == "SIGKILL" && !j.OOMKilled {
+		j.OOMKilled = hostOOM()
 	}
 	j.Tail = s.tailOf(ctx, gc, j)
 	return s.saveJob(ctx, j, endReason(j))
@@ -762,11 +788,15 @@ func (s *Service) watchJob(sandboxID, jobID string) {
 			}
 			j, err := s.job(bg, sandboxID, jobID)
 			if err != nil || !j.State.Active() {
+				if err == nil || errcode.Is(err, errcode.JobNotFound) {
+					s.forgetHostOOM(jobID) // ended (or gone) without follow
+				}
 				return
 			}
 			sb, gc, err := s.core.Running(bg, sandboxID, false) // a sleeping sandbox ends the watch
 			if err != nil {
 				if errcode.Is(err, errcode.SandboxNotRunning) {
+					s.forgetHostOOM(jobID)
 					if _, err := s.settleGone(bg, j, sb); err != nil {
 						s.log.Warn("settle job", "job_id", jobID, "err", err)
 					}
