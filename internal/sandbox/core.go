@@ -95,7 +95,9 @@ func (c *Core) RuntimeOf(sb Sandbox) (runtime.Runtime, error) { return c.s.runti
 // HostOOMKills, for a sandbox whose runtime counts its host OOM kills (runtime.OOMCounter: gVisor,
 // whose agent cannot see them), reads the count now and returns a func that says whether it has
 // grown since; nil otherwise.
-func (c *Core) HostOOMKills(ctx context.Context, sb Sandbox) func() bool { return c.s.hostOOMKills(ctx, sb) }
+func (c *Core) HostOOMKills(ctx context.Context, sb Sandbox) func() bool {
+	return c.s.hostOOMKills(ctx, sb)
+}
 
 // Running returns the record and agent client of running sandbox id (a sleeping one with
 // auto_wake is woken first; wake false never wakes it).
