@@ -128,6 +128,7 @@ func (r *reaper) startRusage(name string, argv []string, attr *os.ProcAttr, ru *
 	}
 	ch := make(chan unix.WaitStatus, 1)
 	pid := p.Pid
+	setCommandOOMScoreAdj(pid)
 	_ = p.Release()
 	if r.own {
 		go func() {

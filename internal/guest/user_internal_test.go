@@ -79,3 +79,11 @@ func TestParseUser(t *testing.T) {
 		}
 	}
 }
+
+func TestCommandOOMScoreAdj(t *testing.T) {
+	for _, tc := range []struct{ agent, want int }{{-998, 0}, {-1, 0}, {0, 500}, {300, 800}, {700, 1000}, {1000, 1000}} {
+		if got := commandOOMScoreAdj(tc.agent); got != tc.want {
+			t.Errorf("commandOOMScoreAdj(%d) = %d, want %d", tc.agent, got, tc.want)
+		}
+	}
+}

@@ -472,6 +472,15 @@ func TestRuncHardening(t *testing.T) {
 	if res := runtimetest.Exec(t, c, "cat", "/proc/1/oom_score_adj"); strings.TrimSpace(res.Stdout) != strconv.Itoa(rt.oomScoreAdj) {
 		t.Errorf("agent oom_score_adj %q, want %d", res.Stdout, rt.oomScoreAdj)
 	}
+	// A command, and what it starts, is the OOM killer's choice before the agent: 0 beside a
+	// shielded agent, 500 above an agent the host could not shield.
+	wantCmd := min(rt.oomScoreAdj+500, 1000)
+	if rt.oomScoreAdj < 0 {
+		wantCmd = 0
+	}
+	if res := runtimetest.Exec(t, c, "sh", "-c", "cat /proc/self/oom_score_adj /proc/$$/oom_score_adj"); strings.Join(strings.Fields(res.Stdout), " ") != fmt.Sprintf("%d %d", wantCmd, wantCmd) {
+		t.Errorf("a command's (and its child's) oom_score_adj: %q, want %d beside the agent's %d", res.Stdout, wantCmd, rt.oomScoreAdj)
+	}
 	// Masked files read empty; which of them exist depends on the kernel's configuration.
 	res = runtimetest.Exec(t, c, "sh", "-c", "for p in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug /proc/latency_stats; do [ -e $p ] && echo $p $(wc -c < $p); done; true")
 	if masked := strings.Fields(res.Stdout); len(masked) == 0 {

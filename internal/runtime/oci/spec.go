@@ -43,9 +43,10 @@ const (
 	// a per-sandbox bound: the pids cgroup is.
 	wantNOFILE = 1 << 20
 	wantNPROC  = 1 << 20
-	// agentOOMScoreAdj keeps the agent alive when a workload exhausts memory; the agent resets
-	// its children to 0. Without CAP_SYS_RESOURCE the runtime may not go below its own value
-	// (see oomScoreAdjFor).
+	// agentOOMScoreAdj keeps the agent alive when a workload exhausts memory; the agent sets
+	// its commands to 0 (guest.commandOOMScoreAdj). Without CAP_SYS_RESOURCE the runtime may not
+	// go below its own value (see oomScoreAdjFor): the agent then sets its commands 500 above
+	// its own.
 	agentOOMScoreAdj = -998
 	// ociVersion is the newest spec version runc 1.1 and crun 1.8 accept; this spec uses
 	// nothing newer.
