@@ -53,6 +53,7 @@ var leaves = map[string]struct {
 	why     string
 }{
 	module + "internal/text":       {why: "text is a leaf: the standard library only"},
+	module + "internal/tmpfs":      {why: "tmpfs (the sizes of a sandbox's /tmp and /dev/shm, the same in the agent's VM init and the runtimes) is a leaf: the standard library only"},
 	module + "internal/faultpoint": {why: "faultpoint (the crash points of test builds) is a leaf: the standard library only"},
 	module + "internal/peerreply": {allowed: []string{module + "internal/errcode", module + "internal/text"},
 		why: "peerreply reads agents' replies for the server and the machine side alike: the standard library, errcode and text only"},
@@ -77,7 +78,7 @@ var clientDeps = []string{module + "internal/wire", module + "internal/errcode",
 var guestDeps = []string{module + "internal/guest", module + "internal/guestcmd", module + "internal/version",
 	module + "internal/runtime/kubernetes/tunnel", module + "internal/runtime/kubernetes/podpath", module + "internal/runtime/microvm/vminit",
 	module + "internal/errcode", module + "internal/jobmodel", module + "internal/text", module + "internal/peerreply",
-	"github.com/creack/pty", "github.com/hashicorp/yamux", "golang.org/x/sys"}
+	module + "internal/tmpfs", "github.com/creack/pty", "github.com/hashicorp/yamux", "golang.org/x/sys"}
 
 // std reports whether an import path is the standard library's (its first element has no dot).
 func std(path string) bool {

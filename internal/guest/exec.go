@@ -488,7 +488,7 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 		}
 		attr.Sys.Credential = cred
 	}
-	oomBefore := memcgOOMKills()
+	oomBefore := s.oomKills()
 	pid, waitCh, err := s.reaper.start(sp.path, sp.argv, attr)
 	// The child has its copies; the parent keeps only its own ends.
 	_ = inR.Close()
@@ -537,7 +537,7 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	}
 	end := time.Now()
 	guarded := s.takeOOMMark(tree.tag, pid)
-	oomKilled := ws.Signaled() && ws.Signal() == unix.SIGKILL && !timedOut && (guarded || oomBefore >= 0 && memcgOOMKills() > oomBefore)
+	oomKilled := ws.Signaled() && ws.Signal() == unix.SIGKILL && !timedOut && (guarded || oomBefore >= 0 && s.oomKills() > oomBefore)
 	if oomKilled {
 		s.endOOMKilled(pid, tree)
 	}

@@ -368,7 +368,7 @@ func (s *server) startJob(id string, sp *execSpec) (*job, error) {
 		}
 		attr.Sys.Credential = cred
 	}
-	oomBefore := memcgOOMKills()
+	oomBefore := s.oomKills()
 	ru := new(unix.Rusage)
 	pid, waitCh, err := s.reaper.startRusage(sp.path, sp.argv, attr, ru)
 	_, _, _ = null.Close(), outW.Close(), errW.Close()
@@ -554,7 +554,7 @@ func (s *server) runJob(j *job, pid int, tree processTree, waitCh <-chan unix.Wa
 		ws = s.killTree(pid, tree, waitCh)
 	}
 	guarded := s.takeOOMMark(tree.tag, pid)
-	oomKilled := ws.Signaled() && ws.Signal() == unix.SIGKILL && !canceled && !shutdown && (guarded || oomBefore >= 0 && memcgOOMKills() > oomBefore)
+	oomKilled := ws.Signaled() && ws.Signal() == unix.SIGKILL && !canceled && !shutdown && (guarded || oomBefore >= 0 && s.oomKills() > oomBefore)
 	if oomKilled {
 		s.endOOMKilled(pid, tree)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -146,14 +147,24 @@ func (s *server) oomKill() OOMKillResult {
 	return res
 }
 
-// memcgOOMKills is the kernel's count of OOM kills in the sandbox's memory cgroup (v1
-// memory.oom_control, read-only in runc and crun sandboxes), or -1 where it cannot be read.
-func memcgOOMKills() int64 {
-	b, err := os.ReadFile("/sys/fs/cgroup/memory/memory.oom_control")
+// oomKills is the kernel's count of OOM kills among the sandbox's commands, or -1 where it
+// cannot be read: the sandbox's memory cgroup's (v1 memory.oom_control, read-only in runc and
+// crun sandboxes), else that of the commands' own cgroup (v2 memory.events: a VM's, whose
+// count includes its kernel's OOM kills at the end of its RAM).
+func (s *server) oomKills() int64 {
+	if n := cgroupCount("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill "); n >= 0 || s.commandCgroup == "" {
+		return n
+	}
+	return cgroupCount(filepath.Join(s.commandCgroup, "memory.events"), "oom_kill ")
+}
+
+// cgroupCount reads the count key (with its trailing space) of a cgroup's flat-keyed file, or -1.
+func cgroupCount(path, key string) int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return -1
 	}
-	f := bytes.Fields([]byte(statusField(append([]byte("\n"), b...), "oom_kill ")))
+	f := bytes.Fields([]byte(statusField(append([]byte("\n"), b...), key)))
 	if len(f) == 0 {
 		return -1
 	}

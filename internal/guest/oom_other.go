@@ -4,7 +4,7 @@ package guest
 
 import "net/http"
 
-func memcgOOMKills() int64 { return -1 }
+func (s *server) oomKills() int64 { return -1 }
 
 func (s *server) handleOOMKill(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, OOMKillResult{})

@@ -50,6 +50,8 @@ type server struct {
 	net *netAgent
 	// cgroupFD is ServerConfig.CommandCgroup opened (-1: none): commands start in it.
 	cgroupFD int
+	// commandCgroup is ServerConfig.CommandCgroup ("": none).
+	commandCgroup string
 }
 
 // Run serves the guest protocol on cfg.Socket until ctx is done, then shuts down gracefully:
@@ -111,7 +113,7 @@ func Run(ctx context.Context, cfg ServerConfig) error {
 			return fmt.Errorf("guest: the commands' cgroup: %w", err)
 		}
 		defer closeFD(fd)
-		s.cgroupFD = fd
+		s.cgroupFD, s.commandCgroup = fd, cfg.CommandCgroup
 	}
 	if err := s.initJobs(cfg); err != nil {
 		_ = ln.Close()

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentbox/agentbox/internal/runtime/kubernetes/podpath"
+	"github.com/agentbox/agentbox/internal/tmpfs"
 )
 
 // Labels and annotations on everything agentbox makes in the namespace.
@@ -58,10 +59,6 @@ const (
 	defaultDiskMB = 1024
 	// guestBinMiB bounds the volume the agentbox binary is copied to.
 	guestBinMiB = 512
-	// minTmpMiB is the smallest /tmp (memory) volume; unlimitedTmpMiB its size when memory is
-	// unlimited (the local runtimes' rule: a quarter of the memory limit).
-	minTmpMiB       = 16
-	unlimitedTmpMiB = 1024
 	// terminationGrace: the agent gets this long after SIGTERM before SIGKILL.
 	terminationGrace = 2
 )
@@ -180,7 +177,7 @@ func buildPod(in podInput) *corev1.Pod {
 				{Name: "guest", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse(strconv.Itoa(guestBinMiB) + "Mi"))}}},
 				{Name: "disk", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(diskMB<<20, resource.BinarySI)}}},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory,
-					SizeLimit: resource.NewQuantity(tmpSizeMiB(in.MemoryMB)<<20, resource.BinarySI)}}},
+					SizeLimit: resource.NewQuantity(tmpfs.TmpMiB(in.MemoryMB)<<20, resource.BinarySI)}}},
 			},
 		},
 	}
@@ -209,15 +206,6 @@ const (
 	// init container (any cluster).
 	DeliveryInitContainer = "init-container"
 )
-
-// tmpSizeMiB is /tmp's size: a quarter of the memory limit, at least minTmpMiB. It is memory
-// (charged to the pod's limit), as on the local runtimes.
-func tmpSizeMiB(memoryMB int64) int64 {
-	if memoryMB <= 0 {
-		return unlimitedTmpMiB
-	}
-	return max(memoryMB/4, minTmpMiB)
-}
 
 // buildEnv is the main container's environment: HOME and TERM as on the local runtimes (the
 // image's own variables, PATH among them, stay the image's), then the spec's, sorted by name.

@@ -404,3 +404,34 @@ func TestPidsLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestBounds: a VM's commands meet the bounds the other runtimes set. /tmp, /dev/shm and
+// /run are sized tmpfs, so filling them is ENOSPC and the VM still answers; no command gains
+// privileges by exec; a command that exhausts the VM's RAM is the kernel OOM killer's choice
+// before the agent, and the exec says oom_killed.
+func TestGuestBounds(t *testing.T) {
+	rt := newTestRuntime(t)
+	spec := runtimetest.DefaultSpec(runtimetest.NewID())
+	spec.MemoryMB, spec.PidsLimit = 256, 256
+	c := runtimetest.Start(t, rt, spec)
+	res := runtimetest.Exec(t, c, "sh", "-c", "df -m /tmp /dev/shm /run | tail -3 | while read fs size rest; do echo $size; done; grep NoNewPrivs /proc/self/status; cat /proc/self/oom_score_adj /proc/1/oom_score_adj")
+	if got := strings.Join(strings.Fields(res.Stdout), " "); got != "64 32 16 NoNewPrivs: 1 500 0" {
+		t.Errorf("tmpfs sizes, no_new_privs and oom_score_adj (command, agent): %q, want %q", got, "64 32 16 NoNewPrivs: 1 500 0")
+	}
+	fill := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"sh", "-c",
+		"for f in /tmp/fill /dev/shm/fill; do dd if=/dev/zero of=$f bs=1M 2>/dev/null; echo $? $(du -m $f | cut -f1); done"}, TimeoutMs: 120000})
+	if got := strings.Join(strings.Fields(fill.Stdout), " "); got != "1 64 1 32" {
+		t.Errorf("filling /tmp and /dev/shm: %s", fill)
+	}
+	if r := runtimetest.Exec(t, c, "echo", "alive"); r.Stdout != "alive\n" {
+		t.Fatalf("with /tmp and /dev/shm full: %s", r)
+	}
+	runtimetest.Exec(t, c, "rm", "-f", "/tmp/fill", "/dev/shm/fill")
+	bomb := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))"}, TimeoutMs: 120000})
+	if bomb.Signal != "SIGKILL" || !bomb.OOMKilled {
+		t.Errorf("memory bomb: %s, want SIGKILL and oom_killed", bomb)
+	}
+	if r := runtimetest.Exec(t, c, "echo", "alive"); r.Stdout != "alive\n" {
+		t.Fatalf("after the memory bomb: %s\nconsole:\n%s", r, rt.Console(context.Background(), spec.ID))
+	}
+}

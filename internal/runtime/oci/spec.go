@@ -11,6 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/agentbox/agentbox/internal/hostinfo"
+	"github.com/agentbox/agentbox/internal/tmpfs"
 )
 
 // diskMountName is the mount point of a sandbox's disk image in its sandbox dir.
@@ -34,10 +35,6 @@ const (
 // Resource defaults and bounds of the spec.
 const (
 	cpuPeriod = 100000 // µs
-	// minTmpMiB is the smallest /tmp; unlimitedTmpMiB is /tmp's size when memory is unlimited.
-	minTmpMiB       = 16
-	unlimitedTmpMiB = 1024
-	maxShmMiB       = 64
 	// wantNOFILE and wantNPROC are what a sandbox asks for before clamping to the host's hard
 	// limits. NPROC counts per uid across the whole host (no user namespace yet), so it is not
 	// a per-sandbox bound: the pids cgroup is.
@@ -141,25 +138,6 @@ type specInput struct {
 	GIDMappings []specs.LinuxIDMapping
 }
 
-// tmpSizeMiB is /tmp's size: a quarter of the memory limit, at least minTmpMiB (memory_mb is at
-// least 32). tmpfs pages are charged to the sandbox's memory cgroup: /tmp and /dev/shm count
-// against memory_mb, not disk_mb. Together they stay well under the limit, so filling them
-// leaves the agent and the commands memory to run (a full tmpfs must not OOM-kill the agent).
-func tmpSizeMiB(memoryMB int64) int64 {
-	if memoryMB <= 0 {
-		return unlimitedTmpMiB
-	}
-	return max(memoryMB/4, minTmpMiB)
-}
-
-// shmSizeMiB is /dev/shm's size: an eighth of the memory limit, between 4 and maxShmMiB.
-func shmSizeMiB(memoryMB int64) int64 {
-	if memoryMB <= 0 {
-		return maxShmMiB
-	}
-	return min(max(memoryMB/8, 4), maxShmMiB)
-}
-
 // oomScoreAdjFor is the agent's oom_score_adj: agentOOMScoreAdj, unless the runtime lacks
 // CAP_SYS_RESOURCE, in which case the kernel refuses values below its own (inherited) one and
 // container start would fail ("failed to update /proc/self/oom_score_adj: Permission denied").
@@ -230,8 +208,8 @@ func ptr[T any](v T) *T { return &v }
 func buildSpec(in specInput) *specs.Spec {
 	hostNOFILE := clampRlimit(wantNOFILE, in.HostRlimits.NOFILE)
 	hostNPROC := clampRlimit(wantNPROC, in.HostRlimits.NPROC)
-	tmpMiB := tmpSizeMiB(in.MemoryMB)
-	shmMiB := shmSizeMiB(in.MemoryMB)
+	tmpMiB := tmpfs.TmpMiB(in.MemoryMB)
+	shmMiB := tmpfs.ShmMiB(in.MemoryMB)
 
 	s := &specs.Spec{
 		Version:  ociVersion,

@@ -207,11 +207,6 @@ func TestOOMScoreAdjFor(t *testing.T) {
 
 func TestTmpSize(t *testing.T) {
 	t.Parallel()
-	for mem, want := range map[int64]int64{0: unlimitedTmpMiB, 32: 16, 20: 16, 512: 128, 4096: 1024} {
-		if got := tmpSizeMiB(mem); got != want {
-			t.Errorf("tmpSizeMiB(%d) = %d, want %d", mem, got, want)
-		}
-	}
 	in := testInput()
 	in.MemoryMB = 32
 	s := buildSpec(in)

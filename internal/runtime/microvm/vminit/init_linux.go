@@ -9,14 +9,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/tmpfs"
 )
 
 const agentSock = "/.agentbox/run/agent.sock"
@@ -58,6 +61,14 @@ func Main(args []string) int {
 	cgroup, err := commandCgroup(cfg.PidsLimit)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agentbox vm init: the commands' cgroup:", err)
+		return halt()
+	}
+	// As in the other runtimes' sandboxes, no command gains privileges by exec (a setuid
+	// binary): the default user stays unprivileged; root is asked for by name (user "root").
+	// (A thread's attribute: every thread of the process, or a command started from another
+	// would not inherit it.)
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		fmt.Fprintln(os.Stderr, "agentbox vm init: no_new_privs:", e)
 		return halt()
 	}
 	ctx := context.Background()
@@ -159,11 +170,18 @@ func boot2(cfg Config) error {
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
+	mem := cfg.MemoryMB
+	if mem <= 0 { // a config written before the VM's RAM was in it
+		mem = memTotalMiB()
+	}
+	// The tmpfs are bounded as on the other runtimes: filled, they must leave the agent and the
+	// commands the VM's RAM to run in (unbounded, a full /tmp drove the guest's OOM killer
+	// until nothing answered).
 	for _, m := range []struct{ src, dst, fs, opts string }{
 		{"devpts", "/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620"},
-		{"tmpfs", "/dev/shm", "tmpfs", "mode=1777"},
-		{"tmpfs", "/tmp", "tmpfs", "mode=1777"},
-		{"tmpfs", "/run", "tmpfs", "mode=0755"},
+		{"tmpfs", "/dev/shm", "tmpfs", fmt.Sprintf("mode=1777,size=%dm", tmpfs.ShmMiB(mem))},
+		{"tmpfs", "/tmp", "tmpfs", fmt.Sprintf("mode=1777,size=%dm", tmpfs.TmpMiB(mem))},
+		{"tmpfs", "/run", "tmpfs", fmt.Sprintf("mode=0755,size=%dm", runMiB)},
 	} {
 		_ = os.MkdirAll(m.dst, 0o755)
 		if err := unix.Mount(m.src, m.dst, m.fs, unix.MS_NOSUID|unix.MS_NODEV, m.opts); err != nil {
@@ -189,6 +207,24 @@ func boot2(cfg Config) error {
 	return nil
 }
 
+// memTotalMiB is the guest's memory as its kernel counts it (/proc/meminfo), 0 if unread.
+func memTotalMiB() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb >> 10
+		}
+	}
+	return 0
+}
+
+// runMiB is /run's size: sockets and pid files, not data.
+const runMiB = 16
+
 // commandsCgroup is the cgroup (v2) the agent starts every command in, under the VM's own root.
 const commandsCgroup = "/sys/fs/cgroup/commands"
 
@@ -205,8 +241,10 @@ func commandCgroup(pidsLimit int64) (string, error) {
 	if err := unix.Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil && err != unix.EBUSY {
 		return "", fmt.Errorf("mount cgroup2: %w", err)
 	}
-	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+pids"), 0o644); err != nil {
-		return "", fmt.Errorf("enable the pids controller: %w", err)
+	// memory too: its memory.events counts the commands the kernel's OOM killer ends, which
+	// the agent reads to say oom_killed.
+	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+pids +memory"), 0o644); err != nil {
+		return "", fmt.Errorf("enable the pids and memory controllers: %w", err)
 	}
 	if err := os.Mkdir(commandsCgroup, 0o755); err != nil && !os.IsExist(err) {
 		return "", err
