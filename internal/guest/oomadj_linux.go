@@ -25,24 +25,33 @@ func commandOOMScoreAdj(agent int) int {
 	return min(agent+500, 1000)
 }
 
-// commandAdj is this process's commands' oom_score_adj, as text ("" where it cannot be read).
-var commandAdj = sync.OnceValue(func() string {
+// oomAdj is this process's own oom_score_adj and its commands', as text (own "": unread).
+var oomAdj = sync.OnceValues(func() (own, command string) {
 	b, err := os.ReadFile("/proc/self/oom_score_adj")
 	if err != nil {
-		return ""
+		return "", ""
 	}
-	own, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		return ""
+		return "", ""
 	}
-	return strconv.Itoa(commandOOMScoreAdj(own))
+	return strconv.Itoa(n), strconv.Itoa(commandOOMScoreAdj(n))
 })
 
-// setCommandOOMScoreAdj gives the process pid just started its oom_score_adj. It runs before pid's
-// program has done more than start (os.StartProcess returns once the exec succeeded), and
-// raising a value needs no privilege; a failure (no /proc) leaves the inherited value.
-func setCommandOOMScoreAdj(pid int) {
-	if v := commandAdj(); v != "" {
-		_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(v), 0)
+// withCommandOOMScoreAdj runs start (which starts a child) with this process's oom_score_adj
+// raised to its commands', so the child has it from its first instruction: a command that
+// forks at once (a shell, a fork bomb) hands it to its children too, which a write after the
+// start would race. Raising needs no privilege; going back to the process's own value is always
+// allowed (the kernel refuses only values below the lowest a privileged writer set, and the own
+// value is at least that). The caller serializes starts (the reaper's lock), so no two overlap.
+// For the length of the start the agent is itself a first choice of the OOM killer; outside it,
+// never before a command.
+func withCommandOOMScoreAdj(start func()) {
+	own, command := oomAdj()
+	if own == "" || own == command || os.WriteFile("/proc/self/oom_score_adj", []byte(command), 0) != nil {
+		start()
+		return
 	}
+	defer func() { _ = os.WriteFile("/proc/self/oom_score_adj", []byte(own), 0) }()
+	start()
 }

@@ -122,13 +122,14 @@ func (r *reaper) start(name string, argv []string, attr *os.ProcAttr) (int, <-ch
 func (r *reaper) startRusage(name string, argv []string, attr *os.ProcAttr, ru *unix.Rusage) (int, <-chan unix.WaitStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, err := os.StartProcess(name, argv, attr)
+	var p *os.Process
+	var err error
+	withCommandOOMScoreAdj(func() { p, err = os.StartProcess(name, argv, attr) })
 	if err != nil {
 		return 0, nil, err
 	}
 	ch := make(chan unix.WaitStatus, 1)
 	pid := p.Pid
-	setCommandOOMScoreAdj(pid)
 	_ = p.Release()
 	if r.own {
 		go func() {
