@@ -124,7 +124,12 @@ func (r *reaper) startRusage(name string, argv []string, attr *os.ProcAttr, ru *
 	defer r.mu.Unlock()
 	var p *os.Process
 	var err error
-	withCommandOOMScoreAdj(func() { p, err = os.StartProcess(name, argv, attr) })
+	start := func() { p, err = os.StartProcess(name, argv, attr) }
+	if r.own {
+		start() // a host process's agent (Embedded) leaves the process's OOM standing alone
+	} else {
+		withCommandOOMScoreAdj(start)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
