@@ -405,26 +405,36 @@ func TestPidsLimit(t *testing.T) {
 	}
 }
 
-// TestGuestBounds: a VM's commands meet the bounds the other runtimes set. /tmp, /dev/shm and
-// /run are sized tmpfs, so filling them is ENOSPC and the VM still answers; no command gains
-// privileges by exec; a command that exhausts the VM's RAM is the kernel OOM killer's choice
-// before the agent, and the exec says oom_killed.
+// TestGuestBounds: a VM's commands meet the bounds the other runtimes set, in the smallest VM
+// (128 MiB, much of it the guest kernel's). /tmp, /dev/shm and /run are sized tmpfs, so
+// filling them is ENOSPC and commands still run; no command gains privileges by exec; a
+// command that exhausts the VM's RAM is the kernel OOM killer's choice before the agent, and
+// the exec says oom_killed.
 func TestGuestBounds(t *testing.T) {
 	rt := newTestRuntime(t)
 	spec := runtimetest.DefaultSpec(runtimetest.NewID())
-	spec.MemoryMB, spec.PidsLimit = 256, 256
+	spec.MemoryMB, spec.PidsLimit = 128, 256
 	c := runtimetest.Start(t, rt, spec)
 	res := runtimetest.Exec(t, c, "sh", "-c", "df -m /tmp /dev/shm /run | tail -3 | while read fs size rest; do echo $size; done; grep NoNewPrivs /proc/self/status; cat /proc/self/oom_score_adj /proc/1/oom_score_adj")
-	if got := strings.Join(strings.Fields(res.Stdout), " "); got != "64 32 16 NoNewPrivs: 1 500 0" {
-		t.Errorf("tmpfs sizes, no_new_privs and oom_score_adj (command, agent): %q, want %q", got, "64 32 16 NoNewPrivs: 1 500 0")
+	f := strings.Fields(res.Stdout)
+	t.Logf("/tmp, /dev/shm, /run (MiB), no_new_privs, oom_score_adj (command, agent): %v", f)
+	if len(f) != 7 || f[2] != "16" || strings.Join(f[3:], " ") != "NoNewPrivs: 1 500 0" {
+		t.Fatalf("tmpfs sizes, no_new_privs and oom_score_adj: %q, want /run 16 MiB, NoNewPrivs 1, 500 beside the agent's 0", res.Stdout)
+	}
+	// A quarter and an eighth of what the booted guest has left: under 128 MiB of RAM.
+	tmp, _ := strconv.Atoi(f[0])
+	shm, _ := strconv.Atoi(f[1])
+	if tmp < 16 || tmp > 32 || shm < 4 || shm > tmp/2+1 {
+		t.Errorf("/tmp %d MiB, /dev/shm %d MiB in a 128 MiB VM", tmp, shm)
 	}
 	fill := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"sh", "-c",
 		"for f in /tmp/fill /dev/shm/fill; do dd if=/dev/zero of=$f bs=1M 2>/dev/null; echo $? $(du -m $f | cut -f1); done"}, TimeoutMs: 120000})
-	if got := strings.Join(strings.Fields(fill.Stdout), " "); got != "1 64 1 32" {
-		t.Errorf("filling /tmp and /dev/shm: %s", fill)
+	if got, want := strings.Join(strings.Fields(fill.Stdout), " "), fmt.Sprintf("1 %d 1 %d", tmp, shm); got != want {
+		t.Errorf("filling /tmp and /dev/shm: %s, want %q (ENOSPC at their sizes)", fill, want)
 	}
-	if r := runtimetest.Exec(t, c, "echo", "alive"); r.Stdout != "alive\n" {
-		t.Fatalf("with /tmp and /dev/shm full: %s", r)
+	// With both full, a command that needs memory still runs (python's start).
+	if r := runtimetest.Exec(t, c, "python3", "-c", "print(sum(range(1000)))"); r.Stdout != "499500\n" {
+		t.Fatalf("with /tmp and /dev/shm full: %s\nconsole:\n%s", r, rt.Console(context.Background(), spec.ID))
 	}
 	runtimetest.Exec(t, c, "rm", "-f", "/tmp/fill", "/dev/shm/fill")
 	bomb := runtimetest.ExecRequest(t, c, guest.ExecRequest{Argv: []string{"python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))"}, TimeoutMs: 120000})

@@ -408,7 +408,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, rec record) err
 	if network == "" {
 		network = runtime.NetworkNone
 	}
-	vc := vminit.Config{ID: spec.ID, Env: spec.Env, Network: network, PidsLimit: spec.PidsLimit, MemoryMB: rec.MemoryMB}
+	vc := vminit.Config{ID: spec.ID, Env: spec.Env, Network: network, PidsLimit: spec.PidsLimit}
 	if spec.Rootfs != nil {
 		// An OCI image's commands run as its user (root when it names none) in its workdir,
 		// as on the other runtimes.

@@ -46,9 +46,6 @@ type Config struct {
 	// PidsLimit bounds the tasks of the sandbox's commands, jobs and terminals (a cgroup of
 	// their own, the agent outside it); 0: no bound but the VM's RAM.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
-	// MemoryMB is the VM's RAM, which sizes /tmp and /dev/shm (tmpfs.TmpMiB, tmpfs.ShmMiB): a
-	// full tmpfs must leave the agent and the commands memory to run (0: the runtime's default).
-	MemoryMB int64 `json:"memory_mb,omitempty"`
 
 	caBundle []byte
 }

@@ -170,13 +170,12 @@ func boot2(cfg Config) error {
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
-	mem := cfg.MemoryMB
-	if mem <= 0 { // a config written before the VM's RAM was in it
-		mem = memTotalMiB()
-	}
-	// The tmpfs are bounded as on the other runtimes: filled, they must leave the agent and the
-	// commands the VM's RAM to run in (unbounded, a full /tmp drove the guest's OOM killer
-	// until nothing answered).
+	// The tmpfs are bounded by the containers' rule (internal/tmpfs), applied to the memory the
+	// guest has left once booted (its kernel takes a good part of a small VM's RAM): filled,
+	// they must leave the agent and the commands memory to run in. Unbounded, a full /tmp drove
+	// the guest's OOM killer until nothing answered; sized from the VM's RAM, a 128 MiB VM's
+	// full tmpfs left too little, and the guest, with only its init left to kill, panicked.
+	mem := memAvailableMiB()
 	for _, m := range []struct{ src, dst, fs, opts string }{
 		{"devpts", "/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620"},
 		{"tmpfs", "/dev/shm", "tmpfs", fmt.Sprintf("mode=1777,size=%dm", tmpfs.ShmMiB(mem))},
@@ -207,19 +206,22 @@ func boot2(cfg Config) error {
 	return nil
 }
 
-// memTotalMiB is the guest's memory as its kernel counts it (/proc/meminfo), 0 if unread.
-func memTotalMiB() int64 {
+// memAvailableMiB is the memory the guest's kernel says is available now (/proc/meminfo's
+// MemAvailable); unread, the least a VM has (the tmpfs then take their smallest sizes).
+func memAvailableMiB() int64 {
+	const least = 64
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
-		return 0
+		return least
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb >> 10
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemAvailable:" {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb>>10 > 0 {
+				return kb >> 10
+			}
 		}
 	}
-	return 0
+	return least
 }
 
 // runMiB is /run's size: sockets and pid files, not data.
