@@ -451,7 +451,8 @@ func TestRuncFilesystem(t *testing.T) {
 func TestRuncHardening(t *testing.T) {
 	t.Parallel()
 	rt := newRunc(t)
-	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(runtimetest.NewID()))
+	id := runtimetest.NewID()
+	c := runtimetest.Start(t, rt, runtimetest.DefaultSpec(id))
 	res := runtimetest.Exec(t, c, "cat", "/proc/1/status")
 	fields := map[string]string{}
 	for _, line := range strings.Split(res.Stdout, "\n") {
@@ -469,8 +470,11 @@ func TestRuncHardening(t *testing.T) {
 	if fields["CapAmb"] != "0000000000000000" || fields["NoNewPrivs"] != "1" {
 		t.Errorf("CapAmb %s NoNewPrivs %s", fields["CapAmb"], fields["NoNewPrivs"])
 	}
-	if res := runtimetest.Exec(t, c, "cat", "/proc/1/oom_score_adj"); strings.TrimSpace(res.Stdout) != strconv.Itoa(rt.oomScoreAdj) {
-		t.Errorf("agent oom_score_adj %q, want %d", res.Stdout, rt.oomScoreAdj)
+	// Read from the host, between the agent's starts: while the agent starts a command its own
+	// value is the command's (guest.withCommandOOMScoreAdj), which a command reading it at once
+	// can see.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", readPid(filepath.Join(rt.sandboxDir(id), "init.pid")))); err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(rt.oomScoreAdj) {
+		t.Errorf("agent oom_score_adj %q %v, want %d", b, err, rt.oomScoreAdj)
 	}
 	// A command, and what it starts, is the OOM killer's choice before the agent: 0 beside a
 	// shielded agent, 500 above an agent the host could not shield.
