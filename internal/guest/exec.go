@@ -536,11 +536,7 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 		ws = s.killTree(pid, tree, waitCh)
 	}
 	end := time.Now()
-	guarded := s.takeOOMMark(tree.tag, pid)
-	oomKilled := ws.Signaled() && ws.Signal() == unix.SIGKILL && !timedOut && (guarded || oomBefore >= 0 && s.oomKills() > oomBefore)
-	if oomKilled {
-		s.endOOMKilled(pid, tree)
-	}
+	oomKilled := s.endedForMemory(pid, tree, ws, timedOut, oomBefore)
 
 	// The main process is gone; background children may still hold the pipes. Read what is
 	// there until it stops coming for a short grace period, then stop.
@@ -579,13 +575,20 @@ func (s *server) runExec(ctx context.Context, sp *execSpec, sink chan<- Frame) (
 	return res, nil
 }
 
-// endOOMKilled ends what is left of a command the OOM killer ended, as a timeout ends it: the
-// kernel's OOM killer takes one process (the largest; a fork bomb's leader, say), and the rest
-// of the command would run on without it.
-func (s *server) endOOMKilled(pid int, tree processTree) {
+// endedForMemory reports whether the command pid leads, ended with status ws, was killed for
+// memory: by SIGKILL, not by the agent itself (byAgent: its timeout, a cancel, a shutdown), and
+// marked by the OOM guard or counted by the memory cgroup since oomBefore (-1: no count). If so
+// it ends what is left of the command, as a timeout ends it: the kernel's OOM killer takes one
+// process (the largest; a fork bomb's leader, say), and the rest would run on without it.
+func (s *server) endedForMemory(pid int, tree processTree, ws unix.WaitStatus, byAgent bool, oomBefore int64) bool {
+	guarded := s.takeOOMMark(tree.tag, pid) // always: a mark must not outlive its command
+	if !ws.Signaled() || ws.Signal() != unix.SIGKILL || byAgent || !(guarded || oomBefore >= 0 && s.oomKills() > oomBefore) {
+		return false
+	}
 	if !newCmdTree(pid, tree).end(time.Now().Add(killWait)) {
 		s.log.Warn("guest: processes of a command killed for memory still alive after repeated kills", "pgid", pid, "tag", tree.tag)
 	}
+	return true
 }
 
 // processTree identifies the processes of one command beyond its process group: those that

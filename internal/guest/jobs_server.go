@@ -553,11 +553,7 @@ func (s *server) runJob(j *job, pid int, tree processTree, waitCh <-chan unix.Wa
 		shutdown = true
 		ws = s.killTree(pid, tree, waitCh)
 	}
-	guarded := s.takeOOMMark(tree.tag, pid)
-	oomKilled := ws.Signaled() && ws.Signal() == unix.SIGKILL && !canceled && !shutdown && (guarded || oomBefore >= 0 && s.oomKills() > oomBefore)
-	if oomKilled {
-		s.endOOMKilled(pid, tree)
-	}
+	oomKilled := s.endedForMemory(pid, tree, ws, canceled || shutdown, oomBefore)
 	// The reaper wrote *ru before it delivered the status (zero only when a kill gave up
 	// waiting for it): the job's CPU time is that or the last sample, whichever is more.
 	got := s.reaper.rusage(ru)

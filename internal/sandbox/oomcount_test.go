@@ -26,27 +26,35 @@ func (o *oomCounting) OOMKills(context.Context, string) (int64, bool) {
 	return o.after.Load(), true
 }
 
-// TestExecOOMKilledFromHostCount: on a runtime whose agents cannot see their memory cgroup
-// (gVisor), a SIGKILLed command is oom_killed exactly when the host's count of OOM kills in the
-// sandbox's cgroup grew during the exec; a SIGKILL without one stays a plain kill.
-func TestExecOOMKilledFromHostCount(t *testing.T) {
+// newOOMCounting returns an env whose runtime is an oomCounting, that runtime, and a sandbox
+// created on it.
+func newOOMCounting(t *testing.T) (*env, *oomCounting, string) {
+	t.Helper()
 	var oc *oomCounting
 	e := newEnvWrapped(t, sandbox.Config{}, func(rt runtime.Runtime) runtime.Runtime {
 		oc = &oomCounting{Runtime: rt}
 		return oc
 	})
-	ctx := context.Background()
-	h, err := e.svc.Create(ctx, sandbox.CreateRequest{})
+	h, err := e.svc.Create(context.Background(), sandbox.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e, oc, h.ID
+}
+
+// TestExecOOMKilledFromHostCount: on a runtime whose agents cannot see their memory cgroup
+// (gVisor), a SIGKILLed command is oom_killed exactly when the host's count of OOM kills in the
+// sandbox's cgroup grew during the exec; a SIGKILL without one stays a plain kill.
+func TestExecOOMKilledFromHostCount(t *testing.T) {
+	e, oc, id := newOOMCounting(t)
+	ctx := context.Background()
 	kill := sandbox.ExecRequest{Argv: []string{"sh", "-c", "kill -9 $$"}}
 	for _, tc := range []struct {
 		after int64
 		want  bool
 	}{{0, false}, {1, true}} {
 		oc.after.Store(tc.after)
-		res, err := e.svc.Exec(ctx, h.ID, kill, nil)
+		res, err := e.svc.Exec(ctx, id, kill, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +63,7 @@ func TestExecOOMKilledFromHostCount(t *testing.T) {
 		}
 	}
 	// A command that exits by itself is never oom_killed, whatever the count says.
-	res, err := e.svc.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"true"}}, nil)
+	res, err := e.svc.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"true"}}, nil)
 	if err != nil || res.ExitCode != 0 || res.OOMKilled {
 		t.Errorf("true: %+v %v", res, err)
 	}
@@ -64,23 +72,15 @@ func TestExecOOMKilledFromHostCount(t *testing.T) {
 // TestJobOOMKilledFromHostCount: as for an exec, a job such a runtime's agent reports killed by
 // SIGKILL is oom_killed exactly when the host's count grew while it ran.
 func TestJobOOMKilledFromHostCount(t *testing.T) {
-	var oc *oomCounting
-	e := newEnvWrapped(t, sandbox.Config{}, func(rt runtime.Runtime) runtime.Runtime {
-		oc = &oomCounting{Runtime: rt}
-		return oc
-	})
+	e, oc, id := newOOMCounting(t)
 	ctx := context.Background()
-	h, err := e.svc.Create(ctx, sandbox.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := func(argv ...string) sandbox.Job {
 		t.Helper()
-		j, err := e.jobs.StartJob(ctx, h.ID, sandbox.JobStartRequest{Argv: argv})
+		j, err := e.jobs.StartJob(ctx, id, sandbox.JobStartRequest{Argv: argv})
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := e.jobs.WaitJob(ctx, h.ID, j.ID, 30*time.Second)
+		w, err := e.jobs.WaitJob(ctx, id, j.ID, 30*time.Second)
 		if err != nil || w.State.Active() {
 			t.Fatalf("WaitJob %s: %+v %v", j.ID, w, err)
 		}

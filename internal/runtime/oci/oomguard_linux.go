@@ -195,15 +195,15 @@ func (r *Runtime) runOOMGuard(id string, g *oomGuard, threshold int64) {
 // — the runaway's — and the sentry kills the command that ran in it; were the sentry the
 // kernel's choice instead (its own memory can outweigh a stub's), the whole sandbox would be
 // lost. Stubs are made as the sandbox's processes come and go, so the guard marks them again
-// while usage stays above the threshold. It reports how many it marked.
-func (r *Runtime) stubsFirst(id string) int {
+// while usage stays above the threshold.
+func (r *Runtime) stubsFirst(id string) {
 	sentry := readPid(filepath.Join(r.sandboxDir(id), "init.pid"))
 	if sentry <= 0 {
-		return 0
+		return
 	}
 	b, err := os.ReadFile(filepath.Join(r.memoryCgroup, cgroupPath(r.cgroupParent, id), "cgroup.procs"))
 	if err != nil {
-		return 0
+		return
 	}
 	parent := map[int]int{}
 	for _, f := range strings.Fields(string(b)) {
@@ -215,21 +215,11 @@ func (r *Runtime) stubsFirst(id string) int {
 			parent[pid] = pp
 		}
 	}
-	n := 0
 	for pid := range parent {
-		if !descends(pid, sentry, parent) {
-			continue
-		}
-		adj := fmt.Sprintf("/proc/%d/oom_score_adj", pid)
-		if cur, err := os.ReadFile(adj); err == nil && strings.TrimSpace(string(cur)) == "1000" {
-			n++
-			continue
-		}
-		if os.WriteFile(adj, []byte("1000"), 0) == nil {
-			n++
+		if descends(pid, sentry, parent) {
+			_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte("1000"), 0)
 		}
 	}
-	return n
 }
 
 // descends reports whether pid is a descendant of ancestor by the parent links of one cgroup's
