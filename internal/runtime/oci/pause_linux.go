@@ -15,9 +15,9 @@ import (
 var _ runtime.Pauser = (*Runtime)(nil)
 
 // Pause freezes every process of sandbox id (runtime.Pauser): `runc pause` and `crun pause`
-// freeze the sandbox's cgroup (the v1 freezer here, cgroup.freeze on v2) and return once every
-// task is frozen; `runsc pause` stops every task of gVisor's sentry. Pausing a paused sandbox is
-// nil.
+// freeze the sandbox's cgroup (the v1 freezer here, cgroup.freeze on v2), and Pause returns
+// once every task is frozen (runc waits for it, crun may not: waitFrozen); `runsc pause` stops
+// every task of gVisor's sentry. Pausing a paused sandbox is nil.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
 	return r.pauseOrResume(ctx, id, "pause", "paused")
 }
@@ -56,11 +56,69 @@ func (r *Runtime) pauseOrResume(ctx context.Context, id, op, want string) error 
 			return r.classify(err, op, id)
 		}
 	}
+	if op == "pause" {
+		if err := r.waitFrozen(ctx, id); err != nil {
+			if _, rerr := r.command(context.WithoutCancel(ctx), "resume", id); rerr == nil {
+				_ = os.Remove(marker)
+			}
+			return err
+		}
+	}
 	if op == "resume" {
 		_ = os.Remove(marker)
 	}
 	r.log.Debug("sandbox "+op+"d", "sandbox_id", id, "took", time.Since(start))
 	return nil
+}
+
+// freezeWait bounds how long Pause waits for a freezing cgroup to be frozen.
+const freezeWait = 5 * time.Second
+
+// waitFrozen returns once every task of sandbox id's cgroup is frozen. `crun pause` on a v1
+// freezer can return while freezer.state still says FREEZING (a task the kernel has not
+// stopped yet: a writer on a loaded host, seen in TestPause), and a caller that then copies the
+// sandbox's files would copy them under a writer still running. As runc does, FROZEN is written
+// again until the state says FROZEN; on v2, cgroup.events says "frozen 1" once the kernel is
+// done. Past freezeWait it fails, and Pause thaws what it froze.
+func (r *Runtime) waitFrozen(ctx context.Context, id string) error {
+	if r.flavor == FlavorGVisor {
+		return nil // runsc pause stops the sentry's tasks, not the cgroup
+	}
+	deadline := time.Now().Add(freezeWait)
+	for {
+		done, state, rewrite := r.freezeState(id)
+		if done {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return errcode.New(errcode.RuntimeUnavailable, "sandbox %s did not freeze within %s (its cgroup says %s); try again", id, freezeWait, state)
+		}
+		if rewrite != "" {
+			_ = os.WriteFile(rewrite, []byte("FROZEN"), 0)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// freezeState reads sandbox id's freezer: whether it is wholly frozen (or has no freezer to
+// read), what it says, and the v1 file to write FROZEN to again ("" on v2).
+func (r *Runtime) freezeState(id string) (done bool, state, rewrite string) {
+	for _, mnt := range r.cgroupMounts {
+		dir := filepath.Join(mnt, cgroupPath(r.cgroupParent, id))
+		f := filepath.Join(dir, "freezer.state")
+		if b, err := os.ReadFile(f); err == nil {
+			state = strings.TrimSpace(string(b))
+			return state == "FROZEN", state, f
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.events")); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "frozen "); ok {
+					return v == "1", "frozen " + v, ""
+				}
+			}
+		}
+	}
+	return true, "", ""
 }
 
 // pausedMarker, in a sandbox's directory, is written before a Pause and removed after its
